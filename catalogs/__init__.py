@@ -1,0 +1,1 @@
+"""Data package: the YAML catalogs (GPUs, models, precisions) shipped inside the wheel."""

@@ -1,0 +1,216 @@
+"""The YAML catalogs (GPUs, models, precisions) as typed, validated records, with name lookup.
+
+Catalogs ship inside the package (planner/catalogs in the wheel, top-level catalogs/ in the
+repository), so planner works offline from any directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from planner.errors import PlannerInputError
+from planner.units import MiB
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    aliases: tuple[str, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _lowercase_name(cls, value: str) -> str:
+        if value != value.lower() or " " in value:
+            raise ValueError("catalog names are lowercase slugs without spaces")
+        return value
+
+
+class Interconnect(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    name: str
+    bandwidth_gbps: float = Field(gt=0)
+
+
+class Gpu(_Record):
+    display_name: str
+    vendor: Literal["nvidia", "amd", "intel", "google"]
+    generation: str
+    segment: Literal["datacenter", "workstation", "consumer"]
+    memory_mib: int = Field(gt=0)
+    memory_marketed: str
+    memory_bandwidth_gbps: float = Field(gt=0)
+    dense_tflops: dict[str, float | None]
+    native_formats: tuple[str, ...]
+    interconnect: Interconnect
+    pcie_gen: int | None = None
+    gpus_per_node: int = Field(gt=0)
+    tdp_watts: float | None = None
+    source: str
+    as_of: str
+    notes: str | None = None
+
+    @property
+    def memory_bytes(self) -> int:
+        """Total memory as the runtime reports it (nvidia-smi memory.total, MiB)."""
+        return self.memory_mib * MiB
+
+
+class Model(_Record):
+    hf_id: str
+    family: str
+    params: int = Field(gt=0)
+    params_source: str
+    source: str
+    as_of: str
+    config: dict[str, Any]
+    notes: str | None = None
+
+
+class Scales(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    granularity: Literal["tensor", "channel", "group", "block"]
+    group_size: int | None = Field(default=None, gt=0)
+    scale_bits: int = Field(gt=0)
+    zero_bits: int = Field(default=0, ge=0)
+
+
+class Precision(_Record):
+    bits: float = Field(gt=0)
+    scope: Literal["all", "linear", "experts", "gguf"]
+    scales: Scales | None = None
+    seed_bits: float = Field(gt=0)
+    quality: Literal["lossless", "near-lossless", "small loss", "noticeable loss"]
+    native: tuple[str, ...]
+    torch_dtypes: tuple[str, ...] = ()
+    hf_quant_methods: tuple[str, ...] = ()
+    source: str
+    as_of: str
+
+
+class KvDtype(_Record):
+    bits: int = Field(gt=0)
+    source: str
+
+
+class Engine(_Record):
+    description: str
+    overhead_fraction: float = Field(ge=0, le=1)
+    runtime_reserve_mib: int = Field(ge=0)
+    source: str
+    as_of: str
+
+    @property
+    def runtime_reserve_bytes(self) -> int:
+        return self.runtime_reserve_mib * MiB
+
+
+R = TypeVar("R", bound=_Record)
+
+
+@dataclass(frozen=True)
+class Registry(Generic[R]):
+    """Records of one kind, looked up by name, alias or HF id, case-insensitively."""
+
+    kind: str
+    records: tuple[R, ...]
+
+    def _index(self) -> dict[str, R]:
+        index: dict[str, R] = {}
+        for record in self.records:
+            keys = [record.name, *record.aliases]
+            if isinstance(record, Model):
+                keys.append(record.hf_id)
+            for key in keys:
+                index[key.lower()] = record
+        return index
+
+    def get(self, name: str) -> R:
+        index = self._index()
+        found = index.get(name.strip().lower())
+        if found is not None:
+            return found
+        close = difflib.get_close_matches(name.strip().lower(), list(index), n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}?" if close else f"see `planner catalog {self.kind}s`"
+        raise PlannerInputError(f"unknown {self.kind} {name!r}: {hint}")
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    gpus: Registry[Gpu]
+    models: Registry[Model]
+    precisions: Registry[Precision]
+    kv_dtypes: Registry[KvDtype]
+    engines: Registry[Engine]
+
+
+def catalog_dir() -> Path:
+    """Where the YAML files are: inside the installed package, or catalogs/ in a source checkout."""
+    try:
+        return Path(str(resources.files("planner.catalogs")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "catalogs"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise PlannerInputError(f"catalog {path.name}: invalid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise PlannerInputError(f"catalog {path.name}: expected a mapping at the top level")
+    return data
+
+
+def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[R]:
+    data = _read_yaml(path)
+    rows = data.get(key)
+    if not isinstance(rows, list):
+        raise PlannerInputError(f"catalog {path.name}: missing the list {key!r}")
+    records = []
+    for i, row in enumerate(rows):
+        try:
+            records.append(record_type.model_validate(row))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            label = row.get("name", i) if isinstance(row, dict) else i
+            raise PlannerInputError(f"catalog {path.name}: {key}[{label}].{where}: {first['msg']}") from None
+    seen: dict[str, str] = {}
+    for record in records:
+        keys = [record.name, *record.aliases] + ([record.hf_id] if isinstance(record, Model) else [])
+        for k in {k.lower() for k in keys}:
+            if k in seen and seen[k] != record.name:
+                raise PlannerInputError(f"catalog {path.name}: {k!r} names both {seen[k]} and {record.name}")
+            seen[k] = record.name
+    return Registry(kind, tuple(records))
+
+
+@cache
+def load_catalog(directory: str | None = None) -> Catalog:
+    """Load and validate every catalog file (cached: catalogs don't change during a run)."""
+    base = Path(directory) if directory else catalog_dir()
+    return Catalog(
+        gpus=_records(base / "gpus.yaml", "gpus", Gpu, "gpu"),
+        models=_records(base / "models.yaml", "models", Model, "model"),
+        precisions=_records(base / "precisions.yaml", "precisions", Precision, "precision"),
+        kv_dtypes=_records(base / "precisions.yaml", "kv_dtypes", KvDtype, "kv-dtype"),
+        engines=_records(base / "engines.yaml", "engines", Engine, "engine"),
+    )

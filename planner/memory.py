@@ -1,0 +1,326 @@
+"""Inference memory: weights + KV cache + overhead, per GPU under tensor and pipeline parallelism.
+
+Method (the seed's, made exact):
+  weights  = every tensor in its precision's layout (architecture.py x precision.py), or
+             params x bytes per param for a model known only by its size;
+  KV cache = per layer: full attention 2 x kv_heads x head_dim x bytes x context; sliding-window
+             layers hold min(context, window) tokens; MLA layers hold (kv_lora_rank +
+             qk_rope_head_dim) values per token, no factor 2; all x batch;
+  overhead = a planning margin of (weights + KV) on each GPU, never less than the per-GPU runtime
+             reserve (the CUDA context every GPU holds; see catalogs/engines.yaml).
+Under TP the block weights and KV heads are split across ranks (KV heads replicated once tp
+exceeds them; an MLA latent is whole on every rank); under PP layers are split into stages, the
+first holding the embeddings (and any vision tower), the last the final norm and lm_head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from fractions import Fraction
+from math import ceil
+
+from planner.architecture import Architecture, Attention, Tensor
+from planner.catalog import Catalog, Engine, Gpu, Precision
+from planner.errors import PlannerInputError
+from planner.precision import resolve_kv_dtype, resolve_precision, tensor_bytes
+from planner.units import format_bytes
+
+# Sanity bounds on user numbers: far beyond any real deployment, small enough to catch typos.
+MAX_CONTEXT = 100_000_000
+MAX_BATCH = 1_000_000
+MAX_GPUS_PER_REPLICA = 4096
+
+HEADROOM_WARNING_FRACTION = Fraction(5, 100)  # below 5% of the card left: "filling the GPU to 100%"
+KV_RIVALS_WEIGHTS_FRACTION = Fraction(1, 2)  # KV at half the weights or more "rivals the weights"
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """The card a plan must fit on: a catalog GPU or a custom --gpu-memory size."""
+
+    name: str
+    memory_bytes: int
+    generation: str | None = None
+
+    @classmethod
+    def from_catalog(cls, gpu: Gpu) -> GpuTarget:
+        return cls(gpu.name, gpu.memory_bytes, gpu.generation)
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    rank: int
+    tp_rank: int
+    pp_stage: int
+    first_layer: int
+    last_layer: int  # exclusive
+    weights_bytes: int
+    kv_bytes_per_token: int
+    kv_cache_bytes: int
+    overhead_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    name: str
+    memory_bytes: int
+    fits: bool
+    headroom_bytes: int  # on the fullest GPU; negative when it does not fit
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    model: str
+    params: int
+    precision: str
+    kv_dtype: str
+    context: int
+    batch: int
+    tp: int
+    pp: int
+    weights_bytes: int
+    kv_bytes_per_token: int
+    kv_cache_bytes: int
+    overhead_bytes: int
+    total_bytes: int
+    per_gpu: tuple[RankMemory, ...]
+    gpu: GpuFit | None
+    warnings: tuple[str, ...]
+    # Extras beyond the JSON contract
+    exact: bool = True
+    language_params: int = 0
+    multimodal_params: int = 0
+    checkpoint_params: int = 0
+    kv_sliding_bytes_per_token: int = 0
+    sliding_windows: tuple[int, ...] = ()
+    overhead_fraction: float = 0.10
+    runtime_reserve_bytes: int = 0
+    quality: str = ""
+    attention_kinds: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, before catalog lookups."""
+
+    context: int
+    batch: int = 1
+    tp: int = 1
+    pp: int = 1
+    precision: str | None = None  # None/auto: from the checkpoint
+    kv_dtype: str | None = None  # None/auto: the model's activation dtype
+    overhead_fraction: float | None = None  # None: the engine default (10%)
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+def validate_request(arch: Architecture, req: Request) -> None:
+    checks = (("--context", req.context, MAX_CONTEXT), ("--batch", req.batch, MAX_BATCH),
+              ("--tp", req.tp, MAX_GPUS_PER_REPLICA), ("--pp", req.pp, MAX_GPUS_PER_REPLICA))
+    for flag, value, limit in checks:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PlannerInputError(f"{flag}: must be a whole number, got {value!r}")
+        if value < 1:
+            raise PlannerInputError(f"{flag}: must be at least 1, got {value}")
+        if value > limit:
+            raise PlannerInputError(f"{flag}: {value:,} is beyond any real deployment (limit {limit:,}); check the number")
+    if req.tp * req.pp > MAX_GPUS_PER_REPLICA:
+        raise PlannerInputError(f"--tp x --pp: {req.tp * req.pp} GPUs per replica is beyond the limit of {MAX_GPUS_PER_REPLICA}")
+    if req.overhead_fraction is not None and not 0 <= req.overhead_fraction <= 1:
+        raise PlannerInputError(f"--overhead: {req.overhead_fraction} must be a fraction between 0 and 1 (0.10 = 10%)")
+    heads = arch.num_attention_heads
+    if arch.exact and heads % req.tp:
+        options = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise PlannerInputError(f"--tp: {req.tp} does not divide the model's {heads} attention heads; use one of {options}")
+    for attention in {layer.attention for layer in arch.layers}:
+        kv = attention.kv_heads
+        if attention.kind in ("full", "sliding") and kv and req.tp % kv and kv % req.tp:
+            raise PlannerInputError(
+                f"--tp: {req.tp} must divide the {kv} KV heads or be a multiple of them "
+                f"(vLLM replicates KV heads only in whole copies)"
+            )
+    if req.pp > arch.num_layers:
+        raise PlannerInputError(f"--pp: {req.pp} stages for {arch.num_layers} layers; use at most {arch.num_layers}")
+
+
+# --------------------------------------------------------------------------------------------
+# Splitting across GPUs
+
+
+def pipeline_stages(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """Layer ranges per stage, as vLLM's get_pp_indices assigns them (vllm/distributed/utils.py):
+    an even split, with the remainder going one layer each to the stages just before the last."""
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    stages, start = [], 0
+    for size in sizes:
+        stages.append((start, start + size))
+        start += size
+    return stages
+
+
+def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
+    """KV heads each TP rank holds: split while tp <= kv_heads, one replicated head beyond."""
+    return max(1, kv_heads // tp)
+
+
+def shard_shape(tensor: Tensor, tp: int, kv_heads: int) -> tuple[int, ...]:
+    if tp == 1 or tensor.split == "replicated":
+        return tensor.shape
+    rows, rest = tensor.shape[0], tensor.shape[1:]
+    if tensor.split in ("column", "vocab"):
+        return (ceil(rows / tp), *rest)
+    if tensor.split == "kv":
+        heads = kv_heads_per_rank(kv_heads, tp)
+        return (rows // kv_heads * heads, *rest)
+    if len(rest) == 0:  # a row-parallel layer's 1-D companion is whole on every rank
+        return tensor.shape
+    return (rows, ceil(rest[0] / tp), *rest[1:])
+
+
+def _rank_weights(arch: Architecture, precision: Precision, tp: int, stage: int, pp: int,
+                  layers: tuple[int, int]) -> int:
+    tensors: list[Tensor] = []
+    for layer in arch.layers[layers[0]:layers[1]]:
+        tensors.extend(layer.tensors)
+    if stage == 0:
+        tensors.extend(arch.embedding)
+        tensors.extend(arch.multimodal)
+    if stage == pp - 1:
+        tensors.extend(arch.head)
+        if arch.tied_embeddings and pp > 1:
+            # the last stage cannot share the first stage's embedding: it holds its own lm_head copy
+            tensors.extend(Tensor("lm_head.weight", t.shape, "lm_head", t.split) for t in arch.embedding)
+    kv_heads = _kv_heads(arch)
+    return sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision) for t in tensors)
+
+
+def _kv_heads(arch: Architecture) -> int:
+    return max((layer.attention.kv_heads for layer in arch.layers), default=0)
+
+
+def _attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:
+    """Cache bytes one token adds to this layer on one TP rank."""
+    if attention.kind == "mla":
+        return attention.latent_dim * kv_bits // 8  # the latent is whole on every rank
+    if attention.kind in ("full", "sliding"):
+        heads = kv_heads_per_rank(attention.kv_heads, tp)
+        return heads * (attention.k_head_dim + attention.v_head_dim) * kv_bits // 8
+    return 0
+
+
+def _layers_kv(layers: tuple, tp: int, kv_bits: int, context: int) -> tuple[int, int]:
+    """(bytes per token of the layers that grow with every token, cache bytes per sequence)."""
+    growing = per_sequence = 0
+    for layer in layers:
+        a = layer.attention
+        per_token = _attention_bytes_per_token(a, tp, kv_bits)
+        if a.kind == "sliding":
+            per_sequence += per_token * min(context, a.window or context)
+        else:
+            growing += per_token
+            per_sequence += per_token * context
+        per_sequence += a.state_elements * kv_bits // 8
+    return growing, per_sequence
+
+
+# --------------------------------------------------------------------------------------------
+# The estimate
+
+
+def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: GpuTarget | None = None,
+                    engine: Engine | None = None) -> MemoryEstimate:
+    validate_request(arch, req)
+    engine = engine or catalog.engines.get("simple")
+    precision = resolve_precision(catalog, arch, req.precision)
+    kv_name = resolve_kv_dtype(arch, precision, req.kv_dtype)
+    kv_bits = catalog.kv_dtypes.get(kv_name).bits
+    margin = Fraction(str(req.overhead_fraction if req.overhead_fraction is not None else engine.overhead_fraction))
+    reserve = engine.runtime_reserve_bytes
+
+    stages = pipeline_stages(arch.num_layers, req.pp)
+    size_only_weights = ceil(Fraction(arch.declared_params or 0) * Fraction(str(precision.seed_bits)) / 8)
+
+    ranks: list[RankMemory] = []
+    for stage, layers in enumerate(stages):
+        stage_layers = arch.layers[layers[0]:layers[1]]
+        per_token, per_sequence = _layers_kv(stage_layers, req.tp, kv_bits, req.context)
+        kv = per_sequence * req.batch
+        for tp_rank in range(req.tp):
+            if arch.exact:
+                weights = _rank_weights(arch, precision, req.tp, stage, req.pp, layers)
+            else:
+                # a size-only model: the weights follow the layers, split evenly over TP ranks
+                weights = ceil(size_only_weights * Fraction(layers[1] - layers[0], arch.num_layers) / req.tp)
+            overhead = max(int(margin * (weights + kv)), reserve) if (weights + kv) else 0
+            ranks.append(RankMemory(
+                rank=stage * req.tp + tp_rank, tp_rank=tp_rank, pp_stage=stage,
+                first_layer=layers[0], last_layer=layers[1], weights_bytes=weights,
+                kv_bytes_per_token=per_token, kv_cache_bytes=kv, overhead_bytes=overhead,
+                total_bytes=weights + kv + overhead,
+            ))
+
+    growing_whole, _ = _layers_kv(arch.layers, 1, kv_bits, req.context)
+    sliding_per_token = sum(_attention_bytes_per_token(layer.attention, 1, kv_bits)
+                            for layer in arch.layers if layer.attention.kind == "sliding")
+    weights_total = sum(r.weights_bytes for r in ranks)
+    kv_total = sum(r.kv_cache_bytes for r in ranks)
+    fit = _fit(ranks, gpu)
+    estimate = MemoryEstimate(
+        model=arch.name, params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
+        precision=precision.name, kv_dtype=kv_name, context=req.context, batch=req.batch, tp=req.tp, pp=req.pp,
+        weights_bytes=weights_total, kv_bytes_per_token=growing_whole, kv_cache_bytes=kv_total,
+        overhead_bytes=sum(r.overhead_bytes for r in ranks), total_bytes=sum(r.total_bytes for r in ranks),
+        per_gpu=tuple(ranks), gpu=fit, warnings=(),
+        exact=arch.exact, language_params=arch.language_params, multimodal_params=arch.multimodal_params,
+        checkpoint_params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
+        kv_sliding_bytes_per_token=sliding_per_token,
+        sliding_windows=tuple(sorted({layer.attention.window for layer in arch.layers
+                                      if layer.attention.kind == "sliding" and layer.attention.window})),
+        overhead_fraction=float(margin), runtime_reserve_bytes=reserve, quality=precision.quality,
+        attention_kinds=tuple(sorted(arch.attention_kinds)),
+    )
+    return replace(estimate, warnings=tuple(_warnings(arch, estimate, precision, gpu)))
+
+
+def _fit(ranks: list[RankMemory], gpu: GpuTarget | None) -> GpuFit | None:
+    if gpu is None:
+        return None
+    fullest = max(r.total_bytes for r in ranks)
+    headroom = gpu.memory_bytes - fullest
+    return GpuFit(gpu.name, gpu.memory_bytes, headroom >= 0, headroom)
+
+
+def _warnings(arch: Architecture, est: MemoryEstimate, precision: Precision, gpu: GpuTarget | None) -> list[str]:
+    out: list[str] = []
+    if est.gpu is not None:
+        if not est.gpu.fits:
+            out.append(f"does not fit: the fullest GPU needs {format_bytes(-est.gpu.headroom_bytes)} more than "
+                       f"{est.gpu.name} holds; lower --context/--batch, use a smaller precision, or split with --tp/--pp")
+        elif est.gpu.headroom_bytes < HEADROOM_WARNING_FRACTION * est.gpu.memory_bytes:
+            out.append(f"little headroom: {format_bytes(est.gpu.headroom_bytes)} left on {est.gpu.name}; "
+                       "do not plan to fill a GPU to 100%: fragmentation and load spikes need room")
+    if est.weights_bytes and est.kv_cache_bytes >= KV_RIVALS_WEIGHTS_FRACTION * est.weights_bytes:
+        share = est.kv_cache_bytes / est.weights_bytes
+        out.append(f"KV cache is {share:.0%} of the weights at context {est.context:,} x batch {est.batch}: "
+                   "it grows linearly with both; consider --kv-dtype fp8 or a shorter context")
+    if precision.quality in ("small loss", "noticeable loss"):
+        out.append(f"{precision.name} quality: {precision.quality}; quantization does affect output quality, test it on your task")
+    if arch.max_position_embeddings and est.context > arch.max_position_embeddings:
+        out.append(f"context {est.context:,} exceeds the model's max_position_embeddings "
+                   f"({arch.max_position_embeddings:,}): it was not trained for that length")
+    if gpu is not None and gpu.generation and precision.native and gpu.generation not in precision.native:
+        out.append(f"{precision.name} is not native on {gpu.name} ({gpu.generation}): engines emulate it "
+                   "(slower) or refuse to load it")
+    return out
+
+
+__all__ = ["GpuFit", "GpuTarget", "MemoryEstimate", "RankMemory", "Request", "estimate_memory",
+           "pipeline_stages", "shard_shape", "kv_heads_per_rank"]

@@ -1,0 +1,144 @@
+"""A precision applied to an Architecture's tensors: exact bytes per tensor, scales included."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import ceil, prod
+from typing import Any
+
+from planner.architecture import Architecture, Tensor
+from planner.catalog import Catalog, Precision
+from planner.errors import PlannerInputError
+
+# Tensors a checkpoint keeps unquantized are stored in the model's 16-bit activation dtype.
+UNQUANTIZED_BITS = 16
+# ggml keeps 1-D tensors (norms, biases) and MoE routers (ffn_gate_inp) in F32:
+# llama.cpp src/llama-quant.cpp skips 1-D tensors and "ffn_gate_inp.weight" when quantizing.
+GGUF_UNQUANTIZED_BITS = 32
+
+
+def _is_quantized(tensor: Tensor, precision: Precision) -> bool:
+    matrix = len(tensor.shape) == 2
+    if precision.scope == "all":
+        return True
+    if precision.scope == "linear":
+        return matrix and tensor.role in ("linear", "expert")
+    if precision.scope == "experts":
+        return matrix and tensor.role == "expert"
+    return matrix and tensor.role in ("linear", "expert", "embedding", "lm_head")  # gguf
+
+
+def _scale_count(shape: tuple[int, ...], count: int, precision: Precision) -> int:
+    scales = precision.scales
+    if scales is None:
+        return 0
+    rows, cols = shape
+    if scales.granularity == "tensor":
+        per_tensor = 1
+    elif scales.granularity == "channel":
+        per_tensor = rows
+    elif scales.granularity == "group":
+        per_tensor = rows * ceil(cols / (scales.group_size or cols))
+    else:  # block
+        size = scales.group_size or max(rows, cols)
+        per_tensor = ceil(rows / size) * ceil(cols / size)
+    return per_tensor * count
+
+
+def tensor_bytes(shape: tuple[int, ...], count: int, tensor: Tensor, precision: Precision) -> int:
+    """Bytes of `count` tensors of `shape` (a shard of `tensor`) stored in `precision`."""
+    numel = prod(shape) * count
+    if _is_quantized(tensor, precision):
+        bits = Fraction(str(precision.bits))
+        data = ceil(numel * bits / 8)
+        if precision.scope == "all" or len(shape) != 2:
+            return data
+        scales = precision.scales
+        extra_bits = (scales.scale_bits + scales.zero_bits) if scales else 0
+        return data + ceil(_scale_count(shape, count, precision) * extra_bits / 8)
+    if precision.scope == "gguf" and (len(shape) == 1 or tensor.role == "router"):
+        return numel * GGUF_UNQUANTIZED_BITS // 8
+    return numel * UNQUANTIZED_BITS // 8
+
+
+def weights_bytes(tensors: tuple[Tensor, ...] | list[Tensor], precision: Precision) -> int:
+    return sum(tensor_bytes(t.shape, t.count, t, precision) for t in tensors)
+
+
+# --------------------------------------------------------------------------------------------
+# --precision auto
+
+
+def _compressed_tensors_precision(qc: dict[str, Any]) -> str | None:
+    groups = qc.get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, dict) else []:
+        weights = (group or {}).get("weights") or {}
+        kind, bits = weights.get("type"), weights.get("num_bits")
+        if kind == "float" and bits == 8:
+            return "fp8"
+        if kind == "float" and bits == 4:
+            return "nvfp4"
+        if kind == "int" and bits == 8:
+            return "int8"
+        if kind == "int" and bits == 4:
+            return "int4"
+    return None
+
+
+def precision_from_checkpoint(arch: Architecture) -> str:
+    """The precision a checkpoint ships in: its quantization_config, else its torch_dtype."""
+    qc = arch.quantization_config
+    if qc:
+        method = str(qc.get("quant_method", "")).lower()
+        name: str | None = None
+        if method == "fp8":
+            name = "fp8-block" if qc.get("weight_block_size") else "fp8"
+        elif method == "compressed-tensors":
+            name = _compressed_tensors_precision(qc)
+        elif method in ("awq", "gptq"):
+            name = method if qc.get("bits", 4) == 4 else None
+        elif method == "mxfp4":
+            name = "mxfp4"
+        elif method == "bitsandbytes":
+            name = "nf4" if qc.get("load_in_4bit") else None
+        elif method == "modelopt":
+            algo = str(qc.get("quant_algo", "")).upper()
+            name = {"FP8": "fp8", "NVFP4": "nvfp4"}.get(algo)
+        if name is None:
+            raise PlannerInputError(
+                f"{arch.name}: quantization_config {method or qc!r} is not one planner reads; "
+                "pass --precision with the matching catalog precision"
+            )
+        return name
+    dtype = (arch.torch_dtype or "").lower()
+    by_dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+    if dtype not in by_dtype:
+        raise PlannerInputError(
+            f"{arch.name}: config has no torch_dtype or quantization_config to read the precision from; "
+            "pass --precision (e.g. bf16)"
+        )
+    return by_dtype[dtype]
+
+
+def resolve_precision(catalog: Catalog, arch: Architecture, requested: str | None) -> Precision:
+    if requested is None or requested.lower() == "auto":
+        if not arch.exact:
+            return catalog.precisions.get("fp16")
+        return catalog.precisions.get(precision_from_checkpoint(arch))
+    precision = catalog.precisions.get(requested)
+    if precision.scope == "experts" and arch.exact and arch.moe is None:
+        raise PlannerInputError(
+            f"--precision: {precision.name} quantizes MoE experts only and {arch.name} has none; "
+            "pick a dense-model precision such as fp8 or int4"
+        )
+    return precision
+
+
+def resolve_kv_dtype(arch: Architecture, precision: Precision, requested: str | None) -> str:
+    """`auto`: the dtype the engine computes in (vLLM's --kv-cache-dtype auto = the model dtype)."""
+    if requested and requested.lower() != "auto":
+        return requested.lower()
+    if precision.scope == "all":
+        return precision.name
+    dtype = (arch.torch_dtype or "").lower()
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "fp16")

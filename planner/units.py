@@ -1,0 +1,65 @@
+"""Byte sizes: parsing "24GB" / "79.19GiB" / "81559MiB" and printing GB next to GiB.
+
+Bytes are integers everywhere inside planner; decimal GB (10^9) and binary GiB (2^30) only
+appear at the edges (parsing user input, rendering output).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from planner.errors import PlannerInputError
+
+KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
+
+_SIZE_UNITS = {
+    "b": 1,
+    "kb": KB, "mb": MB, "gb": GB, "tb": TB,
+    "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str, field: str = "size") -> int:
+    """Parse a memory size such as '24GB', '79.19GiB', '81559MiB' or '24e9' into whole bytes."""
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise PlannerInputError(
+            f"{field}: cannot read {text!r} as a size; write e.g. 24GB, 79.19GiB or 81559MiB"
+        )
+    number, unit = match.groups()
+    factor = _SIZE_UNITS.get(unit.lower() if unit else "b")
+    if factor is None:
+        raise PlannerInputError(
+            f"{field}: unknown unit {unit!r} in {text!r}; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
+        )
+    try:
+        value = int(Decimal(number) * factor)
+    except InvalidOperation:  # pragma: no cover - the regex only admits valid decimals
+        raise PlannerInputError(f"{field}: cannot read {text!r} as a size") from None
+    if value <= 0:
+        raise PlannerInputError(f"{field}: {text!r} must be larger than zero")
+    return value
+
+
+def gb(n_bytes: int) -> float:
+    return n_bytes / GB
+
+
+def gib(n_bytes: int) -> float:
+    return n_bytes / GiB
+
+
+def format_bytes(n_bytes: int) -> str:
+    """'16.00 GB (14.90 GiB)': decimal first, as the seed's examples are decimal."""
+    return f"{gb(n_bytes):,.2f} GB ({gib(n_bytes):,.2f} GiB)"
+
+
+def format_count(n: int) -> str:
+    """A parameter count as '8.03B' / '494M'."""
+    for factor, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if abs(n) >= factor:
+            return f"{n / factor:.2f}{suffix}"
+    return str(n)
