@@ -214,6 +214,19 @@ class _Config:
         return value
 
 
+# Defaults of transformers config classes for keys that published config.json files omit
+# (save_pretrained writes only non-default values for nested configs).
+_CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers/models/gemma3/configuration_gemma3.py, Gemma3TextConfig.__init__ (google/gemma-3-4b-it's
+    # config.json, for one, leaves out the head counts)
+    "gemma3_text": {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
+                    "max_position_embeddings": 131_072, "sliding_window_pattern": 6},
+    # transformers/models/siglip/configuration_siglip.py, SiglipVisionConfig.__init__
+    "siglip_vision_model": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                            "num_attention_heads": 12, "num_channels": 3, "image_size": 224, "patch_size": 16},
+}
+
 # HF default of tie_word_embeddings when a config leaves it out, per family (PretrainedConfig
 # defaults to True; these families' config classes override it).
 _UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwen2_moe", "phi3",
@@ -232,6 +245,8 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
     model_type = text.str("model_type") or outer.str("model_type")
     if model_type is None:
         raise PlannerInputError(f"{name} config: missing key 'model_type'; add it from the model's config.json")
+    # config.json leaves out keys equal to the config class's default: fill them in first
+    text.data = {**_CONFIG_CLASS_DEFAULTS.get(model_type, {}), **text.data}
     builder = _FAMILIES.get(model_type)
     if builder is None:
         raise UnsupportedArchitecture(
@@ -309,6 +324,9 @@ _SLIDING_TYPES = {"sliding_attention": "sliding", "chunked_attention": "sliding"
 def _layer_kinds(c: _Config, model_type: str, num_layers: int) -> list[tuple[LayerKind, int | None]]:
     """(kind, window) of each layer, from layer_types, sliding_window_pattern or the family rule."""
     window = c.opt_int("sliding_window")
+    longest = c.opt_int("max_position_embeddings")
+    if window is not None and longest is not None and window >= longest:
+        window = None  # a window no shorter than the longest sequence is full attention (e.g. Phi-4-mini)
     layer_types = c.list("layer_types")
     if layer_types is not None:
         if len(layer_types) != num_layers:
@@ -609,6 +627,7 @@ def _multimodal_tensors(outer: _Config, text_hidden: int, name: str) -> tuple[Te
         return ()
     v = _Config(vision_data, f"{name} config vision_config")
     vision_type = v.str("model_type")
+    v.data = {**_CONFIG_CLASS_DEFAULTS.get(vision_type or "", {}), **v.data}
     tower = _VISION_TOWERS.get(vision_type or "")
     if tower is None:
         raise UnsupportedArchitecture(

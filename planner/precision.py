@@ -111,7 +111,9 @@ def precision_from_checkpoint(arch: Architecture) -> str:
             )
         return name
     dtype = (arch.torch_dtype or "").lower()
-    by_dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+    # A float32 checkpoint is served in 16-bit: vLLM's --dtype auto casts float32 configs down
+    # (vllm/config ModelConfig dtype resolution); ask for --precision fp32 to keep 32-bit.
+    by_dtype = {"float32": "bf16", "float16": "fp16", "bfloat16": "bf16"}
     if dtype not in by_dtype:
         raise PlannerInputError(
             f"{arch.name}: config has no torch_dtype or quantization_config to read the precision from; "

@@ -63,3 +63,18 @@ def format_count(n: int) -> str:
         if abs(n) >= factor:
             return f"{n / factor:.2f}{suffix}"
     return str(n)
+
+
+_COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+_COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
+
+
+def parse_count(text: str, field: str = "count") -> int:
+    """A parameter count such as '8e9', '8B', '70.6b' or '8030261248'."""
+    match = _COUNT_RE.match(str(text))
+    if not match:
+        raise PlannerInputError(f"{field}: cannot read {text!r} as a count; write e.g. 8e9, 8B or 8030261248")
+    value = int(Decimal(match.group(1)) * _COUNT_SUFFIX[match.group(2).lower()])
+    if value <= 0:
+        raise PlannerInputError(f"{field}: {text!r} must be larger than zero")
+    return value

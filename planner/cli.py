@@ -1,0 +1,108 @@
+"""The `planner` command: parse, call the library, render. Bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from planner.catalog import load_catalog, resolve_model
+from planner.errors import PlannerInputError
+from planner.memory import GpuTarget, Request, estimate_memory
+from planner.report import catalog_rows, estimate_json, estimate_table, rows_csv, rows_table
+from planner.units import parse_count, parse_size
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
+                  help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class ListFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+class CatalogKind(str, Enum):
+    gpus = "gpus"
+    models = "models"
+    precisions = "precisions"
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+@app.command()
+def estimate(
+    model: Optional[str] = typer.Argument(None, help="Catalog name or HF id, a config.json path (or its directory); omit with --params."),
+    precision: str = typer.Option("auto", help="Weight precision from `planner catalog precisions`; auto = the checkpoint's own."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp32|fp16|bf16|fp8."),
+    context: int = typer.Option(8192, help="Tokens per sequence (prompt + output)."),
+    batch: int = typer.Option(1, help="Sequences held in memory at once."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages."),
+    gpu: Optional[str] = typer.Option(None, help="Check the fit on this catalog GPU (see `planner catalog gpus`)."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 79.19GiB, 81559MiB."),
+    overhead: Optional[float] = typer.Option(None, help="Planning margin as a fraction of weights + KV (default 0.10)."),
+    params: Optional[str] = typer.Option(None, help="Parameter count (8e9, 8B) for a model not in the catalog."),
+    layers: Optional[int] = typer.Option(None, help="With --params: number of layers."),
+    kv_heads: Optional[int] = typer.Option(None, "--kv-heads", help="With --params: KV heads per layer."),
+    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="With --params: dimension of one head."),
+    heads: Optional[int] = typer.Option(None, "--heads", help="With --params: attention heads (for the --tp check)."),
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+) -> None:
+    """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
+    catalog = load_catalog()
+    arch = resolve_model(catalog, model, parse_count(params, "--params") if params is not None else None,
+                         layers, kv_heads, head_dim, heads)
+    if gpu is not None and gpu_memory is not None:
+        raise PlannerInputError("--gpu and --gpu-memory: give one of them, not both")
+    target = None
+    if gpu is not None:
+        target = GpuTarget.from_catalog(catalog.gpus.get(gpu))
+    elif gpu_memory is not None:
+        target = GpuTarget(f"custom {gpu_memory}", parse_size(gpu_memory, "--gpu-memory"))
+    request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
+                      overhead_fraction=overhead)
+    result = estimate_memory(arch, request, catalog, target)
+    if output_format is OutputFormat.json:
+        typer.echo(estimate_json(result))
+    else:
+        estimate_table(result, _console())
+
+
+@app.command("catalog")
+def catalog_command(
+    kind: CatalogKind = typer.Argument(..., help="gpus, models or precisions."),
+    output_format: ListFormat = typer.Option(ListFormat.table, "--format", help="table, json or csv."),
+) -> None:
+    """List what planner knows: GPUs, models or precisions, with their sources."""
+    rows = catalog_rows(load_catalog(), kind.value)
+    if output_format is ListFormat.json:
+        typer.echo(json.dumps(rows, indent=2))
+    elif output_format is ListFormat.csv:
+        typer.echo(rows_csv(rows), nl=False)
+    else:
+        rows_table(rows, kind.value, _console())
+
+
+def main() -> None:
+    """Console entry point: user errors become one line on stderr and exit code 2."""
+    try:
+        app()  # standalone: usage errors (unknown option, wrong type) already exit 2 with one message
+    except PlannerInputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

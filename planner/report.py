@@ -1,0 +1,138 @@
+"""Rendering typed results as terminal tables, JSON and CSV. No estimation happens here."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.catalog import Catalog
+from planner.memory import MemoryEstimate
+from planner.units import GiB, MiB, format_bytes, format_count, gb, gib
+
+
+def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
+    return [label, f"{n_bytes:,}", f"{gb(n_bytes):,.2f}", f"{gib(n_bytes):,.2f}", note]
+
+
+def estimate_table(est: MemoryEstimate, console: Console) -> None:
+    gpus = est.tp * est.pp
+    split = f" · tp {est.tp} x pp {est.pp} = {gpus} GPUs" if gpus > 1 else " · 1 GPU"
+    console.print(f"[bold]{est.model}[/bold] · weights {est.precision} · KV {est.kv_dtype} · "
+                  f"context {est.context:,} · batch {est.batch}{split}")
+    if est.exact:
+        parts = f"language model {format_count(est.language_params)}"
+        if est.multimodal_params:
+            parts += f" + vision tower/projector {format_count(est.multimodal_params)}"
+        if est.checkpoint_params != est.language_params + est.multimodal_params:
+            skipped = est.checkpoint_params - est.language_params - est.multimodal_params
+            parts += f"; {format_count(skipped)} more in the checkpoint not loaded for serving (e.g. MTP)"
+        console.print(f"parameters {est.params:,} ({format_count(est.params)}), counted tensor by tensor: {parts}")
+    else:
+        console.print(f"parameters {est.params:,} ({format_count(est.params)}), as given (weights = params x bytes per param)")
+
+    table = Table(show_header=True, header_style="bold")
+    for col, justify in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    suffix = " (all GPUs)" if gpus > 1 else ""
+    table.add_row(*_bytes_row("weights" + suffix, est.weights_bytes, f"{est.precision} ({est.quality})"))
+    kv_note = f"{est.kv_bytes_per_token:,} B/token x {est.context:,} tokens x {est.batch} seq"
+    if est.kv_sliding_bytes_per_token:
+        windows = "/".join(f"{w:,}" for w in est.sliding_windows)
+        kv_note += f" + sliding layers {est.kv_sliding_bytes_per_token:,} B/token up to {windows} tokens"
+    table.add_row(*_bytes_row("KV cache" + suffix, est.kv_cache_bytes, kv_note))
+    table.add_row(*_bytes_row("overhead" + suffix, est.overhead_bytes,
+                              f"{est.overhead_fraction:.0%} of weights + KV, at least "
+                              f"{est.runtime_reserve_bytes // MiB:,} MiB CUDA context per GPU"))
+    table.add_row(*_bytes_row("total" + suffix, est.total_bytes), style="bold")
+    console.print(table)
+
+    if gpus > 1:
+        per = Table(title="per GPU", show_header=True, header_style="bold")
+        for col in ("rank", "tp", "pp stage", "layers", "weights GB", "KV GB", "overhead GB", "total GB", "total GiB"):
+            per.add_column(col, justify="right")
+        for r in est.per_gpu:
+            per.add_row(str(r.rank), str(r.tp_rank), str(r.pp_stage), f"{r.first_layer}-{r.last_layer - 1}",
+                        f"{gb(r.weights_bytes):,.2f}", f"{gb(r.kv_cache_bytes):,.2f}", f"{gb(r.overhead_bytes):,.2f}",
+                        f"{gb(r.total_bytes):,.2f}", f"{gib(r.total_bytes):,.2f}")
+        console.print(per)
+
+    if est.gpu is not None:
+        fit = est.gpu
+        verdict = "[green]fits[/green]" if fit.fits else "[red]does not fit[/red]"
+        which = "the fullest GPU" if gpus > 1 else "it"
+        console.print(f"GPU {fit.name}: {format_bytes(fit.memory_bytes)} as the runtime reports it "
+                      f"({fit.memory_bytes // MiB:,} MiB) -> {verdict}; headroom on {which}: "
+                      f"{format_bytes(fit.headroom_bytes)}")
+    for warning in est.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def estimate_json(est: MemoryEstimate) -> str:
+    return json.dumps(est.to_dict(), indent=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Catalog listings
+
+
+def catalog_rows(catalog: Catalog, kind: str) -> list[dict[str, Any]]:
+    if kind == "gpus":
+        return [{"name": g.name, "display_name": g.display_name, "vendor": g.vendor, "generation": g.generation,
+                 "segment": g.segment, "memory_bytes": g.memory_bytes, "memory_mib": g.memory_mib,
+                 "memory_gb": round(gb(g.memory_bytes), 2), "memory_gib": round(g.memory_bytes / GiB, 2),
+                 "memory_bandwidth_gbps": g.memory_bandwidth_gbps, "bf16_dense_tflops": g.dense_tflops.get("bf16"),
+                 "fp8_dense_tflops": g.dense_tflops.get("fp8"), "native_formats": list(g.native_formats),
+                 "interconnect": g.interconnect.name, "gpus_per_node": g.gpus_per_node, "source": g.source,
+                 "as_of": g.as_of} for g in catalog.gpus]
+    if kind == "models":
+        return [{"name": m.name, "hf_id": m.hf_id, "family": m.family, "params": m.params,
+                 "params_b": round(m.params / 1e9, 2), "aliases": list(m.aliases), "source": m.source,
+                 "as_of": m.as_of} for m in catalog.models]
+    return [{"name": p.name, "bits": p.bits, "scope": p.scope,
+             "scales": (f"{p.scales.granularity}"
+                        f"{'/' + str(p.scales.group_size) if p.scales.group_size else ''}"
+                        f" {p.scales.scale_bits}+{p.scales.zero_bits} bits") if p.scales else "",
+             "quality": p.quality, "native": list(p.native), "aliases": list(p.aliases), "source": p.source}
+            for p in catalog.precisions]
+
+
+_TABLE_COLUMNS = {
+    "gpus": ("name", "display_name", "memory_mib", "memory_gb", "memory_gib", "memory_bandwidth_gbps",
+             "bf16_dense_tflops", "fp8_dense_tflops", "interconnect", "gpus_per_node"),
+    "models": ("name", "hf_id", "family", "params", "params_b"),
+    "precisions": ("name", "bits", "scope", "scales", "quality", "native"),
+}
+
+
+def rows_table(rows: Iterable[dict[str, Any]], kind: str, console: Console) -> None:
+    table = Table(show_header=True, header_style="bold")
+    columns = _TABLE_COLUMNS[kind]
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(_cell(row[c]) for c in columns))
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def rows_csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else [])
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ";".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
+    return buffer.getvalue()

@@ -1,0 +1,129 @@
+"""Exact parameter counts, tensor by tensor, against published totals."""
+
+import json
+
+import pytest
+
+from planner.architecture import (
+    UnsupportedArchitecture,
+    architecture_from_config,
+    load_config_file,
+)
+from planner.errors import PlannerInputError
+
+from conftest import CONFIGS
+
+
+def _count(path):
+    return architecture_from_config(load_config_file(path), path.name)
+
+
+def test_llama_3_1_8b_from_its_config_json_is_exact():
+    arch = _count(CONFIGS / "llama-3.1-8b-instruct")
+    assert arch.checkpoint_params == 8_030_261_248
+    assert arch.num_layers == 32 and arch.attention_kinds == {"full"}
+    assert not arch.tied_embeddings
+
+
+def test_qwen2_counts_the_qkv_biases():
+    arch = _count(CONFIGS / "qwen2.5-7b-instruct-awq")
+    assert arch.checkpoint_params == 7_615_616_512  # Qwen2.5-7B, same shape as the AWQ checkpoint's source
+    layer = arch.layers[0]
+    biases = {t.name for t in layer.tensors if t.role == "bias"}
+    assert biases == {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}
+
+
+def test_multimodal_gemma3_reads_text_config_and_counts_the_vision_tower_apart():
+    arch = _count(CONFIGS / "gemma-3-27b-it")
+    assert arch.checkpoint_params == 27_432_406_640
+    assert arch.multimodal_params == 416_866_032 + 6_194_304  # SigLIP tower + projector
+    assert arch.language_params == 27_009_346_304
+    # 5 sliding (1024) layers to 1 global: 62 layers -> 10 global
+    kinds = [layer.attention.kind for layer in arch.layers]
+    assert kinds.count("full") == 10 and kinds.count("sliding") == 52
+    assert kinds[5] == "full" and kinds[0] == "sliding"
+
+
+def test_deepseek_v2_lite_mla_dense_first_layer_and_shared_experts():
+    arch = _count(CONFIGS / "deepseek-v2-lite-chat")
+    assert arch.checkpoint_params == 15_706_484_224
+    assert arch.attention_kinds == {"mla"}
+    assert arch.layers[0].attention.latent_dim == 512 + 64
+    assert not arch.layers[0].is_moe and all(layer.is_moe for layer in arch.layers[1:])
+
+
+PUBLISHED = {
+    # model_type and shape -> published total (HF safetensors metadata)
+    "mistral-7b-v0.1": (dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                             num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                             tie_word_embeddings=False, sliding_window=4096), 7_241_732_096),
+    "llama-3.1-70b": (dict(model_type="llama", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                           num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
+                           tie_word_embeddings=False), 70_553_706_496),
+    "mixtral-8x7b": (dict(model_type="mixtral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                          num_attention_heads=32, num_key_value_heads=8, vocab_size=32000, num_local_experts=8,
+                          num_experts_per_tok=2, tie_word_embeddings=False), 46_702_792_704),
+    "phi-2": (dict(model_type="phi", hidden_size=2560, intermediate_size=10240, num_hidden_layers=32,
+                   num_attention_heads=32, vocab_size=51200, tie_word_embeddings=False), 2_779_683_840),
+    "gemma-7b": (dict(model_type="gemma", hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+                      num_attention_heads=16, num_key_value_heads=16, head_dim=256, vocab_size=256000), 8_537_680_896),
+    "gpt-oss-20b": (dict(model_type="gpt_oss", hidden_size=2880, intermediate_size=2880, num_hidden_layers=24,
+                         num_attention_heads=64, num_key_value_heads=8, head_dim=64, vocab_size=201088,
+                         num_local_experts=32, num_experts_per_tok=4, sliding_window=128,
+                         layer_types=["sliding_attention", "full_attention"] * 12,
+                         tie_word_embeddings=False), 20_914_757_184),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_counts(name):
+    config, expected = PUBLISHED[name]
+    assert architecture_from_config(config, name).checkpoint_params == expected
+
+
+def test_mistral_v01_slides_on_every_layer():
+    arch = architecture_from_config(PUBLISHED["mistral-7b-v0.1"][0])
+    assert {(layer.attention.kind, layer.attention.window) for layer in arch.layers} == {("sliding", 4096)}
+
+
+def test_explicit_head_dim_differs_from_hidden_over_heads():
+    config = dict(PUBLISHED["mistral-7b-v0.1"][0], hidden_size=5120, num_attention_heads=32, head_dim=128,
+                  sliding_window=None)
+    arch = architecture_from_config(config)
+    q = next(t for t in arch.layers[0].tensors if t.name == "self_attn.q_proj.weight")
+    assert q.shape == (32 * 128, 5120)
+
+
+def test_tied_embeddings_have_no_lm_head():
+    tied = architecture_from_config(dict(PUBLISHED["llama-3.1-70b"][0], tie_word_embeddings=True))
+    untied = architecture_from_config(PUBLISHED["llama-3.1-70b"][0])
+    assert untied.checkpoint_params - tied.checkpoint_params == 128256 * 8192
+
+
+def test_unknown_architecture_asks_for_params():
+    with pytest.raises(UnsupportedArchitecture, match="--params"):
+        _count(CONFIGS / "broken" / "unknown-arch.json")
+
+
+def test_missing_key_is_named():
+    with pytest.raises(PlannerInputError, match="'num_hidden_layers'"):
+        _count(CONFIGS / "broken" / "missing-layers.json")
+
+
+def test_truncated_json_is_a_clear_error():
+    with pytest.raises(PlannerInputError, match="not valid JSON"):
+        _count(CONFIGS / "broken" / "truncated.json")
+
+
+def test_wrong_type_is_named():
+    config = dict(PUBLISHED["llama-3.1-70b"][0], num_hidden_layers="eighty")
+    with pytest.raises(PlannerInputError, match="'num_hidden_layers' must be a whole number"):
+        architecture_from_config(config)
+
+
+def test_layer_types_length_must_match(tmp_path):
+    config = dict(PUBLISHED["gpt-oss-20b"][0], layer_types=["full_attention"] * 3)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(PlannerInputError, match="layer_types"):
+        _count(path)

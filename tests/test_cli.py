@@ -1,0 +1,113 @@
+"""The installed `planner` command, run as a user runs it: from another directory, offline."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CONFIGS
+
+
+def run(*args, cwd):
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    return proc
+
+
+def ok_json(*args, cwd):
+    proc = run(*args, "--format", "json", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_seed_example_by_flags(tmp_path):
+    out = ok_json("estimate", "--params", "8e9", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
+                  "--precision", "fp16", "--context", "8192", "--gpu-memory", "24GB", cwd=tmp_path)
+    assert out["weights_bytes"] == 16_000_000_000
+    assert out["kv_bytes_per_token"] == 131_072
+    assert out["kv_cache_bytes"] == 1_073_741_824
+    assert round(out["total_bytes"] / 1e9, 1) == 18.8
+    assert out["gpu"]["fits"] is True and out["gpu"]["memory_bytes"] == 24_000_000_000
+
+
+def test_json_contract_keys(tmp_path):
+    out = ok_json("estimate", "llama-3.1-8b", "--precision", "fp16", "--context", "8192", "--gpu", "rtx-4090",
+                  "--tp", "2", cwd=tmp_path)
+    for key, kind in {"model": str, "params": int, "precision": str, "kv_dtype": str, "context": int, "batch": int,
+                      "tp": int, "pp": int, "weights_bytes": int, "kv_bytes_per_token": int, "kv_cache_bytes": int,
+                      "overhead_bytes": int, "total_bytes": int, "per_gpu": list, "gpu": dict,
+                      "warnings": list}.items():
+        assert isinstance(out[key], kind), key
+    assert out["params"] == 8_030_261_248
+    assert len(out["per_gpu"]) == 2
+    for rank in out["per_gpu"]:
+        assert rank["total_bytes"] == rank["weights_bytes"] + rank["kv_cache_bytes"] + rank["overhead_bytes"]
+    assert set(out["gpu"]) >= {"name", "memory_bytes", "fits", "headroom_bytes"}
+    assert out["gpu"]["memory_bytes"] == 24564 * 2**20  # nvidia-smi memory.total of an RTX 4090
+
+
+def test_table_output_names_every_part(tmp_path):
+    proc = run("estimate", "llama-3.1-8b", "--precision", "fp16", "--context", "8192", "--gpu", "rtx-4090",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for word in ("weights", "KV cache", "overhead", "total", "131,072 B/token", "GB", "GiB", "fits", "headroom"):
+        assert word in proc.stdout, word
+
+
+def test_model_by_hf_id_case_insensitive_and_by_config_path(tmp_path):
+    by_id = ok_json("estimate", "META-LLAMA/llama-3.1-8b-instruct", cwd=tmp_path)
+    by_path = ok_json("estimate", str(CONFIGS / "llama-3.1-8b-instruct" / "config.json"), cwd=tmp_path)
+    by_dir = ok_json("estimate", str(CONFIGS / "llama-3.1-8b-instruct"), cwd=tmp_path)
+    assert by_id["weights_bytes"] == by_path["weights_bytes"] == by_dir["weights_bytes"] == 2 * 8_030_261_248
+
+
+@pytest.mark.parametrize("kind", ["gpus", "models", "precisions"])
+def test_catalog_json_and_csv(tmp_path, kind):
+    rows = ok_json("catalog", kind, cwd=tmp_path)
+    assert rows and all("name" in r for r in rows)
+    proc = run("catalog", kind, "--format", "csv", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0].startswith("name,")
+    assert len(proc.stdout.splitlines()) == len(rows) + 1
+
+
+def test_catalog_models_and_gpus_carry_the_contract_fields(tmp_path):
+    models = ok_json("catalog", "models", cwd=tmp_path)
+    assert all({"name", "hf_id", "params"} <= set(m) for m in models)
+    gpus = ok_json("catalog", "gpus", cwd=tmp_path)
+    assert all(isinstance(g["memory_bytes"], int) for g in gpus)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["estimate", "llama-3.1-8bb"], "did you mean llama-3.1-8b"),
+    (["estimate", "llama-3.1-8b", "--gpu", "h10"], "unknown gpu 'h10'"),
+    (["estimate", "llama-3.1-8b", "--precision", "fp9"], "unknown precision 'fp9'"),
+    (["estimate", "llama-3.1-8b", "--tp", "3"], "--tp: 3 does not divide"),
+    (["estimate", "llama-3.1-8b", "--context", "0"], "--context: must be at least 1"),
+    (["estimate", "llama-3.1-8b", "--gpu-memory", "24 parsecs"], "--gpu-memory"),
+    (["estimate", "--params", "8e9"], "--layers, --kv-heads, --head-dim"),
+    (["estimate", str(CONFIGS / "broken" / "missing-layers.json")], "missing key 'num_hidden_layers'"),
+    (["estimate", str(CONFIGS / "broken" / "truncated.json")], "not valid JSON"),
+    (["estimate", str(CONFIGS / "broken" / "unknown-arch.json")], "--params"),
+    (["estimate", "nowhere/config.json"], "no file"),
+    (["estimate", "llama-3.1-8b", "--kv-dtype", "fp4"], "unknown kv-dtype 'fp4'"),
+    (["estimate", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpu-memory", "80GB"], "give one of them"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    proc = run(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_option_is_a_usage_error(tmp_path):
+    proc = run("estimate", "llama-3.1-8b", "--contxt", "8192", cwd=tmp_path)
+    assert proc.returncode == 2 and "No such option" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unsupported_architecture_with_params_keeps_its_kv_shape(tmp_path):
+    out = ok_json("estimate", str(CONFIGS / "broken" / "unknown-arch.json"), "--params", "7e9", "--precision", "bf16",
+                  "--context", "1000", cwd=tmp_path)
+    assert out["weights_bytes"] == 14_000_000_000
+    assert out["kv_bytes_per_token"] == 32 * 2 * 32 * 128 * 2
