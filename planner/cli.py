@@ -38,7 +38,10 @@ class CatalogKind(str, Enum):
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 120  # rich assumes 80 columns when piped; the tables need more
+    return console
 
 
 @app.command()

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.catalog import Catalog
-from planner.memory import MemoryEstimate
+from planner.memory import MemoryEstimate, RankMemory
 from planner.units import GiB, MiB, format_bytes, format_count, gb, gib
 
 
@@ -39,24 +39,25 @@ def estimate_table(est: MemoryEstimate, console: Console) -> None:
     for col, justify in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     suffix = " (all GPUs)" if gpus > 1 else ""
-    table.add_row(*_bytes_row("weights" + suffix, est.weights_bytes, f"{est.precision} ({est.quality})"))
-    kv_note = f"{est.kv_bytes_per_token:,} B/token x {est.context:,} tokens x {est.batch} seq"
+    table.add_row(*_bytes_row("weights" + suffix, est.weights_bytes, f"{est.precision}, {est.quality}"))
+    kv_note = f"{est.kv_bytes_per_token:,} B/token x {est.context:,} x {est.batch} seq"
     if est.kv_sliding_bytes_per_token:
         windows = "/".join(f"{w:,}" for w in est.sliding_windows)
-        kv_note += f" + sliding layers {est.kv_sliding_bytes_per_token:,} B/token up to {windows} tokens"
+        kv_note += f" + sliding {est.kv_sliding_bytes_per_token:,} B/token x <={windows}"
     table.add_row(*_bytes_row("KV cache" + suffix, est.kv_cache_bytes, kv_note))
     table.add_row(*_bytes_row("overhead" + suffix, est.overhead_bytes,
-                              f"{est.overhead_fraction:.0%} of weights + KV, at least "
-                              f"{est.runtime_reserve_bytes // MiB:,} MiB CUDA context per GPU"))
+                              f"{est.overhead_fraction:.0%} of weights+KV, >= {est.runtime_reserve_bytes // MiB:,} MiB/GPU"))
     table.add_row(*_bytes_row("total" + suffix, est.total_bytes), style="bold")
     console.print(table)
 
     if gpus > 1:
         per = Table(title="per GPU", show_header=True, header_style="bold")
-        for col in ("rank", "tp", "pp stage", "layers", "weights GB", "KV GB", "overhead GB", "total GB", "total GiB"):
+        for col in ("ranks", "pp stage", "layers", "weights GB", "KV GB", "overhead GB", "total GB", "total GiB"):
             per.add_column(col, justify="right")
-        for r in est.per_gpu:
-            per.add_row(str(r.rank), str(r.tp_rank), str(r.pp_stage), f"{r.first_layer}-{r.last_layer - 1}",
+        for group in _identical_ranks(est):
+            r = group[0]
+            ranks = str(r.rank) if len(group) == 1 else f"{r.rank}-{group[-1].rank}"
+            per.add_row(ranks, str(r.pp_stage), f"{r.first_layer}-{r.last_layer - 1}",
                         f"{gb(r.weights_bytes):,.2f}", f"{gb(r.kv_cache_bytes):,.2f}", f"{gb(r.overhead_bytes):,.2f}",
                         f"{gb(r.total_bytes):,.2f}", f"{gib(r.total_bytes):,.2f}")
         console.print(per)
@@ -70,6 +71,19 @@ def estimate_table(est: MemoryEstimate, console: Console) -> None:
                       f"{format_bytes(fit.headroom_bytes)}")
     for warning in est.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _identical_ranks(est: MemoryEstimate) -> list[list[RankMemory]]:
+    """Consecutive ranks with the same stage and bytes, shown as one row."""
+    groups: list[list[RankMemory]] = []
+    for r in est.per_gpu:
+        key = (r.pp_stage, r.weights_bytes, r.kv_cache_bytes, r.overhead_bytes)
+        if groups and (groups[-1][0].pp_stage, groups[-1][0].weights_bytes, groups[-1][0].kv_cache_bytes,
+                       groups[-1][0].overhead_bytes) == key:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
 
 
 def estimate_json(est: MemoryEstimate) -> str:
