@@ -336,6 +336,12 @@ def _layer_kinds(c: _Config, model_type: str, num_layers: int) -> list[tuple[Lay
             kind = _SLIDING_TYPES.get(layer_type)
             if kind is None:
                 raise UnsupportedArchitecture(f"{c.where}: layer_types[{i}] = {layer_type!r} is not a layer kind planner knows")
+            if kind in ("linear", "mamba"):
+                # their per-sequence state depends on family-specific sizes this family's rules do not read
+                raise UnsupportedArchitecture(
+                    f"{c.where}: layer_types[{i}] = {layer_type!r}: recurrent-state layers are not sized for "
+                    f"model_type {model_type!r}; give the weights with --params N"
+                )
             if kind == "sliding":
                 size = c.opt_int("attention_chunk_size") if layer_type == "chunked_attention" else window
                 if size is None:

@@ -127,3 +127,9 @@ def test_layer_types_length_must_match(tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(PlannerInputError, match="layer_types"):
         _count(path)
+
+
+def test_recurrent_layers_in_a_family_without_state_rules_are_refused_not_zeroed():
+    config = dict(PUBLISHED["gpt-oss-20b"][0], layer_types=["linear_attention", "full_attention"] * 12)
+    with pytest.raises(UnsupportedArchitecture, match="recurrent-state"):
+        architecture_from_config(config)
