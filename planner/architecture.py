@@ -10,7 +10,8 @@ names so a count can be checked against a checkpoint's safetensors index).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from math import prod
 from pathlib import Path
 from typing import Any, Literal
@@ -71,7 +72,7 @@ class Layer:
     tensors: tuple[Tensor, ...] = ()
     is_moe: bool = False
 
-    @property
+    @cached_property
     def params(self) -> int:
         return sum(t.numel for t in self.tensors)
 
@@ -106,7 +107,7 @@ class Architecture:
     intermediate_size: int = 0
     moe: MoE | None = None
     torch_dtype: str | None = None
-    quantization_config: dict[str, Any] | None = None
+    quantization_config: dict[str, Any] | None = field(default=None, compare=False)  # a dict: kept out of hash/eq
     exact: bool = True
     declared_params: int | None = None
     max_position_embeddings: int | None = None
@@ -115,27 +116,27 @@ class Architecture:
     def num_layers(self) -> int:
         return len(self.layers)
 
-    @property
+    @cached_property
     def language_params(self) -> int:
         if not self.exact:
             return self.declared_params or 0
         return sum(layer.params for layer in self.layers) + _numel(self.embedding) + _numel(self.head)
 
-    @property
+    @cached_property
     def multimodal_params(self) -> int:
         return _numel(self.multimodal)
 
-    @property
+    @cached_property
     def loaded_params(self) -> int:
         """What a serving engine loads: language model plus vision tower and projector."""
         return self.language_params + self.multimodal_params
 
-    @property
+    @cached_property
     def checkpoint_params(self) -> int:
         """What the checkpoint holds (the published count): also modules engines skip."""
         return self.loaded_params + _numel(self.unloaded)
 
-    @property
+    @cached_property
     def attention_kinds(self) -> set[str]:
         return {layer.attention.kind for layer in self.layers}
 

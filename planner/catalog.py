@@ -96,6 +96,7 @@ class Scales(BaseModel):
 class Precision(_Record):
     bits: float = Field(gt=0)
     scope: Literal["all", "linear", "experts", "gguf"]
+    serving_default: bool = False
     scales: Scales | None = None
     seed_bits: float = Field(gt=0)
     quality: Literal["lossless", "near-lossless", "small loss", "noticeable loss"]
@@ -121,6 +122,25 @@ class Engine(_Record):
     @property
     def runtime_reserve_bytes(self) -> int:
         return self.runtime_reserve_mib * MiB
+
+
+class Offer(BaseModel):
+    """One rentable shape: an instance of `gpus` GPUs at a provider, in a region, with its prices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str
+    instance: str
+    gpu: str
+    gpus: int = Field(gt=0)
+    region: str
+    on_demand_usd_per_hour: float | None = Field(default=None, gt=0)
+    spot_usd_per_hour: float | None = Field(default=None, gt=0)
+    as_of: str
+    source: str
+
+    def price(self, market: str) -> float | None:
+        return self.on_demand_usd_per_hour if market == "on-demand" else self.spot_usd_per_hour
 
 
 R = TypeVar("R", bound=_Record)
@@ -166,6 +186,7 @@ class Catalog:
     precisions: Registry[Precision]
     kv_dtypes: Registry[KvDtype]
     engines: Registry[Engine]
+    offers: tuple[Offer, ...]
 
 
 def catalog_dir() -> Path:
@@ -188,20 +209,29 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _label(row: Any, index: int) -> Any:
+    return row.get("name", index) if isinstance(row, dict) else index
+
+
+def _validate(record_type: type[M], row: Any, where: str) -> M:
+    """Validate one row; the first problem becomes a one-line error naming the key path."""
+    try:
+        return record_type.model_validate(row)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"])
+        raise PlannerInputError(f"{where}.{path}: {first['msg']}") from None
+
+
 def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[R]:
     data = _read_yaml(path)
     rows = data.get(key)
     if not isinstance(rows, list):
         raise PlannerInputError(f"catalog {path.name}: missing the list {key!r}")
-    records = []
-    for i, row in enumerate(rows):
-        try:
-            records.append(record_type.model_validate(row))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            label = row.get("name", i) if isinstance(row, dict) else i
-            raise PlannerInputError(f"catalog {path.name}: {key}[{label}].{where}: {first['msg']}") from None
+    records = [_validate(record_type, row, f"catalog {path.name}: {key}[{_label(row, i)}]") for i, row in enumerate(rows)]
     seen: dict[str, str] = {}
     for record in records:
         keys = [record.name, *record.aliases] + ([record.hf_id] if isinstance(record, Model) else [])
@@ -212,16 +242,28 @@ def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[
     return Registry(kind, tuple(records))
 
 
+def _offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:
+    rows = _read_yaml(path).get("prices")
+    if not isinstance(rows, list):
+        raise PlannerInputError(f"catalog {path.name}: missing the list 'prices'")
+    offers = tuple(_validate(Offer, row, f"catalog {path.name}: prices[{i}]") for i, row in enumerate(rows))
+    for offer in offers:
+        gpus.get(offer.gpu)  # every priced GPU must be in the GPU catalog
+    return offers
+
+
 @cache
 def load_catalog(directory: str | None = None) -> Catalog:
     """Load and validate every catalog file (cached: catalogs don't change during a run)."""
     base = Path(directory) if directory else catalog_dir()
+    gpus = _records(base / "gpus.yaml", "gpus", Gpu, "gpu")
     return Catalog(
-        gpus=_records(base / "gpus.yaml", "gpus", Gpu, "gpu"),
+        gpus=gpus,
         models=_records(base / "models.yaml", "models", Model, "model"),
         precisions=_records(base / "precisions.yaml", "precisions", Precision, "precision"),
         kv_dtypes=_records(base / "precisions.yaml", "kv_dtypes", KvDtype, "kv-dtype"),
         engines=_records(base / "engines.yaml", "engines", Engine, "engine"),
+        offers=_offers(base / "prices.yaml", gpus),
     )
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
+import tempfile
 from enum import Enum
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -13,7 +17,17 @@ from rich.console import Console
 from planner.catalog import load_catalog, resolve_model
 from planner.errors import PlannerInputError
 from planner.memory import GpuTarget, Request, estimate_memory
-from planner.report import catalog_rows, estimate_json, estimate_table, rows_csv, rows_table
+from planner.report import (
+    catalog_rows,
+    estimate_json,
+    estimate_table,
+    rows_csv,
+    rows_table,
+    solve_json,
+    solve_markdown,
+    solve_rows,
+    solve_table,
+)
 from planner.units import parse_count, parse_size
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
@@ -29,6 +43,13 @@ class ListFormat(str, Enum):
     table = "table"
     json = "json"
     csv = "csv"
+
+
+class PlanFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
 
 
 class CatalogKind(str, Enum):
@@ -83,6 +104,35 @@ def estimate(
         estimate_table(result, _console())
 
 
+@app.command()
+def solve(
+    scenario: str = typer.Argument(..., help="A scenario YAML file (see scenarios/)."),
+    output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
+    top: Optional[int] = typer.Option(None, "--top", min=0, help="Alternatives to list (default: the scenario's, 5)."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help="CP-SAT time limit in seconds."),
+) -> None:
+    """The cheapest configuration that fits and serves the scenario, with ranked alternatives."""
+    from planner.scenario import load_scenario
+    from planner.solver import solve_scenario
+
+    result = solve_scenario(load_scenario(scenario), load_catalog(), time_limit, top)
+    if output_format is PlanFormat.table:
+        if output is None:
+            solve_table(result, _console())
+            return
+        buffer = io.StringIO()
+        solve_table(result, Console(file=buffer, width=120, highlight=False, no_color=True))
+        text = buffer.getvalue()
+    else:
+        text = {PlanFormat.json: solve_json, PlanFormat.markdown: solve_markdown}.get(
+            output_format, lambda r: rows_csv(solve_rows(r)))(result)
+    if output is None:
+        typer.echo(text, nl=not text.endswith("\n"))
+    else:
+        write_atomically(output, text)
+
+
 @app.command("catalog")
 def catalog_command(
     kind: CatalogKind = typer.Argument(..., help="gpus, models or precisions."),
@@ -96,6 +146,17 @@ def catalog_command(
         typer.echo(rows_csv(rows), nl=False)
     else:
         rows_table(rows, kind.value, _console())
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write beside the target, then rename: a failure never leaves a half-written plan."""
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise PlannerInputError(f"--output: folder {str(target.parent)!r} does not exist")
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, delete=False,
+                                     prefix=f".{target.name}.") as handle:
+        handle.write(text)
+    os.replace(handle.name, target)
 
 
 def main() -> None:

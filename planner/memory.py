@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
+from functools import lru_cache
 from math import ceil
 
 from planner.architecture import Architecture, Attention, Tensor
@@ -185,8 +186,10 @@ def shard_shape(tensor: Tensor, tp: int, kv_heads: int) -> tuple[int, ...]:
     return (rows, ceil(rest[0] / tp), *rest[1:])
 
 
-def _rank_weights(arch: Architecture, precision: Precision, tp: int, stage: int, pp: int,
-                  layers: tuple[int, int]) -> int:
+@lru_cache(maxsize=4096)
+def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int, pp: int,
+                   layers: tuple[int, int]) -> int:
+    """Weight bytes on each TP rank of one pipeline stage (cached: the solver asks many times)."""
     tensors: list[Tensor] = []
     for layer in arch.layers[layers[0]:layers[1]]:
         tensors.extend(layer.tensors)
@@ -253,13 +256,14 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         stage_layers = arch.layers[layers[0]:layers[1]]
         per_token, per_sequence = _layers_kv(stage_layers, req.tp, kv_bits, req.context)
         kv = per_sequence * req.batch
+        # every TP rank of a stage holds the same shard sizes
+        if arch.exact:
+            weights = _stage_weights(arch, precision, req.tp, stage, req.pp, layers)
+        else:
+            # a size-only model: the weights follow the layers, split evenly over TP ranks
+            weights = ceil(size_only_weights * Fraction(layers[1] - layers[0], arch.num_layers) / req.tp)
+        overhead = max(int(margin * (weights + kv)), reserve) if (weights + kv) else 0
         for tp_rank in range(req.tp):
-            if arch.exact:
-                weights = _rank_weights(arch, precision, req.tp, stage, req.pp, layers)
-            else:
-                # a size-only model: the weights follow the layers, split evenly over TP ranks
-                weights = ceil(size_only_weights * Fraction(layers[1] - layers[0], arch.num_layers) / req.tp)
-            overhead = max(int(margin * (weights + kv)), reserve) if (weights + kv) else 0
             ranks.append(RankMemory(
                 rank=stage * req.tp + tp_rank, tp_rank=tp_rank, pp_stage=stage,
                 first_layer=layers[0], last_layer=layers[1], weights_bytes=weights,
@@ -309,8 +313,9 @@ def _warnings(arch: Architecture, est: MemoryEstimate, precision: Precision, gpu
                        "do not plan to fill a GPU to 100%: fragmentation and load spikes need room")
     if est.weights_bytes and est.kv_cache_bytes >= KV_RIVALS_WEIGHTS_FRACTION * est.weights_bytes:
         share = est.kv_cache_bytes / est.weights_bytes
+        remedy = "a shorter context or fewer sequences" if est.kv_dtype == "fp8" else "an fp8 KV cache or a shorter context"
         out.append(f"KV cache is {share:.0%} of the weights at context {est.context:,} x batch {est.batch}: "
-                   "it grows linearly with both; consider --kv-dtype fp8 or a shorter context")
+                   f"it grows linearly with both; consider {remedy}")
     if precision.quality in ("small loss", "noticeable loss"):
         out.append(f"{precision.name} quality: {precision.quality}; quantization does affect output quality, test it on your task")
     if arch.max_position_embeddings and est.context > arch.max_position_embeddings:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Iterable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console
 from rich.table import Table
@@ -13,6 +14,9 @@ from rich.table import Table
 from planner.catalog import Catalog
 from planner.memory import MemoryEstimate, RankMemory
 from planner.units import GiB, MiB, format_bytes, format_count, gb, gib
+
+if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
+    from planner.solver import PlanOption, SolveResult
 
 
 def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
@@ -150,3 +154,136 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         writer.writerow({k: ";".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
     return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# planner solve
+
+
+def _plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
+    fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
+    return {
+        "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
+        "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
+        "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
+        "instance": p.instance, "region": p.region, "market": p.market, "gpus_per_instance": p.gpus_per_instance,
+        "instances": p.instances, "usd_per_hour": p.usd_per_hour, "usd_per_replica_hour": round(p.usd_per_replica_hour, 4),
+        "per_gpu_weights_bytes": fullest.weights_bytes, "per_gpu_kv_cache_bytes": fullest.kv_cache_bytes,
+        "per_gpu_overhead_bytes": fullest.overhead_bytes, "per_gpu_total_bytes": fullest.total_bytes,
+        "gpu_memory_bytes": p.memory.gpu.memory_bytes if p.memory.gpu else None, "headroom_bytes": p.headroom_bytes,
+        "sharing": p.sharing, "price_as_of": p.price_as_of, "price_source": p.price_source,
+    }
+
+
+def solve_rows(result: SolveResult) -> list[dict[str, Any]]:
+    rows = [_plan_row("best", result.best)] if result.best else []
+    rows += [_plan_row(i, p) for i, p in enumerate(result.alternatives, start=1)]
+    return rows
+
+
+def solve_json(result: SolveResult) -> str:
+    data = asdict(result)
+    data["plans"] = solve_rows(result)
+    return json.dumps(data, indent=2, default=str)
+
+
+def _status_line(result: SolveResult) -> str:
+    if result.status == "OPTIMAL":
+        verdict = "OPTIMAL (proven cheapest)"
+    elif result.status == "FEASIBLE":
+        verdict = f"FEASIBLE (time limit {result.time_limit_s:g} s reached; gap {result.gap:.1%} to the bound)"
+    else:
+        verdict = result.status
+    return (f"{verdict} in {result.solve_seconds:.2f} s · {result.configurations_checked:,} configurations checked, "
+            f"{result.candidates:,} fit, {result.variables:,} priced options (CP-SAT variables)")
+
+
+def _memory_line(p: PlanOption) -> str:
+    fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
+    card = p.memory.gpu.memory_bytes if p.memory.gpu else 0
+    share = p.headroom_bytes / card if card else 0
+    return (f"per GPU: weights {gb(fullest.weights_bytes):.2f} + KV {gb(fullest.kv_cache_bytes):.2f} + overhead "
+            f"{gb(fullest.overhead_bytes):.2f} = {gb(fullest.total_bytes):.2f} GB of {gb(card):.2f} GB "
+            f"({gib(card):.2f} GiB); headroom {gb(p.headroom_bytes):.2f} GB ({share:.0%})")
+
+
+def solve_table(result: SolveResult, console: Console) -> None:
+    console.print(f"[bold]{result.scenario}[/bold] · {result.model} · {_status_line(result)}")
+    for note in result.skipped:
+        console.print(f"skipped {note}")
+    best = result.best
+    if best is None:
+        _infeasible(result, console)
+        return
+    console.print(f"\n[bold]Best plan: ${best.usd_per_hour:,.2f}/hour[/bold] ({best.market}"
+                  + (f", ${best.usd_per_replica_hour:,.2f} per replica" if best.replicas > 1 else "") + ")")
+    console.print(f"  {best.replicas} replica(s) of {best.gpus_per_replica} x {best.gpu} ({best.gpu_display}): "
+                  f"tp {best.tp} x pp {best.pp}, {best.nodes_per_replica} node(s) per replica")
+    console.print(f"  weights {best.precision} ({best.memory.quality}) · KV {best.kv_dtype} · context {best.context:,} · "
+                  f"concurrency {best.concurrency}")
+    console.print(f"  rent: {best.instances} x {best.provider} {best.instance} ({best.gpus_per_instance} GPUs, "
+                  f"{best.region}); {best.sharing}")
+    console.print(f"  {_memory_line(best)} · re-checked by the estimator")
+    console.print(f"  price as of {best.price_as_of}; source: {best.price_source}")
+    for warning in best.memory.warnings:
+        console.print(f"  [yellow]warning:[/yellow] {warning}")
+
+    if result.alternatives:
+        table = Table(title="Alternatives: the best plan on each other GPU type", show_header=True, header_style="bold")
+        for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "headroom GB"):
+            table.add_column(col, justify="right" if col in ("$/hour", "headroom GB") else "left")
+        for i, p in enumerate(result.alternatives, start=1):
+            table.add_row(str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({p.tp} x {p.pp})",
+                          f"{p.precision}/{p.kv_dtype}", f"{p.context:,} x {p.concurrency}",
+                          f"{p.instances} x {p.provider} {p.instance}" + (" (spot)" if p.market == "spot" else ""),
+                          f"{p.usd_per_hour:,.2f}", f"{gb(p.headroom_bytes):.1f}")
+        console.print(table)
+    if result.rejected_cheaper:
+        table = Table(title="Cheaper options the estimator rejected (closest miss per GPU type)", show_header=True,
+                      header_style="bold")
+        for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "why not"):
+            table.add_column(col)
+        for r in result.rejected_cheaper:
+            table.add_row(f"{r.tp * r.pp} x {r.gpu} ({r.tp} x {r.pp})", f"{r.precision}/{r.kv_dtype}",
+                          f"{r.context:,} x {r.concurrency}", f"{r.usd_per_hour:,.2f}",
+                          f"needs {gb(r.needed_bytes):.1f} GB per GPU, card holds {gb(r.card_bytes):.1f} GB")
+        console.print(table)
+
+
+def _infeasible(result: SolveResult, console: Console) -> None:
+    info = result.infeasible
+    console.print("\n[bold red]No plan fits.[/bold red]")
+    if info is None:
+        return
+    console.print(f"  {info.reason}")
+    if info.suggestions:
+        console.print("  Changes that would make it fit (one at a time):")
+        for suggestion in info.suggestions:
+            console.print(f"   - {suggestion}")
+
+
+def solve_markdown(result: SolveResult) -> str:
+    lines = [f"## {result.scenario}: {result.model}", "", _status_line(result), ""]
+    if result.best is None:
+        lines.append("**No plan fits.**")
+        if result.infeasible:
+            lines += ["", result.infeasible.reason, ""] + [f"- {s}" for s in result.infeasible.suggestions]
+        return "\n".join(lines) + "\n"
+    best = result.best
+    lines += [f"**Best plan: ${best.usd_per_hour:,.2f}/hour** ({best.market}): {best.replicas} x "
+              f"{best.gpus_per_replica} x {best.gpu}, tp {best.tp} x pp {best.pp}, {best.precision} weights, "
+              f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
+              f"{best.instances} x {best.provider} {best.instance} ({best.region}); {best.sharing}.", "",
+              _memory_line(best) + ".", ""]
+    header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for rank, p in [("best", best), *enumerate(result.alternatives, start=1)]:
+        lines.append(f"| {rank} | {p.gpus_per_replica * p.replicas} x {p.gpu} | {p.tp} x {p.pp} | {p.precision} | "
+                     f"{p.kv_dtype} | {p.context:,} | {p.concurrency} | {p.provider} {p.instance} | {p.market} | "
+                     f"{p.usd_per_hour:,.2f} |")
+    if result.rejected_cheaper:
+        lines += ["", "Cheaper options rejected by the estimator:", ""]
+        lines += [f"- {r.tp * r.pp} x {r.gpu} ({r.precision}, KV {r.kv_dtype}, {r.context:,} x {r.concurrency}) at "
+                  f"${r.usd_per_hour:,.2f}/hour: needs {gb(r.needed_bytes):.1f} GB per GPU, card holds "
+                  f"{gb(r.card_bytes):.1f} GB" for r in result.rejected_cheaper]
+    return "\n".join(lines) + "\n"

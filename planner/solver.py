@@ -1,0 +1,296 @@
+"""Candidates -> CP-SAT model -> solution -> Plan dataclasses. CP-SAT objects never leave this module.
+
+The model: one Boolean per (candidate configuration, rental) pair; exactly one is chosen.
+Phase 1 minimizes $/hour. Phase 2 keeps that cost and maximizes a preference score: larger
+context, then more concurrency, then more headroom, then fewer GPUs; the pair's index breaks
+the last ties so the same scenario always gives the same plan.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from ortools.sat.python import cp_model
+
+from planner.candidates import (
+    COST_UNITS_PER_USD,
+    Candidate,
+    Enumeration,
+    Rejection,
+    Rental,
+    SearchSpace,
+    build_search_space,
+    enumerate_candidates,
+    node_size,
+    recheck,
+    rentals_for,
+)
+from planner.catalog import Catalog
+from planner.memory import MemoryEstimate
+from planner.scenario import Scenario
+from planner.units import format_bytes
+
+_STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
+           cp_model.MODEL_INVALID: "MODEL_INVALID", cp_model.UNKNOWN: "UNKNOWN"}
+RELAXED_MAX_GPUS = 64
+MIN_RELAXED_CONTEXT = 1024
+
+
+@dataclass(frozen=True)
+class PlanOption:
+    gpu: str
+    gpu_display: str
+    gpus_per_replica: int
+    tp: int
+    pp: int
+    nodes_per_replica: int
+    precision: str
+    kv_dtype: str
+    context: int
+    concurrency: int
+    replicas: int
+    provider: str
+    instance: str
+    region: str
+    market: str
+    gpus_per_instance: int
+    instances: int
+    replicas_per_instance: int
+    idle_gpus: int
+    usd_per_hour: float
+    price_as_of: str
+    price_source: str
+    sharing: str
+    headroom_bytes: int
+    memory: MemoryEstimate  # the estimator's re-check on this GPU
+
+    @property
+    def usd_per_replica_hour(self) -> float:
+        return self.usd_per_hour / self.replicas
+
+
+@dataclass(frozen=True)
+class Infeasibility:
+    reason: str
+    closest: Rejection | None
+    suggestions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    scenario: str
+    model: str
+    status: str
+    gap: float
+    solve_seconds: float
+    time_limit_s: float
+    configurations_checked: int
+    candidates: int
+    variables: int
+    best: PlanOption | None
+    alternatives: tuple[PlanOption, ...]
+    rejected_cheaper: tuple[Rejection, ...]
+    infeasible: Infeasibility | None
+    skipped: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Pair:
+    candidate: Candidate
+    rental: Rental
+
+
+@dataclass(frozen=True)
+class _Solution:
+    status: str
+    pair: _Pair | None
+    gap: float
+
+
+# --------------------------------------------------------------------------------------------
+# Building, solving, reading back
+
+
+def _preference(pair: _Pair, space: SearchSpace) -> int:
+    c = pair.candidate
+    context_rank = space.contexts.index(c.context)
+    concurrency_rank = space.concurrencies.index(c.concurrency)
+    headroom_permille = max(0, c.headroom_bytes * 1000 // c.gpu.memory_bytes)
+    fewer_gpus = max(0, 4095 - c.gpus)
+    return ((context_rank * 100 + concurrency_rank) * 1001 + headroom_permille) * 4096 + fewer_gpus
+
+
+def _build(pairs: list[_Pair]) -> tuple[cp_model.CpModel, list[cp_model.IntVar], cp_model.LinearExpr]:
+    model = cp_model.CpModel()
+    chosen = [model.new_bool_var(f"pair_{i}") for i in range(len(pairs))]
+    model.add_exactly_one(chosen)
+    cost = cp_model.LinearExpr.weighted_sum(chosen, [p.rental.cost_units for p in pairs])
+    return model, chosen, cost
+
+
+def _solve(pairs: list[_Pair], space: SearchSpace, time_limit_s: float) -> _Solution:
+    if not pairs:
+        return _Solution("INFEASIBLE", None, 0.0)
+    model, chosen, cost = _build(pairs)
+    model.minimize(cost)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = 2
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _Solution(_STATUS.get(status, "UNKNOWN"), None, 0.0)
+    best_cost = round(solver.objective_value)
+    gap = 0.0 if status == cp_model.OPTIMAL else (best_cost - solver.best_objective_bound) / max(best_cost, 1)
+    # phase 2: at that cost, the preferred configuration
+    model.add(cost <= best_cost)
+    n = len(pairs)
+    model.maximize(cp_model.LinearExpr.weighted_sum(
+        chosen, [_preference(p, space) * n + (n - 1 - i) for i, p in enumerate(pairs)]))
+    second = cp_model.CpSolver()
+    second.parameters.max_time_in_seconds = time_limit_s
+    second.parameters.num_workers = 2
+    status2 = second.solve(model)
+    picked = second if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else solver
+    index = next(i for i, var in enumerate(chosen) if picked.boolean_value(var))
+    return _Solution(_STATUS[status], pairs[index], gap)
+
+
+def _read_plan(pair: _Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | None:
+    c, r = pair.candidate, pair.rental
+    memory = recheck(c, space, catalog)
+    if memory.gpu is None or not memory.gpu.fits:
+        return None  # never print a plan the estimator does not confirm
+    node = node_size(c.gpu, space)
+    nodes = max(1, -(-c.gpus // min(node, r.offer.gpus)))
+    if r.replicas_per_instance == 0:
+        sharing = (f"each replica spans {r.instances // space.replicas} x {r.offer.gpus}-GPU {r.offer.instance} "
+                   f"(pipeline stages across nodes)")
+    elif r.replicas_per_instance > 1 and space.replicas > 1:
+        sharing = f"{r.replicas_per_instance} replicas share each {r.offer.gpus}-GPU {r.offer.instance}"
+    elif r.idle_gpus:
+        sharing = (f"replica occupies {c.gpus} of {r.offer.gpus} GPUs of {r.offer.instance}; {r.idle_gpus} idle "
+                   f"(paid; {r.offer.gpus // c.gpus} replicas would share it at the same price)")
+    else:
+        sharing = f"replica fills {r.instances} x {r.offer.gpus}-GPU {r.offer.instance}"
+    return PlanOption(
+        gpu=c.gpu.name, gpu_display=c.gpu.display_name, gpus_per_replica=c.gpus, tp=c.tp, pp=c.pp,
+        nodes_per_replica=nodes, precision=c.precision, kv_dtype=c.kv_dtype, context=c.context,
+        concurrency=c.concurrency, replicas=space.replicas, provider=r.offer.provider, instance=r.offer.instance,
+        region=r.offer.region, market=r.market, gpus_per_instance=r.offer.gpus, instances=r.instances,
+        replicas_per_instance=r.replicas_per_instance, idle_gpus=r.idle_gpus,
+        usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
+        sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The whole job
+
+
+def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None,
+                   top: int | None = None) -> SolveResult:
+    limit = time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s
+    top = top if top is not None else scenario.solver.top
+    started = time.perf_counter()
+    space = build_search_space(scenario, catalog)
+    enumeration = enumerate_candidates(space, catalog)
+    pairs = [_Pair(c, r) for c in enumeration.candidates for r in rentals_for(c, space)]
+    solution = _solve(pairs, space, limit)
+    best = _read_plan(solution.pair, space, catalog) if solution.pair else None
+
+    alternatives: list[PlanOption] = []
+    if best is not None and top > 0:
+        for gpu in dict.fromkeys(p.candidate.gpu.name for p in pairs):
+            if gpu == best.gpu:
+                continue
+            option = _solve([p for p in pairs if p.candidate.gpu.name == gpu], space,
+                            max(0.1, limit - (time.perf_counter() - started)))
+            plan = _read_plan(option.pair, space, catalog) if option.pair else None
+            if plan is not None:
+                alternatives.append(plan)
+        alternatives = sorted(alternatives, key=lambda p: (p.usd_per_hour, p.gpu))[:top]
+
+    rejected = _rejected_cheaper(enumeration, best)
+    infeasible = None if best is not None else explain_infeasible(scenario, space, catalog, enumeration)
+    return SolveResult(
+        scenario=scenario.name or "scenario", model=space.arch.name,
+        status=solution.status if best is not None else ("INFEASIBLE" if solution.status != "UNKNOWN" else "UNKNOWN"),
+        gap=solution.gap, solve_seconds=time.perf_counter() - started, time_limit_s=limit,
+        configurations_checked=enumeration.configurations_checked, candidates=len(enumeration.candidates),
+        variables=len(pairs), best=best, alternatives=tuple(alternatives), rejected_cheaper=rejected,
+        infeasible=infeasible, skipped=enumeration.skipped,
+    )
+
+
+def _rejected_cheaper(enumeration: Enumeration, best: PlanOption | None, limit: int = 5) -> tuple[Rejection, ...]:
+    """Configurations cheaper than the plan that the estimator refused: the closest miss on each GPU type."""
+    closest: dict[str, Rejection] = {}
+    for r in enumeration.rejections:
+        if r.usd_per_hour is None or (best is not None and r.usd_per_hour >= best.usd_per_hour):
+            continue
+        if r.gpu not in closest or r.overshoot < closest[r.gpu].overshoot:
+            closest[r.gpu] = r
+    return tuple(sorted(closest.values(), key=lambda r: (r.usd_per_hour, r.gpu))[:limit])
+
+
+# --------------------------------------------------------------------------------------------
+# Explaining an infeasible scenario
+
+
+def explain_infeasible(scenario: Scenario, space: SearchSpace, catalog: Catalog,
+                       enumeration: Enumeration) -> Infeasibility:
+    if not space.offers:
+        market = scenario.pricing.market
+        return Infeasibility(
+            f"no rentable offer for the allowed GPUs ({', '.join(g.name for g in space.gpus) or 'none'}) "
+            f"with the pricing filters (market {market}, providers {scenario.pricing.providers or 'all'}, "
+            f"regions {scenario.pricing.regions or 'all'})", None,
+            ("widen pricing.providers / pricing.regions, set pricing.market: any, or allow more search.gpus",))
+    closest = min(enumeration.rejections, key=lambda r: r.overshoot, default=None)
+    if closest is None:
+        return Infeasibility("no configuration could be formed: " + "; ".join(enumeration.skipped), None,
+                             ("set search.allow_emulated: true or allow other precisions",))
+    largest = max(space.gpus, key=lambda g: g.memory_bytes)
+    reason = (f"the closest configuration ({closest.gpu} x {closest.tp * closest.pp}, tp {closest.tp} pp {closest.pp}, "
+              f"{closest.precision}, KV {closest.kv_dtype}, context {closest.context:,} x {closest.concurrency}) needs "
+              f"{format_bytes(closest.needed_bytes)} per GPU; {closest.gpu} holds {format_bytes(closest.card_bytes)} "
+              f"(largest allowed card: {largest.name}, {format_bytes(largest.memory_bytes)})")
+    return Infeasibility(reason, closest, tuple(_relaxations(space, catalog)))
+
+
+def _relaxations(space: SearchSpace, catalog: Catalog) -> list[str]:
+    """One change at a time that would make the scenario feasible, with its cheapest $/hour."""
+    tries: list[tuple[str, str, SearchSpace]] = []  # (kind, what to change, the relaxed space)
+    gpus = space.max_gpus_per_replica * 2
+    while gpus <= RELAXED_MAX_GPUS:
+        tries.append(("gpus", f"allow {gpus} GPUs per replica (search.max_gpus_per_replica: {gpus})",
+                      replace(space, max_gpus_per_replica=gpus)))
+        gpus *= 2
+    lossy = [p for p in catalog.precisions if p.serving_default and p not in space.precisions
+             and not (p.scope == "experts" and space.arch.moe is None)]
+    for p in sorted(lossy, key=lambda p: p.bits, reverse=True):
+        tries.append(("precision", f"allow {p.name} ({p.quality}) in search.precisions",
+                      replace(space, precisions=(*space.precisions, p))))
+    if "fp8" not in space.kv_dtypes:
+        tries.append(("kv", "an fp8 KV cache (search.kv_dtypes: [fp8])", replace(space, kv_dtypes=("fp8",))))
+    context = space.contexts[0] // 2
+    while context >= MIN_RELAXED_CONTEXT:
+        tries.append(("context", f"a context of {context:,} tokens", replace(space, contexts=(context,))))
+        context //= 2
+    if space.concurrencies[0] > 1:
+        tries.append(("concurrency", "concurrency 1", replace(space, concurrencies=(1,))))
+    if not space.allow_emulated:
+        tries.append(("emulated", "search.allow_emulated: true", replace(space, allow_emulated=True)))
+
+    found: list[str] = []
+    solved_kinds: set[str] = set()
+    for kind, label, relaxed in tries:
+        if kind in solved_kinds:
+            continue  # the smallest step of each kind is enough
+        result = enumerate_candidates(relaxed, catalog)
+        costs = [r.usd_per_hour for c in result.candidates for r in rentals_for(c, relaxed)]
+        if costs:
+            found.append(f"{label}: cheapest ${min(costs):,.2f}/hour")
+            solved_kinds.add(kind)
+    return found or ["no single change fits: consider a smaller model"]
