@@ -166,7 +166,7 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
     )
     return SearchSpace(
         arch=arch, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
-        contexts=tuple(scenario.workload.context_values), concurrencies=tuple(scenario.workload.concurrency_values),
+        contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
         replicas=scenario.workload.replicas, max_gpus_per_replica=search.max_gpus_per_replica,
         max_gpus_per_node=search.max_gpus_per_node, offers=offers, overhead=scenario.engine.overhead,
         allow_emulated=search.allow_emulated,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import PlannerInputError
 
@@ -49,17 +49,6 @@ class SearchRange(_Strict):
     min: int
     max: int
 
-    @field_validator("min", "max", mode="before")
-    @classmethod
-    def _tokens(cls, value: Any) -> int:
-        return parse_tokens(value)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> SearchRange:
-        if self.max < self.min:
-            raise ValueError(f"max ({self.max}) must be at least min ({self.min})")
-        return self
-
     def values(self) -> list[int]:
         values = {self.min, self.max}
         power = 1
@@ -70,42 +59,36 @@ class SearchRange(_Strict):
         return sorted(values)
 
 
-SearchValue = Union[int, str, list[Union[int, str]], SearchRange]
-
-
-def _search_values(value: Any) -> list[int]:
-    if isinstance(value, SearchRange):
-        return value.values()
+def search_values(value: Any) -> tuple[int, ...]:
+    """A fixed value (8192, "8K"), a list to try, or {min, max}: the sorted token counts to search."""
+    if isinstance(value, dict):
+        unknown = set(value) - {"min", "max"}
+        if unknown:
+            raise ValueError(f"unknown key {sorted(unknown)[0]!r} in a range; a range has min and max")
+        if not {"min", "max"} <= set(value):
+            raise ValueError("a range needs both min and max, e.g. {min: 8K, max: 32K}")
+        lo, hi = parse_tokens(value["min"]), parse_tokens(value["max"])
+        if hi < lo:
+            raise ValueError(f"max ({hi}) must be at least min ({lo})")
+        return tuple(SearchRange(min=lo, max=hi).values())
     if isinstance(value, list):
         if not value:
             raise ValueError("must list at least one value")
         if len(value) > MAX_SEARCH_VALUES:
             raise ValueError(f"lists at most {MAX_SEARCH_VALUES} values")
-        return sorted({parse_tokens(v) for v in value})
-    return [parse_tokens(value)]
+        return tuple(sorted({parse_tokens(v) for v in value}))
+    return (parse_tokens(value),)
 
 
 class Workload(_Strict):
-    context: SearchValue = Field(description="tokens per sequence (prompt + output)")
-    concurrency: SearchValue = Field(default=1, description="sequences each replica holds at once")
+    context: tuple[int, ...] = Field(description="tokens per sequence (prompt + output): a value, a list or {min, max}")
+    concurrency: tuple[int, ...] = Field(default=(1,), description="sequences each replica holds at once")
     replicas: int = Field(default=1, ge=1, le=10_000)
 
-    @property
-    def context_values(self) -> list[int]:
-        return _search_values(self.context)
-
-    @property
-    def concurrency_values(self) -> list[int]:
-        return _search_values(self.concurrency)
-
-    @model_validator(mode="after")
-    def _check_values(self) -> Workload:
-        for name in ("context", "concurrency"):
-            try:
-                _search_values(getattr(self, name))
-            except ValueError as exc:
-                raise ValueError(f"{name}: {exc}") from None
-        return self
+    @field_validator("context", "concurrency", mode="before")
+    @classmethod
+    def _search(cls, value: Any) -> tuple[int, ...]:
+        return search_values(value)
 
 
 class Search(_Strict):
@@ -175,7 +158,8 @@ def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = N
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        # a misspelt key is the root cause of the "field required" error that comes with it
+        first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         path = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("function-", "list[", "union[")))
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":

@@ -1,6 +1,7 @@
 """The installed `planner` command, run as a user runs it: from another directory, offline."""
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -111,3 +112,43 @@ def test_unsupported_architecture_with_params_keeps_its_kv_shape(tmp_path):
                   "--context", "1000", cwd=tmp_path)
     assert out["weights_bytes"] == 14_000_000_000
     assert out["kv_bytes_per_token"] == 32 * 2 * 32 * 128 * 2
+
+
+SCENARIO = str(Path(__file__).parent.parent / "scenarios" / "8b-budget.yaml")
+
+
+def test_solve_table_json_csv_markdown(tmp_path):
+    table = run("solve", SCENARIO, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "Best plan: $" in table.stdout and "re-checked by the estimator" in table.stdout
+    out = ok_json("solve", SCENARIO, cwd=tmp_path)
+    assert out["status"] == "OPTIMAL" and out["best"]["memory"]["gpu"]["fits"] is True
+    assert out["plans"][0]["rank"] == "best"
+    csv_out = run("solve", SCENARIO, "--format", "csv", cwd=tmp_path)
+    assert csv_out.stdout.splitlines()[0].startswith("rank,gpu,")
+    md = run("solve", SCENARIO, "--format", "markdown", cwd=tmp_path)
+    assert "**Best plan: $" in md.stdout and "| # | GPUs |" in md.stdout
+
+
+def test_solve_writes_the_output_file(tmp_path):
+    proc = run("solve", SCENARIO, "--format", "json", "-o", "plan.json", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert json.loads((tmp_path / "plan.json").read_text())["best"] is not None
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("model: llama-3.1-8b\nworkload: {context: 8192}\nserach: {}\n", "serach: unknown key"),
+    ("model: llama-3.1-8b\nworkload: {context: 8192}\nsearch: {gpus: [h10]}\n", "did you mean"),
+    ("model: [unclosed\n", "invalid YAML"),
+])
+def test_solve_bad_scenarios_exit_2_with_one_line(tmp_path, content, needle):
+    (tmp_path / "s.yaml").write_text(content)
+    proc = run("solve", "s.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and needle in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_solve_missing_scenario_file(tmp_path):
+    proc = run("solve", "nope.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and "cannot read" in proc.stderr
