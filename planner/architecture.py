@@ -337,12 +337,6 @@ def _layer_kinds(c: _Config, model_type: str, num_layers: int) -> list[tuple[Lay
             kind = _SLIDING_TYPES.get(layer_type)
             if kind is None:
                 raise UnsupportedArchitecture(f"{c.where}: layer_types[{i}] = {layer_type!r} is not a layer kind planner knows")
-            if kind in ("linear", "mamba"):
-                # their per-sequence state depends on family-specific sizes this family's rules do not read
-                raise UnsupportedArchitecture(
-                    f"{c.where}: layer_types[{i}] = {layer_type!r}: recurrent-state layers are not sized for "
-                    f"model_type {model_type!r}; give the weights with --params N"
-                )
             if kind == "sliding":
                 size = c.opt_int("attention_chunk_size") if layer_type == "chunked_attention" else window
                 if size is None:
@@ -351,6 +345,10 @@ def _layer_kinds(c: _Config, model_type: str, num_layers: int) -> list[tuple[Lay
             else:
                 kinds.append((kind, None))  # type: ignore[arg-type]
         return kinds
+    if model_type == "qwen3_next":
+        # transformers Qwen3NextConfig: every full_attention_interval-th layer is full attention, the rest Gated DeltaNet
+        interval = c.int("full_attention_interval", default=4)
+        return [("full", None) if (i + 1) % interval == 0 else ("linear", None) for i in range(num_layers)]
     if window is None or model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not c.bool("use_sliding_window", False):
         return [("full", None)] * num_layers
     if model_type == "gemma2":
@@ -364,8 +362,38 @@ def _layer_kinds(c: _Config, model_type: str, num_layers: int) -> list[tuple[Lay
     return [("sliding", window)] * num_layers
 
 
-def _attention_layouts(c: _Config, model_type: str, num_layers: int, kv_heads: int, head_dim: int) -> list[Attention]:
-    return [Attention(kind, kv_heads, head_dim, head_dim, window) for kind, window in _layer_kinds(c, model_type, num_layers)]
+def _recurrent_state_elements(c: _Config, kind: LayerKind) -> int:
+    """Values a linear-attention or Mamba layer keeps per sequence, whatever the context length.
+
+    Shapes as vLLM allocates them (vllm/model_executor/layers/mamba/mamba_utils.py,
+    MambaStateShapeCalculator): a convolution window of (kernel - 1) steps plus the recurrent state.
+    """
+    if kind == "linear":  # Gated DeltaNet (Qwen3-Next)
+        k_heads, v_heads = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
+        k_dim, v_dim = c.int("linear_key_head_dim"), c.int("linear_value_head_dim")
+        conv = (2 * k_heads * k_dim + v_heads * v_dim) * (c.int("linear_conv_kernel_dim") - 1)
+        return conv + v_heads * k_dim * v_dim
+    # Mamba2 (Granite 4.0 H, Nemotron-H, Falcon-H1, ...)
+    heads, head_dim = c.int("mamba_n_heads"), c.int("mamba_d_head")
+    state, groups = c.int("mamba_d_state"), c.int("mamba_n_groups", default=1)
+    conv = (heads * head_dim + 2 * groups * state) * (c.int("mamba_d_conv") - 1)
+    return conv + heads * head_dim * state
+
+
+def _attention_layouts(c: _Config, model_type: str, num_layers: int, kv_heads: int, head_dim: int,
+                       recurrent_ok: bool = False) -> list[Attention]:
+    layouts = []
+    for i, (kind, window) in enumerate(_layer_kinds(c, model_type, num_layers)):
+        if kind in ("linear", "mamba"):
+            if not recurrent_ok:
+                raise UnsupportedArchitecture(
+                    f"{c.where}: layer {i} is a {kind} (recurrent-state) layer, whose weights planner does not count "
+                    f"for model_type {model_type!r}; give the weights with --params N"
+                )
+            layouts.append(Attention(kind, state_elements=_recurrent_state_elements(c, kind)))
+        else:
+            layouts.append(Attention(kind, kv_heads, head_dim, head_dim, window))
+    return layouts
 
 
 def _embedding_and_head(c: _Config, model_type: str, hidden: int, vocab: int, *,
@@ -724,6 +752,26 @@ _VISION_TOWERS = {
 # A model known only by its size (the seed's method)
 
 
+def size_only_architecture_from_config(data: dict[str, Any], name: str, params: int) -> Architecture:
+    """An architecture planner cannot count: weights from --params, cache from the config (layer kinds included)."""
+    if not isinstance(data, dict):
+        raise PlannerInputError(f"{name}: config must be a JSON object")
+    text_data = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    c = _Config(text_data, f"{name} config")
+    model_type = c.str("model_type") or _Config(data, name).str("model_type") or "unknown"
+    hidden, layers = c.int("hidden_size"), c.int("num_hidden_layers")
+    heads = c.int("num_attention_heads")
+    kv_heads = c.int("num_key_value_heads", default=heads)
+    head_dim = _head_dim(c, hidden, heads)
+    attention = _attention_layouts(c, model_type, layers, kv_heads, head_dim, recurrent_ok=True)
+    return Architecture(
+        name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
+        vocab_size=c.int("vocab_size", default=0, minimum=0), layers=tuple(Layer(a) for a in attention),
+        torch_dtype=c.str("torch_dtype") or c.str("dtype"), exact=False, declared_params=params,
+        max_position_embeddings=c.opt_int("max_position_embeddings"),
+    )
+
+
 def architecture_from_size(params: int, layers: int, kv_heads: int, head_dim: int,
                            attention_heads: int | None = None, name: str = "custom") -> Architecture:
     """A model given by --params/--layers/--kv-heads/--head-dim: weights from the count, KV from the shape."""
@@ -742,5 +790,5 @@ def architecture_from_size(params: int, layers: int, kv_heads: int, head_dim: in
 
 __all__ = [
     "Architecture", "Attention", "Layer", "MoE", "Tensor", "UnsupportedArchitecture",
-    "architecture_from_config", "architecture_from_size", "load_config_file",
+    "architecture_from_config", "architecture_from_size", "load_config_file", "size_only_architecture_from_config",
 ]

@@ -22,6 +22,7 @@ from planner.architecture import (
     architecture_from_config,
     architecture_from_size,
     load_config_file,
+    size_only_architecture_from_config,
 )
 from planner.errors import PlannerInputError
 from planner.units import MiB
@@ -304,20 +305,7 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
     except UnsupportedArchitecture:
         if params is None:
             raise
-        return _size_only_from_config(config, name, params)
+        return size_only_architecture_from_config(config, name, params)
     if params is not None:
         return replace(arch, exact=False, declared_params=params)
     return arch
-
-
-def _size_only_from_config(config: dict[str, Any], name: str, params: int) -> Architecture:
-    text = config.get("text_config") or config
-    try:
-        heads = int(text["num_attention_heads"])
-        head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
-        return architecture_from_size(params, int(text["num_hidden_layers"]),
-                                      int(text.get("num_key_value_heads") or heads), head_dim, heads, name)
-    except KeyError as exc:
-        raise PlannerInputError(f"{name} config: missing key {exc.args[0]!r} needed for the KV cache; add it from config.json") from None
-    except (TypeError, ValueError):
-        raise PlannerInputError(f"{name} config: attention sizes must be whole numbers") from None

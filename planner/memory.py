@@ -94,6 +94,7 @@ class MemoryEstimate:
     multimodal_params: int = 0
     checkpoint_params: int = 0
     kv_sliding_bytes_per_token: int = 0
+    kv_state_bytes_per_sequence: int = 0  # linear-attention / Mamba layers, whatever the context
     sliding_windows: tuple[int, ...] = ()
     overhead_fraction: float = 0.10
     runtime_reserve_bytes: int = 0
@@ -219,18 +220,22 @@ def _attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> i
     return 0
 
 
-def _layers_kv(layers: tuple, tp: int, kv_bits: int, context: int) -> tuple[int, int]:
-    """(bytes per token of the layers that grow with every token, cache bytes per sequence)."""
+def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: int) -> tuple[int, int]:
+    """(bytes per token of the layers that grow with every token, cache bytes per sequence).
+
+    Recurrent layers keep a constant state per sequence, split over TP ranks by heads and held in
+    the model's dtype (vLLM's mamba cache dtype `auto`), not the KV dtype."""
     growing = per_sequence = 0
     for layer in layers:
         a = layer.attention
         per_token = _attention_bytes_per_token(a, tp, kv_bits)
         if a.kind == "sliding":
             per_sequence += per_token * min(context, a.window or context)
+        elif a.kind in ("linear", "mamba"):
+            per_sequence += ceil(a.state_elements / tp) * state_bits // 8
         else:
             growing += per_token
             per_sequence += per_token * context
-        per_sequence += a.state_elements * kv_bits // 8
     return growing, per_sequence
 
 
@@ -245,6 +250,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
     precision = resolve_precision(catalog, arch, req.precision)
     kv_name = resolve_kv_dtype(arch, precision, req.kv_dtype)
     kv_bits = catalog.kv_dtypes.get(kv_name).bits
+    state_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, precision, None)).bits
     margin = Fraction(str(req.overhead_fraction if req.overhead_fraction is not None else engine.overhead_fraction))
     reserve = engine.runtime_reserve_bytes
 
@@ -254,7 +260,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
     ranks: list[RankMemory] = []
     for stage, layers in enumerate(stages):
         stage_layers = arch.layers[layers[0]:layers[1]]
-        per_token, per_sequence = _layers_kv(stage_layers, req.tp, kv_bits, req.context)
+        per_token, per_sequence = _layers_kv(stage_layers, req.tp, kv_bits, state_bits, req.context)
         kv = per_sequence * req.batch
         # every TP rank of a stage holds the same shard sizes
         if arch.exact:
@@ -271,7 +277,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
                 total_bytes=weights + kv + overhead,
             ))
 
-    growing_whole, _ = _layers_kv(arch.layers, 1, kv_bits, req.context)
+    growing_whole, _ = _layers_kv(arch.layers, 1, kv_bits, state_bits, req.context)
     sliding_per_token = sum(_attention_bytes_per_token(layer.attention, 1, kv_bits)
                             for layer in arch.layers if layer.attention.kind == "sliding")
     weights_total = sum(r.weights_bytes for r in ranks)
@@ -286,6 +292,8 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         exact=arch.exact, language_params=arch.language_params, multimodal_params=arch.multimodal_params,
         checkpoint_params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
         kv_sliding_bytes_per_token=sliding_per_token,
+        kv_state_bytes_per_sequence=_layers_kv(tuple(l for l in arch.layers if l.attention.kind in ("linear", "mamba")),
+                                               1, kv_bits, state_bits, req.context)[1],
         sliding_windows=tuple(sorted({layer.attention.window for layer in arch.layers
                                       if layer.attention.kind == "sliding" and layer.attention.window})),
         overhead_fraction=float(margin), runtime_reserve_bytes=reserve, quality=precision.quality,

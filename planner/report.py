@@ -48,6 +48,8 @@ def estimate_table(est: MemoryEstimate, console: Console) -> None:
     if est.kv_sliding_bytes_per_token:
         windows = "/".join(f"{w:,}" for w in est.sliding_windows)
         kv_note += f" + sliding {est.kv_sliding_bytes_per_token:,} B/token x <={windows}"
+    if est.kv_state_bytes_per_sequence:
+        kv_note += f" + recurrent state {est.kv_state_bytes_per_sequence:,} B/seq"
     table.add_row(*_bytes_row("KV cache" + suffix, est.kv_cache_bytes, kv_note))
     table.add_row(*_bytes_row("overhead" + suffix, est.overhead_bytes,
                               f"{est.overhead_fraction:.0%} of weights+KV, >= {est.runtime_reserve_bytes // MiB:,} MiB/GPU"))

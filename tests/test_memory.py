@@ -224,3 +224,22 @@ def test_memory_never_decreases_with_context_or_batch(catalog, llama8b, context,
                                             precision="bf16"), catalog)
     assert more.total_bytes >= base.total_bytes
     assert all(isinstance(v, int) and v >= 0 for v in (base.weights_bytes, base.kv_cache_bytes, base.overhead_bytes))
+
+
+def test_hybrid_linear_attention_holds_a_constant_state_per_sequence(catalog):
+    from planner.architecture import UnsupportedArchitecture, size_only_architecture_from_config
+
+    config = load_config_file(CONFIGS / "qwen3-next-80b-a3b")
+    with pytest.raises(UnsupportedArchitecture, match="--params"):
+        architecture_from_config(config, "qwen3-next")
+    arch = size_only_architecture_from_config(config, "qwen3-next", 80 * 10**9)
+    kinds = [layer.attention.kind for layer in arch.layers]
+    assert kinds.count("full") == 12 and kinds.count("linear") == 36 and kinds[3] == "full"
+    # Gated DeltaNet state: conv (2*16*128 + 32*128) x (4-1) + recurrent 32 x 128 x 128, in bf16
+    state = ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 2
+    full_per_token = 12 * 2 * 256 * 2 * 2
+    short = estimate_memory(arch, Request(context=1000, precision="bf16"), catalog)
+    long = estimate_memory(arch, Request(context=100_000, batch=2, precision="bf16", kv_dtype="fp8"), catalog)
+    assert short.kv_bytes_per_token == full_per_token
+    assert short.kv_cache_bytes == full_per_token * 1000 + 36 * state
+    assert long.kv_cache_bytes == 2 * (full_per_token // 2 * 100_000 + 36 * state)  # fp8 KV, state stays bf16
