@@ -27,6 +27,7 @@ COST_UNITS_PER_USD = 10_000
 @dataclass(frozen=True)
 class SearchSpace:
     arch: Architecture
+    model_id: str  # what an engine loads: the catalog's HF id, or the config path given
     gpus: tuple[Gpu, ...]
     precisions: tuple[Precision, ...]
     kv_dtypes: tuple[str, ...]
@@ -164,8 +165,13 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         and (providers is None or o.provider in providers)
         and (regions is None or o.region.lower() in regions)
     )
+    reference = model_reference(scenario)
+    try:
+        model_id = catalog.models.get(reference).hf_id
+    except PlannerInputError:
+        model_id = reference
     return SearchSpace(
-        arch=arch, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
+        arch=arch, model_id=model_id, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
         contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
         replicas=scenario.workload.replicas, max_gpus_per_replica=search.max_gpus_per_replica,
         max_gpus_per_node=search.max_gpus_per_node, offers=offers, overhead=scenario.engine.overhead,

@@ -14,9 +14,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from planner.catalog import load_catalog, resolve_model
+from planner import api
+from planner.catalog import load_catalog
 from planner.errors import PlannerInputError
-from planner.memory import GpuTarget, Request, estimate_memory
 from planner.report import (
     catalog_rows,
     estimate_json,
@@ -25,10 +25,8 @@ from planner.report import (
     rows_table,
     solve_json,
     solve_markdown,
-    solve_rows,
     solve_table,
 )
-from planner.units import parse_count, parse_size
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
@@ -85,19 +83,9 @@ def estimate(
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
-    catalog = load_catalog()
-    arch = resolve_model(catalog, model, parse_count(params, "--params") if params is not None else None,
-                         layers, kv_heads, head_dim, heads)
-    if gpu is not None and gpu_memory is not None:
-        raise PlannerInputError("--gpu and --gpu-memory: give one of them, not both")
-    target = None
-    if gpu is not None:
-        target = GpuTarget.from_catalog(catalog.gpus.get(gpu))
-    elif gpu_memory is not None:
-        target = GpuTarget(f"custom {gpu_memory}", parse_size(gpu_memory, "--gpu-memory"))
-    request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                      overhead_fraction=overhead)
-    result = estimate_memory(arch, request, catalog, target)
+    result = api.estimate(model, context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
+                          gpu=gpu, gpu_memory=gpu_memory, overhead=overhead, params=params, layers=layers,
+                          kv_heads=kv_heads, head_dim=head_dim, heads=heads)
     if output_format is OutputFormat.json:
         typer.echo(estimate_json(result))
     else:
@@ -113,10 +101,7 @@ def solve(
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help="CP-SAT time limit in seconds."),
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives."""
-    from planner.scenario import load_scenario
-    from planner.solver import solve_scenario
-
-    result = solve_scenario(load_scenario(scenario), load_catalog(), time_limit, top)
+    result = api.solve(scenario, time_limit_s=time_limit, top=top)
     if output_format is PlanFormat.table:
         if output is None:
             solve_table(result, _console())
@@ -126,7 +111,7 @@ def solve(
         text = buffer.getvalue()
     else:
         text = {PlanFormat.json: solve_json, PlanFormat.markdown: solve_markdown}.get(
-            output_format, lambda r: rows_csv(solve_rows(r)))(result)
+            output_format, lambda r: rows_csv(r.rows()))(result)
     if output is None:
         typer.echo(text, nl=not text.endswith("\n"))
     else:

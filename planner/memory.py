@@ -104,6 +104,12 @@ class MemoryEstimate:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_frame(self):
+        """The per-GPU breakdown as a pandas DataFrame, one row per rank."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(r) for r in self.per_gpu])
+
 
 @dataclass(frozen=True)
 class Request:

@@ -162,30 +162,9 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
 # planner solve
 
 
-def _plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
-    fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
-    return {
-        "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
-        "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
-        "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
-        "instance": p.instance, "region": p.region, "market": p.market, "gpus_per_instance": p.gpus_per_instance,
-        "instances": p.instances, "usd_per_hour": p.usd_per_hour, "usd_per_replica_hour": round(p.usd_per_replica_hour, 4),
-        "per_gpu_weights_bytes": fullest.weights_bytes, "per_gpu_kv_cache_bytes": fullest.kv_cache_bytes,
-        "per_gpu_overhead_bytes": fullest.overhead_bytes, "per_gpu_total_bytes": fullest.total_bytes,
-        "gpu_memory_bytes": p.memory.gpu.memory_bytes if p.memory.gpu else None, "headroom_bytes": p.headroom_bytes,
-        "sharing": p.sharing, "price_as_of": p.price_as_of, "price_source": p.price_source,
-    }
-
-
-def solve_rows(result: SolveResult) -> list[dict[str, Any]]:
-    rows = [_plan_row("best", result.best)] if result.best else []
-    rows += [_plan_row(i, p) for i, p in enumerate(result.alternatives, start=1)]
-    return rows
-
-
 def solve_json(result: SolveResult) -> str:
     data = asdict(result)
-    data["plans"] = solve_rows(result)
+    data["plans"] = result.rows()
     return json.dumps(data, indent=2, default=str)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -81,6 +82,7 @@ class Infeasibility:
 class SolveResult:
     scenario: str
     model: str
+    model_id: str  # the Hugging Face id (or config path) an engine loads
     status: str
     gap: float
     solve_seconds: float
@@ -93,6 +95,32 @@ class SolveResult:
     rejected_cheaper: tuple[Rejection, ...]
     infeasible: Infeasibility | None
     skipped: tuple[str, ...]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The best plan and the alternatives as flat records."""
+        rows = [plan_row("best", self.best)] if self.best else []
+        return rows + [plan_row(i, p) for i, p in enumerate(self.alternatives, start=1)]
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+
+def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
+    """One plan as a flat record (CSV rows, DataFrames)."""
+    fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
+    return {
+        "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
+        "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
+        "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
+        "instance": p.instance, "region": p.region, "market": p.market, "gpus_per_instance": p.gpus_per_instance,
+        "instances": p.instances, "usd_per_hour": p.usd_per_hour, "usd_per_replica_hour": round(p.usd_per_replica_hour, 4),
+        "per_gpu_weights_bytes": fullest.weights_bytes, "per_gpu_kv_cache_bytes": fullest.kv_cache_bytes,
+        "per_gpu_overhead_bytes": fullest.overhead_bytes, "per_gpu_total_bytes": fullest.total_bytes,
+        "gpu_memory_bytes": p.memory.gpu.memory_bytes if p.memory.gpu else None, "headroom_bytes": p.headroom_bytes,
+        "sharing": p.sharing, "price_as_of": p.price_as_of, "price_source": p.price_source,
+    }
 
 
 @dataclass(frozen=True)
@@ -214,7 +242,7 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
     rejected = _rejected_cheaper(enumeration, best)
     infeasible = None if best is not None else explain_infeasible(scenario, space, catalog, enumeration)
     return SolveResult(
-        scenario=scenario.name or "scenario", model=space.arch.name,
+        scenario=scenario.name or "scenario", model=space.arch.name, model_id=space.model_id,
         status=solution.status if best is not None else ("INFEASIBLE" if solution.status != "UNKNOWN" else "UNKNOWN"),
         gap=solution.gap, solve_seconds=time.perf_counter() - started, time_limit_s=limit,
         configurations_checked=enumeration.configurations_checked, candidates=len(enumeration.candidates),

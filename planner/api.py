@@ -1,0 +1,55 @@
+"""The Python API: the same entry points the CLI uses, returning dataclasses.
+
+    from planner import estimate, solve, load_catalog
+    est = estimate("llama-3.1-8b", precision="fp8", context=32768, gpu="l40s")
+    est.total_bytes, est.gpu.fits, est.to_frame()
+    plan = solve("scenarios/70b-chat.yaml").best
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.catalog import Catalog, load_catalog, resolve_model
+from planner.errors import PlannerInputError
+from planner.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.units import parse_count, parse_size
+
+if TYPE_CHECKING:  # OR-Tools loads only when solving
+    from planner.solver import SolveResult
+
+
+def gpu_target(catalog: Catalog, gpu: str | None, gpu_memory: str | None) -> GpuTarget | None:
+    """--gpu NAME or --gpu-memory SIZE (a custom card), not both."""
+    if gpu is not None and gpu_memory is not None:
+        raise PlannerInputError("--gpu and --gpu-memory: give one of them, not both")
+    if gpu is not None:
+        return GpuTarget.from_catalog(catalog.gpus.get(gpu))
+    if gpu_memory is not None:
+        return GpuTarget(f"custom {gpu_memory}", parse_size(gpu_memory, "--gpu-memory"))
+    return None
+
+
+def estimate(model: str | None = None, *, context: int = 8192, batch: int = 1, tp: int = 1, pp: int = 1,
+             precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None, gpu_memory: str | None = None,
+             overhead: float | None = None, params: int | str | None = None, layers: int | None = None,
+             kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
+             catalog: Catalog | None = None) -> MemoryEstimate:
+    """Memory for one configuration: a catalog model, an HF id from the catalog, a config.json path, or a size."""
+    catalog = catalog or load_catalog()
+    count = parse_count(str(params), "--params") if params is not None else None
+    arch = resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads)
+    request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
+                      overhead_fraction=overhead)
+    return estimate_memory(arch, request, catalog, gpu_target(catalog, gpu, gpu_memory))
+
+
+def solve(scenario: str | Path | dict[str, Any], *, time_limit_s: float | None = None, top: int | None = None,
+          catalog: Catalog | None = None) -> SolveResult:
+    """The cheapest plan for a scenario file (or the same content as a dict)."""
+    from planner.scenario import load_scenario, parse_scenario
+    from planner.solver import solve_scenario
+
+    loaded = parse_scenario(scenario) if isinstance(scenario, dict) else load_scenario(scenario)
+    return solve_scenario(loaded, catalog or load_catalog(), time_limit_s, top)
