@@ -28,6 +28,7 @@ COST_UNITS_PER_USD = 10_000
 class SearchSpace:
     arch: Architecture
     model_id: str  # what an engine loads: the catalog's HF id, or the config path given
+    model_precision: str | None  # the checkpoint's own precision
     gpus: tuple[Gpu, ...]
     precisions: tuple[Precision, ...]
     kv_dtypes: tuple[str, ...]
@@ -124,11 +125,11 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
     except PlannerInputError as exc:
         raise PlannerInputError(f"model: {exc}") from None
     search, pricing = scenario.search, scenario.pricing
+    own = resolve_precision(catalog, arch, "auto")
 
     if search.precisions is not None:
         precisions = _names(search.precisions, catalog.precisions, "search.precisions")
     else:
-        own = resolve_precision(catalog, arch, "auto")
         precisions = [p for p in catalog.precisions if p.serving_default or p.name == own.name]
         precisions = [p for p in precisions if quality_at_least(p.quality, search.quality_floor)]
     precisions = [p for p in precisions if not (p.scope == "experts" and arch.moe is None)]
@@ -171,7 +172,7 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
     except PlannerInputError:
         model_id = reference
     return SearchSpace(
-        arch=arch, model_id=model_id, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
+        arch=arch, model_id=model_id, model_precision=own.name if arch.exact else None, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
         contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
         replicas=scenario.workload.replicas, max_gpus_per_replica=search.max_gpus_per_replica,
         max_gpus_per_node=search.max_gpus_per_node, offers=offers, overhead=scenario.engine.overhead,

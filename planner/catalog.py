@@ -64,6 +64,7 @@ class Gpu(_Record):
     pcie_gen: int | None = None
     gpus_per_node: int = Field(gt=0)
     tdp_watts: float | None = None
+    skypilot_accelerator: str | None = None
     source: str
     as_of: str
     notes: str | None = None
@@ -104,6 +105,10 @@ class Precision(_Record):
     native: tuple[str, ...]
     torch_dtypes: tuple[str, ...] = ()
     hf_quant_methods: tuple[str, ...] = ()
+    vllm_flag: str | None = None  # None: vLLM cannot serve it
+    sglang_flag: str | None = None
+    gguf_type: str | None = None  # None: no llama.cpp file type stores it
+    checkpoint: bool = False  # needs a checkpoint already quantized this way
     source: str
     as_of: str
 

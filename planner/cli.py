@@ -118,6 +118,31 @@ def solve(
         write_atomically(output, text)
 
 
+class ExportTarget(str, Enum):
+    vllm = "vllm"
+    sglang = "sglang"
+    llamacpp = "llamacpp"
+    skypilot = "skypilot"
+    kubernetes = "kubernetes"
+
+
+@app.command("export")
+def export_command(
+    plan: str = typer.Argument(..., help="PLAN.json from `planner solve SCENARIO --format json -o PLAN.json`."),
+    to: ExportTarget = typer.Option(..., "--to", help="vllm, sglang, llamacpp, skypilot or kubernetes."),
+    plan_index: int = typer.Option(0, "--plan", min=0, help="0 = the best plan, N = the N-th alternative."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
+) -> None:
+    """The launch command or deployment file for a solved plan."""
+    from planner.export import export, load_plan
+
+    text = export(load_plan(plan, load_catalog(), plan_index), to.value)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        write_atomically(output, text)
+
+
 @app.command("catalog")
 def catalog_command(
     kind: CatalogKind = typer.Argument(..., help="gpus, models or precisions."),

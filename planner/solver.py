@@ -83,6 +83,7 @@ class SolveResult:
     scenario: str
     model: str
     model_id: str  # the Hugging Face id (or config path) an engine loads
+    model_precision: str | None  # the precision the checkpoint ships in (None for a size-only model)
     status: str
     gap: float
     solve_seconds: float
@@ -243,6 +244,7 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
     infeasible = None if best is not None else explain_infeasible(scenario, space, catalog, enumeration)
     return SolveResult(
         scenario=scenario.name or "scenario", model=space.arch.name, model_id=space.model_id,
+        model_precision=space.model_precision,
         status=solution.status if best is not None else ("INFEASIBLE" if solution.status != "UNKNOWN" else "UNKNOWN"),
         gap=solution.gap, solve_seconds=time.perf_counter() - started, time_limit_s=limit,
         configurations_checked=enumeration.configurations_checked, candidates=len(enumeration.candidates),
