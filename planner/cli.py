@@ -18,11 +18,15 @@ from planner import api
 from planner.catalog import load_catalog
 from planner.errors import PlannerInputError
 from planner.report import (
+    COMPARE_TABLE_COLUMNS,
     catalog_rows,
     estimate_json,
     estimate_table,
     rows_csv,
     rows_table,
+    compare_frame,
+    frame_markdown,
+    frame_table,
     solve_json,
     solve_markdown,
     solve_table,
@@ -116,6 +120,42 @@ def solve(
         typer.echo(text, nl=not text.endswith("\n"))
     else:
         write_atomically(output, text)
+
+
+@app.command()
+def compare(
+    model: str = typer.Argument(..., help="Catalog name, catalog HF id or config.json path."),
+    context: int = typer.Option(8192, help="Tokens per sequence."),
+    concurrency: int = typer.Option(1, help="Sequences held at once."),
+    gpus: Optional[str] = typer.Option(None, help="Comma-separated GPU names (default: every priced GPU)."),
+    providers: Optional[str] = typer.Option(None, help="Comma-separated providers (default: all)."),
+    precisions: Optional[str] = typer.Option(None, help="Comma-separated precisions (default: serving precisions, near-lossless or better)."),
+    market: str = typer.Option("on-demand", help="on-demand, spot or any."),
+    max_gpus: int = typer.Option(8, "--max-gpus", help="GPUs per replica at most."),
+    output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
+) -> None:
+    """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
+    from planner.scenario import parse_scenario
+    from planner.solver import compare_offers
+
+    def split(text: Optional[str]) -> Optional[list[str]]:
+        return [part.strip() for part in text.split(",") if part.strip()] if text else None
+
+    scenario = parse_scenario({
+        "name": f"compare {model}", "model": model, "workload": {"context": context, "concurrency": concurrency},
+        "search": {"gpus": split(gpus), "precisions": split(precisions), "max_gpus_per_replica": max_gpus},
+        "pricing": {"providers": split(providers), "market": market},
+    }, "compare")
+    frame = compare_frame(compare_offers(scenario, load_catalog()))
+    if output_format is PlanFormat.json:
+        typer.echo(frame.to_json(orient="records", indent=2))
+    elif output_format is PlanFormat.csv:
+        typer.echo(frame.to_csv(index=False), nl=False)
+    elif output_format is PlanFormat.markdown:
+        typer.echo(frame_markdown(frame))
+    else:
+        frame_table(frame, f"{model}: context {context:,} x {concurrency}, cheapest per GPU type and provider",
+                    _console(), COMPARE_TABLE_COLUMNS)
 
 
 class ExportTarget(str, Enum):

@@ -268,3 +268,42 @@ def solve_markdown(result: SolveResult) -> str:
                   f"${r.usd_per_hour:,.2f}/hour: needs {gb(r.needed_bytes):.1f} GB per GPU, card holds "
                   f"{gb(r.card_bytes):.1f} GB" for r in result.rejected_cheaper]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# planner compare
+
+
+def compare_frame(plans: Iterable[PlanOption]):
+    """One row per (GPU type, provider): the cheapest configuration that holds the model."""
+    import pandas as pd
+
+    rows = [{"gpu": p.gpu, "provider": p.provider, "instance": p.instance, "region": p.region, "market": p.market,
+             "gpus": p.gpus_per_replica, "tp": p.tp, "pp": p.pp, "precision": p.precision, "kv_dtype": p.kv_dtype,
+             "usd_per_hour": p.usd_per_hour, "usd_per_gpu_hour": round(p.usd_per_hour / (p.instances * p.gpus_per_instance), 4),
+             "headroom_gb": round(gb(p.headroom_bytes), 2), "price_as_of": p.price_as_of} for p in plans]
+    columns = ["gpu", "provider", "instance", "region", "market", "gpus", "tp", "pp", "precision", "kv_dtype",
+               "usd_per_hour", "usd_per_gpu_hour", "headroom_gb", "price_as_of"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "gpus", "tp", "pp", "precision", "kv_dtype", "usd_per_hour",
+                         "usd_per_gpu_hour", "headroom_gb"]
+
+
+def frame_table(frame, title: str, console: Console, columns: list[str] | None = None) -> None:
+    """A DataFrame as a terminal table (the widest text columns left to JSON/CSV)."""
+    frame = frame[columns] if columns else frame
+    table = Table(title=title, show_header=True, header_style="bold")
+    for col in frame.columns:
+        table.add_column(col, justify="right" if frame[col].dtype.kind in "if" else "left")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row))
+    console.print(table if len(frame) else "no GPU and provider holds this model with these settings")
+
+
+def frame_markdown(frame) -> str:
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row) + " |"
+              for row in frame.itertuples(index=False)]
+    return "\n".join(lines)

@@ -253,6 +253,22 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
     )
 
 
+def compare_offers(scenario: Scenario, catalog: Catalog) -> tuple[PlanOption, ...]:
+    """The cheapest configuration on each (GPU type, provider), sorted by $/hour: `planner compare`."""
+    space = build_search_space(scenario, catalog)
+    enumeration = enumerate_candidates(space, catalog)
+    cheapest: dict[tuple[str, str], _Pair] = {}
+    for c in enumeration.candidates:
+        for r in rentals_for(c, space):
+            key = (c.gpu.name, r.offer.provider)
+            pair = _Pair(c, r)
+            if key not in cheapest or (r.cost_units, -_preference(pair, space)) < (
+                    cheapest[key].rental.cost_units, -_preference(cheapest[key], space)):
+                cheapest[key] = pair
+    plans = [plan for pair in cheapest.values() if (plan := _read_plan(pair, space, catalog)) is not None]
+    return tuple(sorted(plans, key=lambda p: (p.usd_per_hour, p.gpu, p.provider)))
+
+
 def _rejected_cheaper(enumeration: Enumeration, best: PlanOption | None, limit: int = 5) -> tuple[Rejection, ...]:
     """Configurations cheaper than the plan that the estimator refused: the closest miss on each GPU type."""
     closest: dict[str, Rejection] = {}

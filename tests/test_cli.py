@@ -152,3 +152,20 @@ def test_solve_bad_scenarios_exit_2_with_one_line(tmp_path, content, needle):
 def test_solve_missing_scenario_file(tmp_path):
     proc = run("solve", "nope.yaml", cwd=tmp_path)
     assert proc.returncode == 2 and "cannot read" in proc.stderr
+
+
+def test_compare_is_sorted_by_price_with_one_row_per_gpu_and_provider(tmp_path):
+    rows = ok_json("compare", "llama-3.1-8b", "--context", "8192", "--concurrency", "4",
+                   "--gpus", "l4,l40s,h100-sxm", cwd=tmp_path)
+    prices = [r["usd_per_hour"] for r in rows]
+    assert rows and prices == sorted(prices)
+    assert len({(r["gpu"], r["provider"]) for r in rows}) == len(rows)
+    assert {r["gpu"] for r in rows} <= {"l4", "l40s", "h100-sxm"}
+    assert all(r["headroom_gb"] >= 0 for r in rows)
+    md = run("compare", "llama-3.1-8b", "--gpus", "l4", "--format", "markdown", cwd=tmp_path)
+    assert md.stdout.startswith("| gpu | provider |")
+
+
+def test_compare_unknown_gpu_is_a_usage_error(tmp_path):
+    proc = run("compare", "llama-3.1-8b", "--gpus", "h10", cwd=tmp_path)
+    assert proc.returncode == 2 and "unknown gpu 'h10'" in proc.stderr
