@@ -27,6 +27,8 @@ from planner.report import (
     compare_frame,
     frame_markdown,
     frame_table,
+    review_html,
+    review_markdown,
     solve_json,
     solve_markdown,
     solve_table,
@@ -158,6 +160,25 @@ def compare(
                     _console(), COMPARE_TABLE_COLUMNS)
 
 
+@app.command()
+def report(
+    scenario: str = typer.Argument(..., help="A scenario YAML file."),
+    output: str = typer.Option(..., "--output", "-o", help="report.html (a self-contained page) or report.md."),
+) -> None:
+    """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
+    from planner.scenario import load_scenario
+    from planner.solver import review_scenario
+
+    suffix = Path(output).suffix.lower()
+    if suffix not in (".html", ".htm", ".md"):
+        raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
+    loaded = load_scenario(scenario)
+    review = review_scenario(loaded, load_catalog())
+    text = Path(scenario).read_text(encoding="utf-8")
+    write_atomically(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
+    typer.echo(f"wrote {output}")
+
+
 class ExportTarget(str, Enum):
     vllm = "vllm"
     sglang = "sglang"
@@ -206,6 +227,9 @@ def write_atomically(path: str, text: str) -> None:
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, delete=False,
                                      prefix=f".{target.name}.") as handle:
         handle.write(text)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(handle.name, 0o666 & ~umask)  # a temporary file is private; the result gets normal permissions
     os.replace(handle.name, target)
 
 

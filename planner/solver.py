@@ -27,7 +27,7 @@ from planner.candidates import (
     recheck,
     rentals_for,
 )
-from planner.catalog import Catalog
+from planner.catalog import Catalog, Offer
 from planner.memory import MemoryEstimate
 from planner.scenario import Scenario
 from planner.units import format_bytes
@@ -340,3 +340,68 @@ def _relaxations(space: SearchSpace, catalog: Catalog) -> list[str]:
             found.append(f"{label}: cheapest ${min(costs):,.2f}/hour")
             solved_kinds.add(kind)
     return found or ["no single change fits: consider a smaller model"]
+
+
+# --------------------------------------------------------------------------------------------
+# A review: the plan, what binds it, and how its cost moves (`planner report`)
+
+CONTEXT_SWEEP = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
+CONCURRENCY_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class Review:
+    result: SolveResult
+    context_costs: tuple[tuple[int, float | None], ...]  # (context, cheapest $/hour or None)
+    concurrency_costs: tuple[tuple[int, float | None], ...]
+    offers: tuple[Offer, ...]  # every offer of the chosen GPU type
+    binding: tuple[str, ...]
+    catalog_counts: dict[str, int]
+
+
+def _cheapest_with(scenario: Scenario, catalog: Catalog, **workload: Any) -> float | None:
+    variant = scenario.model_copy(update={
+        "workload": scenario.workload.model_copy(update={k: (v,) for k, v in workload.items()}),
+        "solver": scenario.solver.model_copy(update={"top": 0})})
+    best = solve_scenario(variant, catalog).best
+    return best.usd_per_hour if best else None
+
+
+def binding_constraints(result: SolveResult, scenario: Scenario) -> tuple[str, ...]:
+    """What stops the plan from being cheaper, in the words of the scenario's keys."""
+    best = result.best
+    if best is None:
+        return (result.infeasible.reason,) if result.infeasible else ()
+    out = []
+    card = best.memory.gpu.memory_bytes if best.memory.gpu else 0
+    used = 1 - best.headroom_bytes / card if card else 0
+    out.append(f"memory: the fullest GPU is {used:.0%} full ({format_bytes(best.headroom_bytes)} headroom)")
+    for rejected in result.rejected_cheaper[:3]:
+        out.append(f"memory rules out {rejected.tp * rejected.pp} x {rejected.gpu} at ${rejected.usd_per_hour:,.2f}/hour "
+                   f"(needs {format_bytes(rejected.needed_bytes)} per GPU)")
+    if best.gpus_per_replica == scenario.search.max_gpus_per_replica:
+        out.append(f"search.max_gpus_per_replica: the plan uses all {best.gpus_per_replica} GPUs allowed")
+    if best.context == scenario.workload.context[0] and len(scenario.workload.context) > 1:
+        out.append(f"workload.context: only the minimum ({best.context:,}) fits at this cost")
+    out.append(f"search.quality_floor: {scenario.search.quality_floor} (plan uses {best.precision}, {best.memory.quality})")
+    if best.idle_gpus:
+        out.append(f"rentable shapes: {best.idle_gpus} GPU(s) of the rented instances sit idle")
+    return tuple(out)
+
+
+def review_scenario(scenario: Scenario, catalog: Catalog) -> Review:
+    result = solve_scenario(scenario, catalog)
+    contexts = sorted(set(CONTEXT_SWEEP) | set(scenario.workload.context))
+    concurrencies = sorted(set(CONCURRENCY_SWEEP) | set(scenario.workload.concurrency))
+    limit_context = max(scenario.workload.context)
+    return Review(
+        result=result,
+        context_costs=tuple((c, _cheapest_with(scenario, catalog, context=c, concurrency=scenario.workload.concurrency[0]))
+                            for c in contexts),
+        concurrency_costs=tuple((n, _cheapest_with(scenario, catalog, context=limit_context, concurrency=n))
+                                for n in concurrencies),
+        offers=tuple(o for o in catalog.offers if result.best and o.gpu == result.best.gpu),
+        binding=binding_constraints(result, scenario),
+        catalog_counts={"gpus": len(catalog.gpus), "models": len(catalog.models),
+                        "precisions": len(catalog.precisions), "offers": len(catalog.offers)},
+    )
