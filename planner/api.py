@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.catalog import Catalog, load_catalog, resolve_model
+from planner.catalog import Catalog, load_catalog
 from planner.errors import PlannerInputError
+from planner.sources import resolve_model
 from planner.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.units import parse_count, parse_size
 

@@ -110,6 +110,8 @@ class Architecture:
     quantization_config: dict[str, Any] | None = field(default=None, compare=False)  # a dict: kept out of hash/eq
     exact: bool = True
     declared_params: int | None = None
+    stored_bytes: int | None = None  # exact bytes of the weights files (safetensors / GGUF), when read
+    stored_precision: str | None = None  # the catalog precision those files are stored in, when known
     max_position_embeddings: int | None = None
 
     @property
@@ -767,7 +769,8 @@ def size_only_architecture_from_config(data: dict[str, Any], name: str, params: 
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
         vocab_size=c.int("vocab_size", default=0, minimum=0), layers=tuple(Layer(a) for a in attention),
-        torch_dtype=c.str("torch_dtype") or c.str("dtype"), exact=False, declared_params=params,
+        torch_dtype=c.str("torch_dtype") or c.str("dtype") or _Config(data, name).str("torch_dtype"),
+        quantization_config=data.get("quantization_config"), exact=False, declared_params=params,
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
 

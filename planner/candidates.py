@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from planner.architecture import Architecture
-from planner.catalog import Catalog, Gpu, Offer, Precision, resolve_model
+from planner.catalog import Catalog, Gpu, Offer, Precision
 from planner.errors import PlannerInputError
+from planner.sources import resolve_model
 from planner.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.precision import resolve_kv_dtype, resolve_precision
 from planner.scenario import Scenario, model_reference, quality_at_least

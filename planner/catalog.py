@@ -7,7 +7,7 @@ repository), so planner works offline from any directory.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -16,14 +16,6 @@ from typing import Any, Generic, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from planner.architecture import (
-    Architecture,
-    UnsupportedArchitecture,
-    architecture_from_config,
-    architecture_from_size,
-    load_config_file,
-    size_only_architecture_from_config,
-)
 from planner.errors import PlannerInputError
 from planner.units import MiB
 
@@ -271,46 +263,3 @@ def load_catalog(directory: str | None = None) -> Catalog:
         engines=_records(base / "engines.yaml", "engines", Engine, "engine"),
         offers=_offers(base / "prices.yaml", gpus),
     )
-
-
-# --------------------------------------------------------------------------------------------
-# MODEL argument -> Architecture
-
-
-def resolve_model(catalog: Catalog, model: str | None, params: int | None = None, layers: int | None = None,
-                  kv_heads: int | None = None, head_dim: int | None = None,
-                  heads: int | None = None) -> Architecture:
-    """A catalog name or HF id, a config.json path (file or directory), or a size-only model from flags.
-
-    --params next to a model keeps the model's cache shape but takes the weight count from --params
-    (the way to size an architecture planner cannot count tensor by tensor).
-    """
-    shape_flags = {"--layers": layers, "--kv-heads": kv_heads, "--head-dim": head_dim}
-    if model is None:
-        if params is None:
-            raise PlannerInputError("model: give a catalog name, a config.json path, or --params with --layers --kv-heads --head-dim")
-        missing = [flag for flag, value in shape_flags.items() if value is None]
-        if missing:
-            raise PlannerInputError(f"{', '.join(missing)}: needed with --params to size the KV cache (e.g. --layers 32 --kv-heads 8 --head-dim 128)")
-        return architecture_from_size(params, layers, kv_heads, head_dim, heads)  # type: ignore[arg-type]
-    given = [flag for flag, value in shape_flags.items() if value is not None]
-    if given:
-        raise PlannerInputError(f"{', '.join(given)}: only for a model given by --params alone; the model's config already sets them")
-    path = Path(model).expanduser()
-    if path.exists():
-        config = load_config_file(path)
-        name = (path.name if path.is_dir() else path.parent.name if path.name == "config.json" else path.stem) or model
-    elif model.endswith(".json"):
-        raise PlannerInputError(f"model: no file {model!r}; give a path to config.json or a catalog name")
-    else:
-        record = catalog.models.get(model)
-        config, name = record.config, record.name
-    try:
-        arch = architecture_from_config(config, name)
-    except UnsupportedArchitecture:
-        if params is None:
-            raise
-        return size_only_architecture_from_config(config, name, params)
-    if params is not None:
-        return replace(arch, exact=False, declared_params=params)
-    return arch

@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from planner import api
 from planner.catalog import load_catalog
@@ -164,6 +165,7 @@ def compare(
 def report(
     scenario: str = typer.Argument(..., help="A scenario YAML file."),
     output: str = typer.Option(..., "--output", "-o", help="report.html (a self-contained page) or report.md."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
     from planner.scenario import load_scenario
@@ -173,7 +175,13 @@ def report(
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
     loaded = load_scenario(scenario)
-    review = review_scenario(loaded, load_catalog())
+    if quiet:
+        review = review_scenario(loaded, load_catalog())
+    else:
+        with Progress(TextColumn("solving the plan and its cost curves"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("report", total=None)
+            review = review_scenario(loaded, load_catalog(), lambda done, total: bar.update(task, completed=done, total=total))
     text = Path(scenario).read_text(encoding="utf-8")
     write_atomically(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
     typer.echo(f"wrote {output}")

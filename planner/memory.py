@@ -261,7 +261,9 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
     reserve = engine.runtime_reserve_bytes
 
     stages = pipeline_stages(arch.num_layers, req.pp)
-    size_only_weights = ceil(Fraction(arch.declared_params or 0) * Fraction(str(precision.seed_bits)) / 8)
+    as_stored = arch.stored_bytes is not None and (req.precision is None or req.precision.lower() == "auto")
+    size_only_weights = (arch.stored_bytes if as_stored else
+                         ceil(Fraction(arch.declared_params or 0) * Fraction(str(precision.seed_bits)) / 8))
 
     ranks: list[RankMemory] = []
     for stage, layers in enumerate(stages):

@@ -124,7 +124,9 @@ def precision_from_checkpoint(arch: Architecture) -> str:
 
 def resolve_precision(catalog: Catalog, arch: Architecture, requested: str | None) -> Precision:
     if requested is None or requested.lower() == "auto":
-        if not arch.exact:
+        if arch.stored_precision:
+            return catalog.precisions.get(arch.stored_precision)
+        if not arch.exact and arch.quantization_config is None and arch.torch_dtype is None:
             return catalog.precisions.get("fp16")
         return catalog.precisions.get(precision_from_checkpoint(arch))
     precision = catalog.precisions.get(requested)

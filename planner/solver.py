@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from ortools.sat.python import cp_model
 
@@ -389,16 +389,28 @@ def binding_constraints(result: SolveResult, scenario: Scenario) -> tuple[str, .
     return tuple(out)
 
 
-def review_scenario(scenario: Scenario, catalog: Catalog) -> Review:
-    result = solve_scenario(scenario, catalog)
+def review_scenario(scenario: Scenario, catalog: Catalog,
+                    progress: Callable[[int, int], None] | None = None) -> Review:
+    """The plan plus one re-solve per point of each cost curve; `progress(done, total)` after each solve."""
     contexts = sorted(set(CONTEXT_SWEEP) | set(scenario.workload.context))
     concurrencies = sorted(set(CONCURRENCY_SWEEP) | set(scenario.workload.concurrency))
+    total, done = 1 + len(contexts) + len(concurrencies), 0
+
+    def step(value):
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total)
+        return value
+
+    result = step(solve_scenario(scenario, catalog))
     limit_context = max(scenario.workload.context)
     return Review(
         result=result,
-        context_costs=tuple((c, _cheapest_with(scenario, catalog, context=c, concurrency=scenario.workload.concurrency[0]))
+        context_costs=tuple((c, step(_cheapest_with(scenario, catalog, context=c,
+                                                    concurrency=scenario.workload.concurrency[0])))
                             for c in contexts),
-        concurrency_costs=tuple((n, _cheapest_with(scenario, catalog, context=limit_context, concurrency=n))
+        concurrency_costs=tuple((n, step(_cheapest_with(scenario, catalog, context=limit_context, concurrency=n)))
                                 for n in concurrencies),
         offers=tuple(o for o in catalog.offers if result.best and o.gpu == result.best.gpu),
         binding=binding_constraints(result, scenario),

@@ -29,7 +29,7 @@ def scenario(**overrides):
 
 def brute_force_cheapest(s) -> float | None:
     """Every GPU x split x precision x KV x context x concurrency x offer, re-derived from the estimator."""
-    from planner.catalog import resolve_model
+    from planner.sources import resolve_model
 
     arch = resolve_model(CATALOG, s.model)
     gpus = [CATALOG.gpus.get(g) for g in s.search.gpus]

@@ -1,0 +1,133 @@
+"""Where a model comes from: the MODEL argument -> Architecture.
+
+A catalog name or the Hugging Face id it lists; a config.json (or a folder holding one, with its
+*.safetensors when present); a .gguf file; a Hugging Face repo id fetched from the Hub (config.json
+and safetensors metadata only, cached, HF_HUB_OFFLINE respected); or a size given by flags.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from planner.architecture import (
+    Architecture,
+    UnsupportedArchitecture,
+    architecture_from_config,
+    architecture_from_size,
+    load_config_file,
+    size_only_architecture_from_config,
+)
+from planner.catalog import Catalog
+from planner.checkpoint import (
+    SAFETENSORS_BITS,
+    StoredWeights,
+    architecture_from_gguf,
+    find_safetensors,
+    gguf_file_type_name,
+    read_gguf,
+    safetensors_weights,
+)
+from planner.errors import PlannerInputError
+
+
+def resolve_model(catalog: Catalog, model: str | None, params: int | None = None, layers: int | None = None,
+                  kv_heads: int | None = None, head_dim: int | None = None,
+                  heads: int | None = None) -> Architecture:
+    """--params next to a model keeps the model's cache shape but takes the weight count from --params
+    (the way to size an architecture planner cannot count tensor by tensor)."""
+    shape_flags = {"--layers": layers, "--kv-heads": kv_heads, "--head-dim": head_dim}
+    if model is None:
+        if params is None:
+            raise PlannerInputError("model: give a catalog name, a config.json path, or --params with --layers --kv-heads --head-dim")
+        missing = [flag for flag, value in shape_flags.items() if value is None]
+        if missing:
+            raise PlannerInputError(f"{', '.join(missing)}: needed with --params to size the KV cache (e.g. --layers 32 --kv-heads 8 --head-dim 128)")
+        return architecture_from_size(params, layers, kv_heads, head_dim, heads)  # type: ignore[arg-type]
+    given = [flag for flag, value in shape_flags.items() if value is not None]
+    if given:
+        raise PlannerInputError(f"{', '.join(given)}: only for a model given by --params alone; the model's config already sets them")
+
+    path = Path(model).expanduser()
+    stored: StoredWeights | None = None
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise PlannerInputError(f"model: no file {model!r}")
+        gguf = read_gguf(path)
+        arch = architecture_from_gguf(gguf, path.stem, _catalog_precision(catalog, gguf_file_type_name(gguf.file_type)))
+        return replace(arch, exact=False, declared_params=params, stored_bytes=None) if params else arch
+    if path.exists():
+        folder = path if path.is_dir() else path.parent
+        config = load_config_file(path)
+        name = (path.name if path.is_dir() else folder.name if path.name == "config.json" else path.stem) or model
+        shards = find_safetensors(folder)
+        stored = safetensors_weights(shards) if shards else None
+    elif model.endswith(".json"):
+        raise PlannerInputError(f"model: no file {model!r}; give a path to config.json or a catalog name")
+    elif _in_catalog(catalog, model) or "/" not in model:
+        record = catalog.models.get(model)
+        config, name = record.config, record.name
+    else:
+        config, stored = fetch_from_hub(model)
+        name = model
+    try:
+        arch = architecture_from_config(config, name)
+    except UnsupportedArchitecture:
+        if params is None and stored is None:
+            raise
+        arch = size_only_architecture_from_config(config, name, params or stored.elements)  # type: ignore[union-attr]
+        if params is None and stored is not None:
+            return replace(arch, stored_bytes=stored.total_bytes)
+        return arch
+    if params is not None:
+        return replace(arch, exact=False, declared_params=params)
+    return arch
+
+
+def _in_catalog(catalog: Catalog, model: str) -> bool:
+    try:
+        catalog.models.get(model)
+        return True
+    except PlannerInputError:
+        return False
+
+
+def _catalog_precision(catalog: Catalog, name: str | None) -> str | None:
+    if name is None:
+        return None
+    try:
+        return catalog.precisions.get(name).name
+    except PlannerInputError:
+        return None
+
+
+def fetch_from_hub(repo_id: str) -> tuple[dict, StoredWeights | None]:
+    """config.json and the safetensors metadata of a Hub repo: no weights are downloaded."""
+    try:
+        from huggingface_hub import get_safetensors_metadata, hf_hub_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    except ImportError:
+        raise PlannerInputError(f"unknown model {repo_id!r}: not in the catalog; to read it from the Hugging Face Hub "
+                                "pip install huggingface_hub, or give a path to its config.json") from None
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        config_path = hf_hub_download(repo_id, "config.json")
+    except LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE is set" if offline else "the Hub cannot be reached"
+        raise PlannerInputError(f"model {repo_id!r}: {why} and its config.json is not in the local cache; "
+                                "go online once, or give a path to config.json") from None
+    except HfHubHTTPError as exc:
+        raise PlannerInputError(f"model {repo_id!r}: the Hub refused config.json ({exc.__class__.__name__}); "
+                                "check the repo id, or log in for a gated model") from None
+    config = load_config_file(config_path)
+    stored = None
+    if not offline:
+        try:
+            counts = get_safetensors_metadata(repo_id).parameter_count  # elements per stored dtype
+            by_dtype = {dtype: n * SAFETENSORS_BITS[dtype] // 8 for dtype, n in counts.items() if dtype in SAFETENSORS_BITS}
+            if counts and len(by_dtype) == len(counts):
+                stored = StoredWeights(("hub safetensors metadata",), sum(by_dtype.values()), sum(counts.values()), by_dtype)
+        except Exception:  # safetensors metadata is optional: the config alone still counts the model
+            stored = None
+    return config, stored
