@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,35 @@ from planner.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
+    from planner.engines import EngineBudget, EngineSettings
+    from planner.fit import EngineFit
     from planner.solver import SolveResult
+
+
+@dataclass(frozen=True)
+class EngineEstimate:
+    """The estimator's breakdown plus what one engine would actually hand to the KV cache on that GPU."""
+
+    memory: MemoryEstimate
+    engine: EngineBudget
+
+    def to_dict(self) -> dict[str, Any]:
+        """The estimate JSON with an "engine" section; "gpu.fits" is the engine's verdict."""
+        data = self.memory.to_dict()
+        e = self.engine
+        data["engine"] = {
+            "name": e.name, "release": e.release, "gpu_memory_utilization": e.gpu_memory_utilization,
+            "budget_bytes": e.budget_bytes, "weights_bytes": e.weights_bytes, "activation_bytes": e.activation_bytes,
+            "non_torch_bytes": e.non_torch_bytes, "cuda_graph_bytes": e.cuda_graph_bytes,
+            "kv_pool_bytes": e.kv_pool_bytes, "kv_cache_capacity_tokens": e.kv_cache_capacity_tokens,
+            "max_concurrency": e.max_concurrency, "fits": e.fits, "max_context_that_fits": e.max_context_that_fits,
+            "message": e.message, "warnings": list(e.warnings), "host_bytes": e.host_bytes,
+            "gpu_layers": e.gpu_layers, "total_layers": e.total_layers,
+            "per_rank": [asdict(r) for r in e.per_rank],
+        }
+        if data["gpu"] is not None:
+            data["gpu"]["fits"] = e.fits
+        return data
 
 
 def gpu_target(catalog: Catalog, gpu: str | None, gpu_memory: str | None) -> GpuTarget | None:
@@ -44,6 +73,42 @@ def estimate(model: str | None = None, *, context: int = 8192, batch: int = 1, t
     request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
                       overhead_fraction=overhead)
     return estimate_memory(arch, request, catalog, gpu_target(catalog, gpu, gpu_memory))
+
+
+def engine_estimate(model: str | None, settings: EngineSettings, *, context: int = 8192, batch: int = 1,
+                    tp: int = 1, pp: int = 1, precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None,
+                    gpu_memory: str | None = None, params: int | str | None = None, layers: int | None = None,
+                    kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
+                    catalog: Catalog | None = None) -> EngineEstimate:
+    """`estimate` plus the KV pool an engine (vLLM, SGLang, llama.cpp) would get on the card."""
+    from planner.engines import engine_budget
+
+    catalog = catalog or load_catalog()
+    target = gpu_target(catalog, gpu, gpu_memory)
+    if target is None:
+        raise PlannerInputError(f"--engine {settings.name}: an engine sizes its pool from the card; give --gpu or --gpu-memory")
+    count = parse_count(str(params), "--params") if params is not None else None
+    arch = resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads)
+    request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
+    memory = estimate_memory(arch, request, catalog, target)
+    return EngineEstimate(memory, engine_budget(arch, request, settings, target, catalog))
+
+
+def fit(model: str | None, settings: EngineSettings, *, gpu: str | None = None, gpu_memory: str | None = None,
+        gpus: int | None = None, context: int = 8192, batch: int = 1, precision: str = "auto",
+        kv_dtype: str = "auto", engines: tuple[str, ...] | None = None, params: int | str | None = None,
+        catalog: Catalog | None = None) -> tuple[EngineFit, ...]:
+    """Solving backwards, per engine: the largest context, the most sequences, the fewest GPUs."""
+    from planner.fit import fit_engines
+
+    catalog = catalog or load_catalog()
+    target = gpu_target(catalog, gpu, gpu_memory)
+    if target is None:
+        raise PlannerInputError("--gpu: give the card to fit on (--gpu NAME or --gpu-memory SIZE)")
+    count = parse_count(str(params), "--params") if params is not None else None
+    arch = resolve_model(catalog, model, count)
+    request = Request(context=context, batch=batch, precision=precision, kv_dtype=kv_dtype)
+    return fit_engines(arch, request, settings, target, catalog, gpus, engines or (settings.name,))
 
 
 def solve(scenario: str | Path | dict[str, Any], *, time_limit_s: float | None = None, top: int | None = None,

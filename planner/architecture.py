@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from math import prod
+from math import isfinite, prod
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +25,15 @@ Role = Literal["embedding", "lm_head", "linear", "expert", "router", "norm", "bi
 # vocab = embedding rows split, replicated = whole on every rank.
 Split = Literal["column", "row", "kv", "vocab", "replicated"]
 LayerKind = Literal["full", "sliding", "mla", "linear", "mamba"]
+
+
+# Bounds on config.json numbers: a value past them is damage or a typo, and would otherwise hang (a
+# billion layers built one by one) or overflow (float arithmetic on astronomic sizes).
+MAX_LAYERS = 1024  # the deepest published LLMs have under 200 decoder layers
+MAX_HEADS = 65_536  # the widest have 128 attention heads; --tp advice lists the divisors of this count
+MAX_CONFIG_NUMBER = 2**31 - 1  # transformers configs hold dimensions and counts that fit an int32
+_KEY_MAXIMUM = {"num_hidden_layers": MAX_LAYERS, "num_nextn_predict_layers": MAX_LAYERS,
+                "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS}
 
 
 class UnsupportedArchitecture(PlannerInputError):
@@ -76,6 +85,9 @@ class Layer:
     def params(self) -> int:
         return sum(t.numel for t in self.tensors)
 
+    def __hash__(self) -> int:
+        return _cached_hash(self, lambda: hash((self.attention, self.tensors, self.is_moe)))
+
 
 @dataclass(frozen=True)
 class MoE:
@@ -118,6 +130,10 @@ class Architecture:
     def num_layers(self) -> int:
         return len(self.layers)
 
+    def __hash__(self) -> int:
+        return _cached_hash(self, lambda: hash((self.name, self.model_type, self.layers, self.embedding, self.head,
+                                                self.multimodal, self.exact, self.declared_params, self.stored_bytes)))
+
     @cached_property
     def language_params(self) -> int:
         if not self.exact:
@@ -143,6 +159,15 @@ class Architecture:
         return {layer.attention.kind for layer in self.layers}
 
 
+def _cached_hash(obj: object, compute) -> int:
+    """Hash a large frozen record once: the estimator's caches look architectures up many times per solve."""
+    cached = obj.__dict__.get("_hash")
+    if cached is None:
+        cached = compute()
+        object.__setattr__(obj, "_hash", cached)
+    return cached
+
+
 def _numel(tensors: tuple[Tensor, ...]) -> int:
     return sum(t.numel for t in tensors)
 
@@ -160,7 +185,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise PlannerInputError(f"model: no config.json at {str(p)!r}; give a catalog name or a path to config.json")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise PlannerInputError(f"model: cannot read {str(p)!r} ({exc.strerror}); check the path") from None
+    except (ValueError, RecursionError) as exc:  # also bad UTF-8, a number past the int digit limit, deep nesting
         raise PlannerInputError(f"model: {str(p)!r} is not valid JSON ({exc.__class__.__name__}: {exc}); fix the file") from None
     if not isinstance(data, dict):
         raise PlannerInputError(f"model: {str(p)!r} must hold a JSON object, as config.json does")
@@ -183,10 +210,15 @@ class _Config:
             if default is not None:
                 return default
             raise PlannerInputError(f"{self.where}: missing key {key!r}; add it from the model's config.json")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (isinstance(value, float) and not isfinite(value)) or int(value) != value):
             raise PlannerInputError(f"{self.where}: {key!r} must be a whole number, got {value!r}")
         if value < minimum:
             raise PlannerInputError(f"{self.where}: {key!r} must be at least {minimum}, got {value!r}")
+        maximum = _KEY_MAXIMUM.get(key, MAX_CONFIG_NUMBER)
+        if value > maximum:
+            raise PlannerInputError(f"{self.where}: {key!r} is {value!r}, beyond any real model (at most {maximum:,}); "
+                                    "fix the config")
         return int(value)
 
     def opt_int(self, key: str, minimum: int = 1) -> int | None:
@@ -207,6 +239,13 @@ class _Config:
         if not isinstance(value, list):
             raise PlannerInputError(f"{self.where}: {key!r} must be a list, got {value!r}")
         return value
+
+    def int_list(self, key: str) -> list[int] | None:
+        """A list of whole numbers: layer indexes, or one flag per layer."""
+        values = self.list(key)
+        if values is not None and any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+            raise PlannerInputError(f"{self.where}: {key!r} must list whole numbers (layer indexes or flags)")
+        return values
 
     def str(self, key: str) -> str | None:
         value = self.data.get(key)
@@ -336,6 +375,9 @@ def _layer_kinds(c: _Config, model_type: str, num_layers: int) -> list[tuple[Lay
             raise PlannerInputError(f"{c.where}: 'layer_types' has {len(layer_types)} entries for {num_layers} layers")
         kinds: list[tuple[LayerKind, int | None]] = []
         for i, layer_type in enumerate(layer_types):
+            if not isinstance(layer_type, str):
+                raise PlannerInputError(f"{c.where}: layer_types[{i}] must be a string such as 'full_attention', "
+                                        f"got {layer_type!r}")
             kind = _SLIDING_TYPES.get(layer_type)
             if kind is None:
                 raise UnsupportedArchitecture(f"{c.where}: layer_types[{i}] = {layer_type!r} is not a layer kind planner knows")
@@ -534,7 +576,9 @@ def _sparse_decoder(c: _Config, model_type: str, name: str) -> Architecture:
     if model_type == "llama4_text" and c.list("layer_types") is None and "attention_chunk_size" in c:
         # Llama 4: rope layers use chunked local attention, every no_rope_layer_interval-th is global NoPE
         interval = c.int("no_rope_layer_interval", default=4)
-        rope = c.list("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
+        rope = c.int_list("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
+        if len(rope) < num_layers:
+            raise PlannerInputError(f"{c.where}: 'no_rope_layers' has {len(rope)} entries for {num_layers} layers")
         chunk = c.int("attention_chunk_size")
         attention = [Attention("sliding", kv_heads, head_dim, head_dim, chunk) if rope[i] else a
                      for i, a in enumerate(attention)]
@@ -569,11 +613,11 @@ def _moe_layer_indices(c: _Config, model_type: str, num_layers: int) -> set[int]
     if model_type in ("qwen2_moe", "qwen3_moe"):
         # transformers Qwen2MoeDecoderLayer: sparse unless listed in mlp_only_layers, every decoder_sparse_step-th
         step = c.int("decoder_sparse_step", default=1)
-        dense = set(c.list("mlp_only_layers") or [])
+        dense = set(c.int_list("mlp_only_layers") or [])
         return {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
     if model_type == "llama4_text":
-        if c.list("moe_layers") is not None:
-            return set(c.list("moe_layers") or [])
+        if c.int_list("moe_layers") is not None:
+            return set(c.int_list("moe_layers") or [])
         step = c.int("interleave_moe_layer_step", default=1)
         return set(range(step - 1, num_layers, step))
     return set(range(num_layers))
@@ -660,8 +704,10 @@ _FAMILIES = {
 
 def _multimodal_tensors(outer: _Config, text_hidden: int, name: str) -> tuple[Tensor, ...]:
     vision_data = outer.data.get("vision_config")
-    if not isinstance(vision_data, dict):
+    if vision_data is None:
         return ()
+    if not isinstance(vision_data, dict):
+        raise PlannerInputError(f"{name} config: 'vision_config' must be an object")
     v = _Config(vision_data, f"{name} config vision_config")
     vision_type = v.str("model_type")
     v.data = {**_CONFIG_CLASS_DEFAULTS.get(vision_type or "", {}), **v.data}
@@ -781,6 +827,8 @@ def architecture_from_size(params: int, layers: int, kv_heads: int, head_dim: in
     for label, value in (("--params", params), ("--layers", layers), ("--kv-heads", kv_heads), ("--head-dim", head_dim)):
         if value is None or value <= 0:
             raise PlannerInputError(f"{label}: must be a positive number (got {value})")
+    if layers > MAX_LAYERS:
+        raise PlannerInputError(f"--layers: {layers:,} is beyond any real model (at most {MAX_LAYERS:,})")
     heads = attention_heads or kv_heads
     if heads % kv_heads:
         raise PlannerInputError(f"--heads: {heads} attention heads must be a multiple of --kv-heads {kv_heads}")

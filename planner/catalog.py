@@ -195,7 +195,7 @@ def catalog_dir() -> Path:
         return Path(__file__).resolve().parent.parent / "catalogs"
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -214,7 +214,7 @@ def _label(row: Any, index: int) -> Any:
     return row.get("name", index) if isinstance(row, dict) else index
 
 
-def _validate(record_type: type[M], row: Any, where: str) -> M:
+def validate_record(record_type: type[M], row: Any, where: str) -> M:
     """Validate one row; the first problem becomes a one-line error naming the key path."""
     try:
         return record_type.model_validate(row)
@@ -225,11 +225,11 @@ def _validate(record_type: type[M], row: Any, where: str) -> M:
 
 
 def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[R]:
-    data = _read_yaml(path)
+    data = read_yaml(path)
     rows = data.get(key)
     if not isinstance(rows, list):
         raise PlannerInputError(f"catalog {path.name}: missing the list {key!r}")
-    records = [_validate(record_type, row, f"catalog {path.name}: {key}[{_label(row, i)}]") for i, row in enumerate(rows)]
+    records = [validate_record(record_type, row, f"catalog {path.name}: {key}[{_label(row, i)}]") for i, row in enumerate(rows)]
     seen: dict[str, str] = {}
     for record in records:
         keys = [record.name, *record.aliases] + ([record.hf_id] if isinstance(record, Model) else [])
@@ -241,10 +241,10 @@ def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[
 
 
 def _offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:
-    rows = _read_yaml(path).get("prices")
+    rows = read_yaml(path).get("prices")
     if not isinstance(rows, list):
         raise PlannerInputError(f"catalog {path.name}: missing the list 'prices'")
-    offers = tuple(_validate(Offer, row, f"catalog {path.name}: prices[{i}]") for i, row in enumerate(rows))
+    offers = tuple(validate_record(Offer, row, f"catalog {path.name}: prices[{i}]") for i, row in enumerate(rows))
     for offer in offers:
         gpus.get(offer.gpu)  # every priced GPU must be in the GPU catalog
     return offers

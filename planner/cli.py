@@ -21,8 +21,11 @@ from planner.errors import PlannerInputError
 from planner.report import (
     COMPARE_TABLE_COLUMNS,
     catalog_rows,
+    engine_table,
     estimate_json,
     estimate_table,
+    fit_json,
+    fit_table,
     rows_csv,
     rows_table,
     compare_frame,
@@ -48,6 +51,13 @@ class ListFormat(str, Enum):
     table = "table"
     json = "json"
     csv = "csv"
+
+
+class EngineName(str, Enum):
+    simple = "simple"
+    vllm = "vllm"
+    sglang = "sglang"
+    llamacpp = "llamacpp"
 
 
 class PlanFormat(str, Enum):
@@ -87,9 +97,35 @@ def estimate(
     kv_heads: Optional[int] = typer.Option(None, "--kv-heads", help="With --params: KV heads per layer."),
     head_dim: Optional[int] = typer.Option(None, "--head-dim", help="With --params: dimension of one head."),
     heads: Optional[int] = typer.Option(None, "--heads", help="With --params: attention heads (for the --tp check)."),
+    engine: EngineName = typer.Option(EngineName.simple, "--engine", help="simple (the seed's margin) or an engine's own budget."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM (default 0.9)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="vLLM (default per GPU)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM (default per GPU)."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM KV block size (default 16)."),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM: no CUDA graphs."),
+    mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static", help="SGLang."),
+    n_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers", help="llama.cpp: layers on the GPUs (default: as many as fit)."),
+    cache_type: Optional[str] = typer.Option(None, "--cache-type", help="llama.cpp KV cache type: f16, q8_0, q4_0 ..."),
+    n_batch: Optional[int] = typer.Option(None, "--n-batch", help="llama.cpp logical batch."),
+    n_ubatch: Optional[int] = typer.Option(None, "--n-ubatch", help="llama.cpp physical batch."),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
+    if engine is not EngineName.simple:
+        from planner.engines import EngineSettings
+
+        settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
+                                  block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
+                                  n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type)
+        both = api.engine_estimate(model, settings, context=context, batch=batch, tp=tp, pp=pp, precision=precision,
+                                   kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
+                                   kv_heads=kv_heads, head_dim=head_dim, heads=heads)
+        if output_format is OutputFormat.json:
+            typer.echo(json.dumps(both.to_dict(), indent=2))
+        else:
+            estimate_table(both.memory, _console(), show_fit=False)
+            engine_table(both.engine, _console())
+        return
     result = api.estimate(model, context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
                           gpu=gpu, gpu_memory=gpu_memory, overhead=overhead, params=params, layers=layers,
                           kv_heads=kv_heads, head_dim=head_dim, heads=heads)
@@ -97,6 +133,32 @@ def estimate(
         typer.echo(estimate_json(result))
     else:
         estimate_table(result, _console())
+
+
+@app.command("fit")
+def fit_command(
+    model: Optional[str] = typer.Argument(None, help="Catalog name or HF id, or a config.json path."),
+    gpu: Optional[str] = typer.Option(None, help="The card (see `planner catalog gpus`)."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 81559MiB."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs to split over (default 1)."),
+    context: int = typer.Option(8192, help="Tokens per sequence for 'most sequences' and 'fewest GPUs'."),
+    batch: int = typer.Option(1, help="Sequences at once for 'fewest GPUs'."),
+    precision: str = typer.Option("auto", help="Weight precision."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype."),
+    engine: Optional[list[EngineName]] = typer.Option(None, "--engine", help="Engines to answer for (default: all four)."),
+    params: Optional[str] = typer.Option(None, help="Parameter count for an architecture planner cannot count."),
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+) -> None:
+    """Solving backwards, per engine: the largest context, the most sequences, the fewest GPUs that hold a load."""
+    from planner.engines import ENGINE_NAMES, EngineSettings
+
+    names = tuple(e.value for e in engine) if engine else ENGINE_NAMES
+    fits = api.fit(model, EngineSettings(names[0]), gpu=gpu, gpu_memory=gpu_memory, gpus=gpus, context=context,
+                   batch=batch, precision=precision, kv_dtype=kv_dtype, engines=names, params=params)
+    if output_format is OutputFormat.json:
+        typer.echo(fit_json(fits))
+    else:
+        fit_table(fits, context, batch, _console())
 
 
 @app.command()
@@ -230,6 +292,8 @@ def catalog_command(
 def write_atomically(path: str, text: str) -> None:
     """Write beside the target, then rename: a failure never leaves a half-written plan."""
     target = Path(path)
+    if target.is_dir():
+        raise PlannerInputError(f"--output: {path!r} is a folder; give a file name")
     if not target.parent.is_dir():
         raise PlannerInputError(f"--output: folder {str(target.parent)!r} does not exist")
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, delete=False,

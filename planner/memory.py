@@ -216,7 +216,7 @@ def _kv_heads(arch: Architecture) -> int:
     return max((layer.attention.kv_heads for layer in arch.layers), default=0)
 
 
-def _attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:
+def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:
     """Cache bytes one token adds to this layer on one TP rank."""
     if attention.kind == "mla":
         return attention.latent_dim * kv_bits // 8  # the latent is whole on every rank
@@ -234,7 +234,7 @@ def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: i
     growing = per_sequence = 0
     for layer in layers:
         a = layer.attention
-        per_token = _attention_bytes_per_token(a, tp, kv_bits)
+        per_token = attention_bytes_per_token(a, tp, kv_bits)
         if a.kind == "sliding":
             per_sequence += per_token * min(context, a.window or context)
         elif a.kind in ("linear", "mamba"):
@@ -286,7 +286,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
             ))
 
     growing_whole, _ = _layers_kv(arch.layers, 1, kv_bits, state_bits, req.context)
-    sliding_per_token = sum(_attention_bytes_per_token(layer.attention, 1, kv_bits)
+    sliding_per_token = sum(attention_bytes_per_token(layer.attention, 1, kv_bits)
                             for layer in arch.layers if layer.attention.kind == "sliding")
     weights_total = sum(r.weights_bytes for r in ranks)
     kv_total = sum(r.kv_cache_bytes for r in ranks)

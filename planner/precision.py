@@ -72,7 +72,9 @@ def weights_bytes(tensors: tuple[Tensor, ...] | list[Tensor], precision: Precisi
 def _compressed_tensors_precision(qc: dict[str, Any]) -> str | None:
     groups = qc.get("config_groups") or {}
     for group in groups.values() if isinstance(groups, dict) else []:
-        weights = (group or {}).get("weights") or {}
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(weights, dict):
+            continue  # not a scheme planner reads: the caller asks for --precision
         kind, bits = weights.get("type"), weights.get("num_bits")
         if kind == "float" and bits == 8:
             return "fp8"
@@ -88,6 +90,9 @@ def _compressed_tensors_precision(qc: dict[str, Any]) -> str | None:
 def precision_from_checkpoint(arch: Architecture) -> str:
     """The precision a checkpoint ships in: its quantization_config, else its torch_dtype."""
     qc = arch.quantization_config
+    if qc is not None and not isinstance(qc, dict):
+        raise PlannerInputError(f"{arch.name}: quantization_config must be an object, got {qc!r}; "
+                                "fix the config or pass --precision")
     if qc:
         method = str(qc.get("quant_method", "")).lower()
         name: str | None = None

@@ -17,6 +17,9 @@ from planner.memory import MemoryEstimate, RankMemory
 from planner.units import GiB, MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
+    from planner.engines import EngineBudget
+    from planner.fit import EngineFit
+    from planner.fleet import FleetPlan
     from planner.solver import PlanOption, Review, SolveResult
 
 
@@ -24,7 +27,8 @@ def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
     return [label, f"{n_bytes:,}", f"{gb(n_bytes):,.2f}", f"{gib(n_bytes):,.2f}", note]
 
 
-def estimate_table(est: MemoryEstimate, console: Console) -> None:
+def estimate_table(est: MemoryEstimate, console: Console, show_fit: bool = True) -> None:
+    """The breakdown; show_fit=False when an engine's own verdict follows (engine_table)."""
     gpus = est.tp * est.pp
     split = f" · tp {est.tp} x pp {est.pp} = {gpus} GPUs" if gpus > 1 else " · 1 GPU"
     console.print(f"[bold]{est.model}[/bold] · weights {est.precision} · KV {est.kv_dtype} · "
@@ -69,7 +73,7 @@ def estimate_table(est: MemoryEstimate, console: Console) -> None:
                         f"{gb(r.total_bytes):,.2f}", f"{gib(r.total_bytes):,.2f}")
         console.print(per)
 
-    if est.gpu is not None:
+    if est.gpu is not None and show_fit:
         fit = est.gpu
         verdict = "[green]fits[/green]" if fit.fits else "[red]does not fit[/red]"
         which = "the fullest GPU" if gpus > 1 else "it"
@@ -418,3 +422,154 @@ def review_markdown(review: Review, scenario_text: str) -> str:
     lines += [f"| {c:,} | {'no fit' if v is None else f'{v:,.2f}'} |" for c, v in review.concurrency_costs]
     lines += ["", "### Scenario", "", "```yaml", scenario_text.rstrip(), "```"]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Fleets (scenarios with traffic)
+
+
+def fleet_rows(plan: FleetPlan) -> list[dict[str, Any]]:
+    rows = []
+    for a in plan.assignments:
+        c, perf = a.config.candidate, a.config.performance
+        rows.append({"workload": a.workload, "bucket": a.bucket, "replicas": a.replicas, "gpu": c.gpu.name,
+                     "gpus_per_replica": c.gpus, "tp": c.tp, "pp": c.pp, "precision": c.precision,
+                     "kv_dtype": c.kv_dtype, "context": c.context, "concurrency": c.concurrency,
+                     "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "ttft_s": round(perf.ttft_s, 4),
+                     "tpot_s": round(perf.tpot_s, 5), "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
+                     "region": a.pool.offer.region, "market": a.pool.market,
+                     "headroom_bytes": a.memory.gpu.headroom_bytes if a.memory.gpu else None})
+    return rows
+
+
+def fleet_json(plan: FleetPlan) -> str:
+    data = {"status": plan.status, "gap": plan.gap, "solve_seconds": plan.solve_seconds,
+            "usd_per_hour": plan.usd_per_hour, "usd_per_million_output_tokens": plan.usd_per_million_output_tokens,
+            "assignments": fleet_rows(plan),
+            "pools": [{"provider": u.pool.offer.provider, "instance": u.pool.offer.instance, "region": u.pool.offer.region,
+                       "market": u.pool.market, "gpu": u.pool.offer.gpu, "instances": u.instances,
+                       "gpus_per_instance": u.pool.offer.gpus, "gpus_used": u.gpus_used, "usd_per_hour": u.usd_per_hour,
+                       "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source} for u in plan.pools],
+            "unmet": list(plan.unmet), "binding": list(plan.binding), "configurations": plan.configurations,
+            "variables": plan.variables}
+    return json.dumps(data, indent=2)
+
+
+def _fleet_status(plan: FleetPlan) -> str:
+    verdict = {"OPTIMAL": "OPTIMAL (proven cheapest)", "FEASIBLE": f"FEASIBLE (time limit; gap {plan.gap:.1%})"}.get(
+        plan.status, plan.status)
+    return (f"{verdict} in {plan.solve_seconds:.2f} s · {plan.configurations:,} serving configurations, "
+            f"{plan.variables:,} CP-SAT variables")
+
+
+def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
+    console.print(f"[bold]{name}[/bold] · fleet · {_fleet_status(plan)}")
+    if plan.usd_per_hour is None:
+        console.print("\n[bold red]No fleet serves all the traffic.[/bold red]")
+    else:
+        per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
+                 if plan.usd_per_million_output_tokens is not None else "")
+        console.print(f"\n[bold]Fleet: ${plan.usd_per_hour:,.2f}/hour[/bold]{per_m}")
+    table = Table(title="Replicas", show_header=True, header_style="bold")
+    for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "context x batch", "req/s each", "TTFT s",
+                "TPOT ms", "pool"):
+        table.add_column(col, justify="right" if col in ("req/s each", "TTFT s", "TPOT ms") else "left")
+    for a in plan.assignments:
+        c, perf = a.config.candidate, a.config.performance
+        table.add_row(a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
+                      f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {c.concurrency}",
+                      f"{a.config.capacity_rps:,.2f}", f"{perf.ttft_s:.3f}", f"{perf.tpot_s * 1000:.1f}", a.pool.label)
+    if plan.assignments:
+        console.print(table)
+    pools = Table(title="Rented", show_header=True, header_style="bold")
+    for col in ("pool", "instances", "GPUs used / paid", "$/hour", "price as of"):
+        pools.add_column(col)
+    for u in plan.pools:
+        pools.add_row(u.pool.label, str(u.instances), f"{u.gpus_used} / {u.instances * u.pool.offer.gpus}",
+                      f"{u.usd_per_hour:,.2f}", u.pool.offer.as_of)
+    if plan.pools:
+        console.print(pools)
+    for line in plan.unmet:
+        console.print(f"[red]unmet:[/red] {line}")
+    for line in plan.binding:
+        console.print(f"binding: {line}")
+    if plan.assignments:
+        console.print("every replica's configuration was re-checked by the estimator")
+
+
+def fleet_markdown(name: str, plan: FleetPlan) -> str:
+    lines = [f"## {name}: fleet", "", _fleet_status(plan), ""]
+    if plan.usd_per_hour is not None:
+        lines += [f"**Fleet: ${plan.usd_per_hour:,.2f}/hour**"
+                  + (f", ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
+                     if plan.usd_per_million_output_tokens is not None else ""), ""]
+    lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | context x batch | req/s each | pool |",
+              "|---|---|---|---|---|---|---|"]
+    for a in plan.assignments:
+        c = a.config.candidate
+        lines.append(f"| {a.workload} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
+                     f"| {c.context:,} x {c.concurrency} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
+    lines += [""] + [f"- unmet: {u}" for u in plan.unmet] + [f"- binding: {b}" for b in plan.binding]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Engine budgets and `planner fit`
+
+
+def engine_table(e: EngineBudget, console: Console) -> None:
+    """What the engine does with the card, per its own start-up arithmetic (the limiting rank)."""
+    console.print(f"\n[bold]{e.name}[/bold] ({e.release}) on this card, per GPU (the rank with the smallest pool):")
+    table = Table(show_header=True, header_style="bold")
+    for col, justify in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    label = f"budget ({e.gpu_memory_utilization:.2f} x memory)" if e.gpu_memory_utilization else "budget"
+    for name, value in ((label, e.budget_bytes), ("weights", e.weights_bytes), ("activation peak", e.activation_bytes),
+                        ("non-torch (CUDA context, NCCL)", e.non_torch_bytes), ("CUDA graphs", e.cuda_graph_bytes),
+                        ("KV pool", e.kv_pool_bytes)):
+        table.add_row(*_bytes_row(name, value)[:4])
+    console.print(table)
+    console.print(f"KV cache capacity {e.kv_cache_capacity_tokens:,} tokens · maximum concurrency for "
+                  f"{e.context:,} tokens per request: {e.max_concurrency:,.2f}x")
+    if e.host_bytes:
+        console.print(f"left in system RAM: {format_bytes(e.host_bytes)} ({e.gpu_layers} of {e.total_layers} layers on the GPUs)")
+    verdict = "[green]fits[/green]" if e.fits else "[red]does not fit[/red]"
+    console.print(f"{e.batch} request(s) of {e.context:,} tokens: {verdict}")
+    if e.message:
+        console.print(f"[red]{e.name} would say:[/red] {e.message}")
+    if e.max_context_that_fits is not None:
+        console.print(f"largest context one request fits: {e.max_context_that_fits:,} tokens")
+    for warning in e.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _fit_record(f: EngineFit) -> dict[str, Any]:
+    c, s, g = f.largest_context, f.most_sequences, f.fewest_gpus
+    return {"engine": f.engine,
+            "largest_context": {"tokens": c.context, "tp": c.split.tp, "pp": c.split.pp, "limit": c.limit},
+            "most_sequences": {"sequences": s.sequences, "context": s.context, "tp": s.split.tp, "pp": s.split.pp},
+            "fewest_gpus": {"gpus": g.split.gpus if g.split else None, "tp": g.split.tp if g.split else None,
+                            "pp": g.split.pp if g.split else None, "context": g.context, "batch": g.batch,
+                            "searched_up_to": g.max_gpus}}
+
+
+def fit_json(fits: tuple[EngineFit, ...]) -> str:
+    return json.dumps([_fit_record(f) for f in fits], indent=2)
+
+
+def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Console) -> None:
+    table = Table(show_header=True, header_style="bold")
+    for col in ("engine", "largest context (1 request)", f"most sequences of {context:,}", f"fewest GPUs for {batch} x {context:,}"):
+        table.add_column(col)
+    for f in fits:
+        r = _fit_record(f)
+        longest = r["largest_context"]
+        most = r["most_sequences"]
+        fewest = r["fewest_gpus"]
+        table.add_row(
+            f.engine,
+            f"{longest['tokens']:,} (tp {longest['tp']} x pp {longest['pp']})" if longest["tokens"] else "none fits",
+            f"{most['sequences']:,} (tp {most['tp']} x pp {most['pp']})",
+            f"{fewest['gpus']} (tp {fewest['tp']} x pp {fewest['pp']})" if fewest["gpus"]
+            else f"none up to {fewest['searched_up_to']}")
+    console.print(table)

@@ -8,13 +8,15 @@ catalogs when the scenario is resolved, so the message can suggest the closest n
 from __future__ import annotations
 
 import re
+import reprlib
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from planner.errors import PlannerInputError
+from planner.memory import MAX_BATCH, MAX_CONTEXT
 
 Quality = Literal["lossless", "near-lossless", "small loss", "noticeable loss"]
 QUALITY_ORDER: tuple[str, ...] = ("lossless", "near-lossless", "small loss", "noticeable loss")
@@ -22,25 +24,42 @@ Market = Literal["on-demand", "spot", "any"]
 
 _TOKENS_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
 MAX_SEARCH_VALUES = 64
+# The estimator's own bounds, checked here so the error names the scenario key, not a CLI flag.
+_LIMITS = {"context": MAX_CONTEXT, "concurrency": MAX_BATCH}
+
+# Echoes of a user's value stay short: a YAML alias bomb is small on disk but enormous when printed.
+_short = reprlib.Repr()
+_short.maxlevel, _short.maxlist, _short.maxdict, _short.maxstring, _short.maxlong, _short.maxother = 2, 4, 4, 40, 40, 40
 
 
-def parse_tokens(value: Any) -> int:
+def shown(value: Any) -> str:
+    return _short.repr(value)
+
+
+def parse_tokens(value: Any, limit: int = MAX_CONTEXT) -> int:
     """A token count: 8192, or '8K' / '128k' (K = 1024, as context lengths are quoted)."""
     if isinstance(value, bool):
         raise ValueError("must be a whole number of tokens, e.g. 8192 or 8K")
+    too_large = f"{shown(value)} is beyond any real deployment (limit {limit:,}); check the number"
     if isinstance(value, int):
         n = value
     elif isinstance(value, str) and (m := _TOKENS_RE.match(value)):
-        n = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2}[m.group(2).lower()]
+        digits, suffix = m.groups()
+        if len(digits) > len(str(limit)):  # past the limit, and perhaps past int()'s 4,300-digit limit too
+            raise ValueError(too_large)
+        n = int(digits) * {"": 1, "k": 1024, "m": 1024**2}[suffix.lower()]
     else:
-        raise ValueError(f"must be a whole number of tokens, e.g. 8192 or 8K (got {value!r})")
+        raise ValueError(f"must be a whole number of tokens, e.g. 8192 or 8K (got {shown(value)})")
     if n < 1:
-        raise ValueError(f"must be at least 1 (got {value!r})")
+        raise ValueError(f"must be at least 1 (got {shown(value)})")
+    if n > limit:
+        raise ValueError(too_large)
     return n
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # strict: `replicas: true` or `allow_emulated: "no"` is an error, not silently 1 or True
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class SearchRange(_Strict):
@@ -59,15 +78,15 @@ class SearchRange(_Strict):
         return sorted(values)
 
 
-def search_values(value: Any) -> tuple[int, ...]:
+def search_values(value: Any, limit: int = MAX_CONTEXT) -> tuple[int, ...]:
     """A fixed value (8192, "8K"), a list to try, or {min, max}: the sorted token counts to search."""
     if isinstance(value, dict):
         unknown = set(value) - {"min", "max"}
         if unknown:
-            raise ValueError(f"unknown key {sorted(unknown)[0]!r} in a range; a range has min and max")
+            raise ValueError(f"unknown key {shown(min(unknown, key=repr))} in a range; a range has min and max")
         if not {"min", "max"} <= set(value):
             raise ValueError("a range needs both min and max, e.g. {min: 8K, max: 32K}")
-        lo, hi = parse_tokens(value["min"]), parse_tokens(value["max"])
+        lo, hi = parse_tokens(value["min"], limit), parse_tokens(value["max"], limit)
         if hi < lo:
             raise ValueError(f"max ({hi}) must be at least min ({lo})")
         return tuple(SearchRange(min=lo, max=hi).values())
@@ -76,8 +95,8 @@ def search_values(value: Any) -> tuple[int, ...]:
             raise ValueError("must list at least one value")
         if len(value) > MAX_SEARCH_VALUES:
             raise ValueError(f"lists at most {MAX_SEARCH_VALUES} values")
-        return tuple(sorted({parse_tokens(v) for v in value}))
-    return (parse_tokens(value),)
+        return tuple(sorted({parse_tokens(v, limit) for v in value}))
+    return (parse_tokens(value, limit),)
 
 
 class Workload(_Strict):
@@ -87,15 +106,16 @@ class Workload(_Strict):
 
     @field_validator("context", "concurrency", mode="before")
     @classmethod
-    def _search(cls, value: Any) -> tuple[int, ...]:
-        return search_values(value)
+    def _search(cls, value: Any, info: ValidationInfo) -> tuple[int, ...]:
+        return search_values(value, _LIMITS[info.field_name])
 
 
 class Search(_Strict):
-    precisions: list[str] | None = None  # default: the catalog's serving precisions at or above quality_floor
+    # an empty list would search nothing: omit the key for the default instead
+    precisions: list[str] | None = Field(default=None, min_length=1)  # default: serving precisions at or above the floor
     quality_floor: Quality = "near-lossless"
-    kv_dtypes: list[str] = ["auto"]
-    gpus: list[str] | None = None  # default: every priced GPU
+    kv_dtypes: list[str] = Field(default=["auto"], min_length=1)
+    gpus: list[str] | None = Field(default=None, min_length=1)  # default: every priced GPU
     exclude_gpus: list[str] = []
     max_gpus_per_replica: int = Field(default=8, ge=1, le=1024)
     max_gpus_per_node: int | None = Field(default=None, ge=1, le=64)
@@ -108,9 +128,9 @@ class EngineSpec(_Strict):
 
 
 class Pricing(_Strict):
-    providers: list[str] | None = None
+    providers: list[str] | None = Field(default=None, min_length=1)
     market: Market = "on-demand"
-    regions: list[str] | None = None
+    regions: list[str] | None = Field(default=None, min_length=1)
 
 
 class SolverSpec(_Strict):
@@ -122,7 +142,7 @@ class Scenario(_Strict):
     name: str | None = None
     description: str | None = None
     model: str
-    params: int | str | None = None
+    params: int | float | str | None = None  # 70e9 reads as a float in YAML
     workload: Workload
     search: Search = Search()
     engine: EngineSpec = EngineSpec()
@@ -132,8 +152,21 @@ class Scenario(_Strict):
     # where the file was, so model paths resolve relative to it (not part of the YAML)
     base_dir: Path | None = Field(default=None, exclude=True)
 
+    @field_validator("name", "description", "model")
+    @classmethod
+    def _text(cls, value: str | None) -> str | None:
+        # a lone surrogate (YAML "\ud800") can be neither printed nor used as a path; no name or path holds NUL
+        if value is not None and ("\x00" in value or any("\ud800" <= c <= "\udfff" for c in value)):
+            raise ValueError("holds a character no name or path can: NUL or a lone surrogate such as \\ud800")
+        return value
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+
+# libyaml's parser when PyYAML has it: it refuses deep nesting at once, where the pure-Python scanner
+# spends quadratic time on a long run of "[" before Python's recursion limit stops it.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SAFE_LOADER):  # type: ignore[misc, valid-type]
     """The safe loader, refusing duplicate keys (the second would silently win)."""
 
 
@@ -160,7 +193,8 @@ def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = N
     except ValidationError as exc:
         # a misspelt key is the root cause of the "field required" error that comes with it
         first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-        path = ".".join(str(p) for p in first["loc"] if not str(p).startswith(("function-", "list[", "union[")))
+        path = ".".join(_printable(str(p)) for p in first["loc"]
+                        if not str(p).startswith(("function-", "list[", "union[")))
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "unknown key; check the spelling against the README's scenario schema"
@@ -168,22 +202,41 @@ def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = N
     return scenario.model_copy(update={"base_dir": base_dir})
 
 
+def _printable(text: str) -> str:
+    """Text as it may appear inside a one-line message: quoted and escaped if it holds a newline or the like."""
+    return text if text.isprintable() else repr(text)
+
+
 def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
+    label = f"scenario {_printable(p.name)}"
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise PlannerInputError(f"scenario: cannot read {str(p)!r} ({exc.strerror}); check the path") from None
     except UnicodeDecodeError:
-        raise PlannerInputError(f"scenario {p.name}: not UTF-8 text") from None
+        raise PlannerInputError(f"{label}: not UTF-8 text") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PlannerInputError(f"scenario {p.name}: invalid YAML{where}: {problem}") from None
-    return parse_scenario(data, f"scenario {p.name}", p.resolve().parent)
+        raise PlannerInputError(f"{label}: invalid YAML{where}: {_printable(problem)}") from None
+    except RecursionError:
+        raise PlannerInputError(f"{label}: invalid YAML: nested too deeply; a scenario needs a few levels") from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        # PyYAML's constructors fail this way on explicit tags with bad values (!!int nope, !!bool maybe,
+        # !!timestamp never) and on integers past Python's digit limit
+        raise PlannerInputError(f"{label}: invalid YAML: {exc.__class__.__name__}: {_printable(str(exc))}") from None
+    return parse_scenario(data, label, p.resolve().parent)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long to be a path is no path
+        return False
 
 
 def model_reference(scenario: Scenario) -> str:
@@ -192,7 +245,7 @@ def model_reference(scenario: Scenario) -> str:
     if scenario.base_dir is not None and (model.endswith(".json") or model.startswith(".")):
         candidate = (scenario.base_dir / model).resolve()
         return str(candidate)
-    if scenario.base_dir is not None and (scenario.base_dir / model).exists():
+    if scenario.base_dir is not None and _exists(scenario.base_dir / model):
         return str((scenario.base_dir / model).resolve())
     return model
 

@@ -7,7 +7,7 @@ appear at the edges (parsing user input, rendering output).
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from planner.errors import PlannerInputError
 
@@ -19,7 +19,21 @@ _SIZE_UNITS = {
     "kb": KB, "mb": MB, "gb": GB, "tb": TB,
     "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB,
 }
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+# One way to split the digits (not [0-9]*\.?[0-9]+, which backtracks quadratically on a long run of digits)
+_NUMBER = r"((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+_SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*([a-zA-Z]*)\s*$")
+# Far beyond any GPU or model: a larger figure is a typo (1e999 would overflow Decimal, and 9 x 5000
+# digits would become a 5000-digit "size").
+MAX_SIZE_BYTES = 10**18  # 1 EB
+MAX_COUNT = 10**15  # a quadrillion parameters
+
+
+def _scaled(number: str, factor: int, limit: int, refusal: str) -> int:
+    """number x factor in whole units, checked against `limit` before multiplying."""
+    value = Decimal(number)
+    if value > Decimal(limit) / factor:
+        raise PlannerInputError(refusal)
+    return int(value * factor)
 
 
 def parse_size(text: str, field: str = "size") -> int:
@@ -35,10 +49,8 @@ def parse_size(text: str, field: str = "size") -> int:
         raise PlannerInputError(
             f"{field}: unknown unit {unit!r} in {text!r}; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
         )
-    try:
-        value = int(Decimal(number) * factor)
-    except InvalidOperation:  # pragma: no cover - the regex only admits valid decimals
-        raise PlannerInputError(f"{field}: cannot read {text!r} as a size") from None
+    value = _scaled(number, factor, MAX_SIZE_BYTES,
+                    f"{field}: {text!r} is more memory than any GPU has (limit 1 EB); check the number")
     if value <= 0:
         raise PlannerInputError(f"{field}: {text!r} must be larger than zero")
     return value
@@ -66,7 +78,7 @@ def format_count(n: int) -> str:
 
 
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
-_COUNT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBtT]?)\s*$")
+_COUNT_RE = re.compile(rf"^\s*{_NUMBER}\s*([kKmMbBtT]?)\s*$")
 
 
 def parse_count(text: str, field: str = "count") -> int:
@@ -74,7 +86,8 @@ def parse_count(text: str, field: str = "count") -> int:
     match = _COUNT_RE.match(str(text))
     if not match:
         raise PlannerInputError(f"{field}: cannot read {text!r} as a count; write e.g. 8e9, 8B or 8030261248")
-    value = int(Decimal(match.group(1)) * _COUNT_SUFFIX[match.group(2).lower()])
+    value = _scaled(match.group(1), _COUNT_SUFFIX[match.group(2).lower()], MAX_COUNT,
+                    f"{field}: {text!r} is more than any model has (limit 1e15); check the number")
     if value <= 0:
         raise PlannerInputError(f"{field}: {text!r} must be larger than zero")
     return value

@@ -1,0 +1,182 @@
+"""What every engine profile shares: the settings, the budget it returns, and the model laid out per rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.architecture import Architecture, Layer
+from planner.catalog import Catalog, Gpu, Precision
+from planner.errors import PlannerInputError
+from planner.memory import GpuTarget, Request, attention_bytes_per_token, estimate_memory
+from planner.precision import resolve_kv_dtype, resolve_precision
+
+ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
+# llama.cpp --cache-type-k/-v names and ggml block layouts (ggml/src/ggml-common.h): bytes per block of values
+LLAMACPP_CACHE_TYPES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q5_1": (24, 32),
+                        "q5_0": (22, 32), "q4_1": (20, 32), "q4_0": (18, 32), "iq4_nl": (18, 32)}
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """An engine and its memory-related flags; None means the engine's own default."""
+
+    name: str = "vllm"  # simple | vllm | sglang | llamacpp
+    gpu_memory_utilization: float | None = None  # vLLM --gpu-memory-utilization
+    max_num_batched_tokens: int | None = None  # vLLM; SGLang --chunked-prefill-size
+    max_num_seqs: int | None = None  # vLLM; SGLang --cuda-graph-max-bs
+    block_size: int | None = None  # vLLM
+    enforce_eager: bool = False  # vLLM: no CUDA graphs; SGLang --disable-cuda-graph
+    disable_custom_all_reduce: bool = False  # vLLM; off by itself on PCIe-only cards
+    mem_fraction_static: float | None = None  # SGLang
+    n_batch: int | None = None  # llama.cpp
+    n_ubatch: int | None = None  # llama.cpp
+    n_gpu_layers: int | None = None  # llama.cpp; None = as many as fit (its --fit)
+    cache_type: str | None = None  # llama.cpp --cache-type-k/-v: f16, q8_0, q4_0 ...
+    flash_attn: bool | None = None  # llama.cpp; None = auto (on for CUDA)
+
+    def validate(self) -> None:
+        if self.name not in ENGINE_NAMES:
+            raise PlannerInputError(f"--engine: unknown engine {self.name!r}; use one of {', '.join(ENGINE_NAMES)}")
+        for flag, value in (("--gpu-memory-utilization", self.gpu_memory_utilization),
+                            ("--mem-fraction-static", self.mem_fraction_static)):
+            if value is not None and not 0 < value <= 1:
+                raise PlannerInputError(f"{flag}: {value} must be a fraction above 0 and at most 1 (0.9 = 90%)")
+        for flag, count in (("--max-num-batched-tokens", self.max_num_batched_tokens), ("--max-num-seqs", self.max_num_seqs),
+                            ("--block-size", self.block_size), ("--n-batch", self.n_batch), ("--n-ubatch", self.n_ubatch)):
+            if count is not None and count < 1:
+                raise PlannerInputError(f"{flag}: must be at least 1, got {count}")
+        if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
+            raise PlannerInputError(f"--n-gpu-layers: must be 0 or more, got {self.n_gpu_layers}")
+        if self.cache_type is not None and self.cache_type not in LLAMACPP_CACHE_TYPES:
+            raise PlannerInputError(f"--cache-type: {self.cache_type!r} is not a llama.cpp cache type; "
+                                    f"use one of {', '.join(LLAMACPP_CACHE_TYPES)}")
+
+
+@dataclass(frozen=True)
+class RankBudget:
+    """One GPU of the replica as the engine sizes it (bytes)."""
+
+    rank: int
+    pp_stage: int
+    layers: int
+    memory_bytes: int  # the card as CUDA reports it
+    budget_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    kv_pool_bytes: int  # what the engine hands to the KV cache on this GPU
+    kv_capacity_tokens: int
+
+
+@dataclass(frozen=True)
+class EngineBudget:
+    """Per rank; with TP/PP the figures are those of the rank whose pool limits the engine (the min)."""
+
+    name: str
+    release: str
+    gpu_memory_utilization: float | None
+    budget_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    kv_pool_bytes: int  # llama.cpp: its whole cache on the GPUs (it is sized for n_ctx, not a pool)
+    kv_cache_capacity_tokens: int  # "GPU KV cache size: N tokens"; SGLang max_total_num_tokens; llama.cpp n_ctx cells
+    max_concurrency: float  # sequences of `context` tokens the pool holds at once
+    fits: bool  # one sequence of `context` tokens fits, and `batch` of them at once
+    max_context_that_fits: int | None  # set when one sequence of `context` does not fit
+    message: str | None  # how the engine would say it does not fit
+    context: int
+    batch: int
+    settings: EngineSettings  # the settings with every engine default filled in
+    per_rank: tuple[RankBudget, ...]
+    warnings: tuple[str, ...] = ()
+    host_bytes: int = 0  # llama.cpp: weights, cache and buffers left in system RAM
+    gpu_layers: int | None = None  # llama.cpp: layers (incl. the output layer) on the GPUs
+    total_layers: int | None = None  # llama.cpp: layers that can be offloaded (blocks + output)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A pipeline stage: its layers and the weight bytes on each of its TP ranks."""
+
+    index: int
+    layers: tuple[Layer, ...]
+    weights_bytes: int
+    first: bool
+    last: bool
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A model resolved for serving: precision, cache dtype and the per-stage layout (from memory.py)."""
+
+    arch: Architecture
+    request: Request
+    precision: Precision
+    kv_dtype: str
+    kv_bits: int
+    activation_bits: int  # the dtype activations run in (the KV dtype `auto` resolves to)
+    stages: tuple[Stage, ...]
+
+    @property
+    def gpus(self) -> int:
+        return self.request.tp * self.request.pp
+
+    @property
+    def activation_bytes(self) -> int:
+        return self.activation_bits // 8
+
+    def layer_bytes_per_token(self, layer: Layer) -> int:
+        """KV bytes one token adds to `layer` on one TP rank."""
+        return attention_bytes_per_token(layer.attention, self.request.tp, self.kv_bits)
+
+
+def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -> ServedModel:
+    """Lay the model out over the request's TP x PP ranks; engines refuse recurrent layers they don't size."""
+    recurrent = sorted({layer.attention.kind for layer in arch.layers} & {"linear", "mamba"})
+    if recurrent:
+        raise PlannerInputError(
+            f"--engine {engine}: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
+            "pages the engine profiles do not size; use --engine simple"
+        )
+    estimate = estimate_memory(arch, request, catalog)
+    precision = resolve_precision(catalog, arch, request.precision)
+    kv_dtype = resolve_kv_dtype(arch, precision, request.kv_dtype)
+    activation_dtype = resolve_kv_dtype(arch, precision, None)
+    stage_ranks = [rank for rank in estimate.per_gpu if rank.tp_rank == 0]
+    stages = tuple(
+        Stage(rank.pp_stage, arch.layers[rank.first_layer:rank.last_layer], rank.weights_bytes,
+              first=rank.pp_stage == 0, last=rank.pp_stage == request.pp - 1)
+        for rank in stage_ranks
+    )
+    return ServedModel(arch, request, precision, kv_dtype, catalog.kv_dtypes.get(kv_dtype).bits,
+                       catalog.kv_dtypes.get(activation_dtype).bits, stages)
+
+
+def catalog_card(gpu: GpuTarget, catalog: Catalog) -> Gpu | None:
+    """The catalog record of the card, None for a custom --gpu-memory size."""
+    return next((record for record in catalog.gpus if record.name == gpu.name), None)
+
+
+def limiting_rank(ranks: tuple[RankBudget, ...]) -> RankBudget:
+    """The rank with the smallest cache: the one that sets the engine's pool."""
+    return min(ranks, key=lambda r: (r.kv_capacity_tokens, r.kv_pool_bytes))
+
+
+def largest_passing(low: int, high: int, passes) -> int | None:
+    """The largest n in [low, high] with passes(n), for a predicate that is monotone (true, then false)."""
+    if not passes(low):
+        return None
+    while low < high:
+        mid = (low + high + 1) // 2
+        if passes(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+__all__ = ["ENGINE_NAMES", "EngineBudget", "EngineSettings", "RankBudget", "ServedModel", "Stage",
+           "catalog_card", "largest_passing", "limiting_rank", "serve"]

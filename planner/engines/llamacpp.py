@@ -1,0 +1,245 @@
+"""llama.cpp (llama-server) start-up: layers placed on devices, a KV cache of n_ctx cells, compute buffers.
+
+  1. llama-model.cpp load_tensors: the token embeddings stay in host memory; the last n_gpu_layers of the
+     n_layer blocks + output layer go to the GPUs, split by layer in proportion to each device's free
+     memory (equal cards: equal shares); the rest stay in system RAM. A tied output matrix is duplicated.
+  2. llama-context.cpp: n_ctx is padded to 256 cells; with --parallel n_seq and the default split cache
+     (kv_unified false) every sequence has its own stream of pad(n_ctx / n_seq) cells, so serving n_seq
+     sequences of `context` tokens takes n_seq x pad(context) cells. Each layer's cache lives with the
+     layer: K and V rows of n_embd_k_gqa / n_embd_v_gqa values in the cache type (f16 2 B; q8_0 34 B and
+     q4_0 18 B per 32 values). Sliding-window layers (llama_kv_cache_iswa) hold at most
+     pad(window + n_ubatch) cells per stream.
+  3. The worst-case graph for n_ubatch tokens is reserved as each device's compute buffer: without flash
+     attention the f32 attention scores (n_ctx x n_ubatch x heads) dominate; with it, the feed-forward
+     intermediates or the output logits (n_vocab x n_ubatch floats) on the device holding the output layer.
+  4. --fit (on by default) leaves fit_target free on every device; when the model does not fit it keeps
+     fewer layers on the GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from math import ceil
+
+from planner.architecture import Architecture, Layer
+from planner.catalog import Catalog, Precision
+from planner.engines.base import (LLAMACPP_CACHE_TYPES, EngineBudget, EngineSettings, RankBudget, ServedModel,
+                                  largest_passing, serve)
+from planner.engines.profiles import LlamacppProfile, load_profiles
+from planner.memory import GpuTarget, Request
+from planner.precision import weights_bytes
+from planner.units import MiB, gib
+
+F32_BYTES = 4
+F16_BYTES = 2
+# llama.cpp's name for the cache type each planner KV dtype maps to when --cache-type is not given
+_CACHE_TYPE_OF_KV_DTYPE = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp8": "q8_0"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where llama.cpp puts each offloadable layer (blocks, then the output layer): a device index or None (host)."""
+
+    devices: tuple[int | None, ...]
+
+    @property
+    def gpu_layers(self) -> int:
+        return sum(device is not None for device in self.devices)
+
+
+def resolve_settings(settings: EngineSettings, model: ServedModel, profile: LlamacppProfile) -> EngineSettings:
+    cache = settings.cache_type or _CACHE_TYPE_OF_KV_DTYPE.get(model.kv_dtype, "f16")
+    n_batch = settings.n_batch or profile.n_batch.value
+    return replace(settings, cache_type=cache, n_batch=n_batch,
+                   n_ubatch=min(n_batch, settings.n_ubatch or profile.n_ubatch.value),
+                   flash_attn=True if settings.flash_attn is None else settings.flash_attn)
+
+
+def place_layers(n_layer: int, n_gpu_layers: int, devices: int) -> Placement:
+    """llama-model.cpp: i_gpu_start = n_layer + 1 - n_gpu_layers; layer il goes to the first device whose
+    cumulative split exceeds (il - i_gpu_start) / offloaded layers."""
+    offloaded = min(n_gpu_layers, n_layer + 1)
+    start = n_layer + 1 - offloaded
+    placement: list[int | None] = []
+    for il in range(n_layer + 1):
+        if il < start:
+            placement.append(None)
+        else:
+            share = (il - start) / offloaded
+            placement.append(next(d for d in range(devices) if share < (d + 1) / devices))
+    return Placement(tuple(placement))
+
+
+def _cache_bytes_per_cell(layer: Layer, cache_type: str) -> int:
+    block_bytes, block_values = LLAMACPP_CACHE_TYPES[cache_type]
+    a = layer.attention
+    if a.kind == "mla":
+        values = (a.latent_dim,)  # the compressed latent, stored once (as memory.py counts MLA)
+    else:
+        values = (a.kv_heads * a.k_head_dim, a.kv_heads * a.v_head_dim)
+    return sum(ceil(v / block_values) * block_bytes for v in values)
+
+
+def _pad(n: int, to: int) -> int:
+    return ceil(n / to) * to
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """Byte counts that do not depend on where layers go."""
+
+    layer_weights: tuple[int, ...]
+    output_weights: int
+    input_weights: int  # token embeddings: always host memory
+    layer_cache: tuple[int, ...]
+    n_ctx: int
+
+
+def _sizes(model: ServedModel, settings: EngineSettings, profile: LlamacppProfile) -> _Sizes:
+    arch, request = model.arch, model.request
+    pad = profile.ctx_pad.value
+    stream = _pad(request.context, pad)
+    cells = []
+    for layer in arch.layers:
+        window = layer.attention.window if layer.attention.kind == "sliding" else None
+        cells.append(request.batch * (min(stream, _pad(window + settings.n_ubatch, pad)) if window else stream))
+    n_ctx = request.batch * stream
+    cache = tuple(n * _cache_bytes_per_cell(layer, settings.cache_type) for n, layer in zip(cells, arch.layers))
+    if arch.exact:
+        layers, head, embedding = _weights(arch, model.precision)
+        return _Sizes(layers, head, embedding, cache, n_ctx)
+    # a model known by its size: its weights spread evenly over the blocks
+    total = model.stages[0].weights_bytes
+    return _Sizes(tuple(total // arch.num_layers for _ in arch.layers), 0, 0, cache, n_ctx)
+
+
+@lru_cache(maxsize=256)
+def _weights(arch: Architecture, precision: Precision) -> tuple[tuple[int, ...], int, int]:
+    """(bytes of each block, of the output layer, of the token embeddings); cached: searches ask many times."""
+    embedding = weights_bytes(arch.embedding, precision)
+    head = weights_bytes(arch.head, precision) + (embedding if arch.tied_embeddings else 0)
+    return tuple(weights_bytes(layer.tensors, precision) for layer in arch.layers), head, embedding
+
+
+def compute_buffer(arch: Architecture, n_ctx: int, settings: EngineSettings, with_output: bool,
+                   profile: LlamacppProfile) -> int:
+    """The worst-case graph's scratch on one device: attention, feed-forward or output phase, whichever is largest."""
+    tokens = min(settings.n_ubatch, n_ctx)
+    hidden, heads = arch.hidden_size, arch.num_attention_heads
+    moe = arch.moe
+    ffn = (moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size) if moe else arch.intermediate_size
+    hidden_part = profile.hidden_buffers_in_attention.value * hidden
+    if settings.flash_attn:
+        attention = tokens * (F32_BYTES * hidden_part + F16_BYTES * n_ctx)  # + the f16 mask
+    else:
+        # f32 scores for every head, their f32 mask, and the hidden-size tensors beside them
+        attention = tokens * F32_BYTES * (n_ctx * heads + n_ctx + hidden_part)
+    feed_forward = tokens * F32_BYTES * (profile.ffn_buffers.value * ffn + 2 * hidden)
+    output = tokens * F32_BYTES * (arch.vocab_size + hidden) if with_output else 0
+    return max(attention, feed_forward, output)
+
+
+@dataclass(frozen=True)
+class _Usage:
+    per_device: tuple[tuple[int, int, int], ...]  # (weights, cache, compute) bytes on each GPU
+    host_bytes: int
+
+
+def _usage(arch: Architecture, sizes: _Sizes, placement: Placement, devices: int, settings: EngineSettings,
+           request: Request, profile: LlamacppProfile) -> _Usage:
+    weights = [0] * devices
+    cache = [0] * devices
+    host = sizes.input_weights + arch.vocab_size * request.batch * F32_BYTES  # + the logits output buffer
+    for il, device in enumerate(placement.devices):
+        layer_weights = sizes.layer_weights[il] if il < arch.num_layers else sizes.output_weights
+        layer_cache = sizes.layer_cache[il] if il < arch.num_layers else 0
+        if device is None:
+            host += layer_weights + layer_cache
+        else:
+            weights[device] += layer_weights
+            cache[device] += layer_cache
+    output_device = placement.devices[-1]
+    used = tuple((weights[d], cache[d], compute_buffer(arch, sizes.n_ctx, settings, d == output_device, profile)
+                  if weights[d] else 0) for d in range(devices))
+    return _Usage(used, host)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    settings: EngineSettings
+    sizes: _Sizes
+    gpu_layers: int
+    placement: Placement
+    usage: _Usage
+    within_margin: bool  # every GPU keeps fit_target free
+    visible: int
+    free: int
+    budget: int
+
+
+def _plan(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget, catalog: Catalog) -> _Plan:
+    profiles = load_profiles()
+    profile, cuda = profiles.llamacpp, profiles.cuda
+    devices = request.tp * request.pp  # llama.cpp splits by layer (--split-mode layer); tp x pp = the cards
+    model = serve(arch, replace(request, tp=1, pp=1), catalog, "llamacpp")
+    resolved = resolve_settings(settings, model, profile)
+    visible = cuda.visible_bytes(gpu.memory_bytes)
+    free = visible - cuda.context_mib.value * MiB
+    budget = free - profile.fit_target_mib.value * MiB
+    sizes = _sizes(model, resolved, profile)
+
+    def usage(gpu_layers: int) -> _Usage:
+        return _usage(arch, sizes, place_layers(arch.num_layers, gpu_layers, devices), devices, resolved, request, profile)
+
+    def within(gpu_layers: int) -> bool:
+        return all(sum(device) <= budget for device in usage(gpu_layers).per_device)
+
+    offloadable = arch.num_layers + 1
+    if resolved.n_gpu_layers is None:  # --fit: as many layers as leave fit_target free
+        gpu_layers = largest_passing(0, offloadable, within) or 0
+    else:
+        gpu_layers = min(resolved.n_gpu_layers, offloadable)
+    return _Plan(resolved, sizes, gpu_layers, place_layers(arch.num_layers, gpu_layers, devices), usage(gpu_layers),
+                 within(gpu_layers), visible, free, budget)
+
+
+def _fully_offloaded_fits(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
+                          catalog: Catalog) -> bool:
+    return _plan(arch, request, replace(settings, n_gpu_layers=arch.num_layers + 1), gpu, catalog).within_margin
+
+
+def llamacpp_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
+                    catalog: Catalog) -> EngineBudget:
+    profile = load_profiles().llamacpp
+    plan = _plan(arch, request, settings, gpu, catalog)
+    offloadable = arch.num_layers + 1
+    gpu_layers, used, n_ctx = plan.gpu_layers, plan.usage, plan.sizes.n_ctx
+    # layers the user placed by hand may stay in RAM; --fit's own choice counts as fitting only when complete
+    fits = plan.within_margin and (gpu_layers == offloadable or settings.n_gpu_layers is not None)
+    ranks = tuple(RankBudget(rank=d, pp_stage=d, layers=plan.placement.devices.count(d), memory_bytes=plan.visible,
+                             budget_bytes=plan.budget, weights_bytes=w, activation_bytes=compute, non_torch_bytes=0,
+                             cuda_graph_bytes=0, kv_pool_bytes=c, kv_capacity_tokens=n_ctx)
+                  for d, (w, c, compute) in enumerate(used.per_device))
+    fullest = max(ranks, key=lambda r: r.weights_bytes + r.kv_pool_bytes + r.activation_bytes)
+    message, longest = None, None
+    if not fits:
+        one = replace(request, batch=1)
+        longest = largest_passing(1, request.context,
+                                  lambda n: _fully_offloaded_fits(arch, replace(one, context=n), settings, gpu, catalog))
+        if plan.within_margin:
+            message = (f"llama.cpp --fit would keep {gpu_layers}/{offloadable} layers on the GPU(s) and "
+                       f"{gib(used.host_bytes):.2f} GiB of weights and cache in system RAM (slower)")
+        else:
+            projected = fullest.weights_bytes + fullest.kv_pool_bytes + fullest.activation_bytes
+            message = (f"projected to use {gib(projected):.2f} GiB of a device with {gib(plan.free):.2f} GiB free, leaving "
+                       f"less than the {profile.fit_target_mib.value} MiB --fit keeps free; lower -c/--parallel, quantize "
+                       "the cache (-ctk/-ctv q8_0) or offload fewer layers (-ngl)")
+    return EngineBudget(
+        name="llamacpp", release=profile.release, gpu_memory_utilization=None, budget_bytes=plan.budget,
+        weights_bytes=fullest.weights_bytes, activation_bytes=fullest.activation_bytes, non_torch_bytes=0,
+        cuda_graph_bytes=0, kv_pool_bytes=sum(r.kv_pool_bytes for r in ranks), kv_cache_capacity_tokens=n_ctx,
+        max_concurrency=n_ctx / request.context, fits=fits, max_context_that_fits=longest, message=message,
+        context=request.context, batch=request.batch, settings=replace(plan.settings, n_gpu_layers=gpu_layers),
+        per_rank=ranks, host_bytes=used.host_bytes, gpu_layers=gpu_layers, total_layers=offloadable,
+    )

@@ -1,0 +1,113 @@
+"""SGLang start-up: a static fraction of the memory it found free, weights first, the rest a token pool.
+
+  1. model_runner.init_torch_distributed: total = free GPU memory once CUDA (and NCCL) are up.
+  2. server_args._handle_gpu_memory_settings, when --mem-fraction-static is not given: pick
+     chunked_prefill_size and cuda_graph_max_bs by GPU memory, reserve 512 MiB + 1.5 MiB per prefill token
+     + 2 MiB per CUDA-graph batch + 128 MiB per GPU of the replica (at least 10 GiB on > 60 GiB cards), and
+     set mem_fraction_static = (gpu_mem - reserved) / gpu_mem.
+  3. model_runner.profile_max_num_token after loading the weights: rest = free - total x (1 - fraction)
+     = fraction x total - weights; max_total_num_tokens = rest // cell size, the cell being one token's
+     K and V in every layer on the rank (MLA: the latent, once). Sliding-window layers get their own pool
+     of swa_full_tokens_ratio x the full layers' slots. Tokens are pooled one by one (page size 1).
+  Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+from math import floor
+
+from planner.architecture import Architecture
+from planner.catalog import Catalog
+from planner.engines.base import EngineBudget, EngineSettings, RankBudget, ServedModel, Stage, limiting_rank, serve
+from planner.engines.profiles import SglangProfile, load_profiles
+from planner.memory import GpuTarget, Request
+from planner.units import MiB, gib
+
+
+def resolve_settings(settings: EngineSettings, gpu: GpuTarget, model: ServedModel, profile: SglangProfile) -> EngineSettings:
+    gpu_mib = gpu.memory_bytes // MiB  # get_device_memory_capacity: nvidia-smi memory.total in MiB
+    bucket = next(b for b in profile.gpu_buckets.value if gpu_mib < b.below_mib)
+    prefill = settings.max_num_batched_tokens or bucket.chunked_prefill_size
+    graph_batch = settings.max_num_seqs or (bucket.cuda_graph_max_bs_tp4 if model.request.tp >= 4 else bucket.cuda_graph_max_bs)
+    resolved = replace(settings, max_num_batched_tokens=prefill, max_num_seqs=graph_batch)
+    return replace(resolved, mem_fraction_static=settings.mem_fraction_static or default_fraction(resolved, gpu_mib, model, profile))
+
+
+def default_fraction(settings: EngineSettings, gpu_mib: int, model: ServedModel, profile: SglangProfile) -> float:
+    """mem_fraction_static as _handle_gpu_memory_settings derives it."""
+    graph_batch = 0 if settings.enforce_eager else settings.max_num_seqs
+    reserved = _reserved_mib(settings.max_num_batched_tokens, graph_batch, model.gpus, profile)
+    if gpu_mib > profile.large_gpu_min_mib.value:
+        reserved = max(reserved, Fraction(profile.reserved_floor_large_gpu_mib.value))
+    return round(float((gpu_mib - reserved) / gpu_mib), 3)
+
+
+def _reserved_mib(prefill: int, graph_batch: int, gpus: int, profile: SglangProfile) -> Fraction:
+    return (profile.reserved_base_mib.value
+            + Fraction(str(profile.reserved_per_prefill_token_mib.value)) * max(prefill, 2048)
+            + profile.reserved_per_graph_batch_mib.value * graph_batch
+            + profile.reserved_per_gpu_mib.value * gpus)
+
+
+def _cell_bytes(model: ServedModel, stage: Stage, profile: SglangProfile) -> int:
+    """Bytes one token slot costs across the rank's layers; sliding layers weighted by their pool's share."""
+    full = sum(model.layer_bytes_per_token(layer) for layer in stage.layers if layer.attention.kind != "sliding")
+    sliding = sum(model.layer_bytes_per_token(layer) for layer in stage.layers if layer.attention.kind == "sliding")
+    if not full:  # every layer slides: one pool
+        return sliding
+    return full + floor(sliding * Fraction(str(profile.swa_full_tokens_ratio.value)))
+
+
+def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
+                  catalog: Catalog) -> EngineBudget:
+    profiles = load_profiles()
+    profile, cuda = profiles.sglang, profiles.cuda
+    model = serve(arch, request, catalog, "sglang")
+    resolved = resolve_settings(settings, gpu, model, profile)
+    fraction = Fraction(str(resolved.mem_fraction_static))
+    visible = cuda.visible_bytes(gpu.memory_bytes)
+    total = visible - cuda.startup_bytes(model.gpus, profile.distributed_init_mib)
+    static = floor(total * fraction)
+    graphs = 0 if resolved.enforce_eager else profile.reserved_per_graph_batch_mib.value * resolved.max_num_seqs * MiB
+    activation = floor(Fraction(str(profile.reserved_per_prefill_token_mib.value)) * max(resolved.max_num_batched_tokens, 2048) * MiB)
+    non_torch = (profile.reserved_base_mib.value + profile.reserved_per_gpu_mib.value * model.gpus) * MiB
+
+    ranks = []
+    for stage in model.stages:
+        rest = static - stage.weights_bytes
+        cell = _cell_bytes(model, stage, profile)
+        tokens = max(rest, 0) // cell
+        for tp_rank in range(request.tp):
+            ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
+                                    memory_bytes=visible, budget_bytes=static, weights_bytes=stage.weights_bytes,
+                                    activation_bytes=activation, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
+                                    kv_pool_bytes=max(rest, 0), kv_capacity_tokens=tokens))
+    limit = limiting_rank(tuple(ranks))
+    tokens, context = limit.kv_capacity_tokens, request.context
+    concurrency = tokens / context
+    message, longest = None, None
+    if limit.kv_pool_bytes <= 0:
+        message = "Not enough memory. Please try to increase --mem-fraction-static."
+    elif tokens < context:
+        longest = tokens
+        message = (f"max_total_num_tokens={tokens} is below the context length {context}: SGLang's pool cannot hold one "
+                   "request that long; raise --mem-fraction-static or lower --context-length")
+    elif concurrency < request.batch:
+        message = (f"SGLang starts, but max_total_num_tokens={tokens} holds {concurrency:.2f} requests of {context:,} "
+                   f"tokens at once, fewer than --batch {request.batch}; the others wait in the queue")
+    warnings = []
+    default = default_fraction(resolved, gpu.memory_bytes // MiB, model, profile)
+    if resolved.mem_fraction_static > default:
+        warnings.append(f"mem_fraction_static {resolved.mem_fraction_static} is above SGLang's own default {default} for "
+                        f"this GPU: it leaves {gib(total - static):.2f} GiB for activations, CUDA graphs and metadata, "
+                        f"where SGLang reserves {gib(floor(total * (1 - Fraction(str(default))))):.2f} GiB; prefill or graph "
+                        "capture may run out of memory")
+    return EngineBudget(
+        name="sglang", release=profile.release, gpu_memory_utilization=None, budget_bytes=static,
+        weights_bytes=limit.weights_bytes, activation_bytes=activation, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
+        kv_pool_bytes=limit.kv_pool_bytes, kv_cache_capacity_tokens=tokens, max_concurrency=concurrency,
+        fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
+        settings=resolved, per_rank=tuple(ranks), warnings=tuple(warnings),
+    )

@@ -1,0 +1,275 @@
+"""vLLM (V1 engine) start-up, rank by rank, as v0.19 sizes its KV cache.
+
+  1. Worker init (vllm/v1/worker/gpu_worker.py init_device): the CUDA context (and NCCL when the replica
+     has several GPUs) is up; requested = gpu_memory_utilization x total memory as CUDA reports it. vLLM
+     refuses to start when the free memory at that point is below `requested`.
+  2. determine_available_memory: load the weights, run profile_run() (gpu_model_runner.py): one forward
+     pass of max_num_batched_tokens tokens spread over min(max_num_seqs, tokens) requests, then on the
+     last pipeline stage a dummy sampler run over those requests' logits. KV memory = requested - weights
+     - torch peak increase (the activation peak) - non-torch increase (cuBLAS workspaces, NCCL and custom
+     all-reduce buffers when tp > 1) [- CUDA graph memory when the release subtracts it; v0.19 does not].
+  3. get_kv_cache_config (vllm/v1/core/kv_cache_utils.py): layers of one attention type share a page size
+     (block_size tokens x KV heads x head dim x 2 x dtype; MLA: block_size x latent x dtype); hybrid models
+     are split into groups of equal layer count; num_blocks = memory // (page x layers per group), the
+     minimum over all workers. check_enough_kv_cache_memory raises when one request of max_model_len does
+     not fit and estimates the longest that would. "Maximum concurrency for N tokens per request" =
+     num_blocks / blocks one request needs (sliding-window layers need only window - 1 + batched tokens).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from math import ceil
+
+from planner.architecture import Architecture, Layer
+from planner.catalog import Catalog
+from planner.engines.base import (EngineBudget, EngineSettings, RankBudget, ServedModel, Stage, catalog_card,
+                                  largest_passing, limiting_rank, serve)
+from planner.engines.profiles import VllmProfile, load_profiles
+from planner.errors import PlannerInputError
+from planner.memory import GpuTarget, Request
+from planner.units import GiB, MiB, gib
+
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """A layer's KV cache spec as vLLM builds it (FullAttentionSpec / SlidingWindowSpec / MLAAttentionSpec)."""
+
+    kind: str  # full | sliding (MLA layers are full-attention pages with a latent instead of K and V)
+    window: int | None
+    page_bytes: int  # one block of this layer on one rank
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """One worker's KV cache configuration."""
+
+    specs: tuple[LayerSpec, ...]
+    group_size: int  # layers per KV cache group (= memory pools shared by one layer of every group)
+    groups: tuple[LayerSpec, ...]  # one entry per group: the spec its layers share
+    page_bytes: int
+
+    def num_blocks(self, available: int) -> int:
+        return max(0, available // (self.page_bytes * self.group_size))
+
+    def capacity_tokens(self, num_blocks: int, block_size: int) -> int:
+        """'GPU KV cache size: N tokens' as vLLM logs it."""
+        return num_blocks // len(self.groups) * block_size
+
+    def blocks_per_request(self, max_model_len: int, batched_tokens: int, block_size: int) -> int:
+        usage = sum(_max_usage_bytes(g, max_model_len, batched_tokens, block_size) for g in self.groups)
+        return ceil(usage / self.page_bytes)
+
+    def needed_bytes(self, max_model_len: int, batched_tokens: int, block_size: int) -> int:
+        """KV memory one request of max_model_len needs on this worker (check_enough_kv_cache_memory)."""
+        return sum(_max_usage_bytes(s, max_model_len, batched_tokens, block_size) for s in self.specs)
+
+
+def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, block_size: int) -> int:
+    """KVCacheSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py)."""
+    if spec.kind == "sliding" and spec.window:
+        # the last window - 1 computed tokens plus a chunk of newly scheduled ones, never more than
+        # max_model_len; +1 block because the window need not start at a block boundary
+        tokens = min(spec.window - 1 + batched_tokens, max_model_len)
+        return (ceil(tokens / block_size) + 1) * spec.page_bytes
+    return ceil(max_model_len / block_size) * spec.page_bytes
+
+
+def kv_layout(model: ServedModel, stage: Stage, block_size: int, profile: VllmProfile) -> KvLayout:
+    specs = tuple(LayerSpec("sliding" if layer.attention.kind == "sliding" else "full",
+                            layer.attention.window if layer.attention.kind == "sliding" else None,
+                            block_size * model.layer_bytes_per_token(layer))
+                  for layer in stage.layers)
+    counts = Counter(specs)
+    fewest, most = min(counts.values()), max(counts.values())
+    # _get_kv_cache_groups_uniform_page_size: groups of the fewest layers of one type, or of the most
+    # when the types are nearly balanced; a type's last group is padded up to the group size
+    group_size = most if most < fewest * profile.hybrid_group_ratio.value else fewest
+    groups = tuple(spec for spec, count in counts.items() for _ in range(ceil(count / group_size)))
+    # vLLM needs one page size across groups; layer types of one model share head shapes in the
+    # families planner counts, so the largest page is the page
+    return KvLayout(specs, group_size, groups, max(s.page_bytes for s in specs))
+
+
+def _batch_defaults(gpu: GpuTarget, visible_bytes: int, profile: VllmProfile) -> tuple[int, int]:
+    large = visible_bytes >= profile.large_gpu_min_gib.value * GiB and "a100" not in gpu.name.lower()
+    if large:
+        return profile.large_gpu_max_num_batched_tokens.value, profile.large_gpu_max_num_seqs.value
+    return profile.other_gpu_max_num_batched_tokens.value, profile.other_gpu_max_num_seqs.value
+
+
+def resolve_settings(settings: EngineSettings, gpu: GpuTarget, visible_bytes: int, arch: Architecture,
+                     profile: VllmProfile) -> EngineSettings:
+    batched_default, seqs_default = _batch_defaults(gpu, visible_bytes, profile)
+    mla = arch.attention_kinds == {"mla"}
+    block_default = profile.mla_block_size.value if mla else profile.block_size.value
+    resolved = replace(
+        settings,
+        gpu_memory_utilization=settings.gpu_memory_utilization or profile.gpu_memory_utilization.value,
+        max_num_batched_tokens=settings.max_num_batched_tokens or batched_default,
+        max_num_seqs=settings.max_num_seqs or seqs_default,
+        block_size=settings.block_size or block_default,
+    )
+    if resolved.max_num_batched_tokens < resolved.max_num_seqs:
+        raise PlannerInputError(
+            f"--max-num-batched-tokens: vLLM requires max_num_batched_tokens ({resolved.max_num_batched_tokens}) to be "
+            f"greater than or equal to max_num_seqs ({resolved.max_num_seqs}); raise it or lower --max-num-seqs"
+        )
+    return resolved
+
+
+def _layer_transient_elements(layer: Layer, arch: Architecture, tp: int, tokens: int, profile: VllmProfile) -> int:
+    """Elements the layer's MLP allocates for `tokens` tokens on one rank beyond its input and output."""
+    moe = arch.moe
+    if layer.is_moe and moe is not None:
+        # fused_experts (vllm/model_executor/layers/fused_moe/fused_moe.py): intermediate_cache1/3 share
+        # one buffer of chunk x top_k x max(2 x I/tp, hidden), cache2 holds chunk x top_k x I/tp; the
+        # router logits (tokens x experts) and a shared expert's gate_up + activation come on top
+        chunk = min(tokens, profile.fused_moe_chunk_tokens.value)
+        expert = ceil(moe.expert_intermediate_size / tp)
+        routed = chunk * moe.experts_per_token * (max(2 * expert, arch.hidden_size) + expert)
+        shared = tokens * 3 * ceil(moe.shared_intermediate_size / tp)
+        return routed + shared + tokens * moe.num_experts
+    # the gate_up projection (2 x I/tp per token) and the activated half (I/tp) are alive together
+    return tokens * 3 * ceil(arch.intermediate_size / tp)
+
+
+def activation_peak(model: ServedModel, stage: Stage, settings: EngineSettings, profile: VllmProfile) -> int:
+    """The torch peak increase of profile_run on one rank of `stage` (bytes)."""
+    arch, tp = model.arch, model.request.tp
+    tokens, dtype = settings.max_num_batched_tokens, model.activation_bytes
+    hidden = arch.hidden_size
+    transient = max(_layer_transient_elements(layer, arch, tp, tokens, profile) for layer in stage.layers)
+    forward = dtype * (tokens * profile.hidden_buffers_in_forward.value * hidden + transient)
+    peak = forward
+    if stage.last:
+        requests = min(settings.max_num_seqs, tokens)
+        vocab = arch.vocab_size
+        # logits in the model dtype (an fp32 model's cast is the same tensor) + fp32 copies, the Triton
+        # top-k/top-p row buffer, and the forward pass's hidden states still held by profile_run
+        logits_bytes = dtype if dtype != FP32_BYTES else 0
+        sampler = (requests * vocab * (logits_bytes + FP32_BYTES * profile.sampler_fp32_copies.value)
+                   + profile.sampler_workspace_rows.value * vocab * FP32_BYTES
+                   + tokens * hidden * dtype + profile.sampler_extra_mib.value * MiB)
+        peak = max(forward, sampler)
+    if not stage.first:
+        # IntermediateTensors (hidden states + residual) received from the previous stage, allocated
+        # once for max_num_batched_tokens by _dummy_run and kept
+        peak += 2 * tokens * hidden * dtype
+    return peak
+
+
+def non_torch_bytes(tp: int, pp: int, custom_all_reduce: bool, profile: VllmProfile) -> int:
+    if tp == 1:
+        mib = profile.non_torch_single_gpu_mib.value if pp == 1 else profile.non_torch_pipeline_only_mib.value
+        return mib * MiB
+    if not custom_all_reduce:
+        return profile.non_torch_tensor_parallel_pcie_mib.value * MiB
+    measured = profile.non_torch_tensor_parallel_mib.value
+    return measured[max(size for size in measured if size <= tp)] * MiB
+
+
+def _custom_all_reduce(settings: EngineSettings, gpu: GpuTarget, catalog: Catalog) -> bool:
+    """vLLM's custom all-reduce needs NVLink (vllm/distributed/device_communicators/custom_all_reduce.py turns it
+    off on PCIe-only cards beyond two GPUs); a card outside the catalog is taken as NVLink-connected."""
+    if settings.disable_custom_all_reduce:
+        return False
+    card = catalog_card(gpu, catalog)
+    return card is None or card.interconnect.kind == "nvlink"
+
+
+def _gib(n_bytes: int) -> str:
+    return f"{gib(n_bytes):.2f}"
+
+
+def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
+                catalog: Catalog) -> EngineBudget:
+    profiles = load_profiles()
+    profile, cuda = profiles.vllm, profiles.cuda
+    model = serve(arch, request, catalog, "vllm")
+    visible = cuda.visible_bytes(gpu.memory_bytes)
+    resolved = resolve_settings(settings, gpu, visible, arch, profile)
+    utilization, block_size = resolved.gpu_memory_utilization, resolved.block_size
+    batched, context = resolved.max_num_batched_tokens, request.context
+    requested = int(visible * utilization)
+    free_at_start = visible - cuda.startup_bytes(model.gpus, profile.distributed_init_mib)
+    graphs = 0 if resolved.enforce_eager else profile.cuda_graph_mib.value * MiB
+    custom_all_reduce = _custom_all_reduce(resolved, gpu, catalog)
+
+    ranks: list[RankBudget] = []
+    layouts: dict[int, KvLayout] = {}
+    available: dict[int, int] = {}
+    for stage in model.stages:
+        layout = layouts[stage.index] = kv_layout(model, stage, block_size, profile)
+        activation = activation_peak(model, stage, resolved, profile)
+        non_torch = non_torch_bytes(request.tp, request.pp, custom_all_reduce, profile)
+        subtracted = graphs if profile.subtract_cuda_graph.value else 0
+        memory = available[stage.index] = requested - stage.weights_bytes - activation - non_torch - subtracted
+        tokens = layout.capacity_tokens(layout.num_blocks(memory), block_size)
+        for tp_rank in range(request.tp):
+            ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
+                                    memory_bytes=visible, budget_bytes=requested, weights_bytes=stage.weights_bytes,
+                                    activation_bytes=activation, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
+                                    kv_pool_bytes=max(memory, 0), kv_capacity_tokens=tokens))
+
+    # unify_kv_cache_configs: every worker uses the smallest worker's block count
+    num_blocks = min(layouts[s].num_blocks(available[s]) for s in layouts)
+    limit = limiting_rank(tuple(ranks))
+    layout, memory = layouts[limit.pp_stage], available[limit.pp_stage]
+    concurrency = num_blocks / layout.blocks_per_request(context, batched, block_size)
+
+    message, longest = _start_up_failure(model, layouts, available, visible, free_at_start, requested, resolved)
+    fits = message is None and concurrency >= request.batch
+    if message is None and not fits:
+        message = (f"vLLM starts, but its KV cache holds {concurrency:.2f} requests of {context:,} tokens at once "
+                   f"(\"Maximum concurrency for {context:,} tokens per request: {concurrency:.2f}x\"), fewer than "
+                   f"--batch {request.batch}; the others wait in the queue")
+    return EngineBudget(
+        name="vllm", release=profile.release, gpu_memory_utilization=utilization, budget_bytes=requested,
+        weights_bytes=limit.weights_bytes, activation_bytes=limit.activation_bytes, non_torch_bytes=limit.non_torch_bytes,
+        cuda_graph_bytes=graphs, kv_pool_bytes=max(memory, 0),
+        kv_cache_capacity_tokens=layout.capacity_tokens(num_blocks, block_size), max_concurrency=concurrency,
+        fits=fits, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
+        settings=resolved, per_rank=tuple(ranks),
+        warnings=tuple(_warnings(free_at_start - requested, graphs, resolved, profile)),
+    )
+
+
+def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout], available: dict[int, int], visible: int,
+                      free: int, requested: int, settings: EngineSettings) -> tuple[str | None, int | None]:
+    """vLLM's own error when it cannot start, and the longest max_model_len it would estimate."""
+    if free < requested:
+        return (f"Free memory on device ({_gib(free)}/{_gib(visible)} GiB) on startup is less than desired GPU memory "
+                f"utilization ({settings.gpu_memory_utilization}, {_gib(requested)} GiB). Decrease GPU memory "
+                "utilization or reduce GPU memory used by other processes."), None
+    if min(available.values()) <= 0:
+        return ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                "initializing the engine."), None
+    context, batched, block_size = model.request.context, settings.max_num_batched_tokens, settings.block_size
+    for stage, layout in layouts.items():
+        needed = layout.needed_bytes(context, batched, block_size)
+        if needed > available[stage]:
+            longest = largest_passing(1, context, lambda n: all(
+                layouts[s].needed_bytes(n, batched, block_size) <= available[s] for s in layouts))
+            estimate = (f"Based on the available memory, the estimated maximum model length is {longest}. "
+                        if longest else "")
+            return (f"To serve at least one request with the models's max seq len ({context}), ({_gib(needed)} GiB KV "
+                    f"cache is needed, which is larger than the available KV cache memory ({_gib(available[stage])} GiB). "
+                    f"{estimate}Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing "
+                    "the engine."), longest
+    return None, None
+
+
+def _warnings(outside: int, graphs: int, settings: EngineSettings, profile: VllmProfile) -> list[str]:
+    """`outside`: what stays free beyond the budget once CUDA (and NCCL) are up."""
+    out = []
+    needs = graphs + profile.redundancy_buffer_mib.value * MiB
+    if not profile.subtract_cuda_graph.value and outside < needs:
+        out.append(f"gpu_memory_utilization {settings.gpu_memory_utilization} leaves {_gib(max(outside, 0))} GiB outside "
+                   f"vLLM's budget for CUDA graphs ({_gib(graphs)} GiB) and its {profile.redundancy_buffer_mib.value} MiB "
+                   "margin: start-up may run out of memory capturing CUDA graphs; lower --gpu-memory-utilization "
+                   "or add --enforce-eager")
+    return out
