@@ -21,6 +21,8 @@ from planner.units import parse_count, parse_size
 if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.engines import EngineBudget, EngineSettings
     from planner.fit import EngineFit
+    from planner.fleet import FleetPlan
+    from planner.scenario import Scenario
     from planner.solver import SolveResult
 
 
@@ -111,11 +113,26 @@ def fit(model: str | None, settings: EngineSettings, *, gpu: str | None = None, 
     return fit_engines(arch, request, settings, target, catalog, gpus, engines or (settings.name,))
 
 
-def solve(scenario: str | Path | dict[str, Any], *, time_limit_s: float | None = None, top: int | None = None,
-          catalog: Catalog | None = None) -> SolveResult:
+def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
+          top: int | None = None, catalog: Catalog | None = None) -> SolveResult:
     """The cheapest plan for a scenario file (or the same content as a dict)."""
-    from planner.scenario import load_scenario, parse_scenario
     from planner.solver import solve_scenario
 
-    loaded = parse_scenario(scenario) if isinstance(scenario, dict) else load_scenario(scenario)
-    return solve_scenario(loaded, catalog or load_catalog(), time_limit_s, top)
+    return solve_scenario(_scenario(scenario), catalog or load_catalog(), time_limit_s, top)
+
+
+def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
+               catalog: Catalog | None = None) -> FleetPlan:
+    """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list)."""
+    from planner.fleet import fleet_problem, plan_fleet as plan
+
+    catalog = catalog or load_catalog()
+    return plan(fleet_problem(_scenario(scenario), catalog, time_limit_s), catalog)
+
+
+def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:
+    from planner.scenario import Scenario, load_scenario, parse_scenario
+
+    if isinstance(scenario, Scenario):
+        return scenario
+    return parse_scenario(scenario) if isinstance(scenario, dict) else load_scenario(scenario)

@@ -23,6 +23,9 @@ from planner.units import parse_count
 
 # Money inside the solver is integer hundredths of a cent per hour: exact for every catalog price.
 COST_UNITS_PER_USD = 10_000
+# A replica spans several instances only when each is a full multi-GPU node (HGX/DGX-class servers,
+# which clouds interconnect with InfiniBand / EFA for multi-node serving); an assumption, not a price.
+MIN_GPUS_PER_NODE_ACROSS_NODES = 8
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,8 @@ def rent(gpus_per_replica: int, tp: int, replicas: int, offer: Offer, market: st
     else:
         if tp > k or k % tp:
             return None  # a TP group must sit inside one instance
+        if k < MIN_GPUS_PER_NODE_ACROSS_NODES:
+            return None  # single-GPU rentals are not networked for pipeline stages; whole nodes are
         per_instance = 0
         instances = replicas * ceil(gpus_per_replica / k)
     return Rental(offer, market, instances, per_instance, instances * price,

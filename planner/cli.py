@@ -26,6 +26,11 @@ from planner.report import (
     estimate_table,
     fit_json,
     fit_table,
+    fleet_html,
+    fleet_json,
+    fleet_markdown,
+    fleet_rows,
+    fleet_table,
     rows_csv,
     rows_table,
     compare_frame,
@@ -169,8 +174,15 @@ def solve(
     top: Optional[int] = typer.Option(None, "--top", min=0, help="Alternatives to list (default: the scenario's, 5)."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help="CP-SAT time limit in seconds."),
 ) -> None:
-    """The cheapest configuration that fits and serves the scenario, with ranked alternatives."""
-    result = api.solve(scenario, time_limit_s=time_limit, top=top)
+    """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
+    with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
+    from planner.scenario import load_scenario
+
+    loaded = load_scenario(scenario)
+    if loaded.is_fleet:
+        _solve_fleet(loaded, output_format, output, time_limit)
+        return
+    result = api.solve(loaded, time_limit_s=time_limit, top=top)
     if output_format is PlanFormat.table:
         if output is None:
             solve_table(result, _console())
@@ -237,6 +249,13 @@ def report(
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
     loaded = load_scenario(scenario)
+    text = Path(scenario).read_text(encoding="utf-8")
+    if loaded.is_fleet:
+        plan = api.plan_fleet(loaded)
+        name = loaded.name or "fleet"
+        write_atomically(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
+        typer.echo(f"wrote {output}")
+        return
     if quiet:
         review = review_scenario(loaded, load_catalog())
     else:
@@ -244,7 +263,6 @@ def report(
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("report", total=None)
             review = review_scenario(loaded, load_catalog(), lambda done, total: bar.update(task, completed=done, total=total))
-    text = Path(scenario).read_text(encoding="utf-8")
     write_atomically(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
     typer.echo(f"wrote {output}")
 
@@ -287,6 +305,31 @@ def catalog_command(
         typer.echo(rows_csv(rows), nl=False)
     else:
         rows_table(rows, kind.value, _console())
+
+
+def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], time_limit: Optional[float]) -> None:
+    from planner.fleet import fleet_problem, plan_fleet
+
+    catalog = load_catalog()
+    plan = plan_fleet(fleet_problem(scenario, catalog, time_limit), catalog)
+    name = scenario.name or "fleet"
+    if output_format is PlanFormat.table and output is None:
+        fleet_table(name, plan, _console())
+        return
+    if output_format is PlanFormat.table:
+        buffer = io.StringIO()
+        fleet_table(name, plan, Console(file=buffer, width=120, highlight=False, no_color=True))
+        text = buffer.getvalue()
+    elif output_format is PlanFormat.json:
+        text = fleet_json(plan)
+    elif output_format is PlanFormat.markdown:
+        text = fleet_markdown(name, plan)
+    else:
+        text = rows_csv(fleet_rows(plan))
+    if output is None:
+        typer.echo(text, nl=not text.endswith("\n"))
+    else:
+        write_atomically(output, text)
 
 
 def write_atomically(path: str, text: str) -> None:

@@ -478,7 +478,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
         c, perf = a.config.candidate, a.config.performance
         table.add_row(a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
                       f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {c.concurrency}",
-                      f"{a.config.capacity_rps:,.2f}", f"{perf.ttft_s:.3f}", f"{perf.tpot_s * 1000:.1f}", a.pool.label)
+                      f"{a.config.capacity_rps:,.2f}", f"{perf.ttft_s:.3f}", f"{perf.tpot_s * 1000:.1f}",
+                      f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
     if plan.assignments:
         console.print(table)
     pools = Table(title="Rented", show_header=True, header_style="bold")
@@ -573,3 +574,43 @@ def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Co
             f"{fewest['gpus']} (tp {fewest['tp']} x pp {fewest['pp']})" if fewest["gpus"]
             else f"none up to {fewest['searched_up_to']}")
     console.print(table)
+
+
+def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
+    """A review page for a fleet: cost, replicas, rented pools, memory per replica, binding limits, inputs."""
+    from planner import charts
+
+    parts = [f"<h1>{html.escape(name)}: fleet</h1>", f"<p>{html.escape(_fleet_status(plan))}</p>"]
+    if plan.usd_per_hour is None:
+        parts.append("<p class='best'><b>No fleet serves all the traffic.</b></p>")
+    else:
+        per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
+                 if plan.usd_per_million_output_tokens is not None else "")
+        parts.append(f"<div class='best'><b>Fleet: ${plan.usd_per_hour:,.2f}/hour</b>{per_m} · every replica's "
+                     "configuration re-checked by the estimator</div>")
+    rows = fleet_rows(plan)
+    if rows:
+        header = ["workload", "bucket", "replicas", "gpu", "gpus_per_replica", "tp", "pp", "precision", "kv_dtype",
+                  "context", "concurrency", "capacity_rps_per_replica", "ttft_s", "tpot_s", "provider", "instance", "market"]
+        parts += ["<h2>Replicas</h2>", _html_table(header, [[r[h] for h in header] for r in rows])]
+        bars = []
+        for a in plan.assignments:
+            fullest = max(a.memory.per_gpu, key=lambda r: r.total_bytes)
+            headroom = a.memory.gpu.headroom_bytes if a.memory.gpu else 0
+            bars.append(charts.MemoryBar(f"{a.workload}: {a.config.candidate.gpus} x {a.config.candidate.gpu.name}",
+                                         gb(fullest.weights_bytes), gb(fullest.kv_cache_bytes),
+                                         gb(fullest.overhead_bytes), gb(max(0, headroom))))
+        parts += ["<h2>Memory per GPU</h2>", charts.memory_chart(bars)]
+    if plan.pools:
+        parts += ["<h2>Rented</h2>", _html_table(
+            ["pool", "instances", "GPUs used", "GPUs paid", "$/hour", "price as of", "source"],
+            [[u.pool.label, u.instances, u.gpus_used, u.instances * u.pool.offer.gpus, u.usd_per_hour,
+              u.pool.offer.as_of, u.pool.offer.source] for u in plan.pools])]
+    if plan.unmet:
+        parts += ["<h2>Unmet demand</h2>", "<ul>" + "".join(f"<li>{html.escape(u)}</li>" for u in plan.unmet) + "</ul>"]
+    parts += ["<h2>Binding constraints</h2>",
+              "<ul>" + "".join(f"<li>{html.escape(b)}</li>" for b in plan.binding) + "</ul>",
+              "<h2>Inputs</h2>", f"<pre>{html.escape(scenario_text)}</pre>"]
+    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>planner report: {html.escape(name)}</title><style>{_PAGE_STYLE}</style></head><body>"
+            + "\n".join(parts) + "</body></html>\n")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.errors import PlannerInputError
 from planner.memory import MAX_BATCH, MAX_CONTEXT
@@ -99,10 +99,67 @@ def search_values(value: Any, limit: int = MAX_CONTEXT) -> tuple[int, ...]:
     return (parse_tokens(value, limit),)
 
 
+class TrafficBucket(_Strict):
+    """A share of the requests with one shape (e.g. short chats vs long documents)."""
+
+    share: float = Field(gt=0, le=1)
+    prompt_tokens: int = Field(ge=1, le=MAX_CONTEXT)
+    output_tokens: int = Field(ge=1, le=MAX_CONTEXT)
+
+
+class Traffic(_Strict):
+    """Demand: a request rate or an output-token rate, and the request shape (mean, or buckets with shares)."""
+
+    requests_per_s: float | None = Field(default=None, gt=0, le=1e7)
+    output_tokens_per_s: float | None = Field(default=None, gt=0, le=1e10)
+    prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    buckets: list[TrafficBucket] | None = Field(default=None, min_length=1, max_length=16)
+
+    @model_validator(mode="after")
+    def _complete(self) -> Traffic:
+        if (self.requests_per_s is None) == (self.output_tokens_per_s is None):
+            raise ValueError("give one of requests_per_s or output_tokens_per_s")
+        if self.buckets is None and (self.prompt_tokens is None or self.output_tokens is None):
+            raise ValueError("give prompt_tokens and output_tokens (the mean request), or buckets")
+        if self.buckets is not None:
+            if self.prompt_tokens is not None or self.output_tokens is not None:
+                raise ValueError("give either buckets or prompt_tokens/output_tokens, not both")
+            total = sum(b.share for b in self.buckets)
+            if abs(total - 1) > 1e-6:
+                raise ValueError(f"bucket shares add up to {total:g}; they must add up to 1")
+        return self
+
+    def shapes(self) -> list[tuple[float, int, int]]:
+        """(share of requests, prompt tokens, output tokens) per bucket."""
+        if self.buckets is None:
+            return [(1.0, self.prompt_tokens or 1, self.output_tokens or 1)]
+        return [(b.share, b.prompt_tokens, b.output_tokens) for b in self.buckets]
+
+    @property
+    def total_requests_per_s(self) -> float:
+        if self.requests_per_s is not None:
+            return self.requests_per_s
+        mean_output = sum(share * output for share, _, output in self.shapes())
+        return (self.output_tokens_per_s or 0) / mean_output
+
+
+class Slo(_Strict):
+    ttft_s: float | None = Field(default=None, gt=0, le=3600)  # time to first token
+    tpot_s: float | None = Field(default=None, gt=0, le=60)  # time per output token
+
+
 class Workload(_Strict):
     context: tuple[int, ...] = Field(description="tokens per sequence (prompt + output): a value, a list or {min, max}")
     concurrency: tuple[int, ...] = Field(default=(1,), description="sequences each replica holds at once")
     replicas: int = Field(default=1, ge=1, le=10_000)
+    # fleet sizing (with traffic): replicas follow from demand, and `concurrency` caps the batch searched
+    traffic: Traffic | None = None
+    slo: Slo | None = None
+    utilisation: float = Field(default=0.8, gt=0, le=1)  # plan replicas at most this busy, for bursts
+    redundancy: int = Field(default=0, ge=0, le=100)  # N+k: spare replicas' worth of capacity
+    min_replicas: int = Field(default=1, ge=0, le=10_000)
+    max_configs: int | None = Field(default=None, ge=1, le=100)  # distinct configurations at most
 
     @field_validator("context", "concurrency", mode="before")
     @classmethod
@@ -138,19 +195,76 @@ class SolverSpec(_Strict):
     top: int = Field(default=5, ge=0, le=100)
 
 
+class QuotaSpec(_Strict):
+    """At most max_gpus GPUs rented from what matches (provider / region / GPU type), across all workloads."""
+
+    max_gpus: int = Field(ge=0, le=1_000_000)
+    provider: str | None = None
+    region: str | None = None
+    gpu: str | None = None
+
+
+class FleetSpec(_Strict):
+    quotas: list[QuotaSpec] = Field(default=[], max_length=100)
+    on_demand_share: float | None = Field(default=None, ge=0, le=1)  # of each workload's demand, with spot allowed
+
+
+class NamedWorkload(_Strict):
+    """One service of a multi-model fleet; search / engine / pricing default to the scenario's."""
+
+    name: str = Field(min_length=1, max_length=100)
+    model: str = Field(min_length=1)
+    params: int | float | str | None = None
+    workload: Workload
+    search: Search | None = None
+    engine: EngineSpec | None = None
+    pricing: Pricing | None = None
+
+
 class Scenario(_Strict):
     name: str | None = None
     description: str | None = None
-    model: str
+    model: str | None = None  # with workload; or a `workloads:` list for a multi-model fleet
     params: int | float | str | None = None  # 70e9 reads as a float in YAML
-    workload: Workload
+    workload: Workload | None = None
+    workloads: list[NamedWorkload] | None = Field(default=None, min_length=1, max_length=200)
+    fleet: FleetSpec | None = None
     search: Search = Search()
     engine: EngineSpec = EngineSpec()
     pricing: Pricing = Pricing()
-    objective: Literal["cost_per_hour"] = "cost_per_hour"
+    # for a fleet with fixed demand both rank plans alike; the plan prints both figures
+    objective: Literal["cost_per_hour", "cost_per_million_output_tokens"] = "cost_per_hour"
     solver: SolverSpec = SolverSpec()
     # where the file was, so model paths resolve relative to it (not part of the YAML)
     base_dir: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Scenario:
+        if self.workloads is not None:
+            if self.model is not None or self.workload is not None:
+                raise ValueError("give either model + workload (one service) or workloads (a fleet), not both")
+            names = [w.name for w in self.workloads]
+            if len(set(names)) != len(names):
+                raise ValueError("workloads: names must be unique")
+            if any(w.workload.traffic is None for w in self.workloads):
+                raise ValueError("workloads: every workload of a fleet needs workload.traffic")
+        elif self.model is None or self.workload is None:
+            raise ValueError("model and workload are required (or a workloads list for a fleet)")
+        return self
+
+    @property
+    def is_fleet(self) -> bool:
+        """Traffic given: size a fleet of replicas rather than pick one configuration."""
+        return self.workloads is not None or (self.workload is not None and self.workload.traffic is not None)
+
+    def fleet_parts(self) -> list[tuple[str, Scenario]]:
+        """Each service of the fleet as a one-service scenario (search / engine / pricing inherited)."""
+        if self.workloads is None:
+            return [(self.name or self.model or "workload", self)]
+        return [(w.name, self.model_copy(update={
+            "name": w.name, "model": w.model, "params": w.params, "workload": w.workload, "workloads": None,
+            "search": w.search or self.search, "engine": w.engine or self.engine, "pricing": w.pricing or self.pricing,
+        })) for w in self.workloads]
 
     @field_validator("name", "description", "model")
     @classmethod

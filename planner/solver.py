@@ -28,6 +28,7 @@ from planner.candidates import (
     rentals_for,
 )
 from planner.catalog import Catalog, Offer
+from planner.errors import PlannerInputError
 from planner.memory import MemoryEstimate
 from planner.scenario import Scenario
 from planner.units import format_bytes
@@ -219,6 +220,8 @@ def _read_plan(pair: _Pair, space: SearchSpace, catalog: Catalog) -> PlanOption 
 
 def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None,
                    top: int | None = None) -> SolveResult:
+    if scenario.is_fleet:
+        raise PlannerInputError("this scenario has traffic: it sizes a fleet (planner.fleet.plan_fleet; `planner solve` does it)")
     limit = time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s
     top = top if top is not None else scenario.solver.top
     started = time.perf_counter()

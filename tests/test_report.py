@@ -80,3 +80,12 @@ def test_page_renders_in_headless_chromium(page, review, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     # not blank: a white page of this size compresses to a few KB; charts and tables do not
     assert len(data) > 30_000
+
+
+def test_fleet_scenarios_get_a_review_page_too(tmp_path):
+    fleet = Path(__file__).parent.parent / "scenarios" / "multi-model-fleet.yaml"
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", "report", str(fleet), "-o", "f.html"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "f.html").read_text()
+    assert "Fleet: $" in page and "<svg" in page and "chat-70b" in page and "Rented" in page

@@ -15,7 +15,8 @@ from planner.scenario import load_scenario, parse_scenario
 from planner.solver import solve_scenario
 
 CATALOG = load_catalog()
-SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
+ALL_SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
+SCENARIOS = [p for p in ALL_SCENARIOS if not load_scenario(p).is_fleet]  # one-configuration scenarios
 
 
 def scenario(**overrides):
@@ -109,6 +110,12 @@ def test_every_plan_of_the_shipped_scenarios_is_rechecked_and_fits(path):
     costs = [p.usd_per_hour for p in result.alternatives]
     assert costs == sorted(costs)
     assert all(c >= result.best.usd_per_hour for c in costs)
+
+
+def test_a_fleet_scenario_is_refused_by_the_one_configuration_solver():
+    fleet = next(p for p in ALL_SCENARIOS if load_scenario(p).is_fleet)
+    with pytest.raises(PlannerInputError, match="sizes a fleet"):
+        solve_scenario(load_scenario(fleet), CATALOG)
 
 
 def test_the_same_scenario_gives_the_same_plan():

@@ -1,0 +1,459 @@
+"""Fleet sizing with CP-SAT: how many replicas of which configuration, on which rentable pools,
+serve every workload's traffic within its latency targets at the lowest $/hour.
+
+Like solver.py, this module keeps its CP-SAT objects to itself: build the model from plain
+dataclasses, solve, read the answer back into plain dataclasses.
+
+Model. For every workload (or traffic bucket of a workload) the serving configurations are the
+memory candidates (GPU x TP/PP x precision x KV dtype at the workload's context) at the largest
+concurrency whose TTFT and TPOT meet the SLOs; a configuration's capacity is the performance
+model's requests/s at that concurrency times the utilisation ceiling. Integer variables: replicas
+of each configuration on each pool (offer x market), and instances rented of each pool.
+Constraints: the GPUs the replicas use fit in the instances rented (replica sizes divide the
+instance, or span whole instances, so the count is exact); capacity meets demand, with N+k
+redundancy (the fleet still meets demand without its k largest replicas of any configuration);
+minimum replicas; a cap on distinct configurations per workload; GPU quotas per provider /
+region / GPU type shared by all workloads; an on-demand share of capacity when spot is allowed.
+Objective: $/hour.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from math import ceil
+
+from ortools.sat.python import cp_model
+
+from planner.candidates import (
+    COST_UNITS_PER_USD,
+    MIN_GPUS_PER_NODE_ACROSS_NODES,
+    Candidate,
+    SearchSpace,
+    build_search_space,
+    enumerate_candidates,
+    recheck,
+)
+from planner.catalog import Catalog, Offer
+from planner.errors import PlannerInputError
+from planner.memory import MemoryEstimate
+from planner.performance import ReplicaPerformance, Workload, replica_performance
+from planner.scenario import Scenario
+
+CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
+BATCH_LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A slice of a workload's traffic with one request shape."""
+
+    requests_per_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
+@dataclass(frozen=True)
+class FleetWorkload:
+    name: str
+    space: SearchSpace  # the model and its search space (GPUs, precisions, KV dtypes, offers)
+    buckets: tuple[Bucket, ...]
+    slo: Slo = Slo()
+    utilisation: float = 0.8  # plan replicas to run at most this busy, for bursts
+    redundancy: int = 0  # N+k: demand is still met without k of the largest replicas
+    min_replicas: int = 1
+    max_configs: int | None = None
+    engine: str = "vllm"
+
+
+@dataclass(frozen=True)
+class Quota:
+    max_gpus: int
+    provider: str | None = None
+    region: str | None = None
+    gpu: str | None = None
+
+    def covers(self, offer: Offer) -> bool:
+        return ((self.provider is None or offer.provider == self.provider)
+                and (self.region is None or offer.region == self.region)
+                and (self.gpu is None or offer.gpu == self.gpu))
+
+    @property
+    def label(self) -> str:
+        parts = [p for p in (self.provider, self.region, self.gpu) if p]
+        return f"quota {'/'.join(parts) or 'all'} <= {self.max_gpus} GPUs"
+
+
+@dataclass(frozen=True)
+class FleetProblem:
+    workloads: tuple[FleetWorkload, ...]
+    quotas: tuple[Quota, ...] = ()
+    on_demand_share: float | None = None  # at least this share of each workload's demand on on-demand pools
+    time_limit_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    workload: str
+    bucket: int
+    candidate: Candidate
+    performance: ReplicaPerformance
+    capacity_rps: float  # requests/s one replica takes at the utilisation ceiling
+
+    @property
+    def capacity_units(self) -> int:
+        return int(self.capacity_rps * CAPACITY_UNITS_PER_RPS)
+
+
+@dataclass(frozen=True)
+class Pool:
+    offer: Offer
+    market: str
+
+    @property
+    def price_units(self) -> int:
+        return round((self.offer.price(self.market) or 0) * COST_UNITS_PER_USD)
+
+    @property
+    def label(self) -> str:
+        return f"{self.offer.provider} {self.offer.instance} ({self.offer.region}, {self.market})"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    workload: str
+    bucket: int
+    config: ServingConfig
+    pool: Pool
+    replicas: int
+    memory: MemoryEstimate  # the estimator's re-check on the GPU
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    pool: Pool
+    instances: int
+    gpus_used: int
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.instances * self.pool.price_units / COST_UNITS_PER_USD
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    status: str
+    gap: float
+    solve_seconds: float
+    usd_per_hour: float | None
+    usd_per_million_output_tokens: float | None
+    assignments: tuple[Assignment, ...]
+    pools: tuple[PoolUse, ...]
+    unmet: tuple[str, ...]  # demand that cannot be served, and why
+    binding: tuple[str, ...]
+    configurations: int
+    variables: int
+    candidate_seconds: float = 0.0  # of solve_seconds, spent building serving configurations
+
+
+# --------------------------------------------------------------------------------------------
+# Serving configurations
+
+
+def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingConfig]:
+    """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity."""
+    space = workload.space
+    context = max(space.contexts)
+    # workload.concurrency, when set above 1, caps the batch a replica may run
+    cap = max(space.concurrencies) if max(space.concurrencies) > 1 else BATCH_LADDER[-1]
+    ladder = replace(space, contexts=(context,), concurrencies=tuple(b for b in BATCH_LADDER if b <= cap) or (1,))
+    fitting = enumerate_candidates(ladder, catalog).candidates
+    out: list[ServingConfig] = []
+    for index, bucket in enumerate(workload.buckets):
+        if bucket.prompt_tokens + bucket.output_tokens > context:
+            continue
+        shape = Workload(bucket.prompt_tokens, bucket.output_tokens)
+        best: dict[tuple, ServingConfig] = {}
+        for layout, ladder_fits in _by_layout(fitting).items():
+            config = _largest_batch_within_slo(workload, index, ladder_fits, shape, catalog)
+            # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
+            size = (layout[0], ladder_fits[0].gpus)
+            if config and config.capacity_units > 0 and (size not in best or config.capacity_rps > best[size].capacity_rps):
+                best[size] = config
+        out.extend(best.values())
+    return out
+
+
+def _by_layout(candidates) -> dict[tuple, list[Candidate]]:
+    layouts: dict[tuple, list[Candidate]] = {}
+    for c in candidates:
+        layouts.setdefault((c.gpu.name, c.tp, c.pp, c.precision, c.kv_dtype), []).append(c)
+    return {k: sorted(v, key=lambda c: c.concurrency) for k, v in layouts.items()}
+
+
+def _largest_batch_within_slo(workload: FleetWorkload, bucket: int, ladder: list[Candidate], shape: Workload,
+                              catalog: Catalog) -> ServingConfig | None:
+    """Binary search on concurrency: TTFT and TPOT only grow with it, requests/s grows with it."""
+    found: ServingConfig | None = None
+    lo, hi = 0, len(ladder) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        c = ladder[mid]
+        perf = replica_performance(workload.space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, c.concurrency,
+                                   shape, catalog, workload.engine)
+        meets = ((workload.slo.ttft_s is None or perf.ttft_s <= workload.slo.ttft_s)
+                 and (workload.slo.tpot_s is None or perf.tpot_s <= workload.slo.tpot_s))
+        if meets:
+            found = ServingConfig(workload.name, bucket, c, perf, perf.requests_per_s * workload.utilisation)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return found
+
+
+def _fits_pool(config: ServingConfig, pool: Pool) -> bool:
+    """Replicas either divide an instance or span whole instances (TP inside one), so GPU counts pack exactly."""
+    g, k = config.candidate.gpus, pool.offer.gpus
+    if g <= k:
+        return k % g == 0
+    return (g % k == 0 and config.candidate.tp <= k and k % config.candidate.tp == 0
+            and k >= MIN_GPUS_PER_NODE_ACROSS_NODES)
+
+
+# --------------------------------------------------------------------------------------------
+# The CP-SAT model
+
+
+@dataclass
+class _Built:
+    model: cp_model.CpModel
+    replicas: dict[tuple[int, int], cp_model.IntVar]  # (config index, pool index)
+    instances: dict[int, cp_model.IntVar]
+    slack: dict[tuple[str, int], cp_model.IntVar]
+    cost: cp_model.LinearExpr
+
+
+def _demand_units(bucket: Bucket) -> int:
+    return ceil(bucket.requests_per_s * CAPACITY_UNITS_PER_RPS)
+
+
+def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool],
+           allow_unmet: bool) -> _Built:
+    model = cp_model.CpModel()
+    by_name = {w.name: w for w in problem.workloads}
+    replicas: dict[tuple[int, int], cp_model.IntVar] = {}
+    upper: dict[tuple[int, int], int] = {}
+    for ci, config in enumerate(configs):
+        w = by_name[config.workload]
+        bucket = w.buckets[config.bucket]
+        bound = ceil(_demand_units(bucket) / config.capacity_units) + w.redundancy + w.min_replicas
+        for pi, pool in enumerate(pools):
+            if pool.offer.gpu == config.candidate.gpu.name and _fits_pool(config, pool):
+                replicas[ci, pi] = model.new_int_var(0, bound, f"n_{ci}_{pi}")
+                upper[ci, pi] = bound
+    instances: dict[int, cp_model.IntVar] = {}
+    for pi, pool in enumerate(pools):
+        users = [(ci, var) for (ci, p), var in replicas.items() if p == pi]
+        if not users:
+            continue
+        gpus = sum(var * configs[ci].candidate.gpus for ci, var in users)
+        top = sum(configs[ci].candidate.gpus * upper[ci, pi] for ci, _ in users)
+        instances[pi] = model.new_int_var(0, ceil(top / pool.offer.gpus), f"inst_{pi}")
+        model.add(gpus <= instances[pi] * pool.offer.gpus)
+
+    slack: dict[tuple[str, int], cp_model.IntVar] = {}
+    for w in problem.workloads:
+        used_flags = []
+        for b, bucket in enumerate(w.buckets):
+            terms = [(ci, pi, var) for (ci, pi), var in replicas.items()
+                     if configs[ci].workload == w.name and configs[ci].bucket == b]
+            capacity = sum(var * configs[ci].capacity_units for ci, _, var in terms)
+            demand = _demand_units(bucket)
+            if allow_unmet:
+                slack[w.name, b] = model.new_int_var(0, demand, f"unmet_{w.name}_{b}")
+                capacity = capacity + slack[w.name, b]
+            model.add(capacity >= demand)
+            if problem.on_demand_share:
+                on_demand = sum(var * configs[ci].capacity_units for ci, pi, var in terms if pools[pi].market == "on-demand")
+                share = ceil(problem.on_demand_share * demand)
+                model.add(on_demand + (slack[w.name, b] if allow_unmet else 0) >= share)
+            if w.redundancy or w.max_configs is not None:
+                for ci in sorted({ci for ci, _, _ in terms}):
+                    used = model.new_bool_var(f"used_{ci}")
+                    config_vars = [var for c, _, var in terms if c == ci]
+                    model.add(sum(config_vars) == 0).only_enforce_if(~used)
+                    used_flags.append(used)
+                    if w.redundancy:
+                        # N+k: losing k replicas of this configuration still leaves the demand covered
+                        model.add(capacity >= demand + w.redundancy * configs[ci].capacity_units).only_enforce_if(used)
+        total = sum(var for (ci, _), var in replicas.items() if configs[ci].workload == w.name)
+        if w.min_replicas and not allow_unmet:
+            model.add(total >= w.min_replicas)
+        if w.max_configs is not None and used_flags:
+            model.add(sum(used_flags) <= w.max_configs)
+    for quota in problem.quotas:
+        covered = [instances[pi] * pools[pi].offer.gpus for pi in instances if quota.covers(pools[pi].offer)]
+        if covered:
+            model.add(sum(covered) <= quota.max_gpus)
+    cost = sum(instances[pi] * pools[pi].price_units for pi in instances)
+    penalty = sum(slack.values()) * (10 ** 9) if slack else 0
+    model.minimize(cost + penalty)
+    return _Built(model, replicas, instances, slack, cost)
+
+
+def _solve(built: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    # One worker with the full LP relaxation: measured on bench/solver_scale.py (5 workloads x 15 pools)
+    # it proves optimality in 0.05 s where the default 2-worker portfolio, which has no LP worker, took 7 s;
+    # a single worker is also deterministic.
+    solver.parameters.num_workers = 1
+    solver.parameters.linearization_level = 2
+    solver.parameters.random_seed = 0
+    return solver, solver.solve(built.model)
+
+
+_STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
+           cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
+
+
+# --------------------------------------------------------------------------------------------
+# The whole job
+
+
+def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True) -> FleetPlan:
+    started = time.perf_counter()
+    configs = [c for w in problem.workloads for c in serving_configs(w, catalog)]
+    candidate_seconds = time.perf_counter() - started
+    pools = list(dict.fromkeys(Pool(o, m) for w in problem.workloads for o, m in w.space.offers))
+    built = _build(problem, configs, pools, allow_unmet=False)
+    solver, status = _solve(built, problem.time_limit_s)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        plan = _unmet_plan(problem, configs, pools, catalog, started, _STATUS.get(status, "UNKNOWN"))
+        return replace(plan, candidate_seconds=candidate_seconds)
+    plan = _read(problem, built, solver, configs, pools, catalog, _STATUS[status], started, ())
+    plan = replace(plan, candidate_seconds=candidate_seconds)
+    if explain:
+        plan = replace(plan, binding=_binding(problem, plan, catalog))
+    return plan
+
+
+def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, configs: list[ServingConfig],
+          pools: list[Pool], catalog: Catalog, status: str, started: float, unmet: tuple[str, ...]) -> FleetPlan:
+    by_name = {w.name: w for w in problem.workloads}
+    assignments = []
+    for (ci, pi), var in built.replicas.items():
+        n = solver.value(var)
+        if n:
+            config = configs[ci]
+            memory = recheck(config.candidate, by_name[config.workload].space, catalog)
+            if memory.gpu is None or not memory.gpu.fits:
+                raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
+            assignments.append(Assignment(config.workload, config.bucket, config, pools[pi], n, memory))
+    uses = []
+    for pi, var in built.instances.items():
+        if solver.value(var):
+            gpus = sum(a.replicas * a.config.candidate.gpus for a in assignments if a.pool == pools[pi])
+            uses.append(PoolUse(pools[pi], solver.value(var), gpus))
+    cost = sum(u.usd_per_hour for u in uses)
+    tokens_per_hour = sum(b.requests_per_s * b.output_tokens for w in problem.workloads for b in w.buckets) * 3600
+    bound = solver.best_objective_bound
+    objective = solver.objective_value
+    gap = 0.0 if status == "OPTIMAL" or not objective else max(0.0, (objective - bound) / objective)
+    return FleetPlan(
+        status=status, gap=gap, solve_seconds=time.perf_counter() - started, usd_per_hour=round(cost, 4),
+        usd_per_million_output_tokens=round(cost / tokens_per_hour * 1e6, 4) if tokens_per_hour else None,
+        assignments=tuple(sorted(assignments, key=lambda a: (a.workload, a.bucket, a.pool.label))),
+        pools=tuple(sorted(uses, key=lambda u: u.pool.label)), unmet=unmet, binding=(),
+        configurations=len(configs), variables=len(built.replicas) + len(built.instances),
+    )
+
+
+def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool], catalog: Catalog,
+                started: float, status: str) -> FleetPlan:
+    """No fleet meets every demand: serve what can be served and name what is left and why."""
+    unmet: list[str] = []
+    served = {(c.workload, c.bucket) for c in configs}
+    for w in problem.workloads:
+        for b, _bucket in enumerate(w.buckets):
+            if (w.name, b) not in served:
+                why = "no configuration fits in memory and meets the SLO" + (
+                    f" (ttft <= {w.slo.ttft_s} s, tpot <= {w.slo.tpot_s} s)" if w.slo.ttft_s or w.slo.tpot_s else "")
+                unmet.append(f"{w.name} bucket {b}: {why}")
+    relaxed = _build(problem, configs, pools, allow_unmet=True)
+    solver, status2 = _solve(relaxed, problem.time_limit_s)
+    if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        for (name, b), var in relaxed.slack.items():
+            short = solver.value(var) / CAPACITY_UNITS_PER_RPS
+            if short > 0 and not any(u.startswith(f"{name} bucket {b}:") for u in unmet):
+                full = [q.label for q in problem.quotas if _quota_full(q, relaxed, solver, pools)]
+                unmet.append(f"{name} bucket {b}: {short:,.3f} req/s unserved; blocked by "
+                             + (", ".join(full) if full else "the allowed pools and redundancy rules"))
+        plan = _read(problem, relaxed, solver, configs, pools, catalog, "INFEASIBLE", started, tuple(unmet))
+        return replace(plan, usd_per_hour=None, usd_per_million_output_tokens=None)
+    return FleetPlan("INFEASIBLE", 0.0, time.perf_counter() - started, None, None, (), (), tuple(unmet), (),
+                     len(configs), 0)
+
+
+def _quota_full(quota: Quota, built: _Built, solver: cp_model.CpSolver, pools: list[Pool]) -> bool:
+    used = sum(solver.value(var) * pools[pi].offer.gpus for pi, var in built.instances.items()
+               if quota.covers(pools[pi].offer))
+    return used + min((p.offer.gpus for p in pools if quota.covers(p.offer)), default=1) > quota.max_gpus
+
+
+def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog) -> tuple[str, ...]:
+    """Which limits bind, and what one more unit of each would save (a re-solve per binding quota)."""
+    out = []
+    for i, quota in enumerate(problem.quotas):
+        used = sum(u.instances * u.pool.offer.gpus for u in plan.pools if quota.covers(u.pool.offer))
+        smallest = min((u.pool.offer.gpus for u in plan.pools if quota.covers(u.pool.offer)), default=None)
+        if smallest is None or used + smallest <= quota.max_gpus:
+            continue
+        more = list(problem.quotas)
+        more[i] = replace(quota, max_gpus=quota.max_gpus + smallest)
+        relaxed = plan_fleet(replace(problem, quotas=tuple(more)), catalog, explain=False)
+        saving = (plan.usd_per_hour or 0) - (relaxed.usd_per_hour or plan.usd_per_hour or 0)
+        out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
+    for w in problem.workloads:
+        if w.slo.tpot_s or w.slo.ttft_s:
+            tighter = replace(w, slo=Slo(w.slo.ttft_s and w.slo.ttft_s * 0.8, w.slo.tpot_s and w.slo.tpot_s * 0.8))
+            variant = replace(problem, workloads=tuple(tighter if x is w else x for x in problem.workloads))
+            result = plan_fleet(variant, catalog, explain=False)
+            if result.usd_per_hour is None:
+                out.append(f"{w.name}: an SLO 20% tighter cannot be met with these pools")
+            else:
+                out.append(f"{w.name}: an SLO 20% tighter costs ${result.usd_per_hour - (plan.usd_per_hour or 0):+,.2f}/hour")
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Scenario -> fleet problem
+
+
+def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None) -> FleetProblem:
+    """The scenario's workloads (one, or the `workloads:` list) with their traffic, SLOs and the shared quotas."""
+    workloads = []
+    for name, part in scenario.fleet_parts():
+        traffic = part.workload.traffic
+        if traffic is None:
+            raise PlannerInputError(f"{name}: workload.traffic is needed to size a fleet (requests_per_s or "
+                                    "output_tokens_per_s, with prompt_tokens and output_tokens)")
+        space = build_search_space(part, catalog)
+        buckets = tuple(Bucket(traffic.total_requests_per_s * share, prompt, output)
+                        for share, prompt, output in traffic.shapes())
+        slo = part.workload.slo
+        workloads.append(FleetWorkload(
+            name=name, space=space, buckets=buckets, slo=Slo(slo.ttft_s, slo.tpot_s) if slo else Slo(),
+            utilisation=part.workload.utilisation, redundancy=part.workload.redundancy,
+            min_replicas=part.workload.min_replicas, max_configs=part.workload.max_configs,
+            engine="vllm" if part.engine.name == "simple" else part.engine.name))
+    fleet = scenario.fleet
+    quotas = tuple(Quota(q.max_gpus, q.provider, q.region, q.gpu) for q in fleet.quotas) if fleet else ()
+    return FleetProblem(tuple(workloads), quotas, fleet.on_demand_share if fleet else None,
+                        time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s)

@@ -1,0 +1,523 @@
+"""Serving speed of one replica at a batch: prefill, decode step, TTFT, TPOT, tokens/s and requests/s.
+
+The model follows the mechanisms, so it carries over to models and GPUs it was never fitted to; the
+only fitted numbers are the efficiency factors in catalogs/performance.yaml, each entry naming the
+measurements it was fitted to (bench/throughput_accuracy.py prints predicted against measured).
+
+One forward pass of one pipeline stage, on one tensor-parallel rank:
+  memory   = (weight bytes read + KV bytes read) / (HBM bandwidth x memory efficiency)
+             weights: the stage's block tensors as that rank holds them, plus the lm_head on the last
+             stage (the embedding is a row lookup, the vision tower idle while decoding text); a MoE
+             layer reads only the experts its tokens touch: of E experts with k picked per token,
+             t tokens touch E (1 - (1 - k/E)^t) on average when routing is uniform (what the
+             routers' load-balancing losses aim for);
+             KV: what each sequence holds at its context (planner.memory), read once per step
+  compute  = FLOPs / (dense tensor TFLOPS x compute efficiency): 2 per weight of every matmul a token
+             passes through (k of E experts), and attention 2 x heads x (d_k + d_v) per attended
+             position per layer (PaLM, Chowdhery et al. 2022, appendix B: 2N + 4 L H Q T per token);
+             tensors stored in fewer than 16 bits run at the precision's tensor-core rate where the
+             GPU has one (W8A8 / W4A4), everything else at the 16-bit rate (weight-only kernels
+             dequantize to 16 bits)
+  fixed    = a cost per layer per forward (kernel launches, synchronisation), and per expert of a
+             MoE layer (routing, per-expert padding, grouped-GEMM slots), per engine
+  TP       = 2 all-reduces of the activations per layer (Megatron-LM, Shoeybi et al. 2019, section 3),
+             each a ring: 2 (tp-1) steps of (link latency + bytes/tp / (one-way link bandwidth x
+             efficiency)) (Thakur et al. 2005, "Optimization of collective communication operations
+             in MPICH"; NCCL's bus bandwidth, nccl-tests doc/PERFORMANCE.md)
+  stage    = max(memory, compute) + fixed + TP   (graph-replaying engines: the fixed cost is GPU time)
+           = max(memory, compute, fixed) + TP   (llama.cpp: CPU launches overlap the GPU's work)
+Pipeline parallelism splits the batch into min(batch, pp) microbatches; all of them advance one step in
+max(sum of stage times + activation hand-offs, microbatches x slowest stage): with fewer microbatches
+than stages, stages wait (the bubble).
+
+A replica serving B concurrent requests of P prompt and N output tokens goes, per request generation,
+through B prefills (P tokens each, attention over P(P+1)/2 positions, logits for the last one) and N-1
+decode steps at the mean context P + N/2:
+  output tokens/s = B N / cycle,   requests/s = B / cycle,   cycle = prefills + (N-1) decode steps
+  TPOT = decode step + the other B-1 requests' prefills, spread over a request's N-1 steps
+         (continuous batching interleaves them into its decode)
+  TTFT = the request's own prefill (no queueing)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from math import ceil, prod
+from pathlib import Path
+from typing import Callable, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner.architecture import Architecture, Attention, Tensor
+from planner.catalog import Catalog, Gpu, Precision, catalog_dir
+from planner.errors import PlannerInputError
+from planner.memory import Request, estimate_memory, pipeline_stages, shard_shape
+from planner.precision import UNQUANTIZED_BITS, resolve_precision, tensor_bytes
+from planner.units import GB
+
+US = 1e-6
+TFLOPS = 1e12
+# Activations and all-reduce payloads travel in the model's 16-bit dtype.
+ACTIVATION_BYTES = UNQUANTIZED_BITS // 8
+# Megatron tensor parallelism: one all-reduce after attention's o_proj, one after the MLP's down_proj.
+ALLREDUCES_PER_LAYER = 2
+# Roles of the 2-D tensors a token is multiplied through (embeddings are row lookups, norms elementwise).
+MATMUL_ROLES = ("linear", "expert", "router", "lm_head")
+
+DecodeBound = Literal["memory", "compute", "overhead", "communication"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalog of efficiency factors
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GenerationEfficiency(_Entry):
+    """Achievable fractions of a GPU generation's datasheet peaks."""
+
+    name: str
+    memory_efficiency: float = Field(gt=0, le=1)  # of memory_bandwidth_gbps, streaming the weights
+    kv_read_efficiency: float = Field(gt=0, le=1)  # of memory_bandwidth_gbps, attention reading the paged KV cache
+    compute_efficiency: float = Field(gt=0, le=1)  # of dense_tflops, on large GEMMs
+    fitted_to: str
+    source: str
+
+
+class EngineCost(_Entry):
+    name: str
+    aliases: tuple[str, ...] = ()
+    per_layer_overhead_us: float = Field(ge=0)  # fixed cost per layer per forward pass
+    # a MoE layer's extra fixed cost, per expert it holds: routing scores every expert, each expert's
+    # token list is padded to the GEMM tile and the grouped GEMM visits every expert's slot
+    per_expert_overhead_us: float = Field(ge=0)
+    # True: the CPU launches kernels one by one while the GPU works (llama.cpp), so the fixed cost
+    # hides behind the GPU's work unless it is the longer; False: graph replay (vLLM, SGLang,
+    # TensorRT-LLM), the fixed cost is GPU time between and inside kernels and adds to the work
+    launch_overlaps: bool
+    fitted_to: str
+    source: str
+
+
+class InterconnectCost(_Entry):
+    kind: str  # the Gpu interconnect kind: nvlink, pcie, infinity-fabric, ...
+    step_latency_us: float = Field(ge=0)  # one step of a ring collective (a ring all-reduce takes 2 (tp-1))
+    bandwidth_efficiency: float = Field(gt=0, le=1)  # of the one-way link bandwidth, on large transfers
+    source: str
+
+
+class PrecisionCompute(_Entry):
+    """The tensor-core format in which a low-bit precision computes, where the GPU has it natively."""
+
+    name: str
+    tensor_core_format: str  # a key of Gpu.dense_tflops
+    source: str
+
+
+class PerformanceCatalog(_Entry):
+    schema_version: int
+    generations: tuple[GenerationEfficiency, ...]
+    engines: tuple[EngineCost, ...]
+    interconnects: tuple[InterconnectCost, ...]
+    precisions: tuple[PrecisionCompute, ...]
+
+    def generation(self, name: str) -> GenerationEfficiency:
+        """The generation's factors; `default` for a generation no measurement covers."""
+        by_name = {g.name: g for g in self.generations}
+        return by_name.get(name) or by_name["default"]
+
+    def engine(self, name: str) -> EngineCost:
+        key = name.strip().lower()
+        for engine in self.engines:
+            if key == engine.name or key in engine.aliases:
+                return engine
+        known = ", ".join(e.name for e in self.engines)
+        raise PlannerInputError(f"engine: no performance factors for {name!r}; use one of {known}")
+
+    def interconnect(self, kind: str) -> InterconnectCost:
+        by_kind = {i.kind: i for i in self.interconnects}
+        return by_kind.get(kind) or by_kind["default"]
+
+    def tensor_core_format(self, precision: str) -> str | None:
+        return next((p.tensor_core_format for p in self.precisions if p.name == precision), None)
+
+
+@cache
+def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog:
+    """catalogs/performance.yaml, validated (cached: catalogs don't change during a run)."""
+    path = Path(directory or catalog_dir()) / "performance.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        catalog = PerformanceCatalog.model_validate(data)
+    except (OSError, yaml.YAMLError) as exc:
+        raise PlannerInputError(f"catalog {path.name}: cannot read it ({exc})") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise PlannerInputError(f"catalog {path.name}: {where}: {first['msg']}") from None
+    for section, names in (("generations", [g.name for g in catalog.generations]),
+                           ("interconnects", [i.kind for i in catalog.interconnects])):
+        if "default" not in names:
+            raise PlannerInputError(f"catalog {path.name}: {section} needs a 'default' entry")
+    return catalog
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class Workload:
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class ForwardTime:
+    """One forward pass of one pipeline stage on one rank, term by term (seconds)."""
+
+    weight_read_s: float
+    kv_read_s: float
+    compute_s: float
+    per_layer_overhead_s: float
+    allreduce_s: float
+    weight_bytes: int  # read by one rank
+    kv_bytes: int
+    launch_overlaps: bool
+
+    @property
+    def memory_s(self) -> float:
+        return self.weight_read_s + self.kv_read_s
+
+    @property
+    def total_s(self) -> float:
+        if self.launch_overlaps:
+            return max(self.memory_s, self.compute_s, self.per_layer_overhead_s) + self.allreduce_s
+        return max(self.memory_s, self.compute_s) + self.per_layer_overhead_s + self.allreduce_s
+
+    @property
+    def bound(self) -> DecodeBound:
+        terms: dict[DecodeBound, float] = {"memory": self.memory_s, "compute": self.compute_s,
+                                           "overhead": self.per_layer_overhead_s, "communication": self.allreduce_s}
+        return max(terms, key=lambda k: terms[k])
+
+
+@dataclass(frozen=True)
+class ReplicaPerformance:
+    batch: int
+    prefill_s: float  # one request's prompt alone
+    ttft_s: float
+    decode_step_s: float  # every sequence of the batch advances one token
+    tpot_s: float  # as a request sees it, other requests' prefills included
+    output_tokens_per_s: float  # the whole replica at this batch
+    requests_per_s: float
+    decode_bound: DecodeBound
+    batch_prefill_s: float  # all `batch` prompts
+    # the decode step of the slowest pipeline stage, term by term
+    weight_read_s: float
+    kv_read_s: float
+    decode_compute_s: float
+    per_layer_overhead_s: float
+    allreduce_s: float
+    pp_bubble_s: float  # time the slowest stage waits per decode step (pp > batch)
+    weight_bytes_read: int  # per rank per decode step
+    kv_bytes_read: int
+    engine: str
+    memory_efficiency: float
+    compute_efficiency: float
+
+
+# ---------------------------------------------------------------------------------------------
+# What one rank of one pipeline stage holds and computes
+
+
+@dataclass(frozen=True)
+class _Matmuls:
+    """FLOPs per token split by the rate they run at."""
+
+    low_bit: float = 0.0  # stored below 16 bits: the precision's tensor-core rate where native
+    wide: float = 0.0  # 16-bit (or wider) weights, and everything on GPUs without the low-bit format
+
+    def __add__(self, other: _Matmuls) -> _Matmuls:
+        return _Matmuls(self.low_bit + other.low_bit, self.wide + other.wide)
+
+    def scaled(self, factor: float) -> _Matmuls:
+        return _Matmuls(self.low_bit * factor, self.wide * factor)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    layers: int
+    dense_bytes: int  # read by every forward pass
+    expert_bytes: int  # one expert of every MoE layer of the stage
+    experts: int  # per MoE layer (0: dense)
+    experts_per_token: int
+    moe_layers: int
+    body_flops: _Matmuls  # per token, logits excluded
+    logits_flops: _Matmuls  # per position whose logits are computed (last stage)
+    attention: tuple[tuple[float, int | None], ...]  # (FLOPs per attended position, window) per layer
+
+    def weight_bytes(self, tokens: int) -> int:
+        if not self.experts:
+            return self.dense_bytes
+        untouched = (1 - self.experts_per_token / self.experts) ** tokens
+        return self.dense_bytes + round(self.experts * (1 - untouched) * self.expert_bytes)
+
+
+def _kv_heads(arch: Architecture) -> int:
+    return max((layer.attention.kv_heads for layer in arch.layers), default=0)
+
+
+def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
+    """2 FLOPs per multiply-add for QK^T and for AV, per attended position, one layer, one rank."""
+    if attention.kind in ("full", "sliding"):
+        return 2 * heads_per_rank * (attention.k_head_dim + attention.v_head_dim)
+    if attention.kind == "mla":
+        # absorbed MLA (vLLM/SGLang decode): every head scores and sums over the shared latent
+        return 2 * heads_per_rank * 2 * attention.latent_dim
+    return 0.0  # linear-attention / Mamba: constant state, no per-position attention
+
+
+def _matmul_flops(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int,
+                  active_experts: int) -> _Matmuls:
+    out = _Matmuls()
+    for t in tensors:
+        if t.role not in MATMUL_ROLES or len(t.shape) != 2:
+            continue
+        shard = shard_shape(t, tp, kv_heads)
+        copies = active_experts if t.role == "expert" else t.count
+        flops = 2 * prod(shard) * copies
+        if tensor_bytes(shard, 1, t, precision) < prod(shard) * ACTIVATION_BYTES:
+            out += _Matmuls(low_bit=flops)
+        else:
+            out += _Matmuls(wide=flops)
+    return out
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A group of tensors (one layer, or the head) on one rank: bytes and per-token FLOPs."""
+
+    dense_bytes: int
+    expert_bytes: int  # one expert
+    experts: int
+    flops: _Matmuls
+
+
+@lru_cache(maxsize=4096)
+def _block(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, active_experts: int) -> _Block:
+    """Cached: the layers of a model repeat the same tensors, and the solver asks many times."""
+    experts = [t for t in tensors if t.role == "expert"]
+    return _Block(
+        dense_bytes=sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision)
+                        for t in tensors if t.role != "expert"),
+        expert_bytes=sum(tensor_bytes(shard_shape(t, tp, kv_heads), 1, t, precision) for t in experts),
+        experts=experts[0].count if experts else 0,
+        flops=_matmul_flops(tensors, precision, tp, kv_heads, active_experts),
+    )
+
+
+@lru_cache(maxsize=1024)
+def _stages(arch: Architecture, precision: Precision, tp: int, pp: int) -> tuple[_Stage, ...]:
+    heads_per_rank = ceil(arch.num_attention_heads / tp)
+    kv_heads = _kv_heads(arch)
+    k = arch.moe.experts_per_token if arch.moe else 0
+    stages = []
+    for index, (first, last) in enumerate(pipeline_stages(arch.num_layers, pp)):
+        layers = arch.layers[first:last]
+        attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank), layer.attention.window)
+                          for layer in layers)
+        if not arch.exact:
+            stages.append(_size_only_stage(arch, precision, tp, len(layers), attention))
+            continue
+        head: tuple[Tensor, ...] = ()
+        if index == pp - 1:
+            head = arch.head
+            if arch.tied_embeddings:
+                head += tuple(Tensor("lm_head.weight", t.shape, "lm_head", t.split) for t in arch.embedding)
+        blocks = [_block(layer.tensors, precision, tp, kv_heads, k) for layer in layers]
+        logits = _block(head, precision, tp, kv_heads, k)
+        stages.append(_Stage(
+            layers=len(layers),
+            dense_bytes=sum(b.dense_bytes for b in blocks) + logits.dense_bytes,
+            expert_bytes=sum(b.expert_bytes for b in blocks),
+            experts=max((b.experts for b in blocks), default=0),
+            experts_per_token=k,
+            moe_layers=sum(1 for b in blocks if b.experts),
+            body_flops=sum((b.flops for b in blocks), _Matmuls()),
+            logits_flops=logits.flops,
+            attention=attention,
+        ))
+    return tuple(stages)
+
+
+def _size_only_stage(arch: Architecture, precision: Precision, tp: int, layers: int,
+                     attention: tuple[tuple[float, int | None], ...]) -> _Stage:
+    """A model known by its weight count: weights and matmuls spread evenly over layers and ranks."""
+    share = (arch.declared_params or 0) * layers / arch.num_layers / tp
+    flops = _Matmuls(low_bit=2 * share) if precision.seed_bits < UNQUANTIZED_BITS else _Matmuls(wide=2 * share)
+    return _Stage(layers=layers, dense_bytes=ceil(share * precision.seed_bits / 8), expert_bytes=0, experts=0,
+                  experts_per_token=0, moe_layers=0, body_flops=flops, logits_flops=_Matmuls(), attention=attention)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing one forward pass
+
+
+@dataclass(frozen=True)
+class _Hardware:
+    bytes_per_s: float  # achievable HBM bandwidth streaming weights
+    kv_bytes_per_s: float  # achievable HBM bandwidth reading the KV cache
+    low_bit_flops_per_s: float
+    wide_flops_per_s: float
+    layer_overhead_s: float
+    expert_overhead_s: float
+    launch_overlaps: bool
+    link_bytes_per_s: float  # one-way, achievable
+    link_latency_s: float
+    tp: int
+    hidden: int
+
+    def allreduce_s(self, tokens: int) -> float:
+        """Ring all-reduce: 2 (tp-1) steps, each a link latency plus 1/tp of the payload."""
+        steps = 2 * (self.tp - 1)
+        payload = tokens * self.hidden * ACTIVATION_BYTES
+        return steps * (self.link_latency_s + payload / self.tp / self.link_bytes_per_s)
+
+    def handoff_s(self, tokens: int) -> float:
+        """Pipeline stage to stage: the activations of `tokens`, point to point."""
+        return self.link_latency_s + tokens * self.hidden * ACTIVATION_BYTES / self.link_bytes_per_s
+
+
+def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attended: Callable[[int | None], float],
+             kv_bytes: int) -> ForwardTime:
+    """`attended(window)`: attended positions summed over the pass's tokens, for a layer with that window."""
+    weight_bytes = stage.weight_bytes(tokens)
+    matmuls = stage.body_flops.scaled(tokens) + stage.logits_flops.scaled(logits)
+    attention_flops = sum(per_position * attended(window) for per_position, window in stage.attention)
+    compute_s = (matmuls.low_bit / hw.low_bit_flops_per_s
+                 + (matmuls.wide + attention_flops) / hw.wide_flops_per_s)
+    return ForwardTime(
+        weight_read_s=weight_bytes / hw.bytes_per_s,
+        kv_read_s=kv_bytes / hw.kv_bytes_per_s,
+        compute_s=compute_s,
+        per_layer_overhead_s=stage.layers * hw.layer_overhead_s + stage.moe_layers * stage.experts * hw.expert_overhead_s,
+        allreduce_s=(ALLREDUCES_PER_LAYER * stage.layers) * hw.allreduce_s(tokens),
+        weight_bytes=weight_bytes,
+        kv_bytes=kv_bytes,
+        launch_overlaps=hw.launch_overlaps,
+    )
+
+
+def _pipeline(times: list[ForwardTime], microbatches: int, handoff_s: float) -> tuple[float, ForwardTime, float]:
+    """(time for every microbatch to pass every stage in steady state, slowest stage, its idle time)."""
+    slowest = max(times, key=lambda t: t.total_s)
+    through = sum(t.total_s for t in times) + (len(times) - 1) * handoff_s
+    total = max(through, microbatches * slowest.total_s)
+    return total, slowest, total - microbatches * slowest.total_s
+
+
+def _causal_positions(prompt: int, window: int | None) -> float:
+    """Positions attended over a causal prompt: sum over i = 1..P of min(i, window)."""
+    if window is None or window >= prompt:
+        return prompt * (prompt + 1) / 2
+    return window * (window + 1) / 2 + (prompt - window) * window
+
+
+# ---------------------------------------------------------------------------------------------
+# The replica
+
+
+def _rate(gpu: Gpu, key: str) -> float | None:
+    value = gpu.dense_tflops.get(key)
+    return value * TFLOPS if value else None
+
+
+def _wide_rate(gpu: Gpu, arch: Architecture, precision: Precision) -> float:
+    if precision.name == "fp32":
+        keys = ("fp32", "tf32")
+    elif (arch.torch_dtype or "").lower() == "float16":
+        keys = ("fp16", "bf16")
+    else:
+        keys = ("bf16", "fp16")
+    for key in keys:
+        rate = _rate(gpu, key)
+        if rate:
+            return rate
+    raise PlannerInputError(f"gpu {gpu.name}: the catalog has no {'/'.join(keys)} TFLOPS to time compute with")
+
+
+def _low_bit_rate(gpu: Gpu, precision: Precision, wide: float, performance: PerformanceCatalog) -> float:
+    fmt = performance.tensor_core_format(precision.name)
+    native = fmt is not None and gpu.generation in precision.native
+    return (_rate(gpu, fmt) if native and fmt else None) or wide
+
+
+def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int,
+                        batch: int, workload: Workload, catalog: Catalog, engine: str = "vllm",
+                        performance: PerformanceCatalog | None = None) -> ReplicaPerformance:
+    """Speed of one replica (tp x pp GPUs) serving `batch` concurrent requests shaped like `workload`."""
+    if workload.prompt_tokens < 1 or workload.output_tokens < 1:
+        raise PlannerInputError("workload: prompt_tokens and output_tokens must be at least 1")
+    performance = performance or load_performance_catalog()
+    prec = resolve_precision(catalog, arch, precision)
+    generation = performance.generation(gpu.generation)
+    engine_cost = performance.engine(engine)
+    link = performance.interconnect(gpu.interconnect.kind)
+    wide = _wide_rate(gpu, arch, prec)
+    hw = _Hardware(
+        bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.memory_efficiency,
+        kv_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.kv_read_efficiency,
+        low_bit_flops_per_s=_low_bit_rate(gpu, prec, wide, performance) * generation.compute_efficiency,
+        wide_flops_per_s=wide * generation.compute_efficiency,
+        layer_overhead_s=engine_cost.per_layer_overhead_us * US,
+        expert_overhead_s=engine_cost.per_expert_overhead_us * US,
+        launch_overlaps=engine_cost.launch_overlaps,
+        # catalog interconnect bandwidth is bidirectional per GPU; a ring sends one way
+        link_bytes_per_s=gpu.interconnect.bandwidth_gbps / 2 * GB * link.bandwidth_efficiency,
+        link_latency_s=link.step_latency_us * US,
+        tp=tp, hidden=arch.hidden_size,
+    )
+    stages = _stages(arch, prec, tp, pp)
+    prompt, output = workload.prompt_tokens, workload.output_tokens
+
+    # Decode at the mean context over the output; the KV each sequence holds there is read every step.
+    context = prompt + output // 2
+    kv_request = Request(context=context, batch=1, tp=tp, pp=pp, precision=prec.name, kv_dtype=kv_dtype)
+    kv_ranks = estimate_memory(arch, kv_request, catalog).per_gpu
+    kv_per_sequence = [kv_ranks[s * tp].kv_cache_bytes for s in range(pp)]
+    microbatches = min(batch, pp)
+    size = ceil(batch / microbatches)
+    decode = [_forward(stage, hw, size, size, lambda w: size * min(context, w or context), size * kv_per_sequence[s])
+              for s, stage in enumerate(stages)]
+    decode_step_s, slowest, bubble_s = _pipeline(decode, microbatches, hw.handoff_s(size))
+
+    def prefill(sequences: int) -> float:
+        parts = min(sequences, pp)
+        per_part = ceil(sequences / parts)
+        times = [_forward(stage, hw, per_part * prompt, per_part, lambda w: per_part * _causal_positions(prompt, w), 0)
+                 for stage in stages]
+        return _pipeline(times, parts, hw.handoff_s(per_part * prompt))[0]
+
+    prefill_s = prefill(1)
+    batch_prefill_s = prefill(batch) if batch > 1 else prefill_s
+    cycle_s = batch_prefill_s + (output - 1) * decode_step_s
+    others_prefill_s = batch_prefill_s * (batch - 1) / batch
+    tpot_s = decode_step_s + (others_prefill_s / (output - 1) if output > 1 else 0.0)
+    return ReplicaPerformance(
+        batch=batch, prefill_s=prefill_s, ttft_s=prefill_s, decode_step_s=decode_step_s, tpot_s=tpot_s,
+        output_tokens_per_s=batch * output / cycle_s, requests_per_s=batch / cycle_s,
+        decode_bound=slowest.bound, batch_prefill_s=batch_prefill_s,
+        weight_read_s=slowest.weight_read_s, kv_read_s=slowest.kv_read_s, decode_compute_s=slowest.compute_s,
+        per_layer_overhead_s=slowest.per_layer_overhead_s, allreduce_s=slowest.allreduce_s, pp_bubble_s=bubble_s,
+        weight_bytes_read=slowest.weight_bytes, kv_bytes_read=slowest.kv_bytes, engine=engine_cost.name,
+        memory_efficiency=generation.memory_efficiency, compute_efficiency=generation.compute_efficiency,
+    )
+
+
+__all__ = ["EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "PerformanceCatalog",
+           "PrecisionCompute", "ReplicaPerformance", "Workload", "load_performance_catalog", "replica_performance"]

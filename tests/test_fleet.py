@@ -1,0 +1,176 @@
+"""The fleet model: CP-SAT against brute force, quotas, SLOs, redundancy, unmet demand explained."""
+
+import itertools
+from pathlib import Path
+from dataclasses import replace
+from math import ceil
+
+import pytest
+
+from planner.candidates import build_search_space
+from planner.catalog import load_catalog
+from planner.fleet import (
+    CAPACITY_UNITS_PER_RPS,
+    Bucket,
+    FleetProblem,
+    FleetWorkload,
+    Pool,
+    Quota,
+    Slo,
+    _fits_pool,
+    fleet_problem,
+    plan_fleet,
+    serving_configs,
+)
+from planner.errors import PlannerInputError
+from planner.scenario import load_scenario, parse_scenario
+
+CATALOG = load_catalog()
+
+
+def space(model="llama-3.1-8b", gpus=("l40s", "h100-sxm"), providers=("runpod", "lambda"), context=4096, market="on-demand"):
+    s = parse_scenario({"model": model, "workload": {"context": context},
+                        "search": {"gpus": list(gpus), "precisions": ["bf16", "fp8"]},
+                        "pricing": {"providers": list(providers), "market": market}})
+    return build_search_space(s, CATALOG)
+
+
+def workload(rps=20.0, slo=Slo(2.0, 0.05), **kw):
+    return FleetWorkload("chat", kw.pop("space", None) or space(), (Bucket(rps, 1000, 200),), slo, **kw)
+
+
+def brute_force(problem: FleetProblem, max_replicas: int = 8) -> float | None:
+    w = problem.workloads[0]
+    configs = serving_configs(w, CATALOG)
+    pools = list(dict.fromkeys(Pool(o, m) for o, m in w.space.offers))
+    pairs = [(c, p) for c in configs for p in pools if p.offer.gpu == c.candidate.gpu.name and _fits_pool(c, p)]
+    assert len(pairs) <= 5, "keep the brute force small"
+    demand = ceil(w.buckets[0].requests_per_s * CAPACITY_UNITS_PER_RPS)
+    best = None
+    for counts in itertools.product(range(max_replicas + 1), repeat=len(pairs)):
+        if sum(counts) < w.min_replicas:
+            continue
+        capacity = sum(n * c.capacity_units for n, (c, _) in zip(counts, pairs))
+        used = [c for n, (c, _) in zip(counts, pairs) if n]
+        if capacity < demand or any(capacity < demand + w.redundancy * c.capacity_units for c in used):
+            continue
+        gpus_per_pool: dict[Pool, int] = {}
+        for n, (c, p) in zip(counts, pairs):
+            gpus_per_pool[p] = gpus_per_pool.get(p, 0) + n * c.candidate.gpus
+        cost = sum(ceil(g / p.offer.gpus) * p.price_units for p, g in gpus_per_pool.items())
+        best = cost if best is None else min(best, cost)
+    return None if best is None else best / 10_000
+
+
+@pytest.mark.parametrize("rps, redundancy", [(5.0, 0), (20.0, 0), (12.0, 1), (30.0, 1)])
+def test_fleet_matches_brute_force(rps, redundancy):
+    w = workload(rps=rps, redundancy=redundancy, space=space(gpus=("l40s",), providers=("lambda", "runpod")))
+    plan = plan_fleet(FleetProblem((w,)), CATALOG, explain=False)
+    expected = brute_force(FleetProblem((w,)))
+    assert plan.status == "OPTIMAL"
+    assert plan.usd_per_hour == pytest.approx(expected)
+
+
+def test_plan_meets_demand_slo_and_memory():
+    w = workload(rps=25.0)
+    plan = plan_fleet(FleetProblem((w,)), CATALOG, explain=False)
+    capacity = sum(a.replicas * a.config.capacity_rps for a in plan.assignments)
+    assert capacity >= 25.0
+    for a in plan.assignments:
+        assert a.memory.gpu.fits
+        assert a.config.performance.tpot_s <= 0.05 and a.config.performance.ttft_s <= 2.0
+    assert plan.usd_per_hour == pytest.approx(sum(u.usd_per_hour for u in plan.pools))
+    assert plan.usd_per_million_output_tokens == pytest.approx(plan.usd_per_hour / (25.0 * 200 * 3600) * 1e6, rel=1e-3)
+
+
+def test_redundancy_survives_losing_a_replica():
+    plan = plan_fleet(FleetProblem((workload(rps=10.0, redundancy=1),)), CATALOG, explain=False)
+    capacity = sum(a.replicas * a.config.capacity_rps for a in plan.assignments)
+    assert all(capacity - a.config.capacity_rps >= 10.0 - 1e-3 for a in plan.assignments)
+
+
+def test_a_binding_quota_moves_the_fleet_and_prices_one_more_unit():
+    w = workload(rps=40.0)
+    free = plan_fleet(FleetProblem((w,)), CATALOG, explain=False)
+    main_provider = max(free.pools, key=lambda u: u.instances * u.pool.offer.gpus).pool.offer.provider
+    quota = Quota(max_gpus=1, provider=main_provider)
+    limited = plan_fleet(FleetProblem((w,), quotas=(quota,)), CATALOG)
+    assert limited.usd_per_hour >= free.usd_per_hour
+    used = sum(u.instances * u.pool.offer.gpus for u in limited.pools if u.pool.offer.provider == main_provider)
+    assert used <= 1
+    assert any("is used up" in b and "would save" in b for b in limited.binding)
+
+
+def test_workloads_share_a_quota():
+    a, b = workload(rps=5.0), replace(workload(rps=5.0), name="second")
+    both = plan_fleet(FleetProblem((a, b), quotas=(Quota(max_gpus=2),)), CATALOG, explain=False)
+    assert both.status == "OPTIMAL"
+    assert sum(u.instances * u.pool.offer.gpus for u in both.pools) <= 2
+    assert {x.workload for x in both.assignments} == {"chat", "second"}
+    squeezed = plan_fleet(FleetProblem((a, b), quotas=(Quota(max_gpus=1),)), CATALOG, explain=False)
+    assert squeezed.status == "INFEASIBLE" and squeezed.unmet  # one GPU cannot host a replica of each
+
+
+def test_an_impossible_slo_is_reported_as_unmet_demand():
+    plan = plan_fleet(FleetProblem((workload(slo=Slo(ttft_s=1e-6)),)), CATALOG, explain=False)
+    assert plan.status == "INFEASIBLE" and plan.usd_per_hour is None
+    assert any("chat bucket 0" in u and "SLO" in u for u in plan.unmet)
+
+
+def test_a_quota_too_small_names_itself_as_the_block():
+    plan = plan_fleet(FleetProblem((workload(rps=500.0),), quotas=(Quota(max_gpus=1),)), CATALOG, explain=False)
+    assert plan.status == "INFEASIBLE"
+    assert any("unserved" in u and "quota all <= 1 GPUs" in u for u in plan.unmet)
+
+
+def test_on_demand_share_with_spot_allowed():
+    w = workload(rps=20.0, space=space(providers=("runpod", "aws", "lambda", "vast"), market="any"))
+    plan = plan_fleet(FleetProblem((w,), on_demand_share=0.5), CATALOG, explain=False)
+    on_demand = sum(a.replicas * a.config.capacity_rps for a in plan.assignments if a.pool.market == "on-demand")
+    assert on_demand >= 10.0 - 1e-3
+
+
+def test_max_configs_caps_distinct_configurations():
+    w = workload(rps=60.0, max_configs=1)
+    plan = plan_fleet(FleetProblem((w,)), CATALOG, explain=False)
+    assert len({(a.config.candidate.gpu.name, a.config.candidate.gpus) for a in plan.assignments}) == 1
+
+
+def test_same_problem_same_fleet():
+    problem = FleetProblem((workload(rps=33.0),))
+    first, second = plan_fleet(problem, CATALOG, explain=False), plan_fleet(problem, CATALOG, explain=False)
+    key = lambda p: [(a.config.candidate.gpu.name, a.pool.label, a.replicas) for a in p.assignments]  # noqa: E731
+    assert key(first) == key(second)
+
+
+FLEET_SCENARIOS = [p for p in sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
+                   if load_scenario(p).is_fleet]
+
+
+@pytest.mark.parametrize("path", FLEET_SCENARIOS, ids=lambda p: p.stem)
+def test_shipped_fleet_scenarios_serve_every_bucket(path):
+    scenario = load_scenario(path)
+    problem = fleet_problem(scenario, CATALOG)
+    plan = plan_fleet(problem, CATALOG, explain=False)
+    assert plan.status == "OPTIMAL" and plan.usd_per_hour > 0
+    for w in problem.workloads:
+        for b, bucket in enumerate(w.buckets):
+            served = sum(a.replicas * a.config.capacity_rps for a in plan.assignments
+                         if a.workload == w.name and a.bucket == b)
+            assert served >= bucket.requests_per_s - 1e-3, (w.name, b)
+    assert all(a.memory.gpu.fits for a in plan.assignments)
+    for quota in problem.quotas:
+        assert sum(u.instances * u.pool.offer.gpus for u in plan.pools if quota.covers(u.pool.offer)) <= quota.max_gpus
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"workloads": [{"name": "a", "model": "llama-3.1-8b", "workload": {"context": 4096}}]}, "needs workload.traffic"),
+    ({"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {"requests_per_s": 1}}}, "prompt_tokens"),
+    ({"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {
+        "requests_per_s": 1, "buckets": [{"share": 0.5, "prompt_tokens": 10, "output_tokens": 10}]}}}, "add up to 1"),
+    ({"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {
+        "requests_per_s": 1, "output_tokens_per_s": 5, "prompt_tokens": 1, "output_tokens": 1}}}, "one of"),
+])
+def test_traffic_errors_name_the_problem(data, needle):
+    with pytest.raises(PlannerInputError, match=needle):
+        parse_scenario(data)
