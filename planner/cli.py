@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -31,6 +32,7 @@ from planner.report import (
     fleet_markdown,
     fleet_rows,
     fleet_table,
+    what_if_table,
     rows_csv,
     rows_table,
     compare_frame,
@@ -173,12 +175,21 @@ def solve(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
     top: Optional[int] = typer.Option(None, "--top", min=0, help="Alternatives to list (default: the scenario's, 5)."),
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help="CP-SAT time limit in seconds."),
+    what_if: bool = typer.Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
+                                 "the busiest GPU type removed: one comparison table."),
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
     from planner.scenario import load_scenario
 
     loaded = load_scenario(scenario)
+    if what_if:
+        rows = api.what_if(loaded)
+        if output_format is PlanFormat.json:
+            typer.echo(json.dumps([asdict(r) for r in rows], indent=2))
+        else:
+            what_if_table(loaded.name or "scenario", rows, _console())
+        return
     if loaded.is_fleet:
         _solve_fleet(loaded, output_format, output, time_limit)
         return

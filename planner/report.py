@@ -614,3 +614,14 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>planner report: {html.escape(name)}</title><style>{_PAGE_STYLE}</style></head><body>"
             + "\n".join(parts) + "</body></html>\n")
+
+
+def what_if_table(name: str, rows, console: Console) -> None:
+    """The scenario and its variants side by side (api.what_if)."""
+    table = Table(title=f"{name}: what if", show_header=True, header_style="bold")
+    for col, justify in (("variant", "left"), ("status", "left"), ("$/hour", "right"), ("change", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(r.variant, r.status, "-" if r.usd_per_hour is None else f"{r.usd_per_hour:,.2f}",
+                      "-" if r.change_usd_per_hour is None else f"{r.change_usd_per_hour:+,.2f}")
+    console.print(table)

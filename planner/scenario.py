@@ -366,3 +366,38 @@ def model_reference(scenario: Scenario) -> str:
 
 def quality_at_least(quality: str, floor: str) -> bool:
     return QUALITY_ORDER.index(quality) <= QUALITY_ORDER.index(floor)
+
+
+def what_if_variants(scenario: Scenario, busiest_gpu: str | None) -> list[tuple[str, Scenario]]:
+    """The standard variants for a review: traffic x2, context 32K, spot allowed, the busiest GPU type removed."""
+
+    def each_workload(change) -> Scenario:
+        if scenario.workloads is None:
+            return scenario.model_copy(update={"workload": change(scenario.workload)})
+        return scenario.model_copy(update={"workloads": [w.model_copy(update={"workload": change(w.workload)})
+                                                         for w in scenario.workloads]})
+
+    def double(workload: Workload) -> Workload:
+        traffic = workload.traffic
+        if traffic is None:
+            return workload.model_copy(update={"concurrency": tuple(min(2 * n, MAX_BATCH) for n in workload.concurrency)})
+        return workload.model_copy(update={"traffic": traffic.model_copy(update={
+            "requests_per_s": traffic.requests_per_s and 2 * traffic.requests_per_s,
+            "output_tokens_per_s": traffic.output_tokens_per_s and 2 * traffic.output_tokens_per_s})})
+
+    variants = [
+        ("traffic x2" if scenario.is_fleet else "concurrency x2", each_workload(double)),
+        ("context 32K", each_workload(lambda w: w.model_copy(update={"context": (32768,)}))),
+        ("spot allowed", scenario.model_copy(update={"pricing": scenario.pricing.model_copy(update={"market": "any"})})),
+    ]
+    if busiest_gpu:
+        excluded = [*scenario.search.exclude_gpus, busiest_gpu]
+        search = scenario.search.model_copy(update={"exclude_gpus": excluded})
+        removed = scenario.model_copy(update={"search": search})
+        if scenario.workloads is not None:
+            removed = removed.model_copy(update={"workloads": [
+                w.model_copy(update={"search": (w.search or scenario.search).model_copy(update={
+                    "exclude_gpus": [*(w.search or scenario.search).exclude_gpus, busiest_gpu]})})
+                for w in scenario.workloads]})
+        variants.append((f"without {busiest_gpu}", removed))
+    return variants

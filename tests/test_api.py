@@ -38,3 +38,18 @@ def test_load_catalog_and_errors():
     assert load_catalog().gpus.get("h100").name.startswith("h100")
     with pytest.raises(PlannerInputError):
         estimate("no-such-model")
+
+
+def test_what_if_compares_the_standard_variants():
+    from planner.api import what_if
+
+    rows = what_if({"name": "w", "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 4},
+                    "search": {"gpus": ["l4", "l40s", "h100-sxm"], "precisions": ["bf16"]}})
+    labels = [r.variant for r in rows]
+    assert labels[:4] == ["as written", "concurrency x2", "context 32K", "spot allowed"]
+    assert labels[4].startswith("without ")
+    base = rows[0].usd_per_hour
+    for r in rows[1:]:
+        if r.usd_per_hour is not None:
+            assert r.change_usd_per_hour == pytest.approx(r.usd_per_hour - base)
+    assert rows[2].usd_per_hour >= base  # a longer context never costs less
