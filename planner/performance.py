@@ -322,7 +322,7 @@ def _block(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads:
 
 
 @lru_cache(maxsize=1024)
-def _stages(arch: Architecture, precision: Precision, tp: int, pp: int) -> tuple[_Stage, ...]:
+def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool) -> tuple[_Stage, ...]:
     heads_per_rank = ceil(arch.num_attention_heads / tp)
     kv_heads = _kv_heads(arch)
     k = arch.moe.experts_per_token if arch.moe else 0
@@ -332,7 +332,7 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int) -> tuple
         attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank), layer.attention.window)
                           for layer in layers)
         if not arch.exact:
-            stages.append(_size_only_stage(arch, precision, tp, len(layers), attention))
+            stages.append(_size_only_stage(arch, precision, tp, len(layers), attention, as_stored))
             continue
         head: tuple[Tensor, ...] = ()
         if index == pp - 1:
@@ -356,11 +356,14 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int) -> tuple
 
 
 def _size_only_stage(arch: Architecture, precision: Precision, tp: int, layers: int,
-                     attention: tuple[tuple[float, int | None], ...]) -> _Stage:
-    """A model known by its weight count: weights and matmuls spread evenly over layers and ranks."""
-    share = (arch.declared_params or 0) * layers / arch.num_layers / tp
+                     attention: tuple[tuple[float, int | None], ...], as_stored: bool) -> _Stage:
+    """A model known by its weight count: weights and matmuls spread evenly over layers and ranks;
+    the bytes of its weights files when they were read and no other precision is asked (as planner.memory)."""
+    fraction = layers / arch.num_layers / tp
+    share = (arch.declared_params or 0) * fraction
+    weight_bytes = arch.stored_bytes * fraction if as_stored and arch.stored_bytes else share * precision.seed_bits / 8
     flops = _Matmuls(low_bit=2 * share) if precision.seed_bits < UNQUANTIZED_BITS else _Matmuls(wide=2 * share)
-    return _Stage(layers=layers, dense_bytes=ceil(share * precision.seed_bits / 8), expert_bytes=0, experts=0,
+    return _Stage(layers=layers, dense_bytes=ceil(weight_bytes), expert_bytes=0, experts=0,
                   experts_per_token=0, moe_layers=0, body_flops=flops, logits_flops=_Matmuls(), attention=attention)
 
 
@@ -482,7 +485,8 @@ def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: 
         link_latency_s=link.step_latency_us * US,
         tp=tp, hidden=arch.hidden_size,
     )
-    stages = _stages(arch, prec, tp, pp)
+    as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
+    stages = _stages(arch, prec, tp, pp, as_stored)
     prompt, output = workload.prompt_tokens, workload.output_tokens
 
     # Decode at the mean context over the output; the KV each sequence holds there is read every step.

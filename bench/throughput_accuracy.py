@@ -1,0 +1,337 @@
+"""Predicted against measured serving speed, for every usable published measurement.
+
+Reads bench/data/throughput-measured.jsonl (the reference measurements, copied verbatim; see
+bench/data/README.md), maps each row to a catalog model, precision, KV dtype, GPU, engine, batch and
+prompt/output lengths (or skips it and counts why), predicts it with
+planner.performance.replica_performance and prints, per row, predicted against measured decode
+tokens/s (the whole replica's output tokens per second) and TPOT with the errors, then the median and
+largest errors. The issue's target: median error within 25% on decode tokens/s and on TPOT.
+TTFT is compared on single-request rows only (under load it is mostly queueing, which the model leaves out).
+
+    python bench/throughput_accuracy.py            # the table and the summary
+    python bench/throughput_accuracy.py --summary  # the summary only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.architecture import Architecture, architecture_from_config
+from planner.catalog import Catalog, load_catalog
+from planner.errors import PlannerInputError
+from planner.memory import GpuTarget, Request, estimate_memory
+from planner.performance import ReplicaPerformance, Workload, replica_performance
+
+DATA = Path(__file__).parent / "data" / "throughput-measured.jsonl"
+TARGET_MEDIAN_ERROR = 0.25
+
+ENGINES = {"TensorRT-LLM": "trtllm", "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
+           "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "llama.cpp": "llama.cpp"}
+
+# First match wins (lowercase substring of the row's gpu text -> catalog GPU; None: skip the row).
+# A100/H100 without a stated form factor are taken as SXM, as the reference rows that name the
+# system (DGX/HGX, the TensorRT-LLM docs) are; the PCIe card would be 5% (A100) slower on bandwidth.
+GPUS: tuple[tuple[str, str | None], ...] = (
+    ("unverified", None), ("exact sku not stated", None), ("pcie per one transcription", None),
+    ("gb200", None), ("gb10", None), ("gh200", "gh200"), ("h200", "h200-sxm"), ("h100 nvl", "h100-nvl"),
+    ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"), ("a100-pcie", "a100-pcie-80gb"),
+    ("a100 80gb pcie", "a100-pcie-80gb"), ("a100", "a100-sxm-80gb"), ("l40s", "l40s"), ("l4 ", "l4"),
+    ("rtx pro 6000 blackwell server", "rtx-pro-6000"), ("rtx a6000", "rtx-a6000"), ("rtx 4090", "rtx-4090"),
+    ("rtx 5090", "rtx-5090"), ("rtx 3090 ti", None), ("rtx 3090", "rtx-3090"), ("rtx 4080 super", None),
+    ("rtx 4080", "rtx-4080"), ("mi300x", "mi300x"), ("mi355x", "mi355x"), ("b200", "b200"),
+)
+
+# Checkpoints published under another name with a catalog model's exact tensor shapes.
+SAME_ARCHITECTURE = {
+    # Llama 3 and 3.1 config.json files differ only in rope_scaling and max_position_embeddings
+    "meta-llama/meta-llama-3-8b": "llama-3.1-8b",
+    "meta-llama/meta-llama-3-70b": "llama-3.1-70b",
+}
+# Suffixes of quantized re-publications (nvidia/...-FP8, amd/...-FP8-KV): the same model's tensors.
+QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|fp4)$")
+
+# The measured-precision text -> catalog precision, first match wins.
+PRECISIONS: tuple[tuple[str, str | None], ...] = (
+    ("unverified", None), ("mlc q4f16_1", None), ("fp4 (mxfp4)", None),
+    ("gguf f16", "fp16"), ("gguf q4_0", "q4_0"), ("gguf q4_k_m", "q4_k_m"),
+    ("fp8 (native block", "fp8-block"), ("fp8", "fp8"), ("mxfp4", "mxfp4"), ("nvfp4", "nvfp4"),
+    ("int4 awq", "awq"), ("int4 gptq", "gptq"), ("fp16/bf16", "fp16"), ("bf16/fp16", "bf16"),
+    ("bf16", "bf16"), ("fp16", "fp16"),
+)
+
+# llama-bench's default generation length (`-n 128`, llama.cpp tools/llama-bench README) for the
+# rows that report only its average decode speed.
+LLAMA_BENCH_GENERATED = 128
+
+# Rows the reference notes themselves flag as not representative.
+EXCLUDED = {370: "flagged 'likely misconfigured' in the reference notes"}
+
+TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT_ms", "ITL_ms")
+TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT_ms", "first_token_latency_ms")
+OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_throughput", "output_tok_s", "Throughput_tok_s",
+                    "derived_output_tok_s", "output_token_throughput_tok_s")
+PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu")
+SINGLE_STREAM_DECODE = re.compile(r"^(tg(\d+)_tok_s|avg_eval_tok_s|avg_eval_tok_s_and_prompt)$")
+SINGLE_STREAM_PREFILL = re.compile(r"^pp(\d+)_tok_s$")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One reference row, normalised to what replica_performance takes and what it predicts."""
+
+    row: int
+    engine: str
+    model: str
+    precision: str
+    kv_dtype: str
+    gpu: str
+    tp: int
+    pp: int
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    output_tokens_per_s: float | None  # the whole replica
+    tpot_s: float | None
+    ttft_s: float | None  # single-request rows only
+    source: str
+
+
+class Skip(Exception):
+    """A row the bench cannot use; the message is the reason, counted in the summary."""
+
+
+def number(text: Any) -> float:
+    match = re.search(r"\d[\d,]*\.?\d*", str(text))
+    if not match:
+        raise Skip("a measured value is not a number")
+    return float(match.group().replace(",", ""))
+
+
+def first_match(text: str, table: tuple[tuple[str, str | None], ...], what: str) -> str:
+    """The entry whose text comes first in `text` (the longest on a tie): 'A100 (80GB SXM per doc's
+    H100-HBM3-80GB/A100 systems)' is an A100. An entry mapped to None anywhere skips the row."""
+    lowered = f"{text.lower()} "
+    found = [(lowered.find(needle), -len(needle), name) for needle, name in table if needle in lowered]
+    if not found:
+        raise Skip(f"{what} not in the catalog")
+    if any(name is None for _, _, name in found):
+        raise Skip(f"{what} not identified")
+    return min(found)[2]
+
+
+def catalog_model(catalog: Catalog, text: str) -> str:
+    name = re.sub(r"\s*\(.*\)\s*$", "", text).strip()
+    candidates = [name, SAME_ARCHITECTURE.get(name.lower(), "")]
+    base = name.split("/")[-1]
+    stripped = QUANTIZED_SUFFIX.sub("", base.lower())
+    candidates += [stripped, f"meta-llama/{stripped}", SAME_ARCHITECTURE.get(f"meta-llama/{stripped}", "")]
+    for candidate in filter(None, candidates):
+        try:
+            return catalog.models.get(candidate).name
+        except PlannerInputError:
+            continue
+    raise Skip("model not in the catalog")
+
+
+def kv_dtype(text: str) -> str:
+    lowered = text.lower()
+    if lowered.startswith("fp8"):
+        return "fp8"
+    if lowered.startswith(("f16", "fp16")):
+        return "fp16"
+    if lowered.startswith("bf16"):
+        return "bf16"
+    return "auto"  # auto, not stated: the engine's default, the model's dtype
+
+
+def whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def normalise(row: int, raw: dict[str, Any], catalog: Catalog) -> Measurement:
+    if row in EXCLUDED:
+        raise Skip(EXCLUDED[row])
+    engine = ENGINES.get(raw["engine"])
+    if engine is None:
+        raise Skip("engine without fitted factors")
+    measured: dict[str, str] = raw["measured"]
+    tp, pp = raw.get("tp") or 1, raw.get("pp") or 1
+    batch = whole(raw.get("batch_size")) or whole(raw.get("concurrency"))
+    prompt, output = raw.get("isl"), raw.get("osl")
+    tpot_s = ttft_s = toks = None
+
+    decode_key = next((k for k in measured if SINGLE_STREAM_DECODE.match(k)), None)
+    prefill_key = next((k for k in measured if SINGLE_STREAM_PREFILL.match(k)), None)
+    if decode_key or prefill_key:
+        # llama-bench: tgN decodes N tokens from an empty context, ppN prefills an N-token prompt
+        batch = 1
+        if decode_key:
+            generated = SINGLE_STREAM_DECODE.match(decode_key).group(2)  # type: ignore[union-attr]
+            rate = number(measured[decode_key])
+            tpot_s, toks = 1 / rate, rate
+            prompt, output = 1, int(generated) if generated else LLAMA_BENCH_GENERATED
+        else:
+            tokens = int(SINGLE_STREAM_PREFILL.match(prefill_key).group(1))  # type: ignore[union-attr]
+            ttft_s = tokens / number(measured[prefill_key])
+            prompt, output = tokens, 1
+    else:
+        if batch is None:
+            raise Skip("batch not stated (max-throughput or request-rate run)")
+        if prompt is None or output is None:
+            raise Skip("prompt/output lengths not stated")
+        tpot_ms = next((measured[k] for k in TPOT_MS_KEYS if k in measured), None)
+        tpot_s = number(tpot_ms) / 1000 if tpot_ms is not None and output > 1 else None
+        total = next((measured[k] for k in OUTPUT_TOKS_KEYS if k in measured), None)
+        per_gpu = next((measured[k] for k in PER_GPU_OUTPUT_TOKS_KEYS if k in measured), None)
+        if total is not None:
+            toks = number(total)
+        elif per_gpu is not None:
+            toks = number(per_gpu) * raw["num_gpus"]
+        ttft_ms = next((measured[k] for k in TTFT_MS_KEYS if k in measured), None)
+        if ttft_ms is not None and batch == 1:
+            ttft_s = number(ttft_ms) / 1000
+    if tpot_s is None and toks is None and ttft_s is None:
+        raise Skip("no TPOT, output tokens/s or single-request TTFT measured")
+    return Measurement(
+        row=row, engine=engine, model=catalog_model(catalog, raw["model"]),
+        precision=first_match(raw["precision"], PRECISIONS, "precision"), kv_dtype=kv_dtype(raw["kv_cache_dtype"]),
+        gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, batch=batch,
+        prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
+        output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"],
+    )
+
+
+def architecture(catalog: Catalog, m: Measurement) -> Architecture:
+    """The model, checked to hold the stated batch at its full context (else the engine ran fewer at once)."""
+    arch = architecture_from_config(catalog.models.get(m.model).config, m.model)
+    request = Request(context=m.prompt_tokens + m.output_tokens, batch=m.batch, tp=m.tp, pp=m.pp,
+                      precision=m.precision, kv_dtype=m.kv_dtype)
+    try:
+        fit = estimate_memory(arch, request, catalog, GpuTarget.from_catalog(catalog.gpus.get(m.gpu))).gpu
+    except PlannerInputError as exc:
+        raise Skip(f"configuration planner rejects ({str(exc).split(':')[0]})") from None
+    if fit is None or not fit.fits:
+        raise Skip("stated batch does not fit in memory (the engine ran fewer at once)")
+    return arch
+
+
+def predict(catalog: Catalog, m: Measurement, arch: Architecture) -> ReplicaPerformance:
+    return replica_performance(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, m.batch,
+                               Workload(m.prompt_tokens, m.output_tokens), catalog, m.engine)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    measurement: Measurement
+    predicted: ReplicaPerformance
+
+    @staticmethod
+    def error(predicted: float, measured: float | None) -> float | None:
+        return None if measured is None else predicted / measured - 1
+
+    @property
+    def toks_error(self) -> float | None:
+        return self.error(self.predicted.output_tokens_per_s, self.measurement.output_tokens_per_s)
+
+    @property
+    def tpot_error(self) -> float | None:
+        return self.error(self.predicted.tpot_s, self.measurement.tpot_s)
+
+    @property
+    def ttft_error(self) -> float | None:
+        return self.error(self.predicted.ttft_s, self.measurement.ttft_s)
+
+
+def load_measurements(catalog: Catalog, path: Path = DATA) -> tuple[list[tuple[Measurement, Architecture]], Counter[str], int]:
+    """(usable rows with their architecture, skip reasons counted, rows read)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    usable, skipped = [], Counter[str]()
+    for index, raw in enumerate(rows):
+        try:
+            m = normalise(index, raw, catalog)
+            usable.append((m, architecture(catalog, m)))
+        except Skip as reason:
+            skipped[str(reason)] += 1
+    return usable, skipped, len(rows)
+
+
+def compare(catalog: Catalog, usable: list[tuple[Measurement, Architecture]]) -> list[Comparison]:
+    return [Comparison(m, predict(catalog, m, arch)) for m, arch in usable]
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * scale:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.0%}"
+
+
+def print_table(comparisons: list[Comparison]) -> None:
+    header = (f"{'row':>4} {'engine':9} {'model':16} {'prec':9} {'gpu':13} {'tpxpp':>5} {'batch':>5} {'isl/osl':>11} "
+              f"{'tok/s meas':>10} {'pred':>9} {'err':>5}  {'TPOT ms meas':>12} {'pred':>7} {'err':>5}  "
+              f"{'TTFT ms meas':>12} {'pred':>8} {'err':>5}  bound")
+    print(header)
+    for c in comparisons:
+        m, p = c.measurement, c.predicted
+        print(f"{m.row:>4} {m.engine:9} {m.model[:16]:16} {m.precision:9} {m.gpu[:13]:13} {f'{m.tp}x{m.pp}':>5} "
+              f"{m.batch:>5} {f'{m.prompt_tokens}/{m.output_tokens}':>11} "
+              f"{_fmt(m.output_tokens_per_s):>10} {_fmt(p.output_tokens_per_s if m.output_tokens_per_s else None):>9} "
+              f"{_pct(c.toks_error):>5}  {_fmt(m.tpot_s, 1000, 2):>12} {_fmt(p.tpot_s if m.tpot_s else None, 1000, 2):>7} "
+              f"{_pct(c.tpot_error):>5}  {_fmt(m.ttft_s, 1000):>12} {_fmt(p.ttft_s if m.ttft_s else None, 1000):>8} "
+              f"{_pct(c.ttft_error):>5}  {p.decode_bound}")
+
+
+def error_summary(label: str, errors: list[float]) -> str:
+    if not errors:
+        return f"{label}: no rows"
+    absolute = [abs(e) for e in errors]
+    return (f"{label}: {len(errors)} rows, median |error| {statistics.median(absolute):.1%}, "
+            f"max {max(absolute):.1%}, median signed {statistics.median(errors):+.1%}")
+
+
+def print_summary(comparisons: list[Comparison], skipped: Counter[str], total: int) -> bool:
+    toks = [c.toks_error for c in comparisons if c.toks_error is not None]
+    tpot = [c.tpot_error for c in comparisons if c.tpot_error is not None]
+    ttft = [c.ttft_error for c in comparisons if c.ttft_error is not None]
+    print(f"\nrows read {total}: used {len(comparisons)}, skipped {sum(skipped.values())}")
+    for reason, count in skipped.most_common():
+        print(f"  skipped {count:>3}: {reason}")
+    print(error_summary("decode tokens/s", toks))
+    print(error_summary("TPOT", tpot))
+    print(error_summary("TTFT (single request, not a target)", ttft))
+    groups: dict[str, list[float]] = {}
+    for c in comparisons:
+        for e in (c.toks_error, c.tpot_error):
+            if e is not None:
+                groups.setdefault(f"{c.measurement.engine} on {c.measurement.gpu}", []).append(abs(e))
+    print("median |error| of tokens/s and TPOT by engine and GPU:")
+    for key, errors in sorted(groups.items()):
+        print(f"  {key:28} {len(errors):>3} values  {statistics.median(errors):6.1%}")
+    met = bool(toks and tpot) and statistics.median(map(abs, toks)) <= TARGET_MEDIAN_ERROR \
+        and statistics.median(map(abs, tpot)) <= TARGET_MEDIAN_ERROR
+    print(f"target (median within {TARGET_MEDIAN_ERROR:.0%} on decode tokens/s and TPOT): {'met' if met else 'NOT met'}")
+    return met
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--summary", action="store_true", help="print the summary only")
+    args = parser.parse_args()
+    catalog = load_catalog()
+    usable, skipped, total = load_measurements(catalog)
+    comparisons = compare(catalog, usable)
+    if not args.summary:
+        print_table(comparisons)
+    print_summary(comparisons, skipped, total)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The performance model: mechanisms (memory-bound decode, MoE expert reads, TP, PP, fixed costs) and a
+handful of published measurements within the band bench/throughput_accuracy.py shows the model meets."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from planner.architecture import architecture_from_config
+from planner.errors import PlannerInputError
+from planner.memory import Request, estimate_memory
+from planner.performance import (
+    ReplicaPerformance,
+    Workload,
+    load_performance_catalog,
+    replica_performance,
+)
+from planner.units import GB
+
+from conftest import DATA
+
+CHAT = Workload(prompt_tokens=512, output_tokens=256)
+# bench/throughput_accuracy.py: every sample row is within this of its measurement (tokens/s and TPOT)
+MEASURED_BAND = 0.25
+
+
+@pytest.fixture(scope="module")
+def perf():
+    return load_performance_catalog()
+
+
+def arch(catalog, name):
+    return architecture_from_config(catalog.models.get(name).config, name)
+
+
+def run(catalog, name, gpu="h100-sxm", precision="bf16", kv="auto", tp=1, pp=1, batch=1, workload=CHAT,
+        engine="vllm") -> ReplicaPerformance:
+    return replica_performance(arch(catalog, name), precision, kv, catalog.gpus.get(gpu), tp, pp, batch, workload,
+                               catalog, engine)
+
+
+def test_bigger_batch_more_tokens_per_second_and_longer_tpot(catalog):
+    results = [run(catalog, "llama-3.1-8b", batch=b) for b in (1, 2, 4, 16, 64, 256)]
+    for small, large in zip(results, results[1:]):
+        assert large.output_tokens_per_s > small.output_tokens_per_s
+        assert large.tpot_s > small.tpot_s
+        assert large.decode_step_s >= small.decode_step_s
+    assert results[0].decode_bound == "memory"
+    assert results[-1].decode_compute_s > 10 * results[0].decode_compute_s
+
+
+def test_batch_one_dense_decode_is_the_weight_read(catalog, perf):
+    """Decode at batch 1 streams every block weight and the lm_head once; the embedding is a lookup."""
+    model = arch(catalog, "llama-3.1-8b")
+    gpu = catalog.gpus.get("h100-sxm")
+    r = run(catalog, "llama-3.1-8b")
+    weights = estimate_memory(model, Request(context=1, precision="bf16"), catalog).weights_bytes
+    embedding = model.vocab_size * model.hidden_size * 2
+    assert r.weight_bytes_read == weights - embedding
+    bandwidth = gpu.memory_bandwidth_gbps * GB * perf.generation(gpu.generation).memory_efficiency
+    assert r.weight_read_s == pytest.approx(r.weight_bytes_read / bandwidth)
+    assert r.decode_bound == "memory"
+    fixed = r.per_layer_overhead_s + r.allreduce_s
+    assert r.decode_step_s == pytest.approx(r.weight_read_s + r.kv_read_s + fixed)
+    assert r.kv_read_s < 0.02 * r.weight_read_s  # 640 tokens of GQA cache next to 15 GB of weights
+    assert r.tpot_s == r.decode_step_s  # nobody else's prefill to wait for
+    assert r.requests_per_s == pytest.approx(r.output_tokens_per_s / CHAT.output_tokens)
+
+
+def test_moe_reads_only_the_experts_its_tokens_touch(catalog):
+    model = arch(catalog, "mixtral-8x7b")
+    loaded = estimate_memory(model, Request(context=1, precision="fp8"), catalog).weights_bytes
+    one = run(catalog, "mixtral-8x7b", precision="fp8")
+    many = run(catalog, "mixtral-8x7b", precision="fp8", batch=512)
+    # 2 of 8 experts: a quarter of the expert bytes plus attention, norms and lm_head
+    assert one.weight_bytes_read < 0.35 * loaded
+    assert many.weight_bytes_read > 0.95 * (loaded - model.vocab_size * model.hidden_size * 2)
+    dense_70b = run(catalog, "llama-3.1-70b", precision="fp8", tp=2)
+    assert one.decode_step_s < dense_70b.decode_step_s  # 47B stored, 13B active per token
+
+
+def test_tensor_parallel_splits_the_weight_read_and_adds_all_reduces(catalog):
+    by_tp = {tp: run(catalog, "llama-3.1-70b", precision="fp8", tp=tp) for tp in (1, 2, 4, 8)}
+    assert by_tp[1].allreduce_s == 0
+    for tp in (2, 4, 8):
+        assert by_tp[tp].weight_read_s == pytest.approx(by_tp[1].weight_read_s / tp, rel=0.02)
+        assert by_tp[tp].allreduce_s > by_tp[tp // 2].allreduce_s
+    assert by_tp[8].tpot_s < by_tp[1].tpot_s
+    pcie = run(catalog, "llama-3.1-70b", gpu="l40s", precision="fp8", tp=4)
+    nvlink = run(catalog, "llama-3.1-70b", gpu="h100-sxm", precision="fp8", tp=4)
+    assert pcie.allreduce_s > nvlink.allreduce_s
+
+
+def test_pipeline_stages_wait_when_the_batch_cannot_fill_them(catalog):
+    one = run(catalog, "llama-3.1-70b", precision="fp8", pp=2)
+    flat = run(catalog, "llama-3.1-70b", precision="fp8")
+    # a lone sequence passes both halves in turn: no faster than one GPU, and each stage idles half the step
+    assert one.decode_step_s >= flat.decode_step_s
+    assert one.pp_bubble_s == pytest.approx(one.decode_step_s / 2, rel=0.1)
+    full = run(catalog, "llama-3.1-70b", precision="fp8", pp=2, batch=2)
+    assert full.pp_bubble_s < 0.1 * one.pp_bubble_s
+    assert full.output_tokens_per_s > 1.8 * one.output_tokens_per_s
+
+
+def test_fixed_costs_dominate_a_small_model_at_batch_one(catalog, perf):
+    small = run(catalog, "qwen2.5-0.5b", gpu="rtx-4090", precision="fp16", engine="llama.cpp")
+    assert small.decode_bound == "overhead"
+    layers = arch(catalog, "qwen2.5-0.5b").num_layers
+    assert small.per_layer_overhead_s == pytest.approx(layers * perf.engine("llama.cpp").per_layer_overhead_us * 1e-6)
+    big = run(catalog, "llama-3.1-8b", gpu="rtx-4090", precision="fp16", engine="llama.cpp")
+    assert big.decode_bound == "memory"
+
+
+def test_prefill_grows_faster_than_the_prompt(catalog):
+    """Attention's quadratic term: doubling a long prompt more than doubles its prefill."""
+    short = run(catalog, "llama-3.1-8b", workload=Workload(16_384, 16))
+    long = run(catalog, "llama-3.1-8b", workload=Workload(32_768, 16))
+    assert long.prefill_s > 2.1 * short.prefill_s
+    assert long.ttft_s == long.prefill_s
+
+
+def test_low_bit_tensor_cores_only_where_the_gpu_has_them(catalog):
+    """fp8 prefill runs W8A8 on Hopper, weight-only (16-bit math) on Ampere."""
+    long = Workload(8192, 16)
+    h100 = {p: run(catalog, "llama-3.1-8b", precision=p, workload=long) for p in ("bf16", "fp8")}
+    a100 = {p: run(catalog, "llama-3.1-8b", gpu="a100-sxm-80gb", precision=p, workload=long) for p in ("bf16", "fp8")}
+    assert h100["fp8"].prefill_s < 0.7 * h100["bf16"].prefill_s
+    assert a100["fp8"].prefill_s == pytest.approx(a100["bf16"].prefill_s, rel=0.05)
+
+
+def test_rejects_bad_input(catalog):
+    with pytest.raises(PlannerInputError, match="workload"):
+        run(catalog, "llama-3.1-8b", workload=Workload(0, 10))
+    with pytest.raises(PlannerInputError, match="engine"):
+        run(catalog, "llama-3.1-8b", engine="nope")
+    with pytest.raises(PlannerInputError, match="tp"):
+        run(catalog, "llama-3.1-8b", tp=3)
+
+
+def test_every_factor_names_its_source(perf):
+    for entry in (*perf.generations, *perf.engines):
+        assert entry.fitted_to and entry.source
+    for entry in (*perf.interconnects, *perf.precisions):
+        assert entry.source
+    assert perf.generation("volta") == perf.generation("default")  # no measurement: the default
+
+
+def test_size_only_model(catalog):
+    model = replace(arch(catalog, "llama-3.1-8b"), exact=False, declared_params=8_000_000_000)
+    r = replica_performance(model, "fp8", "auto", catalog.gpus.get("h100-sxm"), 1, 1, 1, CHAT, catalog)
+    assert r.weight_bytes_read == 8 * GB
+    assert r.decode_bound == "memory"
+    # weights files read (a GGUF): their exact bytes, unless another precision is asked for
+    stored = replace(model, stored_bytes=4_900_000_000, stored_precision="q4_k_m")
+    h100 = catalog.gpus.get("h100-sxm")
+    assert replica_performance(stored, "auto", "auto", h100, 1, 1, 1, CHAT, catalog).weight_bytes_read == 4_900_000_000
+    assert replica_performance(stored, "fp8", "auto", h100, 1, 1, 1, CHAT, catalog).weight_bytes_read == 8 * GB
+
+
+SAMPLE = [json.loads(line) for line in (DATA / "throughput-sample.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("point", SAMPLE, ids=[f"row{p['row']}-{p['engine']}-{p['model']}" for p in SAMPLE])
+def test_published_measurements(catalog, point):
+    r = run(catalog, point["model"], gpu=point["gpu"], precision=point["precision"], kv=point["kv_dtype"],
+            tp=point["tp"], pp=point["pp"], batch=point["batch"], engine=point["engine"],
+            workload=Workload(point["prompt_tokens"], point["output_tokens"]))
+    if point["output_tokens_per_s"]:
+        assert r.output_tokens_per_s == pytest.approx(point["output_tokens_per_s"], rel=MEASURED_BAND)
+    if point["tpot_s"]:
+        assert r.tpot_s == pytest.approx(point["tpot_s"], rel=MEASURED_BAND)
