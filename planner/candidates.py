@@ -9,14 +9,15 @@ node, where NVLink is).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil
 
 from planner.architecture import Architecture
 from planner.catalog import Catalog, Gpu, Offer, Precision
 from planner.errors import PlannerInputError
 from planner.sources import resolve_model
-from planner.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.engines import EngineBudget, EngineSettings, engine_budget
+from planner.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.precision import resolve_kv_dtype, resolve_precision
 from planner.scenario import Scenario, model_reference, quality_at_least
 from planner.units import parse_count
@@ -44,6 +45,7 @@ class SearchSpace:
     offers: tuple[tuple[Offer, str], ...]  # (offer, market) pairs allowed by the pricing section
     overhead: float | None
     allow_emulated: bool
+    engine: EngineSettings | None = None  # None: the seed's margin (engine "simple")
 
 
 @dataclass(frozen=True)
@@ -180,8 +182,17 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
         replicas=scenario.workload.replicas, max_gpus_per_replica=search.max_gpus_per_replica,
         max_gpus_per_node=search.max_gpus_per_node, offers=offers, overhead=scenario.engine.overhead,
-        allow_emulated=search.allow_emulated,
+        allow_emulated=search.allow_emulated, engine=engine_settings(scenario),
     )
+
+
+def engine_settings(scenario: Scenario) -> EngineSettings | None:
+    spec = scenario.engine
+    if spec.name == "simple":
+        return None
+    return EngineSettings(spec.name, gpu_memory_utilization=spec.gpu_memory_utilization,
+                          max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
+                          mem_fraction_static=spec.mem_fraction_static)
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,6 +259,7 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog) -> Enumeration:
     skipped: list[str] = []
     checked = 0
     estimates: dict[tuple, MemoryEstimate] = {}
+    budgets: dict[tuple, tuple[EngineBudget | None, int]] = {}
     cheapest = _cheapest_rental_by_gpu(space)
     seen: set[tuple] = set()
     for gpu in space.gpus:
@@ -267,19 +279,50 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog) -> Enumeration:
                                 continue
                             seen.add((gpu.name, key))
                             checked += 1
-                            est = estimates.get(key)
-                            if est is None:
-                                est = estimate_memory(arch, Request(context=context, batch=concurrency, tp=tp, pp=pp,
-                                                                    precision=precision.name, kv_dtype=kv,
-                                                                    overhead_fraction=space.overhead), catalog)
-                                estimates[key] = est
-                            fullest = max(r.total_bytes for r in est.per_gpu)
+                            if space.engine is not None:
+                                fullest = _engine_need(space, catalog, gpu, tp, pp, precision.name, kv, context,
+                                                       concurrency, budgets)
+                            else:
+                                est = estimates.get(key)
+                                if est is None:
+                                    est = estimate_memory(arch, Request(context=context, batch=concurrency, tp=tp,
+                                                                        pp=pp, precision=precision.name, kv_dtype=kv,
+                                                                        overhead_fraction=space.overhead), catalog)
+                                    estimates[key] = est
+                                fullest = max(r.total_bytes for r in est.per_gpu)
                             if fullest <= gpu.memory_bytes:
                                 candidates.append(Candidate(gpu, tp, pp, precision.name, kv, context, concurrency, fullest))
                             elif context == space.contexts[0] and concurrency == space.concurrencies[0]:
                                 rejections.append(Rejection(gpu.name, tp, pp, precision.name, kv, context, concurrency,
                                                             fullest, gpu.memory_bytes, cheapest.get((gpu.name, tp * pp, tp))))
     return Enumeration(tuple(candidates), tuple(rejections), checked, tuple(skipped))
+
+
+def _engine_need(space: SearchSpace, catalog: Catalog, gpu: Gpu, tp: int, pp: int, precision: str, kv: str,
+                 context: int, concurrency: int, budgets: dict[tuple, tuple[EngineBudget | None, int]]) -> int:
+    """What the card must hold for `concurrency` sequences of `context` under the engine's rules: its non-KV
+    memory (weights, activation peak, non-torch), the KV of those sequences, and the share the engine leaves
+    unused (1 - gpu_memory_utilization). Above the card when they don't fit; computed once per layout and
+    context, since the pool and max concurrency cover every batch."""
+    key = (gpu.name, tp, pp, precision, kv, context)
+    if key not in budgets:
+        request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv)
+        one = estimate_memory(space.arch, request, catalog)
+        kv_per_sequence = max(r.kv_cache_bytes for r in one.per_gpu)
+        try:
+            budget = engine_budget(space.arch, request, space.engine, GpuTarget.from_catalog(gpu), catalog)
+        except PlannerInputError:
+            budget = None  # e.g. recurrent layers the engine profiles do not size: treated as not fitting
+        budgets[key] = (budget, kv_per_sequence)
+    budget, kv_per_sequence = budgets[key]
+    if budget is None:
+        return gpu.memory_bytes + 1
+    reserved = gpu.memory_bytes - budget.budget_bytes
+    need = (budget.weights_bytes + budget.activation_bytes + budget.non_torch_bytes + reserved
+            + concurrency * kv_per_sequence)
+    max_seqs = budget.settings.max_num_seqs
+    fits = budget.fits and budget.max_concurrency >= concurrency and not (max_seqs and concurrency > max_seqs)
+    return min(need, gpu.memory_bytes) if fits else max(need, gpu.memory_bytes + 1)
 
 
 def _cheapest_rental_by_gpu(space: SearchSpace) -> dict[tuple[str, int, int], float]:
@@ -299,8 +342,19 @@ def rentals_for(candidate: Candidate, space: SearchSpace) -> list[Rental]:
 
 
 def recheck(candidate: Candidate, space: SearchSpace, catalog: Catalog) -> MemoryEstimate:
-    """The estimator's verdict on a chosen configuration, on its GPU: the plan is printed only if it fits."""
-    return estimate_memory(space.arch, Request(context=candidate.context, batch=candidate.concurrency,
-                                               tp=candidate.tp, pp=candidate.pp, precision=candidate.precision,
-                                               kv_dtype=candidate.kv_dtype, overhead_fraction=space.overhead),
-                           catalog, GpuTarget.from_catalog(candidate.gpu))
+    """The verdict on a chosen configuration, on its GPU, from scratch: the plan is printed only if it fits.
+    With an engine, the engine's own budget decides `gpu.fits` (the breakdown stays the estimator's)."""
+    request = Request(context=candidate.context, batch=candidate.concurrency, tp=candidate.tp, pp=candidate.pp,
+                      precision=candidate.precision, kv_dtype=candidate.kv_dtype, overhead_fraction=space.overhead)
+    target = GpuTarget.from_catalog(candidate.gpu)
+    estimate = estimate_memory(space.arch, request, catalog, target)
+    if space.engine is None:
+        return estimate
+    budget = engine_budget(space.arch, request, space.engine, target, catalog)
+    fits = budget.fits and budget.max_concurrency >= candidate.concurrency
+    kv_needed = max(r.kv_cache_bytes for r in estimate.per_gpu)
+    used = (budget.weights_bytes + budget.activation_bytes + budget.non_torch_bytes
+            + (target.memory_bytes - budget.budget_bytes) + kv_needed)
+    return replace(estimate, gpu=GpuFit(target.name, target.memory_bytes, fits, target.memory_bytes - used),
+                   warnings=tuple(w for w in estimate.warnings if not w.startswith(("does not fit", "little headroom")))
+                   + budget.warnings)

@@ -180,8 +180,14 @@ class Search(_Strict):
 
 
 class EngineSpec(_Strict):
-    name: Literal["simple"] = "simple"
-    overhead: float | None = Field(default=None, ge=0, le=1)
+    """The memory model that decides what fits: an engine's own budget (vLLM by default) or the seed's margin."""
+
+    name: Literal["vllm", "sglang", "llamacpp", "simple"] = "vllm"
+    overhead: float | None = Field(default=None, ge=0, le=1)  # simple only: the margin of weights + KV
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)  # vLLM (default 0.9)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH)  # vLLM
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10_000_000)  # vLLM
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)  # SGLang
 
 
 class Pricing(_Strict):

@@ -85,6 +85,7 @@ def test_cp_sat_matches_brute_force_on_random_scenarios(seed):
                 "kv_dtypes": rng.sample(["auto", "fp8"], rng.choice([1, 2])),
                 "max_gpus_per_replica": rng.choice([1, 2, 4, 8])},
         pricing={"market": rng.choice(["on-demand", "spot", "any"])},
+        engine={"name": "simple"},  # the brute force re-derives fits from the estimator's margin
         solver={"top": 0},
     )
     result = solve_scenario(s, CATALOG)
@@ -211,3 +212,17 @@ def test_model_paths_resolve_relative_to_the_scenario(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("model: models/config.json\nworkload: {context: 4096}\nsearch: {gpus: [h100-sxm]}\n")
     assert solve_scenario(load_scenario(path), CATALOG).best.memory.params == 8_030_261_248
+
+
+def test_with_the_vllm_engine_the_plan_fits_vllms_own_pool():
+    from planner.engines import EngineSettings, engine_budget
+    from planner.memory import GpuTarget, Request
+    from planner.sources import resolve_model
+
+    s = scenario(workload={"context": 8192, "concurrency": 32}, search={"gpus": ["l40s", "h100-sxm"],
+                 "precisions": ["bf16"]}, engine={"name": "vllm"})
+    best = solve_scenario(s, CATALOG).best
+    budget = engine_budget(resolve_model(CATALOG, "llama-3.1-8b"),
+                           Request(context=8192, batch=32, tp=best.tp, pp=best.pp, precision="bf16"),
+                           EngineSettings("vllm"), GpuTarget.from_catalog(CATALOG.gpus.get(best.gpu)), CATALOG)
+    assert budget.fits and budget.max_concurrency >= 32 and best.memory.gpu.fits
