@@ -352,11 +352,20 @@ def write_atomically(path: str, text: str) -> None:
         raise PlannerInputError(f"--output: folder {str(target.parent)!r} does not exist")
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, delete=False,
                                      prefix=f".{target.name}.") as handle:
-        handle.write(text)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(handle.name, 0o666 & ~umask)  # a temporary file is private; the result gets normal permissions
-    os.replace(handle.name, target)
+        temporary = Path(handle.name)
+        try:
+            handle.write(text)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # a temporary file is private; the result gets normal permissions
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def main() -> None:

@@ -49,7 +49,7 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
     if given:
         raise PlannerInputError(f"{', '.join(given)}: only for a model given by --params alone; the model's config already sets them")
 
-    path = Path(model).expanduser()
+    path = _as_path(model)
     stored: StoredWeights | None = None
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
@@ -57,7 +57,7 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
         gguf = read_gguf(path)
         arch = architecture_from_gguf(gguf, path.stem, _catalog_precision(catalog, gguf_file_type_name(gguf.file_type)))
         return replace(arch, exact=False, declared_params=params, stored_bytes=None) if params else arch
-    if path.exists():
+    if _exists(path):
         folder = path if path.is_dir() else path.parent
         config = load_config_file(path)
         name = (path.name if path.is_dir() else folder.name if path.name == "config.json" else path.stem) or model
@@ -83,6 +83,20 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
     if params is not None:
         return replace(arch, exact=False, declared_params=params)
     return arch
+
+
+def _as_path(model: str) -> Path:
+    try:
+        return Path(model).expanduser()
+    except RuntimeError:  # "~nouser/...": no such home folder, so not a path on this machine
+        return Path(model)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long for the filesystem, or holding NUL: not a file
+        return False
 
 
 def _in_catalog(catalog: Catalog, model: str) -> bool:

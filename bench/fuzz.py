@@ -1,0 +1,876 @@
+#!/usr/bin/env python3
+"""Fuzz every input planner reads: size strings, config.json, scenario YAML and CLI flags.
+
+The contract under test: whatever a user types or a file holds, planner answers with a result or
+with a one-line error (PlannerInputError in the library; `error: ...` and exit code 2 from the
+CLI), never with a traceback and never by hanging. Each case is generated from the seed, run
+in-process under a deadline and classified; anything else is a finding, printed with the case
+that produced it so it can be replayed.
+
+tests/test_fuzz.py runs these generators with a small budget on every test run; this script is
+the heavy run:
+
+    python bench/fuzz.py                           # every surface, 5,000 cases each, seed 0
+    python bench/fuzz.py --cases 20000 --seed 3    # cases per surface
+    python bench/fuzz.py --surface scenario --solve-every 5   # also solve 1 in 5 valid scenarios
+
+Exit code 0 when nothing was found, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cache
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import yaml
+from typer.testing import CliRunner
+
+import planner
+from planner import api
+from planner.architecture import (
+    UnsupportedArchitecture,
+    architecture_from_config,
+    size_only_architecture_from_config,
+)
+from planner.candidates import build_search_space
+from planner.catalog import load_catalog
+from planner.cli import main as cli_main
+from planner.errors import PlannerInputError
+from planner.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.report import estimate_json
+from planner.scenario import load_scenario, parse_scenario
+from planner.units import parse_count, parse_size
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(planner.__file__).resolve().parent
+SCENARIO_FILES = sorted((REPO / "scenarios").glob("*.yaml"))
+TEST_CONFIGS = sorted((REPO / "tests" / "data" / "configs").glob("*/config.json"))
+CATALOG = load_catalog()
+
+# A case that runs longer than this is a hang: the slowest legitimate case (a config.json with the
+# most layers planner accepts, estimated under pipeline parallelism) takes well under a second, and
+# a solve of a shipped scenario about two.
+CASE_SECONDS = 10.0
+SOLVE_SECONDS = 20.0
+SURFACES = ("sizes", "config", "scenario", "cli")
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one case
+
+
+class CaseTimeout(BaseException):
+    """Raised into a case that runs past its deadline (a BaseException, so planner cannot swallow it)."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    def expire(signum: int, frame: Any) -> None:
+        raise CaseTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass(frozen=True)
+class Finding:
+    surface: str
+    problem: str  # crash | hang | multi-line error | bad result | executed input
+    where: str  # the exception and the planner frames it came through, or what is wrong with the result
+    case: str  # the input, shortened, to replay it
+    detail: str = ""  # the exception's message for the first case
+
+    def __str__(self) -> str:
+        detail = f"\n      message: {self.detail}" if self.detail else ""
+        return f"[{self.surface}] {self.problem}: {self.where}{detail}\n      case: {self.case}"
+
+
+@dataclass
+class Tally:
+    """What one surface tried and how each case ended."""
+
+    surface: str
+    cases: int = 0
+    results: int = 0
+    errors: int = 0
+    findings: dict[tuple[str, str], Finding] = field(default_factory=dict)  # the first case of each distinct problem
+    finding_cases: int = 0
+
+    def found(self, problem: str, where: str, case: Any, detail: str = "") -> None:
+        self.finding_cases += 1
+        self.findings.setdefault((problem, where), Finding(self.surface, problem, where, shorten(case), detail))
+
+    def summary(self) -> str:
+        return (f"{self.surface:9} {self.cases:7,} cases: {self.results:7,} results, {self.errors:7,} one-line errors, "
+                f"{self.finding_cases:,} findings ({len(self.findings)} distinct)")
+
+
+def shorten(case: Any, limit: int = 400) -> str:
+    text = case if isinstance(case, str) else repr(case)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def _planner_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [f for f in frames if Path(f.filename).resolve().is_relative_to(PACKAGE_DIR)] or frames
+
+
+def crash_site(exc: BaseException) -> str:
+    """The exception type and the innermost frame inside the planner package: one line per distinct bug."""
+    frames = _planner_frames(exc)
+    site = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return f"{type(exc).__name__}{site}"
+
+
+def hang_site(exc: BaseException) -> str:
+    """The planner calls a case was inside when its deadline struck: a loop that does not end is among them."""
+    return " > ".join(f"{Path(f.filename).name}:{f.name}" for f in _planner_frames(exc))
+
+
+def one_line_problem(message: str) -> str | None:
+    if not message.strip():
+        return "an empty error message"
+    if "\n" in message or "\r" in message:
+        return "an error message over several lines"
+    return None
+
+
+def run_case(tally: Tally, case: Any, action: Callable[[], Any], check: Callable[[Any], str | None] | None = None,
+             seconds: float = CASE_SECONDS, is_error: Callable[[Any], bool] | None = None) -> None:
+    """Run one case: a result that passes `check`, or a one-line PlannerInputError; anything else is a finding.
+
+    `is_error` tells a returned value that is itself an error (the CLI's exit code 2) from a result."""
+    tally.cases += 1
+    try:
+        with deadline(seconds):
+            value = action()
+    except PlannerInputError as exc:
+        problem = one_line_problem(str(exc))
+        if problem:
+            tally.found("multi-line error", f"{problem}: {shorten(str(exc), 120)}", case)
+        else:
+            tally.errors += 1
+        return
+    except CaseTimeout as exc:
+        tally.found("hang", f"still running after {seconds:g} s in {hang_site(exc)}", case)
+        return
+    except Exception as exc:  # noqa: BLE001 - any other exception is what the fuzzer looks for
+        tally.found("crash", crash_site(exc), case, shorten(str(exc), 160))
+        return
+    try:
+        problem = check(value) if check else None
+    except Exception as exc:  # noqa: BLE001 - e.g. the JSON output of a result cannot be written
+        problem = f"checking the result raised {crash_site(exc)}: {shorten(str(exc), 120)}"
+    if problem:
+        tally.found("bad result", problem, case)
+    elif is_error and is_error(value):
+        tally.errors += 1
+    else:
+        tally.results += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Odd values, shared by every surface
+
+ODD_SCALARS: tuple[Any, ...] = (
+    None, True, False, 0, -1, 1, 2, 3, 7, 255, 2**31, 2**63, 10**30, 0.5, 1.5, -2.5, 1e308,
+    math.inf, -math.inf, math.nan, "", " ", "x", "8K", "1e9", "70B", "true", "null", "ünïcødé ☃", "日本語",
+    "😀", "\x00", "a\nb", "\t", "\u202e", "\ud800", "x" * 5000,
+)
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def odd_value(rng: random.Random) -> Any:
+    roll = rng.random()
+    if roll < 0.75:
+        return rng.choice(ODD_SCALARS)
+    if roll < 0.85:
+        return [rng.choice(ODD_SCALARS) for _ in range(rng.randint(0, 4))]
+    if roll < 0.95:
+        return {str(rng.choice(ODD_SCALARS)): rng.choice(ODD_SCALARS) for _ in range(rng.randint(0, 3))}
+    # real JSON/YAML decoders refuse nesting much deeper than this (see the text-level mutations)
+    return nested(rng.choice([5, 50, 300]))
+
+
+def key_paths(data: Any, prefix: tuple = ()) -> list[tuple]:
+    """Every key of every mapping inside `data`, as a path of keys."""
+    paths: list[tuple] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            paths.append((*prefix, key))
+            paths.extend(key_paths(value, (*prefix, key)))
+    return paths
+
+
+def mapping_paths(data: Any, prefix: tuple = ()) -> list[tuple]:
+    """The path of every mapping inside `data` (the empty path is `data` itself)."""
+    if not isinstance(data, dict):
+        return []
+    return [prefix] + [p for key, value in data.items() for p in mapping_paths(value, (*prefix, key))]
+
+
+def at(data: dict, path: tuple) -> Any:
+    for key in path:
+        data = data[key]
+    return data
+
+
+def nudged_number(rng: random.Random, value: int | float) -> Any:
+    """A number near the original, an extreme, or the same number in another type."""
+    return rng.choice([0, -value, value + 1, value - 1, value * 2, value * 1000, value // 3, 2**63, 10**30,
+                       float(value) + 0.5, float(value), str(value), [value]])
+
+
+def mutate_tree(rng: random.Random, data: dict, vocabulary: list[str], value_for_key: Callable[[str], Any]) -> dict:
+    """One to three mutations: drop a key, retype or nudge a value, add a key, bend a list."""
+    data = copy.deepcopy(data)
+    for _ in range(rng.randint(1, 3)):
+        paths = key_paths(data)
+        op = rng.choice(("drop", "odd", "nudge", "add", "add", "list", "known"))
+        if op == "drop" and paths:
+            path = rng.choice(paths)
+            del at(data, path[:-1])[path[-1]]
+        elif op == "odd" and paths:
+            path = rng.choice(paths)
+            at(data, path[:-1])[path[-1]] = odd_value(rng)
+        elif op == "nudge":
+            numeric = [p for p in paths if isinstance(at(data, p), (int, float)) and not isinstance(at(data, p), bool)]
+            if numeric:
+                path = rng.choice(numeric)
+                at(data, path[:-1])[path[-1]] = nudged_number(rng, at(data, path))
+        elif op == "add":
+            key = rng.choice(vocabulary)
+            target = at(data, rng.choice(mapping_paths(data)))
+            target[key] = value_for_key(key) if rng.random() < 0.6 else odd_value(rng)
+        elif op == "list":
+            lists = [p for p in paths if isinstance(at(data, p), list)]
+            if lists:
+                path = rng.choice(lists)
+                items = at(data, path)
+                choice = rng.random()
+                if choice < 0.3:
+                    del items[rng.randint(0, len(items)):]
+                elif choice < 0.6:
+                    items.extend(items[: rng.randint(1, 3)] or [odd_value(rng)])
+                elif items:
+                    items[rng.randrange(len(items))] = odd_value(rng)
+        elif op == "known" and paths:
+            path = rng.choice(paths)
+            at(data, path[:-1])[path[-1]] = value_for_key(str(path[-1]))
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 1: size and count strings (--gpu-memory, --params, token counts in scenarios)
+
+_UNIT_FACTORS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+                 "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def random_size_text(rng: random.Random) -> str:
+    if rng.random() < 0.4:  # well-formed, in the forms the README shows: checked against an independent reading
+        number = rng.choice([str(rng.randint(1, 10**rng.randint(1, 8))),
+                             f"{rng.uniform(0.1, 999):.{rng.randint(1, 3)}f}"])
+        return number + rng.choice(["", " "]) + rng.choice(list(_UNIT_FACTORS)[1:] + ["gb", "GIB", "mib"])
+    number = rng.choice([
+        str(rng.randint(0, 10**rng.randint(1, 15))), f"{rng.random() * 10**rng.randint(0, 6):.{rng.randint(0, 4)}f}",
+        f"{rng.randint(1, 99)}e{rng.randint(-30, 30)}", f"1e{rng.choice([400, 999999, 10**9, -10**9])}",
+        f"{rng.randint(1, 9)}E+{rng.randint(0, 20)}", ".5", "5.", "1.2.3", "", "0", "00", "1_000", "٣", "1e", "e9",
+        "nan", "inf", "-inf", "0x10", "-5", "+5", "9" * 5000, "1" + "0" * 30,
+    ])
+    unit = rng.choice(list(_UNIT_FACTORS) + ["gb", "gib", "MIB", "K", "M", "T", "b", "Gb", "k", "parsecs", "ＧＢ",
+                                             "G B", "GBGB", "%", "GB\x00", "\u00b5B"])
+    space = rng.choice(["", "", " ", "\t", "\u00a0", "\u2003", "\n"])
+    return rng.choice(["", " ", "\n"]) + number + space + unit + rng.choice(["", " ", "\n"])
+
+
+def expected_size(text: str) -> int | None:
+    """An independent reading of the plain cases: a short decimal and a unit the README lists."""
+    match = re.fullmatch(r"\s*([0-9]{1,12}(?:\.[0-9]{1,6})?)\s*([A-Za-z]*)\s*", text)
+    if not match:
+        return None
+    units = {k.lower(): v for k, v in _UNIT_FACTORS.items()}
+    factor = units.get(match.group(2).lower())
+    if factor is None:
+        return None
+    return int(Fraction(match.group(1)) * factor)
+
+
+def fuzz_sizes(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """parse_size, parse_count and scenario token counts (no files: `folder` goes unused)."""
+    for _ in range(cases):
+        text = random_size_text(rng)
+        kind = rng.choice(("size", "count", "tokens"))
+        if kind == "size":
+            expected = expected_size(text)
+
+            def check_size(value: Any, expected: int | None = expected) -> str | None:
+                if not isinstance(value, int) or value <= 0:
+                    return f"parse_size gave {value!r}, not a positive whole number of bytes"
+                if expected is not None and value != expected:
+                    return f"parse_size gave {value:,} bytes, expected {expected:,}"
+                return None
+
+            run_case(tally, ("parse_size", text), lambda: parse_size(text, "--gpu-memory"), check_size)
+        elif kind == "count":
+            run_case(tally, ("parse_count", text), lambda: parse_count(text, "--params"),
+                     lambda v: None if isinstance(v, int) and v > 0 else f"parse_count gave {v!r}")
+        else:
+            where = rng.choice(("context", "concurrency"))
+            value: Any = text if rng.random() < 0.8 else {"min": text, "max": random_size_text(rng)}
+            data = {"model": "llama-3.1-8b", "workload": {"context": 8192, where: value}}
+            run_case(tally, ("scenario tokens", data), lambda: parse_scenario(data), scenario_problem)
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 2: config.json (mutated real configs, random configs, damaged files)
+
+_ARCHITECTURE_SOURCE = (PACKAGE_DIR / "architecture.py").read_text(encoding="utf-8")
+# Every key the counter reads, taken from its source so a newly read key is fuzzed without an edit here.
+CONFIG_KEYS = sorted(set(re.findall(r'\.(?:int|opt_int|bool|list|str)\("(\w+)"', _ARCHITECTURE_SOURCE))
+                     | {"text_config", "vision_config", "quantization_config", "tie_word_embeddings"})
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text", "phi3", "phi", "cohere",
+               "glm4", "granite", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "deepseek_v2",
+               "deepseek_v3", "kimi_k2", "qwen3_next", "rwkv7", "", "LLAMA")
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "attention",
+               "cross_attention")
+
+
+def base_configs() -> list[dict]:
+    configs = [dict(m.config) for m in CATALOG.models]
+    configs += [json.loads(p.read_text(encoding="utf-8")) for p in TEST_CONFIGS]
+    return configs
+
+
+def plausible_config_value(rng: random.Random, key: str) -> Any:
+    """A value of the right kind for a config key, so mutations also reach deep code paths."""
+    if key == "model_type":
+        return rng.choice(MODEL_TYPES)
+    if key == "layer_types":
+        return [rng.choice(LAYER_TYPES) for _ in range(rng.choice([0, 2, 4, 32]))]
+    if key in ("mlp_only_layers", "moe_layers", "no_rope_layers"):
+        return [rng.choice([0, 1, 2, 3, 31, -1, 1000]) for _ in range(rng.choice([0, 1, 4, 48]))]
+    if key in ("torch_dtype", "dtype"):
+        return rng.choice(["bfloat16", "float16", "float32", "int8", "float8"])
+    if key == "quantization_config":
+        return rng.choice([
+            {"quant_method": "fp8", "weight_block_size": [128, 128]}, {"quant_method": "awq", "bits": 4},
+            {"quant_method": "gptq", "bits": 8}, {"quant_method": "mxfp4"}, {"quant_method": "bitsandbytes"},
+            {"quant_method": "modelopt", "quant_algo": "NVFP4"}, {"quant_method": "compressed-tensors",
+             "config_groups": {"g": {"weights": {"type": "int", "num_bits": 4}}}},
+            {"quant_method": "compressed-tensors", "config_groups": ["g"]}, {"quant_method": "exl2"}, "fp8", [],
+        ])
+    if key in ("text_config", "vision_config"):
+        return {"model_type": rng.choice(MODEL_TYPES + ("siglip_vision_model", "pixtral", "llama4_vision_model"))}
+    if key in ("topk_method",):
+        return rng.choice(["noaux_tc", "greedy", ""])
+    if key.startswith(("use_", "tie_", "attention_bias", "mlp_bias", "multimodal")):
+        return rng.choice([True, False])
+    return rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 4096, 2**31, 10**9])
+
+
+def random_request(rng: random.Random) -> tuple[Request, GpuTarget | None]:
+    precisions = [p.name for p in CATALOG.precisions]
+    request = Request(
+        context=rng.choice([1, 7, 4096, 8192, 131072, 10**6, 10**8, 0, -5, 10**8 + 1]),
+        batch=rng.choice([1, 1, 2, 16, 256, 10**6, 0, 10**6 + 1]),
+        tp=rng.choice([1, 1, 1, 2, 4, 8, 3, 6, 16, 64]),
+        pp=rng.choice([1, 1, 1, 2, 3, 5, 200]),
+        precision=rng.choice(["auto", None, "fp9", "FP8", *precisions]),
+        kv_dtype=rng.choice(["auto", None, "fp8", "fp16", "bf16", "fp32", "fp4", "FP8"]),
+        overhead_fraction=rng.choice([None, None, 0.0, 0.1, 1.0, 1.5, -0.1, math.nan]),
+    )
+    gpu = rng.choice([None, GpuTarget("80GB card", 80 * 10**9),
+                      GpuTarget.from_catalog(rng.choice(CATALOG.gpus.records))])
+    return request, gpu
+
+
+def estimate_problem(est: MemoryEstimate) -> str | None:
+    """What must hold of every estimate, whatever the input."""
+    numbers = [est.params, est.weights_bytes, est.kv_bytes_per_token, est.kv_cache_bytes, est.overhead_bytes,
+               est.total_bytes]
+    for r in est.per_gpu:
+        numbers += [r.weights_bytes, r.kv_bytes_per_token, r.kv_cache_bytes, r.overhead_bytes, r.total_bytes]
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in numbers):
+        return "a byte count is not a non-negative whole number"
+    if len(est.per_gpu) != est.tp * est.pp:
+        return f"per_gpu lists {len(est.per_gpu)} GPUs for tp {est.tp} x pp {est.pp}"
+    if any(r.total_bytes != r.weights_bytes + r.kv_cache_bytes + r.overhead_bytes for r in est.per_gpu):
+        return "a GPU's total is not weights + KV + overhead"
+    if est.total_bytes != sum(r.total_bytes for r in est.per_gpu):
+        return "the total is not the sum of the GPUs"
+    if est.gpu is not None and est.gpu.fits != all(r.total_bytes <= est.gpu.memory_bytes for r in est.per_gpu):
+        return "fits disagrees with the per-GPU totals"
+    if json.loads(estimate_json(est))["total_bytes"] != est.total_bytes:
+        return "the JSON output does not carry the total"
+    return None
+
+
+def estimate_config(config: Any, request: Request, gpu: GpuTarget | None, params: int) -> MemoryEstimate:
+    """What `planner estimate ./config.json [--params N]` does with a config, in-process."""
+    try:
+        arch = architecture_from_config(config, "fuzz")
+    except UnsupportedArchitecture:
+        arch = size_only_architecture_from_config(config, "fuzz", params)
+    return estimate_memory(arch, request, CATALOG, gpu)
+
+
+def damaged_json(rng: random.Random, config: dict) -> bytes:
+    """The text of a config.json, damaged the ways files get damaged (or written by hand)."""
+    text = json.dumps(config, indent=rng.choice([None, 2]))
+    choice = rng.randrange(12)
+    if choice == 0:
+        text = text[: rng.randrange(len(text) + 1)]
+    elif choice == 1:
+        spot = rng.randrange(len(text) + 1)
+        text = text[:spot] + rng.choice(["}", "]", ",", '"', ":", "\x00", "\\", "//"]) + text[spot:]
+    elif choice == 2:
+        depth = rng.choice([100, 900, 5000, 100_000])
+        text = '{"model_type": "llama", "hidden_size": ' + "[" * depth + "]" * depth + "}"
+    elif choice == 3:
+        text = text.replace("4096", rng.choice(["NaN", "Infinity", "-Infinity", "1e999", "9" * 5000]), 1)
+    elif choice == 4:
+        text = rng.choice(["", "null", "[]", '"config"', "42", "[{}]", "{", "\ufeff{}"])
+    elif choice == 5:
+        return "\ufeff".encode() + text.encode()
+    elif choice == 6:
+        raw = bytearray(text.encode())
+        for _ in range(rng.randint(1, 4)):
+            raw[rng.randrange(len(raw))] = rng.randrange(256)
+        return bytes(raw)
+    elif choice == 7:
+        text = text.replace('"model_type"', '"model_type": "llama", "model_type"', 1)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def fuzz_configs(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """Configs counted and estimated in-process; a fifth written to files and read as the CLI reads them."""
+    bases = base_configs()
+    for index in range(cases):
+        request, gpu = random_request(rng)
+        params = rng.choice([7 * 10**9, 1, 10**15])
+        roll = rng.random()
+        if roll < 0.65:
+            config = mutate_tree(rng, rng.choice(bases), CONFIG_KEYS, lambda key: plausible_config_value(rng, key))
+        elif roll < 0.8:
+            config = {key: plausible_config_value(rng, key) for key in rng.sample(CONFIG_KEYS, rng.randint(3, 30))}
+            config["model_type"] = rng.choice(MODEL_TYPES)
+        else:
+            # through a file, the way `planner estimate ./config.json` reads it
+            path = folder / f"config-{index % 7}" / "config.json"
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(damaged_json(rng, rng.choice(bases)))
+            target = str(path if rng.random() < 0.7 else path.parent)
+            flags = dict(context=request.context, batch=request.batch, tp=request.tp, pp=request.pp,
+                         precision=request.precision or "auto", kv_dtype=request.kv_dtype or "auto",
+                         overhead=request.overhead_fraction, params=params if rng.random() < 0.3 else None,
+                         gpu=rng.choice([None, "h100-sxm", "rtx-4090"]))
+            run_case(tally, ("config file", path.read_bytes()[:300], flags),
+                     lambda: api.estimate(target, **flags, catalog=CATALOG), estimate_problem)
+            continue
+        run_case(tally, ("config", config, request), lambda: estimate_config(config, request, gpu, params),
+                 estimate_problem)
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 3: scenario YAML (mutations of the shipped scenarios, hostile YAML)
+
+SCENARIO_KEYS = ("name", "description", "model", "params", "workload", "context", "concurrency", "replicas", "search",
+                 "precisions", "quality_floor", "kv_dtypes", "gpus", "exclude_gpus", "max_gpus_per_replica",
+                 "max_gpus_per_node", "allow_emulated", "engine", "overhead", "pricing", "providers", "market",
+                 "regions", "objective", "solver", "time_limit_s", "top", "min", "max", "contxt", "base_dir")
+PLACEHOLDER = "PLACEHOLDER_ZQX"  # plain YAML scalar, swapped for a literal the dumper cannot write
+FAST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml when present: generation is most of the cost
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """The YAML 'billion laughs': `levels` nested aliases, width**levels leaves if anything expands it."""
+    node = "&a0 [" + ", ".join(["lol"] * width) + "]"
+    for level in range(1, levels):
+        node = f"&a{level} [{node}, " + ", ".join([f"*a{level - 1}"] * (width - 1)) + "]"
+    return node
+
+
+def hostile_literal(rng: random.Random, sentinel: Path) -> str:
+    """A YAML node the safe dumper never writes: tags that execute code, bombs, deep nesting."""
+    depth = rng.choice([50, 400, 3000, 50_000])
+    return rng.choice([
+        f'!!python/object/apply:os.system ["touch {sentinel}"]',
+        f'!!python/object/apply:pathlib.Path.touch [!!python/object/apply:pathlib.Path ["{sentinel}"]]',
+        "!!python/name:os.system", "!!python/object/new:type [x, [], {}]", "!custom 3", "!!binary 'not base64!'",
+        "!!timestamp not-a-date", "!!int nope", "!!float nope", "!!bool maybe", "!!set {a, b}", "!!omap [a, b]",
+        "!!str", "!!null 3", "[" * depth + "]" * depth, "{a: " * min(depth, 3000) + "1" + "}" * min(depth, 3000),
+        alias_bomb(), "&r [*r]", "&m {a: *m}", "9" * 5000, '"\\ud800"', '"\\x00"', '"\\e[2J"', "0x" + "f" * 40,
+        "1.0e+999", ".nan", "-.inf", "2024-01-01", "~", "<<: {a: 1}",
+    ])
+
+
+def plausible_scenario_value(rng: random.Random, key: str) -> Any:
+    """A value of the right kind for a scenario key (often valid, often just out of range)."""
+    gpus = [g.name for g in CATALOG.gpus]
+    precisions = [p.name for p in CATALOG.precisions]
+
+    def tokens() -> Any:
+        return rng.choice([1, 512, 8192, "8K", "128k", "1M", "2m", 10**8, 10**8 + 1, 10**12, "0", -1, "8.5K"])
+
+    if key == "model":
+        return rng.choice([m.name for m in CATALOG.models] + [
+            "meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8bb", "model/config.json", "model", "./model",
+            "missing/config.json", "", "a" * 5000, "a\x00b", "~zzqq/config.json", "/", "..", "модель",
+            "/dev/null"])
+    if key in ("context", "concurrency"):
+        roll = rng.random()
+        if roll < 0.4:
+            return tokens()
+        if roll < 0.7:
+            return [tokens() for _ in range(rng.choice([0, 1, 3, 65, 200]))]
+        return {"min": tokens(), "max": tokens()}
+    if key in ("gpus", "exclude_gpus"):
+        return rng.sample(gpus, rng.randint(0, 4)) + rng.choice([[], ["h10"], ["H100-SXM"], [""]])
+    if key == "precisions":
+        return rng.sample(precisions, rng.randint(0, 3)) + rng.choice([[], ["fp9"], ["AUTO"]])
+    if key == "kv_dtypes":
+        return rng.sample(["auto", "fp8", "fp16", "bf16", "fp32", "fp4", "FP8"], rng.randint(0, 3))
+    if key in ("providers", "regions"):
+        return rng.choice([["aws"], ["AWS", "gcp"], ["nowhere"], [], ["us-east-1"], "aws"])
+    if key == "market":
+        return rng.choice(["on-demand", "spot", "any", "cheap", "SPOT"])
+    if key == "quality_floor":
+        return rng.choice(["lossless", "near-lossless", "small loss", "noticeable loss", "great"])
+    if key in ("replicas", "max_gpus_per_replica", "max_gpus_per_node", "top"):
+        return rng.choice([0, 1, 2, 8, 64, 1024, 1025, 10**9, -1, True, "8", 8.0, 8.5])
+    if key in ("time_limit_s", "overhead"):
+        return rng.choice([0, 0.001, 0.1, 1, 10, 3601, -1, "10", math.nan, math.inf])
+    if key == "allow_emulated":
+        return rng.choice([True, False, "yes", 1, None])
+    if key == "params":
+        return rng.choice([70 * 10**9, "70B", "8e9", 7e9, "lots", 0, True, -1])
+    return rng.choice(ODD_SCALARS)
+
+
+@cache
+def scenario_bases() -> list[dict]:
+    """Mutation starts from these (callers deep-copy before changing anything)."""
+    bases = [yaml.safe_load(p.read_text(encoding="utf-8")) for p in SCENARIO_FILES]
+    bases.append({"model": "llama-3.1-8b", "workload": {"context": 8192}})
+    return bases
+
+
+def damaged_yaml(rng: random.Random, text: str) -> bytes:
+    """Text-level damage: truncation, duplicated or dropped lines, tabs, bad bytes, BOM, CRLF."""
+    lines = text.splitlines(keepends=True)
+    choice = rng.randrange(10)
+    if choice == 0:
+        text = text[: rng.randrange(len(text) + 1)]
+    elif choice == 1 and lines:
+        spot = rng.randrange(len(lines))
+        lines.insert(spot, lines[spot])  # a duplicate key, or a repeated list item
+        text = "".join(lines)
+    elif choice == 2 and lines:
+        del lines[rng.randrange(len(lines))]
+        text = "".join(lines)
+    elif choice == 3:
+        text = text.replace("  ", "\t", 1)
+    elif choice == 4:
+        raw = bytearray(text.encode("utf-8", "surrogatepass"))
+        spot = rng.randrange(len(raw) + 1)
+        raw[spot:spot] = rng.choice([b"\xff\xfe", b"\xc3", b"\x00", b"\xed\xa0\x80"])
+        return bytes(raw)
+    elif choice == 5:
+        text = "\ufeff" + text
+    elif choice == 6:
+        text = text.replace("\n", "\r\n")
+    return text.encode("utf-8", "surrogatepass")
+
+
+def random_scenario_bytes(rng: random.Random, sentinel: Path) -> bytes:
+    """A shipped scenario, mutated; a quarter of them carry a hostile YAML node, some are damaged as text."""
+    data = mutate_tree(rng, rng.choice(scenario_bases()), list(SCENARIO_KEYS),
+                       lambda key: plausible_scenario_value(rng, key))
+    hostile = rng.random() < 0.25
+    if hostile:
+        path = rng.choice(key_paths(data) or [("name",)])
+        try:
+            at(data, path[:-1])[path[-1]] = PLACEHOLDER
+        except (KeyError, TypeError):
+            data["name"] = PLACEHOLDER
+    style = dict(sort_keys=False, allow_unicode=rng.random() < 0.5, width=rng.choice([80, 10**6]))
+    try:
+        text = yaml.dump(data, Dumper=FAST_DUMPER, **style)
+    except UnicodeEncodeError:  # libyaml cannot write a lone surrogate; the pure-Python dumper escapes it
+        text = yaml.dump(data, Dumper=yaml.SafeDumper, **style)
+    except (yaml.YAMLError, RecursionError):
+        text = yaml.safe_dump({"model": "llama-3.1-8b", "workload": {"context": PLACEHOLDER}})
+    if hostile:
+        text = text.replace(f"'{PLACEHOLDER}'", PLACEHOLDER).replace(PLACEHOLDER, hostile_literal(rng, sentinel), 1)
+    return damaged_yaml(rng, text) if rng.random() < 0.3 else text.encode("utf-8", "surrogatepass")
+
+
+def scenario_problem(scenario: Any) -> str | None:
+    for _, part in scenario.fleet_parts():  # one service, or each workload of a fleet
+        workload = part.workload
+        values = (*workload.context, *workload.concurrency, workload.replicas)
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            return "a token count or replica count is not a positive whole number"
+    return None
+
+
+def prepare_scenario_folder(folder: Path) -> None:
+    """A model config beside the scenarios, so relative model paths resolve to something."""
+    (folder / "model").mkdir(parents=True, exist_ok=True)
+    shutil.copy(TEST_CONFIGS[0], folder / "model" / "config.json")
+
+
+def plan_scenario(scenario: Any, solve: bool) -> Any:
+    """What `planner solve` does with a loaded scenario: a fleet when it has traffic, else one plan.
+    Without `solve`, only the search spaces (every name resolved, the model counted)."""
+    from planner.fleet import fleet_problem, plan_fleet
+    from planner.solver import solve_scenario
+
+    time_limit = min(scenario.solver.time_limit_s, 5.0)
+    if scenario.is_fleet:
+        problem = fleet_problem(scenario, CATALOG, time_limit)
+        return plan_fleet(problem, CATALOG) if solve else problem
+    return solve_scenario(scenario, CATALOG, time_limit, 1) if solve else build_search_space(scenario, CATALOG)
+
+
+def fuzz_scenarios(rng: random.Random, cases: int, tally: Tally, folder: Path, solve_every: int = 0) -> None:
+    """Scenario files loaded and turned into search spaces; with solve_every, some solved too."""
+    prepare_scenario_folder(folder)
+    sentinel = folder / "executed"
+    valid = 0
+    for index in range(cases):
+        path = folder / f"scenario-{index % 5}.yaml"
+        path.write_bytes(random_scenario_bytes(rng, sentinel))
+        text = path.read_bytes()
+
+        def plan(path: Path = path) -> Any:
+            nonlocal valid
+            scenario = load_scenario(path)
+            answer = plan_scenario(scenario, solve=False)
+            valid += 1
+            if solve_every and valid % solve_every == 0:
+                answer = plan_scenario(scenario, solve=True)
+            return scenario, answer
+
+        run_case(tally, text, plan, plan_problem, SOLVE_SECONDS if solve_every else CASE_SECONDS)
+        if sentinel.exists():
+            tally.found("executed input", "a YAML tag ran code while loading a scenario", text)
+            sentinel.unlink()
+
+
+def plan_problem(outcome: tuple[Any, Any]) -> str | None:
+    scenario, answer = outcome
+    problem = scenario_problem(scenario)
+    if problem or not hasattr(answer, "best"):
+        return problem
+    for plan in (answer.best, *answer.alternatives) if answer.best else ():
+        if plan.memory.gpu is None or not plan.memory.gpu.fits:
+            return f"a printed plan does not fit its GPU ({plan.gpu})"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 4: the command line, run in-process as the console script runs it
+
+INT_TEXTS = ("1", "2", "8", "4096", "8192", "131072", "0", "-1", "3", "1e3", "8K", "99999999999999999999", "abc", "",
+             " 7", "٣", "0x10", "2.0")
+RUNNER = CliRunner()
+
+
+@dataclass(frozen=True)
+class CliOutcome:
+    argv: tuple[str, ...]
+    code: int
+    stdout: str
+    stderr: str
+
+
+def invoke_cli(argv: list[str]) -> CliOutcome:
+    """`planner ARGV` through planner.cli.main, with stdout and stderr captured and the exit code kept."""
+    with RUNNER.isolation() as (stdout, stderr, _):
+        saved = sys.argv
+        sys.argv = ["planner", *argv]
+        try:
+            cli_main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.argv = saved
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return CliOutcome(tuple(argv), code, stdout.getvalue().decode("utf-8", "replace"),
+                          stderr.getvalue().decode("utf-8", "replace"))
+
+
+def random_argv(rng: random.Random, folder: Path) -> list[str]:
+    gpus = [g.name for g in CATALOG.gpus]
+    models = [m.name for m in CATALOG.models] + [m.hf_id.upper() for m in CATALOG.models.records[:5]]
+    precisions = [p.name for p in CATALOG.precisions] + ["auto", "fp9", "FP8", "float16", ""]
+    # weights: estimate has the most flags; solve and catalog tables cost a hundred times more per case
+    command = rng.choices(["estimate", "solve", "catalog", "", "estimat", "--help"], weights=[76, 12, 4, 3, 3, 2])[0]
+    argv = [command] if command else []
+    if command == "estimate":
+        if rng.random() < 0.85:
+            argv.append(rng.choice(models + [str(p) for p in TEST_CONFIGS] + [str(TEST_CONFIGS[0].parent), str(folder),
+                        "nowhere/config.json", "", "a" * 5000, "~zzqq/config.json", "модель", "-", "/dev/null",
+                        str(SCENARIO_FILES[0])]))
+        options = {
+            "--precision": lambda: rng.choice(precisions), "--kv-dtype": lambda: rng.choice(
+                ["auto", "fp8", "fp16", "bf16", "fp32", "fp4", "FP8", ""]),
+            "--context": lambda: rng.choice(INT_TEXTS), "--batch": lambda: rng.choice(INT_TEXTS),
+            "--tp": lambda: rng.choice(INT_TEXTS), "--pp": lambda: rng.choice(INT_TEXTS),
+            "--gpu": lambda: rng.choice(gpus + ["h10", ""]), "--gpu-memory": lambda: random_size_text(rng),
+            "--overhead": lambda: rng.choice(["0", "0.1", "1", "1.5", "-0.1", "nan", "inf", "abc", "1e-300"]),
+            "--params": lambda: rng.choice(["8e9", "70B", "0.5", "1e999999999", "8 GB", "-8B", random_size_text(rng)]),
+            "--layers": lambda: rng.choice(INT_TEXTS), "--kv-heads": lambda: rng.choice(INT_TEXTS),
+            "--head-dim": lambda: rng.choice(INT_TEXTS), "--heads": lambda: rng.choice(INT_TEXTS),
+            "--format": lambda: rng.choice(["table", "json", "json", "csv", "xml"]),
+        }
+    elif command == "solve":
+        argv.append(rng.choice([str(SCENARIO_FILES[i]) for i in (0, 2, 3)] + [
+            "nope.yaml", str(folder), str(TEST_CONFIGS[0]), "/dev/null", str(folder / "cli-scenario.yaml")]))
+        options = {
+            "--format": lambda: rng.choice(["table", "json", "csv", "markdown", "xml"]),
+            "-o": lambda: rng.choice([str(folder / "out" / "plan.txt"), str(folder / "out" / "existing.json"),
+                                      str(folder / "missing" / "plan.json"), str(folder / "out" / "folder")]),
+            "--top": lambda: rng.choice(["0", "1", "5", "-1", "abc", "99999999999999999999"]),
+            "--time-limit": lambda: rng.choice(["0.5", "2", "0.01", "0", "-1", "nan", "inf", "abc", "1e-9"]),
+        }
+    elif command == "catalog":
+        argv.append(rng.choice(["gpus", "models", "precisions", "prices", "GPUS", ""]))
+        options = {"--format": lambda: rng.choice(["table", "json", "csv", "markdown"])}
+    else:
+        options = {}
+    for option in rng.sample(sorted(options), rng.randint(0, len(options))):
+        argv += [option, options[option]()]
+    extra = rng.random()
+    if extra < 0.05 and len(argv) > 1:
+        argv.pop()  # an option left without its value
+    elif extra < 0.1:
+        argv.append(rng.choice(["--contxt", "--tp=2", "--help", "--", "-x", "--format"]))
+    elif extra < 0.13 and len(argv) > 2:
+        argv += argv[-2:]  # the same option twice
+    return argv
+
+
+def cli_problem(outcome: CliOutcome, out_folder: Path, previous_plan: str) -> str | None:
+    """Exit 0 with usable output, or exit 2 with one `error:` line (or click's usage message); nothing else."""
+    argv = outcome.argv
+    if "Traceback" in outcome.stderr:
+        return "a traceback on stderr"
+    leftovers = sorted(p.name for p in out_folder.iterdir() if p.name.startswith("."))
+    if leftovers:
+        return f"temporary files left behind: {leftovers}"
+    existing = out_folder / "existing.json"
+    if outcome.code != 0 and existing.read_text(encoding="utf-8") != previous_plan:
+        return "a failed run changed the file given to -o"
+    if outcome.code == 0:
+        writes_file = "-o" in argv and "--help" not in argv
+        if "--format" in argv and argv[argv.index("--format") + 1:][:1] == ["json"] and not writes_file \
+                and "--help" not in argv and argv[0] in ("estimate", "solve", "catalog"):
+            try:
+                json.loads(outcome.stdout)
+            except ValueError:
+                return "--format json printed something that is not JSON"
+        return None
+    if outcome.code == 2:
+        lines = outcome.stderr.strip().splitlines()
+        if len(lines) == 1 and lines[0].startswith("error: "):
+            return None
+        # click's own messages for a malformed command line: "Error: ..." (after a usage line), or the
+        # help text when no command is given
+        if any(line.startswith("Error: ") for line in lines) or (not outcome.argv and lines[0].startswith("Usage:")):
+            return None
+        return f"exit 2 without a one-line error: {shorten(outcome.stderr, 200)!r}"
+    return f"exit code {outcome.code}"
+
+
+def fuzz_cli(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """Command lines run through planner.cli.main; exit 0 counts as a result, exit 2 as an error."""
+    out_folder = folder / "out"
+    (out_folder / "folder").mkdir(parents=True, exist_ok=True)
+    sentinel = folder / "executed"
+    previous_plan = "a plan from an earlier run\n"
+    for _ in range(cases):
+        (out_folder / "existing.json").write_text(previous_plan, encoding="utf-8")
+        argv = random_argv(rng, folder)
+        if "solve" in argv[:1]:
+            (folder / "cli-scenario.yaml").write_bytes(random_scenario_bytes(rng, sentinel))
+        run_case(tally, argv, lambda: invoke_cli(argv), lambda outcome: cli_problem(outcome, out_folder, previous_plan),
+                 SOLVE_SECONDS, is_error=lambda outcome: outcome.code != 0)
+        for leftover in out_folder.iterdir():
+            if leftover.name.startswith("."):
+                leftover.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+FUZZERS: dict[str, Callable[..., None]] = {"sizes": fuzz_sizes, "config": fuzz_configs, "scenario": fuzz_scenarios,
+                                           "cli": fuzz_cli}
+
+
+def run_surface(surface: str, cases: int, seed: int, folder: Path, **options: Any) -> Tally:
+    tally = Tally(surface)
+    rng = random.Random(f"{surface}-{seed}")
+    surface_folder = folder / surface
+    surface_folder.mkdir(parents=True, exist_ok=True)
+    FUZZERS[surface](rng, cases, tally, surface_folder, **options)
+    return tally
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=5000, help="cases per surface (default 5,000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--surface", choices=SURFACES, action="append", help="only these surfaces (repeatable)")
+    parser.add_argument("--solve-every", type=int, default=0, metavar="N",
+                        help="scenario surface: also solve every N-th scenario that reaches a search space")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a model id with a slash may be looked up on the Hub: stay offline
+    findings: list[Finding] = []
+    with tempfile.TemporaryDirectory(prefix="planner-fuzz-") as folder:
+        for surface in args.surface or SURFACES:
+            started = time.perf_counter()
+            options = {"solve_every": args.solve_every} if surface == "scenario" else {}
+            tally = run_surface(surface, args.cases, args.seed, Path(folder), **options)
+            print(f"{tally.summary()} in {time.perf_counter() - started:.1f} s", flush=True)
+            findings.extend(tally.findings.values())
+    for finding in findings:
+        print(finding)
+    print(f"{len(findings)} distinct findings")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
