@@ -27,6 +27,8 @@ COST_UNITS_PER_USD = 10_000
 # A replica spans several instances only when each is a full multi-GPU node (HGX/DGX-class servers,
 # which clouds interconnect with InfiniBand / EFA for multi-node serving); an assumption, not a price.
 MIN_GPUS_PER_NODE_ACROSS_NODES = 8
+# Each configuration costs an estimate (about 1-3 ms here): 200,000 keeps a solve under a few minutes.
+MAX_CONFIGURATIONS = 200_000
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,14 @@ def _runs_natively(precision: Precision, gpu: Gpu) -> bool:
 def enumerate_candidates(space: SearchSpace, catalog: Catalog) -> Enumeration:
     """Every configuration in the search space, estimated once per layout and checked on each GPU."""
     arch = space.arch
+    size = (sum(len(parallel_layouts(arch, gpu, space)) for gpu in space.gpus) * len(space.precisions)
+            * len(space.kv_dtypes) * len(space.contexts) * len(space.concurrencies))
+    if size > MAX_CONFIGURATIONS:
+        raise PlannerInputError(
+            f"search: {size:,} configurations to estimate (limit {MAX_CONFIGURATIONS:,}); narrow workload.context or "
+            "workload.concurrency (fewer values or a smaller range), search.gpus, search.precisions, "
+            "search.kv_dtypes or search.max_gpus_per_replica"
+        )
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
     skipped: list[str] = []

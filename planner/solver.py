@@ -159,31 +159,53 @@ def _build(pairs: list[_Pair]) -> tuple[cp_model.CpModel, list[cp_model.IntVar],
     return model, chosen, cost
 
 
-def _solve(pairs: list[_Pair], space: SearchSpace, time_limit_s: float) -> _Solution:
+def _solve(pairs: list[_Pair], space: SearchSpace, deadline: float) -> _Solution:
+    """Both phases within one deadline (time.perf_counter()). The cheapest pair is given to CP-SAT as a hint;
+    if the deadline ends the search before CP-SAT reports a solution, that hinted pair is the answer,
+    FEASIBLE with no bound proven (gap 100%)."""
     if not pairs:
         return _Solution("INFEASIBLE", None, 0.0)
     model, chosen, cost = _build(pairs)
     model.minimize(cost)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_workers = 2
-    status = solver.solve(model)
+    cheapest = min(range(len(pairs)), key=lambda i: pairs[i].rental.cost_units)
+    for i, var in enumerate(chosen):
+        model.add_hint(var, i == cheapest)
+    status, solver = _run(model, deadline)
+    if status == cp_model.INFEASIBLE or status == cp_model.MODEL_INVALID:
+        return _Solution(_STATUS[status], None, 0.0)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _Solution(_STATUS.get(status, "UNKNOWN"), None, 0.0)
+        return _Solution("FEASIBLE", pairs[cheapest], 1.0)
     best_cost = round(solver.objective_value)
     gap = 0.0 if status == cp_model.OPTIMAL else (best_cost - solver.best_objective_bound) / max(best_cost, 1)
+    index = next(i for i, var in enumerate(chosen) if solver.boolean_value(var))
     # phase 2: at that cost, the preferred configuration
     model.add(cost <= best_cost)
     n = len(pairs)
     model.maximize(cp_model.LinearExpr.weighted_sum(
         chosen, [_preference(p, space) * n + (n - 1 - i) for i, p in enumerate(pairs)]))
-    second = cp_model.CpSolver()
-    second.parameters.max_time_in_seconds = time_limit_s
-    second.parameters.num_workers = 2
-    status2 = second.solve(model)
-    picked = second if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE) else solver
-    index = next(i for i, var in enumerate(chosen) if picked.boolean_value(var))
+    model.clear_hints()
+    for i, var in enumerate(chosen):
+        model.add_hint(var, i == index)
+    status2, second = _run(model, deadline)
+    if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        index = next(i for i, var in enumerate(chosen) if second.boolean_value(var))
     return _Solution(_STATUS[status], pairs[index], gap)
+
+
+def _run(model: cp_model.CpModel, deadline: float) -> tuple[int, cp_model.CpSolver]:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.0, deadline - time.perf_counter())
+    solver.parameters.num_workers = 2
+    return solver.solve(model), solver
+
+
+def _ordered(pairs: list[_Pair]) -> list[_Pair]:
+    """A fixed order by names, so the index tie-break never depends on how the scenario lists things."""
+    def key(p: _Pair) -> tuple:
+        c, r = p.candidate, p.rental
+        return (c.gpu.name, c.precision, c.kv_dtype, c.tp, c.pp, c.context, c.concurrency,
+                r.offer.provider, r.offer.instance, r.offer.region, r.market)
+    return sorted(pairs, key=key)
 
 
 def _read_plan(pair: _Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | None:
@@ -227,17 +249,17 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
     started = time.perf_counter()
     space = build_search_space(scenario, catalog)
     enumeration = enumerate_candidates(space, catalog)
-    pairs = [_Pair(c, r) for c in enumeration.candidates for r in rentals_for(c, space)]
-    solution = _solve(pairs, space, limit)
+    pairs = _ordered([_Pair(c, r) for c in enumeration.candidates for r in rentals_for(c, space)])
+    deadline = time.perf_counter() + limit  # --time-limit bounds every CP-SAT call together
+    solution = _solve(pairs, space, deadline)
     best = _read_plan(solution.pair, space, catalog) if solution.pair else None
 
     alternatives: list[PlanOption] = []
     if best is not None and top > 0:
         for gpu in dict.fromkeys(p.candidate.gpu.name for p in pairs):
-            if gpu == best.gpu:
+            if gpu == best.gpu or time.perf_counter() >= deadline:
                 continue
-            option = _solve([p for p in pairs if p.candidate.gpu.name == gpu], space,
-                            max(0.1, limit - (time.perf_counter() - started)))
+            option = _solve([p for p in pairs if p.candidate.gpu.name == gpu], space, deadline)
             plan = _read_plan(option.pair, space, catalog) if option.pair else None
             if plan is not None:
                 alternatives.append(plan)
@@ -337,7 +359,10 @@ def _relaxations(space: SearchSpace, catalog: Catalog) -> list[str]:
     for kind, label, relaxed in tries:
         if kind in solved_kinds:
             continue  # the smallest step of each kind is enough
-        result = enumerate_candidates(relaxed, catalog)
+        try:
+            result = enumerate_candidates(relaxed, catalog)
+        except PlannerInputError:  # the relaxed space is too large to enumerate: not a suggestion to make
+            continue
         costs = [r.usd_per_hour for c in result.candidates for r in rentals_for(c, relaxed)]
         if costs:
             found.append(f"{label}: cheapest ${min(costs):,.2f}/hour")

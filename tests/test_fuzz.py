@@ -40,7 +40,6 @@ BUDGET = {"sizes": 5000, "config": 2000, "scenario": 1000, "cli": 400}
 # Bugs in files whose fix belongs to others, each pinned by a strict xfail test below: the fuzz test
 # tolerates exactly these and fails on anything else. (problem, what the finding's `where` holds)
 KNOWN_ELSEWHERE = {
-    ("hang", "candidates.py:enumerate_candidates"): "test_a_search_space_too_large_to_enumerate_is_refused_not_hung",
 }
 
 
@@ -225,11 +224,6 @@ def test_a_model_name_that_cannot_be_a_path_is_a_one_line_error(model):
     assert outcome.code == 2 and outcome.stderr.startswith("error: ") and len(outcome.stderr.splitlines()) == 1
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="planner/candidates.py enumerates GPU x split x precision x KV x context x concurrency "
-                          "with no bound: ranges up to the allowed maxima give millions of estimates (minutes, then "
-                          "a CP-SAT model too large). Fix: count the configurations in build_search_space and "
-                          "refuse past a limit, naming the workload ranges and search keys to narrow")
 def test_a_search_space_too_large_to_enumerate_is_refused_not_hung(catalog):
     from planner.solver import solve_scenario
 

@@ -274,11 +274,6 @@ def test_the_same_scenario_gives_the_same_plan(name):
     assert first.best is not None and result_key(first) == result_key(second)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="planner/solver.py breaks equal-cost, equal-preference ties by the pair's index, which "
-                          "follows the order of search.gpus/precisions/kv_dtypes: fp8 and int8 tie and the "
-                          "listed-first wins. Fix: break ties by names (precision quality then name, GPU, provider, "
-                          "instance, region), not by list position")
 def test_the_order_of_a_scenario_list_does_not_change_the_plan():
     search = {"gpus": ["h100-sxm", "mi300x", "h200-sxm"], "precisions": ["fp8", "int8"], "kv_dtypes": ["auto", "fp8"],
               "max_gpus_per_replica": 2}
@@ -388,11 +383,6 @@ def test_an_infeasible_scenario_names_its_blocker_and_each_suggested_change_work
 
 # --- the time limit ------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="planner/solver.py: when the time limit ends CP-SAT before its first solution, status is "
-                          "UNKNOWN and the output says 'No plan fits.' with a closest miss, although 100 "
-                          "configurations fit. Fix: hint CP-SAT with the cheapest pair (exactly-one model: always a "
-                          "solution), report FEASIBLE with the gap, and explain infeasibility only for INFEASIBLE")
 def test_a_time_limit_that_cuts_the_search_gives_a_feasible_plan_and_its_gap():
     scenario = load_scenario(SCENARIOS["8b-budget"])
     result = solve_scenario(scenario, CATALOG, time_limit_s=1e-4, top=0)
@@ -423,14 +413,10 @@ def cp_sat_calls(monkeypatch):
 def test_a_solve_finishing_under_its_time_limit_is_proven_optimal(cp_sat_calls):
     result = solve_scenario(load_scenario(SCENARIOS["8b-budget"]), CATALOG, time_limit_s=30, top=3)
     assert result.status == "OPTIMAL" and result.gap == 0 and result.time_limit_s == 30
-    assert cp_sat_calls[0][1] == 30 and all(budget <= 30 for _, budget, _ in cp_sat_calls)  # the limit reaches CP-SAT
+    # the limit reaches CP-SAT: one deadline shared by every call, the first given (almost) all of it
+    assert 29 < cp_sat_calls[0][1] <= 30 and all(budget <= 30 for _, budget, _ in cp_sat_calls)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="planner/solver.py: every alternative's CP-SAT solves get at least 0.1 s whatever the "
-                          "limit, and the best plan's phase 2 a fresh full limit: CP-SAT may run for about 2 x "
-                          "limit + 0.2 s per GPU type. Fix: one deadline for all CP-SAT calls, each given the time "
-                          "left; skip (and say so) the alternatives when none is left")
 def test_no_cp_sat_call_may_run_past_the_time_limit(cp_sat_calls):
     limit = 0.05
     solve_scenario(load_scenario(SCENARIOS["8b-budget"]), CATALOG, time_limit_s=limit, top=5)
