@@ -3,7 +3,7 @@
     python bench/accuracy.py            # every point the profiles can reconstruct, then the v0.19 summary
 
 For each point the script rebuilds the model (catalog entry, or a config for models the catalog lacks), the
-precision, the engine flags and the GPU, asks planner.engines.engine_budget, and prints predicted and
+precision, the engine flags and the GPU, asks planner.estimator.engines.engine_budget, and prints predicted and
 measured weights, KV pool and maximum concurrency (llama.cpp: GPU weights, KV buffer, compute buffer) with
 the relative error. The current profile follows vLLM v0.19; points from other releases are shown for
 reference (their defaults and profiling differed, see each note) and are not held to the tolerances.
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.architecture import Architecture, architecture_from_config
-from planner.catalog import Catalog, load_catalog
-from planner.engines import EngineBudget, EngineSettings, engine_budget
-from planner.engines.profiles import load_profiles
-from planner.memory import GpuTarget, Request
+from planner.model.architecture import Architecture, architecture_from_config
+from planner.catalog.load import Catalog, load_catalog
+from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
+from planner.estimator.engines.profiles import load_profiles
+from planner.estimator.memory import GpuTarget, Request
 from planner.units import GiB, MiB
 
 DATA = Path(__file__).parent / "data"

@@ -44,18 +44,18 @@ from typer.testing import CliRunner
 
 import planner
 from planner import api
-from planner.architecture import (
+from planner.model.architecture import (
     UnsupportedArchitecture,
     architecture_from_config,
     size_only_architecture_from_config,
 )
-from planner.candidates import build_search_space
-from planner.catalog import load_catalog
+from planner.plan.search import build_search_space
+from planner.catalog.load import load_catalog
 from planner.cli import main as cli_main
 from planner.errors import PlannerInputError
-from planner.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
-from planner.report import estimate_json
-from planner.scenario import load_scenario, parse_scenario
+from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.render.report import estimate_json
+from planner.plan.scenario import load_scenario, parse_scenario
 from planner.units import parse_count, parse_size
 
 REPO = Path(__file__).resolve().parent.parent
@@ -353,7 +353,7 @@ def fuzz_sizes(rng: random.Random, cases: int, tally: Tally, folder: Path) -> No
 # ---------------------------------------------------------------------------------------------
 # Surface 2: config.json (mutated real configs, random configs, damaged files)
 
-_ARCHITECTURE_SOURCE = (PACKAGE_DIR / "architecture.py").read_text(encoding="utf-8")
+_ARCHITECTURE_SOURCE = (PACKAGE_DIR / "model" / "architecture.py").read_text(encoding="utf-8")
 # Every key the counter reads, taken from its source so a newly read key is fuzzed without an edit here.
 CONFIG_KEYS = sorted(set(re.findall(r'\.(?:int|opt_int|bool|list|str)\("(\w+)"', _ARCHITECTURE_SOURCE))
                      | {"text_config", "vision_config", "quantization_config", "tie_word_embeddings"})
@@ -652,8 +652,8 @@ def prepare_scenario_folder(folder: Path) -> None:
 def plan_scenario(scenario: Any, solve: bool) -> Any:
     """What `planner solve` does with a loaded scenario: a fleet when it has traffic, else one plan.
     Without `solve`, only the search spaces (every name resolved, the model counted)."""
-    from planner.fleet import fleet_problem, plan_fleet
-    from planner.solver import solve_scenario
+    from planner.plan.fleet import fleet_problem, plan_fleet
+    from planner.plan.solver import solve_scenario
 
     time_limit = min(scenario.solver.time_limit_s, 5.0)
     if scenario.is_fleet:

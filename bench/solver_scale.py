@@ -15,10 +15,10 @@ import time
 from dataclasses import replace
 from math import ceil
 
-from planner.candidates import build_search_space
-from planner.catalog import load_catalog
-from planner.fleet import Bucket, FleetProblem, FleetWorkload, Pool, Quota, Slo, _fits_pool, plan_fleet, serving_configs
-from planner.scenario import parse_scenario
+from planner.plan.search import build_search_space
+from planner.catalog.load import load_catalog
+from planner.plan.fleet import Bucket, FleetProblem, FleetWorkload, Pool, Quota, Slo, _fits_pool, plan_fleet, serving_configs
+from planner.plan.scenario import parse_scenario
 
 MODELS = ("llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.3", "qwen3-8b", "gemma-2-9b", "phi-4", "qwen2.5-14b",
           "llama-3.2-3b", "qwen3-30b-a3b", "mistral-nemo-12b")

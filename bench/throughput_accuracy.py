@@ -3,7 +3,7 @@
 Reads bench/data/throughput-measured.jsonl (the reference measurements, copied verbatim; see
 bench/data/README.md), maps each row to a catalog model, precision, KV dtype, GPU, engine, batch and
 prompt/output lengths (or skips it and counts why), predicts it with
-planner.performance.replica_performance and prints, per row, predicted against measured decode
+planner.estimator.performance.replica_performance and prints, per row, predicted against measured decode
 tokens/s (the whole replica's output tokens per second) and TPOT with the errors, then the median and
 largest errors. The issue's target: median error within 25% on decode tokens/s and on TPOT.
 TTFT is compared on single-request rows only (under load it is mostly queueing, which the model leaves out).
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.architecture import Architecture, architecture_from_config
-from planner.catalog import Catalog, load_catalog
+from planner.model.architecture import Architecture, architecture_from_config
+from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
-from planner.memory import GpuTarget, Request, estimate_memory
-from planner.performance import ReplicaPerformance, Workload, replica_performance
+from planner.estimator.memory import GpuTarget, Request, estimate_memory
+from planner.estimator.performance import ReplicaPerformance, Workload, replica_performance
 
 DATA = Path(__file__).parent / "data" / "throughput-measured.jsonl"
 TARGET_MEDIAN_ERROR = 0.25

@@ -12,18 +12,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.catalog import Catalog, load_catalog
+from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
-from planner.sources import resolve_model
-from planner.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.model.sources import resolve_model
+from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
-    from planner.engines import EngineBudget, EngineSettings
-    from planner.fit import EngineFit
-    from planner.fleet import FleetPlan
-    from planner.scenario import Scenario
-    from planner.solver import SolveResult
+    from planner.estimator.engines import EngineBudget, EngineSettings
+    from planner.estimator.fit import EngineFit
+    from planner.plan.fleet import FleetPlan
+    from planner.plan.scenario import Scenario
+    from planner.plan.solver import SolveResult
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def engine_estimate(model: str | None, settings: EngineSettings, *, context: int
                     kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
                     catalog: Catalog | None = None) -> EngineEstimate:
     """`estimate` plus the KV pool an engine (vLLM, SGLang, llama.cpp) would get on the card."""
-    from planner.engines import engine_budget
+    from planner.estimator.engines import engine_budget
 
     catalog = catalog or load_catalog()
     target = gpu_target(catalog, gpu, gpu_memory)
@@ -101,7 +101,7 @@ def fit(model: str | None, settings: EngineSettings, *, gpu: str | None = None, 
         kv_dtype: str = "auto", engines: tuple[str, ...] | None = None, params: int | str | None = None,
         catalog: Catalog | None = None) -> tuple[EngineFit, ...]:
     """Solving backwards, per engine: the largest context, the most sequences, the fewest GPUs."""
-    from planner.fit import fit_engines
+    from planner.estimator.fit import fit_engines
 
     catalog = catalog or load_catalog()
     target = gpu_target(catalog, gpu, gpu_memory)
@@ -116,7 +116,7 @@ def fit(model: str | None, settings: EngineSettings, *, gpu: str | None = None, 
 def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
           top: int | None = None, catalog: Catalog | None = None) -> SolveResult:
     """The cheapest plan for a scenario file (or the same content as a dict)."""
-    from planner.solver import solve_scenario
+    from planner.plan.solver import solve_scenario
 
     return solve_scenario(_scenario(scenario), catalog or load_catalog(), time_limit_s, top)
 
@@ -124,14 +124,14 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
 def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
                catalog: Catalog | None = None) -> FleetPlan:
     """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list)."""
-    from planner.fleet import fleet_problem, plan_fleet as plan
+    from planner.plan.fleet import fleet_problem, plan_fleet as plan
 
     catalog = catalog or load_catalog()
     return plan(fleet_problem(_scenario(scenario), catalog, time_limit_s), catalog)
 
 
 def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:
-    from planner.scenario import Scenario, load_scenario, parse_scenario
+    from planner.plan.scenario import Scenario, load_scenario, parse_scenario
 
     if isinstance(scenario, Scenario):
         return scenario
@@ -148,7 +148,7 @@ class WhatIf:
 
 def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, catalog: Catalog | None = None) -> tuple[WhatIf, ...]:
     """The scenario and its standard variants, each solved: one comparison for a capacity review."""
-    from planner.scenario import what_if_variants
+    from planner.plan.scenario import what_if_variants
 
     catalog = catalog or load_catalog()
     base = _scenario(scenario)

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from planner import api
-from planner.catalog import load_catalog
+from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
-from planner.report import (
+from planner.render.report import (
     COMPARE_TABLE_COLUMNS,
     catalog_rows,
     engine_table,
@@ -119,7 +119,7 @@ def estimate(
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
     if engine is not EngineName.simple:
-        from planner.engines import EngineSettings
+        from planner.estimator.engines import EngineSettings
 
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
                                   block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
@@ -157,7 +157,7 @@ def fit_command(
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """Solving backwards, per engine: the largest context, the most sequences, the fewest GPUs that hold a load."""
-    from planner.engines import ENGINE_NAMES, EngineSettings
+    from planner.estimator.engines import ENGINE_NAMES, EngineSettings
 
     names = tuple(e.value for e in engine) if engine else ENGINE_NAMES
     fits = api.fit(model, EngineSettings(names[0]), gpu=gpu, gpu_memory=gpu_memory, gpus=gpus, context=context,
@@ -180,7 +180,7 @@ def solve(
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
-    from planner.scenario import load_scenario
+    from planner.plan.scenario import load_scenario
 
     loaded = load_scenario(scenario)
     if what_if:
@@ -223,8 +223,8 @@ def compare(
     output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
 ) -> None:
     """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
-    from planner.scenario import parse_scenario
-    from planner.solver import compare_offers
+    from planner.plan.scenario import parse_scenario
+    from planner.plan.solver import compare_offers
 
     def split(text: Optional[str]) -> Optional[list[str]]:
         return [part.strip() for part in text.split(",") if part.strip()] if text else None
@@ -253,8 +253,8 @@ def report(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
-    from planner.scenario import load_scenario
-    from planner.solver import review_scenario
+    from planner.plan.scenario import load_scenario
+    from planner.plan.solver import review_scenario
 
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
@@ -294,7 +294,7 @@ def export_command(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
 ) -> None:
     """The launch command or deployment file for a solved plan."""
-    from planner.export import export, load_plan
+    from planner.render.export import export, load_plan
 
     text = export(load_plan(plan, load_catalog(), plan_index), to.value)
     if output is None:
@@ -319,7 +319,7 @@ def catalog_command(
 
 
 def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], time_limit: Optional[float]) -> None:
-    from planner.fleet import fleet_problem, plan_fleet
+    from planner.plan.fleet import fleet_problem, plan_fleet
 
     catalog = load_catalog()
     plan = plan_fleet(fleet_problem(scenario, catalog, time_limit), catalog)

@@ -27,6 +27,11 @@ _SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*([a-zA-Z]*)\s*$")
 MAX_SIZE_BYTES = 10**18  # 1 EB
 MAX_COUNT = 10**15  # a quadrillion parameters
 
+# Sanity bounds on user numbers: far beyond any real deployment, small enough to catch typos.
+MAX_CONTEXT = 100_000_000
+MAX_BATCH = 1_000_000
+MAX_GPUS_PER_REPLICA = 4096
+
 
 def _scaled(number: str, factor: int, limit: int, refusal: str) -> int:
     """number x factor in whole units, checked against `limit` before multiplying."""

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.catalog import load_catalog
+from planner.catalog.load import load_catalog
 
 DATA = Path(__file__).parent / "data"
 CONFIGS = DATA / "configs"

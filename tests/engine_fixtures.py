@@ -2,8 +2,8 @@
 
 import pytest
 
-from planner.architecture import architecture_from_config
-from planner.memory import GpuTarget
+from planner.model.architecture import architecture_from_config
+from planner.estimator.memory import GpuTarget
 
 
 @pytest.fixture(scope="module")

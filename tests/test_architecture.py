@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from planner.architecture import (
+from planner.model.architecture import (
     UnsupportedArchitecture,
     architecture_from_config,
     load_config_file,

@@ -2,10 +2,10 @@
 
 import pytest
 
-from planner.architecture import architecture_from_config
-from planner.catalog import load_catalog
+from planner.model.architecture import architecture_from_config
+from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
-from planner.precision import resolve_precision
+from planner.model.precision import resolve_precision
 
 CATALOG = load_catalog()
 

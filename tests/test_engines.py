@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.architecture import architecture_from_config, size_only_architecture_from_config
-from planner.catalog import catalog_dir
-from planner.engines import EngineSettings, engine_budget
-from planner.engines.profiles import PROFILES_FILE, load_profiles
+from planner.model.architecture import architecture_from_config, size_only_architecture_from_config
+from planner.catalog.load import catalog_dir
+from planner.estimator.engines import EngineSettings, engine_budget
+from planner.estimator.engines.profiles import PROFILES_FILE, load_profiles
 from planner.errors import PlannerInputError
-from planner.memory import GpuTarget, Request, estimate_memory
+from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.units import GiB, MiB
 
 from conftest import CONFIGS

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from planner.engines import ENGINE_NAMES, EngineSettings, engine_budget
+from planner.estimator.engines import ENGINE_NAMES, EngineSettings, engine_budget
 from planner.errors import PlannerInputError
-from planner.fit import Split, fewest_gpus, fit_engine, fit_engines, gpus_per_node, largest_context, most_sequences, splits
-from planner.memory import GpuTarget, Request
+from planner.estimator.fit import Split, fewest_gpus, fit_engine, fit_engines, gpus_per_node, largest_context, most_sequences, splits
+from planner.estimator.memory import GpuTarget, Request
 
 from engine_fixtures import arch, h100  # noqa: F401  (fixtures)
 

@@ -7,9 +7,9 @@ from math import ceil
 
 import pytest
 
-from planner.candidates import build_search_space
-from planner.catalog import load_catalog
-from planner.fleet import (
+from planner.plan.search import build_search_space
+from planner.catalog.load import load_catalog
+from planner.plan.fleet import (
     CAPACITY_UNITS_PER_RPS,
     Bucket,
     FleetProblem,
@@ -23,7 +23,7 @@ from planner.fleet import (
     serving_configs,
 )
 from planner.errors import PlannerInputError
-from planner.scenario import load_scenario, parse_scenario
+from planner.plan.scenario import load_scenario, parse_scenario
 
 CATALOG = load_catalog()
 

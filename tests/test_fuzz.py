@@ -22,10 +22,10 @@ from conftest import CONFIGS
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import fuzz  # noqa: E402 - bench/ is not a package
 
-from planner.architecture import architecture_from_config, architecture_from_size, load_config_file  # noqa: E402
+from planner.model.architecture import architecture_from_config, architecture_from_size, load_config_file  # noqa: E402
 from planner.errors import PlannerInputError  # noqa: E402
-from planner.memory import Request, estimate_memory  # noqa: E402
-from planner.scenario import load_scenario, parse_scenario  # noqa: E402
+from planner.estimator.memory import Request, estimate_memory  # noqa: E402
+from planner.plan.scenario import load_scenario, parse_scenario  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LLAMA_8B = json.loads((CONFIGS / "llama-3.1-8b-instruct" / "config.json").read_text())
@@ -88,7 +88,7 @@ def test_config_values_beyond_reason_are_one_line_errors(catalog, change, named)
 
 
 def test_an_astronomic_recurrent_state_is_refused(catalog):
-    from planner.architecture import size_only_architecture_from_config
+    from planner.model.architecture import size_only_architecture_from_config
 
     config = json.loads((CONFIGS / "qwen3-next-80b-a3b" / "config.json").read_text())
     config["linear_value_head_dim"] = 10**200
@@ -184,7 +184,7 @@ SCENARIO_HEAD = "model: llama-3.1-8b\n"
     (SCENARIO_HEAD + "workload: {context: {min: 1, max: 2, 5: 1, x: 2}}\n", "workload.context:"),  # sorted() TypeError
 ])
 def test_hostile_scenarios_are_one_line_errors(tmp_path, catalog, text, named):
-    from planner.candidates import build_search_space
+    from planner.plan.search import build_search_space
 
     path = scenario_file(tmp_path, text)
     one_line_error(lambda: build_search_space(load_scenario(path), catalog), named)
@@ -201,7 +201,7 @@ def test_scenario_text_no_terminal_or_path_can_hold_is_refused():
 def test_deep_nesting_is_refused_without_libyaml_too(tmp_path, monkeypatch):
     import yaml
 
-    from planner import scenario
+    from planner.plan import scenario
 
     class PurePythonLoader(yaml.SafeLoader):
         pass
@@ -225,7 +225,7 @@ def test_a_model_name_that_cannot_be_a_path_is_a_one_line_error(model):
 
 
 def test_a_search_space_too_large_to_enumerate_is_refused_not_hung(catalog):
-    from planner.solver import solve_scenario
+    from planner.plan.solver import solve_scenario
 
     data = {"model": "llama-3.1-8b", "workload": {"context": {"min": 1, "max": "64M"},
                                                   "concurrency": {"min": 1, "max": 1_000_000}},
@@ -311,7 +311,7 @@ def test_a_write_that_fails_midway_leaves_no_temporary_file(tmp_path):
 
 
 def test_model_paths_resolve_against_the_scenario_not_the_working_directory(tmp_path, monkeypatch, catalog):
-    from planner.candidates import build_search_space
+    from planner.plan.search import build_search_space
 
     scenario_dir, elsewhere = tmp_path / "plans", tmp_path / "elsewhere"
     for folder, config in ((scenario_dir, LLAMA_8B), (elsewhere, {**LLAMA_8B, "num_hidden_layers": 2})):

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.architecture import architecture_from_config, architecture_from_size, load_config_file
+from planner.model.architecture import architecture_from_config, architecture_from_size, load_config_file
 from planner.errors import PlannerInputError
-from planner.memory import GpuTarget, Request, estimate_memory, pipeline_stages
+from planner.estimator.memory import GpuTarget, Request, estimate_memory, pipeline_stages
 
 from conftest import CONFIGS
 
@@ -227,7 +227,7 @@ def test_memory_never_decreases_with_context_or_batch(catalog, llama8b, context,
 
 
 def test_hybrid_linear_attention_holds_a_constant_state_per_sequence(catalog):
-    from planner.architecture import UnsupportedArchitecture, size_only_architecture_from_config
+    from planner.model.architecture import UnsupportedArchitecture, size_only_architecture_from_config
 
     config = load_config_file(CONFIGS / "qwen3-next-80b-a3b")
     with pytest.raises(UnsupportedArchitecture, match="--params"):

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from planner.architecture import architecture_from_config
+from planner.model.architecture import architecture_from_config
 from planner.errors import PlannerInputError
-from planner.memory import Request, estimate_memory
-from planner.performance import (
+from planner.estimator.memory import Request, estimate_memory
+from planner.estimator.performance import (
     ReplicaPerformance,
     Workload,
     load_performance_catalog,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from planner.catalog import load_catalog
+from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
-from planner.memory import GpuTarget, Request, estimate_memory
-from planner.precision import resolve_kv_dtype
-from planner.scenario import load_scenario, parse_scenario
-from planner.solver import solve_scenario
+from planner.estimator.memory import GpuTarget, Request, estimate_memory
+from planner.model.precision import resolve_kv_dtype
+from planner.plan.scenario import load_scenario, parse_scenario
+from planner.plan.solver import solve_scenario
 
 CATALOG = load_catalog()
 ALL_SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
@@ -30,7 +30,7 @@ def scenario(**overrides):
 
 def brute_force_cheapest(s) -> float | None:
     """Every GPU x split x precision x KV x context x concurrency x offer, re-derived from the estimator."""
-    from planner.sources import resolve_model
+    from planner.model.sources import resolve_model
 
     arch = resolve_model(CATALOG, s.model)
     gpus = [CATALOG.gpus.get(g) for g in s.search.gpus]
@@ -215,9 +215,9 @@ def test_model_paths_resolve_relative_to_the_scenario(tmp_path):
 
 
 def test_with_the_vllm_engine_the_plan_fits_vllms_own_pool():
-    from planner.engines import EngineSettings, engine_budget
-    from planner.memory import GpuTarget, Request
-    from planner.sources import resolve_model
+    from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.estimator.memory import GpuTarget, Request
+    from planner.model.sources import resolve_model
 
     s = scenario(workload={"context": 8192, "concurrency": 32}, search={"gpus": ["l40s", "h100-sxm"],
                  "precisions": ["bf16"]}, engine={"name": "vllm"})

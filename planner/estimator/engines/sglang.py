@@ -18,11 +18,11 @@ from dataclasses import replace
 from fractions import Fraction
 from math import floor
 
-from planner.architecture import Architecture
-from planner.catalog import Catalog
-from planner.engines.base import EngineBudget, EngineSettings, RankBudget, ServedModel, Stage, limiting_rank, serve
-from planner.engines.profiles import SglangProfile, load_profiles
-from planner.memory import GpuTarget, Request
+from planner.model.architecture import Architecture
+from planner.catalog.load import Catalog
+from planner.estimator.engines.base import EngineBudget, EngineSettings, RankBudget, ServedModel, Stage, limiting_rank, serve
+from planner.estimator.engines.profiles import SglangProfile, load_profiles
+from planner.estimator.memory import GpuTarget, Request
 from planner.units import MiB, gib
 
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from planner.architecture import (
+from planner.model.architecture import (
     Architecture,
     UnsupportedArchitecture,
     architecture_from_config,
@@ -19,8 +19,8 @@ from planner.architecture import (
     load_config_file,
     size_only_architecture_from_config,
 )
-from planner.catalog import Catalog
-from planner.checkpoint import (
+from planner.catalog.load import Catalog
+from planner.model.checkpoint import (
     SAFETENSORS_BITS,
     StoredWeights,
     architecture_from_gguf,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.architecture import Architecture, Layer
-from planner.catalog import Catalog, Gpu, Precision
+from planner.model.architecture import Architecture, Layer
+from planner.catalog.load import Catalog, Gpu, Precision
 from planner.errors import PlannerInputError
-from planner.memory import GpuTarget, Request, attention_bytes_per_token, estimate_memory
-from planner.precision import resolve_kv_dtype, resolve_precision
+from planner.estimator.memory import GpuTarget, Request, attention_bytes_per_token, estimate_memory
+from planner.model.precision import resolve_kv_dtype, resolve_precision
 
 ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
 # llama.cpp --cache-type-k/-v names and ggml block layouts (ggml/src/ggml-common.h): bytes per block of values

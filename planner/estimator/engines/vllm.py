@@ -22,13 +22,13 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from math import ceil
 
-from planner.architecture import Architecture, Layer
-from planner.catalog import Catalog
-from planner.engines.base import (EngineBudget, EngineSettings, RankBudget, ServedModel, Stage, catalog_card,
+from planner.model.architecture import Architecture, Layer
+from planner.catalog.load import Catalog
+from planner.estimator.engines.base import (EngineBudget, EngineSettings, RankBudget, ServedModel, Stage, catalog_card,
                                   largest_passing, limiting_rank, serve)
-from planner.engines.profiles import VllmProfile, load_profiles
+from planner.estimator.engines.profiles import VllmProfile, load_profiles
 from planner.errors import PlannerInputError
-from planner.memory import GpuTarget, Request
+from planner.estimator.memory import GpuTarget, Request
 from planner.units import GiB, MiB, gib
 
 FP32_BYTES = 4

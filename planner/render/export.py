@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from planner.catalog import Catalog, Precision
+from planner.catalog.load import Catalog, Precision
 from planner.errors import PlannerInputError
 
 TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")

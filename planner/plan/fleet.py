@@ -25,7 +25,7 @@ from math import ceil
 
 from ortools.sat.python import cp_model
 
-from planner.candidates import (
+from planner.plan.search import (
     COST_UNITS_PER_USD,
     MIN_GPUS_PER_NODE_ACROSS_NODES,
     Candidate,
@@ -34,11 +34,11 @@ from planner.candidates import (
     enumerate_candidates,
     recheck,
 )
-from planner.catalog import Catalog, Offer
+from planner.catalog.load import Catalog, Offer
 from planner.errors import PlannerInputError
-from planner.memory import MemoryEstimate
-from planner.performance import ReplicaPerformance, Workload, replica_performance
-from planner.scenario import Scenario
+from planner.estimator.memory import MemoryEstimate
+from planner.estimator.performance import ReplicaPerformance, Workload, replica_performance
+from planner.plan.scenario import Scenario
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
 BATCH_LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)

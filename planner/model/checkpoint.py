@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.architecture import Architecture, Attention, Layer
+from planner.model.architecture import Architecture, Attention, Layer
 from planner.errors import PlannerInputError
 
 # safetensors dtype -> bits per element (safetensors format spec, huggingface/safetensors README)

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any, Iterable
 from rich.console import Console
 from rich.table import Table
 
-from planner.catalog import Catalog
-from planner.memory import MemoryEstimate, RankMemory
+from planner.catalog.load import Catalog
+from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.units import GiB, MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
-    from planner.engines import EngineBudget
-    from planner.fit import EngineFit
-    from planner.fleet import FleetPlan
-    from planner.solver import PlanOption, Review, SolveResult
+    from planner.estimator.engines import EngineBudget
+    from planner.estimator.fit import EngineFit
+    from planner.plan.fleet import FleetPlan
+    from planner.plan.solver import PlanOption, Review, SolveResult
 
 
 def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
@@ -351,7 +351,7 @@ def _plan_cells(rank: Any, p: PlanOption) -> list[Any]:
 
 
 def _memory_bar(label: str, p: PlanOption):
-    from planner.charts import MemoryBar
+    from planner.render.charts import MemoryBar
 
     fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
     return MemoryBar(label, gb(fullest.weights_bytes), gb(fullest.kv_cache_bytes), gb(fullest.overhead_bytes),
@@ -359,7 +359,7 @@ def _memory_bar(label: str, p: PlanOption):
 
 
 def review_html(review: Review, scenario_text: str) -> str:
-    from planner import charts
+    from planner.render import charts
 
     result = review.result
     parts = [f"<h1>{html.escape(result.scenario)}: {html.escape(result.model)}</h1>",
@@ -578,7 +578,7 @@ def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Co
 
 def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
     """A review page for a fleet: cost, replicas, rented pools, memory per replica, binding limits, inputs."""
-    from planner import charts
+    from planner.render import charts
 
     parts = [f"<h1>{html.escape(name)}: fleet</h1>", f"<p>{html.escape(_fleet_status(plan))}</p>"]
     if plan.usd_per_hour is None:

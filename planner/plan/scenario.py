@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.errors import PlannerInputError
-from planner.memory import MAX_BATCH, MAX_CONTEXT
+from planner.units import MAX_BATCH, MAX_CONTEXT
 
 Quality = Literal["lossless", "near-lossless", "small loss", "noticeable loss"]
 QUALITY_ORDER: tuple[str, ...] = ("lossless", "near-lossless", "small loss", "noticeable loss")

@@ -8,7 +8,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.catalog import catalog_dir, read_yaml, validate_record
+from planner.catalog.load import catalog_dir, read_yaml, validate_record
 from planner.units import MiB
 
 PROFILES_FILE = "engine_profiles.yaml"

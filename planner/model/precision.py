@@ -6,8 +6,8 @@ from fractions import Fraction
 from math import ceil, prod
 from typing import Any
 
-from planner.architecture import Architecture, Tensor
-from planner.catalog import Catalog, Precision
+from planner.model.architecture import Architecture, Tensor
+from planner.catalog.load import Catalog, Precision
 from planner.errors import PlannerInputError
 
 # Tensors a checkpoint keeps unquantized are stored in the model's 16-bit activation dtype.

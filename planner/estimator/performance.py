@@ -11,7 +11,7 @@ One forward pass of one pipeline stage, on one tensor-parallel rank:
              layer reads only the experts its tokens touch: of E experts with k picked per token,
              t tokens touch E (1 - (1 - k/E)^t) on average when routing is uniform (what the
              routers' load-balancing losses aim for);
-             KV: what each sequence holds at its context (planner.memory), read once per step
+             KV: what each sequence holds at its context (planner.estimator.memory), read once per step
   compute  = FLOPs / (dense tensor TFLOPS x compute efficiency): 2 per weight of every matmul a token
              passes through (k of E experts), and attention 2 x heads x (d_k + d_v) per attended
              position per layer (PaLM, Chowdhery et al. 2022, appendix B: 2N + 4 L H Q T per token);
@@ -50,11 +50,11 @@ from typing import Callable, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from planner.architecture import Architecture, Attention, Tensor
-from planner.catalog import Catalog, Gpu, Precision, catalog_dir
+from planner.model.architecture import Architecture, Attention, Tensor
+from planner.catalog.load import Catalog, Gpu, Precision, catalog_dir
 from planner.errors import PlannerInputError
-from planner.memory import Request, estimate_memory, pipeline_stages, shard_shape
-from planner.precision import UNQUANTIZED_BITS, resolve_precision, tensor_bytes
+from planner.estimator.memory import Request, estimate_memory, pipeline_stages, shard_shape
+from planner.model.precision import UNQUANTIZED_BITS, resolve_precision, tensor_bytes
 from planner.units import GB
 
 US = 1e-6
@@ -358,7 +358,7 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
 def _size_only_stage(arch: Architecture, precision: Precision, tp: int, layers: int,
                      attention: tuple[tuple[float, int | None], ...], as_stored: bool) -> _Stage:
     """A model known by its weight count: weights and matmuls spread evenly over layers and ranks;
-    the bytes of its weights files when they were read and no other precision is asked (as planner.memory)."""
+    the bytes of its weights files when they were read and no other precision is asked (as planner.estimator.memory)."""
     fraction = layers / arch.num_layers / tp
     share = (arch.declared_params or 0) * fraction
     weight_bytes = arch.stored_bytes * fraction if as_stored and arch.stored_bytes else share * precision.seed_bits / 8

@@ -20,16 +20,12 @@ from fractions import Fraction
 from functools import lru_cache
 from math import ceil
 
-from planner.architecture import Architecture, Attention, Tensor
-from planner.catalog import Catalog, Engine, Gpu, Precision
+from planner.model.architecture import Architecture, Attention, Tensor
+from planner.catalog.load import Catalog, Engine, Gpu, Precision
 from planner.errors import PlannerInputError
-from planner.precision import resolve_kv_dtype, resolve_precision, tensor_bytes
-from planner.units import format_bytes
+from planner.model.precision import resolve_kv_dtype, resolve_precision, tensor_bytes
+from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA, format_bytes
 
-# Sanity bounds on user numbers: far beyond any real deployment, small enough to catch typos.
-MAX_CONTEXT = 100_000_000
-MAX_BATCH = 1_000_000
-MAX_GPUS_PER_REPLICA = 4096
 
 HEADROOM_WARNING_FRACTION = Fraction(5, 100)  # below 5% of the card left: "filling the GPU to 100%"
 KV_RIVALS_WEIGHTS_FRACTION = Fraction(1, 2)  # KV at half the weights or more "rivals the weights"

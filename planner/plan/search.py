@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import ceil
 
-from planner.architecture import Architecture
-from planner.catalog import Catalog, Gpu, Offer, Precision
+from planner.model.architecture import Architecture
+from planner.catalog.load import Catalog, Gpu, Offer, Precision
 from planner.errors import PlannerInputError
-from planner.sources import resolve_model
-from planner.engines import EngineBudget, EngineSettings, engine_budget
-from planner.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
-from planner.precision import resolve_kv_dtype, resolve_precision
-from planner.scenario import Scenario, model_reference, quality_at_least
+from planner.model.sources import resolve_model
+from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
+from planner.estimator.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.model.precision import resolve_kv_dtype, resolve_precision
+from planner.plan.scenario import Scenario, model_reference, quality_at_least
 from planner.units import parse_count
 
 # Money inside the solver is integer hundredths of a cent per hour: exact for every catalog price.

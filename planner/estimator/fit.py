@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from planner.architecture import Architecture
-from planner.catalog import Catalog
-from planner.engines import ENGINE_NAMES, EngineBudget, EngineSettings, engine_budget
-from planner.engines.base import catalog_card, largest_passing
+from planner.model.architecture import Architecture
+from planner.catalog.load import Catalog
+from planner.estimator.engines import ENGINE_NAMES, EngineBudget, EngineSettings, engine_budget
+from planner.estimator.engines.base import catalog_card, largest_passing
 from planner.errors import PlannerInputError
-from planner.memory import MAX_BATCH, MAX_CONTEXT, GpuTarget, Request, validate_request
+from planner.estimator.memory import GpuTarget, Request, validate_request
+from planner.units import MAX_BATCH, MAX_CONTEXT
 
 DEFAULT_MAX_GPUS = 64  # how far fewest_gpus searches
 DEFAULT_GPUS_PER_NODE = 8  # for a card outside the catalog: an HGX/DGX node (catalogs/gpus.yaml gives each card's own)

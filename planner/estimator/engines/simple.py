@@ -10,10 +10,10 @@ from dataclasses import replace
 from fractions import Fraction
 from math import floor
 
-from planner.architecture import Architecture
-from planner.catalog import Catalog
-from planner.engines.base import EngineBudget, EngineSettings, RankBudget, largest_passing, limiting_rank
-from planner.memory import GpuTarget, MemoryEstimate, RankMemory, Request, estimate_memory
+from planner.model.architecture import Architecture
+from planner.catalog.load import Catalog
+from planner.estimator.engines.base import EngineBudget, EngineSettings, RankBudget, largest_passing, limiting_rank
+from planner.estimator.memory import GpuTarget, MemoryEstimate, RankMemory, Request, estimate_memory
 
 RELEASE = "planning margin (catalogs/engines.yaml 'simple')"
 

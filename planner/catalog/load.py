@@ -192,7 +192,7 @@ def catalog_dir() -> Path:
     try:
         return Path(str(resources.files("planner.catalogs")))
     except ModuleNotFoundError:
-        return Path(__file__).resolve().parent.parent / "catalogs"
+        return Path(__file__).resolve().parents[2] / "catalogs"
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ortools.sat.python import cp_model
 
-from planner.candidates import (
+from planner.plan.search import (
     COST_UNITS_PER_USD,
     Candidate,
     Enumeration,
@@ -27,10 +27,10 @@ from planner.candidates import (
     recheck,
     rentals_for,
 )
-from planner.catalog import Catalog, Offer
+from planner.catalog.load import Catalog, Offer
 from planner.errors import PlannerInputError
-from planner.memory import MemoryEstimate
-from planner.scenario import Scenario
+from planner.estimator.memory import MemoryEstimate
+from planner.plan.scenario import Scenario
 from planner.units import format_bytes
 
 _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
@@ -243,7 +243,7 @@ def _read_plan(pair: _Pair, space: SearchSpace, catalog: Catalog) -> PlanOption 
 def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None,
                    top: int | None = None) -> SolveResult:
     if scenario.is_fleet:
-        raise PlannerInputError("this scenario has traffic: it sizes a fleet (planner.fleet.plan_fleet; `planner solve` does it)")
+        raise PlannerInputError("this scenario has traffic: it sizes a fleet (planner.plan.fleet.plan_fleet; `planner solve` does it)")
     limit = time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s
     top = top if top is not None else scenario.solver.top
     started = time.perf_counter()

@@ -22,13 +22,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
-from planner.architecture import Architecture, Layer
-from planner.catalog import Catalog, Precision
-from planner.engines.base import (LLAMACPP_CACHE_TYPES, EngineBudget, EngineSettings, RankBudget, ServedModel,
+from planner.model.architecture import Architecture, Layer
+from planner.catalog.load import Catalog, Precision
+from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, EngineBudget, EngineSettings, RankBudget, ServedModel,
                                   largest_passing, serve)
-from planner.engines.profiles import LlamacppProfile, load_profiles
-from planner.memory import GpuTarget, Request
-from planner.precision import weights_bytes
+from planner.estimator.engines.profiles import LlamacppProfile, load_profiles
+from planner.estimator.memory import GpuTarget, Request
+from planner.model.precision import weights_bytes
 from planner.units import MiB, gib
 
 F32_BYTES = 4

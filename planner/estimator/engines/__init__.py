@@ -11,14 +11,14 @@ Each profile's constants and their sources are in catalogs/engine_profiles.yaml.
 
 from __future__ import annotations
 
-from planner.architecture import Architecture
-from planner.catalog import Catalog
-from planner.engines.base import ENGINE_NAMES, EngineBudget, EngineSettings, RankBudget
-from planner.engines.llamacpp import llamacpp_budget
-from planner.engines.sglang import sglang_budget
-from planner.engines.simple import simple_budget
-from planner.engines.vllm import vllm_budget
-from planner.memory import GpuTarget, Request
+from planner.model.architecture import Architecture
+from planner.catalog.load import Catalog
+from planner.estimator.engines.base import ENGINE_NAMES, EngineBudget, EngineSettings, RankBudget
+from planner.estimator.engines.llamacpp import llamacpp_budget
+from planner.estimator.engines.sglang import sglang_budget
+from planner.estimator.engines.simple import simple_budget
+from planner.estimator.engines.vllm import vllm_budget
+from planner.estimator.memory import GpuTarget, Request
 
 _BUDGETS = {"simple": simple_budget, "vllm": vllm_budget, "sglang": sglang_budget, "llamacpp": llamacpp_budget}
 
