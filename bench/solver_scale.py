@@ -17,7 +17,8 @@ from math import ceil
 
 from planner.plan.search import build_search_space
 from planner.catalog.load import load_catalog
-from planner.plan.fleet import Bucket, FleetProblem, FleetWorkload, Pool, Quota, Slo, _fits_pool, plan_fleet, serving_configs
+from planner.plan.fleet import FleetProblem, Pool, Quota, _fits_pool, plan_fleet
+from planner.plan.serving import Bucket, FleetWorkload, Slo, serving_configs
 from planner.plan.scenario import parse_scenario
 
 MODELS = ("llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.3", "qwen3-8b", "gemma-2-9b", "phi-4", "qwen2.5-14b",

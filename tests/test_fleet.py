@@ -9,19 +9,8 @@ import pytest
 
 from planner.plan.search import build_search_space
 from planner.catalog.load import load_catalog
-from planner.plan.fleet import (
-    CAPACITY_UNITS_PER_RPS,
-    Bucket,
-    FleetProblem,
-    FleetWorkload,
-    Pool,
-    Quota,
-    Slo,
-    _fits_pool,
-    fleet_problem,
-    plan_fleet,
-    serving_configs,
-)
+from planner.plan.fleet import FleetProblem, Pool, Quota, _fits_pool, fleet_problem, plan_fleet
+from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, Slo, serving_configs
 from planner.errors import PlannerInputError
 from planner.plan.scenario import load_scenario, parse_scenario
 
