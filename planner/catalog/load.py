@@ -13,11 +13,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import PlannerInputError
 from planner.units import MiB
+from planner.yamlfile import load_yaml_cached
 
 
 class _Record(BaseModel):
@@ -196,12 +196,7 @@ def catalog_dir() -> Path:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise PlannerInputError(f"catalog {path.name}: invalid YAML ({exc})") from None
-    except OSError as exc:
-        raise PlannerInputError(f"catalog {path.name}: cannot read it ({exc.strerror}); reinstall planner") from None
+    data = load_yaml_cached(path, f"catalog {path.name}")
     if not isinstance(data, dict):
         raise PlannerInputError(f"catalog {path.name}: expected a mapping at the top level")
     return data
