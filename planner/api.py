@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.plan.fleet import FleetPlan
     from planner.plan.scenario import Scenario
     from planner.plan.solver import SolveResult
+    from planner.plan.whatif import WhatIf
 
 
 @dataclass(frozen=True)
@@ -138,37 +139,8 @@ def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:
     return parse_scenario(scenario) if isinstance(scenario, dict) else load_scenario(scenario)
 
 
-@dataclass(frozen=True)
-class WhatIf:
-    variant: str
-    status: str
-    usd_per_hour: float | None
-    change_usd_per_hour: float | None  # against the scenario as written
-
-
 def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, catalog: Catalog | None = None) -> tuple[WhatIf, ...]:
     """The scenario and its standard variants, each solved: one comparison for a capacity review."""
-    from planner.plan.scenario import what_if_variants
+    from planner.plan.whatif import what_if as compare_variants
 
-    catalog = catalog or load_catalog()
-    base = _scenario(scenario)
-
-    def run(variant: Scenario) -> tuple[str, float | None, str | None]:
-        if variant.is_fleet:
-            fleet = plan_fleet(variant, catalog=catalog)
-            used = max(fleet.pools, key=lambda u: u.instances * u.pool.offer.gpus, default=None)
-            return fleet.status, fleet.usd_per_hour, used.pool.offer.gpu if used else None
-        result = solve(variant, top=0, catalog=catalog)
-        return result.status, result.best.usd_per_hour if result.best else None, result.best.gpu if result.best else None
-
-    status, cost, busiest = run(base)
-    rows = [WhatIf("as written", status, cost, 0.0 if cost is not None else None)]
-    for label, variant in what_if_variants(base, busiest):
-        try:
-            v_status, v_cost, _ = run(variant)
-        except PlannerInputError as exc:  # e.g. the variant leaves no GPU to search
-            rows.append(WhatIf(f"{label} ({exc})", "INVALID", None, None))
-            continue
-        change = v_cost - cost if v_cost is not None and cost is not None else None
-        rows.append(WhatIf(label, v_status, v_cost, change))
-    return tuple(rows)
+    return compare_variants(_scenario(scenario), catalog or load_catalog())

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from planner import api
 from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
+from planner.render.records import fleet_json, solve_json
 from planner.render.report import (
     COMPARE_TABLE_COLUMNS,
     catalog_rows,
@@ -28,7 +29,6 @@ from planner.render.report import (
     fit_json,
     fit_table,
     fleet_html,
-    fleet_json,
     fleet_markdown,
     fleet_rows,
     fleet_table,
@@ -40,7 +40,6 @@ from planner.render.report import (
     frame_table,
     review_html,
     review_markdown,
-    solve_json,
     solve_markdown,
     solve_table,
 )
@@ -224,7 +223,7 @@ def compare(
 ) -> None:
     """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
     from planner.plan.scenario import parse_scenario
-    from planner.plan.solver import compare_offers
+    from planner.plan.compare import compare_offers
 
     def split(text: Optional[str]) -> Optional[list[str]]:
         return [part.strip() for part in text.split(",") if part.strip()] if text else None
@@ -254,7 +253,7 @@ def report(
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
     from planner.plan.scenario import load_scenario
-    from planner.plan.solver import review_scenario
+    from planner.plan.review import review_scenario
 
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
@@ -332,7 +331,7 @@ def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], tim
         fleet_table(name, plan, Console(file=buffer, width=120, highlight=False, no_color=True))
         text = buffer.getvalue()
     elif output_format is PlanFormat.json:
-        text = fleet_json(plan)
+        text = fleet_json(plan, name)
     elif output_format is PlanFormat.markdown:
         text = fleet_markdown(name, plan)
     else:

@@ -11,7 +11,7 @@ from planner import solve
 from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
 from planner.render.export import export, load_plan
-from planner.render.report import solve_json
+from planner.render.records import solve_json
 
 DATA = Path(__file__).parent / "data"
 ENGINE_ARGS = yaml.safe_load((DATA / "engine-args.yaml").read_text())
