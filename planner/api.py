@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.engines import EngineBudget, EngineSettings
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
+    from planner.plan.review import Review
+    from planner.plan.solver import PlanOption
+    from planner.render.export import ExportPlan
     from planner.plan.scenario import Scenario
     from planner.plan.solver import SolveResult
     from planner.plan.whatif import WhatIf
@@ -144,3 +147,35 @@ def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, catalog: Catalo
     from planner.plan.whatif import what_if as compare_variants
 
     return compare_variants(_scenario(scenario), catalog or load_catalog())
+
+
+def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list[str] | None = None,
+            providers: list[str] | None = None, precisions: list[str] | None = None, market: str = "on-demand",
+            max_gpus: int = 8, catalog: Catalog | None = None) -> tuple[PlanOption, ...]:
+    """The cheapest configuration holding MODEL on each GPU type and provider, sorted by $/hour."""
+    from planner.plan.compare import compare_offers
+    from planner.plan.scenario import parse_scenario
+
+    scenario = parse_scenario({
+        "name": f"compare {model}", "model": model, "workload": {"context": context, "concurrency": concurrency},
+        "search": {"gpus": gpus, "precisions": precisions, "max_gpus_per_replica": max_gpus},
+        "pricing": {"providers": providers, "market": market},
+    }, "compare")
+    return compare_offers(scenario, catalog or load_catalog())
+
+
+def review(scenario: str | Path | dict[str, Any] | Scenario, *, progress: Callable[[int, int], None] | None = None,
+           catalog: Catalog | None = None) -> Review:
+    """A single-configuration plan with what binds it and its cost curves (`planner report`)."""
+    from planner.plan.review import review_scenario
+
+    return review_scenario(_scenario(scenario), catalog or load_catalog(), progress)
+
+
+def export_plans(path: str | Path, *, plan_index: int = 0, assignment: int | None = None,
+                 catalog: Catalog | None = None) -> tuple[ExportPlan, ...]:
+    """The plans of a plan file to deploy, each checked against the plan schema and re-checked by the estimator:
+    one of a single-configuration plan (`plan_index`), every assignment of a fleet (or only `assignment`)."""
+    from planner.render.export import load_plans
+
+    return load_plans(path, catalog or load_catalog(), plan_index, assignment)

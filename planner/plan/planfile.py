@@ -129,34 +129,39 @@ class CheckedPlan:
 
 
 def load_plan_file(path: str | Path, catalog: Catalog, plan_index: int = 0,
-                   assignment: int | None = None) -> CheckedPlan:
-    """One plan of PLAN.json: `plan_index` 0 is the best plan, N the N-th alternative; of a fleet plan,
-    `assignment` N (0-based) is the N-th assignment (required when the fleet has several)."""
+                   assignment: int | None = None) -> tuple[CheckedPlan, ...]:
+    """The plans of PLAN.json to deploy. A single-configuration plan: the one at `plan_index` (0 the best, N the
+    N-th alternative). A fleet plan: every assignment, or only assignment N (0-based) when `assignment` is given."""
     p = Path(path)
     data = _read_json(p)
-    kind = data.get("kind") if isinstance(data, dict) else None
-    if kind == "fleet":
+    if isinstance(data, dict) and data.get("kind") == "fleet":
         fleet = _validate(FleetFile, data, p)
-        records = fleet.assignments
-        if not records:
+        if not fleet.assignments:
             raise PlannerInputError(f"plan: {_name(p)} holds no assignment (the fleet was infeasible)")
-        if assignment is None and len(records) > 1:
-            raise PlannerInputError(f"--assignment: {_name(p)} is a fleet of {len(records)} assignments; "
-                                    f"choose one of 0 to {len(records) - 1}")
-        index, flag, name, precision = assignment or 0, "--assignment", fleet.scenario, None
-    else:
-        plan = _validate(PlanFile, data, p)
-        if assignment is not None:
-            raise PlannerInputError(f"--assignment: {_name(p)} is a single-configuration plan; use --plan")
-        records = ([plan.best] if plan.best else []) + list(plan.alternatives)
-        if not records:
-            raise PlannerInputError(f"plan: {_name(p)} holds no plan (the scenario was infeasible)")
-        index, flag, name, precision = plan_index, "--plan", plan.scenario, plan.model_precision
+        chosen = _pick(list(enumerate(fleet.assignments)), assignment, "--assignment", p)
+        return tuple(_checked(r, _assignment_name(fleet.scenario, r.workload, i), None, catalog, p) for i, r in chosen)
+    plan = _validate(PlanFile, data, p)
+    if assignment is not None:
+        raise PlannerInputError(f"--assignment: {_name(p)} is a single-configuration plan; choose one with --plan")
+    records = ([plan.best] if plan.best else []) + list(plan.alternatives)
+    if not records:
+        raise PlannerInputError(f"plan: {_name(p)} holds no plan (the scenario was infeasible)")
+    [(_, record)] = _pick(list(enumerate(records)), plan_index, "--plan", p)
+    return (_checked(record, plan.scenario or "planner", plan.model_precision, catalog, p),)
+
+
+def _assignment_name(scenario: str | None, workload: str | None, index: int) -> str:
+    """Distinct per assignment (deployments of one fleet must not share a name)."""
+    parts = [scenario or "fleet", workload if workload != scenario else None, str(index)]
+    return "-".join(part for part in parts if part)
+
+
+def _pick(records: list[tuple[int, PlanRecord]], index: int | None, flag: str, p: Path) -> list[tuple[int, PlanRecord]]:
+    if index is None:
+        return records
     if not 0 <= index < len(records):
         raise PlannerInputError(f"{flag}: {index} is out of range; {_name(p)} has 0 to {len(records) - 1}")
-    record = records[index]
-    name = "-".join(part for part in (name or "planner", record.workload) if part)
-    return _checked(record, name, precision, catalog, p)
+    return [records[index]]
 
 
 def _read_json(p: Path) -> object:

@@ -86,9 +86,19 @@ def _dump(doc: dict[str, Any]) -> str:
 
 
 def load_plan(path: str | Path, catalog: Catalog, plan_index: int = 0, assignment: int | None = None) -> ExportPlan:
-    """Read PLAN.json (planner.plan.planfile: checked and re-checked); `plan_index` 0 is the best plan, N the
-    N-th alternative; `assignment` N picks one assignment of a fleet plan."""
-    return export_plan(load_plan_file(path, catalog, plan_index, assignment), catalog)
+    """One plan of PLAN.json (planner.plan.planfile: checked and re-checked); `plan_index` 0 is the best plan,
+    N the N-th alternative; `assignment` N picks one assignment of a fleet plan."""
+    plans = load_plans(path, catalog, plan_index, assignment)
+    if len(plans) > 1:
+        raise PlannerInputError(f"--assignment: {Path(path).name!r} is a fleet of {len(plans)} assignments; "
+                                f"choose one of 0 to {len(plans) - 1}")
+    return plans[0]
+
+
+def load_plans(path: str | Path, catalog: Catalog, plan_index: int = 0,
+               assignment: int | None = None) -> tuple[ExportPlan, ...]:
+    """The plans of PLAN.json to deploy: one of a single-configuration plan, each assignment of a fleet."""
+    return tuple(export_plan(plan, catalog) for plan in load_plan_file(path, catalog, plan_index, assignment))
 
 
 def export_plan(plan: CheckedPlan, catalog: Catalog) -> ExportPlan:
@@ -277,3 +287,17 @@ def export(plan: ExportPlan, target: str) -> str:
     if target not in renderers:
         raise PlannerInputError(f"--to: unknown target {target!r}; use one of {', '.join(TARGETS)}")
     return renderers[target](plan)
+
+
+def export_all(plans: tuple[ExportPlan, ...], target: str) -> str:
+    """One launch per plan: commands one after the other, Kubernetes documents separated by `---`. A SkyPilot task
+    file holds one task, so a fleet of several assignments exports one at a time (--assignment N)."""
+    if len(plans) == 1:
+        return export(plans[0], target)
+    if target == "skypilot":
+        raise PlannerInputError(f"--assignment: a SkyPilot task file holds one task and this fleet has {len(plans)} "
+                                f"assignments; export each with --assignment 0 to {len(plans) - 1}")
+    if target == "kubernetes":
+        return "---\n".join(export(plan, target) for plan in plans)
+    return "\n".join(f"# assignment {i}: {plan.name}, {plan.replicas} replica(s)\n" + export(plan, target)
+                     for i, plan in enumerate(plans))
