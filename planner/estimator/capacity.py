@@ -39,6 +39,11 @@ TOLERANCE = 1e-3
 # Bisection steps on the rate: 2^-40 of the bracket, far below TOLERANCE.
 BISECTIONS = 40
 FIXED_POINT_ITERATIONS = 200
+# The pool holds the running requests' KV at this quantile of their number: z of the normal 99th percentile.
+KV_QUANTILE_Z = NormalDist().inv_cdf(0.99)
+# Rounds of the inner fixed point between prompts per prefill step and the share of steps carrying
+# prompts, per outer round: the outer iteration carries it on, so a few suffice.
+MIX_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -139,61 +144,103 @@ def steady_state(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, rat
     prompt, output = shape.prompt_tokens, shape.output_tokens
     budget = scheduler.max_num_batched_tokens
     context = prompt + output / 2
-    # A request sees the others running beside it: Poisson with mean B_d (M/G/infinity), so 1 + B_d in its steps.
-    s = _decode_step(timer, 1, context, 0, prompt)
+    mean_s = _decode_step(timer, 1, context, 0, prompt)
     for _ in range(FIXED_POINT_ITERATIONS):
-        decode = rate * (output - 1) * s
-        if decode + 1 > budget:
+        mix = _step_mix(timer, rate, prompt, output, context, budget, mean_s)
+        if mix is None:
             return _saturated(rate, output, scheduler, "token budget")
-        nxt = _decode_step(timer, 1 + decode, context, min(rate * prompt * s, budget - decode - 1), prompt)
-        converged = abs(nxt - s) <= TOLERANCE * s
-        s = nxt
+        converged = abs(mix.mean_s - mean_s) <= TOLERANCE * mean_s
+        mean_s = mix.mean_s
         if converged:
             break
     else:
         return _saturated(rate, output, scheduler, "throughput")
-    decode = rate * (output - 1) * s
-    room = budget - decode  # prompt tokens a step can still take
-    full_s = _decode_step(timer, decode, context, room, prompt)
-    rho = rate * prompt * full_s / room
+    room = budget - mix.decode
+    # the prompt tokens as a queue: served at room / prefill-step tokens per second when the budget is full
+    rho = rate * prompt * mix.full_s / room
     if rho >= 1:
         return _saturated(rate, output, scheduler, "token budget")
     chunks = ceil(prompt / room)
-    own_s = chunks * _decode_step(timer, decode, context, min(room, prompt * (1 + rate * s)), prompt)
-    service_s = prompt * full_s / room
+    own_s = chunks * mix.prefill_s
+    service_s = prompt * mix.full_s / room
     wait_s = rho * service_s / (2 * (1 - rho))
     prefilling = rate * own_s
-    batch = decode + prefilling
-    kv_mean = decode * _mean_held(scheduler, prompt, output) + prefilling * scheduler.held_tokens(prompt)
+    batch = mix.decode + prefilling
+    kv_mean = mix.decode * _mean_held(scheduler, prompt, output) + prefilling * scheduler.held_tokens(prompt)
+    # the requests running at once are Poisson (M/G/infinity): the pool must hold their 99th percentile, or
+    # preemptions (recomputing whole requests) push the replica into a queue that no longer drains
+    kv_high = kv_mean * (1 + KV_QUANTILE_Z / batch ** 0.5) if batch else 0.0
     kv_peak = ceil(batch) * scheduler.held_tokens(prompt + output)
-    # the engine is busy with a step when the request arrives unless nothing runs (probability e^-batch)
+    # a request arrives within a step (length-biased: E[s^2] / E[s]) unless the engine is idle, which it is
+    # with probability e^-batch (nothing running)
     busy = 1 - exp(-batch)
-    ttft_mean = busy * s / 2 + wait_s + own_s
-    tpot_mean = s
+    biased_s = mix.square_s / mix.mean_s
+    ttft_mean = busy * biased_s / 2 + wait_s + own_s
+    tpot_mean = mix.mean_s
     if slo.percentile is None:
         ttft, tpot = ttft_mean, tpot_mean
     else:
         q = slo.percentile / 100
         waited = wait_s / rho * log(rho / (1 - q)) if rho > 1 - q else 0.0
-        ttft = busy * q * s + waited + own_s
-        # a request's steps carry prompt tokens with probability f; its TPOT is the mean of N - 1 of them
-        f = min(1.0, rate * prompt * s / min(room, prompt))
-        decode_only_s = _decode_step(timer, 1 + decode, context, 0, prompt)
-        spread = (own_s / chunks - decode_only_s) * (f * (1 - f) / max(output - 1, 1)) ** 0.5
+        ttft = busy * q * biased_s + waited + own_s
+        # a request's N - 1 steps each carry prompt tokens with probability f: its TPOT is their mean
+        f = mix.prefill_fraction
+        spread = (mix.prefill_s - mix.decode_s) * (f * (1 - f) / max(output - 1, 1)) ** 0.5
         tpot = tpot_mean + NormalDist().inv_cdf(q) * max(spread, 0.0)
     limit = ""
     if scheduler.max_num_seqs is not None and batch > scheduler.max_num_seqs:
         limit = "max_num_seqs"
-    elif kv_mean > scheduler.pool_tokens:
+    elif kv_high > scheduler.pool_tokens:
         limit = "kv pool"
     elif slo.ttft_s is not None and ttft > slo.ttft_s:
         limit = "ttft"
     elif slo.tpot_s is not None and tpot > slo.tpot_s:
         limit = "tpot"
     return SteadyState(
-        requests_per_s=rate, output_tokens_per_s=rate * output, batch=batch, decode_batch=decode, step_s=s,
-        ttft_s=ttft, tpot_s=tpot, ttft_mean_s=ttft_mean, tpot_mean_s=tpot_mean, prefill_utilisation=rho,
-        kv_tokens_mean=kv_mean, kv_tokens_peak=kv_peak, pool_tokens=scheduler.pool_tokens, limit=limit)
+        requests_per_s=rate, output_tokens_per_s=rate * output, batch=batch, decode_batch=mix.decode,
+        step_s=mix.mean_s, ttft_s=ttft, tpot_s=tpot, ttft_mean_s=ttft_mean, tpot_mean_s=tpot_mean,
+        prefill_utilisation=rho, kv_tokens_mean=kv_mean, kv_tokens_peak=kv_peak, pool_tokens=scheduler.pool_tokens,
+        limit=limit)
+
+
+@dataclass(frozen=True)
+class _StepMix:
+    """Steps alternate between decode-only ones and ones that also carry prompt tokens."""
+
+    decode: float  # decoding requests (Little's law)
+    decode_s: float
+    prefill_s: float  # a step carrying the prompts that arrived during the step before
+    full_s: float  # a step whose token budget is full
+    prefill_fraction: float  # of steps
+    mean_s: float
+    square_s: float  # E[step^2]
+
+
+def _step_mix(timer: ReplicaTimer, rate: float, prompt: int, output: int, context: float, budget: int,
+              mean_s: float) -> _StepMix | None:
+    """One round of the fixed point from the mean step `mean_s`. A step takes the prompts that arrived
+    during the previous one: after a step of s seconds, the next carries prompt tokens with probability
+    1 - e^(-rate s) (Poisson arrivals), so prefill steps follow each other more often than decode-only
+    ones (a two-state Markov chain: f = a / (1 - b + a)); they must also serve rate x P tokens/s.
+    A request sees the others beside it as Poisson with mean B_d (M/G/infinity): 1 + B_d in its steps."""
+    decode = rate * (output - 1) * mean_s
+    room = budget - decode - 1
+    if room < 1:
+        return None
+    decode_s = _decode_step(timer, 1 + decode, context, 0, prompt)
+    full_s = _decode_step(timer, 1 + decode, context, room, prompt)
+    a = 1 - exp(-rate * decode_s)
+    prompts, f, prefill_s = 1.0, a, full_s
+    for _ in range(MIX_ROUNDS):
+        # a prefill step carries at least one prompt; on average the rate x mean step prompts of a step,
+        # all in the fraction f of steps that carry any
+        prefill_s = _decode_step(timer, 1 + decode, context, min(room, prompt * prompts), prompt)
+        b = 1 - exp(-rate * prefill_s)
+        chained = a / (1 - b + a) if rate else 0.0
+        f = min(1.0, max(chained, rate * prompt * mean_s / room))
+        prompts = max(1.0, rate * mean_s / f) if f else 1.0
+    mean = f * prefill_s + (1 - f) * decode_s
+    return _StepMix(decode, decode_s, prefill_s, full_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
 
 
 def _saturated(rate: float, output: int, scheduler: Scheduler, limit: str) -> SteadyState:
