@@ -27,7 +27,8 @@ from planner.catalog.load import Catalog, Precision
 from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, EngineBudget, EngineSettings, RankBudget, ServedModel,
                                   largest_passing, serve)
 from planner.estimator.engines.profiles import LlamacppProfile, load_profiles
-from planner.estimator.memory import GpuTarget, Request
+from planner.errors import PlannerInputError
+from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.model.precision import weights_bytes
 from planner.units import MiB, gib
 
@@ -182,7 +183,13 @@ def _plan(arch: Architecture, request: Request, settings: EngineSettings, gpu: G
     profiles = load_profiles()
     profile, cuda = profiles.llamacpp, profiles.cuda
     devices = request.tp * request.pp  # llama.cpp splits by layer (--split-mode layer); tp x pp = the cards
-    model = serve(arch, replace(request, tp=1, pp=1), catalog, "llamacpp")
+    recurrent = sorted(arch.attention_kinds & set(RECURRENT_KINDS))
+    if recurrent:
+        # llama.cpp keeps these in a separate recurrent cache (src/llama-memory-recurrent.cpp) this profile does not size
+        raise PlannerInputError(
+            f"--engine llamacpp: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
+            "recurrent cache the llama.cpp profile does not size; use --engine vllm, sglang or simple")
+    model = serve(arch, replace(request, tp=1, pp=1), catalog)
     resolved = resolve_settings(settings, model, profile)
     visible = cuda.visible_bytes(gpu.memory_bytes)
     free = visible - cuda.context_mib.value * MiB

@@ -64,6 +64,8 @@ class VllmProfile(_Strict):
     subtract_cuda_graph: Sourced[bool]
     redundancy_buffer_mib: Sourced[int]
     hybrid_group_ratio: Sourced[float]
+    hybrid_block_alignment: Sourced[int]
+    hybrid_mla_block_alignment: Sourced[int]
 
 
 class SglangGpuBucket(_Strict):
@@ -84,6 +86,8 @@ class SglangProfile(_Strict):
     large_gpu_min_mib: Sourced[int]
     gpu_buckets: Sourced[tuple[SglangGpuBucket, ...]]
     swa_full_tokens_ratio: Sourced[float]
+    mamba_full_memory_ratio: Sourced[float]
+    mamba_ssm_dtype_bits: Sourced[int]
 
 
 class LlamacppProfile(_Strict):
