@@ -124,12 +124,13 @@ def test_sglang_splits_a_state_pool_off_by_its_ratio(qwen3_next, h100, catalog):
     cell = 12 * 1 * 256 * 2 * 2  # only the attention layers hold tokens
     assert layout.page_bytes == cell
     assert budget.kv_cache_capacity_tokens == budget.kv_pool_bytes // cell
-    assert budget.max_concurrency == min(budget.kv_cache_capacity_tokens / 32768, slots)
+    assert layout.running_requests == slots // 3
+    assert budget.max_concurrency == min(budget.kv_cache_capacity_tokens / 32768, slots // 3)
 
 
 def test_sglang_state_slots_cap_the_concurrency(qwen3_next, h100, catalog):
     budget = engine_budget(qwen3_next, Request(context=256, tp=4), EngineSettings(name="sglang"), h100, catalog)
-    assert budget.max_concurrency == budget.layout.state_slots
+    assert budget.max_concurrency == budget.layout.state_slots // 3 == budget.layout.running_requests
 
 
 def test_the_pool_layout_of_attention_only_models_has_no_state(arch, h100, catalog):

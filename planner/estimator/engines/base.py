@@ -89,8 +89,9 @@ class PoolLayout:
     layers_per_group: int  # vLLM: layers sharing one block table; the pool has this many tensors
     groups: tuple[CacheGroup, ...]
     state_bytes: int = 0  # one sequence's recurrent state in one layer, before padding
-    state_slots: int = 0  # sequences whose recurrent state the pool holds at once
+    state_slots: int = 0  # sequences whose recurrent state the pool holds at once (vLLM: capped by max_num_seqs)
     state_pool_bytes: int = 0  # SGLang: its separate state pool (vLLM shares one pool)
+    running_requests: int = 0  # SGLang: requests it admits at once for the state slots (0: no cap from states)
     block_size_reason: str | None = None  # why the engine chose this block size, when it is not its default
 
 

@@ -88,6 +88,7 @@ class SglangProfile(_Strict):
     swa_full_tokens_ratio: Sourced[float]
     mamba_full_memory_ratio: Sourced[float]
     mamba_ssm_dtype_bits: Sourced[int]
+    mamba_slots_per_running_request: Sourced[int]
 
 
 class LlamacppProfile(_Strict):

@@ -12,8 +12,9 @@
   Recurrent layers (Gated DeltaNet, Mamba-2) keep their states in a separate pool of whole-sequence slots
   (MambaPool / HybridReqToTokenPool): model_runner._handle_max_mamba_cache gives it
   rest x mamba_full_memory_ratio / (1 + ratio), max_mamba_cache_size = that // one sequence's states in
-  every recurrent layer of the rank, and the attention layers' token pool gets what is left. A running
-  request holds one slot, so the slots cap the concurrency too.
+  every recurrent layer of the rank, and the attention layers' token pool gets what is left.
+  _resolve_max_num_reqs admits at most max_mamba_cache_size // 3 running requests (the radix cache keeps
+  the other slots for the states of cached prefixes), which caps the concurrency too.
   Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
 """
 
@@ -97,11 +98,12 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     limit = limiting_rank(tuple(r for r in ranks if _cell_bytes(model, model.stages[r.pp_stage], profile)) or ranks)
     slots = min((pool.slots for pool in pools.values() if pool.per_request_bytes), default=None)
     tokens, context = limit.kv_capacity_tokens, request.context
-    concurrency = tokens / context if slots is None else min(tokens / context, slots)
+    running = None if slots is None else slots // profile.mamba_slots_per_running_request.value
+    concurrency = tokens / context if running is None else min(tokens / context, running)
     message, longest = None, None
-    if slots is not None and slots <= 0:
-        message = ("Not enough GPU memory for hybrid (mamba/linear-attention) state cache: max_mamba_cache_size="
-                   f"{slots}; increase --mem-fraction-static or use GPUs with more memory.")
+    if running is not None and running <= 0:
+        message = (f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests: "
+                   f"max_mamba_cache_size={slots}; increase --mem-fraction-static or use GPUs with more memory.")
     elif limit.kv_pool_bytes <= 0:
         message = "Not enough memory. Please try to increase --mem-fraction-static."
     elif tokens < context:
@@ -124,7 +126,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
         kv_pool_bytes=limit.kv_pool_bytes, kv_cache_capacity_tokens=tokens, max_concurrency=concurrency,
         fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=tuple(ranks), warnings=tuple(warnings),
-        layout=_pool_layout(model, model.stages[limit.pp_stage], pools[limit.pp_stage], profile),
+        layout=_pool_layout(model, model.stages[limit.pp_stage], pools[limit.pp_stage], running or 0, profile),
     )
 
 
@@ -150,11 +152,11 @@ def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfi
     return StatePool(per_request, floor(max(rest, 0) * ratio / (1 + ratio)) // per_request)
 
 
-def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, profile: SglangProfile) -> PoolLayout:
+def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int, profile: SglangProfile) -> PoolLayout:
     """The limiting rank's token pool (page size 1) and state pool, for the table."""
     kinds = Counter("state" if layer.attention.kind in RECURRENT_KINDS else layer.attention.kind for layer in stage.layers)
     state_layers = kinds.get("state", 0)
     return PoolLayout(block_size=1, page_bytes=_cell_bytes(model, stage, profile), layers_per_group=len(stage.layers),
                       groups=tuple(CacheGroup(kind, count, 1, 1) for kind, count in kinds.items()),
                       state_bytes=pool.per_request_bytes // state_layers if state_layers else 0,
-                      state_slots=pool.slots, state_pool_bytes=pool.pool_bytes)
+                      state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, running_requests=running)
