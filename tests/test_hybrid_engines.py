@@ -12,6 +12,7 @@ from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.base import serve
 from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.engines.vllm import STATE, StateShape, kv_layout, state_shape
+from planner.errors import PlannerInputError
 from planner.estimator.memory import Request
 from planner.model.architecture import Architecture, Attention, Layer, size_only_architecture_from_config
 
@@ -138,3 +139,14 @@ def test_the_pool_layout_of_attention_only_models_has_no_state(arch, h100, catal
         layout = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings(name=name), h100, catalog).layout
         assert layout.state_bytes == 0 and layout.state_slots == 0 and layout.block_size_reason is None
         assert [g.kind for g in layout.groups] == ["full"]
+
+
+def test_attention_free_models(h100, catalog):
+    """A pure Mamba-2 model: vLLM pools one state block per sequence; SGLang's token pool has nothing to size."""
+    model = nemotron_h_like(attention_every=10**6, layers=24)
+    budget = engine_budget(model, Request(context=8192), EngineSettings(name="vllm"), h100, catalog)
+    assert budget.settings.block_size == 16 and budget.layout.page_bytes == MAMBA2_STATE * 2
+    blocks = budget.kv_pool_bytes // (MAMBA2_STATE * 2 * 24)
+    assert budget.max_concurrency == blocks and budget.kv_cache_capacity_tokens == blocks * 8192
+    with pytest.raises(PlannerInputError, match="no attention layers"):
+        engine_budget(model, Request(context=8192), EngineSettings(name="sglang"), h100, catalog)
