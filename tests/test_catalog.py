@@ -67,7 +67,8 @@ def test_current_datacenter_gpus_are_in_the_catalog():
     assert CATALOG.gpus.get("gb300-nvl72").name == "gb300"
 
 
-@pytest.mark.parametrize("name, mib, watts", [("gb200", 189471, 1200), ("gb300", 284208, 1400), ("h20", 97871, 500)])
+@pytest.mark.parametrize("name, mib, watts", [("gb200", 189471, 1200), ("gb300", 284208, 1400), ("h20", 97871, 500),
+                                              ("l20", 46068, 350)])
 def test_new_gpus_report_the_nvidia_smi_total(name, mib, watts):
     gpu = CATALOG.gpus.get(name)
     assert (gpu.memory_mib, gpu.tdp_watts) == (mib, watts)
