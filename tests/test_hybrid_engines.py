@@ -150,3 +150,17 @@ def test_attention_free_models(h100, catalog):
     assert budget.max_concurrency == blocks and budget.kv_cache_capacity_tokens == blocks * 8192
     with pytest.raises(PlannerInputError, match="no attention layers"):
         engine_budget(model, Request(context=8192), EngineSettings(name="sglang"), h100, catalog)
+
+
+def test_the_table_explains_the_hybrid_layout(qwen3_next, h100, catalog):
+    from rich.console import Console
+
+    from planner.render.report import engine_table
+
+    for name, expected in (("vllm", ("blocks of 272 tokens", "3 state group(s) x 1 block(s)", "block size 272")),
+                           ("sglang", ("separate state pool", "running requests"))):
+        console = Console(record=True, width=400)
+        engine_table(engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name=name), h100, catalog),
+                     console)
+        text = console.export_text()
+        assert all(phrase in text for phrase in expected), text
