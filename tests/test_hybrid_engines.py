@@ -164,3 +164,19 @@ def test_the_table_explains_the_hybrid_layout(qwen3_next, h100, catalog):
                      console)
         text = console.export_text()
         assert all(phrase in text for phrase in expected), text
+
+
+def test_layers_without_a_cache_take_no_pages(h100, catalog):
+    """Nemotron-H interleaves MLP-only blocks (no attention, no state): vLLM gives them no KV cache spec."""
+    mamba = Layer(Attention("mamba", state_elements=MAMBA2_STATE))
+    attention = Layer(Attention("full", 2, 128, 128))
+    mlp_only = Layer(Attention("full"))  # keeps nothing per token
+    pattern = (mamba, mlp_only, mamba, mlp_only, mamba, attention, mlp_only, mamba) * 6
+    hybrid = Architecture("nemotron-h-pattern", "nemotron_h", 4096, 32, 131072, pattern, torch_dtype="bfloat16",
+                          exact=False, declared_params=8 * 10**9)
+    for name in ("vllm", "sglang"):
+        budget = engine_budget(hybrid, Request(context=16384), EngineSettings(name=name), h100, catalog)
+        layers = {g.kind: g.layers for g in budget.layout.groups}
+        assert layers == {STATE: 24, "full": 6}, (name, layers)
+    vllm_layout = engine_budget(hybrid, Request(context=16384), EngineSettings(name="vllm"), h100, catalog).layout
+    assert vllm_layout.layers_per_group == 6

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from planner.model.architecture import Architecture, Layer
 from planner.catalog.load import Catalog, Gpu, Precision
 from planner.errors import PlannerInputError
-from planner.estimator.memory import (GpuTarget, Request, attention_bytes_per_token, estimate_memory,
+from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, Request, attention_bytes_per_token, estimate_memory,
                                       state_bytes_per_sequence)
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 
@@ -159,6 +159,12 @@ class ServedModel:
         """KV bytes one token adds to `layer` on one TP rank (the Architecture's per-token bytes: a DSA
         indexer's key cache included)."""
         return attention_bytes_per_token(layer.attention, self.request.tp, self.kv_bits)
+
+    def cache_layers(self, stage: Stage) -> tuple[Layer, ...]:
+        """The stage's layers that keep a cache (per-token KV or a recurrent state); a block without attention or
+        recurrence (a Nemotron-H MLP layer) gets no pages."""
+        return tuple(layer for layer in stage.layers
+                     if layer.attention.kind in RECURRENT_KINDS or self.layer_bytes_per_token(layer))
 
     def layer_state_bytes(self, layer: Layer, state_bits: int) -> int:
         """One sequence's recurrent state in a linear-attention / Mamba `layer` on one TP rank, held in `state_bits`."""

@@ -158,9 +158,10 @@ def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfi
 
 def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int, profile: SglangProfile) -> PoolLayout:
     """The limiting rank's token pool (page size 1) and state pool, for the table."""
-    kinds = Counter("state" if layer.attention.kind in RECURRENT_KINDS else layer.attention.kind for layer in stage.layers)
+    layers = model.cache_layers(stage)
+    kinds = Counter("state" if layer.attention.kind in RECURRENT_KINDS else layer.attention.kind for layer in layers)
     state_layers = kinds.get("state", 0)
-    return PoolLayout(block_size=1, page_bytes=_cell_bytes(model, stage, profile), layers_per_group=len(stage.layers),
+    return PoolLayout(block_size=1, page_bytes=_cell_bytes(model, stage, profile), layers_per_group=len(layers),
                       groups=tuple(CacheGroup(kind, count, 1, 1) for kind, count in kinds.items()),
                       state_bytes=pool.per_request_bytes // state_layers if state_layers else 0,
                       state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, running_requests=running)

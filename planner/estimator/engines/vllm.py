@@ -129,7 +129,7 @@ def kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateSha
                   LayerSpec("sliding" if layer.attention.kind == "sliding" else "full",
                             layer.attention.window if layer.attention.kind == "sliding" else None,
                             block_size * model.layer_bytes_per_token(layer))
-                  for layer in stage.layers)
+                  for layer in model.cache_layers(stage))
     counts = Counter(specs)
     fewest, most = min(counts.values()), max(counts.values())
     # _get_kv_cache_groups_uniform_page_size: groups of the fewest layers of one type, or of the most
