@@ -7,7 +7,9 @@
      set mem_fraction_static = (gpu_mem - reserved) / gpu_mem.
   3. model_runner.profile_max_num_token after loading the weights: rest = free - total x (1 - fraction)
      = fraction x total - weights; max_total_num_tokens = rest // cell size, the cell being one token's
-     K and V in every layer on the rank (MLA: the latent, once). Sliding-window layers get their own pool
+     K and V in every layer on the rank (MLA: the latent, once; with DeepSeek Sparse Attention the indexer's fp8
+     key and scale join the cell: cell_size += indexer_size_per_token x layers, which the Architecture's per-token
+     bytes carry). Sliding-window layers get their own pool
      of swa_full_tokens_ratio x the full layers' slots. Tokens are pooled one by one (page size 1).
   Recurrent layers (Gated DeltaNet, Mamba-2) keep their states in a separate pool of whole-sequence slots
   (MambaPool / HybridReqToTokenPool): model_runner._handle_max_mamba_cache gives it
