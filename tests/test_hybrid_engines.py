@@ -13,7 +13,7 @@ from planner.estimator.engines.base import serve
 from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.engines.vllm import STATE, StateShape, kv_layout, state_shape
 from planner.errors import PlannerInputError
-from planner.estimator.memory import Request
+from planner.estimator.memory import GpuTarget, Request
 from planner.model.architecture import Architecture, Attention, Layer, size_only_architecture_from_config
 
 from conftest import CONFIGS
@@ -85,7 +85,7 @@ def test_vllm_replays_the_qwen35_27b_v019_layout(catalog):
     qwen35 = Architecture("qwen3.5-27b-layout", "qwen3_5", 5120, 24, 248320, layers, torch_dtype="bfloat16",
                           exact=False, declared_params=27 * 10**9)
     model = serve(qwen35, Request(context=32768), catalog)
-    shape = state_shape(model, profile)
+    shape = state_shape(model, GpuTarget.from_catalog(catalog.gpus.get("h20")), profile)
     assert shape == StateShape(3_207_168, 4096, 16) and shape.block_size() == 784
     layout = kv_layout(model, model.stages[0], 784, shape, profile)
     assert layout.group_size == 16 and len(layout.groups) == 4
@@ -180,3 +180,23 @@ def test_layers_without_a_cache_take_no_pages(h100, catalog):
         assert layers == {STATE: 24, "full": 6}, (name, layers)
     vllm_layout = engine_budget(hybrid, Request(context=16384), EngineSettings(name="vllm"), h100, catalog).layout
     assert vllm_layout.layers_per_group == 6
+
+
+def test_head_256_on_compute_capability_10_0_aligns_to_32_tokens(catalog):
+    """FlashInfer on B200 / GB200 takes no 16-token blocks at head size 256, so the hybrid block is a multiple of 32."""
+    state = 48 * 16 * 2048 + 8 * 2048  # 776 attention tokens' worth: 16 x 49 = 784, but 32 x 25 = 800
+    layers = tuple(Layer(Attention("full", 2, 256, 256)) if (i + 1) % 4 == 0 else
+                   Layer(Attention("linear", state_elements=state // 2)) for i in range(8))
+    model = Architecture("head-256", "qwen3_next", 2048, 16, 151936, layers, torch_dtype="bfloat16", exact=False,
+                         declared_params=10**9)
+    token = 2 * 256 * 2 * 2
+    assert (16 * ceil(state / (16 * token)), 32 * ceil(state / (32 * token))) == (784, 800)
+    blocks = {name: engine_budget(model, Request(context=8192), EngineSettings(name="vllm"),
+                                  GpuTarget.from_catalog(catalog.gpus.get(name)), catalog).settings.block_size
+              for name in ("b200", "gb200", "b300", "h100-sxm")}
+    assert blocks == {"b200": 800, "gb200": 800, "b300": 784, "h100-sxm": 784}
+
+
+def test_profile_gpu_names_are_catalog_gpus(catalog):
+    names = {gpu.name for gpu in catalog.gpus}
+    assert set(load_profiles().vllm.hybrid_head256_gpus.value) <= names

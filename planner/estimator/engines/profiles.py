@@ -66,6 +66,8 @@ class VllmProfile(_Strict):
     hybrid_group_ratio: Sourced[float]
     hybrid_block_alignment: Sourced[int]
     hybrid_mla_block_alignment: Sourced[int]
+    hybrid_head256_block_alignment: Sourced[int]
+    hybrid_head256_gpus: Sourced[tuple[str, ...]]
 
 
 class SglangGpuBucket(_Strict):

@@ -108,17 +108,22 @@ def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, b
     return ceil(max_model_len / block_size) * spec.page_bytes
 
 
-def state_shape(model: ServedModel, profile: VllmProfile) -> StateShape:
+def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
     """The recurrent state and attention token sizes of the model on one rank (vLLM computes them model-wide:
-    every stage pads its states to the same page)."""
+    every stage pads its states to the same page), and the block-size multiple of the attention backend."""
     state_bits = model.activation_bits  # mamba_cache_dtype / mamba_ssm_cache_dtype "auto": the model dtype
     layers = model.arch.layers
     state = max((model.layer_state_bytes(layer, state_bits) for layer in layers
                  if layer.attention.kind in RECURRENT_KINDS), default=0)
+    attention = [layer.attention for layer in layers if layer.attention.kind not in RECURRENT_KINDS]
     token = max((model.layer_bytes_per_token(layer) for layer in layers
                  if layer.attention.kind not in RECURRENT_KINDS), default=0)
-    mla = "mla" in model.arch.attention_kinds
-    alignment = profile.hybrid_mla_block_alignment.value if mla else profile.hybrid_block_alignment.value
+    if "mla" in model.arch.attention_kinds:
+        alignment = profile.hybrid_mla_block_alignment.value
+    elif gpu.name in profile.hybrid_head256_gpus.value and any(a.k_head_dim == 256 for a in attention):
+        alignment = profile.hybrid_head256_block_alignment.value  # FlashInfer on compute capability 10.0
+    else:
+        alignment = profile.hybrid_block_alignment.value
     return StateShape(state, token, alignment)
 
 
@@ -266,7 +271,7 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
     profile, cuda = profiles.vllm, profiles.cuda
     model = serve(arch, request, catalog)
     visible = cuda.visible_bytes(gpu.memory_bytes)
-    shape = state_shape(model, profile)
+    shape = state_shape(model, gpu, profile)
     resolved = resolve_settings(settings, gpu, visible, arch, shape, profile)
     utilization, block_size = resolved.gpu_memory_utilization, resolved.block_size
     batched, context = resolved.max_num_batched_tokens, request.context
