@@ -84,7 +84,7 @@ def test_vllm_replays_the_qwen35_27b_v019_layout(catalog):
                    Layer(Attention("linear", state_elements=3_207_168 // 2)) for i in range(64))
     qwen35 = Architecture("qwen3.5-27b-layout", "qwen3_5", 5120, 24, 248320, layers, torch_dtype="bfloat16",
                           exact=False, declared_params=27 * 10**9)
-    model = serve(qwen35, Request(context=32768), catalog)
+    model = serve(qwen35, Request(context=32768), catalog, "vllm")
     shape = state_shape(model, GpuTarget.from_catalog(catalog.gpus.get("h20")), profile)
     assert shape == StateShape(3_207_168, 4096, 16) and shape.block_size() == 784
     layout = kv_layout(model, model.stages[0], 784, shape, profile)

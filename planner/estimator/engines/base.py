@@ -171,8 +171,26 @@ class ServedModel:
         return state_bytes_per_sequence(layer.attention, self.request.tp, state_bits)
 
 
-def serve(arch: Architecture, request: Request, catalog: Catalog) -> ServedModel:
-    """Lay the model out over the request's TP x PP ranks."""
+def engine_refusal(arch: Architecture, engine: str) -> str | None:
+    """Why the engine profile cannot size this model at all (None when it can). vLLM sizes every layer kind;
+    llama.cpp keeps recurrent layers in a separate recurrent cache (src/llama-memory-recurrent.cpp) its profile
+    does not size; SGLang's token pool is sized per attention-layer token, nothing for an attention-free model."""
+    kinds = arch.attention_kinds
+    recurrent = sorted(kinds & set(RECURRENT_KINDS))
+    if engine == "llamacpp" and recurrent:
+        return (f"--engine llamacpp: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
+                "recurrent cache the llama.cpp profile does not size; use --engine vllm, sglang or simple")
+    if engine == "sglang" and recurrent and not kinds - set(RECURRENT_KINDS):
+        return (f"--engine sglang: {arch.name} has no attention layers; SGLang's token pool (sized per attention-layer "
+                "token) does not apply to an attention-free model; use --engine vllm")
+    return None
+
+
+def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -> ServedModel:
+    """Lay the model out over the request's TP x PP ranks; refuse what `engine`'s profile cannot size."""
+    refusal = engine_refusal(arch, engine)
+    if refusal:
+        raise PlannerInputError(refusal)
     estimate = estimate_memory(arch, request, catalog)
     precision = resolve_precision(catalog, arch, request.precision)
     kv_dtype = resolve_kv_dtype(arch, precision, request.kv_dtype)
@@ -211,4 +229,4 @@ def largest_passing(low: int, high: int, passes) -> int | None:
 
 
 __all__ = ["ENGINE_NAMES", "CacheGroup", "EngineBudget", "EngineSettings", "PoolLayout", "RankBudget", "ServedModel", "Stage",
-           "catalog_card", "largest_passing", "limiting_rank", "serve"]
+           "catalog_card", "engine_refusal", "largest_passing", "limiting_rank", "serve"]

@@ -27,15 +27,13 @@ from planner.catalog.load import Catalog, Precision
 from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, EngineBudget, EngineSettings, RankBudget, ServedModel,
                                   largest_passing, serve)
 from planner.estimator.engines.profiles import LlamacppProfile, load_profiles
-from planner.errors import PlannerInputError
-from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
+from planner.estimator.engines.vocabulary import LLAMACPP_CACHE_TYPES_OF_KV_DTYPE
+from planner.estimator.memory import GpuTarget, Request
 from planner.model.precision import weights_bytes
 from planner.units import MiB, gib
 
 F32_BYTES = 4
 F16_BYTES = 2
-# llama.cpp's name for the cache type each planner KV dtype maps to when --cache-type is not given
-_CACHE_TYPE_OF_KV_DTYPE = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp8": "q8_0"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ class Placement:
 
 
 def resolve_settings(settings: EngineSettings, model: ServedModel, profile: LlamacppProfile) -> EngineSettings:
-    cache = settings.cache_type or _CACHE_TYPE_OF_KV_DTYPE.get(model.kv_dtype, "f16")
+    cache = settings.cache_type or LLAMACPP_CACHE_TYPES_OF_KV_DTYPE.get(model.kv_dtype, "f16")
     n_batch = settings.n_batch or profile.n_batch.value
     return replace(settings, cache_type=cache, n_batch=n_batch,
                    n_ubatch=min(n_batch, settings.n_ubatch or profile.n_ubatch.value),
@@ -183,13 +181,7 @@ def _plan(arch: Architecture, request: Request, settings: EngineSettings, gpu: G
     profiles = load_profiles()
     profile, cuda = profiles.llamacpp, profiles.cuda
     devices = request.tp * request.pp  # llama.cpp splits by layer (--split-mode layer); tp x pp = the cards
-    recurrent = sorted(arch.attention_kinds & set(RECURRENT_KINDS))
-    if recurrent:
-        # llama.cpp keeps these in a separate recurrent cache (src/llama-memory-recurrent.cpp) this profile does not size
-        raise PlannerInputError(
-            f"--engine llamacpp: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
-            "recurrent cache the llama.cpp profile does not size; use --engine vllm, sglang or simple")
-    model = serve(arch, replace(request, tp=1, pp=1), catalog)
+    model = serve(arch, replace(request, tp=1, pp=1), catalog, "llamacpp")
     resolved = resolve_settings(settings, model, profile)
     visible = cuda.visible_bytes(gpu.memory_bytes)
     free = visible - cuda.context_mib.value * MiB

@@ -32,7 +32,6 @@ from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
                                             Stage, limiting_rank, serve)
 from planner.estimator.engines.profiles import SglangProfile, load_profiles
-from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
 
@@ -75,10 +74,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                   catalog: Catalog) -> EngineBudget:
     profiles = load_profiles()
     profile, cuda = profiles.sglang, profiles.cuda
-    if not arch.attention_kinds - set(RECURRENT_KINDS):
-        raise PlannerInputError(f"--engine sglang: {arch.name} has no attention layers; SGLang's token pool (sized per "
-                                "attention-layer token) does not apply to an attention-free model; use --engine vllm")
-    model = serve(arch, request, catalog)
+    model = serve(arch, request, catalog, "sglang")
     resolved = resolve_settings(settings, gpu, model, profile)
     fraction = Fraction(str(resolved.mem_fraction_static))
     visible = cuda.visible_bytes(gpu.memory_bytes)

@@ -269,7 +269,7 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
                 catalog: Catalog) -> EngineBudget:
     profiles = load_profiles()
     profile, cuda = profiles.vllm, profiles.cuda
-    model = serve(arch, request, catalog)
+    model = serve(arch, request, catalog, "vllm")
     visible = cuda.visible_bytes(gpu.memory_bytes)
     shape = state_shape(model, gpu, profile)
     resolved = resolve_settings(settings, gpu, visible, arch, shape, profile)
