@@ -72,7 +72,9 @@ def test_vllm_aligns_the_attention_block_to_hold_a_state(qwen3_next, h100, catal
 def test_vllm_keeps_a_larger_block_size_the_user_asked_for(qwen3_next, h100, catalog):
     request = Request(context=8192, tp=4)
     assert engine_budget(qwen3_next, request, EngineSettings(name="vllm", block_size=16), h100, catalog).settings.block_size == 272
-    assert engine_budget(qwen3_next, request, EngineSettings(name="vllm", block_size=1024), h100, catalog).settings.block_size == 1024
+    larger = engine_budget(qwen3_next, request, EngineSettings(name="vllm", block_size=1024), h100, catalog)
+    assert larger.settings.block_size == 1024 and larger.layout.page_bytes == 1024 * 1024  # the state padded further
+    assert larger.layout.block_size_reason is None  # the user's block size, not vLLM's choice
 
 
 def test_vllm_replays_the_qwen35_27b_v019_layout(catalog):

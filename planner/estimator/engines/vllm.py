@@ -115,12 +115,11 @@ def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> Sta
     layers = model.arch.layers
     state = max((model.layer_state_bytes(layer, state_bits) for layer in layers
                  if layer.attention.kind in RECURRENT_KINDS), default=0)
-    attention = [layer.attention for layer in layers if layer.attention.kind not in RECURRENT_KINDS]
-    token = max((model.layer_bytes_per_token(layer) for layer in layers
-                 if layer.attention.kind not in RECURRENT_KINDS), default=0)
+    attention = [layer for layer in layers if layer.attention.kind not in RECURRENT_KINDS]
+    token = max((model.layer_bytes_per_token(layer) for layer in attention), default=0)
     if "mla" in model.arch.attention_kinds:
         alignment = profile.hybrid_mla_block_alignment.value
-    elif gpu.name in profile.hybrid_head256_gpus.value and any(a.k_head_dim == 256 for a in attention):
+    elif gpu.name in profile.hybrid_head256_gpus.value and any(layer.attention.k_head_dim == 256 for layer in attention):
         alignment = profile.hybrid_head256_block_alignment.value  # FlashInfer on compute capability 10.0
     else:
         alignment = profile.hybrid_block_alignment.value
@@ -158,7 +157,7 @@ def _pool_layout(layout: KvLayout, shape: StateShape, settings: EngineSettings, 
                    for kind in kinds)
     state_groups = group_counts[STATE]
     reason = None
-    if shape.state_bytes and shape.token_bytes and block_size != default_block:
+    if shape.state_bytes and shape.token_bytes and block_size == shape.block_size() != default_block:
         reason = (f"the smallest multiple of {shape.alignment} tokens whose attention page "
                   f"({shape.token_bytes:,} B per token) holds one {shape.state_bytes:,} B recurrent state")
     return PoolLayout(block_size=block_size, page_bytes=layout.page_bytes, layers_per_group=layout.group_size,
