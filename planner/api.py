@@ -51,6 +51,7 @@ class EngineEstimate:
             "message": e.message, "warnings": list(e.warnings), "host_bytes": e.host_bytes,
             "gpu_layers": e.gpu_layers, "total_layers": e.total_layers,
             "per_rank": [asdict(r) for r in e.per_rank],
+            "layout": asdict(e.layout) if e.layout else None,
         }
         if data["gpu"] is not None:
             data["gpu"]["fits"] = e.fits
