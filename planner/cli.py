@@ -18,30 +18,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from planner import api
 from planner.errors import PlannerInputError
-from planner.render.records import fleet_json, solve_json
-from planner.render.report import (
-    COMPARE_TABLE_COLUMNS,
-    catalog_rows,
-    engine_table,
-    estimate_json,
-    estimate_table,
-    fit_json,
-    fit_table,
-    fleet_html,
-    fleet_markdown,
-    fleet_rows,
-    fleet_table,
-    what_if_table,
-    rows_csv,
-    rows_table,
-    compare_frame,
-    frame_markdown,
-    frame_table,
-    review_html,
-    review_markdown,
-    solve_markdown,
-    solve_table,
-)
+from planner.render.html import fleet_html, review_html
+from planner.render.markdown import fleet_markdown, frame_markdown, review_markdown, solve_markdown
+from planner.render.records import catalog_rows, compare_frame, estimate_json, fit_json, fleet_json, fleet_rows, rows_csv, solve_json
+from planner.render.terminal import (COMPARE_TABLE_COLUMNS, engine_table, estimate_table, fit_table, fleet_table, frame_table,
+                                     rows_table, solve_table, what_if_table)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
