@@ -97,3 +97,19 @@ def test_engine_need_gives_a_reason_instead_of_raising(catalog, h100):
 def arch_of(catalog, name="llama-3.1-8b"):
     record = catalog.models.get(name)
     return architecture_from_config(record.config, record.name)
+
+
+def test_the_cuda_context_has_one_home(tmp_path):
+    import shutil
+
+    from planner.catalog.load import catalog_dir, load_catalog
+    from planner.estimator.engines.profiles import load_profiles
+
+    assert load_catalog().engines.get("simple").runtime_reserve_mib == load_profiles().cuda.context_mib.value
+    for name in ("gpus.yaml", "models.yaml", "precisions.yaml", "engines.yaml", "prices.yaml", "engine_profiles.yaml"):
+        shutil.copy(catalog_dir() / name, tmp_path / name)
+    engines = tmp_path / "engines.yaml"
+    engines.write_text(engines.read_text().replace("    overhead_fraction: 0.10\n",
+                                                   "    overhead_fraction: 0.10\n    runtime_reserve_mib: 500\n"))
+    with pytest.raises(PlannerInputError, match="cuda.context_mib"):
+        load_catalog(str(tmp_path))
