@@ -134,6 +134,13 @@ def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s
     return plan(fleet_problem(_scenario(scenario), catalog, time_limit_s), catalog)
 
 
+def load_scenario(path: str | Path) -> Scenario:
+    """A scenario file, read and validated (the one-line error names the key)."""
+    from planner.plan.scenario import load_scenario as load
+
+    return load(path)
+
+
 def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:
     from planner.plan.scenario import Scenario, load_scenario, parse_scenario
 

@@ -159,9 +159,7 @@ def solve(
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
-    from planner.plan.scenario import load_scenario
-
-    loaded = load_scenario(scenario)
+    loaded = api.load_scenario(scenario)
     if what_if:
         rows = api.what_if(loaded)
         if output_format is PlanFormat.json:
@@ -227,12 +225,10 @@ def report(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
-    from planner.plan.scenario import load_scenario
-
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
-    loaded = load_scenario(scenario)
+    loaded = api.load_scenario(scenario)
     text = Path(scenario).read_text(encoding="utf-8")
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded)

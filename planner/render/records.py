@@ -112,12 +112,21 @@ def catalog_rows(catalog: Catalog, kind: str) -> list[dict[str, Any]]:
             for p in catalog.precisions]
 
 
+def _csv_cell(value: Any) -> Any:
+    """Lists as a;b;c, a nested record (an engine and its settings) as key=value;..., the rest as is."""
+    if isinstance(value, list):
+        return ";".join(map(str, value))
+    if isinstance(value, dict):
+        return ";".join(f"{k}={v}" for k, v in value.items() if v is not None)
+    return value
+
+
 def rows_csv(rows: list[dict[str, Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else [])
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ";".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
+        writer.writerow({k: _csv_cell(v) for k, v in row.items()})
     return buffer.getvalue()
 
 
