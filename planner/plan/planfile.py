@@ -221,7 +221,10 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
     refusal = layout_refusal(arch, configuration.tp, configuration.pp)
     if refusal:
         raise PlannerInputError(f"plan: {_name(p)}: {refusal.removeprefix('--')}")
-    memory = check_configuration(arch, configuration, GpuTarget.from_catalog(card), catalog)
+    try:
+        memory = check_configuration(arch, configuration, GpuTarget.from_catalog(card), catalog)
+    except PlannerInputError as exc:  # e.g. tp x pp beyond any replica: said of the plan file
+        raise PlannerInputError(f"plan: {_name(p)}: {exc}") from None
     if memory.gpu is None or not memory.gpu.fits:
         raise PlannerInputError(f"plan: {_name(p)}: the estimator does not confirm this configuration on {card.name} "
                                 f"(headroom {format_bytes(memory.gpu.headroom_bytes if memory.gpu else 0)}); "
