@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -36,24 +36,6 @@ class EngineEstimate:
 
     memory: MemoryEstimate
     engine: EngineBudget
-
-    def to_dict(self) -> dict[str, Any]:
-        """The estimate JSON with an "engine" section; "gpu.fits" is the engine's verdict."""
-        data = self.memory.to_dict()
-        e = self.engine
-        data["engine"] = {
-            "name": e.name, "release": e.release, "gpu_memory_utilization": e.gpu_memory_utilization,
-            "budget_bytes": e.budget_bytes, "weights_bytes": e.weights_bytes, "activation_bytes": e.activation_bytes,
-            "non_torch_bytes": e.non_torch_bytes, "cuda_graph_bytes": e.cuda_graph_bytes,
-            "kv_pool_bytes": e.kv_pool_bytes, "kv_cache_capacity_tokens": e.kv_cache_capacity_tokens,
-            "max_concurrency": e.max_concurrency, "fits": e.fits, "max_context_that_fits": e.max_context_that_fits,
-            "message": e.message, "warnings": list(e.warnings), "host_bytes": e.host_bytes,
-            "gpu_layers": e.gpu_layers, "total_layers": e.total_layers,
-            "per_rank": [asdict(r) for r in e.per_rank],
-        }
-        if data["gpu"] is not None:
-            data["gpu"]["fits"] = e.fits
-        return data
 
 
 def gpu_target(catalog: Catalog, gpu: str | None, gpu_memory: str | None) -> GpuTarget | None:

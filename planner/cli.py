@@ -20,9 +20,10 @@ from planner import api
 from planner.errors import PlannerInputError
 from planner.render.html import fleet_html, review_html
 from planner.render.markdown import fleet_markdown, frame_markdown, review_markdown, solve_markdown
-from planner.render.records import catalog_rows, compare_frame, estimate_json, fit_json, fleet_json, fleet_rows, rows_csv, solve_json
-from planner.render.terminal import (COMPARE_TABLE_COLUMNS, engine_table, estimate_table, fit_table, fleet_table, frame_table,
-                                     rows_table, solve_table, what_if_table)
+from planner.render.records import (catalog_rows, compare_frame, engine_estimate_json, estimate_json, fit_json,
+                                    fleet_json, fleet_rows, rows_csv, solve_json)
+from planner.render.terminal import (COMPARE_TABLE_COLUMNS, engine_table, estimate_table, fit_table, fleet_table,
+                                     frame_table, rows_table, solve_table, what_if_table)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
@@ -107,7 +108,7 @@ def estimate(
                                    kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)
         if output_format is OutputFormat.json:
-            typer.echo(json.dumps(both.to_dict(), indent=2))
+            typer.echo(engine_estimate_json(both))
         else:
             estimate_table(both.memory, _console(), show_fit=False)
             engine_table(both.engine, _console())

@@ -18,6 +18,7 @@ from planner.plan.planfile import SCHEMA_VERSION
 from planner.units import GiB, gb
 
 if TYPE_CHECKING:
+    from planner.api import EngineEstimate
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import Assignment, FleetPlan
     from planner.plan.solver import PlanOption, SolveResult
@@ -88,7 +89,17 @@ def fleet_json(plan: FleetPlan, scenario: str) -> str:
 
 
 def estimate_json(est: MemoryEstimate) -> str:
-    return json.dumps(est.to_dict(), indent=2)
+    return json.dumps(record(est), indent=2)
+
+
+def engine_estimate_json(both: EngineEstimate) -> str:
+    """The estimate with an "engine" section (the engine's budget and the settings it resolved); "gpu.fits" is
+    the engine's verdict."""
+    data = record(both.memory)
+    data["engine"] = record(both.engine)
+    if data["gpu"] is not None:
+        data["gpu"]["fits"] = both.engine.fits
+    return json.dumps(data, indent=2)
 
 
 def catalog_rows(catalog: Catalog, kind: str) -> list[dict[str, Any]]:
