@@ -163,3 +163,11 @@ def test_shipped_fleet_scenarios_serve_every_bucket(path):
 def test_traffic_errors_name_the_problem(data, needle):
     with pytest.raises(PlannerInputError, match=needle):
         parse_scenario(data)
+
+
+def test_a_search_cut_short_by_the_time_limit_is_not_called_infeasible():
+    problem = fleet_problem(load_scenario(Path(__file__).parents[1] / "scenarios" / "multi-model-fleet.yaml"), CATALOG,
+                            time_limit_s=1e-6)
+    plan = plan_fleet(problem, CATALOG, explain=False)
+    assert plan.status == "UNKNOWN" and plan.usd_per_hour is None
+    assert len(plan.unmet) == 1 and "time limit" in plan.unmet[0] and "raise --time-limit" in plan.unmet[0]

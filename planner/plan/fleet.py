@@ -32,7 +32,7 @@ from planner.plan.configuration import Configuration
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import Scenario
 from planner.plan.search import build_search_space, recheck
-from planner.plan.status import INFEASIBLE, OPTIMAL, solved, status_name
+from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingConfig, Slo, serving_configs
 
 
@@ -231,6 +231,11 @@ def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True) ->
     pools = list(dict.fromkeys(Pool(o, m) for w in problem.workloads for o, m in w.space.offers))
     built = _build(problem, configs, pools, allow_unmet=False)
     solver, status = _solve(built, problem.time_limit_s)
+    if status_name(status) == UNKNOWN:  # the time limit ended the search before any fleet was found
+        why = (f"no fleet found within the time limit ({problem.time_limit_s:g} s); the search was cut short, "
+               "not proven infeasible: raise --time-limit (or solver.time_limit_s)")
+        return FleetPlan(UNKNOWN, 0.0, time.perf_counter() - started, None, None, (), (), (why,), (), len(configs),
+                         len(built.replicas) + len(built.instances), candidate_seconds)
     if not solved(status):
         plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status))
         return replace(plan, candidate_seconds=candidate_seconds)

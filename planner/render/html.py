@@ -6,7 +6,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
-from planner.render.summary import column_label, fleet_status, memory_line, status_line
+from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
 
     parts = [f"<h1>{html.escape(name)}: fleet</h1>", f"<p>{html.escape(fleet_status(plan))}</p>"]
     if plan.usd_per_hour is None:
-        parts.append("<p class='best'><b>No fleet serves all the traffic.</b></p>")
+        parts.append(f"<p class='best'><b>{html.escape(no_fleet(plan))}</b></p>")
     else:
         per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
                  if plan.usd_per_million_output_tokens is not None else "")

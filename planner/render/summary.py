@@ -53,3 +53,10 @@ def fleet_status(plan: FleetPlan) -> str:
         plan.status, plan.status)
     return (f"{verdict} in {plan.solve_seconds:.2f} s · {plan.configurations:,} serving configurations, "
             f"{plan.variables:,} CP-SAT variables")
+
+
+def no_fleet(plan: FleetPlan) -> str:
+    """The headline of a plan without a fleet: cut short by the time limit, or no fleet serves the traffic."""
+    if plan.status == "UNKNOWN":
+        return "No fleet found within the time limit."
+    return "No fleet serves all the traffic."

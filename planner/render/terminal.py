@@ -9,7 +9,7 @@ from rich.table import Table
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.records import fit_record
-from planner.render.summary import column_label, fleet_status, memory_line, status_line
+from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
@@ -199,7 +199,7 @@ def frame_table(frame, title: str, console: Console, columns: list[str] | None =
 def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
     console.print(f"[bold]{name}[/bold] · fleet · {fleet_status(plan)}")
     if plan.usd_per_hour is None:
-        console.print("\n[bold red]No fleet serves all the traffic.[/bold red]")
+        console.print(f"\n[bold red]{no_fleet(plan)}[/bold red]")
     else:
         per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
                  if plan.usd_per_million_output_tokens is not None else "")
