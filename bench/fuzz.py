@@ -54,7 +54,7 @@ from planner.catalog.load import load_catalog
 from planner.cli import main as cli_main
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
-from planner.render.report import estimate_json
+from planner.render.records import estimate_json
 from planner.plan.scenario import load_scenario, parse_scenario
 from planner.units import parse_count, parse_size
 

@@ -17,7 +17,8 @@ from math import ceil
 
 from planner.plan.search import build_search_space
 from planner.catalog.load import load_catalog
-from planner.plan.fleet import FleetProblem, Pool, Quota, _fits_pool, plan_fleet
+from planner.plan.fleet import FleetProblem, Quota, plan_fleet
+from planner.plan.rental import rent
 from planner.plan.serving import Bucket, FleetWorkload, Slo, serving_configs
 from planner.plan.scenario import parse_scenario
 
@@ -57,13 +58,12 @@ def greedy_cost(problem: FleetProblem, catalog) -> float | None:
         best = None
         for config in serving_configs(w, catalog):
             for offer, market in w.space.offers:
-                pool = Pool(offer, market)
-                if offer.gpu != config.candidate.gpu.name or not _fits_pool(config, pool):
+                if offer.gpu != config.candidate.gpu.name:
                     continue
                 replicas = ceil(w.buckets[0].requests_per_s / config.capacity_rps)
-                instances = ceil(replicas * config.candidate.gpus / offer.gpus)
-                cost = instances * pool.price_units / 10_000
-                best = cost if best is None else min(best, cost)
+                rental = rent(config.candidate.gpus, config.candidate.tp, replicas, offer, market)
+                if rental is not None:
+                    best = rental.usd_per_hour if best is None else min(best, rental.usd_per_hour)
         if best is None:
             return None
         total += best

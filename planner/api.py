@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -37,25 +37,6 @@ class EngineEstimate:
 
     memory: MemoryEstimate
     engine: EngineBudget
-
-    def to_dict(self) -> dict[str, Any]:
-        """The estimate JSON with an "engine" section; "gpu.fits" is the engine's verdict."""
-        data = self.memory.to_dict()
-        e = self.engine
-        data["engine"] = {
-            "name": e.name, "release": e.release, "gpu_memory_utilization": e.gpu_memory_utilization,
-            "budget_bytes": e.budget_bytes, "weights_bytes": e.weights_bytes, "activation_bytes": e.activation_bytes,
-            "non_torch_bytes": e.non_torch_bytes, "cuda_graph_bytes": e.cuda_graph_bytes,
-            "kv_pool_bytes": e.kv_pool_bytes, "kv_cache_capacity_tokens": e.kv_cache_capacity_tokens,
-            "max_concurrency": e.max_concurrency, "fits": e.fits, "max_context_that_fits": e.max_context_that_fits,
-            "message": e.message, "warnings": list(e.warnings), "host_bytes": e.host_bytes,
-            "gpu_layers": e.gpu_layers, "total_layers": e.total_layers,
-            "per_rank": [asdict(r) for r in e.per_rank],
-            "layout": asdict(e.layout) if e.layout else None,
-        }
-        if data["gpu"] is not None:
-            data["gpu"]["fits"] = e.fits
-        return data
 
 
 def gpu_target(catalog: Catalog, gpu: str | None, gpu_memory: str | None) -> GpuTarget | None:
@@ -134,6 +115,13 @@ def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s
 
     catalog = catalog or load_catalog()
     return plan(fleet_problem(_scenario(scenario), catalog, time_limit_s), catalog)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """A scenario file, read and validated (the one-line error names the key)."""
+    from planner.plan.scenario import load_scenario as load
+
+    return load(path)
 
 
 def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:

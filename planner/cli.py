@@ -18,30 +18,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from planner import api
 from planner.errors import PlannerInputError
-from planner.render.records import fleet_json, solve_json
-from planner.render.report import (
-    COMPARE_TABLE_COLUMNS,
-    catalog_rows,
-    engine_table,
-    estimate_json,
-    estimate_table,
-    fit_json,
-    fit_table,
-    fleet_html,
-    fleet_markdown,
-    fleet_rows,
-    fleet_table,
-    what_if_table,
-    rows_csv,
-    rows_table,
-    compare_frame,
-    frame_markdown,
-    frame_table,
-    review_html,
-    review_markdown,
-    solve_markdown,
-    solve_table,
-)
+from planner.render.html import fleet_html, review_html
+from planner.render.markdown import fleet_markdown, frame_markdown, review_markdown, solve_markdown
+from planner.render.records import (catalog_rows, compare_frame, engine_estimate_json, estimate_json, fit_json,
+                                    fleet_json, fleet_rows, rows_csv, solve_json)
+from planner.render.terminal import (COMPARE_TABLE_COLUMNS, engine_table, estimate_table, fit_table, fleet_table,
+                                     frame_table, rows_table, solve_table, what_if_table)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
@@ -126,7 +108,7 @@ def estimate(
                                    kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)
         if output_format is OutputFormat.json:
-            typer.echo(json.dumps(both.to_dict(), indent=2))
+            typer.echo(engine_estimate_json(both))
         else:
             estimate_table(both.memory, _console(), show_fit=False)
             engine_table(both.engine, _console())
@@ -178,9 +160,7 @@ def solve(
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
-    from planner.plan.scenario import load_scenario
-
-    loaded = load_scenario(scenario)
+    loaded = api.load_scenario(scenario)
     if what_if:
         rows = api.what_if(loaded)
         if output_format is PlanFormat.json:
@@ -246,12 +226,10 @@ def report(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
-    from planner.plan.scenario import load_scenario
-
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
-    loaded = load_scenario(scenario)
+    loaded = api.load_scenario(scenario)
     text = Path(scenario).read_text(encoding="utf-8")
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded)

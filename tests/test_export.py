@@ -215,6 +215,9 @@ DAMAGED = {
     "gpus_per_instance a string": (_set(["best", "gpus_per_instance"], "8; rm -rf /"), "best.gpus_per_instance"),
     "gpus_per_instance huge": (_set(["best", "gpus_per_instance"], 10**9), "best.gpus_per_instance"),
     "unknown gpu": (_set(["best", "gpu"], "h10"), "unknown gpu"),
+    "more stages than layers": (_set(["best", "pp"], 4096), "stages for 32 layers"),
+    "gpus_per_replica and nodes tampered": (lambda d: _set(["best", "nodes_per_replica"], 10**8)(
+        json.loads(_set(["best", "gpus_per_replica"], 10**9)(d))), None),
     "engine settings out of range": (_set(["best", "engine", "gpu_memory_utilization"], 7), "gpu_memory_utilization"),
     "NaN": (lambda d: json.dumps(d).replace('"gap": 0.0', '"gap": NaN'), "NaN"),
     "Infinity": (lambda d: json.dumps(d).replace('"gap": 0.0', '"gap": Infinity'), "Infinity"),
@@ -232,6 +235,10 @@ def test_damaged_plan_files_are_refused_in_one_line(single_node, tmp_path, case)
     damage, needle = DAMAGED[case]
     bad = tmp_path / "bad.json"
     bad.write_text(damage(json.loads(single_node.read_text())))
+    if needle is None:  # fields export recomputes from tp, pp and the instance: never read from the file
+        plan = load_plan(bad, CATALOG)
+        assert plan.gpus_per_replica == plan.tp * plan.pp and plan.nodes_per_replica == 1
+        return
     with pytest.raises(PlannerInputError) as info:
         load_plan(bad, CATALOG)
     message = str(info.value)
@@ -253,3 +260,44 @@ def test_export_command_exits_2_on_a_damaged_plan(single_node, tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "best.context" in proc.stderr
+
+
+HOSTILE_VALUES = [None, True, -1, 0, 3, 2**63, 10**400, 1e308, -0.5, "", "8", "x\ny", "a b", "\ud800", [], {}, [1, 2],
+                  {"name": "vllm"}, "fp8", "h100-sxm", "on-demand"]
+
+
+def _leaves(data, path=()):
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from _leaves(value, (*path, i))
+    else:
+        yield path
+
+
+def test_random_damage_to_a_plan_file_is_refused_or_re_checked(single_node, tmp_path):
+    """Seeded: one leaf of the best plan (or a top-level key) replaced by a hostile value, 150 times. Every
+    outcome is either a plan the estimator confirms or one line naming the problem; never a traceback."""
+    import random
+
+    rng = random.Random(13)
+    original = json.loads(single_node.read_text())
+    paths = [p for p in _leaves(original) if p[0] in ("best", "schema_version", "kind", "alternatives", "scenario")
+             and "memory" not in p]
+    bad = tmp_path / "bad.json"
+    for _ in range(150):
+        data = json.loads(json.dumps(original))
+        path = rng.choice(paths)
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = rng.choice(HOSTILE_VALUES)
+        bad.write_text(json.dumps(data))
+        try:
+            plan = load_plan(bad, CATALOG)
+        except PlannerInputError as exc:
+            assert "\n" not in str(exc) and len(str(exc)) < 600, (path, str(exc))
+        else:
+            assert plan.tp * plan.pp == plan.gpus_per_replica and export(plan, "vllm").startswith(("vllm", "#"))

@@ -163,3 +163,22 @@ def test_shipped_fleet_scenarios_serve_every_bucket(path):
 def test_traffic_errors_name_the_problem(data, needle):
     with pytest.raises(PlannerInputError, match=needle):
         parse_scenario(data)
+
+
+def test_a_search_cut_short_by_the_time_limit_is_not_called_infeasible():
+    problem = fleet_problem(load_scenario(Path(__file__).parents[1] / "scenarios" / "multi-model-fleet.yaml"), CATALOG,
+                            time_limit_s=1e-6)
+    plan = plan_fleet(problem, CATALOG, explain=False)
+    assert plan.status == "UNKNOWN" and plan.usd_per_hour is None
+    assert len(plan.unmet) == 1 and "time limit" in plan.unmet[0] and "raise --time-limit" in plan.unmet[0]
+
+
+def test_unmet_demand_is_explained_at_demands_that_would_overflow_a_weighted_objective():
+    scenario = parse_scenario({
+        "model": "llama-3.1-8b",
+        "workload": {"context": 4096, "traffic": {"requests_per_s": 1e7, "prompt_tokens": 500, "output_tokens": 100}},
+        "search": {"gpus": ["l40s"], "precisions": ["bf16"]}, "pricing": {"providers": ["lambda", "runpod"]},
+        "fleet": {"quotas": [{"max_gpus": 0}]}})
+    plan = plan_fleet(fleet_problem(scenario, CATALOG), CATALOG, explain=False)
+    assert plan.status == "INFEASIBLE" and plan.usd_per_hour is None
+    assert len(plan.unmet) == 1 and "10,000,000.000 req/s unserved" in plan.unmet[0] and "<= 0 GPUs" in plan.unmet[0]

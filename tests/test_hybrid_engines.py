@@ -157,7 +157,7 @@ def test_attention_free_models(h100, catalog):
 def test_the_table_explains_the_hybrid_layout(qwen3_next, h100, catalog):
     from rich.console import Console
 
-    from planner.render.report import engine_table
+    from planner.render.terminal import engine_table
 
     for name, expected in (("vllm", ("blocks of 272 tokens", "3 state group(s) x 1 block(s)", "block size 272")),
                            ("sglang", ("separate state pool", "running requests"))):

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from planner.model.architecture import architecture_from_config, size_only_architecture_from_config
 from planner.catalog.load import load_catalog
 from planner.estimator.memory import GpuFit, GpuTarget, MemoryEstimate, RankMemory, Request, estimate_memory, kv_heads_per_rank
-from planner.render.report import estimate_json
+from planner.render.records import estimate_json
 from planner.plan.scenario import load_scenario, parse_scenario
 from planner.plan.solver import solve_scenario
 

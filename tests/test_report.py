@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from planner.catalog.load import load_catalog
-from planner.render.report import review_html, review_markdown
+from planner.render.html import review_html
+from planner.render.markdown import review_markdown
 from planner.plan.scenario import load_scenario
 from planner.plan.review import review_scenario
 

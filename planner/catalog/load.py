@@ -122,13 +122,14 @@ class KvDtype(_Record):
 class Engine(_Record):
     description: str
     overhead_fraction: float = Field(ge=0, le=1)
-    runtime_reserve_mib: int = Field(ge=0)
+    # the CUDA context every GPU holds: filled in from engine_profiles.yaml cuda.context_mib, its one home
+    runtime_reserve_mib: int | None = Field(default=None, ge=0)
     source: str
     as_of: str
 
     @property
     def runtime_reserve_bytes(self) -> int:
-        return self.runtime_reserve_mib * MiB
+        return (self.runtime_reserve_mib or 0) * MiB
 
 
 class Offer(BaseModel):
@@ -264,6 +265,22 @@ def load_catalog(directory: str | None = None) -> Catalog:
         models=_records(base / "models.yaml", "models", Model, "model"),
         precisions=_records(base / "precisions.yaml", "precisions", Precision, "precision"),
         kv_dtypes=_records(base / "precisions.yaml", "kv_dtypes", KvDtype, "kv-dtype"),
-        engines=_records(base / "engines.yaml", "engines", Engine, "engine"),
+        engines=_engines(base),
         offers=_offers(base / "prices.yaml", gpus),
     )
+
+
+def _engines(base: Path) -> Registry[Engine]:
+    """engines.yaml, each engine's runtime reserve being the CUDA context of engine_profiles.yaml (cuda.context_mib),
+    the one place that figure and its measurement live."""
+    engines = _records(base / "engines.yaml", "engines", Engine, "engine")
+    for engine in engines:
+        if engine.runtime_reserve_mib is not None:
+            raise PlannerInputError(f"catalog engines.yaml: engines[{engine.name}].runtime_reserve_mib: the CUDA context "
+                                    "comes from engine_profiles.yaml cuda.context_mib; remove the key")
+    cuda = read_yaml(base / "engine_profiles.yaml").get("cuda")
+    context = cuda.get("context_mib") if isinstance(cuda, dict) else None
+    value = context.get("value") if isinstance(context, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlannerInputError("catalog engine_profiles.yaml: cuda.context_mib.value: must be a whole number of MiB")
+    return Registry(engines.kind, tuple(e.model_copy(update={"runtime_reserve_mib": value}) for e in engines))

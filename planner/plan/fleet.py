@@ -32,7 +32,7 @@ from planner.plan.configuration import Configuration
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import Scenario
 from planner.plan.search import build_search_space, recheck
-from planner.plan.status import INFEASIBLE, OPTIMAL, solved, status_name
+from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingConfig, Slo, serving_configs
 
 
@@ -203,8 +203,9 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
         if covered:
             model.add(sum(covered) <= quota.max_gpus)
     cost = sum(instances[pi] * pools[pi].price_units for pi in instances)
-    penalty = sum(slack.values()) * (10 ** 9) if slack else 0
-    model.minimize(cost + penalty)
+    # with unmet demand allowed: serve as much as possible first (the cost is minimized after, at that service,
+    # in _least_unmet), rather than one weighted sum whose coefficients overflow at large demands
+    model.minimize(sum(slack.values()) if slack else cost)
     return _Built(model, replicas, instances, slack, cost)
 
 
@@ -231,6 +232,11 @@ def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True) ->
     pools = list(dict.fromkeys(Pool(o, m) for w in problem.workloads for o, m in w.space.offers))
     built = _build(problem, configs, pools, allow_unmet=False)
     solver, status = _solve(built, problem.time_limit_s)
+    if status_name(status) == UNKNOWN:  # the time limit ended the search before any fleet was found
+        why = (f"no fleet found within the time limit ({problem.time_limit_s:g} s); the search was cut short, "
+               "not proven infeasible: raise --time-limit (or solver.time_limit_s)")
+        return FleetPlan(UNKNOWN, 0.0, time.perf_counter() - started, None, None, (), (), (why,), (), len(configs),
+                         len(built.replicas) + len(built.instances), candidate_seconds)
     if not solved(status):
         plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status))
         return replace(plan, candidate_seconds=candidate_seconds)
@@ -284,7 +290,7 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
                     f" (ttft <= {w.slo.ttft_s} s, tpot <= {w.slo.tpot_s} s)" if w.slo.ttft_s or w.slo.tpot_s else "")
                 unmet.append(f"{w.name} bucket {b}: {why}")
     relaxed = _build(problem, configs, pools, allow_unmet=True)
-    solver, status2 = _solve(relaxed, problem.time_limit_s)
+    solver, status2 = _least_unmet(relaxed, problem.time_limit_s)
     if solved(status2):
         for (name, b), var in relaxed.slack.items():
             short = solver.value(var) / CAPACITY_UNITS_PER_RPS
@@ -296,6 +302,17 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
         return replace(plan, usd_per_hour=None, usd_per_million_output_tokens=None)
     return FleetPlan(INFEASIBLE, 0.0, time.perf_counter() - started, None, None, (), (), tuple(unmet), (),
                      len(configs), 0)
+
+
+def _least_unmet(relaxed: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
+    """The least unserved demand, then the cheapest fleet serving the rest (each phase within the time limit)."""
+    solver, status = _solve(relaxed, time_limit_s)
+    if not solved(status):
+        return solver, status
+    relaxed.model.add(sum(relaxed.slack.values()) <= round(solver.objective_value))
+    relaxed.model.minimize(relaxed.cost)
+    cheapest, status2 = _solve(relaxed, time_limit_s)
+    return (cheapest, status2) if solved(status2) else (solver, status)
 
 
 def _quota_full(quota: Quota, built: _Built, solver: cp_model.CpSolver, pools: list[Pool]) -> bool:

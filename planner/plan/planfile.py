@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from planner.catalog.load import Catalog, Gpu
+from planner.catalog.load import Catalog, Gpu, validate_record
 from planner.errors import PlannerInputError
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings
 from planner.estimator.layout import layout_refusal
@@ -204,12 +204,7 @@ def _validate(schema: type[_Schema], data: object, p: Path):
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         raise PlannerInputError(f"plan: {_name(p)} is not a `planner solve --format json` output of this planner "
                                 f"(schema_version {SCHEMA_VERSION}); {WRITE_ONE}")
-    try:
-        return schema.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise PlannerInputError(f"plan: {_name(p)}: {where}: {first['msg']}; {WRITE_ONE}") from None
+    return validate_record(schema, data, f"plan: {_name(p)}")
 
 
 def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Catalog, p: Path) -> CheckedPlan:
@@ -226,7 +221,10 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
     refusal = layout_refusal(arch, configuration.tp, configuration.pp)
     if refusal:
         raise PlannerInputError(f"plan: {_name(p)}: {refusal.removeprefix('--')}")
-    memory = check_configuration(arch, configuration, GpuTarget.from_catalog(card), catalog)
+    try:
+        memory = check_configuration(arch, configuration, GpuTarget.from_catalog(card), catalog)
+    except PlannerInputError as exc:  # e.g. tp x pp beyond any replica: said of the plan file
+        raise PlannerInputError(f"plan: {_name(p)}: {exc}") from None
     if memory.gpu is None or not memory.gpu.fits:
         raise PlannerInputError(f"plan: {_name(p)}: the estimator does not confirm this configuration on {card.name} "
                                 f"(headroom {format_bytes(memory.gpu.headroom_bytes if memory.gpu else 0)}); "

@@ -270,10 +270,10 @@ def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates
     if space.engine is not None:
         request = Request(context=context, batch=concurrency, tp=tp, pp=pp, precision=precision, kv_dtype=kv)
         need = engine_need(space.arch, request, space.engine, GpuTarget.from_catalog(gpu), catalog, budgets)
-        configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency,
-                                            need.budget.settings if need.budget else None)
-        if need.fits:
+        if need.fits:  # a plan keeps the settings the engine resolved for it; a refusal, the settings asked for
+            configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency, need.budget.settings)
             return Candidate(gpu, configuration, min(need.used_bytes, card))
+        configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
         return configuration, max(need.used_bytes, card + 1), need.reason or "does not fit"
     configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
     est = estimates.get(key)

@@ -4,6 +4,15 @@ The model: one Boolean per (candidate configuration, rental) pair; exactly one i
 Phase 1 minimizes $/hour. Phase 2 keeps that cost and maximizes a preference score: larger
 context, then more concurrency, then more headroom, then fewer GPUs; the pair's index breaks
 the last ties so the same scenario always gives the same plan.
+
+Why not the fleet model (fleet.py) with a fixed replica count and no traffic: a single-configuration
+plan runs every replica on one configuration and one rentable shape, so the fleet model would need a
+Boolean per (configuration, pool) to force a single pair on top of its integer replica and instance
+variables: the same exactly-one choice with two more variables per pair, and a second phase it does
+not have. The two models share everything but the choice: the candidate search (search.py), the
+configuration (configuration.py), the rental rule (rental.py), the re-check, the statuses (status.py).
+Their explanations answer different questions: without traffic there are no quotas or SLOs to bind,
+and with traffic a fleet has no single "next cheapest GPU type" to list.
 """
 
 from __future__ import annotations

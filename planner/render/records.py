@@ -1,20 +1,27 @@
-"""Results as JSON: the one serializer of plans and fleets (`--format json`, the plan files `planner export`
-reads). Field names are the dataclasses' own; a record that carries a configuration has the
+"""Results as records: JSON (the one serializer of plans and fleets, (`--format json`, the plan files `planner export`
+reads), CSV rows and DataFrames. Field names are the dataclasses' own; a record that carries a configuration has the
 configuration's fields at its top level (planner.plan.planfile describes the layout and reads it back).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import fields, is_dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
+from planner.catalog.load import Catalog
+from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
 from planner.plan.planfile import SCHEMA_VERSION
+from planner.units import GiB, gb
 
 if TYPE_CHECKING:
+    from planner.api import EngineEstimate
+    from planner.estimator.fit import EngineFit
     from planner.plan.fleet import Assignment, FleetPlan
-    from planner.plan.solver import SolveResult
+    from planner.plan.solver import PlanOption, SolveResult
 
 
 def configuration_record(configuration: Configuration) -> dict[str, Any]:
@@ -79,3 +86,87 @@ def fleet_json(plan: FleetPlan, scenario: str) -> str:
                    "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source} for u in plan.pools],
         "unmet": list(plan.unmet), "binding": list(plan.binding), "configurations": plan.configurations,
         "variables": plan.variables})
+
+
+def estimate_json(est: MemoryEstimate) -> str:
+    return json.dumps(record(est), indent=2)
+
+
+def engine_estimate_json(both: EngineEstimate) -> str:
+    """The estimate with an "engine" section (the engine's budget and the settings it resolved); "gpu.fits" is
+    the engine's verdict."""
+    data = record(both.memory)
+    data["engine"] = record(both.engine)
+    if data["gpu"] is not None:
+        data["gpu"]["fits"] = both.engine.fits
+    return json.dumps(data, indent=2)
+
+
+def catalog_rows(catalog: Catalog, kind: str) -> list[dict[str, Any]]:
+    if kind == "gpus":
+        return [{"name": g.name, "display_name": g.display_name, "vendor": g.vendor, "generation": g.generation,
+                 "segment": g.segment, "memory_bytes": g.memory_bytes, "memory_mib": g.memory_mib,
+                 "memory_gb": round(gb(g.memory_bytes), 2), "memory_gib": round(g.memory_bytes / GiB, 2),
+                 "memory_bandwidth_gbps": g.memory_bandwidth_gbps, "bf16_dense_tflops": g.dense_tflops.get("bf16"),
+                 "fp8_dense_tflops": g.dense_tflops.get("fp8"), "native_formats": list(g.native_formats),
+                 "interconnect": g.interconnect.name, "gpus_per_node": g.gpus_per_node, "source": g.source,
+                 "as_of": g.as_of} for g in catalog.gpus]
+    if kind == "models":
+        return [{"name": m.name, "hf_id": m.hf_id, "family": m.family, "params": m.params,
+                 "params_b": round(m.params / 1e9, 2), "aliases": list(m.aliases), "source": m.source,
+                 "as_of": m.as_of} for m in catalog.models]
+    return [{"name": p.name, "bits": p.bits, "scope": p.scope,
+             "scales": (f"{p.scales.granularity}"
+                        f"{'/' + str(p.scales.group_size) if p.scales.group_size else ''}"
+                        f" {p.scales.scale_bits}+{p.scales.zero_bits} bits") if p.scales else "",
+             "quality": p.quality, "native": list(p.native), "aliases": list(p.aliases), "source": p.source}
+            for p in catalog.precisions]
+
+
+def _csv_cell(value: Any) -> Any:
+    """Lists as a;b;c, a nested record (an engine and its settings) as key=value;..., the rest as is."""
+    if isinstance(value, list):
+        return ";".join(map(str, value))
+    if isinstance(value, dict):
+        return ";".join(f"{k}={v}" for k, v in value.items() if v is not None)
+    return value
+
+
+def rows_csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else [])
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_cell(v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+def compare_frame(plans: Iterable[PlanOption]):
+    """One row per (GPU type, provider): the cheapest configuration that holds the model."""
+    import pandas as pd
+
+    rows = [{"gpu": p.gpu, "provider": p.provider, "instance": p.instance, "region": p.region, "market": p.market,
+             "gpus": p.gpus_per_replica, "tp": p.tp, "pp": p.pp, "precision": p.precision, "kv_dtype": p.kv_dtype,
+             "usd_per_hour": p.usd_per_hour, "usd_per_gpu_hour": round(p.usd_per_hour / (p.instances * p.gpus_per_instance), 4),
+             "headroom_gb": round(gb(p.headroom_bytes), 2), "price_as_of": p.price_as_of} for p in plans]
+    columns = ["gpu", "provider", "instance", "region", "market", "gpus", "tp", "pp", "precision", "kv_dtype",
+               "usd_per_hour", "usd_per_gpu_hour", "headroom_gb", "price_as_of"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def fleet_rows(plan: FleetPlan) -> list[dict[str, Any]]:
+    return [assignment_row(a) for a in plan.assignments]
+
+
+def fit_record(f: EngineFit) -> dict[str, Any]:
+    c, s, g = f.largest_context, f.most_sequences, f.fewest_gpus
+    return {"engine": f.engine,
+            "largest_context": {"tokens": c.context, "tp": c.split.tp, "pp": c.split.pp, "limit": c.limit},
+            "most_sequences": {"sequences": s.sequences, "context": s.context, "tp": s.split.tp, "pp": s.split.pp},
+            "fewest_gpus": {"gpus": g.split.gpus if g.split else None, "tp": g.split.tp if g.split else None,
+                            "pp": g.split.pp if g.split else None, "context": g.context, "batch": g.batch,
+                            "searched_up_to": g.max_gpus}}
+
+
+def fit_json(fits: tuple[EngineFit, ...]) -> str:
+    return json.dumps([fit_record(f) for f in fits], indent=2)

@@ -1,0 +1,151 @@
+"""Review pages (`planner report -o report.html`): self-contained HTML with inline SVG charts."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+from planner.render.records import fleet_rows
+from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
+from planner.units import gb
+
+if TYPE_CHECKING:
+    from planner.plan.fleet import FleetPlan
+    from planner.plan.review import Review
+    from planner.plan.solver import PlanOption
+
+
+_PAGE_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:70rem;color:#222;padding:0 1rem}
+h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:left}
+th{background:#f3f3f3}td.num{text-align:right}.best{font-size:1.05rem;background:#f5f9ff;padding:.75rem;border-left:4px solid #4C72B0}
+.charts{display:flex;flex-wrap:wrap;gap:1rem}pre{background:#f6f6f6;padding:.75rem;font-size:.8rem;overflow-x:auto}
+.warn{color:#8a5a00}
+"""
+
+
+def _html_table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(
+        f'<td class="num">{html.escape(_num(v))}</td>' if isinstance(v, (int, float)) else f"<td>{html.escape(str(v))}</td>"
+        for v in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _num(value: float | int) -> str:
+    return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+
+
+_PLAN_HEADER = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market",
+                "$/hour", "headroom GB"]
+
+
+def _plan_cells(rank: Any, p: PlanOption) -> list[Any]:
+    return [rank, f"{p.gpus_per_replica * p.replicas} x {p.gpu}", f"{p.tp} x {p.pp}", p.precision, p.kv_dtype,
+            p.context, p.concurrency, f"{p.instances} x {p.provider} {p.instance}", p.market, p.usd_per_hour,
+            round(gb(p.headroom_bytes), 2)]
+
+
+def _memory_bar(label: str, p: PlanOption):
+    from planner.render.charts import MemoryBar
+
+    fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
+    return MemoryBar(label, gb(fullest.weights_bytes), gb(fullest.kv_cache_bytes), gb(fullest.overhead_bytes),
+                     gb(max(0, p.headroom_bytes)))
+
+
+def review_html(review: Review, scenario_text: str) -> str:
+    from planner.render import charts
+
+    result = review.result
+    parts = [f"<h1>{html.escape(result.scenario)}: {html.escape(result.model)}</h1>",
+             f"<p>{html.escape(status_line(result))}</p>"]
+    best = result.best
+    if best is None:
+        info = result.infeasible
+        parts.append("<p class='best'><b>No plan fits.</b> " + html.escape(info.reason if info else "") + "</p>")
+        if info and info.suggestions:
+            parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in info.suggestions) + "</ul>")
+    else:
+        parts.append(
+            f"<div class='best'><b>Best plan: ${best.usd_per_hour:,.2f}/hour</b> ({html.escape(best.market)}) — "
+            f"{best.replicas} x {best.gpus_per_replica} x {html.escape(best.gpu_display)}, tp {best.tp} x pp {best.pp}, "
+            f"{html.escape(best.precision)} weights, {html.escape(best.kv_dtype)} KV, context {best.context:,}, "
+            f"concurrency {best.concurrency}; {best.instances} x {html.escape(best.provider)} "
+            f"{html.escape(best.instance)} ({html.escape(best.region)}). {html.escape(best.sharing)}.<br>"
+            f"{html.escape(memory_line(best))} · re-checked by the estimator</div>")
+        parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in best.memory.warnings]
+        parts += ["<h2>Plan and alternatives</h2>", _html_table(
+            _PLAN_HEADER, [_plan_cells("best", best)] + [_plan_cells(i, p) for i, p in enumerate(result.alternatives, 1)])]
+        bars = [_memory_bar(f"best: {best.gpus_per_replica} x {best.gpu}", best)]
+        bars += [_memory_bar(f"#{i}: {p.gpus_per_replica} x {p.gpu}", p) for i, p in enumerate(result.alternatives, 1)]
+        parts += ["<h2>Memory per GPU</h2>", charts.memory_chart(bars)]
+    if result.rejected_cheaper:
+        parts += ["<h2>Cheaper options the estimator rejected</h2>", _html_table(
+            ["GPUs", "tp x pp", "weights/KV", "context x concurrency", "$/hour", "needs per GPU (GB)", "card (GB)"],
+            [[f"{r.tp * r.pp} x {r.gpu}", f"{r.tp} x {r.pp}", f"{r.precision}/{r.kv_dtype}",
+              f"{r.context:,} x {r.concurrency}", r.usd_per_hour, round(gb(r.needed_bytes), 2), round(gb(r.card_bytes), 2)]
+             for r in result.rejected_cheaper])]
+    parts += ["<h2>Binding constraints</h2>", "<ul>" + "".join(f"<li>{html.escape(b)}</li>" for b in review.binding) + "</ul>"]
+    parts += ["<h2>How the cost moves</h2><div class='charts'>",
+              charts.cost_curve(list(review.context_costs), "context (tokens per sequence)", "cost vs context"),
+              charts.cost_curve(list(review.concurrency_costs), "concurrent sequences per replica",
+                                "cost vs traffic (sequences held at once)"), "</div>",
+              _html_table(["context", "$/hour"], [[c, "no fit" if v is None else v] for c, v in review.context_costs]),
+              _html_table(["concurrency", "$/hour"], [[c, "no fit" if v is None else v] for c, v in review.concurrency_costs])]
+    if review.offers and best is not None:
+        rows = sorted(((f"{o.provider} {o.instance} ({o.region}, {market})", price / o.gpus, o.as_of)
+                       for o in review.offers for market in ("on-demand", "spot") if (price := o.price(market))),
+                      key=lambda r: r[1])
+        parts += [f"<h2>Provider prices for {html.escape(best.gpu)}</h2>",
+                  charts.price_chart([(label, price) for label, price, _ in rows], f"{best.gpu}: $ per GPU-hour"),
+                  _html_table(["offer", "$ per GPU-hour", "as of"], [[a, round(b, 4), c] for a, b, c in rows])]
+    counts = ", ".join(f"{n} {k}" for k, n in review.catalog_counts.items())
+    parts += ["<h2>Inputs</h2>", f"<p>Catalogs: {html.escape(counts)} (planner's shipped catalogs). "
+              + (f"Price of the plan as of {html.escape(best.price_as_of)}; source: {html.escape(best.price_source)}."
+                 if best else "") + "</p>", f"<pre>{html.escape(scenario_text)}</pre>"]
+    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>planner report: {html.escape(result.scenario)}</title><style>{_PAGE_STYLE}</style></head><body>"
+            + "\n".join(parts) + "</body></html>\n")
+
+
+def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
+    """A review page for a fleet: cost, replicas, rented pools, memory per replica, binding limits, inputs."""
+    from planner.render import charts
+
+    parts = [f"<h1>{html.escape(name)}: fleet</h1>", f"<p>{html.escape(fleet_status(plan))}</p>"]
+    if plan.usd_per_hour is None:
+        parts.append(f"<p class='best'><b>{html.escape(no_fleet(plan))}</b></p>")
+    else:
+        per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
+                 if plan.usd_per_million_output_tokens is not None else "")
+        parts.append(f"<div class='best'><b>Fleet: ${plan.usd_per_hour:,.2f}/hour</b>{per_m} · every replica's "
+                     "configuration re-checked by the estimator</div>")
+    rows = fleet_rows(plan)
+    if rows:
+        header = ["workload", "bucket", "replicas", "gpu", "gpus_per_replica", "tp", "pp", "precision", "kv_dtype",
+                  "context", "concurrency", "capacity_rps_per_replica", "ttft_s", "tpot_s", "provider", "instance", "market"]
+        parts += ["<h2>Replicas</h2>",
+                  _html_table([column_label(h) for h in header], [[r[h] for h in header] for r in rows])]
+        bars = []
+        for a in plan.assignments:
+            fullest = max(a.memory.per_gpu, key=lambda r: r.total_bytes)
+            headroom = a.memory.gpu.headroom_bytes if a.memory.gpu else 0
+            bars.append(charts.MemoryBar(f"{a.workload}: {a.config.candidate.gpus} x {a.config.candidate.gpu.name}",
+                                         gb(fullest.weights_bytes), gb(fullest.kv_cache_bytes),
+                                         gb(fullest.overhead_bytes), gb(max(0, headroom))))
+        parts += ["<h2>Memory per GPU</h2>", charts.memory_chart(bars)]
+    if plan.pools:
+        parts += ["<h2>Rented</h2>", _html_table(
+            ["pool", "instances", "GPUs used", "GPUs paid", "$/hour", "price as of", "source"],
+            [[u.pool.label, u.instances, u.gpus_used, u.instances * u.pool.offer.gpus, u.usd_per_hour,
+              u.pool.offer.as_of, u.pool.offer.source] for u in plan.pools])]
+    if plan.unmet:
+        parts += ["<h2>Unmet demand</h2>", "<ul>" + "".join(f"<li>{html.escape(u)}</li>" for u in plan.unmet) + "</ul>"]
+    parts += ["<h2>Binding constraints</h2>",
+              "<ul>" + "".join(f"<li>{html.escape(b)}</li>" for b in plan.binding) + "</ul>",
+              "<h2>Inputs</h2>", f"<pre>{html.escape(scenario_text)}</pre>"]
+    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>planner report: {html.escape(name)}</title><style>{_PAGE_STYLE}</style></head><body>"
+            + "\n".join(parts) + "</body></html>\n")

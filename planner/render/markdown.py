@@ -1,0 +1,74 @@
+"""Results as Markdown (`--format markdown`, report.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.render.summary import fleet_status, memory_line, status_line
+from planner.units import gb
+
+if TYPE_CHECKING:
+    from planner.plan.fleet import FleetPlan
+    from planner.plan.review import Review
+    from planner.plan.solver import SolveResult
+
+
+def solve_markdown(result: SolveResult) -> str:
+    lines = [f"## {result.scenario}: {result.model}", "", status_line(result), ""]
+    if result.best is None:
+        lines.append("**No plan fits.**")
+        if result.infeasible:
+            lines += ["", result.infeasible.reason, ""] + [f"- {s}" for s in result.infeasible.suggestions]
+        return "\n".join(lines) + "\n"
+    best = result.best
+    lines += [f"**Best plan: ${best.usd_per_hour:,.2f}/hour** ({best.market}): {best.replicas} x "
+              f"{best.gpus_per_replica} x {best.gpu}, tp {best.tp} x pp {best.pp}, {best.precision} weights, "
+              f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
+              f"{best.instances} x {best.provider} {best.instance} ({best.region}); {best.sharing}.", "",
+              memory_line(best) + ".", ""]
+    header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for rank, p in [("best", best), *enumerate(result.alternatives, start=1)]:
+        lines.append(f"| {rank} | {p.gpus_per_replica * p.replicas} x {p.gpu} | {p.tp} x {p.pp} | {p.precision} | "
+                     f"{p.kv_dtype} | {p.context:,} | {p.concurrency} | {p.provider} {p.instance} | {p.market} | "
+                     f"{p.usd_per_hour:,.2f} |")
+    if result.rejected_cheaper:
+        lines += ["", "Cheaper options rejected by the estimator:", ""]
+        lines += [f"- {r.tp * r.pp} x {r.gpu} ({r.precision}, KV {r.kv_dtype}, {r.context:,} x {r.concurrency}) at "
+                  f"${r.usd_per_hour:,.2f}/hour: needs {gb(r.needed_bytes):.1f} GB per GPU, card holds "
+                  f"{gb(r.card_bytes):.1f} GB" for r in result.rejected_cheaper]
+    return "\n".join(lines) + "\n"
+
+
+def frame_markdown(frame) -> str:
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row) + " |"
+              for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def review_markdown(review: Review, scenario_text: str) -> str:
+    lines = [solve_markdown(review.result).rstrip(), "", "### Binding constraints", ""]
+    lines += [f"- {b}" for b in review.binding]
+    lines += ["", "### Cost vs context", "", "| context | $/hour |", "|---|---|"]
+    lines += [f"| {c:,} | {'no fit' if v is None else f'{v:,.2f}'} |" for c, v in review.context_costs]
+    lines += ["", "### Cost vs concurrency", "", "| concurrency | $/hour |", "|---|---|"]
+    lines += [f"| {c:,} | {'no fit' if v is None else f'{v:,.2f}'} |" for c, v in review.concurrency_costs]
+    lines += ["", "### Scenario", "", "```yaml", scenario_text.rstrip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def fleet_markdown(name: str, plan: FleetPlan) -> str:
+    lines = [f"## {name}: fleet", "", fleet_status(plan), ""]
+    if plan.usd_per_hour is not None:
+        lines += [f"**Fleet: ${plan.usd_per_hour:,.2f}/hour**"
+                  + (f", ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
+                     if plan.usd_per_million_output_tokens is not None else ""), ""]
+    lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | context x batch | req/s each | pool |",
+              "|---|---|---|---|---|---|---|"]
+    for a in plan.assignments:
+        c = a.config.candidate
+        lines.append(f"| {a.workload} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
+                     f"| {c.context:,} x {c.concurrency} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
+    lines += [""] + [f"- unmet: {u}" for u in plan.unmet] + [f"- binding: {b}" for b in plan.binding]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,62 @@
+"""Sentences and column words every format shares: a solve's status, a plan's memory, a fleet's status, and the
+words (with units) that tables print for a record's field names. JSON keeps the field names."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.units import gb, gib
+
+if TYPE_CHECKING:
+    from planner.plan.fleet import FleetPlan
+    from planner.plan.solver import PlanOption, SolveResult
+
+# What a table header says for a record field: a word a reader knows, with its unit.
+LABELS = {
+    "gpu": "GPU", "display_name": "marketed as", "gpus": "GPUs", "tp": "TP", "pp": "PP", "precision": "weights",
+    "kv_dtype": "KV cache", "usd_per_hour": "$/hour", "usd_per_gpu_hour": "$/GPU-hour", "headroom_gb": "headroom GB",
+    "price_as_of": "price as of", "memory_mib": "memory MiB", "memory_gb": "memory GB", "memory_gib": "memory GiB",
+    "memory_bandwidth_gbps": "bandwidth GB/s", "bf16_dense_tflops": "BF16 dense TFLOPS",
+    "fp8_dense_tflops": "FP8 dense TFLOPS", "interconnect": "GPU link", "gpus_per_node": "GPUs per node", "hf_id": "Hugging Face id",
+    "params": "parameters", "params_b": "parameters (B)", "native": "native on", "gpus_per_replica": "GPUs per replica",
+    "context": "context (tokens)", "concurrency": "batch", "capacity_rps_per_replica": "req/s per replica",
+    "ttft_s": "TTFT s", "tpot_s": "TPOT s",
+}
+
+
+def column_label(field: str) -> str:
+    return LABELS.get(field, field.replace("_", " "))
+
+
+def status_line(result: SolveResult) -> str:
+    if result.status == "OPTIMAL":
+        verdict = "OPTIMAL (proven cheapest)"
+    elif result.status == "FEASIBLE":
+        verdict = f"FEASIBLE (time limit {result.time_limit_s:g} s reached; gap {result.gap:.1%} to the bound)"
+    else:
+        verdict = result.status
+    return (f"{verdict} in {result.solve_seconds:.2f} s · {result.configurations_checked:,} configurations checked, "
+            f"{result.candidates:,} fit, {result.variables:,} priced options (CP-SAT variables)")
+
+
+def memory_line(p: PlanOption) -> str:
+    fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
+    card = p.memory.gpu.memory_bytes if p.memory.gpu else 0
+    share = p.headroom_bytes / card if card else 0
+    return (f"per GPU: weights {gb(fullest.weights_bytes):.2f} + KV {gb(fullest.kv_cache_bytes):.2f} + overhead "
+            f"{gb(fullest.overhead_bytes):.2f} = {gb(fullest.total_bytes):.2f} GB of {gb(card):.2f} GB "
+            f"({gib(card):.2f} GiB); headroom {gb(p.headroom_bytes):.2f} GB ({share:.0%})")
+
+
+def fleet_status(plan: FleetPlan) -> str:
+    verdict = {"OPTIMAL": "OPTIMAL (proven cheapest)", "FEASIBLE": f"FEASIBLE (time limit; gap {plan.gap:.1%})"}.get(
+        plan.status, plan.status)
+    return (f"{verdict} in {plan.solve_seconds:.2f} s · {plan.configurations:,} serving configurations, "
+            f"{plan.variables:,} CP-SAT variables")
+
+
+def no_fleet(plan: FleetPlan) -> str:
+    """The headline of a plan without a fleet: cut short by the time limit, or no fleet serves the traffic."""
+    if plan.status == "UNKNOWN":
+        return "No fleet found within the time limit."
+    return "No fleet serves all the traffic."

@@ -1,0 +1,312 @@
+"""Results as terminal tables (rich). Headers are words with units (summary.LABELS), never field names."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.estimator.memory import MemoryEstimate, RankMemory
+from planner.render.records import fit_record
+from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
+from planner.units import MiB, format_bytes, format_count, gb, gib
+
+if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
+    from planner.estimator.engines import EngineBudget
+    from planner.estimator.fit import EngineFit
+    from planner.plan.fleet import FleetPlan
+    from planner.plan.solver import SolveResult
+
+
+def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
+    return [label, f"{n_bytes:,}", f"{gb(n_bytes):,.2f}", f"{gib(n_bytes):,.2f}", note]
+
+
+def estimate_table(est: MemoryEstimate, console: Console, show_fit: bool = True) -> None:
+    """The breakdown; show_fit=False when an engine's own verdict follows (engine_table)."""
+    gpus = est.tp * est.pp
+    split = f" · tp {est.tp} x pp {est.pp} = {gpus} GPUs" if gpus > 1 else " · 1 GPU"
+    console.print(f"[bold]{est.model}[/bold] · weights {est.precision} · KV {est.kv_dtype} · "
+                  f"context {est.context:,} · batch {est.batch}{split}")
+    if est.exact:
+        parts = f"language model {format_count(est.language_params)}"
+        if est.multimodal_params:
+            parts += f" + vision tower/projector {format_count(est.multimodal_params)}"
+        if est.checkpoint_params != est.language_params + est.multimodal_params:
+            skipped = est.checkpoint_params - est.language_params - est.multimodal_params
+            parts += f"; {format_count(skipped)} more in the checkpoint not loaded for serving (e.g. MTP)"
+        console.print(f"parameters {est.params:,} ({format_count(est.params)}), counted tensor by tensor: {parts}")
+    else:
+        console.print(f"parameters {est.params:,} ({format_count(est.params)}), as given (weights = params x bytes per param)")
+
+    table = Table(show_header=True, header_style="bold")
+    for col, justify in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    suffix = " (all GPUs)" if gpus > 1 else ""
+    table.add_row(*_bytes_row("weights" + suffix, est.weights_bytes, f"{est.precision}, {est.quality}"))
+    kv_note = f"{est.kv_bytes_per_token:,} B/token x {est.context:,} x {est.batch} seq"
+    if est.kv_sliding_bytes_per_token:
+        windows = "/".join(f"{w:,}" for w in est.sliding_windows)
+        kv_note += f" + sliding {est.kv_sliding_bytes_per_token:,} B/token x <={windows}"
+    if est.kv_state_bytes_per_sequence:
+        kv_note += f" + recurrent state {est.kv_state_bytes_per_sequence:,} B/seq"
+    table.add_row(*_bytes_row("KV cache" + suffix, est.kv_cache_bytes, kv_note))
+    table.add_row(*_bytes_row("overhead" + suffix, est.overhead_bytes,
+                              f"{est.overhead_fraction:.0%} of weights+KV, >= {est.runtime_reserve_bytes // MiB:,} MiB/GPU"))
+    table.add_row(*_bytes_row("total" + suffix, est.total_bytes), style="bold")
+    console.print(table)
+
+    if gpus > 1:
+        per = Table(title="per GPU", show_header=True, header_style="bold")
+        for col in ("ranks", "pp stage", "layers", "weights GB", "KV GB", "overhead GB", "total GB", "total GiB"):
+            per.add_column(col, justify="right")
+        for group in _identical_ranks(est):
+            r = group[0]
+            ranks = str(r.rank) if len(group) == 1 else f"{r.rank}-{group[-1].rank}"
+            per.add_row(ranks, str(r.pp_stage), f"{r.first_layer}-{r.last_layer - 1}",
+                        f"{gb(r.weights_bytes):,.2f}", f"{gb(r.kv_cache_bytes):,.2f}", f"{gb(r.overhead_bytes):,.2f}",
+                        f"{gb(r.total_bytes):,.2f}", f"{gib(r.total_bytes):,.2f}")
+        console.print(per)
+
+    if est.gpu is not None and show_fit:
+        fit = est.gpu
+        verdict = "[green]fits[/green]" if fit.fits else "[red]does not fit[/red]"
+        which = "the fullest GPU" if gpus > 1 else "it"
+        console.print(f"GPU {fit.name}: {format_bytes(fit.memory_bytes)} as the runtime reports it "
+                      f"({fit.memory_bytes // MiB:,} MiB) -> {verdict}; headroom on {which}: "
+                      f"{format_bytes(fit.headroom_bytes)}")
+    for warning in est.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _identical_ranks(est: MemoryEstimate) -> list[list[RankMemory]]:
+    """Consecutive ranks with the same stage and bytes, shown as one row."""
+    groups: list[list[RankMemory]] = []
+    for r in est.per_gpu:
+        key = (r.pp_stage, r.weights_bytes, r.kv_cache_bytes, r.overhead_bytes)
+        if groups and (groups[-1][0].pp_stage, groups[-1][0].weights_bytes, groups[-1][0].kv_cache_bytes,
+                       groups[-1][0].overhead_bytes) == key:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+_TABLE_COLUMNS = {
+    "gpus": ("name", "display_name", "memory_mib", "memory_gb", "memory_gib", "memory_bandwidth_gbps",
+             "bf16_dense_tflops", "fp8_dense_tflops", "interconnect", "gpus_per_node"),
+    "models": ("name", "hf_id", "family", "params", "params_b"),
+    "precisions": ("name", "bits", "scope", "scales", "quality", "native"),
+}
+
+
+def rows_table(rows: Iterable[dict[str, Any]], kind: str, console: Console) -> None:
+    table = Table(show_header=True, header_style="bold")
+    columns = _TABLE_COLUMNS[kind]
+    for col in columns:
+        _labelled_column(table, col)
+    for row in rows:
+        table.add_row(*(_cell(row[c]) for c in columns))
+    console.print(table)
+
+
+def _labelled_column(table: Table, field: str, justify: str = "left") -> None:
+    """A column headed by the field's words; a narrow terminal folds headers and cells, never cuts them short."""
+    table.add_column(column_label(field), justify=justify, overflow="fold")  # type: ignore[arg-type]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def solve_table(result: SolveResult, console: Console) -> None:
+    console.print(f"[bold]{result.scenario}[/bold] · {result.model} · {status_line(result)}")
+    for note in result.skipped:
+        console.print(f"skipped {note}")
+    best = result.best
+    if best is None:
+        _infeasible(result, console)
+        return
+    console.print(f"\n[bold]Best plan: ${best.usd_per_hour:,.2f}/hour[/bold] ({best.market}"
+                  + (f", ${best.usd_per_replica_hour:,.2f} per replica" if best.replicas > 1 else "") + ")")
+    console.print(f"  {best.replicas} replica(s) of {best.gpus_per_replica} x {best.gpu} ({best.gpu_display}): "
+                  f"tp {best.tp} x pp {best.pp}, {best.nodes_per_replica} node(s) per replica")
+    console.print(f"  weights {best.precision} ({best.memory.quality}) · KV {best.kv_dtype} · context {best.context:,} · "
+                  f"concurrency {best.concurrency}")
+    console.print(f"  rent: {best.instances} x {best.provider} {best.instance} ({best.gpus_per_instance} GPUs, "
+                  f"{best.region}); {best.sharing}")
+    console.print(f"  {memory_line(best)} · re-checked by the estimator")
+    console.print(f"  price as of {best.price_as_of}; source: {best.price_source}")
+    for warning in best.memory.warnings:
+        console.print(f"  [yellow]warning:[/yellow] {warning}")
+
+    if result.alternatives:
+        table = Table(title="Alternatives: the best plan on each other GPU type", show_header=True, header_style="bold")
+        for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "headroom GB"):
+            table.add_column(col, justify="right" if col in ("$/hour", "headroom GB") else "left")
+        for i, p in enumerate(result.alternatives, start=1):
+            table.add_row(str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({p.tp} x {p.pp})",
+                          f"{p.precision}/{p.kv_dtype}", f"{p.context:,} x {p.concurrency}",
+                          f"{p.instances} x {p.provider} {p.instance}" + (" (spot)" if p.market == "spot" else ""),
+                          f"{p.usd_per_hour:,.2f}", f"{gb(p.headroom_bytes):.1f}")
+        console.print(table)
+    if result.rejected_cheaper:
+        table = Table(title="Cheaper options the estimator rejected (closest miss per GPU type)", show_header=True,
+                      header_style="bold")
+        for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "why not"):
+            table.add_column(col)
+        for r in result.rejected_cheaper:
+            table.add_row(f"{r.tp * r.pp} x {r.gpu} ({r.tp} x {r.pp})", f"{r.precision}/{r.kv_dtype}",
+                          f"{r.context:,} x {r.concurrency}", f"{r.usd_per_hour:,.2f}",
+                          f"needs {gb(r.needed_bytes):.1f} GB per GPU, card holds {gb(r.card_bytes):.1f} GB")
+        console.print(table)
+
+
+def _infeasible(result: SolveResult, console: Console) -> None:
+    info = result.infeasible
+    console.print("\n[bold red]No plan fits.[/bold red]")
+    if info is None:
+        return
+    console.print(f"  {info.reason}")
+    if info.suggestions:
+        console.print("  Changes that would make it fit (one at a time):")
+        for suggestion in info.suggestions:
+            console.print(f"   - {suggestion}")
+
+
+COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "gpus", "tp", "pp", "precision", "kv_dtype", "usd_per_hour",
+                         "usd_per_gpu_hour", "headroom_gb"]
+
+
+def frame_table(frame, title: str, console: Console, columns: list[str] | None = None) -> None:
+    """A DataFrame as a terminal table (the widest text columns left to JSON/CSV)."""
+    frame = frame[columns] if columns else frame
+    table = Table(title=title, show_header=True, header_style="bold")
+    for col in frame.columns:
+        _labelled_column(table, col, "right" if frame[col].dtype.kind in "if" else "left")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row))
+    console.print(table if len(frame) else "no GPU and provider holds this model with these settings")
+
+
+def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
+    console.print(f"[bold]{name}[/bold] · fleet · {fleet_status(plan)}")
+    if plan.usd_per_hour is None:
+        console.print(f"\n[bold red]{no_fleet(plan)}[/bold red]")
+    else:
+        per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
+                 if plan.usd_per_million_output_tokens is not None else "")
+        console.print(f"\n[bold]Fleet: ${plan.usd_per_hour:,.2f}/hour[/bold]{per_m}")
+    table = Table(title="Replicas", show_header=True, header_style="bold")
+    for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "context x batch", "req/s each", "TTFT s",
+                "TPOT ms", "pool"):
+        table.add_column(col, justify="right" if col in ("req/s each", "TTFT s", "TPOT ms") else "left")
+    for a in plan.assignments:
+        c, perf = a.config.candidate, a.config.performance
+        table.add_row(a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
+                      f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {c.concurrency}",
+                      f"{a.config.capacity_rps:,.2f}", f"{perf.ttft_s:.3f}", f"{perf.tpot_s * 1000:.1f}",
+                      f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
+    if plan.assignments:
+        console.print(table)
+    pools = Table(title="Rented", show_header=True, header_style="bold")
+    for col in ("pool", "instances", "GPUs used / paid", "$/hour", "price as of"):
+        pools.add_column(col)
+    for u in plan.pools:
+        pools.add_row(u.pool.label, str(u.instances), f"{u.gpus_used} / {u.instances * u.pool.offer.gpus}",
+                      f"{u.usd_per_hour:,.2f}", u.pool.offer.as_of)
+    if plan.pools:
+        console.print(pools)
+    for line in plan.unmet:
+        console.print(f"[red]unmet:[/red] {line}")
+    for line in plan.binding:
+        console.print(f"binding: {line}")
+    if plan.assignments:
+        console.print("every replica's configuration was re-checked by the estimator")
+
+
+def engine_table(e: EngineBudget, console: Console) -> None:
+    """What the engine does with the card, per its own start-up arithmetic (the limiting rank)."""
+    console.print(f"\n[bold]{e.name}[/bold] ({e.release}) on this card, per GPU (the rank with the smallest pool):")
+    table = Table(show_header=True, header_style="bold")
+    for col, justify in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    label = f"budget ({e.gpu_memory_utilization:.2f} x memory)" if e.gpu_memory_utilization else "budget"
+    for name, value in ((label, e.budget_bytes), ("weights", e.weights_bytes), ("activation peak", e.activation_bytes),
+                        ("non-torch (CUDA context, NCCL)", e.non_torch_bytes), ("CUDA graphs", e.cuda_graph_bytes),
+                        ("KV pool", e.kv_pool_bytes)):
+        table.add_row(*_bytes_row(name, value)[:4])
+    console.print(table)
+    console.print(f"KV cache capacity {e.kv_cache_capacity_tokens:,} tokens · maximum concurrency for "
+                  f"{e.context:,} tokens per request: {e.max_concurrency:,.2f}x")
+    for line in _pool_layout_lines(e):
+        console.print(line)
+    if e.host_bytes:
+        console.print(f"left in system RAM: {format_bytes(e.host_bytes)} ({e.gpu_layers} of {e.total_layers} layers on the GPUs)")
+    verdict = "[green]fits[/green]" if e.fits else "[red]does not fit[/red]"
+    console.print(f"{e.batch} request(s) of {e.context:,} tokens: {verdict}")
+    if e.message:
+        console.print(f"[red]{e.name} would say:[/red] {e.message}")
+    if e.max_context_that_fits is not None:
+        console.print(f"largest context one request fits: {e.max_context_that_fits:,} tokens")
+    for warning in e.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _pool_layout_lines(e: EngineBudget) -> list[str]:
+    """How a hybrid model's cache is laid out: the groups, their pages and the recurrent-state slots."""
+    layout = e.layout
+    if layout is None or (len(layout.groups) == 1 and not layout.state_bytes):
+        return []
+    kinds = ", ".join(f"{g.layers} {g.kind}" for g in layout.groups)
+    if e.name == "sglang":
+        return [f"layers per rank: {kinds}; token pool of {layout.page_bytes:,} B per token (attention layers "
+                f"only); separate state pool: {layout.state_slots:,} sequence slots of {layout.state_bytes:,} B per "
+                f"recurrent layer ({format_bytes(layout.state_pool_bytes)}); it admits {layout.running_requests:,} "
+                "running requests for them (the radix cache keeps the other slots for cached prefixes)"]
+    groups = ", ".join(f"{g.groups} {g.kind} group(s) x {g.blocks_per_request} block(s)" for g in layout.groups)
+    lines = [f"one pool, one page size: blocks of {layout.block_size:,} tokens, {layout.page_bytes:,} B per "
+             f"layer; layers per rank: {kinds}, in groups of {layout.layers_per_group}; one request of "
+             f"{e.context:,} tokens takes {groups}"]
+    if layout.state_bytes:
+        lines.append(f"a recurrent state is {layout.state_bytes:,} B per layer, padded to the page; "
+                     f"the pool holds the states of {layout.state_slots:,} sequences at most (max_num_seqs caps it)")
+    if layout.block_size_reason:
+        lines.append(f"block size {layout.block_size:,}: {layout.block_size_reason}")
+    return lines
+
+
+def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Console) -> None:
+    table = Table(show_header=True, header_style="bold")
+    for col in ("engine", "largest context (1 request)", f"most sequences of {context:,}", f"fewest GPUs for {batch} x {context:,}"):
+        table.add_column(col)
+    for f in fits:
+        r = fit_record(f)
+        longest = r["largest_context"]
+        most = r["most_sequences"]
+        fewest = r["fewest_gpus"]
+        table.add_row(
+            f.engine,
+            f"{longest['tokens']:,} (tp {longest['tp']} x pp {longest['pp']})" if longest["tokens"] else "none fits",
+            f"{most['sequences']:,} (tp {most['tp']} x pp {most['pp']})",
+            f"{fewest['gpus']} (tp {fewest['tp']} x pp {fewest['pp']})" if fewest["gpus"]
+            else f"none up to {fewest['searched_up_to']}")
+    console.print(table)
+
+
+def what_if_table(name: str, rows, console: Console) -> None:
+    """The scenario and its variants side by side (api.what_if)."""
+    table = Table(title=f"{name}: what if", show_header=True, header_style="bold")
+    for col, justify in (("variant", "left"), ("status", "left"), ("$/hour", "right"), ("change", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(r.variant, r.status, "-" if r.usd_per_hour is None else f"{r.usd_per_hour:,.2f}",
+                      "-" if r.change_usd_per_hour is None else f"{r.change_usd_per_hour:+,.2f}")
+    console.print(table)
