@@ -108,7 +108,7 @@ def estimate(
                                    kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)
         if output_format is OutputFormat.json:
-            typer.echo(engine_estimate_json(both))
+            typer.echo(engine_estimate_json(both.memory, both.engine))
         else:
             estimate_table(both.memory, _console(), show_fit=False)
             engine_table(both.engine, _console())
