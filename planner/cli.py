@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from planner import api
 from planner.errors import PlannerInputError
 from planner.render.html import fleet_html, review_html
-from planner.render.markdown import fleet_markdown, frame_markdown, review_markdown, solve_markdown
+from planner.render.markdown import fleet_markdown, frame_markdown, records_markdown, review_markdown, solve_markdown
 from planner.render.records import (catalog_rows, compare_frame, engine_estimate_json, estimate_json, fit_json,
                                     fleet_json, fleet_rows, rows_csv, solve_json)
 from planner.render.terminal import (COMPARE_TABLE_COLUMNS, engine_table, estimate_table, fit_table, fleet_table,
@@ -108,7 +108,7 @@ def estimate(
                                    kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)
         if output_format is OutputFormat.json:
-            typer.echo(engine_estimate_json(both))
+            typer.echo(engine_estimate_json(both.memory, both.engine))
         else:
             estimate_table(both.memory, _console(), show_fit=False)
             engine_table(both.engine, _console())
@@ -163,25 +163,37 @@ def solve(
     loaded = api.load_scenario(scenario)
     if what_if:
         rows = api.what_if(loaded)
-        if output_format is PlanFormat.json:
-            typer.echo(json.dumps([asdict(r) for r in rows], indent=2))
-        else:
-            what_if_table(loaded.name or "scenario", rows, _console())
+        records = [asdict(r) for r in rows]
+        _emit(output_format, output, lambda console: what_if_table(loaded.name or "scenario", rows, console), {
+            PlanFormat.json: lambda: json.dumps(records, indent=2), PlanFormat.csv: lambda: rows_csv(records),
+            PlanFormat.markdown: lambda: records_markdown(records)})
         return
     if loaded.is_fleet:
-        _solve_fleet(loaded, output_format, output, time_limit)
+        plan = api.plan_fleet(loaded, time_limit_s=time_limit)
+        name = loaded.name or "fleet"
+        _emit(output_format, output, lambda console: fleet_table(name, plan, console), {
+            PlanFormat.json: lambda: fleet_json(plan, name), PlanFormat.markdown: lambda: fleet_markdown(name, plan),
+            PlanFormat.csv: lambda: rows_csv(fleet_rows(plan))})
         return
     result = api.solve(loaded, time_limit_s=time_limit, top=top)
+    _emit(output_format, output, lambda console: solve_table(result, console), {
+        PlanFormat.json: lambda: solve_json(result), PlanFormat.markdown: lambda: solve_markdown(result),
+        PlanFormat.csv: lambda: rows_csv(result.rows())})
+
+
+def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Console], None],
+          texts: dict[PlanFormat, Callable[[], str]]) -> None:
+    """One result to the terminal or to -o: a table printed as is (or rendered 120 columns wide for a file), or
+    the text of the other formats."""
     if output_format is PlanFormat.table:
         if output is None:
-            solve_table(result, _console())
+            table(_console())
             return
         buffer = io.StringIO()
-        solve_table(result, Console(file=buffer, width=120, highlight=False, no_color=True))
+        table(Console(file=buffer, width=120, highlight=False, no_color=True))
         text = buffer.getvalue()
     else:
-        text = {PlanFormat.json: solve_json, PlanFormat.markdown: solve_markdown}.get(
-            output_format, lambda r: rows_csv(r.rows()))(result)
+        text = texts[output_format]()
     if output is None:
         typer.echo(text, nl=not text.endswith("\n"))
     else:
@@ -353,28 +365,6 @@ def simulate_command(
                       f"{x.preemptions} preemptions, mean batch {x.mean_batch:.1f}, KV peak {x.kv_peak_fraction:.0%} of the pool")
         marks = " ".join(f"{fraction:.0%}" for _, fraction in x.kv_timeline[:: max(1, len(x.kv_timeline) // 10)])
         console.print(f"  KV use over time: {marks}")
-
-
-def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], time_limit: Optional[float]) -> None:
-    plan = api.plan_fleet(scenario, time_limit_s=time_limit)
-    name = scenario.name or "fleet"
-    if output_format is PlanFormat.table and output is None:
-        fleet_table(name, plan, _console())
-        return
-    if output_format is PlanFormat.table:
-        buffer = io.StringIO()
-        fleet_table(name, plan, Console(file=buffer, width=120, highlight=False, no_color=True))
-        text = buffer.getvalue()
-    elif output_format is PlanFormat.json:
-        text = fleet_json(plan, name)
-    elif output_format is PlanFormat.markdown:
-        text = fleet_markdown(name, plan)
-    else:
-        text = rows_csv(fleet_rows(plan))
-    if output is None:
-        typer.echo(text, nl=not text.endswith("\n"))
-    else:
-        write_atomically(output, text)
 
 
 def write_atomically(path: str, text: str) -> None:

@@ -169,3 +169,12 @@ def test_compare_is_sorted_by_price_with_one_row_per_gpu_and_provider(tmp_path):
 def test_compare_unknown_gpu_is_a_usage_error(tmp_path):
     proc = run("compare", "llama-3.1-8b", "--gpus", "h10", cwd=tmp_path)
     assert proc.returncode == 2 and "unknown gpu 'h10'" in proc.stderr
+
+
+def test_what_if_honours_format_and_output(tmp_path):
+    budget = str(Path(__file__).parents[1] / "scenarios" / "8b-budget.yaml")
+    proc = run("solve", budget, "--what-if", "--format", "csv", "-o", "whatif.csv", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""
+    lines = (tmp_path / "whatif.csv").read_text().splitlines()
+    assert lines[0] == "variant,status,usd_per_hour,change_usd_per_hour" and lines[1].startswith("as written,OPTIMAL,")
+    assert len(lines) == 6

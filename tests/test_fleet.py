@@ -1,6 +1,7 @@
 """The fleet model: CP-SAT against brute force, quotas, SLOs, redundancy, unmet demand explained."""
 
 import itertools
+import re
 from pathlib import Path
 from dataclasses import replace
 from math import ceil
@@ -182,3 +183,37 @@ def test_unmet_demand_is_explained_at_demands_that_would_overflow_a_weighted_obj
     plan = plan_fleet(fleet_problem(scenario, CATALOG), CATALOG, explain=False)
     assert plan.status == "INFEASIBLE" and plan.usd_per_hour is None
     assert len(plan.unmet) == 1 and "10,000,000.000 req/s unserved" in plan.unmet[0] and "<= 0 GPUs" in plan.unmet[0]
+
+
+FLEET_8B = {"model": "llama-3.1-8b",
+            "workload": {"context": 4096, "traffic": {"requests_per_s": 2, "prompt_tokens": 500, "output_tokens": 100}},
+            "search": {"gpus": ["l40s"], "precisions": ["bf16"]}, "pricing": {"providers": ["lambda", "runpod"]}}
+
+
+@pytest.mark.parametrize("quota, needle", [
+    ({"gpu": "h10", "max_gpus": 0}, "fleet.quotas[0].gpu: unknown gpu 'h10'"),
+    ({"provider": "aws5", "max_gpus": 0}, "did you mean aws"),
+    ({"region": "nowhere", "max_gpus": 1}, "fleet.quotas[0].region"),
+])
+def test_quotas_that_would_cover_nothing_are_refused(quota, needle):
+    with pytest.raises(PlannerInputError, match=re.escape(needle)):
+        fleet_problem(parse_scenario({**FLEET_8B, "fleet": {"quotas": [quota]}}), CATALOG)
+
+
+def test_a_quota_names_its_provider_in_any_case():
+    problem = fleet_problem(parse_scenario({**FLEET_8B, "fleet": {"quotas": [{"provider": "LAMBDA", "max_gpus": 1}]}}),
+                            CATALOG)
+    assert problem.quotas[0].provider == "lambda"
+
+
+@pytest.mark.parametrize("scenario, needle", [
+    ({"model": "llama-3.1-8b", "workload": {"context": 4096, "slo": {"ttft_s": 1}}}, "workload: slo: size a fleet"),
+    ({"model": "llama-3.1-8b", "workload": {"context": 4096, "redundancy": 1}}, "workload: redundancy"),
+    ({"model": "llama-3.1-8b", "workload": {"context": 4096}, "fleet": {"quotas": [{"max_gpus": 1}]}}, "fleet: quotas"),
+    ({**FLEET_8B, "workload": {**FLEET_8B["workload"], "replicas": 3}}, "replicas: with traffic"),
+    ({"params": 8e9, "workloads": [{"name": "a", "model": "llama-3.1-8b", "workload": FLEET_8B["workload"]}]},
+     "params: each workload"),
+])
+def test_scenario_keys_that_cannot_apply_are_refused(scenario, needle):
+    with pytest.raises(PlannerInputError, match=re.escape(needle)):
+        parse_scenario(scenario)

@@ -19,6 +19,7 @@ Objective: $/hour.
 
 from __future__ import annotations
 
+import difflib
 import time
 from dataclasses import dataclass, replace
 from math import ceil
@@ -30,7 +31,7 @@ from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
-from planner.plan.scenario import Scenario
+from planner.plan.scenario import QuotaSpec, Scenario
 from planner.plan.search import build_search_space, recheck
 from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingConfig, Slo, serving_configs
@@ -369,6 +370,30 @@ def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | No
             min_replicas=part.workload.min_replicas, max_configs=part.workload.max_configs,
             engine="vllm" if part.engine.name == "simple" else part.engine.name))
     fleet = scenario.fleet
-    quotas = tuple(Quota(q.max_gpus, q.provider, q.region, q.gpu) for q in fleet.quotas) if fleet else ()
+    quotas = tuple(_quota(q, i, catalog) for i, q in enumerate(fleet.quotas)) if fleet else ()
     return FleetProblem(tuple(workloads), quotas, fleet.on_demand_share if fleet else None,
                         time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s)
+
+
+def _quota(spec: QuotaSpec, index: int, catalog: Catalog) -> Quota:
+    """A quota whose names are the catalog's: a GPU, provider or region it does not know would cover nothing."""
+    where = f"fleet.quotas[{index}]"
+    try:
+        gpu = catalog.gpus.get(spec.gpu).name if spec.gpu is not None else None
+    except PlannerInputError as exc:
+        raise PlannerInputError(f"{where}.gpu: {exc}") from None
+    provider = _known(spec.provider, {o.provider for o in catalog.offers}, f"{where}.provider")
+    region = _known(spec.region, {o.region for o in catalog.offers}, f"{where}.region")
+    return Quota(spec.max_gpus, provider, region, gpu)
+
+
+def _known(name: str | None, names: set[str], where: str) -> str | None:
+    """`name` as the catalog spells it (case aside), or a one-line error with the closest names."""
+    if name is None:
+        return None
+    by_lower = {n.lower(): n for n in names}
+    if name.lower() in by_lower:
+        return by_lower[name.lower()]
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=3)
+    hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
+    raise PlannerInputError(f"{where}: {name!r} is in no offer of the price catalog{hint}")

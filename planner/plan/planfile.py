@@ -101,7 +101,7 @@ class PlanRecord(_Schema):
 
 
 class PlanFile(_Schema):
-    schema_version: Literal[2]
+    schema_version: Literal[SCHEMA_VERSION]  # type: ignore[valid-type]
     kind: Literal["plan"]
     scenario: Line | None = None
     model_precision: Token | None = None
@@ -110,7 +110,7 @@ class PlanFile(_Schema):
 
 
 class FleetFile(_Schema):
-    schema_version: Literal[2]
+    schema_version: Literal[SCHEMA_VERSION]  # type: ignore[valid-type]
     kind: Literal["fleet"]
     scenario: Line | None = None
     assignments: list[PlanRecord] = Field(max_length=10_000)

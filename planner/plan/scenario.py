@@ -166,6 +166,16 @@ class WorkloadSpec(_Strict):
     def _search(cls, value: Any, info: ValidationInfo) -> tuple[int, ...]:
         return search_values(value, _LIMITS[info.field_name])
 
+    @model_validator(mode="after")
+    def _applies(self) -> WorkloadSpec:
+        # a key that cannot apply is refused, not silently ignored
+        fleet_only = sorted({"slo", "utilisation", "redundancy", "min_replicas", "max_configs"} & self.model_fields_set)
+        if self.traffic is None and fleet_only:
+            raise ValueError(f"{', '.join(fleet_only)}: size a fleet from its traffic; add traffic or remove them")
+        if self.traffic is not None and "replicas" in self.model_fields_set:
+            raise ValueError("replicas: with traffic the replicas follow from the demand; remove replicas (or traffic)")
+        return self
+
 
 class Search(_Strict):
     # an empty list would search nothing: omit the key for the default instead
@@ -254,8 +264,12 @@ class Scenario(_Strict):
                 raise ValueError("workloads: names must be unique")
             if any(w.workload.traffic is None for w in self.workloads):
                 raise ValueError("workloads: every workload of a fleet needs workload.traffic")
+            if self.params is not None:
+                raise ValueError("params: each workload of a fleet gives its own params; move it into that workload")
         elif self.model is None or self.workload is None:
             raise ValueError("model and workload are required (or a workloads list for a fleet)")
+        if self.fleet is not None and not self.is_fleet:
+            raise ValueError("fleet: quotas and on_demand_share size a fleet; add workload.traffic or remove fleet")
         return self
 
     @property
@@ -318,7 +332,7 @@ def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = N
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "unknown key; check the spelling against the README's scenario schema"
-        raise PlannerInputError(f"{label}: {path}: {message}") from None
+        raise PlannerInputError(f"{label}: {path}: {message}" if path else f"{label}: {message}") from None
     return scenario.model_copy(update={"base_dir": base_dir})
 
 

@@ -31,7 +31,7 @@ def what_if(scenario: Scenario, catalog: Catalog) -> tuple[WhatIf, ...]:
         except PlannerInputError as exc:  # the variant is not a valid scenario: say why in the row
             rows.append(WhatIf(f"{label} ({exc})", "INVALID", None, None))
             continue
-        change = v_cost - cost if v_cost is not None and cost is not None else None
+        change = round(v_cost - cost, 4) if v_cost is not None and cost is not None else None  # prices: 1/100 cent
         rows.append(WhatIf(label, v_status, v_cost, change))
     return tuple(rows)
 

@@ -40,6 +40,13 @@ def solve_markdown(result: SolveResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def records_markdown(records: list[dict]) -> str:
+    """Flat records as a Markdown table, one row each (columns: the first record's keys)."""
+    import pandas as pd
+
+    return frame_markdown(pd.DataFrame(records))
+
+
 def frame_markdown(frame) -> str:
     lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     lines += ["| " + " | ".join(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row) + " |"

@@ -18,7 +18,7 @@ from planner.plan.planfile import SCHEMA_VERSION
 from planner.units import GiB, gb
 
 if TYPE_CHECKING:
-    from planner.api import EngineEstimate
+    from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import Assignment, FleetPlan
     from planner.plan.solver import PlanOption, SolveResult
@@ -92,13 +92,13 @@ def estimate_json(est: MemoryEstimate) -> str:
     return json.dumps(record(est), indent=2)
 
 
-def engine_estimate_json(both: EngineEstimate) -> str:
+def engine_estimate_json(memory: MemoryEstimate, engine: EngineBudget) -> str:
     """The estimate with an "engine" section (the engine's budget and the settings it resolved); "gpu.fits" is
     the engine's verdict."""
-    data = record(both.memory)
-    data["engine"] = record(both.engine)
+    data = record(memory)
+    data["engine"] = record(engine)
     if data["gpu"] is not None:
-        data["gpu"]["fits"] = both.engine.fits
+        data["gpu"]["fits"] = engine.fits
     return json.dumps(data, indent=2)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from planner.plan.status import FEASIBLE, OPTIMAL, UNKNOWN
 from planner.units import gb, gib
 
 if TYPE_CHECKING:
@@ -29,9 +30,9 @@ def column_label(field: str) -> str:
 
 
 def status_line(result: SolveResult) -> str:
-    if result.status == "OPTIMAL":
+    if result.status == OPTIMAL:
         verdict = "OPTIMAL (proven cheapest)"
-    elif result.status == "FEASIBLE":
+    elif result.status == FEASIBLE:
         verdict = f"FEASIBLE (time limit {result.time_limit_s:g} s reached; gap {result.gap:.1%} to the bound)"
     else:
         verdict = result.status
@@ -49,7 +50,7 @@ def memory_line(p: PlanOption) -> str:
 
 
 def fleet_status(plan: FleetPlan) -> str:
-    verdict = {"OPTIMAL": "OPTIMAL (proven cheapest)", "FEASIBLE": f"FEASIBLE (time limit; gap {plan.gap:.1%})"}.get(
+    verdict = {OPTIMAL: "OPTIMAL (proven cheapest)", FEASIBLE: f"FEASIBLE (time limit; gap {plan.gap:.1%})"}.get(
         plan.status, plan.status)
     return (f"{verdict} in {plan.solve_seconds:.2f} s · {plan.configurations:,} serving configurations, "
             f"{plan.variables:,} CP-SAT variables")
@@ -57,6 +58,6 @@ def fleet_status(plan: FleetPlan) -> str:
 
 def no_fleet(plan: FleetPlan) -> str:
     """The headline of a plan without a fleet: cut short by the time limit, or no fleet serves the traffic."""
-    if plan.status == "UNKNOWN":
+    if plan.status == UNKNOWN:
         return "No fleet found within the time limit."
     return "No fleet serves all the traffic."
