@@ -339,11 +339,10 @@ LONG_PROMPT_TOKENS = 1024
 # Coordinate descent: multiplicative steps tried on each factor, coarse then fine, and the bounds.
 STEPS = ((0.5, 0.7, 0.85, 1.18, 1.4, 2.0), (0.5, 0.7, 0.85, 1.18, 1.4, 2.0), (0.93, 0.97, 1.03, 1.07), (0.97, 1.03))
 EFFICIENCY_BOUNDS = (0.05, 1.0)
-FACTOR_BOUNDS = (0.25, 4.0)  # an engine's bandwidth factor (catalog schema: above 0, at most 4)
 OVERHEAD_FLOOR_US = 0.05  # a fixed cost fitted to ~0 stays searchable multiplicatively
 # Neutral starting values, so that no fold starts from factors fitted on its held-out rows.
 START = {"memory_efficiency": 0.6, "kv_read_efficiency": 0.6, "compute_efficiency": 0.5,
-         "per_layer_overhead_us": 10.0, "per_expert_overhead_us": 1.0, "step_latency_us": 5.0, "bandwidth_factor": 1.0}
+         "per_layer_overhead_us": 10.0, "per_expert_overhead_us": 1.0, "step_latency_us": 5.0}
 TARGETS = {"median": 0.15, "p90": 0.40, "ratio": 2.0}
 
 Parameter = tuple[str, str, str]  # (catalog section, entry name, field)
@@ -403,8 +402,8 @@ def _parameters(performance: PerformanceCatalog) -> list[Parameter]:
             out += [("generations", g.name, f) for f in ("memory_efficiency", "kv_read_efficiency", "compute_efficiency")]
     for e in performance.engines:
         out += [("engines", e.name, f) for f in ("per_layer_overhead_us", "per_expert_overhead_us")]
-        if e.launch_overlaps:  # the engine with its own kernels (llama.cpp): its bandwidth factor
-            out.append(("engines", e.name, "bandwidth_factor"))
+        if e.memory_efficiency is not None:  # an engine streaming weights with its own kernels (llama.cpp)
+            out.append(("engines", e.name, "memory_efficiency"))
     out += [("interconnects", i.kind, "step_latency_us") for i in performance.interconnects if i.kind != "default"]
     return out
 
@@ -423,8 +422,6 @@ def _with(performance: PerformanceCatalog, values: dict[Parameter, float]) -> Pe
 def _bounded(p: Parameter, value: float) -> float:
     if p[2].endswith("efficiency"):
         return min(max(value, EFFICIENCY_BOUNDS[0]), EFFICIENCY_BOUNDS[1])
-    if p[2] == "bandwidth_factor":
-        return min(max(value, FACTOR_BOUNDS[0]), FACTOR_BOUNDS[1])
     return max(value, OVERHEAD_FLOOR_US)
 
 
@@ -521,7 +518,7 @@ def print_fit(catalog: Catalog, usable: list[tuple[Measurement, Architecture]]) 
     for g in fitted.generations:
         print(f"  {g.name}: memory {g.memory_efficiency:.2g}, kv_read {g.kv_read_efficiency:.2g}, compute {g.compute_efficiency:.2g}")
     for e in fitted.engines:
-        extra = f", bandwidth factor {e.bandwidth_factor:.2g}" if e.launch_overlaps else ""
+        extra = f", memory {e.memory_efficiency:.2g}" if e.memory_efficiency is not None else ""
         print(f"  {e.name}: per_layer {e.per_layer_overhead_us:.2g} us, per_expert {e.per_expert_overhead_us:.2g} us{extra}")
     for i in fitted.interconnects:
         print(f"  {i.kind}: step_latency {i.step_latency_us:.2g} us")

@@ -20,9 +20,9 @@ from planner.units import GB
 from conftest import DATA
 
 CHAT = Workload(prompt_tokens=512, output_tokens=256)
-# every sample row is within the out-of-sample p90 target of bench/throughput_accuracy.py (tokens/s and TPOT);
-# that bench prints each row's error with its source held out of the fit
-MEASURED_BAND = 0.40
+# every sample row is within about the 90th percentile of the out-of-sample |TPOT error| that
+# bench/throughput_accuracy.py prints (50%, each row predicted with its source held out of the fit)
+MEASURED_BAND = 0.50
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_llamacpp_launches_overlap_the_gpu_work(catalog, perf):
     # batch-1 decode streams the weights at llama.cpp's own fraction of the bandwidth
     card = catalog.gpus.get("rtx-4090")
     assert small.weight_read_s == pytest.approx(
-        small.weight_bytes_read / (card.memory_bandwidth_gbps * 1e9 * min(1.0, perf.generation("ada").memory_efficiency * perf.engine("llama.cpp").bandwidth_factor)))
+        small.weight_bytes_read / (card.memory_bandwidth_gbps * 1e9 * perf.engine("llama.cpp").memory_efficiency))
     graphed = run(catalog, "qwen2.5-0.5b", gpu="rtx-4090", precision="fp16", engine="vllm")
     assert graphed.decode_step_s == pytest.approx(
         max(graphed.weight_read_s + graphed.kv_read_s, graphed.decode_compute_s) + graphed.per_layer_overhead_s)

@@ -97,9 +97,9 @@ class EngineCost(_Entry):
     # padded to the GEMM tile and gets its own blocks of the grouped GEMM (fused_moe launches blocks only
     # for experts with tokens), so a batch-1 step pays for k experts, not all E
     per_expert_overhead_us: float = Field(ge=0)
-    # the engine's own weight-streaming kernels reach this multiple of the GPU generation's memory_efficiency
-    # (llama.cpp's mat-vec kernels dequantizing GGUF blocks), capped at the full bandwidth
-    bandwidth_factor: float = Field(default=1.0, gt=0, le=4)
+    # of memory_bandwidth_gbps streaming weights, when the engine's own kernels set it rather than the GPU
+    # generation (llama.cpp's mat-vec kernels dequantizing GGUF blocks); None: the generation's
+    memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     # True: the CPU launches kernels one by one while the GPU works (llama.cpp), so the fixed cost
     # hides behind the GPU's work unless it is the longer; False: graph replay (vLLM, SGLang,
     # TensorRT-LLM), the fixed cost is GPU time between and inside kernels and adds to the work
@@ -588,7 +588,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     engine_cost = performance.engine(engine)
     link = performance.interconnect(gpu.interconnect.kind)
     wide = _wide_rate(gpu, arch, prec)
-    memory_efficiency = min(1.0, generation.memory_efficiency * engine_cost.bandwidth_factor)
+    memory_efficiency = engine_cost.memory_efficiency or generation.memory_efficiency
     return _Hardware(
         bytes_per_s=gpu.memory_bandwidth_gbps * GB * memory_efficiency,
         kv_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.kv_read_efficiency,
