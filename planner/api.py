@@ -20,6 +20,11 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
+    from planner.catalog.load import Gpu
+    from planner.estimator.capacity import Scheduler, SteadyState
+    from planner.estimator.performance import ReplicaPerformance
+    from planner.estimator.simulate import SimulationResult
+    from planner.model.architecture import Architecture
     from planner.estimator.engines import EngineBudget, EngineSettings
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
@@ -184,8 +189,8 @@ class PerfResult:
     tp: int
     pp: int
     engine: str
-    performance: Any  # planner.estimator.performance.ReplicaPerformance
-    steady: Any = None  # planner.estimator.capacity.SteadyState at --rate
+    performance: ReplicaPerformance
+    steady: SteadyState | None = None  # at --rate
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
@@ -256,7 +261,7 @@ class ReplicaSimulation:
     output_tokens: int
     rate_per_replica: float  # requests/s arriving at each replica
     share: float  # of the workload bucket's traffic this assignment takes
-    result: Any  # planner.estimator.simulate.SimulationResult
+    result: SimulationResult
 
 
 def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
@@ -289,14 +294,14 @@ def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | Non
 @dataclass(frozen=True)
 class _ReplicaSpec:
     workload: str
-    arch: Any
-    gpu: Any
+    arch: Architecture
+    gpu: Gpu
     tp: int
     pp: int
     precision: str
     kv_dtype: str
     engine: str
-    scheduler: Any
+    scheduler: Scheduler
     replicas: int
     prompt_tokens: int
     output_tokens: int
