@@ -481,7 +481,7 @@ def _low_bit_rate(gpu: Gpu, precision: Precision, wide: float, performance: Perf
 class Step:
     """What one engine step carries (continuous batching with chunked prefill)."""
 
-    decode_seqs: int  # running requests that each advance one token
+    decode_seqs: float  # running requests that each advance one token (a mean may be fractional)
     decode_context: float  # mean tokens each of them holds (its KV read this step)
     prefill_tokens: int = 0  # prompt tokens computed this step (whole prompts or chunks)
     prefill_positions: float = 0.0  # positions those tokens attend to, summed (causal, per full-attention layer)
@@ -525,7 +525,8 @@ class ReplicaTimer:
         sequences are split into min(sequences, pp) microbatches unless `microbatches` is given."""
         sequences = shape.decode_seqs + shape.prefill_seqs
         parts = microbatches or max(1, min(sequences, self.pp))
-        decode = ceil(shape.decode_seqs / parts)
+        # one part: a fractional batch is a mean over steps (the steady state's), timed as it stands
+        decode = shape.decode_seqs if parts == 1 else ceil(shape.decode_seqs / parts)
         prefill_tokens = ceil(shape.prefill_tokens / parts)
         prefill_positions = shape.prefill_positions / parts
         prefill_seqs = ceil(shape.prefill_seqs / parts)
