@@ -208,7 +208,8 @@ class PerfResult:
                 "requests_per_s": s.requests_per_s, "keeps_up": not s.limit, "limit": s.limit or None,
                 "batch": s.batch, "ttft_s": s.ttft_mean_s, "tpot_ms": s.tpot_mean_s * 1000,
                 "output_tokens_per_s": s.output_tokens_per_s, "kv_tokens_mean": s.kv_tokens_mean,
-                "kv_tokens_peak": s.kv_tokens_peak, "pool_tokens": s.pool_tokens}
+                "kv_tokens_peak": s.kv_tokens_peak, "pool_tokens": s.pool_tokens,
+                "preemption_free": s.preemption_free}
         return data
 
 

@@ -112,7 +112,9 @@ class SteadyState:
     kv_tokens_mean: float  # held by the running requests
     kv_tokens_peak: int  # every running request at its last token
     pool_tokens: int
-    limit: str  # what stops a higher rate: "ttft", "tpot", "kv pool", "max_num_seqs", "token budget"
+    # what stops a higher rate (max_rate) or what this rate breaks (steady_state): "ttft", "tpot", "kv pool",
+    # "max_num_seqs", "token budget", "throughput"; empty when it keeps up
+    limit: str
 
     @property
     def preemption_free(self) -> bool:
