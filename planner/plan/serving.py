@@ -57,6 +57,7 @@ class ServingConfig:
     performance: SteadyState  # at the largest rate within the SLO: batch, TTFT, TPOT, KV in flight
     scheduler: Scheduler  # the engine's pool and batching limits this replica runs with
     capacity_rps: float  # requests/s one replica takes at the utilisation ceiling
+    shape: Workload  # the bucket's request shape
 
     @property
     def capacity_units(self) -> int:
@@ -111,7 +112,7 @@ def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingCo
             if state is None:
                 continue
             config = ServingConfig(workload.name, index, candidate, state, scheduler,
-                                   state.requests_per_s * workload.utilisation)
+                                   state.requests_per_s * workload.utilisation, shape)
             if config.capacity_units > 0 and (size not in best or config.capacity_rps > best[size].capacity_rps):
                 best[size] = config
     return list(best.values())
