@@ -450,7 +450,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
     for a in plan.assignments:
         c, perf = a.config.candidate, a.config.performance
         table.add_row(a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
-                      f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {c.concurrency}",
+                      f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {perf.batch:.0f}",
                       f"{a.config.capacity_rps:,.2f}", f"{perf.ttft_s:.3f}", f"{perf.tpot_s * 1000:.1f}",
                       f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
     if plan.assignments:
@@ -482,7 +482,7 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
     for a in plan.assignments:
         c = a.config.candidate
         lines.append(f"| {a.workload} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
-                     f"| {c.context:,} x {c.concurrency} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
+                     f"| {c.context:,} x {a.config.performance.batch:.0f} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
     lines += [""] + [f"- unmet: {u}" for u in plan.unmet] + [f"- binding: {b}" for b in plan.binding]
     return "\n".join(lines) + "\n"
 
