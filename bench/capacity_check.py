@@ -4,8 +4,10 @@ For each point of the grid (dense and MoE models, three GPUs, a short and a long
 analytic model gives the largest arrival rate meeting the SLO; the simulator is then bisected for the
 largest Poisson rate whose measured latencies (mean TTFT and TPOT, as the SLO asks) meet the same SLO.
 Prints both and their gap, (analytic - simulated) / simulated; target: median |gap| <= 10%.
+Then the simulator's speed: one replica (Llama 3.1 8B, H100), 10 simulated minutes at 10 req/s;
+target: under 3 s.
 
-    python bench/capacity_check.py [--duration 300] [--seed 1]
+    python bench/capacity_check.py [--duration 300] [--seed 1] [--speed-only]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ SHAPES = (Workload(1500, 400), Workload(8000, 250))
 CONTEXT = 16384
 SLO = Slo(ttft_s=2.0, tpot_s=0.05)
 BISECTIONS = 8  # the simulated capacity to 2^-8 of its bracket (0.4%)
+SPEED_RUN = ("llama-3.1-8b", "bf16", "h100-sxm", 10.0, 600.0)  # model, precision, GPU, req/s, simulated s
 
 
 def simulated_capacity(timer, scheduler, shape, slo, duration, seed, low, high):
@@ -47,12 +50,30 @@ def simulated_capacity(timer, scheduler, shape, slo, duration, seed, low, high):
     return low
 
 
+def simulator_speed(catalog, seed: int) -> None:
+    model, precision, gpu_name, rate, duration = SPEED_RUN
+    arch, gpu = resolve_model(catalog, model), catalog.gpus.get(gpu_name)
+    budget = engine_budget(arch, Request(context=CONTEXT, batch=1, precision=precision), EngineSettings("vllm"),
+                           GpuTarget.from_catalog(gpu), catalog)
+    timer = replica_timer(arch, precision, "auto", gpu, 1, 1, catalog)
+    arrivals = poisson_arrivals(rate, duration, SHAPES[0], seed)
+    started = time.perf_counter()
+    result = simulate(timer, Scheduler.of(budget), arrivals)
+    elapsed = time.perf_counter() - started
+    print(f"simulator speed: {model} on {gpu_name}, {duration:.0f} simulated s at {rate:g} req/s "
+          f"({len(arrivals):,} requests, {result.steps:,} steps): {elapsed:.2f} s (target under 3 s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=300.0, help="simulated seconds per run")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--speed-only", action="store_true", help="only the simulator's speed")
     args = parser.parse_args()
     catalog = load_catalog()
+    if args.speed_only:
+        simulator_speed(catalog, args.seed)
+        return
     gaps = []
     print(f"{'model':<16}{'gpu':<15}{'tp':>3}{'shape':>12}{'analytic':>10}{'simulated':>11}{'gap':>8}  limit")
     started = time.perf_counter()
@@ -82,6 +103,7 @@ def main() -> None:
         absolute = sorted(abs(g) for g in gaps)
         print(f"\n{len(gaps)} points: median |gap| {statistics.median(absolute):.1%}, largest {absolute[-1]:.1%}, "
               f"analytic above simulated by at most {max(gaps):.1%} ({time.perf_counter() - started:.0f} s)")
+    simulator_speed(catalog, args.seed)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,11 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
+    from planner.catalog.load import Gpu
+    from planner.estimator.capacity import Scheduler, SteadyState
+    from planner.estimator.performance import ReplicaPerformance
+    from planner.estimator.simulate import SimulationResult
+    from planner.model.architecture import Architecture
     from planner.estimator.engines import EngineBudget, EngineSettings
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
@@ -180,8 +185,8 @@ class PerfResult:
     tp: int
     pp: int
     engine: str
-    performance: Any  # planner.estimator.performance.ReplicaPerformance
-    steady: Any = None  # planner.estimator.capacity.SteadyState at --rate
+    performance: ReplicaPerformance
+    steady: SteadyState | None = None  # at --rate
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
@@ -199,7 +204,8 @@ class PerfResult:
                 "requests_per_s": s.requests_per_s, "keeps_up": not s.limit, "limit": s.limit or None,
                 "batch": s.batch, "ttft_s": s.ttft_mean_s, "tpot_ms": s.tpot_mean_s * 1000,
                 "output_tokens_per_s": s.output_tokens_per_s, "kv_tokens_mean": s.kv_tokens_mean,
-                "kv_tokens_peak": s.kv_tokens_peak, "pool_tokens": s.pool_tokens}
+                "kv_tokens_peak": s.kv_tokens_peak, "pool_tokens": s.pool_tokens,
+                "preemption_free": s.preemption_free}
         return data
 
 
@@ -252,7 +258,7 @@ class ReplicaSimulation:
     output_tokens: int
     rate_per_replica: float  # requests/s arriving at each replica
     share: float  # of the workload bucket's traffic this assignment takes
-    result: Any  # planner.estimator.simulate.SimulationResult
+    result: SimulationResult
 
 
 def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
@@ -285,14 +291,14 @@ def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | Non
 @dataclass(frozen=True)
 class _ReplicaSpec:
     workload: str
-    arch: Any
-    gpu: Any
+    arch: Architecture
+    gpu: Gpu
     tp: int
     pp: int
     precision: str
     kv_dtype: str
     engine: str
-    scheduler: Any
+    scheduler: Scheduler
     replicas: int
     prompt_tokens: int
     output_tokens: int
@@ -326,41 +332,39 @@ def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[_ReplicaSpec]:
 
 
 def _plan_file_replicas(path: Path, catalog: Catalog) -> list[_ReplicaSpec]:
-    """The replicas of a fleet plan written by `planner solve --format json`. Each assignment must name its
-    model, request shape and engine (plans that record what they decided); its planned capacity is the rate."""
+    """The replicas of a fleet plan written by `planner solve --format json` (planner.plan.planfile checks the
+    file and re-checks each configuration); each assignment's request shape and planned capacity come from
+    its row, and the planned capacity is the rate it is simulated at."""
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.plan.planfile import load_plan_file
 
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PlannerInputError(f"{path}: not a readable plan JSON ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("assignments"), list):
-        raise PlannerInputError(f"{path}: not a fleet plan (no 'assignments' list); write one with "
-                                "`planner solve SCENARIO --format json -o PLAN.json` or pass the scenario")
+    checked = load_plan_file(path, catalog)
+    data = json.loads(path.read_text(encoding="utf-8"))  # read and checked as JSON by load_plan_file
+    if data.get("kind") != "fleet":
+        raise PlannerInputError(f"{path}: a single-configuration plan carries no traffic to simulate; "
+                                "pass a fleet plan or its scenario")
     specs = []
-    for i, row in enumerate(data["assignments"]):
-        needed = ("model", "gpu", "tp", "pp", "precision", "kv_dtype", "context", "replicas", "prompt_tokens",
-                  "output_tokens", "capacity_rps_per_replica")
-        missing = [k for k in needed if not isinstance(row, dict) or k not in row]
-        if missing:
-            raise PlannerInputError(f"{path}: assignments[{i}] lacks {', '.join(missing)}; this plan does not record "
-                                    "what it decided: simulate the scenario instead")
-        engine = row.get("engine") or {}
-        name = engine.get("name", "vllm") if isinstance(engine, dict) else str(engine)
-        try:
-            arch = resolve_model(catalog, str(row["model"]))
-            gpu = catalog.gpus.get(str(row["gpu"]))
-            tp, pp, context, replicas = (int(row[k]) for k in ("tp", "pp", "context", "replicas"))
-            prompt, output, capacity = int(row["prompt_tokens"]), int(row["output_tokens"]), float(row["capacity_rps_per_replica"])
-        except (TypeError, ValueError) as exc:
-            raise PlannerInputError(f"{path}: assignments[{i}]: {exc}") from None
-        settings = EngineSettings(name if name != "simple" else "vllm",
-                                  max_num_batched_tokens=engine.get("max_num_batched_tokens") if isinstance(engine, dict) else None,
-                                  max_num_seqs=engine.get("max_num_seqs") if isinstance(engine, dict) else None)
-        request = Request(context=context, batch=1, tp=tp, pp=pp, precision=str(row["precision"]),
-                          kv_dtype=str(row["kv_dtype"]))
-        budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(gpu), catalog)
-        specs.append(_ReplicaSpec(str(row.get("workload", "")), arch, gpu, tp, pp, request.precision, request.kv_dtype,
-                                  settings.name, Scheduler.of(budget), replicas, prompt, output, capacity, 1.0))
+    for i, plan in enumerate(checked):
+        row = data["assignments"][i]
+        values = []
+        for key in ("prompt_tokens", "output_tokens", "capacity_rps_per_replica"):
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+                raise PlannerInputError(f"{path}: assignments[{i}].{key} is missing or not a positive number; write "
+                                        "the plan again with this planner or simulate its scenario")
+            values.append(value)
+        prompt, output, capacity = int(values[0]), int(values[1]), float(values[2])
+        c = plan.configuration
+        arch = resolve_model(catalog, c.model_id if c.model_id else c.model)
+        target = GpuTarget.from_catalog(plan.card)
+        request = Request(context=c.context, batch=1, tp=c.tp, pp=c.pp, precision=c.precision, kv_dtype=c.kv_dtype,
+                          overhead_fraction=c.overhead_fraction)
+        budget = engine_budget(arch, request, c.engine, target, catalog)
+        # the `simple` planning margin has no scheduler: it runs vLLM's, as the fleet planned it
+        batching = engine_budget(arch, request, EngineSettings("vllm"), target, catalog) if c.engine.name == "simple" else None
+        engine = "vllm" if c.engine.name == "simple" else c.engine.name
+        specs.append(_ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
+                                  engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
+                                  capacity, 1.0))
     return specs

@@ -142,7 +142,7 @@ def test_perf_answers_the_contract(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "-1"), "--rate"),
     (("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "3", "--tp", "2"), "--gpus"),
-    (("simulate", "other.json"), "not a fleet plan"),
+    (("simulate", "other.json"), "is not a `planner solve --format json` output"),
     (("simulate", "other.json", "--rate", "-2"), "--rate"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
@@ -150,3 +150,35 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
     proc = _cli(*args, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error:") and needle in proc.stderr and proc.stderr.count("\n") == 1
+
+
+SMALL_FLEET = """
+name: small
+model: llama-3.1-8b
+workload:
+  context: 8K
+  traffic: {requests_per_s: 2, prompt_tokens: 1000, output_tokens: 200}
+  slo: {ttft_s: 2.0, tpot_s: 0.05, percentile: 90}
+search: {gpus: [l40s], precisions: [fp8]}
+pricing: {providers: [runpod, lambda]}
+"""
+
+
+def test_a_fleet_plan_file_simulates_at_its_planned_capacity(tmp_path):
+    (tmp_path / "small.yaml").write_text(SMALL_FLEET)
+    solved = _cli("solve", "small.yaml", "--format", "json", "-o", "plan.json", cwd=tmp_path)
+    assert solved.returncode == 0, solved.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    proc = _cli("simulate", "plan.json", "--duration", "60", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(proc.stdout)
+    assert len(runs) == len(plan["assignments"])
+    for run, row in zip(runs, plan["assignments"]):
+        assert run["rate_per_replica"] == row["capacity_rps_per_replica"]
+        assert (run["prompt_tokens"], run["output_tokens"]) == (1000, 200)
+        assert run["result"]["completed"] > 0
+    for row in plan["assignments"]:
+        del row["prompt_tokens"]
+    (tmp_path / "old.json").write_text(json.dumps(plan))
+    broken = _cli("simulate", "old.json", cwd=tmp_path)
+    assert broken.returncode == 2 and "prompt_tokens" in broken.stderr and broken.stderr.count("\n") == 1

@@ -20,8 +20,9 @@ from planner.units import GB
 from conftest import DATA
 
 CHAT = Workload(prompt_tokens=512, output_tokens=256)
-# bench/throughput_accuracy.py: every sample row is within this of its measurement (tokens/s and TPOT)
-MEASURED_BAND = 0.25
+# every sample row is within about the 90th percentile of the out-of-sample |TPOT error| that
+# bench/throughput_accuracy.py prints (50%, each row predicted with its source held out of the fit)
+MEASURED_BAND = 0.50
 
 
 @pytest.fixture(scope="module")
@@ -102,13 +103,34 @@ def test_pipeline_stages_wait_when_the_batch_cannot_fill_them(catalog):
     assert full.output_tokens_per_s > 1.8 * one.output_tokens_per_s
 
 
-def test_fixed_costs_dominate_a_small_model_at_batch_one(catalog, perf):
+def test_llamacpp_launches_overlap_the_gpu_work(catalog, perf):
+    """llama.cpp's CPU-launched kernels hide behind the GPU's work; graph-replaying vLLM adds its fixed cost."""
     small = run(catalog, "qwen2.5-0.5b", gpu="rtx-4090", precision="fp16", engine="llama.cpp")
-    assert small.decode_bound == "overhead"
     layers = arch(catalog, "qwen2.5-0.5b").num_layers
     assert small.per_layer_overhead_s == pytest.approx(layers * perf.engine("llama.cpp").per_layer_overhead_us * 1e-6)
-    big = run(catalog, "llama-3.1-8b", gpu="rtx-4090", precision="fp16", engine="llama.cpp")
-    assert big.decode_bound == "memory"
+    memory = small.weight_read_s + small.kv_read_s
+    assert small.decode_step_s == pytest.approx(max(memory, small.decode_compute_s, small.per_layer_overhead_s))
+    # batch-1 decode streams the weights at llama.cpp's own fraction of the bandwidth
+    card = catalog.gpus.get("rtx-4090")
+    assert small.weight_read_s == pytest.approx(
+        small.weight_bytes_read / (card.memory_bandwidth_gbps * 1e9 * perf.engine("llama.cpp").memory_efficiency))
+    graphed = run(catalog, "qwen2.5-0.5b", gpu="rtx-4090", precision="fp16", engine="vllm")
+    assert graphed.decode_step_s == pytest.approx(
+        max(graphed.weight_read_s + graphed.kv_read_s, graphed.decode_compute_s) + graphed.per_layer_overhead_s)
+
+
+def test_moe_fixed_cost_counts_the_experts_a_step_touches(catalog, perf):
+    """Batch 1 touches k experts per layer, not all E: the per-expert cost follows the weights actually read."""
+    model = arch(catalog, "qwen3-30b-a3b")
+    one = run(catalog, "qwen3-30b-a3b", precision="bf16")
+    cost = perf.engine("vllm")
+    moe_layers = sum(1 for layer in model.layers if layer.is_moe)
+    k = model.moe.experts_per_token
+    assert one.per_layer_overhead_s == pytest.approx(
+        (model.num_layers * cost.per_layer_overhead_us + moe_layers * k * cost.per_expert_overhead_us) * 1e-6)
+    wide = run(catalog, "qwen3-30b-a3b", precision="bf16", batch=256)
+    assert one.per_layer_overhead_s < wide.per_layer_overhead_s <= (
+        model.num_layers * cost.per_layer_overhead_us + moe_layers * model.moe.num_experts * cost.per_expert_overhead_us) * 1e-6
 
 
 def test_prefill_grows_faster_than_the_prompt(catalog):

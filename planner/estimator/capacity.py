@@ -8,19 +8,26 @@ new or partly prefilled requests fill what is left of the step's token budget
 At an arrival rate lambda of requests with P prompt and N output tokens, with s the mean step time:
   decoding requests     B_d = lambda (N - 1) s          (Little's law: each decodes for N - 1 steps; the
                                                           first token comes out of the prefill step)
-  prefill per step      c = lambda P s tokens           (what arrives during a step is prefilled next)
-  step                  s = step_time(B_d sequences at the mean context P + N/2, c prompt tokens)
-solved as a fixed point (s grows with lambda; the iteration from s(0) rises monotonically to it). The
+  steps                 decode-only ones (B_d sequences at the mean context P + N/2) and ones that also
+                        carry the prompts that arrived during the step before: after a step of t seconds
+                        the next carries prompts with probability 1 - e^(-lambda t), so prompt steps
+                        follow each other more often (a two-state Markov chain), and together they must
+                        take lambda P prompt tokens/s; s is their mean
+solved as a fixed point (s grows with lambda; the iteration from s(0) rises to it). A request sees the
+others running beside it as Poisson with mean B_d (M/G/infinity): 1 + B_d sequences in its steps. The
 prompt tokens are a server of rate (budget - B_d) / s_full tokens/s, s_full a step whose budget is full
 (utilisation rho = lambda P s_full / (budget - B_d)); a request's time to first token is
-  TTFT = the rest of the step under way (s/2) + queueing for the prefill budget (M/D/1:
-         rho S / (2 (1 - rho)), S = P s_full / (budget - B_d)) + its own prefill steps
-and its time per output token is the mean step. A percentile SLO takes the p-th percentile of the
+  TTFT = the rest of the step under way (length-biased, E[s^2] / 2E[s], unless the engine is idle)
+         + queueing for the prefill budget (M/D/1: rho S / (2 (1 - rho)), S = P s_full / (budget - B_d))
+         + its own prefill steps
+and its time per output token the mean step of its own window of N - 1 steps, averaged over how busy
+such windows are (Poisson arrivals: one deviation either side of the mean rate; TPOT grows convexly with
+the rate, so requests see more than the mean step). A percentile SLO takes the p-th percentile of the
 wait (M/G/1 waits, exponential beyond the probability rho of waiting at all: Kingman's heavy-traffic
 approximation) and of a request's mean step over its N - 1 steps (normal, as a mean of many steps).
 The KV a replica holds is what its requests hold: decoding ones P + t tokens (t = 1..N-1, in whole
-blocks), prefilling ones their prompt; the pool must hold the mean, and the peak (every request at
-P + N) is reported for the preemption check.
+blocks), prefilling ones their prompt; the pool must hold their 99th percentile (the number running is
+Poisson), and the peak (every request at P + N) is reported for the preemption check.
 """
 
 from __future__ import annotations
@@ -105,7 +112,9 @@ class SteadyState:
     kv_tokens_mean: float  # held by the running requests
     kv_tokens_peak: int  # every running request at its last token
     pool_tokens: int
-    limit: str  # what stops a higher rate: "ttft", "tpot", "kv pool", "max_num_seqs", "token budget"
+    # what stops a higher rate (max_rate) or what this rate breaks (steady_state): "ttft", "tpot", "kv pool",
+    # "max_num_seqs", "token budget", "throughput"; empty when it keeps up
+    limit: str
 
     @property
     def preemption_free(self) -> bool:
@@ -114,14 +123,17 @@ class SteadyState:
 
 
 def _decode_step(timer: ReplicaTimer, decode: float, context: float, prefill: float, prompt: int) -> float:
-    """The step time at a fractional decode batch: linear between the two integer batches around it."""
+    """The step time at a fractional decode batch; with pipeline parts (whole sequences each), linear between
+    the two integer batches around it."""
     prefill_tokens = round(prefill)
     prefill_seqs = ceil(prefill / prompt) if prefill_tokens else 0
     positions = prefill_tokens * (prompt + 1) / 2  # chunks attend to their prompt's prefix, on average half of it
 
-    def at(b: int) -> float:
+    def at(b: float) -> float:
         return timer.step_s(Step(b, context, prefill_tokens, positions, prefill_seqs))
 
+    if timer.pp == 1:  # one pipeline part times a fractional batch directly
+        return at(decode)
     low = int(decode)
     if decode == low:
         return at(low)
@@ -137,24 +149,17 @@ def _mean_held(scheduler: Scheduler, prompt: int, output: int) -> float:
 
 
 def steady_state(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, rate: float,
-                 slo: Slo = Slo()) -> SteadyState:
-    """The replica at `rate` requests/s of `shape`; `limit` names what it breaks, empty when it keeps up."""
+                 slo: Slo = Slo(), window_spread: bool = True) -> SteadyState:
+    """The replica at `rate` requests/s of `shape`; `limit` names what it breaks, empty when it keeps up.
+    `window_spread` False: TPOT at the mean rate only (an optimistic bound, a third of the work)."""
     if rate < 0:
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     prompt, output = shape.prompt_tokens, shape.output_tokens
     budget = scheduler.max_num_batched_tokens
     context = prompt + output / 2
-    mean_s = _decode_step(timer, 1, context, 0, prompt)
-    for _ in range(FIXED_POINT_ITERATIONS):
-        mix = _step_mix(timer, rate, prompt, output, context, budget, mean_s)
-        if mix is None:
-            return _saturated(rate, output, scheduler, "token budget")
-        converged = abs(mix.mean_s - mean_s) <= TOLERANCE * mean_s
-        mean_s = mix.mean_s
-        if converged:
-            break
-    else:
-        return _saturated(rate, output, scheduler, "throughput")
+    mix = _mean_field(timer, rate, prompt, output, context, budget)
+    if isinstance(mix, str):
+        return _saturated(rate, output, scheduler, mix)
     room = budget - mix.decode
     # the prompt tokens as a queue: served at room / prefill-step tokens per second when the budget is full
     rho = rate * prompt * mix.full_s / room
@@ -165,8 +170,10 @@ def steady_state(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, rat
     service_s = prompt * mix.full_s / room
     wait_s = rho * service_s / (2 * (1 - rho))
     prefilling = rate * own_s
-    batch = mix.decode + prefilling
-    kv_mean = mix.decode * _mean_held(scheduler, prompt, output) + prefilling * scheduler.held_tokens(prompt)
+    tpot_mean = _request_tpot(timer, rate, prompt, output, context, budget, mix) if window_spread else mix.mean_s
+    decoding = rate * (output - 1) * tpot_mean  # Little's law on the time requests spend decoding
+    batch = decoding + prefilling
+    kv_mean = decoding * _mean_held(scheduler, prompt, output) + prefilling * scheduler.held_tokens(prompt)
     # the requests running at once are Poisson (M/G/infinity): the pool must hold their 99th percentile, or
     # preemptions (recomputing whole requests) push the replica into a queue that no longer drains
     kv_high = kv_mean * (1 + KV_QUANTILE_Z / batch ** 0.5) if batch else 0.0
@@ -176,7 +183,6 @@ def steady_state(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, rat
     busy = 1 - exp(-batch)
     biased_s = mix.square_s / mix.mean_s
     ttft_mean = busy * biased_s / 2 + wait_s + own_s
-    tpot_mean = mix.mean_s
     if slo.percentile is None:
         ttft, tpot = ttft_mean, tpot_mean
     else:
@@ -197,7 +203,7 @@ def steady_state(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, rat
     elif slo.tpot_s is not None and tpot > slo.tpot_s:
         limit = "tpot"
     return SteadyState(
-        requests_per_s=rate, output_tokens_per_s=rate * output, batch=batch, decode_batch=mix.decode,
+        requests_per_s=rate, output_tokens_per_s=rate * output, batch=batch, decode_batch=decoding,
         step_s=mix.mean_s, ttft_s=ttft, tpot_s=tpot, ttft_mean_s=ttft_mean, tpot_mean_s=tpot_mean,
         prefill_utilisation=rho, kv_tokens_mean=kv_mean, kv_tokens_peak=kv_peak, pool_tokens=scheduler.pool_tokens,
         limit=limit)
@@ -243,32 +249,82 @@ def _step_mix(timer: ReplicaTimer, rate: float, prompt: int, output: int, contex
     return _StepMix(decode, decode_s, prefill_s, full_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
 
 
+def _mean_field(timer: ReplicaTimer, rate: float, prompt: int, output: int, context: float,
+                budget: int, start_s: float | None = None) -> _StepMix | str:
+    """The fixed point of the step mix at `rate`, or what stops it: "token budget" or "throughput".
+    `start_s`: a mean step to iterate from (a nearby rate's), else a lone request's step."""
+    mean_s = start_s or _decode_step(timer, 1, context, 0, prompt)
+    previous: tuple[float, float] | None = None  # (s, F(s) - s) of the iteration before
+    fallback: float | None = None  # the plain iterate, when a secant step was taken instead
+    for _ in range(FIXED_POINT_ITERATIONS):
+        mix = _step_mix(timer, rate, prompt, output, context, budget, mean_s)
+        if mix is None:
+            if fallback is None:
+                return "token budget"
+            # the secant overshot to where the budget runs out: go back to the plain iteration
+            mean_s, fallback, previous = fallback, None, None
+            continue
+        gap = mix.mean_s - mean_s
+        if abs(gap) <= TOLERANCE * mean_s:
+            return mix
+        # secant on F(s) - s = 0: far fewer rounds than iterating s = F(s) when F's slope is near 1
+        fallback = None
+        step = mix.mean_s
+        if previous is not None and gap != previous[1]:
+            secant = mean_s - gap * (mean_s - previous[0]) / (gap - previous[1])
+            if secant > 0:
+                step, fallback = secant, mix.mean_s
+        previous = (mean_s, gap)
+        mean_s = step
+    return "throughput"
+
+
+def _request_tpot(timer: ReplicaTimer, rate: float, prompt: int, output: int, context: float, budget: int,
+                  mix: _StepMix) -> float:
+    """The mean TPOT requests see. A request's TPOT averages the steps of its own N - 1 step window, whose
+    arrivals are Poisson: their count over the window deviates by sqrt(count), and a window with more of them
+    has more prompt steps and more requests decoding beside it. TPOT grows convexly with the rate, so the
+    mean over windows exceeds the TPOT at the mean rate: averaged over the rate one deviation either side
+    (the two-point rule for a symmetric spread), a window never slower than steps whose budget is full."""
+    arrivals = rate * (output - 1) * mix.mean_s
+    if arrivals <= 1:
+        return mix.mean_s
+    spread = rate / arrivals ** 0.5
+    busier = _mean_field(timer, rate + spread, prompt, output, context, budget, mix.mean_s)
+    quieter = _mean_field(timer, max(rate - spread, 0.0), prompt, output, context, budget, mix.mean_s)
+    high = mix.full_s if isinstance(busier, str) else min(busier.mean_s, mix.full_s)
+    low = mix.mean_s if isinstance(quieter, str) else quieter.mean_s
+    return max(mix.mean_s, (high + low) / 2)
+
+
 def _saturated(rate: float, output: int, scheduler: Scheduler, limit: str) -> SteadyState:
     """A rate the replica cannot keep up with: the queue grows without bound."""
     inf = float("inf")
     return SteadyState(rate, rate * output, inf, inf, inf, inf, inf, inf, inf, 1.0, inf, 0, scheduler.pool_tokens, limit)
 
 
-def max_rate(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, slo: Slo) -> SteadyState | None:
+def max_rate(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, slo: Slo,
+             window_spread: bool = True) -> SteadyState | None:
     """The largest arrival rate whose steady state keeps every limit and meets the SLO (bisection: latency,
     batch and KV only grow with the rate); `limit` names what stops a higher one. None when even a lone
-    request misses the SLO or does not fit max_model_len."""
+    request misses the SLO or does not fit max_model_len. `window_spread` False: an upper bound (see
+    steady_state)."""
     if shape.prompt_tokens + shape.output_tokens > scheduler.max_model_len:
         return None
-    alone = steady_state(timer, scheduler, shape, 0.0, slo)
+    alone = steady_state(timer, scheduler, shape, 0.0, slo, window_spread)
     if alone.limit:
         return None
     low, low_state = 0.0, alone
     high = 1.0 / alone.ttft_mean_s
-    high_state = steady_state(timer, scheduler, shape, high, slo)
+    high_state = steady_state(timer, scheduler, shape, high, slo, window_spread)
     while not high_state.limit:
         low, low_state, high = high, high_state, high * 2
-        high_state = steady_state(timer, scheduler, shape, high, slo)
+        high_state = steady_state(timer, scheduler, shape, high, slo, window_spread)
     for _ in range(BISECTIONS):
         if high - low <= TOLERANCE * high:
             break
         mid = (low + high) / 2
-        state = steady_state(timer, scheduler, shape, mid, slo)
+        state = steady_state(timer, scheduler, shape, mid, slo, window_spread)
         if state.limit:
             high, high_state = mid, state
         else:

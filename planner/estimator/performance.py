@@ -18,8 +18,9 @@ One forward pass of one pipeline stage, on one tensor-parallel rank:
              tensors stored in fewer than 16 bits run at the precision's tensor-core rate where the
              GPU has one (W8A8 / W4A4), everything else at the 16-bit rate (weight-only kernels
              dequantize to 16 bits)
-  fixed    = a cost per layer per forward (kernel launches, synchronisation), and per expert of a
-             MoE layer (routing, per-expert padding, grouped-GEMM slots), per engine
+  fixed    = a cost per layer per forward (kernel launches or graph replay, synchronisation, the small
+             kernels), and per expert a MoE layer's tokens touch (per-expert padding, grouped-GEMM
+             blocks: the same expected distinct experts as the weights read), per engine
   TP       = 2 all-reduces of the activations per layer (Megatron-LM, Shoeybi et al. 2019, section 3),
              each a ring: 2 (tp-1) steps of (link latency + bytes/tp / (one-way link bandwidth x
              efficiency)) (Thakur et al. 2005, "Optimization of collective communication operations
@@ -41,7 +42,7 @@ decode steps at the mean context P + N/2:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, cached_property, lru_cache
 from math import ceil, prod
 from pathlib import Path
@@ -93,9 +94,13 @@ class EngineCost(_Entry):
     name: str
     aliases: tuple[str, ...] = ()
     per_layer_overhead_us: float = Field(ge=0)  # fixed cost per layer per forward pass
-    # a MoE layer's extra fixed cost, per expert it holds: routing scores every expert, each expert's
-    # token list is padded to the GEMM tile and the grouped GEMM visits every expert's slot
+    # a MoE layer's extra fixed cost per expert its tokens touch: each touched expert's token list is
+    # padded to the GEMM tile and gets its own blocks of the grouped GEMM (fused_moe launches blocks only
+    # for experts with tokens), so a batch-1 step pays for k experts, not all E
     per_expert_overhead_us: float = Field(ge=0)
+    # of memory_bandwidth_gbps streaming weights, when the engine's own kernels set it rather than the GPU
+    # generation (llama.cpp's mat-vec kernels dequantizing GGUF blocks); None: the generation's
+    memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     # True: the CPU launches kernels one by one while the GPU works (llama.cpp), so the fixed cost
     # hides behind the GPU's work unless it is the longer; False: graph replay (vLLM, SGLang,
     # TensorRT-LLM), the fixed cost is GPU time between and inside kernels and adds to the work
@@ -270,11 +275,14 @@ class _Stage:
             summed[window] = summed.get(window, 0.0) + per_position
         return tuple((flops, window) for window, flops in summed.items())
 
-    def weight_bytes(self, tokens: int) -> int:
+    def touched_experts(self, tokens: float) -> float:
+        """Distinct experts per MoE layer that `tokens` tokens route to (uniform routing, see the header)."""
         if not self.experts:
-            return self.dense_bytes
-        untouched = (1 - self.experts_per_token / self.experts) ** tokens
-        return self.dense_bytes + round(self.experts * (1 - untouched) * self.expert_bytes)
+            return 0.0
+        return self.experts * (1 - (1 - self.experts_per_token / self.experts) ** tokens)
+
+    def weight_bytes(self, tokens: int) -> int:
+        return self.dense_bytes + round(self.touched_experts(tokens) * self.expert_bytes)
 
 
 def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
@@ -411,7 +419,8 @@ def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attended: C
         weight_read_s=weight_bytes / hw.bytes_per_s,
         kv_read_s=kv_bytes / hw.kv_bytes_per_s,
         compute_s=compute_s,
-        per_layer_overhead_s=stage.layers * hw.layer_overhead_s + stage.moe_layers * stage.experts * hw.expert_overhead_s,
+        per_layer_overhead_s=(stage.layers * hw.layer_overhead_s
+                              + stage.moe_layers * stage.touched_experts(tokens) * hw.expert_overhead_s),
         allreduce_s=(ALLREDUCES_PER_LAYER * stage.layers) * hw.allreduce_s(tokens),
         weight_bytes=weight_bytes,
         kv_bytes=kv_bytes,
@@ -467,7 +476,7 @@ def _low_bit_rate(gpu: Gpu, precision: Precision, wide: float, performance: Perf
 class Step:
     """What one engine step carries (continuous batching with chunked prefill)."""
 
-    decode_seqs: int  # running requests that each advance one token
+    decode_seqs: float  # running requests that each advance one token (a mean may be fractional)
     decode_context: float  # mean tokens each of them holds (its KV read this step)
     prefill_tokens: int = 0  # prompt tokens computed this step (whole prompts or chunks)
     prefill_positions: float = 0.0  # positions those tokens attend to, summed (causal, per full-attention layer)
@@ -490,6 +499,16 @@ class ReplicaTimer:
     engine: str
     memory_efficiency: float
     compute_efficiency: float
+    gpu: Gpu
+    arch: Architecture
+    precision: Precision
+    tp: int
+
+    def with_factors(self, performance: PerformanceCatalog) -> ReplicaTimer:
+        """The same layout timed with another catalog's efficiency factors (for fitting them)."""
+        hw, generation = _hardware(self.gpu, self.arch, self.precision, self.tp, performance, self.engine)
+        return replace(self, hw=hw, memory_efficiency=hw.bytes_per_s / (self.gpu.memory_bandwidth_gbps * GB),
+                       compute_efficiency=generation.compute_efficiency)
 
     def kv_bytes_per_sequence(self, stage: int, context: float) -> float:
         """Cache bytes one sequence of `context` tokens holds on one rank of `stage` (as planner.estimator.memory)."""
@@ -501,7 +520,8 @@ class ReplicaTimer:
         sequences are split into min(sequences, pp) microbatches unless `microbatches` is given."""
         sequences = shape.decode_seqs + shape.prefill_seqs
         parts = microbatches or max(1, min(sequences, self.pp))
-        decode = ceil(shape.decode_seqs / parts)
+        # one part: a fractional batch is a mean over steps (the steady state's), timed as it stands
+        decode = shape.decode_seqs if parts == 1 else ceil(shape.decode_seqs / parts)
         prefill_tokens = ceil(shape.prefill_tokens / parts)
         prefill_positions = shape.prefill_positions / parts
         prefill_seqs = ceil(shape.prefill_seqs / parts)
@@ -536,23 +556,8 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     """The layout of one replica (tp x pp GPUs) resolved for timing its steps."""
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
-    generation = performance.generation(gpu.generation)
-    engine_cost = performance.engine(engine)
-    link = performance.interconnect(gpu.interconnect.kind)
-    wide = _wide_rate(gpu, arch, prec)
-    hw = _Hardware(
-        bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.memory_efficiency,
-        kv_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.kv_read_efficiency,
-        low_bit_flops_per_s=_low_bit_rate(gpu, prec, wide, performance) * generation.compute_efficiency,
-        wide_flops_per_s=wide * generation.compute_efficiency,
-        layer_overhead_s=engine_cost.per_layer_overhead_us * US,
-        expert_overhead_s=engine_cost.per_expert_overhead_us * US,
-        launch_overlaps=engine_cost.launch_overlaps,
-        # catalog interconnect bandwidth is bidirectional per GPU; a ring sends one way
-        link_bytes_per_s=gpu.interconnect.bandwidth_gbps / 2 * GB * link.bandwidth_efficiency,
-        link_latency_s=link.step_latency_us * US,
-        tp=tp, hidden=arch.hidden_size,
-    )
+    engine_name = performance.engine(engine).name
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
     # the state of recurrent layers: what memory.py holds for a sequence of one token, less that token's KV
@@ -569,7 +574,30 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
         sliding.append(slide)
         state.append(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide))
     return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, tuple(growing), tuple(sliding), tuple(state), pp,
-                        engine_cost.name, generation.memory_efficiency, generation.compute_efficiency)
+                        engine_name, hw.bytes_per_s / (gpu.memory_bandwidth_gbps * GB), generation.compute_efficiency,
+                        gpu, arch, prec, tp)
+
+
+def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
+              engine: str) -> tuple[_Hardware, GenerationEfficiency]:
+    generation = performance.generation(gpu.generation)
+    engine_cost = performance.engine(engine)
+    link = performance.interconnect(gpu.interconnect.kind)
+    wide = _wide_rate(gpu, arch, prec)
+    memory_efficiency = engine_cost.memory_efficiency or generation.memory_efficiency
+    return _Hardware(
+        bytes_per_s=gpu.memory_bandwidth_gbps * GB * memory_efficiency,
+        kv_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.kv_read_efficiency,
+        low_bit_flops_per_s=_low_bit_rate(gpu, prec, wide, performance) * generation.compute_efficiency,
+        wide_flops_per_s=wide * generation.compute_efficiency,
+        layer_overhead_s=engine_cost.per_layer_overhead_us * US,
+        expert_overhead_s=engine_cost.per_expert_overhead_us * US,
+        launch_overlaps=engine_cost.launch_overlaps,
+        # catalog interconnect bandwidth is bidirectional per GPU; a ring sends one way
+        link_bytes_per_s=gpu.interconnect.bandwidth_gbps / 2 * GB * link.bandwidth_efficiency,
+        link_latency_s=link.step_latency_us * US,
+        tp=tp, hidden=arch.hidden_size,
+    ), generation
 
 
 def causal_positions(prompt: int, window: int | None = None) -> float:
@@ -583,8 +611,13 @@ def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: 
     """Speed of one replica (tp x pp GPUs) serving `batch` concurrent requests shaped like `workload`."""
     if workload.prompt_tokens < 1 or workload.output_tokens < 1:
         raise PlannerInputError("workload: prompt_tokens and output_tokens must be at least 1")
-    timer = replica_timer(arch, precision, kv_dtype, gpu, tp, pp, catalog, engine, performance)
-    prompt, output = workload.prompt_tokens, workload.output_tokens
+    return timer_performance(replica_timer(arch, precision, kv_dtype, gpu, tp, pp, catalog, engine, performance),
+                             batch, workload)
+
+
+def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> ReplicaPerformance:
+    """replica_performance on a resolved layout."""
+    prompt, output, pp = workload.prompt_tokens, workload.output_tokens, timer.pp
 
     # Decode at the mean context over the output; the KV each sequence holds there is read every step.
     context = prompt + output // 2
@@ -607,5 +640,5 @@ def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: 
 
 
 __all__ = ["EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "PerformanceCatalog",
-           "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions",
+           "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "load_performance_catalog", "replica_performance", "replica_timer"]

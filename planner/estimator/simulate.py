@@ -91,18 +91,28 @@ class SimulationResult:
     mean_batch: float  # requests scheduled per step
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
     arrival: Arrival
-    computed: int = 0  # tokens whose KV is in the pool
-    generated: int = 0
+    computed: int = 0  # tokens whose KV is in the pool (while decoding: as of step `since`)
+    generated: int = 0  # (while decoding: as of step `since`)
     blocks: int = 0
     first_token_s: float | None = None
     finished_s: float | None = None
+    decoding: bool = False
+    since: int = 0  # the step from which a decoding request advances one token a step
+    epoch: int = 0  # bumped when preempted: its scheduled events are stale
 
     @property
     def tokens(self) -> int:  # prompt + generated: what must be computed before the next token
         return self.arrival.prompt_tokens + self.generated
+
+    def settle(self, step: int) -> None:
+        """Bring a decoding request's counters to the start of `step`."""
+        if self.decoding:
+            self.computed += step - self.since
+            self.generated += step - self.since
+            self.since = step
 
 
 def poisson_arrivals(rate: float, duration_s: float, shape: Workload, seed: int = 0) -> list[Arrival]:
@@ -177,89 +187,153 @@ def simulate(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
     total_blocks = scheduler.pool_tokens // block
     if total_blocks < ceil(scheduler.max_model_len / block):
         raise PlannerInputError("engine: the KV pool cannot hold one request of max-model-len")
-    max_seqs = scheduler.max_num_seqs or len(arrivals) + 1
-    clock = _StepClock(timer, block)
-    pending = deque(_Request(a) for a in arrivals)
-    waiting: deque[_Request] = deque()
-    running: list[_Request] = []
-    finished: list[_Request] = []
-    free = total_blocks
-    now = 0.0
-    preemptions = steps = scheduled_total = 0
-    peak = 0
-    window = max((a.time_s for a in arrivals), default=0.0)
-    sample_every = max(window, 1e-9) / KV_TIMELINE_POINTS
-    next_sample = 0.0
-    timeline: list[tuple[float, float]] = []
+    return _Engine(timer, scheduler, total_blocks).run(arrivals, warmup_s)
 
-    def blocks_for(tokens: int) -> int:
-        return ceil(tokens / block)
 
-    while pending or waiting or running:
-        while pending and pending[0].arrival.time_s <= now:
-            waiting.append(pending.popleft())
-        if not waiting and not running:
-            now = pending[0].arrival.time_s
-            continue
-        budget = scheduler.max_num_batched_tokens
-        scheduled: list[tuple[_Request, int]] = []
+class _Engine:
+    """The scheduler's state. Decoding requests advance in lockstep, one token a step, so they are not visited
+    every step: each has its next block allocation and its last step scheduled as events (what
+    allocate_slots and the stop check would find visiting them), which keeps a step's cost to the requests
+    that change."""
+
+    def __init__(self, timer: ReplicaTimer, scheduler: Scheduler, total_blocks: int):
+        self.scheduler, self.block, self.total_blocks = scheduler, scheduler.block_tokens, total_blocks
+        self.budget = scheduler.max_num_batched_tokens
+        # vLLM requires max_num_batched_tokens >= max_num_seqs, so every running request decodes each step
+        self.max_seqs = min(scheduler.max_num_seqs or self.budget, self.budget)
+        self.clock = _StepClock(timer, scheduler.block_tokens)
+        self.running: dict[_Request, None] = {}  # admission order: decoding requests, then prefilling ones
+        self.waiting: deque[_Request] = deque()
+        self.free = total_blocks
+        self.decoders = 0
+        self.decode_tokens = 0  # sum over decoding requests of the tokens they attend to this step
+        self.needs: dict[int, list[tuple[_Request, int]]] = {}  # step -> decoders that need a new block then
+        self.ends: dict[int, list[tuple[_Request, int]]] = {}  # step -> decoders whose last token it computes
+        self.step = 0
+        self.preemptions = 0
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block)
+
+    def _start_decoding(self, request: _Request) -> None:
+        """After its prompt (or recomputation): one token a step from the next step (self.step) on."""
+        request.decoding, request.since = True, self.step
+        self.decoders += 1
+        self.decode_tokens += request.computed + 1
+        first_need = request.since + (-request.computed) % self.block
+        self.needs.setdefault(first_need, []).append((request, request.epoch))
+        last = request.since + request.arrival.output_tokens - request.generated - 1
+        self.ends.setdefault(last, []).append((request, request.epoch))
+
+    def _stop_decoding(self, request: _Request, step: int) -> None:
+        request.settle(step)
+        request.decoding = False
+        request.epoch += 1
+        self.decoders -= 1
+        self.decode_tokens -= request.computed + 1
+
+    def _preempt_last(self) -> _Request:
+        """FCFS: the last running request loses its blocks and goes back to the head of the queue (recompute)."""
+        victim = next(reversed(self.running))
+        del self.running[victim]
+        if victim.decoding:
+            self._stop_decoding(victim, self.step)
+        self.free += victim.blocks
+        victim.blocks = victim.computed = 0
+        self.waiting.appendleft(victim)
+        self.preemptions += 1
+        return victim
+
+    def run(self, arrivals: list[Arrival], warmup_s: float) -> SimulationResult:
+        pending = deque(_Request(a) for a in arrivals)
+        finished: list[_Request] = []
+        now, steps, scheduled_total, peak = 0.0, 0, 0, 0
+        window = max((a.time_s for a in arrivals), default=0.0)
+        sample_every = max(window, 1e-9) / KV_TIMELINE_POINTS
+        next_sample = 0.0
+        timeline: list[tuple[float, float]] = []
+        while pending or self.waiting or self.running:
+            while pending and pending[0].arrival.time_s <= now:
+                self.waiting.append(pending.popleft())
+            if not self.waiting and not self.running:
+                now = pending[0].arrival.time_s
+                continue
+            scheduled, preempted = self._schedule()
+            decode, decode_tokens = self.decoders, self.decode_tokens
+            prefill = sum(new for _, new in scheduled)
+            positions = sum(new * r.computed + new * (new + 1) / 2 for r, new in scheduled)
+            now += self.clock(decode, decode_tokens, prefill, positions, len(scheduled))
+            steps += 1
+            scheduled_total += decode + len(scheduled)
+            held = self.total_blocks - self.free
+            peak = max(peak, held)
+            while now >= next_sample and next_sample <= window:
+                timeline.append((round(next_sample, 3), held / self.total_blocks))
+                next_sample += sample_every
+            finished.extend(self._advance(scheduled, now))
+        return _summary(finished, arrivals, warmup_s, now, window, self.preemptions, steps, scheduled_total, peak,
+                        self.total_blocks, timeline)
+
+    def _schedule(self) -> tuple[list[tuple[_Request, int]], bool]:
+        """One step's decisions: (prefill chunks scheduled, whether anything was preempted)."""
+        step, budget = self.step, self.budget - self.decoders
         preempted = False
-        index = 0
-        while index < len(running) and budget > 0:
-            request = running[index]
-            new = min(request.tokens - request.computed, budget)
-            need = blocks_for(request.computed + new) - request.blocks
-            # FCFS preemption pops the last running request: never one already scheduled this step, except
-            # the request itself when it is the last
-            while need > free:
-                victim = running.pop()
-                free += victim.blocks
-                victim.blocks = victim.computed = 0
-                waiting.appendleft(victim)
-                preemptions += 1
-                preempted = True
-                if victim is request:
-                    break
-            if index >= len(running):  # the request itself was the last one left to preempt
+        # decoding requests: those crossing a block boundary need one block each
+        due = [r for r, epoch in self.needs.pop(step, ()) if r.epoch == epoch and r.decoding]
+        while len(due) > self.free:
+            victim = self._preempt_last()
+            preempted = True
+            if victim in due:
+                due.remove(victim)
+            budget = self.budget - self.decoders
+        for request in due:
+            self.free -= 1
+            request.blocks += 1
+            self.needs.setdefault(step + self.block, []).append((request, request.epoch))
+        # prefilling requests (partly prefilled; after every decoding one in the running order)
+        scheduled: list[tuple[_Request, int]] = []
+        for request in [r for r in self.running if not r.decoding]:
+            if budget <= 0 or request not in self.running:
                 break
-            free -= need
+            new = min(request.tokens - request.computed, budget)
+            need = self._blocks(request.computed + new) - request.blocks
+            while need > self.free and request in self.running:
+                victim = self._preempt_last()
+                preempted = True
+                budget = self.budget - self.decoders - sum(n for _, n in scheduled)
+            if request not in self.running:
+                break
+            self.free -= need
             request.blocks += need
             scheduled.append((request, new))
             budget -= new
-            index += 1
         if not preempted:
-            while waiting and budget > 0 and len(running) < max_seqs:
-                request = waiting[0]
+            while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
+                request = self.waiting[0]
                 new = min(request.tokens - request.computed, budget)
-                need = blocks_for(request.computed + new) - request.blocks
-                if need > free:
+                need = self._blocks(request.computed + new) - request.blocks
+                if need > self.free:
                     break
-                waiting.popleft()
-                free -= need
+                self.waiting.popleft()
+                self.free -= need
                 request.blocks += need
-                running.append(request)
+                self.running[request] = None
                 scheduled.append((request, new))
                 budget -= new
-        if not scheduled:  # nothing fits until a running request frees blocks: cannot happen with one request's room
+        if not scheduled and not self.decoders:
             raise RuntimeError("internal error: the simulated scheduler is stuck")
-        decode = decode_tokens = prefill = chunks = 0
-        positions = 0.0
-        for request, new in scheduled:
-            if new == 1 and request.computed == request.tokens - 1 and request.generated:
-                decode += 1
-                decode_tokens += request.computed + 1
-            else:
-                prefill += new
-                chunks += 1
-                positions += new * request.computed + new * (new + 1) / 2
-        now += clock(decode, decode_tokens, prefill, positions, chunks)
-        steps += 1
-        scheduled_total += len(scheduled)
-        held = total_blocks - free
-        peak = max(peak, held)
-        while now >= next_sample and next_sample <= window:
-            timeline.append((round(next_sample, 3), held / total_blocks))
-            next_sample += sample_every
+        return scheduled, preempted
+
+    def _advance(self, scheduled: list[tuple[_Request, int]], now: float) -> list[_Request]:
+        """The step ran: decoding requests gained a token, prompts their chunk; who finished."""
+        step = self.step
+        self.step += 1
+        self.decode_tokens += self.decoders
+        done = []
+        for request, epoch in self.ends.pop(step, ()):
+            if request.epoch == epoch and request.decoding:
+                self._stop_decoding(request, self.step)
+                done.append(request)
         for request, new in scheduled:
             request.computed += new
             if request.computed == request.tokens:
@@ -267,13 +341,15 @@ def simulate(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
                 if request.first_token_s is None:
                     request.first_token_s = now
                 if request.generated == request.arrival.output_tokens:
-                    running.remove(request)
-                    free += request.blocks
-                    request.blocks = 0
-                    request.finished_s = now
-                    finished.append(request)
-    return _summary(finished, arrivals, warmup_s, now, window, preemptions, steps, scheduled_total, peak,
-                    total_blocks, timeline)
+                    done.append(request)
+                else:
+                    self._start_decoding(request)
+        for request in done:
+            del self.running[request]
+            self.free += request.blocks
+            request.blocks = 0
+            request.finished_s = now
+        return done
 
 
 def _summary(finished: list[_Request], arrivals: list[Arrival], warmup_s: float, end: float, window: float,

@@ -57,6 +57,7 @@ class ServingConfig:
     performance: SteadyState  # at the largest rate within the SLO: batch, TTFT, TPOT, KV in flight
     scheduler: Scheduler  # the engine's pool and batching limits this replica runs with
     capacity_rps: float  # requests/s one replica takes at the utilisation ceiling
+    shape: Workload  # the bucket's request shape
 
     @property
     def capacity_units(self) -> int:
@@ -87,24 +88,34 @@ def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingCo
         key = (c.gpu.name, c.tp, c.pp, c.precision, c.kv_dtype)
         if key not in largest or c.context > largest[key].context:
             largest[key] = c  # the longest max-model-len that fits one request
-    out: list[ServingConfig] = []
-    best: dict[tuple, ServingConfig] = {}
+    replicas = []
     for candidate in largest.values():
-        scheduler = replica_scheduler(space, candidate, catalog, cap)
         timer = replica_timer(space.arch, candidate.precision, candidate.kv_dtype, candidate.gpu, candidate.tp,
                               candidate.pp, catalog, workload.engine)
-        for index, bucket in enumerate(workload.buckets):
-            state = max_rate(timer, scheduler, Workload(bucket.prompt_tokens, bucket.output_tokens), workload.slo)
+        replicas.append((candidate, replica_scheduler(space, candidate, catalog, cap), timer))
+    best: dict[tuple, ServingConfig] = {}
+    for index, bucket in enumerate(workload.buckets):
+        shape = Workload(bucket.prompt_tokens, bucket.output_tokens)
+        # the steady state at the mean rate bounds each layout's capacity from above: the full one is worked
+        # out, largest bound first, only where the bound beats the best of its size so far
+        bounded = []
+        for candidate, scheduler, timer in replicas:
+            bound = max_rate(timer, scheduler, shape, workload.slo, window_spread=False)
+            if bound is not None:
+                bounded.append((bound.requests_per_s, candidate, scheduler, timer))
+        for bound, candidate, scheduler, timer in sorted(bounded, key=lambda b: -b[0]):
+            # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
+            size = (index, candidate.gpu.name, candidate.gpus)
+            if size in best and best[size].performance.requests_per_s >= bound:
+                continue
+            state = max_rate(timer, scheduler, shape, workload.slo)
             if state is None:
                 continue
             config = ServingConfig(workload.name, index, candidate, state, scheduler,
-                                   state.requests_per_s * workload.utilisation)
-            # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
-            size = (index, candidate.gpu.name, candidate.gpus)
+                                   state.requests_per_s * workload.utilisation, shape)
             if config.capacity_units > 0 and (size not in best or config.capacity_rps > best[size].capacity_rps):
                 best[size] = config
-    out.extend(best.values())
-    return out
+    return list(best.values())
 
 
 __all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ServingConfig", "Slo", "replica_scheduler",

@@ -71,11 +71,11 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
         lines += [f"**Fleet: ${plan.usd_per_hour:,.2f}/hour**"
                   + (f", ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
                      if plan.usd_per_million_output_tokens is not None else ""), ""]
-    lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | context x batch | req/s each | pool |",
+    lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len x running | req/s each | pool |",
               "|---|---|---|---|---|---|---|"]
     for a in plan.assignments:
         c = a.config.candidate
         lines.append(f"| {a.workload} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
-                     f"| {c.context:,} x {c.concurrency} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
+                     f"| {c.context:,} x {a.config.performance.batch:.1f} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
     lines += [""] + [f"- unmet: {u}" for u in plan.unmet] + [f"- binding: {b}" for b in plan.binding]
     return "\n".join(lines) + "\n"

@@ -69,6 +69,7 @@ def assignment_row(a: Assignment) -> dict[str, Any]:
     perf = a.config.performance
     return {"workload": a.workload, "bucket": a.bucket, "replicas": a.replicas,
             **configuration_record(a.configuration),
+            "prompt_tokens": a.config.shape.prompt_tokens, "output_tokens": a.config.shape.output_tokens,
             "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "ttft_s": round(perf.ttft_s, 4),
             "tpot_s": round(perf.tpot_s, 5), "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
             "region": a.pool.offer.region, "market": a.pool.market, "gpus_per_instance": a.pool.offer.gpus,

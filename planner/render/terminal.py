@@ -205,13 +205,13 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
                  if plan.usd_per_million_output_tokens is not None else "")
         console.print(f"\n[bold]Fleet: ${plan.usd_per_hour:,.2f}/hour[/bold]{per_m}")
     table = Table(title="Replicas", show_header=True, header_style="bold")
-    for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "context x batch", "req/s each", "TTFT s",
+    for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "max-model-len x running", "req/s each", "TTFT s",
                 "TPOT ms", "pool"):
         table.add_column(col, justify="right" if col in ("req/s each", "TTFT s", "TPOT ms") else "left")
     for a in plan.assignments:
         c, perf = a.config.candidate, a.config.performance
         table.add_row(a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
-                      f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {c.concurrency}",
+                      f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {perf.batch:.1f}",
                       f"{a.config.capacity_rps:,.2f}", f"{perf.ttft_s:.3f}", f"{perf.tpot_s * 1000:.1f}",
                       f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
     if plan.assignments:
