@@ -1,0 +1,85 @@
+"""Dense decoders: one attention block and one MLP per layer, all layers alike."""
+
+from __future__ import annotations
+
+from planner.errors import PlannerInputError
+from planner.model.families.blocks import (attention_layouts, attention_tensors, embedding_and_head, gated_mlp,
+                                           head_dim_from, linear, moe_block, norm)
+from planner.model.families.config import Config
+from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
+from planner.model.families.registry import family
+
+
+@family("llama", "mistral", "granite", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3", "phi3",
+        "cohere", "glm4", "phi")
+def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
+    """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4 and Phi-2."""
+    hidden, layers = c.int("hidden_size"), c.int("num_hidden_layers")
+    heads = c.int("num_attention_heads")
+    kv_heads = c.int("num_key_value_heads", default=heads)
+    head_dim = head_dim_from(c, hidden, heads)
+    intermediate, vocab = c.int("intermediate_size"), c.int("vocab_size")
+
+    qkv_bias = o_bias = mlp_bias = norm_bias = head_bias = fused_qkv = fused_mlp = qk_norm = False
+    norms_per_layer = 2
+    if model_type in ("llama", "granite"):
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+        mlp_bias = c.bool("mlp_bias", False)
+    elif model_type == "qwen2":
+        qkv_bias = True  # Qwen2Attention: q/k/v projections always carry a bias, o_proj none
+    elif model_type == "qwen3":
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+        qk_norm = True
+    elif model_type in ("gemma2",):
+        norms_per_layer = 4
+    elif model_type in ("gemma3_text", "gemma3"):
+        norms_per_layer, qk_norm = 4, True
+    elif model_type == "phi3":
+        fused_qkv = fused_mlp = True
+    elif model_type == "cohere":
+        norms_per_layer = 1  # parallel attention and MLP behind one input_layernorm
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+        qk_norm = c.bool("use_qk_norm", False)
+    elif model_type == "glm4":
+        qkv_bias = c.bool("attention_bias", True)
+        fused_mlp, norms_per_layer = True, 4  # plus post_self_attn_layernorm and post_mlp_layernorm
+
+    if model_type == "phi":
+        return _phi(c, model_type, name, hidden, layers, heads, kv_heads, head_dim, intermediate, vocab)
+
+    layer_tensors = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=qkv_bias, o_bias=o_bias,
+                                       fused_qkv=fused_qkv, qk_norm=qk_norm)
+    layer_tensors += gated_mlp("mlp", hidden, intermediate, mlp_bias, fused_mlp)
+    for i in range(norms_per_layer):
+        layer_tensors += norm(f"norm{i}", hidden, norm_bias)
+    if model_type == "cohere" and qk_norm:
+        # Cohere's q/k LayerNorms are per head: [heads, head_dim] and [kv_heads, head_dim]
+        layer_tensors = [t for t in layer_tensors if "q_norm" not in t.name and "k_norm" not in t.name]
+        layer_tensors += [Tensor("self_attn.q_norm.weight", (heads, head_dim), "norm"),
+                          Tensor("self_attn.k_norm.weight", (kv_heads, head_dim), "norm")]
+    attention = attention_layouts(c, model_type, layers, kv_heads, head_dim)
+    embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab, norm_bias=norm_bias, head_bias=head_bias)
+    return Architecture(
+        name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
+        layers=tuple(Layer(a, tuple(layer_tensors)) for a in attention), embedding=embedding, head=head,
+        tied_embeddings=tied, intermediate_size=intermediate,
+        max_position_embeddings=c.opt_int("max_position_embeddings"),
+    )
+
+
+def _phi(c: Config, model_type: str, name: str, hidden: int, layers: int, heads: int, kv_heads: int,
+         head_dim: int, intermediate: int, vocab: int) -> Architecture:
+    """Phi-1/1.5/2: LayerNorms with bias, biased projections, parallel attention and MLP."""
+    layer_tensors = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=True, o_bias=True)
+    layer_tensors = [Tensor(t.name.replace("o_proj", "dense"), t.shape, t.role, t.split) for t in layer_tensors]
+    layer_tensors += linear("mlp.fc1", intermediate, hidden, "column", True)
+    layer_tensors += linear("mlp.fc2", hidden, intermediate, "row", True)
+    layer_tensors += norm("input_layernorm", hidden, bias=True)
+    attention = attention_layouts(c, model_type, layers, kv_heads, head_dim)
+    embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab, norm_bias=True, head_bias=True)
+    return Architecture(
+        name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
+        layers=tuple(Layer(a, tuple(layer_tensors)) for a in attention), embedding=embedding, head=head,
+        tied_embeddings=tied, intermediate_size=intermediate,
+        max_position_embeddings=c.opt_int("max_position_embeddings"),
+    )
