@@ -13,7 +13,8 @@ from typing import Any
 from planner.errors import PlannerInputError
 from planner.model.families import FAMILIES
 from planner.model.families.blocks import attention_layouts, head_dim_from
-from planner.model.families.config import CONFIG_CLASS_DEFAULTS, MAX_LAYERS, Config, load_config_file
+from planner.model.families.config import (CONFIG_CLASS_DEFAULTS, MAX_LAYERS, UNTIED_BY_DEFAULT, Config,
+                                           load_config_file)
 from planner.model.families.core import (
     Architecture,
     Attention,
@@ -42,6 +43,13 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
         raise PlannerInputError(f"{name} config: missing key 'model_type'; add it from the model's config.json")
     # config.json leaves out keys equal to the config class's default: fill them in first
     text.data = {**CONFIG_CLASS_DEFAULTS.get(model_type, {}), **text.data}
+    if text is not outer:
+        # a multimodal model ties its lm_head by the outer config (transformers PreTrainedModel.tie_weights
+        # reads self.config, the outer one), whose class default may differ from the text config's
+        outer_type = outer.str("model_type") or ""
+        tied = outer.bool("tie_word_embeddings", outer_type not in UNTIED_BY_DEFAULT)
+        if "tie_word_embeddings" in outer or outer_type in UNTIED_BY_DEFAULT:
+            text.data = {**text.data, "tie_word_embeddings": tied}
     builder = FAMILIES.get(model_type)
     if builder is None:
         raise UnsupportedArchitecture(

@@ -63,7 +63,9 @@ def head_dim_from(c: Config, hidden: int, heads: int) -> int:
 
 
 LAYER_TYPES = {"sliding_attention": "sliding", "chunked_attention": "sliding", "full_attention": "full",
-                  "attention": "full", "linear_attention": "linear", "mamba": "mamba"}
+               "attention": "full", "linear_attention": "linear", "mamba": "mamba"}
+# Families whose config, without layer_types, makes every full_attention_interval-th layer full attention
+HYBRID_BY_INTERVAL = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 
 
 def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[LayerKind, int | None]]:
@@ -92,11 +94,11 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
             else:
                 kinds.append((kind, None))  # type: ignore[arg-type]
         return kinds
-    if model_type == "qwen3_next":
-        # transformers Qwen3NextConfig: every full_attention_interval-th layer is full attention, the rest Gated DeltaNet
+    if model_type in HYBRID_BY_INTERVAL:
+        # transformers Qwen3NextConfig / Qwen3_5TextConfig: every full_attention_interval-th layer is full attention, the rest Gated DeltaNet
         interval = c.int("full_attention_interval", default=4)
         return [("full", None) if (i + 1) % interval == 0 else ("linear", None) for i in range(num_layers)]
-    if window is None or model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not c.bool("use_sliding_window", False):
+    if window is None or model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_vl_text", "qwen3_vl_moe_text") and not c.bool("use_sliding_window", False):
         return [("full", None)] * num_layers
     if model_type == "gemma2":
         # transformers Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2)
@@ -115,7 +117,7 @@ def recurrent_state_elements(c: Config, kind: LayerKind) -> int:
     Shapes as vLLM allocates them (vllm/model_executor/layers/mamba/mamba_utils.py,
     MambaStateShapeCalculator): a convolution window of (kernel - 1) steps plus the recurrent state.
     """
-    if kind == "linear":  # Gated DeltaNet (Qwen3-Next)
+    if kind == "linear":  # Gated DeltaNet (Qwen3-Next, Qwen3.5)
         k_heads, v_heads = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
         k_dim, v_dim = c.int("linear_key_head_dim"), c.int("linear_value_head_dim")
         conv = (2 * k_heads * k_dim + v_heads * v_dim) * (c.int("linear_conv_kernel_dim") - 1)

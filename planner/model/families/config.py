@@ -106,6 +106,19 @@ CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
                     "max_position_embeddings": 131_072, "sliding_window_pattern": 6},
+}
+
+# The same for vision configs, keyed by the vision config's model_type.
+VISION_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers/models/qwen3_vl/configuration_qwen3_vl.py, Qwen3VLVisionConfig (5.25; Qwen3.5's vision config
+    # class has the same defaults and no deepstack mergers)
+    **{t: {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
+           "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
+           "num_position_embeddings": 2304} for t in ("qwen3_5", "qwen3_5_vision", "qwen3_5_moe", "qwen3_5_moe_vision")},
+    **{t: {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
+           "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
+           "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]}
+       for t in ("qwen3_vl", "qwen3_vl_vision", "qwen3_vl_moe", "qwen3_vl_moe_vision")},
     # transformers/models/siglip/configuration_siglip.py, SiglipVisionConfig.__init__
     "siglip_vision_model": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
                             "num_attention_heads": 12, "num_channels": 3, "image_size": 224, "patch_size": 16},
@@ -114,5 +127,7 @@ CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
 # HF default of tie_word_embeddings when a config leaves it out, per family (PretrainedConfig
 # defaults to True; these families' config classes override it).
 UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwen2_moe", "phi3",
-                      "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4_text", "phi", "glm4"}
+                      "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4_text", "phi", "glm4", "qwen3_next",
+                     "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl", "qwen3_vl_text",
+                     "qwen3_vl_moe"}
 

@@ -11,7 +11,7 @@ from planner.model.families.registry import family
 
 
 @family("llama", "mistral", "granite", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3", "phi3",
-        "cohere", "glm4", "phi")
+        "cohere", "glm4", "phi", "qwen3_vl_text")
 def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4 and Phi-2."""
     hidden, layers = c.int("hidden_size"), c.int("num_hidden_layers")
@@ -27,7 +27,7 @@ def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
         mlp_bias = c.bool("mlp_bias", False)
     elif model_type == "qwen2":
         qkv_bias = True  # Qwen2Attention: q/k/v projections always carry a bias, o_proj none
-    elif model_type == "qwen3":
+    elif model_type in ("qwen3", "qwen3_vl_text"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
         qk_norm = True
     elif model_type in ("gemma2",):

@@ -10,7 +10,7 @@ from planner.model.families.core import Architecture, Attention, Layer, MoE, Ten
 from planner.model.families.registry import family
 
 
-@family("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text")
+@family("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text")
 def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss and Llama 4 text."""
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
@@ -23,7 +23,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = False
     if model_type == "qwen2_moe":
         qkv_bias = True
-    elif model_type == "qwen3_moe":
+    elif model_type in ("qwen3_moe", "qwen3_vl_moe_text"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
         qk_norm = True
     elif model_type == "gpt_oss":
@@ -37,7 +37,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         expert_intermediate = c.int("intermediate_size")
         dense_intermediate = c.int("intermediate_size_mlp")
         shared_intermediate = expert_intermediate  # Llama4TextMoe.shared_expert uses intermediate_size
-    elif model_type in ("qwen2_moe", "qwen3_moe"):
+    elif model_type in ("qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text"):
         expert_intermediate = c.int("moe_intermediate_size")
         dense_intermediate = c.int("intermediate_size", default=expert_intermediate)
         shared_intermediate = c.int("shared_expert_intermediate_size", default=0, minimum=0)
@@ -84,7 +84,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
 
 
 def _moe_layer_indices(c: Config, model_type: str, num_layers: int) -> set[int]:
-    if model_type in ("qwen2_moe", "qwen3_moe"):
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text"):
         # transformers Qwen2MoeDecoderLayer: sparse unless listed in mlp_only_layers, every decoder_sparse_step-th
         step = c.int("decoder_sparse_step", default=1)
         dense = set(c.int_list("mlp_only_layers") or [])

@@ -7,7 +7,7 @@ from planner.model.families.blocks import (attention_layouts, attention_tensors,
                                            head_dim_from, linear, moe_block, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
-from planner.model.families.config import CONFIG_CLASS_DEFAULTS
+from planner.model.families.config import VISION_CLASS_DEFAULTS
 from planner.model.families.core import Role, Split, UnsupportedArchitecture
 from planner.model.families.registry import VISION_TOWERS, vision_tower
 
@@ -20,7 +20,7 @@ def multimodal_tensors(outer: Config, text_hidden: int, name: str) -> tuple[Tens
         raise PlannerInputError(f"{name} config: 'vision_config' must be an object")
     v = Config(vision_data, f"{name} config vision_config")
     vision_type = v.str("model_type")
-    v.data = {**CONFIG_CLASS_DEFAULTS.get(vision_type or "", {}), **v.data}
+    v.data = {**VISION_CLASS_DEFAULTS.get(vision_type or "", {}), **v.data}
     tower = VISION_TOWERS.get(vision_type or "")
     if tower is None:
         raise UnsupportedArchitecture(
@@ -99,4 +99,39 @@ def llama4_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     tower += linear("vision_adapter.mlp.fc1", v.int("projector_input_dim"), inter, "column")
     tower += linear("vision_adapter.mlp.fc2", v.int("projector_output_dim"), v.int("projector_output_dim"), "row")
     projector = linear("linear_1", text_hidden, v.int("vision_output_dim"), "column")
+    return _as_vision(tower) + _as_vision(projector, "projector")
+
+
+QWEN3_VISION_TYPES = ("qwen3_vl", "qwen3_vl_vision", "qwen3_vl_moe", "qwen3_vl_moe_vision",
+                      "qwen3_5", "qwen3_5_vision", "qwen3_5_moe", "qwen3_5_moe_vision")
+
+
+def _qwen3_merger(prefix: str, hidden: int, merged: int, out: int, postshuffle: bool) -> list[Tensor]:
+    """Qwen3VLVisionPatchMerger: LayerNorm (after the 2x2 shuffle for deepstack mergers), then two biased linears."""
+    return (norm(f"{prefix}.norm", merged if postshuffle else hidden, bias=True)
+            + linear(f"{prefix}.linear_fc1", merged, merged, "column", True)
+            + linear(f"{prefix}.linear_fc2", out, merged, "row", True))
+
+
+@vision_tower(*QWEN3_VISION_TYPES)
+def qwen3_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
+    """Qwen3-VL / Qwen3.5 ViT (transformers Qwen3VLVisionModel): 3-D patch conv, learned positions, biased
+    blocks, a patch merger into the text width and, for Qwen3-VL, one deepstack merger per listed layer."""
+    hidden, inter = v.int("hidden_size"), v.int("intermediate_size")
+    patch, temporal, channels = v.int("patch_size"), v.int("temporal_patch_size"), v.int("in_channels")
+    merged = hidden * v.int("spatial_merge_size") ** 2
+    out = v.int("out_hidden_size")
+    tower = [Tensor("patch_embed.proj.weight", (hidden, channels, temporal, patch, patch), "vision"),
+             Tensor("patch_embed.proj.bias", (hidden,), "vision"),
+             Tensor("pos_embed.weight", (v.int("num_position_embeddings"), hidden), "vision")]
+    for i in range(v.int("depth")):
+        p = f"blocks.{i}"
+        tower += norm(f"{p}.norm1", hidden, bias=True) + norm(f"{p}.norm2", hidden, bias=True)
+        tower += linear(f"{p}.attn.qkv", 3 * hidden, hidden, "column", True)
+        tower += linear(f"{p}.attn.proj", hidden, hidden, "row", True)
+        tower += linear(f"{p}.mlp.linear_fc1", inter, hidden, "column", True)
+        tower += linear(f"{p}.mlp.linear_fc2", hidden, inter, "row", True)
+    projector = _qwen3_merger("merger", hidden, merged, out, postshuffle=False)
+    for j, _ in enumerate(v.int_list("deepstack_visual_indexes") or []):
+        projector += _qwen3_merger(f"deepstack_merger_list.{j}", hidden, merged, out, postshuffle=True)
     return _as_vision(tower) + _as_vision(projector, "projector")
