@@ -215,7 +215,8 @@ def _kv_heads(arch: Architecture) -> int:
 def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:
     """Cache bytes one token adds to this layer on one TP rank."""
     if attention.kind == "mla":
-        return attention.latent_dim * kv_bits // 8  # the latent is whole on every rank
+        # the latent is whole on every rank; a DSA indexer adds its own fp8 key cache (0 without one)
+        return attention.latent_dim * kv_bits // 8 + attention.indexer_bytes_per_token
     if attention.kind in ("full", "sliding"):
         heads = kv_heads_per_rank(attention.kv_heads, tp)
         return heads * (attention.k_head_dim + attention.v_head_dim) * kv_bits // 8

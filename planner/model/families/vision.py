@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from math import prod
+
 from planner.errors import PlannerInputError
 from planner.model.families.blocks import (attention_layouts, attention_tensors, embedding_and_head, gated_mlp,
                                            head_dim_from, linear, moe_block, norm)
@@ -19,7 +21,8 @@ def multimodal_tensors(outer: Config, text_hidden: int, name: str) -> tuple[Tens
     if not isinstance(vision_data, dict):
         raise PlannerInputError(f"{name} config: 'vision_config' must be an object")
     v = Config(vision_data, f"{name} config vision_config")
-    vision_type = v.str("model_type")
+    # a vision config without its own model_type (Kimi-K2.5's MoonViT) is known by the model's
+    vision_type = v.str("model_type") or outer.str("model_type")
     v.data = {**VISION_CLASS_DEFAULTS.get(vision_type or "", {}), **v.data}
     tower = VISION_TOWERS.get(vision_type or "")
     if tower is None:
@@ -134,4 +137,32 @@ def qwen3_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     projector = _qwen3_merger("merger", hidden, merged, out, postshuffle=False)
     for j, _ in enumerate(v.int_list("deepstack_visual_indexes") or []):
         projector += _qwen3_merger(f"deepstack_merger_list.{j}", hidden, merged, out, postshuffle=True)
+    return _as_vision(tower) + _as_vision(projector, "projector")
+
+
+@vision_tower("kimi_k25")
+def moonvit(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
+    """Kimi-K2.5's MoonViT (transformers Kimi_K25VisionModel; the checkpoint's remote-code config names its
+    sizes vt_*): 2-D patch conv, a learned height x width position grid, biased pre-norm blocks, and the
+    patch-merger projector (LayerNorm, then two linears over the 2x2-merged patch)."""
+    hidden, inter = v.int("vt_hidden_size"), v.int("vt_intermediate_size")
+    patch = v.int("patch_size")
+    kernel = v.int_list("merge_kernel_size") or [2, 2]
+    merged = hidden * prod(kernel)
+    tower = [Tensor("patch_embed.proj.weight", (hidden, 3, patch, patch), "vision"),
+             Tensor("patch_embed.proj.bias", (hidden,), "vision"),
+             Tensor("patch_embed.pos_emb.position_embeddings",
+                    (v.int("init_pos_emb_height"), v.int("init_pos_emb_width"), hidden), "vision")]
+    for i in range(v.int("vt_num_hidden_layers")):
+        p = f"layers.{i}"
+        tower += norm(f"{p}.norm1", hidden, bias=True) + norm(f"{p}.norm2", hidden, bias=True)
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            tower += linear(f"{p}.attn.{proj}", hidden, hidden, "column", True)
+        tower += linear(f"{p}.attn.proj", hidden, hidden, "row", True)
+        tower += linear(f"{p}.mlp.fc1", inter, hidden, "column", True)
+        tower += linear(f"{p}.mlp.fc2", hidden, inter, "row", True)
+    tower += norm("final_layernorm", hidden, bias=True)
+    projector = (norm("pre_norm", v.int("mm_hidden_size", default=hidden), bias=True)
+                 + linear("in_proj", merged, merged, "column", True)
+                 + linear("out_proj", text_hidden, merged, "row", True))
     return _as_vision(tower) + _as_vision(projector, "projector")
