@@ -129,5 +129,6 @@ VISION_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
 UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwen2_moe", "phi3",
                       "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4_text", "phi", "glm4", "qwen3_next",
                      "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl", "qwen3_vl_text",
-                     "qwen3_vl_moe", "deepseek_v32", "glm_moe_dsa", "kimi_k25"}
+                     "qwen3_vl_moe", "deepseek_v32", "glm_moe_dsa", "kimi_k25", "glm4_moe", "minimax_m2",
+                     "nemotron_h"}
 

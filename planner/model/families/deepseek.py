@@ -79,6 +79,35 @@ def _indexed_layers(c: Config, model_type: str, num_layers: int) -> list[bool]:
     return [True] * num_layers
 
 
+def routed_experts(c: Config, hidden: int, router_bias: bool) -> tuple[MoE, list[Tensor]]:
+    """DeepSeek MoE block: router (noaux_tc routing keeps a per-expert score-correction bias next to its
+    weight), n_routed_experts gated experts and n_shared_experts fused into one shared MLP."""
+    experts, top_k = c.int("n_routed_experts"), c.int("num_experts_per_tok")
+    expert_intermediate = c.int("moe_intermediate_size")
+    shared = c.int("n_shared_experts", default=0, minimum=0) * expert_intermediate
+    tensors = linear("mlp.gate", experts, hidden, "replicated", role="router")
+    if router_bias:
+        tensors += [Tensor("mlp.gate.e_score_correction_bias", (experts,), "router")]
+    tensors += gated_mlp("mlp.experts", hidden, expert_intermediate, role="expert", count=experts)
+    if shared:
+        tensors += gated_mlp("mlp.shared_experts", hidden, shared)
+    return MoE(experts, top_k, expert_intermediate, shared), tensors
+
+
+def mtp_modules(c: Config, hidden: int, vocab: int, decoder_layer: list[Tensor]) -> list[Tensor]:
+    """Multi-token-prediction modules as DeepSeek-format checkpoints ship them (each a MoE decoder layer
+    plus its own embedding, projection and head copy); engines load them only for speculative decoding."""
+    mtp: list[Tensor] = []
+    for j in range(c.int("num_nextn_predict_layers", default=0, minimum=0)):
+        p = f"mtp{j}"
+        mtp += [Tensor(f"{p}.{t.name}", t.shape, t.role, t.split, t.count) for t in decoder_layer]
+        mtp += norm(f"{p}.enorm", hidden) + norm(f"{p}.hnorm", hidden) + norm(f"{p}.shared_head.norm", hidden)
+        mtp += linear(f"{p}.eh_proj", hidden, 2 * hidden, "replicated")
+        mtp += [Tensor(f"{p}.embed_tokens.weight", (vocab, hidden), "embedding", "vocab"),
+                Tensor(f"{p}.shared_head.head.weight", (vocab, hidden), "lm_head", "vocab")]
+    return mtp
+
+
 @family("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     """MLA attention, dense first layers, shared + routed experts, MTP modules counted apart."""
@@ -89,19 +118,8 @@ def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     indexer = dsa_indexer(c, hidden) if model_type in SPARSE_ATTENTION else []
     norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)
 
-    experts, top_k = c.int("n_routed_experts"), c.int("num_experts_per_tok")
-    expert_intermediate = c.int("moe_intermediate_size")
-    shared = c.int("n_shared_experts", default=0, minimum=0) * expert_intermediate
+    moe, moe_mlp = routed_experts(c, hidden, router_bias=c.str("topk_method") == "noaux_tc")
     dense_intermediate = c.int("intermediate_size")
-    # noaux_tc routing (V3) keeps a per-expert score-correction bias next to the router weight
-    router_bias = c.str("topk_method") == "noaux_tc"
-
-    moe_mlp = linear("mlp.gate", experts, hidden, "replicated", role="router")
-    if router_bias:
-        moe_mlp += [Tensor("mlp.gate.e_score_correction_bias", (experts,), "router")]
-    moe_mlp += gated_mlp("mlp.experts", hidden, expert_intermediate, role="expert", count=experts)
-    if shared:
-        moe_mlp += gated_mlp("mlp.shared_experts", hidden, shared)
     dense_mlp = gated_mlp("mlp", hidden, dense_intermediate)
 
     index_dim = c.int("index_head_dim") if indexer else 0
@@ -111,19 +129,10 @@ def deepseek(c: Config, model_type: str, name: str) -> Architecture:
         tensors = attn + (indexer if indexed else []) + norms + (moe_mlp if sparse else dense_mlp)
         layers.append(Layer(attention, tuple(tensors), is_moe=sparse))
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
-    # Multi-token-prediction modules ship in the checkpoint (each a MoE decoder layer plus its own
-    # embedding, projection and head copy); engines load them only for speculative decoding.
-    mtp: list[Tensor] = []
-    for j in range(c.int("num_nextn_predict_layers", default=0, minimum=0)):
-        p = f"mtp{j}"
-        mtp += [Tensor(f"{p}.{t.name}", t.shape, t.role, t.split, t.count) for t in attn + indexer + norms + moe_mlp]
-        mtp += norm(f"{p}.enorm", hidden) + norm(f"{p}.hnorm", hidden) + norm(f"{p}.shared_head.norm", hidden)
-        mtp += linear(f"{p}.eh_proj", hidden, 2 * hidden, "replicated")
-        mtp += [Tensor(f"{p}.embed_tokens.weight", (vocab, hidden), "embedding", "vocab"),
-                Tensor(f"{p}.shared_head.head.weight", (vocab, hidden), "lm_head", "vocab")]
+    mtp = mtp_modules(c, hidden, vocab, attn + indexer + norms + moe_mlp)
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied, unloaded=tuple(mtp),
-        intermediate_size=dense_intermediate, moe=MoE(experts, top_k, expert_intermediate, shared),
+        intermediate_size=dense_intermediate, moe=moe,
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
