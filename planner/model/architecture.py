@@ -26,7 +26,9 @@ from planner.model.families.core import (
     Tensor,
     UnsupportedArchitecture,
 )
+from planner.model.families.exclusions import apply_exclusions
 from planner.model.families.vision import multimodal_tensors
+from planner.model.transformers_fallback import architecture_from_transformers, transformers_available
 
 
 def architecture_from_config(data: dict[str, Any], name: str = "model") -> Architecture:
@@ -52,6 +54,9 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
             text.data = {**text.data, "tie_word_embeddings": tied}
     builder = FAMILIES.get(model_type)
     if builder is None:
+        counted = _count_with_transformers(data, name)
+        if counted is not None:
+            return counted
         raise UnsupportedArchitecture(
             f"{name}: architecture {model_type!r} is not one planner counts exactly "
             f"(supported: {', '.join(sorted(FAMILIES))}); give its size with --params N"
@@ -62,8 +67,21 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
         multimodal = multimodal_tensors(outer, arch.hidden_size, name)
     torch_dtype = text.str("torch_dtype") or outer.str("torch_dtype") or text.str("dtype") or outer.str("dtype")
     quant = data.get("quantization_config") or (text_data or {}).get("quantization_config")
-    return replace(arch, multimodal=multimodal, torch_dtype=torch_dtype, quantization_config=quant)
+    return apply_exclusions(replace(arch, multimodal=multimodal, torch_dtype=torch_dtype, quantization_config=quant),
+                            f"{name} config")
 
+
+
+def _count_with_transformers(data: dict[str, Any], name: str) -> Architecture | None:
+    """The optional exact fallback (planner.model.transformers_fallback) for a model_type no family counts."""
+    if not transformers_available():
+        return None
+    try:
+        shape = size_only_architecture_from_config(data, name, 1)  # the cache layout; the count comes next
+    except PlannerInputError:
+        return None
+    arch = architecture_from_transformers(data, shape)
+    return None if arch is None else apply_exclusions(arch, f"{name} config")
 
 
 def size_only_architecture_from_config(data: dict[str, Any], name: str, params: int) -> Architecture:

@@ -18,6 +18,8 @@ GGUF_UNQUANTIZED_BITS = 32
 
 
 def _is_quantized(tensor: Tensor, precision: Precision) -> bool:
+    if tensor.kept_unquantized:
+        return False
     matrix = len(tensor.shape) == 2
     if precision.scope == "all":
         return True

@@ -38,6 +38,7 @@ class Tensor:
     role: Role
     split: Split = "replicated"
     count: int = 1  # identical tensors stored side by side, e.g. the experts of one layer
+    kept_unquantized: bool = False  # listed in the checkpoint's quantization exclusions: stays 16-bit
 
     @property
     def numel(self) -> int:
