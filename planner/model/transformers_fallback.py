@@ -29,9 +29,10 @@ def transformers_available() -> bool:
     return True
 
 
-def meta_tensors(config: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]] | None:
-    """(name, shape) of every parameter and persistent buffer the transformers model holds, tied weights once;
-    None when transformers cannot build this config. Remote code is never run (auto_map is dropped)."""
+def meta_tensors(config: dict[str, Any]) -> list[tuple[str, tuple[int, ...], bool]] | None:
+    """(name, shape, is a parameter) of every parameter and persistent buffer the transformers model holds,
+    tied weights once; None when transformers cannot build this config. Remote code is never run (auto_map
+    is dropped)."""
     import torch
     import transformers
 
@@ -51,8 +52,8 @@ def meta_tensors(config: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]] | 
     except (ValueError, KeyError, TypeError, AttributeError, ImportError):
         return None
     persistent = set(model.state_dict().keys())
-    tensors = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
-    tensors += [(n, tuple(b.shape)) for n, b in model.named_buffers() if n in persistent]
+    tensors = [(n, tuple(p.shape), True) for n, p in model.named_parameters()]
+    tensors += [(n, tuple(b.shape), False) for n, b in model.named_buffers() if n in persistent]
     return tensors
 
 
@@ -88,7 +89,7 @@ def architecture_from_transformers(config: dict[str, Any], shape: Architecture) 
     embedding: list[Tensor] = []
     head: list[Tensor] = []
     multimodal: list[Tensor] = []
-    for name, dims in found:
+    for name, dims, _ in found:
         if MULTIMODAL.search(name):
             multimodal.append(_tensor(name, dims, True))
             continue

@@ -1,0 +1,129 @@
+"""The 2025-2026 families, counted tensor by tensor, against transformers' own count of the same config.
+
+tests/data/transformers-counts.json holds what transformers builds on the meta device for each published
+config (bench/transformers_counts.py, version recorded in the file): parameters plus the persistent
+buffers the checkpoint also stores (router score-correction biases).
+"""
+
+import json
+
+import pytest
+
+from planner.estimator.memory import Request, estimate_memory
+from planner.model.architecture import architecture_from_config, load_config_file
+from planner.model.families import FAMILIES
+from planner.model.precision import weights_bytes
+
+from conftest import CONFIGS, DATA
+
+RECORDED = json.loads((DATA / "transformers-counts.json").read_text())
+COUNTED = sorted(name for name in RECORDED["counts"]
+                 if (load_config_file(CONFIGS / name).get("text_config") or load_config_file(CONFIGS / name))
+                 .get("model_type") in FAMILIES)
+
+
+def _arch(name):
+    return architecture_from_config(load_config_file(CONFIGS / name), name)
+
+
+def test_the_recorded_counts_cover_every_new_family():
+    families = {(load_config_file(CONFIGS / n).get("text_config") or load_config_file(CONFIGS / n))["model_type"]
+                for n in COUNTED}
+    assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
+            "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h"} <= families
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_planner_counts_what_transformers_builds(name):
+    recorded = RECORDED["counts"][name]
+    expected = recorded["parameters"] + recorded["buffers"]
+    loaded = _arch(name).loaded_params
+    assert abs(loaded - expected) <= expected // 1000  # the acceptance bound: 0.1%
+    assert loaded == expected  # and in fact every tensor agrees
+
+
+def test_qwen3_5_reports_its_mtp_module_and_vision_tower_apart():
+    arch = _arch("qwen3.5-35b-a3b")
+    assert arch.multimodal_params == 446_571_248  # ViT + merger, loaded by vLLM unless --language-model-only
+    mtp = arch.checkpoint_params - arch.loaded_params
+    assert mtp > 0 and all(t.name.startswith("mtp.") for t in arch.unloaded)
+    kinds = [layer.attention.kind for layer in arch.layers]
+    assert kinds.count("linear") == 30 and kinds.count("full") == 10 and kinds[3] == "full"
+    assert all(layer.is_moe for layer in arch.layers)
+
+
+def test_qwen3_vl_counts_its_deepstack_mergers():
+    arch = _arch("qwen3-vl-8b-instruct")
+    merger_norms = [t for t in arch.multimodal if t.name.endswith(".norm.weight") and "merger" in t.name]
+    assert len(merger_norms) == 1 + 3  # the final merger and one per deepstack layer (8, 16, 24)
+
+
+def test_dsa_indexer_key_cache_joins_the_per_token_bytes(catalog):
+    arch = _arch("deepseek-v3.2")
+    assert {layer.attention.indexer_head_dim for layer in arch.layers} == {128}
+    estimate = estimate_memory(arch, Request(context=4096, precision="fp8-block", kv_dtype="bf16"), catalog)
+    # 61 layers x (MLA latent 512 + 64 in bf16, plus the indexer's fp8 key of 128 values and one fp32 scale)
+    assert estimate.kv_bytes_per_token == 61 * ((512 + 64) * 2 + 128 + 4)
+
+
+def test_glm_5_2_shared_indexer_layers_keep_no_indexer():
+    arch = _arch("glm-5.2")
+    indexed = [layer.attention.indexer_head_dim > 0 for layer in arch.layers]
+    assert indexed[:4] == [True, True, True, False] and sum(indexed) == 21
+    assert all(any("indexer" in t.name for t in layer.tensors) == has
+               for layer, has in zip(arch.layers, indexed))
+
+
+def test_nemotron_h_layers_open_at_each_mamba_or_attention_block():
+    arch = _arch("nemotron-3-nano-30b-a3b")
+    kinds = [layer.attention.kind for layer in arch.layers]
+    # pattern MEMEM*EMEMEM*E...: 23 Mamba-2 and 6 attention blocks; the 23 MoE blocks join them
+    assert kinds.count("mamba") == 23 and kinds.count("full") == 6
+    assert sum(layer.is_moe for layer in arch.layers) == 23
+    mamba = next(layer.attention for layer in arch.layers if layer.attention.kind == "mamba")
+    # vLLM MambaStateShapeCalculator: conv (64*64 + 2*8*128) x (4-1) + SSM 64 x 64 x 128
+    assert mamba.state_elements == (64 * 64 + 2 * 8 * 128) * 3 + 64 * 64 * 128
+
+
+def test_glm_4_6_mtp_layer_is_reported_apart():
+    arch = _arch("glm-4.6")
+    assert arch.checkpoint_params == 358_337_791_296  # loaded 352,797,829,024 + one DeepSeek-format MTP layer
+    assert not arch.layers[2].is_moe and arch.layers[3].is_moe
+
+
+def test_modelopt_ignore_list_keeps_modules_16_bit(catalog):
+    arch = _arch("qwen3.5-397b-a17b-nvfp4")
+    head = {t.name: t.kept_unquantized for t in arch.head}
+    assert head["lm_head.weight"]
+    layer0 = {t.name: t.kept_unquantized for t in arch.layers[0].tensors}
+    assert layer0["linear_attn.in_proj_qkv.weight"] and not layer0["mlp.experts.gate_up_proj.weight"]
+    nvfp4 = catalog.precisions.get("nvfp4")
+    plain = architecture_from_config({**load_config_file(CONFIGS / "qwen3.5-397b-a17b"), "quantization_config": None})
+    tensors = [t for layer in arch.layers for t in layer.tensors]
+    plain_tensors = [t for layer in plain.layers for t in layer.tensors]
+    assert weights_bytes(tensors, nvfp4) > weights_bytes(plain_tensors, nvfp4)
+    assert arch.loaded_params == plain.loaded_params
+
+
+def test_a_malformed_exclusion_list_is_named():
+    from planner.errors import PlannerInputError
+    config = dict(load_config_file(CONFIGS / "glm-5-fp8"))
+    config["quantization_config"] = dict(config["quantization_config"], modules_to_not_convert="lm_head")
+    with pytest.raises(PlannerInputError, match="modules_to_not_convert"):
+        architecture_from_config(config, "glm")
+
+
+# -- the optional exact fallback: transformers on the meta device (CI does not install it) ---------------
+
+@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5",
+                                  "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2"])
+def test_the_transformers_fallback_agrees_with_the_family_count(name):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from planner.model.architecture import size_only_architecture_from_config
+    from planner.model.transformers_fallback import architecture_from_transformers
+
+    config = load_config_file(CONFIGS / name)
+    shape = size_only_architecture_from_config(config, name, 1)
+    fallback = architecture_from_transformers(config, shape)
+    assert fallback is not None and fallback.loaded_params == _arch(name).loaded_params
