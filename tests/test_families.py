@@ -127,3 +127,40 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     shape = size_only_architecture_from_config(config, name, 1)
     fallback = architecture_from_transformers(config, shape)
     assert fallback is not None and fallback.loaded_params == _arch(name).loaded_params
+
+
+# -- the current catalog ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hf_id, entry, precision", [
+    ("Qwen/Qwen3.5-397B-A17B-FP8", "qwen3.5-397b-a17b", "fp8-block"),
+    ("nvidia/Qwen3.5-397B-A17B-NVFP4", "qwen3.5-397b-a17b", "nvfp4"),
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "qwen3-coder-480b-a35b", "fp8-block"),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", "nemotron-3-nano-30b-a3b", "nvfp4"),
+    ("Qwen/Qwen3-VL-8B", "qwen3-vl-8b", None),  # -Instruct left off
+    ("zai-org/GLM-5", "glm-5", None),
+    ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3", None),
+])
+def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
+    record, suffix_precision = catalog.model_and_precision(hf_id)
+    assert (record.name, suffix_precision) == (entry, precision)
+
+
+def test_a_precision_suffix_sets_the_precision_planner_sizes(catalog):
+    from planner.model.sources import resolve_model
+    arch = resolve_model(catalog, "nvidia/Qwen3.5-397B-A17B-NVFP4")
+    estimate = estimate_memory(arch, Request(context=8192, tp=8), catalog)
+    assert arch.name == "qwen3.5-397b-a17b" and estimate.precision == "nvfp4"
+    bf16 = estimate_memory(resolve_model(catalog, "Qwen/Qwen3.5-397B-A17B"), Request(context=8192, tp=8), catalog)
+    assert bf16.precision == "bf16" and estimate.weights_bytes < bf16.weights_bytes // 3
+
+
+def test_an_unknown_suffixed_id_is_still_refused(catalog):
+    from planner.errors import PlannerInputError
+    with pytest.raises(PlannerInputError, match="unknown model"):
+        catalog.model_and_precision("someone/Not-A-Model-FP8")
+
+
+def test_catalog_lists_the_current_families(catalog):
+    families = {m.family for m in catalog.models}
+    assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
+            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4"} <= families
