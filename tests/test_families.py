@@ -115,7 +115,7 @@ def test_a_malformed_exclusion_list_is_named():
 
 # -- the optional exact fallback: transformers on the meta device (CI does not install it) ---------------
 
-@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5",
+@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
                                   "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
@@ -163,4 +163,4 @@ def test_an_unknown_suffixed_id_is_still_refused(catalog):
 def test_catalog_lists_the_current_families(catalog):
     families = {m.family for m in catalog.models}
     assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
-            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4"} <= families
+            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4"} <= families

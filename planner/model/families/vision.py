@@ -44,7 +44,7 @@ def _vit_layer(prefix: str, hidden: int, intermediate: int) -> list[Tensor]:
     return t
 
 
-def _as_vision(tensors: list[Tensor], role: Role = "vision") -> list[Tensor]:
+def as_vision(tensors: list[Tensor], role: Role = "vision") -> list[Tensor]:
     return [Tensor(f"vision.{t.name}" if role == "vision" else f"projector.{t.name}", t.shape, role, t.split, t.count)
             for t in tensors]
 
@@ -62,7 +62,7 @@ def siglip(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     tower += norm("post_layernorm", hidden, bias=True)
     projector = [Tensor("mm_input_projection_weight", (hidden, text_hidden), "projector"),
                  Tensor("mm_soft_emb_norm.weight", (hidden,), "projector")]
-    return _as_vision(tower) + _as_vision(projector, "projector")
+    return as_vision(tower) + as_vision(projector, "projector")
 
 
 @vision_tower("pixtral")
@@ -84,7 +84,7 @@ def pixtral(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
                  + linear("patch_merger.merging_layer", hidden, hidden * merge * merge, "replicated")
                  + linear("linear_1", text_hidden, hidden, "column", bias)
                  + linear("linear_2", text_hidden, text_hidden, "row", bias))
-    return _as_vision(tower) + _as_vision(projector, "projector")
+    return as_vision(tower) + as_vision(projector, "projector")
 
 
 @vision_tower("llama4_vision_model")
@@ -102,7 +102,7 @@ def llama4_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     tower += linear("vision_adapter.mlp.fc1", v.int("projector_input_dim"), inter, "column")
     tower += linear("vision_adapter.mlp.fc2", v.int("projector_output_dim"), v.int("projector_output_dim"), "row")
     projector = linear("linear_1", text_hidden, v.int("vision_output_dim"), "column")
-    return _as_vision(tower) + _as_vision(projector, "projector")
+    return as_vision(tower) + as_vision(projector, "projector")
 
 
 QWEN3_VISION_TYPES = ("qwen3_vl", "qwen3_vl_vision", "qwen3_vl_moe", "qwen3_vl_moe_vision",
@@ -137,7 +137,7 @@ def qwen3_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     projector = _qwen3_merger("merger", hidden, merged, out, postshuffle=False)
     for j, _ in enumerate(v.int_list("deepstack_visual_indexes") or []):
         projector += _qwen3_merger(f"deepstack_merger_list.{j}", hidden, merged, out, postshuffle=True)
-    return _as_vision(tower) + _as_vision(projector, "projector")
+    return as_vision(tower) + as_vision(projector, "projector")
 
 
 @vision_tower("kimi_k25")
@@ -165,4 +165,4 @@ def moonvit(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     projector = (norm("pre_norm", v.int("mm_hidden_size", default=hidden), bias=True)
                  + linear("in_proj", merged, merged, "column", True)
                  + linear("out_proj", text_hidden, merged, "row", True))
-    return _as_vision(tower) + _as_vision(projector, "projector")
+    return as_vision(tower) + as_vision(projector, "projector")
