@@ -163,4 +163,19 @@ def test_an_unknown_suffixed_id_is_still_refused(catalog):
 def test_catalog_lists_the_current_families(catalog):
     families = {m.family for m in catalog.models}
     assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
-            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4"} <= families
+            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas"} <= families
+
+
+def test_nemotron_nas_counts_each_searched_block():
+    arch = _arch("llama-3.3-nemotron-super-49b")
+    assert arch.checkpoint_params == 49_867_145_216  # the published total; transformers has no class for it
+    assert arch.num_layers == 49  # blocks with attention; the 31 attention-less blocks join the layer before
+    assert {layer.attention.kv_heads for layer in arch.layers} == {8}
+
+
+def test_gemma_4_full_layers_use_global_heads_and_share_keys_as_values():
+    arch = _arch("gemma-4-26b-a4b")
+    full = [layer for layer in arch.layers if layer.attention.kind == "full"]
+    assert len(full) == 5 and {(a.attention.kv_heads, a.attention.k_head_dim) for a in full} == {(2, 512)}
+    assert not any("v_proj" in t.name for t in full[0].tensors)
+    assert {layer.attention.window for layer in arch.layers if layer.attention.kind == "sliding"} == {1024}

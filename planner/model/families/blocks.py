@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from planner.errors import PlannerInputError
 from planner.model.families.config import UNTIED_BY_DEFAULT, Config
-from planner.model.families.core import Attention, LayerKind, Role, Split, Tensor, UnsupportedArchitecture
+from planner.model.families.core import Attention, Layer, LayerKind, Role, Split, Tensor, UnsupportedArchitecture
 
 
 def norm(name: str, size: int, bias: bool = False) -> list[Tensor]:
@@ -165,3 +165,25 @@ def moe_block(prefix: str, hidden: int, experts: int, expert_intermediate: int, 
                                role="expert", count=experts)
 
 
+
+
+def cache_layers(blocks: list[tuple[Attention | None, list[Tensor], bool]]) -> tuple[Layer, ...]:
+    """planner's layers are cache layers: a block without a cache of its own (an MoE or MLP-only block, a
+    no-op attention, a layer reusing another's KV) joins the layer before it (the first one, when it leads),
+    so engines see one layer per cache and pipeline stages split the stack at cache layers.
+    Each block is (its cache, or None; its tensors; whether it holds experts)."""
+    layers: list[tuple[Attention, list[Tensor], bool]] = []
+    leading: list[Tensor] = []
+    leading_moe = False
+    for attention, tensors, is_moe in blocks:
+        if attention is not None:
+            layers.append((attention, leading + tensors, leading_moe or is_moe))
+            leading, leading_moe = [], False
+        elif layers:
+            previous, held, has_moe = layers[-1]
+            layers[-1] = (previous, held + tensors, has_moe or is_moe)
+        else:
+            leading, leading_moe = leading + tensors, leading_moe or is_moe
+    if not layers:
+        raise UnsupportedArchitecture("no layer of this model keeps a cache; planner cannot size it")
+    return tuple(Layer(a, tuple(t), is_moe=m) for a, t, m in layers)

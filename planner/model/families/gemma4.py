@@ -2,7 +2,8 @@
 
 Per layer: sliding layers use head_dim and num_key_value_heads, full-attention layers global_head_dim and, with
 attention_k_eq_v, num_global_key_value_heads and no v_proj (values are the keys); the last num_kv_shared_layers
-reuse an earlier layer's cache and hold no k/v weights (and, with use_double_wide_mlp, a doubled MLP). MoE
+reuse an earlier layer's cache and hold no k/v weights (and, with use_double_wide_mlp, a doubled MLP); they join
+the layer before them as planner layers are cache layers (blocks.cache_layers). MoE
 layers run a 128-expert block next to the dense MLP. Per-layer embeddings (hidden_size_per_layer_input) add
 a packed embedding table and per-layer gates. The audio tower of the small models is not counted: a config
 with an audio_config is refused (give --params).
@@ -10,9 +11,9 @@ with an audio_config is refused (give --params).
 
 from __future__ import annotations
 
-from planner.model.families.blocks import embedding_and_head, gated_mlp, layer_kinds, linear, norm
+from planner.model.families.blocks import cache_layers, embedding_and_head, gated_mlp, layer_kinds, linear, norm
 from planner.model.families.config import Config
-from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor, UnsupportedArchitecture
+from planner.model.families.core import Architecture, Attention, MoE, Tensor, UnsupportedArchitecture
 from planner.model.families.registry import family, vision_tower
 from planner.model.families.vision import as_vision
 
@@ -50,7 +51,7 @@ def gemma4(c: Config, model_type: str, name: str) -> Architecture:
                        + gated_mlp("experts", hidden, moe_inter, fused=True, role="expert", count=experts)
                        + norm("post_feedforward_layernorm_1", hidden) + norm("post_feedforward_layernorm_2", hidden)
                        + norm("pre_feedforward_layernorm_2", hidden))
-    layers = []
+    blocks: list[tuple[Attention | None, list[Tensor], bool]] = []
     for i, (kind, window) in enumerate(kinds):
         full = kind == "full"
         head_dim = c.int("global_head_dim") if full and "global_head_dim" in c else c.int("head_dim")
@@ -73,8 +74,8 @@ def gemma4(c: Config, model_type: str, name: str) -> Architecture:
                   + linear("per_layer_projection", hidden, ple, "replicated") + norm("post_per_layer_input_norm", hidden))
         t += moe_tensors
         # a layer that reuses another's cache adds none of its own
-        attention = Attention("full", 0, 0, 0) if reuse else Attention(kind, kv_heads, head_dim, head_dim, window)
-        layers.append(Layer(attention, tuple(t), is_moe=moe is not None))
+        attention = None if reuse else Attention(kind, kv_heads, head_dim, head_dim, window)
+        blocks.append((attention, t, moe is not None))
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
     if ple:
         embedding += (Tensor("embed_tokens_per_layer.weight", (c.int("vocab_size_per_layer_input"), num_layers * ple),
@@ -83,7 +84,7 @@ def gemma4(c: Config, model_type: str, name: str) -> Architecture:
                       *norm("per_layer_projection_norm", ple))
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
-        layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied,
+        layers=cache_layers(blocks), embedding=embedding, head=head, tied_embeddings=tied,
         intermediate_size=c.int("intermediate_size"), moe=moe, max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
 

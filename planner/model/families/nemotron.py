@@ -2,18 +2,18 @@
 mixer, an attention mixer, a MoE or a plain MLP, chosen per block by hybrid_override_pattern (M, *, E, -) or
 layers_block_type (transformers models/nemotron_h).
 
-planner's layers are cache layers: each Mamba-2 or attention block opens one, and the MoE / MLP blocks
-that follow it join that layer, so pipeline stages split the stack at mixer boundaries. The checkpoint's
-MTP module (mtp.*, which transformers skips) is not counted: its layout is not in the transformers code.
+Each Mamba-2 or attention block is one planner layer; the MoE / MLP blocks after it join it (blocks.cache_layers).
+The checkpoint's MTP module (mtp.*, which transformers skips) is not counted: its layout is not in the
+transformers code.
 """
 
 from __future__ import annotations
 
 from planner.errors import PlannerInputError
-from planner.model.families.blocks import (embedding_and_head, head_dim_from, linear, norm,
+from planner.model.families.blocks import (cache_layers, embedding_and_head, head_dim_from, linear, norm,
                                            recurrent_state_elements)
 from planner.model.families.config import Config
-from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
+from planner.model.families.core import Architecture, Attention, MoE, Tensor
 from planner.model.families.registry import family
 
 PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
@@ -95,31 +95,21 @@ def nemotron_h(c: Config, model_type: str, name: str) -> Architecture:
                          "mamba_d_conv": c.int("conv_kernel")}, c.where) if "linear_attention" in types else None
     block_norm = norm("norm", hidden)
     moe: MoE | None = None
-    groups: list[tuple[Attention, list[Tensor], bool]] = []
-    pending: list[Tensor] = []  # MoE / MLP blocks before the first mixer join the first layer
-    pending_moe = False
+    blocks: list[tuple[Attention | None, list[Tensor], bool]] = []
     for kind in types:
-        if kind in MIXERS:
-            if kind == "linear_attention":
-                attention = Attention("mamba", state_elements=recurrent_state_elements(mamba_keys, "mamba"))
-                tensors = _mamba2(c, hidden)
-            else:
-                attention = Attention("full", kv_heads, head_dim, head_dim)
-                tensors = _attention(c, hidden, heads, kv_heads, head_dim)
-            groups.append((attention, tensors + block_norm + pending, pending_moe))
-            pending, pending_moe = [], False
-            continue
-        if kind == "moe":
+        if kind == "linear_attention":
+            state = recurrent_state_elements(mamba_keys, "mamba")  # type: ignore[arg-type]
+            blocks.append((Attention("mamba", state_elements=state), _mamba2(c, hidden) + block_norm, False))
+        elif kind == "full_attention":
+            blocks.append((Attention("full", kv_heads, head_dim, head_dim),
+                           _attention(c, hidden, heads, kv_heads, head_dim) + block_norm, False))
+        elif kind == "moe":
             moe, ffn = _moe(c, hidden)
+            blocks.append((None, ffn + block_norm, True))
         else:
-            ffn = _mlp("mixer", hidden, c.int("intermediate_size"), c.bool("mlp_bias", False))
-        ffn = ffn + block_norm
-        if groups:
-            attention, tensors, has_moe = groups[-1]
-            groups[-1] = (attention, tensors + ffn, has_moe or kind == "moe")
-        else:
-            pending, pending_moe = pending + ffn, pending_moe or kind == "moe"
-    layers = tuple(Layer(a, tuple(t), is_moe=m) for a, t, m in groups)
+            blocks.append((None, _mlp("mixer", hidden, c.int("intermediate_size"), c.bool("mlp_bias", False)) + block_norm,
+                           False))
+    layers = cache_layers(blocks)
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
