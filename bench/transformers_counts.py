@@ -9,8 +9,9 @@ Run once, in a throwaway environment with torch and transformers (not planner's 
 Each config is built on the meta device (planner.model.transformers_fallback.meta_tensors: shapes only,
 no weights, no remote code). `parameters` is what model.parameters() holds (tied weights once);
 `buffers` the persistent buffers the checkpoint also stores (e.g. DeepSeek's e_score_correction_bias).
-Kimi K2's config names model_type "kimi_k2", which transformers does not register, and declares
-DeepseekV3ForCausalLM with DeepSeek-V3's modelling code: it is built as deepseek_v3.
+Two model_types transformers does not register are built as the code their checkpoints declare: Kimi K2
+("kimi_k2", DeepseekV3ForCausalLM with DeepSeek-V3's modelling code) as deepseek_v3, and MiMo-7B ("mimo",
+whose modeling_mimo.py subclasses Qwen2ForCausalLM and adds MTP layers) as qwen2, without the MTP layers.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from planner.model.transformers_fallback import meta_tensors  # noqa: E402
 CONFIGS = ROOT / "tests" / "data" / "configs"
 OUT = ROOT / "tests" / "data" / "transformers-counts.json"
 # model_type transformers does not register -> the one whose code the checkpoint declares
-DECLARED_CODE = {"kimi_k2": "deepseek_v3"}
+DECLARED_CODE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}
 
 
 def count(config: dict) -> dict | None:

@@ -179,3 +179,11 @@ def test_gemma_4_full_layers_use_global_heads_and_share_keys_as_values():
     assert len(full) == 5 and {(a.attention.kv_heads, a.attention.k_head_dim) for a in full} == {(2, 512)}
     assert not any("v_proj" in t.name for t in full[0].tensors)
     assert {layer.attention.window for layer in arch.layers if layer.attention.kind == "sliding"} == {1024}
+
+
+def test_mimo_mtp_layers_and_sliding_window_hybrid():
+    mimo = _arch("mimo-7b-base")
+    assert mimo.unloaded and all(t.name.startswith("mtp_layers.0.") for t in mimo.unloaded)
+    flash = _arch("mimo-v2-flash")
+    sliding = [layer.attention for layer in flash.layers if layer.attention.kind == "sliding"]
+    assert len(sliding) == 39 and {(a.kv_heads, a.k_head_dim, a.v_head_dim, a.window) for a in sliding} == {(8, 192, 128, 129)}

@@ -11,7 +11,7 @@ from planner.model.families.registry import family
 
 
 @family("llama", "mistral", "granite", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3", "phi3",
-        "cohere", "glm4", "phi", "qwen3_vl_text")
+        "cohere", "glm4", "phi", "qwen3_vl_text", "mimo")
 def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4 and Phi-2."""
     hidden, layers = c.int("hidden_size"), c.int("num_hidden_layers")
@@ -25,7 +25,7 @@ def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
     if model_type in ("llama", "granite"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
         mlp_bias = c.bool("mlp_bias", False)
-    elif model_type == "qwen2":
+    elif model_type in ("qwen2", "mimo"):  # MiMo-7B: Qwen2 layers plus MTP layers
         qkv_bias = True  # Qwen2Attention: q/k/v projections always carry a bias, o_proj none
     elif model_type in ("qwen3", "qwen3_vl_text"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
@@ -59,10 +59,19 @@ def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
                           Tensor("self_attn.k_norm.weight", (kv_heads, head_dim), "norm")]
     attention = attention_layouts(c, model_type, layers, kv_heads, head_dim)
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab, norm_bias=norm_bias, head_bias=head_bias)
+    # MiMo's MTP layers (its modeling_mimo.py MiMoMTPLayers, model.mtp_layers.N): a Qwen2 decoder layer plus
+    # token / hidden / final norms and an input projection over [embedding; hidden]; engines load them only
+    # for speculative decoding
+    mtp: list[Tensor] = []
+    for j in range(c.int("num_nextn_predict_layers", default=0, minimum=0) if model_type == "mimo" else 0):
+        p = f"mtp_layers.{j}"
+        mtp += [Tensor(f"{p}.{t.name}", t.shape, t.role, t.split, t.count) for t in layer_tensors]
+        mtp += norm(f"{p}.token_layernorm", hidden) + norm(f"{p}.hidden_layernorm", hidden)
+        mtp += norm(f"{p}.final_layernorm", hidden) + linear(f"{p}.input_proj", hidden, 2 * hidden, "replicated")
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=tuple(Layer(a, tuple(layer_tensors)) for a in attention), embedding=embedding, head=head,
-        tied_embeddings=tied, intermediate_size=intermediate,
+        tied_embeddings=tied, intermediate_size=intermediate, unloaded=tuple(mtp),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
 
