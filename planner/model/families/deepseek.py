@@ -1,4 +1,4 @@
-"""Multi-head latent attention (MLA) MoE decoders: DeepSeek V2/V3/V3.2, Kimi K2 and GLM-5.
+"""Multi-head latent attention (MLA) MoE decoders: DeepSeek V2/V3/V3.2, Kimi K2, GLM-4.7-Flash and GLM-5.
 
 DeepSeek V3.2 and GLM-5 (glm_moe_dsa) add DeepSeek Sparse Attention: a lightweight indexer per layer
 (transformers DeepseekV32Indexer / GlmMoeDsaIndexer) picks the top-k tokens each query attends to and
@@ -14,6 +14,7 @@ from planner.model.families.core import Architecture, Attention, Layer, MoE, Ten
 from planner.model.families.registry import family
 
 SPARSE_ATTENTION = {"deepseek_v32", "glm_moe_dsa"}
+GLM_ROUTERS = {"glm4_moe_lite", "glm_moe_dsa"}
 
 
 def mla_attention(c: Config, hidden: int, heads: int) -> list[Tensor]:
@@ -108,7 +109,7 @@ def mtp_modules(c: Config, hidden: int, vocab: int, decoder_layer: list[Tensor])
     return mtp
 
 
-@family("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
+@family("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite")
 def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     """MLA attention, dense first layers, shared + routed experts, MTP modules counted apart."""
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
@@ -118,7 +119,8 @@ def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     indexer = dsa_indexer(c, hidden) if model_type in SPARSE_ATTENTION else []
     norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)
 
-    moe, moe_mlp = routed_experts(c, hidden, router_bias=c.str("topk_method") == "noaux_tc")
+    # GLM's routers (Glm4MoeLiteTopkRouter, GlmMoeDsaTopkRouter) keep the correction bias whatever topk_method says
+    moe, moe_mlp = routed_experts(c, hidden, router_bias=c.str("topk_method") == "noaux_tc" or model_type in GLM_ROUTERS)
     dense_intermediate = c.int("intermediate_size")
     dense_mlp = gated_mlp("mlp", hidden, dense_intermediate)
 
