@@ -6,6 +6,8 @@ against a checkpoint's safetensors index.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from planner.errors import PlannerInputError
 from planner.model.families.config import UNTIED_BY_DEFAULT, Config
 from planner.model.families.core import Attention, Layer, LayerKind, Role, Split, Tensor, UnsupportedArchitecture
@@ -52,6 +54,22 @@ def gated_mlp(prefix: str, hidden: int, intermediate: int, bias: bool = False, f
         up = (linear(f"{prefix}.gate_proj", intermediate, hidden, "column", bias, role, count)
               + linear(f"{prefix}.up_proj", intermediate, hidden, "column", bias, role, count))
     return up + linear(f"{prefix}.down_proj", hidden, intermediate, "row", bias, role, count)
+
+
+class DecoderShape(NamedTuple):
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+
+def decoder_shape(c: Config) -> DecoderShape:
+    """The sizes every decoder config spells the same way (num_key_value_heads defaults to MHA)."""
+    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    return DecoderShape(hidden, c.int("num_hidden_layers"), heads, c.int("num_key_value_heads", default=heads),
+                        head_dim_from(c, hidden, heads), c.int("vocab_size"))
 
 
 def head_dim_from(c: Config, hidden: int, heads: int) -> int:

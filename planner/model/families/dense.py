@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from planner.errors import PlannerInputError
-from planner.model.families.blocks import (attention_layouts, attention_tensors, embedding_and_head, gated_mlp,
-                                           head_dim_from, linear, moe_block, norm)
+from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
+                                           gated_mlp, linear, norm)
 from planner.model.families.config import Config
-from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
+from planner.model.families.core import Architecture, Layer, Tensor
 from planner.model.families.registry import family
 
 
@@ -14,11 +13,8 @@ from planner.model.families.registry import family
         "cohere", "glm4", "phi", "qwen3_vl_text", "mimo")
 def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4 and Phi-2."""
-    hidden, layers = c.int("hidden_size"), c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    kv_heads = c.int("num_key_value_heads", default=heads)
-    head_dim = head_dim_from(c, hidden, heads)
-    intermediate, vocab = c.int("intermediate_size"), c.int("vocab_size")
+    hidden, layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
+    intermediate = c.int("intermediate_size")
 
     qkv_bias = o_bias = mlp_bias = norm_bias = head_bias = fused_qkv = fused_mlp = qk_norm = False
     norms_per_layer = 2

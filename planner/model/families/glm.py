@@ -4,8 +4,8 @@ the DeepSeek checkpoint format (transformers models/glm4_moe; vLLM glm4_moe_mtp.
 
 from __future__ import annotations
 
-from planner.model.families.blocks import (attention_layouts, attention_tensors, embedding_and_head, gated_mlp,
-                                           head_dim_from, norm)
+from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
+                                           gated_mlp, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer
 from planner.model.families.deepseek import mtp_modules, routed_experts
@@ -14,11 +14,7 @@ from planner.model.families.registry import family
 
 @family("glm4_moe")
 def glm4_moe(c: Config, model_type: str, name: str) -> Architecture:
-    hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    kv_heads = c.int("num_key_value_heads", default=heads)
-    head_dim = head_dim_from(c, hidden, heads)
-    vocab = c.int("vocab_size")
+    hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     attn = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=c.bool("attention_bias", False),
                              o_bias=False, qk_norm=c.bool("use_qk_norm", False))
     norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)

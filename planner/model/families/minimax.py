@@ -7,7 +7,7 @@ safetensors total equals the transformers count, so nothing is counted for them.
 
 from __future__ import annotations
 
-from planner.model.families.blocks import (attention_layouts, attention_tensors, embedding_and_head, head_dim_from,
+from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
                                            moe_block, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer, MoE, Tensor
@@ -16,11 +16,7 @@ from planner.model.families.registry import family
 
 @family("minimax_m2")
 def minimax_m2(c: Config, model_type: str, name: str) -> Architecture:
-    hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    kv_heads = c.int("num_key_value_heads", default=heads)
-    head_dim = head_dim_from(c, hidden, heads)
-    vocab = c.int("vocab_size")
+    hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     experts, top_k = c.int("num_local_experts"), c.int("num_experts_per_tok")
     expert_intermediate = c.int("intermediate_size")
     attn = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=False, o_bias=False)

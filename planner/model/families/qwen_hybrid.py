@@ -7,7 +7,7 @@ engines load only for speculative decoding: counted apart, in `unloaded`.
 
 from __future__ import annotations
 
-from planner.model.families.blocks import (attention_layouts, embedding_and_head, gated_mlp, head_dim_from, linear,
+from planner.model.families.blocks import (attention_layouts, decoder_shape, embedding_and_head, gated_mlp, linear,
                                            moe_block, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer, MoE, Tensor
@@ -65,11 +65,7 @@ def _moe_layers(c: Config, model_type: str, num_layers: int) -> set[int]:
 
 @family("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 def qwen_hybrid(c: Config, model_type: str, name: str) -> Architecture:
-    hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    kv_heads = c.int("num_key_value_heads", default=heads)
-    head_dim = head_dim_from(c, hidden, heads)
-    vocab = c.int("vocab_size")
+    hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     moe: MoE | None = None
     moe_mlp: list[Tensor] = []
     if _is_moe(c, model_type):

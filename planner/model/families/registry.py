@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Tensor
@@ -14,19 +14,18 @@ Tower = Callable[[Config, Config, int], list[Tensor]]
 
 FAMILIES: dict[str, Builder] = {}
 VISION_TOWERS: dict[str, Tower] = {}
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def family(*model_types: str) -> Callable[[Builder], Builder]:
-    def register(builder: Builder) -> Builder:
-        for model_type in model_types:
-            FAMILIES[model_type] = builder
-        return builder
-    return register
+def _registrar(table: dict[str, Any]) -> Callable[..., Callable[[F], F]]:
+    def names(*model_types: str) -> Callable[[F], F]:
+        def register(counter: F) -> F:
+            for model_type in model_types:
+                table[model_type] = counter
+            return counter
+        return register
+    return names
 
 
-def vision_tower(*model_types: str) -> Callable[[Tower], Tower]:
-    def register(tower: Tower) -> Tower:
-        for model_type in model_types:
-            VISION_TOWERS[model_type] = tower
-        return tower
-    return register
+family = _registrar(FAMILIES)  # @family("llama", ...) over a Builder
+vision_tower = _registrar(VISION_TOWERS)  # @vision_tower("siglip_vision_model", ...) over a Tower

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from planner.errors import PlannerInputError
-from planner.model.families.blocks import (attention_layouts, attention_tensors, embedding_and_head, gated_mlp,
-                                           head_dim_from, linear, moe_block, norm)
+from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
+                                           gated_mlp, moe_block, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
 from planner.model.families.registry import family
@@ -13,11 +13,7 @@ from planner.model.families.registry import family
 @family("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text")
 def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss and Llama 4 text."""
-    hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
-    kv_heads = c.int("num_key_value_heads", default=heads)
-    head_dim = head_dim_from(c, hidden, heads)
-    vocab = c.int("vocab_size")
+    hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     experts = c.int("num_local_experts") if "num_local_experts" in c else c.int("num_experts")
     top_k = c.int("num_experts_per_tok")
     qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = False

@@ -5,12 +5,9 @@ from __future__ import annotations
 from math import prod
 
 from planner.errors import PlannerInputError
-from planner.model.families.blocks import (attention_layouts, attention_tensors, embedding_and_head, gated_mlp,
-                                           head_dim_from, linear, moe_block, norm)
-from planner.model.families.config import Config
-from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
-from planner.model.families.config import VISION_CLASS_DEFAULTS
-from planner.model.families.core import Role, Split, UnsupportedArchitecture
+from planner.model.families.blocks import gated_mlp, linear, norm
+from planner.model.families.config import VISION_CLASS_DEFAULTS, Config
+from planner.model.families.core import Role, Split, Tensor, UnsupportedArchitecture
 from planner.model.families.registry import VISION_TOWERS, vision_tower
 
 
