@@ -187,3 +187,14 @@ def test_mimo_mtp_layers_and_sliding_window_hybrid():
     flash = _arch("mimo-v2-flash")
     sliding = [layer.attention for layer in flash.layers if layer.attention.kind == "sliding"]
     assert len(sliding) == 39 and {(a.kv_heads, a.k_head_dim, a.v_head_dim, a.window) for a in sliding} == {(8, 192, 128, 129)}
+
+
+def test_exclusions_by_name_scale_and_wildcards_are_bounded():
+    from planner.errors import PlannerInputError
+    config = dict(load_config_file(CONFIGS / "glm-5-fp8"))
+    by_name = [f"model.layers.{i}.mlp.experts.{j}.gate_proj" for i in range(3, 78) for j in range(256)]
+    config["quantization_config"] = dict(config["quantization_config"], modules_to_not_convert=by_name)
+    assert architecture_from_config(config, "glm").loaded_params == _arch("glm-5").loaded_params
+    config["quantization_config"] = dict(config["quantization_config"], modules_to_not_convert=["*x"] * 5000)
+    with pytest.raises(PlannerInputError, match="wildcard"):
+        architecture_from_config(config, "glm")

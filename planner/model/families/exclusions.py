@@ -10,7 +10,7 @@ checkpoints use for decoder layers.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fnmatch import translate
 from typing import Any
 
@@ -22,10 +22,23 @@ EXCLUSION_KEYS = ("ignore", "exclude_modules", "modules_to_not_convert")
 LAYER_PATHS = ("model.layers.{i}.", "model.language_model.layers.{i}.", "language_model.model.layers.{i}.",
                "backbone.layers.{i}.")
 OUTSIDE_PATHS = ("model.", "model.language_model.", "language_model.model.", "backbone.", "")
-MAX_PATTERNS = 100_000  # a real list holds one entry per excluded module: a few thousand at most
+# A real list holds one entry per excluded module (a few thousand at most) and a handful of globs; exact names
+# are looked up in a set, globs matched as one regex, which stays fast only while they are few.
+MAX_NAMES = 1_000_000
+MAX_GLOBS = 2_000
+GLOB_CHARS = frozenset("*?[")
 
 
-def exclusion_pattern(quantization_config: Any, where: str) -> re.Pattern[str] | None:
+@dataclass(frozen=True)
+class Exclusions:
+    names: frozenset[str]
+    globs: re.Pattern[str] | None
+
+    def match(self, name: str) -> bool:
+        return name in self.names or (self.globs is not None and self.globs.match(name) is not None)
+
+
+def exclusions(quantization_config: Any, where: str) -> Exclusions | None:
     if not isinstance(quantization_config, dict):
         return None
     entries: list[str] = []
@@ -33,33 +46,37 @@ def exclusion_pattern(quantization_config: Any, where: str) -> re.Pattern[str] |
         value = quantization_config.get(key)
         if value is None:
             continue
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) > MAX_PATTERNS:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) > MAX_NAMES:
             raise PlannerInputError(f"{where}: quantization_config {key!r} must list module names, got {value!r:.80}")
         entries += value
     if not entries:
         return None
-    return re.compile("|".join(translate(e) for e in entries))
+    globs = [e for e in entries if GLOB_CHARS & set(e)]
+    if len(globs) > MAX_GLOBS:
+        raise PlannerInputError(f"{where}: quantization_config lists {len(globs):,} wildcard module patterns "
+                                f"(at most {MAX_GLOBS:,}); list the modules by name")
+    return Exclusions(frozenset(entries), re.compile("|".join(translate(g) for g in globs)) if globs else None)
 
 
 def _module(name: str) -> str:
     return name.rsplit(".", 1)[0] if name.endswith((".weight", ".bias")) else name
 
 
-def _mark(tensors: tuple[Tensor, ...], paths: list[str], pattern: re.Pattern[str]) -> tuple[Tensor, ...]:
+def _mark(tensors: tuple[Tensor, ...], paths: list[str], excluded: Exclusions) -> tuple[Tensor, ...]:
     out = []
     for t in tensors:
         names = [p + n for p in paths for n in (t.name, _module(t.name))]
-        out.append(replace(t, kept_unquantized=True) if any(pattern.match(n) for n in names) else t)
+        out.append(replace(t, kept_unquantized=True) if any(excluded.match(n) for n in names) else t)
     return tuple(out)
 
 
 def apply_exclusions(arch: Architecture, where: str) -> Architecture:
     """Mark the tensors the checkpoint's quantization_config keeps unquantized."""
-    pattern = exclusion_pattern(arch.quantization_config, where)
-    if pattern is None:
+    excluded = exclusions(arch.quantization_config, where)
+    if excluded is None:
         return arch
-    layers = tuple(Layer(layer.attention, _mark(layer.tensors, [p.format(i=i) for p in LAYER_PATHS], pattern),
+    layers = tuple(Layer(layer.attention, _mark(layer.tensors, [p.format(i=i) for p in LAYER_PATHS], excluded),
                          layer.is_moe) for i, layer in enumerate(arch.layers))
     outside = list(OUTSIDE_PATHS)
-    return replace(arch, layers=layers, embedding=_mark(arch.embedding, outside, pattern),
-                   head=_mark(arch.head, outside, pattern))
+    return replace(arch, layers=layers, embedding=_mark(arch.embedding, outside, excluded),
+                   head=_mark(arch.head, outside, excluded))
