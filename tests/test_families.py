@@ -198,3 +198,24 @@ def test_exclusions_by_name_scale_and_wildcards_are_bounded():
     config["quantization_config"] = dict(config["quantization_config"], modules_to_not_convert=["*x"] * 5000)
     with pytest.raises(PlannerInputError, match="wildcard"):
         architecture_from_config(config, "glm")
+
+
+def test_kimi_k2_5_int4_checkpoint_keeps_its_ignored_modules_in_16_bit(catalog):
+    from planner.model.precision import resolve_precision
+    arch = _arch("kimi-k2.5")
+    precision = resolve_precision(catalog, arch, "auto")
+    assert precision.name == "int4-g32" and precision.scales.group_size == 32
+    # compressed-tensors "re:" patterns: attention, shared experts and the dense MLP stay 16-bit; experts are int4
+    dense, moe = arch.layers[0], arch.layers[1]
+    assert all(t.kept_unquantized for t in dense.tensors if t.name.startswith(("self_attn.", "mlp.")) and len(t.shape) == 2)
+    experts = [t for t in moe.tensors if t.role == "expert"]
+    assert experts and not any(t.kept_unquantized for t in experts)
+
+
+def test_a_backtracking_exclusion_regex_is_refused():
+    from planner.errors import PlannerInputError
+    config = dict(load_config_file(CONFIGS / "kimi-k2.5"))
+    text = dict(config["text_config"])
+    text["quantization_config"] = dict(text["quantization_config"], ignore=["re:(a+)+$"])
+    with pytest.raises(PlannerInputError, match="too complex"):
+        architecture_from_config({**config, "text_config": text}, "kimi")

@@ -3,8 +3,9 @@
 ModelOpt (NVFP4 / FP8) and compressed-tensors list them under `ignore` (ModelOpt's hf_quant_config.json
 spells it `exclude_modules`), transformers' FP8 configs under `modules_to_not_convert`: exact module
 names or fnmatch-style globs over the checkpoint's full names ("lm_head", "*.mlp.shared_expert.*",
-"model.language_model.layers.0.linear_attn*"). Each layer tensor is matched under the module paths
-checkpoints use for decoder layers.
+"model.language_model.layers.0.linear_attn*"), and, in compressed-tensors, regular expressions marked
+"re:" and matched from the start of the name ("re:.*self_attn.*"). Each layer tensor is matched under the
+module paths checkpoints use for decoder layers.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ OUTSIDE_PATHS = ("model.", "model.language_model.", "language_model.model.", "ba
 MAX_NAMES = 1_000_000
 MAX_GLOBS = 2_000
 GLOB_CHARS = frozenset("*?[")
+REGEX_PREFIX = "re:"
+# a file's regex must stay cheap to run on every tensor name: short, no quantified group ((a+)+ backtracks
+# exponentially), at most two unbounded repeats (each one multiplies the work by the name's length)
+MAX_REGEX_CHARS = 256
+QUANTIFIED_GROUP = re.compile(r"\)[*+?{]")
+UNBOUNDED = re.compile(r"(?<!\\)[*+]")
+MAX_UNBOUNDED = 2
 
 
 @dataclass(frozen=True)
@@ -51,11 +59,21 @@ def exclusions(quantization_config: Any, where: str) -> Exclusions | None:
         entries += value
     if not entries:
         return None
-    globs = [e for e in entries if GLOB_CHARS & set(e)]
-    if len(globs) > MAX_GLOBS:
-        raise PlannerInputError(f"{where}: quantization_config lists {len(globs):,} wildcard module patterns "
-                                f"(at most {MAX_GLOBS:,}); list the modules by name")
-    return Exclusions(frozenset(entries), re.compile("|".join(translate(g) for g in globs)) if globs else None)
+    regexes = [e[len(REGEX_PREFIX):] for e in entries if e.startswith(REGEX_PREFIX)]
+    globs = [translate(e) for e in entries if not e.startswith(REGEX_PREFIX) and GLOB_CHARS & set(e)]
+    if len(globs) + len(regexes) > MAX_GLOBS:
+        raise PlannerInputError(f"{where}: quantization_config lists {len(globs) + len(regexes):,} wildcard module "
+                                f"patterns (at most {MAX_GLOBS:,}); list the modules by name")
+    for regex in regexes:
+        if (len(regex) > MAX_REGEX_CHARS or QUANTIFIED_GROUP.search(regex)
+                or len(UNBOUNDED.findall(regex)) > MAX_UNBOUNDED):
+            raise PlannerInputError(f"{where}: quantization_config pattern {REGEX_PREFIX + regex!r:.100} is too complex "
+                                    "to match safely; spell the modules out")
+    try:
+        pattern = re.compile("|".join([*globs, *(f"(?:{r})" for r in regexes)])) if globs or regexes else None
+    except re.error as exc:
+        raise PlannerInputError(f"{where}: quantization_config holds an invalid module pattern ({exc})") from None
+    return Exclusions(frozenset(entries), pattern)
 
 
 def _module(name: str) -> str:
