@@ -219,3 +219,12 @@ def test_a_backtracking_exclusion_regex_is_refused():
     text["quantization_config"] = dict(text["quantization_config"], ignore=["re:(a+)+$"])
     with pytest.raises(PlannerInputError, match="too complex"):
         architecture_from_config({**config, "text_config": text}, "kimi")
+
+
+def test_nemotron_3_super_mtp_blocks_are_reported_apart():
+    arch = _arch("nemotron-3-super-120b-a12b-nvfp4")
+    assert arch.checkpoint_params > arch.loaded_params
+    names = {t.name.split(".")[2] for t in arch.unloaded}
+    assert names == {"0", "1"}  # mtp_hybrid_override_pattern "*E": an attention block, then a MoE block
+    assert any(t.name == "mtp.layers.0.eh_proj.weight" for t in arch.unloaded)
+    assert any(t.name == "mtp.layers.1.final_layernorm.weight" for t in arch.unloaded)

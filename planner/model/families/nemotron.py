@@ -3,8 +3,9 @@ mixer, an attention mixer, a MoE or a plain MLP, chosen per block by hybrid_over
 layers_block_type (transformers models/nemotron_h).
 
 Each Mamba-2 or attention block is one planner layer; the MoE / MLP blocks after it join it (blocks.cache_layers).
-The checkpoint's MTP module (mtp.*, which transformers skips) is not counted: its layout is not in the
-transformers code.
+The checkpoint's MTP module (mtp.*, which transformers skips and vLLM's nemotron_h_mtp.py loads for speculative
+decoding) is counted apart: one block per mtp_hybrid_override_pattern character, enorm / hnorm / eh_proj
+before the first and a final norm after the last; it shares the model's embeddings and lm_head.
 """
 
 from __future__ import annotations
@@ -110,10 +111,23 @@ def nemotron_h(c: Config, model_type: str, name: str) -> Architecture:
             blocks.append((None, _mlp("mixer", hidden, c.int("intermediate_size"), c.bool("mlp_bias", False)) + block_norm,
                            False))
     layers = cache_layers(blocks)
+    mtp: list[Tensor] = []
+    for j in range(c.int("num_nextn_predict_layers", default=0, minimum=0)):
+        pattern = c.str("mtp_hybrid_override_pattern") or "*E"
+        if any(ch not in ("*", "E") for ch in pattern):
+            raise PlannerInputError(f"{c.where}: 'mtp_hybrid_override_pattern' must spell the MTP blocks with * and E")
+        for k, ch in enumerate(pattern):
+            block = (_attention(c, hidden, heads, kv_heads, head_dim) if ch == "*" else _moe(c, hidden)[1]) + block_norm
+            if k == 0:
+                block += norm("enorm", hidden) + norm("hnorm", hidden) + linear("eh_proj", hidden, 2 * hidden, "column")
+            if k == len(pattern) - 1:
+                block += norm("final_layernorm", hidden)
+            i = j * len(pattern) + k
+            mtp += [Tensor(f"mtp.layers.{i}.{t.name}", t.shape, t.role, t.split, t.count) for t in block]
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
-        layers=layers, embedding=embedding, head=head, tied_embeddings=tied,
+        layers=layers, embedding=embedding, head=head, tied_embeddings=tied, unloaded=tuple(mtp),
         intermediate_size=c.int("intermediate_size", default=0, minimum=0), moe=moe,
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
