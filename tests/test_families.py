@@ -228,3 +228,12 @@ def test_nemotron_3_super_mtp_blocks_are_reported_apart():
     assert names == {"0", "1"}  # mtp_hybrid_override_pattern "*E": an attention block, then a MoE block
     assert any(t.name == "mtp.layers.0.eh_proj.weight" for t in arch.unloaded)
     assert any(t.name == "mtp.layers.1.final_layernorm.weight" for t in arch.unloaded)
+
+
+def test_params_are_what_the_engine_loads_and_the_checkpoint_total_is_reported_apart(catalog):
+    arch = _arch("qwen3.5-397b-a17b")
+    estimate = estimate_memory(arch, Request(context=4096, tp=8, precision="bf16"), catalog)
+    assert estimate.params == arch.loaded_params == estimate.language_params + estimate.multimodal_params
+    assert estimate.checkpoint_params == arch.checkpoint_params > estimate.params  # + the MTP module
+    loaded_tensors = [t for layer in arch.layers for t in layer.tensors] + list(arch.embedding + arch.head + arch.multimodal)
+    assert estimate.weights_bytes == weights_bytes(loaded_tensors, catalog.precisions.get("bf16")) == 2 * estimate.params

@@ -289,7 +289,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
     kv_total = sum(r.kv_cache_bytes for r in ranks)
     fit = _fit(ranks, gpu)
     estimate = MemoryEstimate(
-        model=arch.name, params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
+        model=arch.name, params=arch.loaded_params if arch.exact else arch.declared_params or 0,  # what the engine loads
         precision=precision.name, kv_dtype=kv_name, context=req.context, batch=req.batch, tp=req.tp, pp=req.pp,
         weights_bytes=weights_total, kv_bytes_per_token=growing_whole, kv_cache_bytes=kv_total,
         overhead_bytes=sum(r.overhead_bytes for r in ranks), total_bytes=sum(r.total_bytes for r in ranks),
