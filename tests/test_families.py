@@ -232,7 +232,7 @@ def test_nemotron_3_super_mtp_blocks_are_reported_apart():
 
 def test_params_are_what_the_engine_loads_and_the_checkpoint_total_is_reported_apart(catalog):
     arch = _arch("qwen3.5-397b-a17b")
-    estimate = estimate_memory(arch, Request(context=4096, tp=8, precision="bf16"), catalog)
+    estimate = estimate_memory(arch, Request(context=4096, precision="bf16"), catalog)  # one rank: no replicas
     assert estimate.params == arch.loaded_params == estimate.language_params + estimate.multimodal_params
     assert estimate.checkpoint_params == arch.checkpoint_params > estimate.params  # + the MTP module
     loaded_tensors = [t for layer in arch.layers for t in layer.tensors] + list(arch.embedding + arch.head + arch.multimodal)
