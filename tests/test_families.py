@@ -237,3 +237,23 @@ def test_params_are_what_the_engine_loads_and_the_checkpoint_total_is_reported_a
     assert estimate.checkpoint_params == arch.checkpoint_params > estimate.params  # + the MTP module
     loaded_tensors = [t for layer in arch.layers for t in layer.tensors] + list(arch.embedding + arch.head + arch.multimodal)
     assert estimate.weights_bytes == weights_bytes(loaded_tensors, catalog.precisions.get("bf16")) == 2 * estimate.params
+
+
+@pytest.mark.parametrize("change", [
+    {"vision_config": {"depth": 10**9}},
+    {"text_config": {"layer_types": ["linear_attention"] * 5000}},
+])
+def test_sizes_past_any_real_model_are_refused_fast(change):
+    from planner.errors import PlannerInputError
+    config = load_config_file(CONFIGS / "qwen3.5-35b-a3b")
+    for key, value in change.items():
+        config = {**config, key: {**config[key], **value}}
+    with pytest.raises(PlannerInputError, match="beyond any real model"):
+        architecture_from_config(config, "qwen3.5")
+
+
+def test_a_nemotron_pattern_longer_than_any_model_is_refused():
+    from planner.errors import PlannerInputError
+    config = dict(load_config_file(CONFIGS / "nemotron-3-nano-30b-a3b"), hybrid_override_pattern="M" * 10**6)
+    with pytest.raises(PlannerInputError, match="hybrid_override_pattern"):
+        architecture_from_config(config, "nemotron")

@@ -15,6 +15,7 @@ MAX_LAYERS = 1024  # the deepest published LLMs have under 200 decoder layers
 MAX_HEADS = 65_536  # the widest have 128 attention heads; --tp advice lists the divisors of this count
 MAX_CONFIG_NUMBER = 2**31 - 1  # transformers configs hold dimensions and counts that fit an int32
 KEY_MAXIMUM = {"num_hidden_layers": MAX_LAYERS, "num_nextn_predict_layers": MAX_LAYERS,
+               "mtp_num_hidden_layers": MAX_LAYERS, "depth": MAX_LAYERS, "vt_num_hidden_layers": MAX_LAYERS,
                "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS}
 
 
@@ -80,6 +81,9 @@ class Config:
             return None
         if not isinstance(value, list):
             raise PlannerInputError(f"{self.where}: {key!r} must be a list, got {value!r}")
+        if len(value) > MAX_LAYERS:  # per-layer lists (layer_types, block_configs, ...): one entry per layer at most
+            raise PlannerInputError(f"{self.where}: {key!r} has {len(value):,} entries, beyond any real model "
+                                    f"(at most {MAX_LAYERS:,}); fix the config")
         return value
 
     def int_list(self, key: str) -> list[int] | None:

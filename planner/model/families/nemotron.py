@@ -13,7 +13,7 @@ from __future__ import annotations
 from planner.errors import PlannerInputError
 from planner.model.families.blocks import (cache_layers, embedding_and_head, head_dim_from, linear, norm,
                                            recurrent_state_elements)
-from planner.model.families.config import Config
+from planner.model.families.config import MAX_LAYERS, Config
 from planner.model.families.core import Architecture, Attention, MoE, Tensor
 from planner.model.families.registry import family
 
@@ -27,7 +27,7 @@ def block_types(c: Config) -> list[str]:
     types = c.list("layers_block_type") or c.list("layer_types")
     if types is None:
         pattern = c.str("hybrid_override_pattern")
-        if pattern is None or any(ch not in PATTERN for ch in pattern):
+        if pattern is None or len(pattern) > MAX_LAYERS or any(ch not in PATTERN for ch in pattern):
             raise PlannerInputError(f"{c.where}: 'hybrid_override_pattern' must spell the blocks with M, *, E and -")
         types = [PATTERN[ch] for ch in pattern]
     types = [LEGACY.get(t, t) if isinstance(t, str) else t for t in types]
@@ -114,7 +114,7 @@ def nemotron_h(c: Config, model_type: str, name: str) -> Architecture:
     mtp: list[Tensor] = []
     for j in range(c.int("num_nextn_predict_layers", default=0, minimum=0)):
         pattern = c.str("mtp_hybrid_override_pattern") or "*E"
-        if any(ch not in ("*", "E") for ch in pattern):
+        if len(pattern) > MAX_LAYERS or any(ch not in ("*", "E") for ch in pattern):
             raise PlannerInputError(f"{c.where}: 'mtp_hybrid_override_pattern' must spell the MTP blocks with * and E")
         for k, ch in enumerate(pattern):
             block = (_attention(c, hidden, heads, kv_heads, head_dim) if ch == "*" else _moe(c, hidden)[1]) + block_norm
