@@ -353,13 +353,16 @@ def fuzz_sizes(rng: random.Random, cases: int, tally: Tally, folder: Path) -> No
 # ---------------------------------------------------------------------------------------------
 # Surface 2: config.json (mutated real configs, random configs, damaged files)
 
-_ARCHITECTURE_SOURCE = (PACKAGE_DIR / "model" / "architecture.py").read_text(encoding="utf-8")
+_ARCHITECTURE_SOURCE = "\n".join(p.read_text(encoding="utf-8") for p in [PACKAGE_DIR / "model" / "architecture.py",
+                                                                         *sorted((PACKAGE_DIR / "model" / "families").glob("*.py"))])
 # Every key the counter reads, taken from its source so a newly read key is fuzzed without an edit here.
 CONFIG_KEYS = sorted(set(re.findall(r'\.(?:int|opt_int|bool|list|str)\("(\w+)"', _ARCHITECTURE_SOURCE))
                      | {"text_config", "vision_config", "quantization_config", "tie_word_embeddings"})
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text", "phi3", "phi", "cohere",
                "glm4", "granite", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "deepseek_v2",
-               "deepseek_v3", "kimi_k2", "qwen3_next", "rwkv7", "", "LLAMA")
+               "deepseek_v3", "kimi_k2", "qwen3_next", "rwkv7", "", "LLAMA", "qwen3_5_text", "qwen3_5_moe_text",
+               "qwen3_vl_text", "deepseek_v32", "glm_moe_dsa", "glm4_moe", "minimax_m2", "nemotron_h", "nemotron-nas",
+               "gemma4_text", "mimo_v2_flash")
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "attention",
                "cross_attention")
 

@@ -227,11 +227,12 @@ def test_memory_never_decreases_with_context_or_batch(catalog, llama8b, context,
 
 
 def test_hybrid_linear_attention_holds_a_constant_state_per_sequence(catalog):
-    from planner.model.architecture import UnsupportedArchitecture, size_only_architecture_from_config
+    from planner.model.architecture import size_only_architecture_from_config
 
     config = load_config_file(CONFIGS / "qwen3-next-80b-a3b")
-    with pytest.raises(UnsupportedArchitecture, match="--params"):
-        architecture_from_config(config, "qwen3-next")
+    exact = architecture_from_config(config, "qwen3-next")  # counted exactly since the families package
+    assert [layer.attention for layer in exact.layers] == [
+        layer.attention for layer in size_only_architecture_from_config(config, "qwen3-next", 80 * 10**9).layers]
     arch = size_only_architecture_from_config(config, "qwen3-next", 80 * 10**9)
     kinds = [layer.attention.kind for layer in arch.layers]
     assert kinds.count("full") == 12 and kinds.count("linear") == 36 and kinds[3] == "full"

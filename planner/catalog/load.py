@@ -110,6 +110,7 @@ class Precision(_Record):
     sglang_flag: str | None = None
     gguf_type: str | None = None  # None: no llama.cpp file type stores it
     checkpoint: bool = False  # needs a checkpoint already quantized this way
+    hf_id_suffixes: tuple[str, ...] = ()  # repo-name endings of checkpoints published in this precision (-FP8 ...)
     source: str
     as_of: str
 
@@ -195,6 +196,33 @@ class Catalog:
     kv_dtypes: Registry[KvDtype]
     engines: Registry[Engine]
     offers: tuple[Offer, ...]
+
+    def model_and_precision(self, name: str) -> tuple[Model, str | None]:
+        """A model by name, alias or HF id; failing that, a quantized repo of a catalog model: a precision's
+        hf_id_suffixes ending (Qwen/Qwen3.5-35B-A3B-FP8, nvidia/...-NVFP4) resolves to the base entry, whose
+        repo name may also differ by -Instruct, and names the precision that repo ships."""
+        try:
+            return self.models.get(name), None
+        except PlannerInputError as not_found:
+            endings = sorted(((s.lower(), p.name) for p in self.precisions for s in p.hf_id_suffixes),
+                             key=lambda e: -len(e[0]))
+            by_repo: dict[str, Model] = {}
+            for m in self.models:  # repo names, also without a precision ending of their own (...-BF16)
+                for key in (m.name, m.hf_id, *m.aliases):
+                    repo_name = key.rsplit("/", 1)[-1].lower()
+                    by_repo.setdefault(repo_name, m)
+                    for ending, _ in endings:
+                        if repo_name.endswith(ending):
+                            by_repo.setdefault(repo_name[:len(repo_name) - len(ending)], m)
+            repo = name.strip().rsplit("/", 1)[-1].lower()
+            for ending, precision in [*endings, ("", None)]:
+                if not repo.endswith(ending):
+                    continue
+                base = repo[:len(repo) - len(ending)]
+                for candidate in (base, base.removesuffix("-instruct"), base + "-instruct"):
+                    if candidate in by_repo and (ending or candidate != repo):
+                        return by_repo[candidate], precision
+            raise not_found
 
 
 def catalog_dir() -> Path:

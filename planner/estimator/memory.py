@@ -172,7 +172,8 @@ def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int
 def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:
     """Cache bytes one token adds to this layer on one TP rank."""
     if attention.kind == "mla":
-        return attention.latent_dim * kv_bits // 8  # the latent is whole on every rank
+        # the latent is whole on every rank; a DSA indexer adds its own fp8 key cache (0 without one)
+        return attention.latent_dim * kv_bits // 8 + attention.indexer_bytes_per_token
     if attention.kind in ("full", "sliding"):
         heads = kv_heads_per_rank(attention.kv_heads, tp)
         return heads * (attention.k_head_dim + attention.v_head_dim) * kv_bits // 8
@@ -251,7 +252,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
     kv_total = sum(r.kv_cache_bytes for r in ranks)
     fit = _fit(ranks, gpu)
     estimate = MemoryEstimate(
-        model=arch.name, params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
+        model=arch.name, params=arch.loaded_params if arch.exact else arch.declared_params or 0,  # what the engine loads
         precision=precision.name, kv_dtype=kv_name, context=req.context, batch=req.batch, tp=req.tp, pp=req.pp,
         weights_bytes=weights_total, kv_bytes_per_token=growing_whole, kv_cache_bytes=kv_total,
         overhead_bytes=sum(r.overhead_bytes for r in ranks), total_bytes=sum(r.total_bytes for r in ranks),

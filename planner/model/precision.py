@@ -18,6 +18,8 @@ GGUF_UNQUANTIZED_BITS = 32
 
 
 def _is_quantized(tensor: Tensor, precision: Precision) -> bool:
+    if tensor.kept_unquantized:
+        return False
     matrix = len(tensor.shape) == 2
     if precision.scope == "all":
         return True
@@ -83,7 +85,8 @@ def _compressed_tensors_precision(qc: dict[str, Any]) -> str | None:
         if kind == "int" and bits == 8:
             return "int8"
         if kind == "int" and bits == 4:
-            return "int4"
+            # Kimi's QAT checkpoints: symmetric, one scale per 32 (catalog int4-g32); AWQ/GPTQ-style otherwise
+            return "int4-g32" if weights.get("group_size") == 32 and weights.get("symmetric") else "int4"
     return None
 
 

@@ -51,6 +51,7 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
 
     path = _as_path(model)
     stored: StoredWeights | None = None
+    suffix_precision: str | None = None  # a quantized repo of a catalog model ships in this precision
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
             raise PlannerInputError(f"model: no file {model!r}")
@@ -66,7 +67,7 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
     elif model.endswith(".json"):
         raise PlannerInputError(f"model: no file {model!r}; give a path to config.json or a catalog name")
     elif _in_catalog(catalog, model) or "/" not in model:
-        record = catalog.models.get(model)
+        record, suffix_precision = catalog.model_and_precision(model)
         config, name = record.config, record.name
     else:
         config, stored = fetch_from_hub(model)
@@ -82,7 +83,7 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
         return arch
     if params is not None:
         return replace(arch, exact=False, declared_params=params)
-    return arch
+    return replace(arch, stored_precision=suffix_precision) if suffix_precision else arch
 
 
 def _as_path(model: str) -> Path:
@@ -101,7 +102,7 @@ def _exists(path: Path) -> bool:
 
 def _in_catalog(catalog: Catalog, model: str) -> bool:
     try:
-        catalog.models.get(model)
+        catalog.model_and_precision(model)
         return True
     except PlannerInputError:
         return False

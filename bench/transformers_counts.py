@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Record transformers' own parameter count of every test config, for tests/test_families.py.
+
+Run once, in a throwaway environment with torch and transformers (not planner's test environment):
+
+    python -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install -e ".[transformers]"
+    /tmp/tfvenv/bin/python bench/transformers_counts.py   # writes tests/data/transformers-counts.json
+
+(recorded with transformers 5.24.0 and torch 2.14.1 from PyPI; both versions are written into the file)
+
+Each config is built on the meta device (planner.model.transformers_fallback.meta_tensors: shapes only,
+no weights, no remote code). `parameters` is what model.parameters() holds (tied weights once);
+`buffers` the persistent buffers the checkpoint also stores (e.g. DeepSeek's e_score_correction_bias).
+Two model_types transformers does not register are built as the code their checkpoints declare: Kimi K2
+("kimi_k2", DeepseekV3ForCausalLM with DeepSeek-V3's modelling code) as deepseek_v3, and MiMo-7B ("mimo",
+whose modeling_mimo.py subclasses Qwen2ForCausalLM and adds MTP layers) as qwen2, without the MTP layers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from math import prod
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planner.model.transformers_fallback import meta_tensors  # noqa: E402
+
+CONFIGS = ROOT / "tests" / "data" / "configs"
+OUT = ROOT / "tests" / "data" / "transformers-counts.json"
+# model_type transformers does not register -> the one whose code the checkpoint declares
+DECLARED_CODE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}
+
+
+def count(config: dict) -> dict | None:
+    config = dict(config, model_type=DECLARED_CODE.get(config.get("model_type"), config.get("model_type")))
+    tensors = meta_tensors(config)
+    if tensors is None:
+        return None
+    params = sum(prod(shape) for _, shape, is_parameter in tensors if is_parameter)
+    return {"parameters": params, "buffers": sum(prod(shape) for _, shape, _ in tensors) - params}
+
+
+def main() -> int:
+    import torch
+    import transformers
+    counts = {}
+    for path in sorted(CONFIGS.glob("*/config.json")):
+        result = count(json.loads(path.read_text()))
+        if result is None:
+            print(f"{path.parent.name}: transformers cannot build it", file=sys.stderr)
+            continue
+        counts[path.parent.name] = result
+        print(f"{path.parent.name}: {result['parameters']:,} parameters + {result['buffers']:,} buffer elements")
+    OUT.write_text(json.dumps({"transformers_version": transformers.__version__, "torch_version": torch.__version__,
+                               "device": "meta", "counts": counts}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

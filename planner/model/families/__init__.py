@@ -1,0 +1,9 @@
+"""Model families planner counts exactly, one module per family, registered by config model_type.
+
+Importing the package registers every family module (registry.FAMILIES, registry.VISION_TOWERS).
+"""
+
+from planner.model.families import deepseek, dense, gemma4, glm, mimo, minimax, nemotron, nemotron_nas, qwen_hybrid, sparse, vision  # noqa: F401  (registration)
+from planner.model.families.registry import FAMILIES, VISION_TOWERS
+
+__all__ = ["FAMILIES", "VISION_TOWERS"]

@@ -1,0 +1,174 @@
+"""The records planner counts a model in: every weight tensor with its shape, every layer's cache kind.
+
+Counting tensor by tensor (rather than from a parameter total) is what lets planner apply a
+precision to the right tensors (fp8 keeps embeddings in 16-bit, mxfp4 touches only experts),
+shard them under tensor parallelism and place them on pipeline stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from math import ceil, prod
+from typing import Any, Literal
+
+from planner.errors import PlannerInputError
+
+# What a tensor is, which decides how a precision treats it.
+Role = Literal["embedding", "lm_head", "linear", "expert", "router", "norm", "bias", "vision", "projector"]
+# How tensor parallelism shards it (Megatron style, as vLLM does): column = output rows split,
+# row = input columns split, kv = K/V heads split but replicated once tp exceeds the KV heads,
+# vocab = embedding rows split, replicated = whole on every rank.
+Split = Literal["column", "row", "kv", "vocab", "replicated"]
+LayerKind = Literal["full", "sliding", "mla", "linear", "mamba"]
+
+# DSA indexer key cache layout (vLLM DeepseekV32IndexerCache): fp8 keys, one fp32 scale per 128-value block.
+INDEXER_QUANT_BLOCK = 128
+INDEXER_SCALE_BYTES = 4
+
+
+class UnsupportedArchitecture(PlannerInputError):
+    """The config names an architecture planner cannot count exactly."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    role: Role
+    split: Split = "replicated"
+    count: int = 1  # identical tensors stored side by side, e.g. the experts of one layer
+    kept_unquantized: bool = False  # listed in the checkpoint's quantization exclusions: stays 16-bit
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape) * self.count
+
+
+@dataclass(frozen=True)
+class Attention:
+    """What one layer keeps per sequence while it is served."""
+
+    kind: LayerKind
+    kv_heads: int = 0
+    k_head_dim: int = 0
+    v_head_dim: int = 0
+    window: int | None = None  # sliding / chunked layers: tokens held at most
+    latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim values per token, shared by all heads
+    state_elements: int = 0  # linear-attention / Mamba: constant state per sequence
+    indexer_head_dim: int = 0  # MLA with DeepSeek Sparse Attention: the indexer's key per token
+
+    @property
+    def values_per_token(self) -> int:
+        """Cached values per token for the whole layer (all KV heads), before any TP split."""
+        if self.kind == "mla":
+            return self.latent_dim
+        if self.kind in ("full", "sliding"):
+            return self.kv_heads * (self.k_head_dim + self.v_head_dim)
+        return 0
+
+    @property
+    def indexer_bytes_per_token(self) -> int:
+        """Bytes the DSA indexer's key cache adds per token, whatever the KV dtype: vLLM stores the key in
+        fp8 with one fp32 scale per 128 values (vllm/model_executor/models/deepseek_v2.py,
+        DeepseekV32IndexerCache: head_dim = index_head_dim + index_head_dim // quant_block_size * 4, uint8,
+        quant_block_size 128); whole on every TP rank like the MLA latent."""
+        return self.indexer_head_dim + ceil(self.indexer_head_dim / INDEXER_QUANT_BLOCK) * INDEXER_SCALE_BYTES
+
+
+@dataclass(frozen=True)
+class Layer:
+    attention: Attention
+    tensors: tuple[Tensor, ...] = ()
+    is_moe: bool = False
+
+    @cached_property
+    def params(self) -> int:
+        return sum(t.numel for t in self.tensors)
+
+    def __hash__(self) -> int:
+        return _cached_hash(self, lambda: hash((self.attention, self.tensors, self.is_moe)))
+
+
+@dataclass(frozen=True)
+class MoE:
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    shared_intermediate_size: int = 0
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A model as planner sees it.
+
+    `exact` is False for a model known only by its parameter count (the seed's method): then
+    `layers` carry the KV shape but no tensors and `declared_params` is the weight count.
+    """
+
+    name: str
+    model_type: str
+    hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    layers: tuple[Layer, ...]
+    embedding: tuple[Tensor, ...] = ()  # first pipeline stage
+    head: tuple[Tensor, ...] = ()  # final norm + lm_head, last pipeline stage
+    tied_embeddings: bool = False
+    multimodal: tuple[Tensor, ...] = ()  # vision tower + projector, first pipeline stage
+    unloaded: tuple[Tensor, ...] = ()  # in the checkpoint, not loaded for serving (e.g. MTP heads)
+    intermediate_size: int = 0
+    moe: MoE | None = None
+    torch_dtype: str | None = None
+    quantization_config: dict[str, Any] | None = field(default=None, compare=False)  # a dict: kept out of hash/eq
+    exact: bool = True
+    declared_params: int | None = None
+    stored_bytes: int | None = None  # exact bytes of the weights files (safetensors / GGUF), when read
+    stored_precision: str | None = None  # the catalog precision those files are stored in, when known
+    max_position_embeddings: int | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def __hash__(self) -> int:
+        return _cached_hash(self, lambda: hash((self.name, self.model_type, self.layers, self.embedding, self.head,
+                                                self.multimodal, self.exact, self.declared_params, self.stored_bytes)))
+
+    @cached_property
+    def language_params(self) -> int:
+        if not self.exact:
+            return self.declared_params or 0
+        return sum(layer.params for layer in self.layers) + _numel(self.embedding) + _numel(self.head)
+
+    @cached_property
+    def multimodal_params(self) -> int:
+        return _numel(self.multimodal)
+
+    @cached_property
+    def loaded_params(self) -> int:
+        """What a serving engine loads: language model plus vision tower and projector."""
+        return self.language_params + self.multimodal_params
+
+    @cached_property
+    def checkpoint_params(self) -> int:
+        """What the checkpoint holds (the published count): also modules engines skip."""
+        return self.loaded_params + _numel(self.unloaded)
+
+    @cached_property
+    def attention_kinds(self) -> set[str]:
+        return {layer.attention.kind for layer in self.layers}
+
+
+def _cached_hash(obj: object, compute) -> int:
+    """Hash a large frozen record once: the estimator's caches look architectures up many times per solve."""
+    cached = obj.__dict__.get("_hash")
+    if cached is None:
+        cached = compute()
+        object.__setattr__(obj, "_hash", cached)
+    return cached
+
+
+def _numel(tensors: tuple[Tensor, ...]) -> int:
+    return sum(t.numel for t in tensors)
+

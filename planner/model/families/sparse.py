@@ -1,0 +1,93 @@
+"""Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text."""
+
+from __future__ import annotations
+
+from planner.errors import PlannerInputError
+from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
+                                           gated_mlp, moe_block, norm)
+from planner.model.families.config import Config
+from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
+from planner.model.families.registry import family
+
+
+@family("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text")
+def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
+    """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss and Llama 4 text."""
+    hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
+    experts = c.int("num_local_experts") if "num_local_experts" in c else c.int("num_experts")
+    top_k = c.int("num_experts_per_tok")
+    qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = False
+    if model_type == "qwen2_moe":
+        qkv_bias = True
+    elif model_type in ("qwen3_moe", "qwen3_vl_moe_text"):
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+        qk_norm = True
+    elif model_type == "gpt_oss":
+        qkv_bias = o_bias = True
+        fused = expert_bias = router_bias = True
+    elif model_type == "llama4_text":
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+        fused = True
+
+    if model_type == "llama4_text":
+        expert_intermediate = c.int("intermediate_size")
+        dense_intermediate = c.int("intermediate_size_mlp")
+        shared_intermediate = expert_intermediate  # Llama4TextMoe.shared_expert uses intermediate_size
+    elif model_type in ("qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text"):
+        expert_intermediate = c.int("moe_intermediate_size")
+        dense_intermediate = c.int("intermediate_size", default=expert_intermediate)
+        shared_intermediate = c.int("shared_expert_intermediate_size", default=0, minimum=0)
+    else:
+        expert_intermediate = dense_intermediate = c.int("intermediate_size")
+        shared_intermediate = 0
+
+    moe_layers = _moe_layer_indices(c, model_type, num_layers)
+    attention = attention_layouts(c, model_type, num_layers, kv_heads, head_dim)
+    if model_type == "llama4_text" and c.list("layer_types") is None and "attention_chunk_size" in c:
+        # Llama 4: rope layers use chunked local attention, every no_rope_layer_interval-th is global NoPE
+        interval = c.int("no_rope_layer_interval", default=4)
+        rope = c.int_list("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
+        if len(rope) < num_layers:
+            raise PlannerInputError(f"{c.where}: 'no_rope_layers' has {len(rope)} entries for {num_layers} layers")
+        chunk = c.int("attention_chunk_size")
+        attention = [Attention("sliding", kv_heads, head_dim, head_dim, chunk) if rope[i] else a
+                     for i, a in enumerate(attention)]
+
+    attn = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=qkv_bias, o_bias=o_bias, qk_norm=qk_norm)
+    if model_type == "gpt_oss":
+        attn += [Tensor("self_attn.sinks", (heads,), "norm", "column")]
+    norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)
+    layers = []
+    for i in range(num_layers):
+        if i in moe_layers:
+            mlp = moe_block("mlp", hidden, experts, expert_intermediate, router_bias=router_bias,
+                             expert_bias=expert_bias, fused=fused)
+            if shared_intermediate:
+                mlp += gated_mlp("mlp.shared_expert", hidden, shared_intermediate, fused=fused and model_type != "llama4_text")
+                if model_type == "qwen2_moe":
+                    mlp += [Tensor("mlp.shared_expert_gate.weight", (1, hidden), "router")]
+        else:
+            mlp = gated_mlp("mlp", hidden, dense_intermediate)
+        layers.append(Layer(attention[i], tuple(attn + norms + mlp), is_moe=i in moe_layers))
+    embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
+    return Architecture(
+        name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
+        layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied,
+        intermediate_size=dense_intermediate,
+        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate),
+        max_position_embeddings=c.opt_int("max_position_embeddings"),
+    )
+
+
+def _moe_layer_indices(c: Config, model_type: str, num_layers: int) -> set[int]:
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_vl_moe_text"):
+        # transformers Qwen2MoeDecoderLayer: sparse unless listed in mlp_only_layers, every decoder_sparse_step-th
+        step = c.int("decoder_sparse_step", default=1)
+        dense = set(c.int_list("mlp_only_layers") or [])
+        return {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
+    if model_type == "llama4_text":
+        if c.int_list("moe_layers") is not None:
+            return set(c.int_list("moe_layers") or [])
+        step = c.int("interleave_moe_layer_step", default=1)
+        return set(range(step - 1, num_layers, step))
+    return set(range(num_layers))

@@ -1,0 +1,259 @@
+"""The 2025-2026 families, counted tensor by tensor, against transformers' own count of the same config.
+
+tests/data/transformers-counts.json holds what transformers builds on the meta device for each published
+config (bench/transformers_counts.py, version recorded in the file): parameters plus the persistent
+buffers the checkpoint also stores (router score-correction biases).
+"""
+
+import json
+
+import pytest
+
+from planner.estimator.memory import Request, estimate_memory
+from planner.model.architecture import architecture_from_config, load_config_file
+from planner.model.families import FAMILIES
+from planner.model.precision import weights_bytes
+
+from conftest import CONFIGS, DATA
+
+RECORDED = json.loads((DATA / "transformers-counts.json").read_text())
+COUNTED = sorted(name for name in RECORDED["counts"]
+                 if (load_config_file(CONFIGS / name).get("text_config") or load_config_file(CONFIGS / name))
+                 .get("model_type") in FAMILIES)
+
+
+def _arch(name):
+    return architecture_from_config(load_config_file(CONFIGS / name), name)
+
+
+def test_the_recorded_counts_cover_every_new_family():
+    families = {(load_config_file(CONFIGS / n).get("text_config") or load_config_file(CONFIGS / n))["model_type"]
+                for n in COUNTED}
+    assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
+            "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h"} <= families
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_planner_counts_what_transformers_builds(name):
+    recorded = RECORDED["counts"][name]
+    expected = recorded["parameters"] + recorded["buffers"]
+    loaded = _arch(name).loaded_params
+    assert abs(loaded - expected) <= expected // 1000  # the acceptance bound: 0.1%
+    assert loaded == expected  # and in fact every tensor agrees
+
+
+def test_qwen3_5_reports_its_mtp_module_and_vision_tower_apart():
+    arch = _arch("qwen3.5-35b-a3b")
+    assert arch.multimodal_params == 446_571_248  # ViT + merger, loaded by vLLM unless --language-model-only
+    mtp = arch.checkpoint_params - arch.loaded_params
+    assert mtp > 0 and all(t.name.startswith("mtp.") for t in arch.unloaded)
+    kinds = [layer.attention.kind for layer in arch.layers]
+    assert kinds.count("linear") == 30 and kinds.count("full") == 10 and kinds[3] == "full"
+    assert all(layer.is_moe for layer in arch.layers)
+
+
+def test_qwen3_vl_counts_its_deepstack_mergers():
+    arch = _arch("qwen3-vl-8b-instruct")
+    merger_norms = [t for t in arch.multimodal if t.name.endswith(".norm.weight") and "merger" in t.name]
+    assert len(merger_norms) == 1 + 3  # the final merger and one per deepstack layer (8, 16, 24)
+
+
+def test_dsa_indexer_key_cache_joins_the_per_token_bytes(catalog):
+    arch = _arch("deepseek-v3.2")
+    assert {layer.attention.indexer_head_dim for layer in arch.layers} == {128}
+    estimate = estimate_memory(arch, Request(context=4096, precision="fp8-block", kv_dtype="bf16"), catalog)
+    # 61 layers x (MLA latent 512 + 64 in bf16, plus the indexer's fp8 key of 128 values and one fp32 scale)
+    assert estimate.kv_bytes_per_token == 61 * ((512 + 64) * 2 + 128 + 4)
+
+
+def test_glm_5_2_shared_indexer_layers_keep_no_indexer():
+    arch = _arch("glm-5.2")
+    indexed = [layer.attention.indexer_head_dim > 0 for layer in arch.layers]
+    assert indexed[:4] == [True, True, True, False] and sum(indexed) == 21
+    assert all(any("indexer" in t.name for t in layer.tensors) == has
+               for layer, has in zip(arch.layers, indexed))
+
+
+def test_nemotron_h_layers_open_at_each_mamba_or_attention_block():
+    arch = _arch("nemotron-3-nano-30b-a3b")
+    kinds = [layer.attention.kind for layer in arch.layers]
+    # pattern MEMEM*EMEMEM*E...: 23 Mamba-2 and 6 attention blocks; the 23 MoE blocks join them
+    assert kinds.count("mamba") == 23 and kinds.count("full") == 6
+    assert sum(layer.is_moe for layer in arch.layers) == 23
+    mamba = next(layer.attention for layer in arch.layers if layer.attention.kind == "mamba")
+    # vLLM MambaStateShapeCalculator: conv (64*64 + 2*8*128) x (4-1) + SSM 64 x 64 x 128
+    assert mamba.state_elements == (64 * 64 + 2 * 8 * 128) * 3 + 64 * 64 * 128
+
+
+def test_glm_4_6_mtp_layer_is_reported_apart():
+    arch = _arch("glm-4.6")
+    assert arch.checkpoint_params == 358_337_791_296  # loaded 352,797,829,024 + one DeepSeek-format MTP layer
+    assert not arch.layers[2].is_moe and arch.layers[3].is_moe
+
+
+def test_modelopt_ignore_list_keeps_modules_16_bit(catalog):
+    arch = _arch("qwen3.5-397b-a17b-nvfp4")
+    head = {t.name: t.kept_unquantized for t in arch.head}
+    assert head["lm_head.weight"]
+    layer0 = {t.name: t.kept_unquantized for t in arch.layers[0].tensors}
+    assert layer0["linear_attn.in_proj_qkv.weight"] and not layer0["mlp.experts.gate_up_proj.weight"]
+    nvfp4 = catalog.precisions.get("nvfp4")
+    plain = architecture_from_config({**load_config_file(CONFIGS / "qwen3.5-397b-a17b"), "quantization_config": None})
+    tensors = [t for layer in arch.layers for t in layer.tensors]
+    plain_tensors = [t for layer in plain.layers for t in layer.tensors]
+    assert weights_bytes(tensors, nvfp4) > weights_bytes(plain_tensors, nvfp4)
+    assert arch.loaded_params == plain.loaded_params
+
+
+def test_a_malformed_exclusion_list_is_named():
+    from planner.errors import PlannerInputError
+    config = dict(load_config_file(CONFIGS / "glm-5-fp8"))
+    config["quantization_config"] = dict(config["quantization_config"], modules_to_not_convert="lm_head")
+    with pytest.raises(PlannerInputError, match="modules_to_not_convert"):
+        architecture_from_config(config, "glm")
+
+
+# -- the optional exact fallback: transformers on the meta device (CI does not install it) ---------------
+
+@pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
+                                  "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2"])
+def test_the_transformers_fallback_agrees_with_the_family_count(name):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from planner.model.architecture import size_only_architecture_from_config
+    from planner.model.transformers_fallback import architecture_from_transformers
+
+    config = load_config_file(CONFIGS / name)
+    shape = size_only_architecture_from_config(config, name, 1)
+    fallback = architecture_from_transformers(config, shape)
+    assert fallback is not None and fallback.loaded_params == _arch(name).loaded_params
+
+
+# -- the current catalog ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hf_id, entry, precision", [
+    ("Qwen/Qwen3.5-397B-A17B-FP8", "qwen3.5-397b-a17b", "fp8-block"),
+    ("nvidia/Qwen3.5-397B-A17B-NVFP4", "qwen3.5-397b-a17b", "nvfp4"),
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "qwen3-coder-480b-a35b", "fp8-block"),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", "nemotron-3-nano-30b-a3b", "nvfp4"),
+    ("Qwen/Qwen3-VL-8B", "qwen3-vl-8b", None),  # -Instruct left off
+    ("zai-org/GLM-5", "glm-5", None),
+    ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3", None),
+])
+def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
+    record, suffix_precision = catalog.model_and_precision(hf_id)
+    assert (record.name, suffix_precision) == (entry, precision)
+
+
+def test_a_precision_suffix_sets_the_precision_planner_sizes(catalog):
+    from planner.model.sources import resolve_model
+    arch = resolve_model(catalog, "nvidia/Qwen3.5-397B-A17B-NVFP4")
+    estimate = estimate_memory(arch, Request(context=8192, tp=8), catalog)
+    assert arch.name == "qwen3.5-397b-a17b" and estimate.precision == "nvfp4"
+    bf16 = estimate_memory(resolve_model(catalog, "Qwen/Qwen3.5-397B-A17B"), Request(context=8192, tp=8), catalog)
+    assert bf16.precision == "bf16" and estimate.weights_bytes < bf16.weights_bytes // 3
+
+
+def test_an_unknown_suffixed_id_is_still_refused(catalog):
+    from planner.errors import PlannerInputError
+    with pytest.raises(PlannerInputError, match="unknown model"):
+        catalog.model_and_precision("someone/Not-A-Model-FP8")
+
+
+def test_catalog_lists_the_current_families(catalog):
+    families = {m.family for m in catalog.models}
+    assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
+            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas"} <= families
+
+
+def test_nemotron_nas_counts_each_searched_block():
+    arch = _arch("llama-3.3-nemotron-super-49b")
+    assert arch.checkpoint_params == 49_867_145_216  # the published total; transformers has no class for it
+    assert arch.num_layers == 49  # blocks with attention; the 31 attention-less blocks join the layer before
+    assert {layer.attention.kv_heads for layer in arch.layers} == {8}
+
+
+def test_gemma_4_full_layers_use_global_heads_and_share_keys_as_values():
+    arch = _arch("gemma-4-26b-a4b")
+    full = [layer for layer in arch.layers if layer.attention.kind == "full"]
+    assert len(full) == 5 and {(a.attention.kv_heads, a.attention.k_head_dim) for a in full} == {(2, 512)}
+    assert not any("v_proj" in t.name for t in full[0].tensors)
+    assert {layer.attention.window for layer in arch.layers if layer.attention.kind == "sliding"} == {1024}
+
+
+def test_mimo_mtp_layers_and_sliding_window_hybrid():
+    mimo = _arch("mimo-7b-base")
+    assert mimo.unloaded and all(t.name.startswith("mtp_layers.0.") for t in mimo.unloaded)
+    flash = _arch("mimo-v2-flash")
+    sliding = [layer.attention for layer in flash.layers if layer.attention.kind == "sliding"]
+    assert len(sliding) == 39 and {(a.kv_heads, a.k_head_dim, a.v_head_dim, a.window) for a in sliding} == {(8, 192, 128, 129)}
+
+
+def test_exclusions_by_name_scale_and_wildcards_are_bounded():
+    from planner.errors import PlannerInputError
+    config = dict(load_config_file(CONFIGS / "glm-5-fp8"))
+    by_name = [f"model.layers.{i}.mlp.experts.{j}.gate_proj" for i in range(3, 78) for j in range(256)]
+    config["quantization_config"] = dict(config["quantization_config"], modules_to_not_convert=by_name)
+    assert architecture_from_config(config, "glm").loaded_params == _arch("glm-5").loaded_params
+    config["quantization_config"] = dict(config["quantization_config"], modules_to_not_convert=["*x"] * 5000)
+    with pytest.raises(PlannerInputError, match="wildcard"):
+        architecture_from_config(config, "glm")
+
+
+def test_kimi_k2_5_int4_checkpoint_keeps_its_ignored_modules_in_16_bit(catalog):
+    from planner.model.precision import resolve_precision
+    arch = _arch("kimi-k2.5")
+    precision = resolve_precision(catalog, arch, "auto")
+    assert precision.name == "int4-g32" and precision.scales.group_size == 32
+    # compressed-tensors "re:" patterns: attention, shared experts and the dense MLP stay 16-bit; experts are int4
+    dense, moe = arch.layers[0], arch.layers[1]
+    assert all(t.kept_unquantized for t in dense.tensors if t.name.startswith(("self_attn.", "mlp.")) and len(t.shape) == 2)
+    experts = [t for t in moe.tensors if t.role == "expert"]
+    assert experts and not any(t.kept_unquantized for t in experts)
+
+
+def test_a_backtracking_exclusion_regex_is_refused():
+    from planner.errors import PlannerInputError
+    config = dict(load_config_file(CONFIGS / "kimi-k2.5"))
+    text = dict(config["text_config"])
+    text["quantization_config"] = dict(text["quantization_config"], ignore=["re:(a+)+$"])
+    with pytest.raises(PlannerInputError, match="too complex"):
+        architecture_from_config({**config, "text_config": text}, "kimi")
+
+
+def test_nemotron_3_super_mtp_blocks_are_reported_apart():
+    arch = _arch("nemotron-3-super-120b-a12b-nvfp4")
+    assert arch.checkpoint_params > arch.loaded_params
+    names = {t.name.split(".")[2] for t in arch.unloaded}
+    assert names == {"0", "1"}  # mtp_hybrid_override_pattern "*E": an attention block, then a MoE block
+    assert any(t.name == "mtp.layers.0.eh_proj.weight" for t in arch.unloaded)
+    assert any(t.name == "mtp.layers.1.final_layernorm.weight" for t in arch.unloaded)
+
+
+def test_params_are_what_the_engine_loads_and_the_checkpoint_total_is_reported_apart(catalog):
+    arch = _arch("qwen3.5-397b-a17b")
+    estimate = estimate_memory(arch, Request(context=4096, precision="bf16"), catalog)  # one rank: no replicas
+    assert estimate.params == arch.loaded_params == estimate.language_params + estimate.multimodal_params
+    assert estimate.checkpoint_params == arch.checkpoint_params > estimate.params  # + the MTP module
+    loaded_tensors = [t for layer in arch.layers for t in layer.tensors] + list(arch.embedding + arch.head + arch.multimodal)
+    assert estimate.weights_bytes == weights_bytes(loaded_tensors, catalog.precisions.get("bf16")) == 2 * estimate.params
+
+
+@pytest.mark.parametrize("change", [
+    {"vision_config": {"depth": 10**9}},
+    {"text_config": {"layer_types": ["linear_attention"] * 5000}},
+])
+def test_sizes_past_any_real_model_are_refused_fast(change):
+    from planner.errors import PlannerInputError
+    config = load_config_file(CONFIGS / "qwen3.5-35b-a3b")
+    for key, value in change.items():
+        config = {**config, key: {**config[key], **value}}
+    with pytest.raises(PlannerInputError, match="beyond any real model"):
+        architecture_from_config(config, "qwen3.5")
+
+
+def test_a_nemotron_pattern_longer_than_any_model_is_refused():
+    from planner.errors import PlannerInputError
+    config = dict(load_config_file(CONFIGS / "nemotron-3-nano-30b-a3b"), hybrid_override_pattern="M" * 10**6)
+    with pytest.raises(PlannerInputError, match="hybrid_override_pattern"):
+        architecture_from_config(config, "nemotron")
