@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
@@ -19,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from planner import api
 from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
+from planner.files import SCENARIO, read_text, write_output
 from planner.render.report import (
     COMPARE_TABLE_COLUMNS,
     catalog_rows,
@@ -207,7 +206,7 @@ def solve(
     if output is None:
         typer.echo(text, nl=not text.endswith("\n"))
     else:
-        write_atomically(output, text)
+        write_output(output, text)
 
 
 @app.command()
@@ -260,11 +259,11 @@ def report(
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
     loaded = load_scenario(scenario)
-    text = Path(scenario).read_text(encoding="utf-8")
+    text = read_text(scenario, SCENARIO)
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded)
         name = loaded.name or "fleet"
-        write_atomically(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
+        write_output(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
         typer.echo(f"wrote {output}")
         return
     if quiet:
@@ -274,7 +273,7 @@ def report(
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("report", total=None)
             review = review_scenario(loaded, load_catalog(), lambda done, total: bar.update(task, completed=done, total=total))
-    write_atomically(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
+    write_output(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
     typer.echo(f"wrote {output}")
 
 
@@ -300,7 +299,7 @@ def export_command(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        write_atomically(output, text)
+        write_output(output, text)
 
 
 @app.command("catalog")
@@ -340,32 +339,7 @@ def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], tim
     if output is None:
         typer.echo(text, nl=not text.endswith("\n"))
     else:
-        write_atomically(output, text)
-
-
-def write_atomically(path: str, text: str) -> None:
-    """Write beside the target, then rename: a failure never leaves a half-written plan."""
-    target = Path(path)
-    if target.is_dir():
-        raise PlannerInputError(f"--output: {path!r} is a folder; give a file name")
-    if not target.parent.is_dir():
-        raise PlannerInputError(f"--output: folder {str(target.parent)!r} does not exist")
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, delete=False,
-                                     prefix=f".{target.name}.") as handle:
-        temporary = Path(handle.name)
-        try:
-            handle.write(text)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # a temporary file is private; the result gets normal permissions
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+        write_output(output, text)
 
 
 def main() -> None:

@@ -303,10 +303,10 @@ def test_output_to_a_folder_is_a_one_line_error_and_leaves_nothing(tmp_path):
 
 
 def test_a_write_that_fails_midway_leaves_no_temporary_file(tmp_path):
-    from planner.cli import write_atomically
+    from planner.files import write_output
 
     with pytest.raises((UnicodeEncodeError, PlannerInputError)):
-        write_atomically(str(tmp_path / "plan.md"), "a plan with a lone surrogate \ud800")
+        write_output(str(tmp_path / "plan.md"), "a plan with a lone surrogate \ud800")
     assert list(tmp_path.iterdir()) == []
 
 

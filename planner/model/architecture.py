@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from planner.errors import PlannerInputError
+from planner.files import CONFIG, read_bytes
 
 # What a tensor is, which decides how a precision treats it.
 Role = Literal["embedding", "lm_head", "linear", "expert", "router", "norm", "bias", "vision", "projector"]
@@ -183,10 +184,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         p = p / "config.json"
     if not p.is_file():
         raise PlannerInputError(f"model: no config.json at {str(p)!r}; give a catalog name or a path to config.json")
+    raw = read_bytes(p, CONFIG)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlannerInputError(f"model: cannot read {str(p)!r} ({exc.strerror}); check the path") from None
+        data = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # also bad UTF-8, a number past the int digit limit, deep nesting
         raise PlannerInputError(f"model: {str(p)!r} is not valid JSON ({exc.__class__.__name__}: {exc}); fix the file") from None
     if not isinstance(data, dict):

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.errors import PlannerInputError
+from planner.files import SCENARIO, read_text
 from planner.units import MAX_BATCH, MAX_CONTEXT
 
 Quality = Literal["lossless", "near-lossless", "small loss", "noticeable loss"]
@@ -330,12 +331,7 @@ def _printable(text: str) -> str:
 def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
     label = f"scenario {_printable(p.name)}"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PlannerInputError(f"scenario: cannot read {str(p)!r} ({exc.strerror}); check the path") from None
-    except UnicodeDecodeError:
-        raise PlannerInputError(f"{label}: not UTF-8 text") from None
+    text = read_text(p, SCENARIO)
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

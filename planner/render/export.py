@@ -19,6 +19,7 @@ import yaml
 
 from planner.catalog.load import Catalog, Precision
 from planner.errors import PlannerInputError
+from planner.files import PLAN, read_bytes
 
 TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
 VLLM_DEFAULT_UTILIZATION = 0.90  # vLLM's --gpu-memory-utilization default (vllm/config/cache.py)
@@ -80,7 +81,7 @@ def load_plan(path: str | Path, catalog: Catalog, plan_index: int = 0) -> Export
     """Read PLAN.json; `plan_index` 0 is the best plan, N the N-th alternative."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(read_bytes(p, PLAN))
     except OSError as exc:
         raise PlannerInputError(f"plan: cannot read {str(p)!r} ({exc.strerror}); write one with "
                                 "`planner solve SCENARIO --format json -o PLAN.json`") from None
