@@ -7,6 +7,7 @@ catalogs when the scenario is resolved, so the message can suggest the closest n
 
 from __future__ import annotations
 
+import difflib
 import re
 import reprlib
 from pathlib import Path
@@ -150,6 +151,9 @@ class Slo(_Strict):
     tpot_s: float | None = Field(default=None, gt=0, le=60)  # time per output token
 
 
+_FLEET_ONLY = ("slo", "utilisation", "redundancy", "min_replicas", "max_configs")
+
+
 class Workload(_Strict):
     context: tuple[int, ...] = Field(description="tokens per sequence (prompt + output): a value, a list or {min, max}")
     concurrency: tuple[int, ...] = Field(default=(1,), description="sequences each replica holds at once")
@@ -166,6 +170,19 @@ class Workload(_Strict):
     @classmethod
     def _search(cls, value: Any, info: ValidationInfo) -> tuple[int, ...]:
         return search_values(value, _LIMITS[info.field_name])
+
+    @model_validator(mode="after")
+    def _keys_that_apply(self) -> Workload:
+        """A key the plan would not read is an error: fleet keys need traffic, and traffic sets the replicas."""
+        if self.traffic is None:
+            given = [key for key in _FLEET_ONLY if key in self.model_fields_set]
+            if given:
+                raise ValueError(f"{given[0]} sizes a fleet under load and needs traffic (requests_per_s or "
+                                 f"output_tokens_per_s); add workload.traffic or remove {given[0]}")
+        elif "replicas" in self.model_fields_set:
+            raise ValueError("replicas: with traffic the replica count follows from demand; remove replicas "
+                             "(min_replicas sets a floor)")
+        return self
 
 
 class Search(_Strict):
@@ -203,12 +220,49 @@ class SolverSpec(_Strict):
 
 
 class QuotaSpec(_Strict):
-    """At most max_gpus GPUs rented from what matches (provider / region / GPU type), across all workloads."""
+    """At most max_gpus GPUs rented from what matches (provider / region / GPU type), across all workloads.
+
+    Names are checked against the catalog and written as the catalog writes them (`AWS` -> `aws`, a GPU alias
+    -> its name): a quota that matched no offer would limit nothing and the plan would ignore it."""
 
     max_gpus: int = Field(ge=0, le=1_000_000)
     provider: str | None = None
     region: str | None = None
     gpu: str | None = None
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str | None) -> str | None:
+        from planner.catalog.load import load_catalog
+
+        return None if value is None else load_catalog().gpus.get(value).name
+
+    @field_validator("provider", "region")
+    @classmethod
+    def _known_offer_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        from planner.catalog.load import load_catalog
+
+        if value is None:
+            return None
+        known = {getattr(o, info.field_name) for o in load_catalog().offers}
+        found = {name.lower(): name for name in known}.get(value.strip().lower())
+        if found is None:
+            close = difflib.get_close_matches(value.strip().lower(), sorted(known), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(sorted(known))}"
+            raise ValueError(f"unknown {info.field_name} {shown(value)}: {hint}")
+        return found
+
+    @model_validator(mode="after")
+    def _matches_an_offer(self) -> QuotaSpec:
+        from planner.catalog.load import load_catalog
+
+        if not any((self.provider is None or o.provider == self.provider) and (self.region is None or o.region == self.region)
+                   and (self.gpu is None or o.gpu == self.gpu) for o in load_catalog().offers):
+            parts = ", ".join(f"{k} {v}" for k, v in (("provider", self.provider), ("region", self.region),
+                                                       ("gpu", self.gpu)) if v)
+            raise ValueError(f"no offer in the price catalog has {parts}: the quota would limit nothing; "
+                             "fix the names or remove it")
+        return self
 
 
 class FleetSpec(_Strict):
@@ -250,6 +304,8 @@ class Scenario(_Strict):
         if self.workloads is not None:
             if self.model is not None or self.workload is not None:
                 raise ValueError("give either model + workload (one service) or workloads (a fleet), not both")
+            if self.params is not None:
+                raise ValueError("params: a fleet's workloads each give their own (workloads[].params); move it there")
             names = [w.name for w in self.workloads]
             if len(set(names)) != len(names):
                 raise ValueError("workloads: names must be unique")
@@ -257,6 +313,9 @@ class Scenario(_Strict):
                 raise ValueError("workloads: every workload of a fleet needs workload.traffic")
         elif self.model is None or self.workload is None:
             raise ValueError("model and workload are required (or a workloads list for a fleet)")
+        if self.fleet is not None and not self.is_fleet:
+            raise ValueError("fleet: quotas and on_demand_share shape a fleet, which needs workload.traffic (or a "
+                             "workloads list); add traffic or remove fleet")
         return self
 
     @property
