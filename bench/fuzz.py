@@ -28,6 +28,7 @@ import random
 import re
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import time
@@ -831,6 +832,79 @@ def fuzz_cli(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None
         for leftover in out_folder.iterdir():
             if leftover.name.startswith("."):
                 leftover.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights files written byte by byte (hostile ones cannot come from a library's writer)
+
+SAFETENSORS_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "F8_E4M3": 1, "U8": 1}
+
+
+def safetensors_bytes(header: Any, data: bytes | None = None, raw: bytes | None = None) -> bytes:
+    """A safetensors file: the 8-byte length, the header (JSON of `header`, or `raw`), then the data.
+    Without `data`, as many zero bytes as the header's largest end offset asks for (when it can be read)."""
+    text = raw if raw is not None else json.dumps(header).encode()
+    if data is None:
+        ends = [info["data_offsets"][1] for info in header.values() if isinstance(info, dict)
+                and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2
+                and isinstance(info["data_offsets"][1], int)] if isinstance(header, dict) else []
+        data = bytes(min(max(ends, default=0), 2**24))  # a header claiming more is meant to be truncated
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def safetensors_header(tensors: dict[str, tuple[str, list[int]]]) -> dict:
+    """A consistent header: tensors laid out one after the other."""
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        size = math.prod(shape) * SAFETENSORS_BYTES[dtype]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    return header
+
+
+GGUF_TYPES = {"u8": 0, "i8": 1, "u16": 2, "i16": 3, "u32": 4, "i32": 5, "f32": 6, "bool": 7, "str": 8, "arr": 9,
+              "u64": 10, "i64": 11, "f64": 12}
+_GGUF_CODES = {"u8": "B", "i8": "b", "u16": "H", "i16": "h", "u32": "I", "i32": "i", "f32": "f", "bool": "?",
+               "u64": "Q", "i64": "q", "f64": "d"}
+
+
+def gguf_value(kind: str, value: Any) -> bytes:
+    """One GGUF value. An array is (item kind, items), or (item kind, n) for a bare count with no items after it."""
+    if kind == "str":
+        raw = value if isinstance(value, bytes) else value.encode()
+        return struct.pack("<Q", len(raw)) + raw
+    if kind == "arr":
+        item, items = value
+        if isinstance(items, int):
+            return struct.pack("<IQ", GGUF_TYPES[item], items)
+        if item in _GGUF_CODES:  # packed at once: a 4M-item array is built in milliseconds
+            return struct.pack(f"<IQ{len(items)}{_GGUF_CODES[item]}", GGUF_TYPES[item], len(items), *items)
+        return struct.pack("<IQ", GGUF_TYPES[item], len(items)) + b"".join(gguf_value(item, v) for v in items)
+    return struct.pack("<" + _GGUF_CODES[kind], value)
+
+
+GGUF_TINY_LLAMA = {
+    "general.architecture": ("str", "llama"), "general.file_type": ("u32", 1), "llama.block_count": ("u32", 2),
+    "llama.context_length": ("u32", 4096), "llama.embedding_length": ("u32", 64),
+    "llama.attention.head_count": ("u32", 4), "llama.attention.head_count_kv": ("u32", 2),
+}
+# (name, ggml dims (fastest first), ggml type: 0 F32, 1 F16) -> 100 x 64 + 64 x 64 F16 and 64 F32 = 21,248 bytes
+GGUF_TINY_TENSORS = (("token_embd.weight", (64, 100), 1), ("blk.0.attn_q.weight", (64, 64), 1),
+                     ("output_norm.weight", (64,), 0))
+
+
+def gguf_bytes(metadata: dict[str, tuple[str, Any]], tensors=GGUF_TINY_TENSORS, version: int = 3,
+               tensor_data: bool = True) -> bytes:
+    """A GGUF v3 file: header, metadata (key -> (kind, value)), tensor infos, then zeroed aligned tensor data."""
+    out = [struct.pack("<IIQQ", 0x46554747, version, len(tensors), len(metadata))]
+    for key, (kind, value) in metadata.items():
+        out.append(gguf_value("str", key) + struct.pack("<I", GGUF_TYPES[kind]) + gguf_value(kind, value))
+    offset = 0
+    for name, dims, ggml_type in tensors:
+        out.append(gguf_value("str", name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, ggml_type, offset))
+        offset += -(-math.prod(dims) * (4 if ggml_type == 0 else 2) // 32) * 32
+    head = b"".join(out)
+    return head + bytes(-len(head) % 32) + (bytes(offset) if tensor_data else b"")
 
 
 # ---------------------------------------------------------------------------------------------
