@@ -34,8 +34,8 @@ SEED = int(os.environ.get("PLANNER_FUZZ_SEED", "0"))  # CI may vary it; a failur
 
 # --- the generators, with a budget ------------------------------------------------------------------
 
-# Cases per surface: together about 20 s on a shared 2-core machine (CLI and scenario cases cost most).
-BUDGET = {"sizes": 5000, "config": 2000, "scenario": 1000, "cli": 400}
+# Cases per surface: together about 40 s on a shared 2-core machine (CLI, path and scenario cases cost most).
+BUDGET = {"sizes": 5000, "config": 2000, "scenario": 1000, "cli": 400, "weights": 400, "paths": 80, "model-ids": 60}
 
 # Bugs in files whose fix belongs to others, each pinned by a strict xfail test below: the fuzz test
 # tolerates exactly these and fails on anything else. (problem, what the finding's `where` holds)

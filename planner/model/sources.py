@@ -57,7 +57,8 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
         if not _exists(path, model):
             raise PlannerInputError(f"model: no file {model!r}")
         gguf = read_gguf(path)
-        arch = architecture_from_gguf(gguf, path.stem, _catalog_precision(catalog, gguf_file_type_name(gguf.file_type)))
+        name = path.stem if path.stem.isprintable() else repr(path.stem)
+        arch = architecture_from_gguf(gguf, name, _catalog_precision(catalog, gguf_file_type_name(gguf.file_type)))
         return replace(arch, exact=False, declared_params=params, stored_bytes=None) if params else arch
     if _exists(path, model):
         try:
@@ -68,6 +69,7 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
                                     "the model folder); check its permissions") from None
         shards_folder = path if is_dir else path.parent
         name = (path.name if is_dir else shards_folder.name if path.name == "config.json" else path.stem) or model
+        name = name if name.isprintable() else repr(name)  # a newline in a folder name would split messages
     elif model.endswith(".json"):
         raise PlannerInputError(f"model: no file {model!r}; give a path to config.json or a catalog name")
     elif model.startswith(_PATH_STARTS) or model in (".", ".."):
