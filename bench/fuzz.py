@@ -905,7 +905,7 @@ def gguf_bytes(metadata: dict[str, tuple[str, Any]], tensors=GGUF_TINY_TENSORS, 
         out.append(gguf_value("str", key) + struct.pack("<I", GGUF_TYPES[kind]) + gguf_value(kind, value))
     offset = 0
     for name, dims, ggml_type in tensors:
-        out.append(gguf_value("str", name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, ggml_type, offset))
+        out.append(gguf_value("str", name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, ggml_type, offset % 2**64))
         offset += -(-math.prod(dims) * (4 if ggml_type == 0 else 2) // 32) * 32
     head = b"".join(out)
     # a table claiming more data than 16 MiB is written short: it is meant to be damaged

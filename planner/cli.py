@@ -184,10 +184,26 @@ def solve(
     loaded = load_scenario(scenario)
     if what_if:
         rows = api.what_if(loaded)
-        if output_format is PlanFormat.json:
-            typer.echo(json.dumps([asdict(r) for r in rows], indent=2))
+        title = loaded.name or "scenario"
+        if output_format is PlanFormat.table and output is None:
+            what_if_table(title, rows, _console())
+            return
+        if output_format is PlanFormat.table:
+            buffer = io.StringIO()
+            what_if_table(title, rows, Console(file=buffer, width=120, highlight=False, no_color=True))
+            text = buffer.getvalue()
+        elif output_format is PlanFormat.json:
+            text = json.dumps([asdict(r) for r in rows], indent=2) + "\n"
+        elif output_format is PlanFormat.csv:
+            text = rows_csv([asdict(r) for r in rows])
         else:
-            what_if_table(loaded.name or "scenario", rows, _console())
+            import pandas as pd
+
+            text = frame_markdown(pd.DataFrame([asdict(r) for r in rows])) + "\n"
+        if output is None:
+            typer.echo(text, nl=False)
+        else:
+            write_output(output, text)
         return
     if loaded.is_fleet:
         _solve_fleet(loaded, output_format, output, time_limit)

@@ -498,3 +498,17 @@ def test_a_quota_of_zero_on_the_only_provider_leaves_nothing_to_rent(catalog):
     data = {**FLEET, "pricing": {"providers": ["aws"]}, "fleet": {"quotas": [{"provider": "AWS", "max_gpus": 0}]}}
     plan = plan_fleet(fleet_problem(parse_scenario(data), catalog, 5), catalog)
     assert plan.status != "OPTIMAL" or not plan.pools  # was OPTIMAL, renting from aws past the quota
+
+
+# --- finding 16: --what-if honours -o and --format ---------------------------------------------------
+
+def test_what_if_writes_the_format_asked_to_the_file_given(tmp_path):
+    # was: a table on the terminal, nothing written, exit 0
+    out = tmp_path / "what-if.json"
+    outcome = fuzz.invoke_cli(["solve", str(SCENARIO), "--what-if", "--format", "json", "-o", str(out)])
+    assert outcome.code == 0, outcome.stderr
+    rows = json.loads(out.read_text())
+    assert rows and {"variant", "status", "usd_per_hour", "change_usd_per_hour"} <= set(rows[0])
+    csv_out = tmp_path / "what-if.csv"
+    assert fuzz.invoke_cli(["solve", str(SCENARIO), "--what-if", "--format", "csv", "-o", str(csv_out)]).code == 0
+    assert csv_out.read_text().splitlines()[0] == "variant,status,usd_per_hour,change_usd_per_hour"
