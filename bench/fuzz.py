@@ -16,6 +16,7 @@ the heavy run:
     python bench/fuzz.py --cases 20000 --seed 3    # cases per surface
     python bench/fuzz.py --surface scenario --solve-every 5   # also solve 1 in 5 valid scenarios
     python bench/fuzz.py --surface weights --surface paths --surface model-ids --cases 5000
+    python bench/fuzz.py --large                   # the large-input reproducers: time and peak memory each
 
 Exit code 0 when nothing was found, 1 otherwise.
 """
@@ -1228,6 +1229,72 @@ def fuzz_model_ids(rng: random.Random, cases: int, tally: Tally, folder: Path) -
 
 
 # ---------------------------------------------------------------------------------------------
+# Large inputs: the issue's memory and time reproducers, each in a forked child measured for time and peak memory
+
+
+def _large_files(folder: Path) -> list[tuple[str, list[str]]]:
+    """(what, planner argv) for inputs small on disk (or sparse) that once cost gigabytes or minutes."""
+    cases: list[tuple[str, list[str]]] = []
+
+    def model_folder(name: str, shard: bytes) -> str:
+        path = folder / name
+        path.mkdir(exist_ok=True)
+        (path / "config.json").write_bytes(UNKNOWN_ARCH_CONFIG.read_bytes())
+        (path / "model.safetensors").write_bytes(shard)
+        return str(path)
+
+    cases.append(("baseline: estimate llama-3.1-8b", ["estimate", "llama-3.1-8b"]))
+    cases.append(("safetensors: 100 MB header of [{},{},...]",
+                  ["estimate", model_folder("list-100mb", safetensors_bytes(None, raw=b"[" + b"{}," * 33_333_332 + b"{}]"))]))
+    worst = b'{"w": [' + b"{}," * (16 * 2**20 // 3 - 4) + b"{}]}"  # the most objects a parsed header can hold
+    cases.append((f"safetensors: {len(worst) / 2**20:.1f} MiB header of empty objects (parsed)",
+                  ["estimate", model_folder("objects-16mib", safetensors_bytes(None, raw=worst))]))
+    many = safetensors_header({f"model.layers.{i}.mlp.experts.{j}.w": ("F8_E4M3", [1]) for i in range(61)
+                               for j in range(1536)})  # DeepSeek-V3's tensor count in one file
+    cases.append((f"safetensors: {len(many):,} tensors in one header", ["estimate", model_folder("many", safetensors_bytes(many))]))
+    small = folder / "claims-2^40.gguf"
+    small.write_bytes(gguf_bytes({**GGUF_TINY_LLAMA, "tokenizer.ggml.scores": ("arr", ("u8", 2**40))}, tensors=(),
+                                 tensor_data=False))
+    cases.append((f"gguf: {small.stat().st_size:,} B file, u8 array claiming 2^40 items", ["estimate", str(small)]))
+    array = folder / "array-4m.gguf"
+    array.write_bytes(gguf_bytes({**GGUF_TINY_LLAMA, "tokenizer.ggml.token_type": ("arr", ("u8", [1] * 4_000_000))}))
+    cases.append((f"gguf: {array.stat().st_size / 1e6:.1f} MB file, 4M-item u8 array", ["estimate", str(array)]))
+    strings = folder / "strings-4m.gguf"
+    strings.write_bytes(gguf_bytes({**GGUF_TINY_LLAMA, "tokenizer.ggml.tokens": ("arr", ("str", [b"tok"] * 4_000_000))}))
+    cases.append((f"gguf: {strings.stat().st_size / 1e6:.1f} MB file, 4M-item string array", ["estimate", str(strings)]))
+    deep = folder / "layers-1e8.gguf"
+    deep.write_bytes(gguf_bytes({**GGUF_TINY_LLAMA, "llama.block_count": ("u32", 10**8)}))
+    cases.append(("gguf: block_count 1e8", ["estimate", str(deep)]))
+    for name, argv in (("s.yaml", ["solve"]), ("config.json", ["estimate"]), ("plan.json", ["export", "--to", "vllm"])):
+        path = folder / f"sparse-{name}"
+        with path.open("wb") as handle:
+            handle.truncate(2 * 10**9)
+        cases.append((f"2 GB sparse {name}", [argv[0], str(path), *argv[1:]]))
+    return cases
+
+
+def run_large(folder: Path) -> int:
+    """Each case in a forked child: exit code, wall time and the child's peak memory (ru_maxrss)."""
+    failures = 0
+    for what, argv in _large_files(folder):
+        started = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(int(CASE_SECONDS) * 3)
+            outcome = invoke_cli(argv)
+            print(f"    {outcome.stderr.strip()[:150] or outcome.stdout.strip().splitlines()[0][:150]}", flush=True)
+            os._exit(outcome.code if outcome.code in (0, 2) else 1)
+        _, status, usage = os.wait4(pid, 0)
+        seconds = time.perf_counter() - started
+        code = os.waitstatus_to_exitcode(status)
+        peak_mb = usage.ru_maxrss / 1024  # KiB on Linux
+        verdict = "ok" if code in (0, 2) and seconds < CASE_SECONDS and peak_mb < 1024 else "FINDING"
+        failures += verdict != "ok"
+        print(f"{verdict:8} exit {code:>3}  {seconds:5.2f} s  {peak_mb:7.0f} MB peak  {what}", flush=True)
+    return failures
+
+
+# ---------------------------------------------------------------------------------------------
 # Driver
 
 FUZZERS: dict[str, Callable[..., None]] = {"sizes": fuzz_sizes, "config": fuzz_configs, "scenario": fuzz_scenarios,
@@ -1251,8 +1318,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--surface", choices=SURFACES, action="append", help="only these surfaces (repeatable)")
     parser.add_argument("--solve-every", type=int, default=0, metavar="N",
                         help="scenario surface: also solve every N-th scenario that reaches a search space")
+    parser.add_argument("--large", action="store_true",
+                        help="instead: the large-input reproducers (100 MB headers, 2 GB sparse files, huge GGUF arrays), "
+                             "each timed and measured for peak memory")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a model id with a slash may be looked up on the Hub: stay offline
+    if args.large:
+        with tempfile.TemporaryDirectory(prefix="planner-large-") as folder:
+            return 1 if run_large(Path(folder)) else 0
     findings: list[Finding] = []
     with tempfile.TemporaryDirectory(prefix="planner-fuzz-") as folder:
         for surface in args.surface or SURFACES:
