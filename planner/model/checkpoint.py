@@ -129,7 +129,8 @@ def safetensors_weights(paths: list[Path]) -> StoredWeights:
 
 def find_safetensors(directory: Path) -> list[Path]:
     try:
-        return sorted(p for p in directory.iterdir() if p.name.endswith(".safetensors"))
+        # hidden files are left out, as a shell glob leaves them (a download's partial ".x.safetensors")
+        return sorted(p for p in directory.iterdir() if p.name.endswith(".safetensors") and not p.name.startswith("."))
     except OSError as exc:
         raise PlannerInputError(f"model: cannot list folder {str(directory)!r} ({exc.strerror}); "
                                 "planner needs to read and search it") from None
