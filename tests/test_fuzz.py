@@ -40,6 +40,8 @@ BUDGET = {"sizes": 5000, "config": 2000, "scenario": 1000, "cli": 400, "weights"
 # Bugs in files whose fix belongs to others, each pinned by a strict xfail test below: the fuzz test
 # tolerates exactly these and fails on anything else. (problem, what the finding's `where` holds)
 KNOWN_ELSEWHERE = {
+    # render/export.py load_plan prints the plan file's name unquoted: a name holding a newline splits the line
+    ("bad result", "is not JSON; write it with"),
 }
 
 
@@ -56,6 +58,14 @@ def test_every_generated_case_ends_in_a_result_or_a_one_line_error(surface, tmp_
     assert tally.cases == BUDGET[surface]
     # A generator that only ever produced errors (or only results) would prove little: both must occur often.
     assert tally.results >= BUDGET[surface] // 20 and tally.errors >= BUDGET[surface] // 20, tally.summary()
+
+
+@pytest.mark.xfail(strict=True, reason="render/export.py (the plan-file loader, another helper's): p.name unquoted")
+def test_a_plan_file_name_with_a_newline_gives_one_line(tmp_path):
+    path = tmp_path / "x\ny.json"
+    path.write_text("not json")
+    outcome = fuzz.invoke_cli(["export", str(path), "--to", "vllm"])
+    assert outcome.code == 2 and len(outcome.stderr.strip().splitlines()) == 1
 
 
 # --- what the fuzzer found: each once crashed, hung or printed several lines -------------------------
