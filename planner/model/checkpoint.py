@@ -181,7 +181,7 @@ class _GgufStream:
                                     "the file is truncated or damaged")
 
     def take(self, code: str):
-        width = struct.calcsize(code)
+        width = struct.calcsize("<" + code)
         self.need(width)
         return struct.unpack(self.order + code, self.handle.read(width))[0]
 
@@ -225,7 +225,7 @@ class _GgufStream:
             raise PlannerInputError(f"{self.name}: GGUF value type {kind} does not exist; the file is damaged")
         item, count = self.take("I"), self.take("Q")
         if item in _GGUF_SCALARS:
-            width = struct.calcsize(_GGUF_SCALARS[item])
+            width = struct.calcsize("<" + _GGUF_SCALARS[item])
             if not keep_array or item not in _GGUF_INTEGERS or count > MAX_LAYERS:
                 self.skip(count * width)
                 return None

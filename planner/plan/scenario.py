@@ -255,9 +255,10 @@ class QuotaSpec(_Strict):
     @model_validator(mode="after")
     def _matches_an_offer(self) -> QuotaSpec:
         from planner.catalog.load import load_catalog
+        from planner.plan.fleet import Quota  # the rule for what a quota covers
 
-        if not any((self.provider is None or o.provider == self.provider) and (self.region is None or o.region == self.region)
-                   and (self.gpu is None or o.gpu == self.gpu) for o in load_catalog().offers):
+        quota = Quota(self.max_gpus, self.provider, self.region, self.gpu)
+        if not any(quota.covers(offer) for offer in load_catalog().offers):
             parts = ", ".join(f"{k} {v}" for k, v in (("provider", self.provider), ("region", self.region),
                                                        ("gpu", self.gpu)) if v)
             raise ValueError(f"no offer in the price catalog has {parts}: the quota would limit nothing; "
