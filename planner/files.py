@@ -127,21 +127,47 @@ def write_output(path: str, text: str, field: str = "--output") -> None:
     except UnicodeEncodeError as exc:
         raise PlannerInputError(f"{field}: the output holds {text[exc.start]!r}, which UTF-8 cannot hold; "
                                 "remove it from the input") from None
-    target = _final_target(Path(path), field)
+    given = Path(path)
     try:
-        info: os.stat_result | None = os.stat(target)
+        info: os.stat_result | None = os.stat(given)  # through every link, the kernel's own (/dev/stdout) too
     except FileNotFoundError:
         info = None
     except OSError as exc:
-        raise _write_failure(target, exc, field) from None
+        raise _write_failure(given, exc, field) from None
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise PlannerInputError(f"{field}: {str(path)!r} is a folder; give a file name")
     if info is not None and not stat.S_ISREG(info.st_mode):
-        _write_in_place(target, data, field)
-    elif info is not None and not os.access(target, os.W_OK):
+        _write_in_place(given, data, field)
+        return
+    if info is not None and _names_an_open_file(given):
+        _write_in_place(given, data, field)  # as `sort -o /dev/stdout` writes: the file the shell opened, truncated
+        return
+    target = _final_target(given, field)
+    if info is not None and not os.access(target, os.W_OK):
         raise PlannerInputError(f"{field}: {str(path)!r} is read-only; make it writable or give another path")
     else:
         _replace(target, data, info, field)
+
+
+def _names_an_open_file(path: Path) -> bool:
+    """Whether the path leads through /proc/<pid>/fd/N, where /dev/stdout and /dev/fd/N go: such a link names
+    a file some process holds open (a shell's redirection), which is written, never replaced by a rename."""
+    try:
+        proc = os.stat("/proc").st_dev
+    except OSError:
+        return False
+    current = str(path)
+    for _ in range(40):  # Linux follows at most 40 links in a path (MAXSYMLINKS)
+        try:
+            info = os.lstat(current)
+        except OSError:
+            return False
+        if info.st_dev == proc:
+            return True
+        if not stat.S_ISLNK(info.st_mode):
+            return False
+        current = os.path.join(os.path.dirname(current), os.readlink(current))
+    return False
 
 
 def _final_target(path: Path, field: str) -> Path:
@@ -169,6 +195,8 @@ def _write_failure(path: Path, exc: OSError, field: str) -> PlannerInputError:
         why = "the name is longer than the filesystem allows"
     elif exc.errno == errno.ENXIO:
         why = "a FIFO that no process is reading"
+    elif exc.errno == errno.ELOOP:
+        why = "a loop of symbolic links"
     else:
         why = exc.strerror or exc.__class__.__name__
     return PlannerInputError(f"{field}: cannot write {str(path)!r} ({why}); give another path")
@@ -181,10 +209,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _write_in_place(target: Path, data: bytes, field: str) -> None:
-    """A device, a FIFO or a terminal: open it and write, never rename over it (O_NONBLOCK: a FIFO without a
-    reader is an error rather than a wait)."""
+    """A device, a FIFO, a terminal or a file behind /dev/stdout: open it and write, never rename over it
+    (O_NONBLOCK: a FIFO without a reader is an error rather than a wait; O_TRUNC only acts on a regular file)."""
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise _write_failure(target, exc, field) from None
     try:

@@ -326,6 +326,24 @@ def test_output_to_a_fifo_is_written_in_place(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc/self/fd, what /dev/stdout links to")
+def test_output_through_a_descriptor_link_writes_the_open_file(tmp_path):
+    # `-o /dev/stdout` is a link to /proc/self/fd/1: its target ("pipe:[123]") is no path to rename onto
+    read_end, write_end = os.pipe()
+    try:
+        write_output(f"/proc/self/fd/{write_end}", "to the pipe\n")
+        assert os.read(read_end, 1000) == b"to the pipe\n"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    redirected = tmp_path / "redirected.txt"  # `planner ... -o /dev/stdout > redirected.txt`
+    with redirected.open("w") as handle:
+        inode = os.fstat(handle.fileno()).st_ino
+        write_output(f"/proc/self/fd/{handle.fileno()}", "to the file\n")
+    assert redirected.read_text() == "to the file\n" and redirected.stat().st_ino == inode
+    assert [p.name for p in tmp_path.iterdir()] == ["redirected.txt"]
+
+
 def test_output_symlink_loops_and_folders_are_one_line_errors(tmp_path):
     loop = tmp_path / "loop.json"
     loop.symlink_to(loop)
