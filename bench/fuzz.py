@@ -1066,7 +1066,8 @@ def fuzz_weights(rng: random.Random, cases: int, tally: Tally, folder: Path) -> 
 # ---------------------------------------------------------------------------------------------
 # Surface 6: paths given to planner (what a path is, where it leads, what it is called)
 
-PATH_KINDS = ("regular", "fifo", "folder", "link", "broken link", "loop", "missing", "long", "sparse", "unreadable")
+PATH_KINDS = ("regular", "fifo", "fifo link", "folder", "link", "broken link", "loop", "missing", "long", "sparse",
+              "unreadable")
 
 
 def make_path(rng: random.Random, folder: Path, content: bytes, index: int) -> tuple[Path, str]:
@@ -1082,6 +1083,11 @@ def make_path(rng: random.Random, folder: Path, content: bytes, index: int) -> t
                 path.chmod(0)
         elif kind == "fifo":
             os.mkfifo(path)
+        elif kind == "fifo link":  # what -o /dev/stdout is when stdout is a pipe
+            target = folder / f"fifo-{index % 3}"
+            remove(target)
+            os.mkfifo(target)
+            path.symlink_to(target)
         elif kind == "folder":
             path.mkdir()
         elif kind == "link":
@@ -1123,7 +1129,9 @@ def path_problem(outcome: CliOutcome, path: Path, kind: str, folder: Path) -> st
         return problem
     if kind == "fifo" and not stat_is_fifo(path):
         return "-o replaced a FIFO with a regular file"
-    if kind == "link" and not path.is_symlink():
+    if kind == "fifo link" and not (path.is_symlink() and stat.S_ISFIFO(os.stat(path).st_mode)):
+        return "-o replaced a link to a FIFO"
+    if kind in ("link", "fifo link") and not path.is_symlink():
         return "-o replaced a symbolic link instead of writing through it"
     leftovers = [p.name for p in folder.iterdir() if p.name.startswith(".")]
     if leftovers:
@@ -1169,7 +1177,8 @@ def fuzz_paths(rng: random.Random, cases: int, tally: Tally, folder: Path) -> No
             if kind == "unreadable":
                 path.chmod(0o644)
             (folder / "plan.json").write_bytes(plan)
-            reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK) if kind == "fifo" and rng.random() < 0.5 else None
+            reader = (os.open(path, os.O_RDONLY | os.O_NONBLOCK) if kind in ("fifo", "fifo link") and rng.random() < 0.5
+                      else None)
             argv = ["export", str(folder / "plan.json"), "--to", rng.choice(["vllm", "kubernetes"]), "-o", str(path)]
             try:
                 run_case(tally, (role, kind, argv), lambda: invoke_cli(argv),
