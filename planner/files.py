@@ -134,6 +134,8 @@ def write_output(path: str, text: str, field: str = "--output") -> None:
         info = None
     except OSError as exc:
         raise _write_failure(given, exc, field) from None
+    except ValueError:
+        raise PlannerInputError(f"{field}: {str(path)!r} cannot be a file name (it holds NUL); give another path") from None
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise PlannerInputError(f"{field}: {str(path)!r} is a folder; give a file name")
     if info is not None and not stat.S_ISREG(info.st_mode):
@@ -142,7 +144,8 @@ def write_output(path: str, text: str, field: str = "--output") -> None:
     if info is not None and _names_an_open_file(given):
         _write_in_place(given, data, field)  # as `sort -o /dev/stdout` writes: the file the shell opened, truncated
         return
-    target = _final_target(given, field)
+    # a link is written through, as a shell's `>` does (a dangling one creates its target)
+    target = Path(os.path.realpath(given))
     if info is not None and not os.access(target, os.W_OK):
         raise PlannerInputError(f"{field}: {str(path)!r} is read-only; make it writable or give another path")
     else:
@@ -168,17 +171,6 @@ def _names_an_open_file(path: Path) -> bool:
             return False
         current = os.path.join(os.path.dirname(current), os.readlink(current))
     return False
-
-
-def _final_target(path: Path, field: str) -> Path:
-    """The path a chain of symbolic links ends at (the link is written through, as a shell's `>` does)."""
-    try:
-        resolved = Path(os.path.realpath(path, strict=False))
-    except (OSError, ValueError) as exc:
-        raise PlannerInputError(f"{field}: {str(path)!r} cannot be written ({exc}); give another path") from None
-    if os.path.islink(resolved):  # realpath stops at a loop and leaves a link: following it again would loop
-        raise PlannerInputError(f"{field}: {str(path)!r} is a loop of symbolic links; give another path")
-    return resolved
 
 
 def _write_failure(path: Path, exc: OSError, field: str) -> PlannerInputError:
@@ -240,13 +232,9 @@ def _temporary_prefix(name: str, room: int) -> str:
 
 def _replace(target: Path, data: bytes, existing: os.stat_result | None, field: str) -> None:
     """Write beside the target, then rename onto it: a failure never leaves a half-written file."""
-    folder, name = target.parent, target.name
-    limit = _name_max(folder)
-    if len(os.fsencode(name)) > limit:
-        raise PlannerInputError(f"{field}: the file name is {len(os.fsencode(name)):,} bytes long, beyond the "
-                                f"filesystem's {limit}; give a shorter name")
+    folder, name = target.parent, target.name  # a name past the filesystem's limit failed the stat before
     # mkstemp appends 8 random characters; keep the whole temporary name within the limit
-    prefix = _temporary_prefix(name, limit - 8)
+    prefix = _temporary_prefix(name, _name_max(folder) - 8)
     try:
         fd, temporary = tempfile.mkstemp(prefix=prefix, dir=folder)
     except OSError as exc:

@@ -350,6 +350,7 @@ def test_output_symlink_loops_and_folders_are_one_line_errors(tmp_path):
     one_line_error(lambda: write_output(str(loop), "x"), "loop")
     (tmp_path / "to-folder").symlink_to(tmp_path)
     one_line_error(lambda: write_output(str(tmp_path / "to-folder"), "x"), "folder")
+    one_line_error(lambda: write_output(str(tmp_path / "a\x00b"), "x"), "NUL")  # the library takes any string
 
 
 @pytest.mark.parametrize("length", [250, 253, 255])
