@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Fuzz every input planner reads: size strings, config.json, scenario YAML and CLI flags.
+"""Fuzz every input planner reads: size strings, config.json, scenario YAML, CLI flags, weights files
+(safetensors headers, GGUF metadata), paths (FIFOs, folders, links, loops, long names, sparse files, as
+inputs and as -o targets) and model ids (Hub ids the Hub rejects, URLs, missing paths).
 
 The contract under test: whatever a user types or a file holds, planner answers with a result or
 with a one-line error (PlannerInputError in the library; `error: ...` and exit code 2 from the
@@ -13,6 +15,8 @@ the heavy run:
     python bench/fuzz.py                           # every surface, 5,000 cases each, seed 0
     python bench/fuzz.py --cases 20000 --seed 3    # cases per surface
     python bench/fuzz.py --surface scenario --solve-every 5   # also solve 1 in 5 valid scenarios
+    python bench/fuzz.py --surface weights --surface paths --surface model-ids --cases 5000
+    python bench/fuzz.py --large                   # the large-input reproducers: time and peak memory each
 
 Exit code 0 when nothing was found, 1 otherwise.
 """
@@ -28,6 +32,8 @@ import random
 import re
 import shutil
 import signal
+import stat
+import struct
 import sys
 import tempfile
 import time
@@ -69,7 +75,7 @@ CATALOG = load_catalog()
 # a solve of a shipped scenario about two.
 CASE_SECONDS = 10.0
 SOLVE_SECONDS = 20.0
-SURFACES = ("sizes", "config", "scenario", "cli")
+SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -837,10 +843,475 @@ def fuzz_cli(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None
 
 
 # ---------------------------------------------------------------------------------------------
+# Weights files written byte by byte (hostile ones cannot come from a library's writer)
+
+SAFETENSORS_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "F8_E4M3": 1, "U8": 1}
+
+
+def safetensors_bytes(header: Any, data: bytes | None = None, raw: bytes | None = None) -> bytes:
+    """A safetensors file: the 8-byte length, the header (JSON of `header`, or `raw`), then the data.
+    Without `data`, as many zero bytes as the header's largest end offset asks for (when it can be read)."""
+    text = raw if raw is not None else json.dumps(header).encode()
+    if data is None:
+        ends = [info["data_offsets"][1] for info in header.values() if isinstance(info, dict)
+                and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2
+                and isinstance(info["data_offsets"][1], int)] if isinstance(header, dict) else []
+        data = bytes(min(max(ends, default=0), 2**24))  # a header claiming more is meant to be truncated
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def safetensors_header(tensors: dict[str, tuple[str, list[int]]]) -> dict:
+    """A consistent header: tensors laid out one after the other."""
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        size = math.prod(shape) * SAFETENSORS_BYTES[dtype]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    return header
+
+
+GGUF_TYPES = {"u8": 0, "i8": 1, "u16": 2, "i16": 3, "u32": 4, "i32": 5, "f32": 6, "bool": 7, "str": 8, "arr": 9,
+              "u64": 10, "i64": 11, "f64": 12}
+_GGUF_CODES = {"u8": "B", "i8": "b", "u16": "H", "i16": "h", "u32": "I", "i32": "i", "f32": "f", "bool": "?",
+               "u64": "Q", "i64": "q", "f64": "d"}
+
+
+def gguf_value(kind: str, value: Any) -> bytes:
+    """One GGUF value. An array is (item kind, items), or (item kind, n) for a bare count with no items after it."""
+    if kind == "str":
+        raw = value if isinstance(value, bytes) else value.encode()
+        return struct.pack("<Q", len(raw)) + raw
+    if kind == "arr":
+        item, items = value
+        if isinstance(items, int):
+            return struct.pack("<IQ", GGUF_TYPES[item], items)
+        if item in _GGUF_CODES:  # packed at once: a 4M-item array is built in milliseconds
+            return struct.pack(f"<IQ{len(items)}{_GGUF_CODES[item]}", GGUF_TYPES[item], len(items), *items)
+        return struct.pack("<IQ", GGUF_TYPES[item], len(items)) + b"".join(gguf_value(item, v) for v in items)
+    return struct.pack("<" + _GGUF_CODES[kind], value)
+
+
+GGUF_TINY_LLAMA = {
+    "general.architecture": ("str", "llama"), "general.file_type": ("u32", 1), "llama.block_count": ("u32", 2),
+    "llama.context_length": ("u32", 4096), "llama.embedding_length": ("u32", 64),
+    "llama.attention.head_count": ("u32", 4), "llama.attention.head_count_kv": ("u32", 2),
+}
+# (name, ggml dims (fastest first), ggml type: 0 F32, 1 F16) -> 100 x 64 + 64 x 64 F16 and 64 F32 = 21,248 bytes
+GGUF_TINY_TENSORS = (("token_embd.weight", (64, 100), 1), ("blk.0.attn_q.weight", (64, 64), 1),
+                     ("output_norm.weight", (64,), 0))
+
+
+def gguf_bytes(metadata: dict[str, tuple[str, Any]], tensors=GGUF_TINY_TENSORS, version: int = 3,
+               tensor_data: bool = True) -> bytes:
+    """A GGUF v3 file: header, metadata (key -> (kind, value)), tensor infos, then zeroed aligned tensor data."""
+    out = [struct.pack("<IIQQ", 0x46554747, version, len(tensors), len(metadata))]
+    for key, (kind, value) in metadata.items():
+        out.append(gguf_value("str", key) + struct.pack("<I", GGUF_TYPES[kind]) + gguf_value(kind, value))
+    offset = 0
+    for name, dims, ggml_type in tensors:
+        out.append(gguf_value("str", name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, ggml_type, offset % 2**64))
+        offset += -(-math.prod(dims) * (4 if ggml_type == 0 else 2) // 32) * 32
+    head = b"".join(out)
+    # a table claiming more data than 16 MiB is written short: it is meant to be damaged
+    return head + bytes(-len(head) % 32) + (bytes(min(offset, 2**24)) if tensor_data else b"")
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 5: weights files (safetensors headers and GGUF metadata, mutated byte by byte)
+
+UNKNOWN_ARCH_CONFIG = REPO / "tests" / "data" / "configs" / "broken" / "unknown-arch.json"
+HOSTILE_JSON_TEXT = (
+    lambda: b"[" + b"{}," * 50_000 + b"{}]", lambda: b'{"w": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+    lambda: b'{"w": {"dtype": "F16", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 2]}}',
+    lambda: b'{"w": {"dtype": "F16", "shape": [NaN], "data_offsets": [0, 2]}}', lambda: b"", lambda: b"{",
+    lambda: b'{"w": {"dtype": "F16", "shape": [1], "data_offsets": [0, 2]}, "w": 1}', lambda: b"\xff\xfe{}",
+)
+
+
+def random_tensor_table(rng: random.Random) -> dict:
+    dtypes = list(SAFETENSORS_BYTES)
+    return safetensors_header({f"layers.{i}.w": (rng.choice(dtypes), [rng.randint(1, 64) for _ in range(rng.randint(0, 3))])
+                               for i in range(rng.randint(1, 6))})
+
+
+def plausible_tensor_value(rng: random.Random, key: str) -> Any:
+    if key == "dtype":
+        return rng.choice(["F16", "BF16", "F32", "F4", "F6_E2M3", "I64", "f16", "Q4_K", ["F16"], {"a": 1}])
+    if key == "shape":
+        return rng.choice([[], [0], [4, 4], [-4, 4], [2**31, 2**31], [10**30], "4,4", 16, None, [[4]], [math.nan]])
+    if key == "data_offsets":
+        return rng.choice([[0, 32], [32, 0], [0, 10**19], ["0", "32"], [0], [0, 32, 64], [-1, 31], [0, 2**63]])
+    return {"format": "pt"} if key == "__metadata__" else odd_value(rng)
+
+
+def random_safetensors(rng: random.Random) -> bytes:
+    header = random_tensor_table(rng)
+    roll = rng.random()
+    if roll < 0.15:
+        return safetensors_bytes(header)  # a valid file: must give the exact answer
+    if roll < 0.6:
+        header = mutate_tree(rng, header, ["dtype", "shape", "data_offsets", "__metadata__", "w"],
+                             lambda key: plausible_tensor_value(rng, key))
+        try:
+            return safetensors_bytes(header)
+        except (TypeError, ValueError, OverflowError):
+            return safetensors_bytes(None, raw=b'{"w": null}')
+    if roll < 0.75:
+        return safetensors_bytes(None, raw=rng.choice(HOSTILE_JSON_TEXT)())
+    whole = bytearray(safetensors_bytes(header))
+    damage = rng.randrange(4)
+    if damage == 0:
+        return bytes(whole[: rng.randrange(len(whole) + 1)])  # truncated
+    if damage == 1:
+        whole[0:8] = struct.pack("<Q", rng.choice([0, 1, 7, 2**20, 16 * 2**20 + 1, 10**8, 2**63]))  # a lying length
+        return bytes(whole)
+    if damage == 2:
+        spot = rng.randrange(8, len(whole))
+        whole[spot] = rng.randrange(256)  # one byte flipped in the header or the data
+        return bytes(whole)
+    return bytes(whole) + bytes(rng.choice([1, 31, 4096]))  # trailing bytes the header does not describe
+
+
+GGUF_KINDS = tuple(GGUF_TYPES)
+
+
+def random_gguf_value(rng: random.Random) -> tuple[str, Any]:
+    kind = rng.choice(GGUF_KINDS)
+    if kind == "str":
+        return kind, rng.choice(["llama", "", "32", "x" * 300, b"\xff\xfe", "日本"])
+    if kind == "arr":
+        item = rng.choice(["u8", "i32", "u32", "f32", "str", "u64"])
+        if rng.random() < 0.4:
+            return kind, (item, rng.choice([2**40, 2**62, 10**6, 3]))  # a count with no items behind it
+        length = rng.choice([0, 1, 2, 3, 1000, 200_000])
+        if item == "str":
+            return kind, (item, [b"t"] * length)
+        values = [rng.choice([0, 1, 2, 4, 127]) for _ in range(min(length, 5))] * (length // 5 + 1)
+        return kind, (item, values[:length])
+    if kind in ("f32", "f64"):
+        return kind, rng.choice([0.0, 4.0, math.nan, math.inf, -math.inf, -4.0, 1e300 if kind == "f64" else 3e38])
+    if kind == "bool":
+        return kind, rng.choice([True, False])
+    bits = {"u8": 8, "u16": 16, "u32": 32, "u64": 64}.get(kind)
+    if bits:
+        return kind, rng.choice([0, 1, 2, 4, 32, 1024, 1025, 2**bits - 1]) % 2**bits
+    bits = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}[kind]
+    return kind, rng.choice([0, 1, -1, 4, -(2 ** (bits - 1)), 2 ** (bits - 1) - 1])
+
+
+def random_gguf(rng: random.Random) -> bytes:
+    metadata = dict(GGUF_TINY_LLAMA)
+    tensors = list(GGUF_TINY_TENSORS)
+    roll = rng.random()
+    if roll < 0.1:
+        return gguf_bytes(metadata)
+    for _ in range(rng.randint(1, 3)):
+        op = rng.random()
+        if op < 0.5:
+            metadata[rng.choice(list(GGUF_TINY_LLAMA) + ["llama.attention.key_length", "general.alignment",
+                                                         "llama.attention.value_length"])] = random_gguf_value(rng)
+        elif op < 0.6:
+            metadata.pop(rng.choice(list(metadata)), None)
+        elif op < 0.75:
+            metadata[rng.choice(["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "x.y"])] = random_gguf_value(rng)
+        elif op < 0.85:
+            layers = rng.choice([1, 2, 3])
+            metadata["llama.attention.head_count_kv"] = ("arr", ("i32", [rng.choice([0, 1, 2, 4]) for _ in range(layers)]))
+        else:
+            name, dims, _ = rng.choice(tensors)
+            tensors.append((name, rng.choice([(), (0,), (33,), (2**32, 2**32), (1, 1, 1, 1, 1)]) or dims,
+                            rng.choice([0, 1, 2, 12, 99, 2**31])))
+    whole = bytearray(gguf_bytes(metadata, tensors=tuple(tensors)))
+    damage = rng.random()
+    if damage < 0.15:
+        whole = whole[: rng.randrange(len(whole) + 1)]
+    elif damage < 0.3:
+        whole[rng.randrange(len(whole))] = rng.randrange(256)
+    elif damage < 0.35:
+        whole[4:8] = struct.pack("<I", rng.choice([1, 4, 2**24, 0]))
+    return bytes(whole)
+
+
+def weights_problem(est: MemoryEstimate, file_bytes: int) -> str | None:
+    problem = estimate_problem(est)
+    if problem:
+        return problem
+    if est.weights_bytes > file_bytes:
+        return f"weights of {est.weights_bytes:,} bytes from a file of {file_bytes:,}"
+    return None
+
+
+def fuzz_weights(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """safetensors shards beside a config planner cannot count (so the header gives the size) and .gguf files,
+    estimated in-process; a valid file must give its exact bytes."""
+    (folder / "config.json").write_bytes(UNKNOWN_ARCH_CONFIG.read_bytes())
+    shard, gguf_path = folder / "model.safetensors", folder / "model.gguf"
+    for _ in range(cases):
+        if rng.random() < 0.5:
+            data = random_safetensors(rng)
+            shard.write_bytes(data)
+            run_case(tally, ("safetensors", data[:400]), lambda: api.estimate(str(folder), catalog=CATALOG),
+                     lambda est, size=len(data): weights_problem(est, size))
+        else:
+            data = random_gguf(rng)
+            gguf_path.write_bytes(data)
+            exact = data == gguf_bytes(GGUF_TINY_LLAMA)
+
+            def check(est: MemoryEstimate, size: int = len(data), exact: bool = exact) -> str | None:
+                if exact and (est.weights_bytes, est.kv_bytes_per_token) != (21_248, 256):
+                    return f"the tiny GGUF gave {est.weights_bytes:,} weight bytes, {est.kv_bytes_per_token} KV per token"
+                return weights_problem(est, size)
+
+            run_case(tally, ("gguf", data[:400]), lambda: api.estimate(str(gguf_path), context=2048, catalog=CATALOG),
+                     check)
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 6: paths given to planner (what a path is, where it leads, what it is called)
+
+PATH_KINDS = ("regular", "fifo", "fifo link", "folder", "link", "broken link", "loop", "missing", "long", "sparse",
+              "unreadable")
+
+
+def make_path(rng: random.Random, folder: Path, content: bytes, index: int) -> tuple[Path, str]:
+    """A path in `folder` of a random kind, holding `content` when it is a file (or leads to one)."""
+    kind = rng.choice(PATH_KINDS)
+    stem = rng.choice(["f", "plan", "名前", "a b", "x\ny", "-dash"]) + f"{index % 3}"
+    path = folder / (("p" * rng.choice([240, 250, 255, 256, 300])) if kind == "long" else stem)
+    remove(path)
+    try:
+        if kind in ("regular", "long", "unreadable"):
+            path.write_bytes(content)
+            if kind == "unreadable":
+                path.chmod(0)
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "fifo link":  # what -o /dev/stdout is when stdout is a pipe
+            target = folder / f"fifo-{index % 3}"
+            remove(target)
+            os.mkfifo(target)
+            path.symlink_to(target)
+        elif kind == "folder":
+            path.mkdir()
+        elif kind == "link":
+            target = folder / f"target-{index % 3}"
+            target.write_bytes(content)
+            path.symlink_to(target)
+        elif kind == "broken link":
+            path.symlink_to(folder / "nowhere")
+        elif kind == "loop":
+            path.symlink_to(path)
+        elif kind == "sparse":
+            with path.open("wb") as handle:
+                handle.write(content)
+                handle.truncate(rng.choice([5 * 2**20, 2 * 10**9]))
+    except OSError:  # a name the filesystem refuses (over 255 bytes): the path stays missing
+        kind = "missing"
+    return path, kind
+
+
+def remove(path: Path) -> None:
+    """Whatever is at `path` (a folder, a link, a FIFO, a file), gone; nothing there is fine."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    shutil.rmtree(path) if stat.S_ISDIR(mode) else path.unlink()
+
+
+def stat_is_fifo(path: Path) -> bool:
+    try:
+        return stat.S_ISFIFO(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def path_problem(outcome: CliOutcome, path: Path, kind: str, folder: Path) -> str | None:
+    problem = cli_problem_common(outcome)
+    if problem:
+        return problem
+    if kind == "fifo" and not stat_is_fifo(path):
+        return "-o replaced a FIFO with a regular file"
+    if kind == "fifo link" and not (path.is_symlink() and stat.S_ISFIFO(os.stat(path).st_mode)):
+        return "-o replaced a link to a FIFO"
+    if kind in ("link", "fifo link") and not path.is_symlink():
+        return "-o replaced a symbolic link instead of writing through it"
+    leftovers = [p.name for p in folder.iterdir() if p.name.startswith(".")]
+    if leftovers:
+        return f"temporary files left behind: {leftovers[:3]}"
+    return None
+
+
+def cli_problem_common(outcome: CliOutcome) -> str | None:
+    if "Traceback" in outcome.stderr:
+        return "a traceback on stderr"
+    if outcome.code == 0:
+        return None
+    lines = outcome.stderr.strip().splitlines()
+    if outcome.code == 2 and len(lines) == 1 and lines[0].startswith("error: "):
+        return None
+    if outcome.code == 2 and any(line.startswith("Error: ") for line in lines):
+        return None  # click's usage message
+    return f"exit {outcome.code} without a one-line error: {shorten(outcome.stderr, 200)!r}"
+
+
+@cache
+def sample_plan_json() -> bytes:
+    """A real `planner solve --format json` plan (for export's input and its -o)."""
+    from planner.plan.solver import solve_scenario
+    from planner.render.records import solve_json
+
+    scenario = load_scenario(REPO / "scenarios" / "8b-budget.yaml")
+    return solve_json(solve_scenario(scenario, CATALOG, 5.0, 1)).encode()
+
+
+def fuzz_paths(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """Commands given a path of every kind to read (scenario, config, plan, model file) or to write (-o)."""
+    plan = sample_plan_json()
+    model_folder = folder / "model"
+    model_folder.mkdir(exist_ok=True)
+    (model_folder / "config.json").write_bytes(UNKNOWN_ARCH_CONFIG.read_bytes())
+    out = folder / "out"
+    out.mkdir(exist_ok=True)
+    for index in range(cases):
+        role = rng.choice(("scenario", "config", "plan", "shard", "output"))
+        if role == "output":
+            path, kind = make_path(rng, out, b"an earlier plan\n", index)
+            if kind == "unreadable":
+                path.chmod(0o644)
+            (folder / "plan.json").write_bytes(plan)
+            reader = (os.open(path, os.O_RDONLY | os.O_NONBLOCK) if kind in ("fifo", "fifo link") and rng.random() < 0.5
+                      else None)
+            argv = ["export", str(folder / "plan.json"), "--to", rng.choice(["vllm", "kubernetes"]), "-o", str(path)]
+            try:
+                run_case(tally, (role, kind, argv), lambda: invoke_cli(argv),
+                         lambda outcome, path=path, kind=kind: path_problem(outcome, path, kind, out),
+                         is_error=lambda outcome: outcome.code != 0)
+            finally:
+                if reader is not None:
+                    os.close(reader)
+            continue
+        content = {"scenario": b"model: llama-3.1-8b\nworkload: {context: 8192}\nsearch: {gpus: [h10]}\n",
+                   "config": UNKNOWN_ARCH_CONFIG.read_bytes(), "plan": plan,
+                   "shard": safetensors_bytes(random_tensor_table(rng))}[role]
+        target_folder = model_folder if role == "shard" else folder / "in"
+        target_folder.mkdir(exist_ok=True)
+        path, kind = make_path(rng, target_folder, content, index)
+        if role == "shard":
+            shard = model_folder / "model.safetensors"
+            remove(shard)
+            if kind != "missing":
+                os.replace(path, shard)
+            argv = ["estimate", str(model_folder)]
+        elif role == "scenario":
+            argv = ["solve", str(path)]
+        elif role == "config":
+            argv = ["estimate", str(path)]
+        else:
+            argv = ["export", str(path), "--to", "vllm"]
+        run_case(tally, (role, kind, argv), lambda: invoke_cli(argv),
+                 lambda outcome: cli_problem_common(outcome), is_error=lambda outcome: outcome.code != 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 7: model ids (catalog names, Hub ids, URLs, paths that are not there)
+
+HUB_PARTS = ("meta-llama", "Llama-3.1-8B", "org", "x", "", "naïve", "a--b", "a..b", "name.git", "-x", "x-", ".x",
+             "_", "a" * 97, "日本", "a b", "\x00", "~", ".", "..", "hf:", "https:", "huggingface.co", "models",
+             "llama-3.1-8b", "config.json", "m.gguf")
+
+
+def random_model_id(rng: random.Random) -> str:
+    roll = rng.random()
+    if roll < 0.1:
+        return rng.choice([m.name for m in CATALOG.models] + [m.hf_id for m in CATALOG.models])
+    parts = [rng.choice(HUB_PARTS) for _ in range(rng.choice([1, 2, 2, 2, 3, 4]))]
+    text = "/".join(parts)
+    prefix = rng.choice(["", "", "", "./", "../", "/", "hf://", "https://huggingface.co/", "http://", "~/"])
+    return prefix + text + rng.choice(["", "", "/", "//", "?x=1", "#y"])
+
+
+def fuzz_model_ids(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """`planner estimate MODEL` with ids the Hub rejects, URLs and missing paths (offline, an empty Hub cache)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    for _ in range(cases):
+        model = random_model_id(rng)
+        argv = ["estimate", model, "--format", "json"]
+        run_case(tally, argv, lambda: invoke_cli(argv), cli_problem_common, is_error=lambda outcome: outcome.code != 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Large inputs: the issue's memory and time reproducers, each in a forked child measured for time and peak memory
+
+
+def _large_files(folder: Path) -> list[tuple[str, list[str]]]:
+    """(what, planner argv) for inputs small on disk (or sparse) that once cost gigabytes or minutes."""
+    cases: list[tuple[str, list[str]]] = []
+
+    def model_folder(name: str, shard: bytes) -> str:
+        path = folder / name
+        path.mkdir(exist_ok=True)
+        (path / "config.json").write_bytes(UNKNOWN_ARCH_CONFIG.read_bytes())
+        (path / "model.safetensors").write_bytes(shard)
+        return str(path)
+
+    cases.append(("baseline: estimate llama-3.1-8b", ["estimate", "llama-3.1-8b"]))
+    cases.append(("safetensors: 100 MB header of [{},{},...]",
+                  ["estimate", model_folder("list-100mb", safetensors_bytes(None, raw=b"[" + b"{}," * 33_333_332 + b"{}]"))]))
+    worst = b'{"w": [' + b"{}," * (16 * 2**20 // 3 - 4) + b"{}]}"  # the most objects a parsed header can hold
+    cases.append((f"safetensors: {len(worst) / 2**20:.1f} MiB header of empty objects (parsed)",
+                  ["estimate", model_folder("objects-16mib", safetensors_bytes(None, raw=worst))]))
+    many = safetensors_header({f"model.layers.{i}.mlp.experts.{j}.w": ("F8_E4M3", [1]) for i in range(61)
+                               for j in range(1536)})  # DeepSeek-V3's tensor count in one file
+    cases.append((f"safetensors: {len(many):,} tensors in one header", ["estimate", model_folder("many", safetensors_bytes(many))]))
+    small = folder / "claims-2^40.gguf"
+    small.write_bytes(gguf_bytes({**GGUF_TINY_LLAMA, "tokenizer.ggml.scores": ("arr", ("u8", 2**40))}, tensors=(),
+                                 tensor_data=False))
+    cases.append((f"gguf: {small.stat().st_size:,} B file, u8 array claiming 2^40 items", ["estimate", str(small)]))
+    array = folder / "array-4m.gguf"
+    array.write_bytes(gguf_bytes({**GGUF_TINY_LLAMA, "tokenizer.ggml.token_type": ("arr", ("u8", [1] * 4_000_000))}))
+    cases.append((f"gguf: {array.stat().st_size / 1e6:.1f} MB file, 4M-item u8 array", ["estimate", str(array)]))
+    strings = folder / "strings-4m.gguf"
+    strings.write_bytes(gguf_bytes({**GGUF_TINY_LLAMA, "tokenizer.ggml.tokens": ("arr", ("str", [b"tok"] * 4_000_000))}))
+    cases.append((f"gguf: {strings.stat().st_size / 1e6:.1f} MB file, 4M-item string array", ["estimate", str(strings)]))
+    deep = folder / "layers-1e8.gguf"
+    deep.write_bytes(gguf_bytes({**GGUF_TINY_LLAMA, "llama.block_count": ("u32", 10**8)}))
+    cases.append(("gguf: block_count 1e8", ["estimate", str(deep)]))
+    for name, argv in (("s.yaml", ["solve"]), ("config.json", ["estimate"]), ("plan.json", ["export", "--to", "vllm"])):
+        path = folder / f"sparse-{name}"
+        with path.open("wb") as handle:
+            handle.truncate(2 * 10**9)
+        cases.append((f"2 GB sparse {name}", [argv[0], str(path), *argv[1:]]))
+    return cases
+
+
+def run_large(folder: Path) -> int:
+    """Each case in a forked child: exit code, wall time and the child's peak memory (ru_maxrss)."""
+    failures = 0
+    for what, argv in _large_files(folder):
+        started = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(int(CASE_SECONDS) * 3)
+            outcome = invoke_cli(argv)
+            print(f"    {outcome.stderr.strip()[:150] or outcome.stdout.strip().splitlines()[0][:150]}", flush=True)
+            os._exit(outcome.code if outcome.code in (0, 2) else 1)
+        _, status, usage = os.wait4(pid, 0)
+        seconds = time.perf_counter() - started
+        code = os.waitstatus_to_exitcode(status)
+        peak_mb = usage.ru_maxrss / 1024  # KiB on Linux
+        verdict = "ok" if code in (0, 2) and seconds < CASE_SECONDS and peak_mb < 1024 else "FINDING"
+        failures += verdict != "ok"
+        print(f"{verdict:8} exit {code:>3}  {seconds:5.2f} s  {peak_mb:7.0f} MB peak  {what}", flush=True)
+    return failures
+
+
+# ---------------------------------------------------------------------------------------------
 # Driver
 
 FUZZERS: dict[str, Callable[..., None]] = {"sizes": fuzz_sizes, "config": fuzz_configs, "scenario": fuzz_scenarios,
-                                           "cli": fuzz_cli}
+                                           "cli": fuzz_cli, "weights": fuzz_weights, "paths": fuzz_paths,
+                                           "model-ids": fuzz_model_ids}
 
 
 def run_surface(surface: str, cases: int, seed: int, folder: Path, **options: Any) -> Tally:
@@ -859,8 +1330,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--surface", choices=SURFACES, action="append", help="only these surfaces (repeatable)")
     parser.add_argument("--solve-every", type=int, default=0, metavar="N",
                         help="scenario surface: also solve every N-th scenario that reaches a search space")
+    parser.add_argument("--large", action="store_true",
+                        help="instead: the large-input reproducers (100 MB headers, 2 GB sparse files, huge GGUF arrays), "
+                             "each timed and measured for peak memory")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a model id with a slash may be looked up on the Hub: stay offline
+    if args.large:
+        with tempfile.TemporaryDirectory(prefix="planner-large-") as folder:
+            return 1 if run_large(Path(folder)) else 0
     findings: list[Finding] = []
     with tempfile.TemporaryDirectory(prefix="planner-fuzz-") as folder:
         for surface in args.surface or SURFACES:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
@@ -24,6 +22,7 @@ from planner.render.records import (catalog_rows, compare_frame, engine_estimate
                                     fleet_json, fleet_rows, rows_csv, solve_json)
 from planner.render.terminal import (COMPARE_TABLE_COLUMNS, engine_table, estimate_table, fit_table, fleet_table,
                                      frame_table, rows_table, solve_table, what_if_table)
+from planner.files import SCENARIO, read_text, write_output
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
@@ -197,7 +196,7 @@ def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Con
     if output is None:
         typer.echo(text, nl=not text.endswith("\n"))
     else:
-        write_atomically(output, text)
+        write_output(output, text)
 
 
 @app.command()
@@ -242,11 +241,11 @@ def report(
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
     loaded = api.load_scenario(scenario)
-    text = Path(scenario).read_text(encoding="utf-8")
+    text = read_text(scenario, SCENARIO)
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded)
         name = loaded.name or "fleet"
-        write_atomically(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
+        write_output(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
         typer.echo(f"wrote {output}")
         return
     if quiet:
@@ -256,7 +255,7 @@ def report(
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("report", total=None)
             review = api.review(loaded, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    write_atomically(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
+    write_output(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
     typer.echo(f"wrote {output}")
 
 
@@ -284,7 +283,7 @@ def export_command(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        write_atomically(output, text)
+        write_output(output, text)
 
 
 @app.command("catalog")
@@ -365,31 +364,6 @@ def simulate_command(
                       f"{x.preemptions} preemptions, mean batch {x.mean_batch:.1f}, KV peak {x.kv_peak_fraction:.0%} of the pool")
         marks = " ".join(f"{fraction:.0%}" for _, fraction in x.kv_timeline[:: max(1, len(x.kv_timeline) // 10)])
         console.print(f"  KV use over time: {marks}")
-
-
-def write_atomically(path: str, text: str) -> None:
-    """Write beside the target, then rename: a failure never leaves a half-written plan."""
-    target = Path(path)
-    if target.is_dir():
-        raise PlannerInputError(f"--output: {path!r} is a folder; give a file name")
-    if not target.parent.is_dir():
-        raise PlannerInputError(f"--output: folder {str(target.parent)!r} does not exist")
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, delete=False,
-                                     prefix=f".{target.name}.") as handle:
-        temporary = Path(handle.name)
-        try:
-            handle.write(text)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # a temporary file is private; the result gets normal permissions
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def main() -> None:

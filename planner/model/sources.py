@@ -8,6 +8,7 @@ and safetensors metadata only, cached, HF_HUB_OFFLINE respected); or a size give
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,20 +53,28 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
     path = _as_path(model)
     stored: StoredWeights | None = None
     suffix_precision: str | None = None  # a quantized repo of a catalog model ships in this precision
+    shards_folder: Path | None = None
     if path.suffix.lower() == ".gguf":
-        if not path.is_file():
+        if not _exists(path, model):
             raise PlannerInputError(f"model: no file {model!r}")
         gguf = read_gguf(path)
-        arch = architecture_from_gguf(gguf, path.stem, _catalog_precision(catalog, gguf_file_type_name(gguf.file_type)))
+        name = path.stem if path.stem.isprintable() else repr(path.stem)
+        arch = architecture_from_gguf(gguf, name, _catalog_precision(catalog, gguf_file_type_name(gguf.file_type)))
         return replace(arch, exact=False, declared_params=params, stored_bytes=None) if params else arch
-    if _exists(path):
-        folder = path if path.is_dir() else path.parent
-        config = load_config_file(path)
-        name = (path.name if path.is_dir() else folder.name if path.name == "config.json" else path.stem) or model
-        shards = find_safetensors(folder)
-        stored = safetensors_weights(shards) if shards else None
+    if _exists(path, model):
+        try:
+            is_dir = path.is_dir()
+            config = load_config_file(path)
+        except PermissionError:  # a folder planner may list but not search (or the reverse)
+            raise PlannerInputError(f"model: cannot read {model!r} (permission denied: planner needs to read and search "
+                                    "the model folder); check its permissions") from None
+        shards_folder = path if is_dir else path.parent
+        name = (path.name if is_dir else shards_folder.name if path.name == "config.json" else path.stem) or model
+        name = name if name.isprintable() else repr(name)  # a newline in a folder name would split messages
     elif model.endswith(".json"):
         raise PlannerInputError(f"model: no file {model!r}; give a path to config.json or a catalog name")
+    elif model.startswith(_PATH_STARTS) or model in (".", ".."):
+        raise PlannerInputError(f"model: no file or folder {model!r}; check the path")
     elif _in_catalog(catalog, model) or "/" not in model:
         record, suffix_precision = catalog.model_and_precision(model)
         config, name = record.config, record.name
@@ -75,6 +84,9 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
     try:
         arch = architecture_from_config(config, name)
     except UnsupportedArchitecture:
+        if params is None and shards_folder is not None:  # the weights files, read only when they give the count
+            shards = find_safetensors(shards_folder)
+            stored = safetensors_weights(shards) if shards else None
         if params is None and stored is None:
             raise
         arch = size_only_architecture_from_config(config, name, params or stored.elements)  # type: ignore[union-attr]
@@ -86,6 +98,14 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
     return replace(arch, stored_precision=suffix_precision) if suffix_precision else arch
 
 
+# An argument starting like this is a path on this machine, never a Hub id or catalog name
+_PATH_STARTS = ("./", "../", "/", "~", ".\\", "..\\")
+# The forms a Hub model page or URL takes, for a message that names the id inside
+_HUB_URL = re.compile(r"^(?:hf://|https?://(?:www\.)?huggingface\.co/)(?:models/)?([^/?#]+/[^/?#]+)")
+# One attempt at the Hub, not huggingface_hub's 5 retries over ~24 s: a command answers within 10 s
+HUB_TIMEOUT_S = 5.0
+
+
 def _as_path(model: str) -> Path:
     try:
         return Path(model).expanduser()
@@ -93,9 +113,16 @@ def _as_path(model: str) -> Path:
         return Path(model)
 
 
-def _exists(path: Path) -> bool:
+def _exists(path: Path, model: str) -> bool:
+    """Whether MODEL names something here (a broken symbolic link too: reading it then says so)."""
     try:
-        return path.exists()
+        os.lstat(path)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except PermissionError:
+        raise PlannerInputError(f"model: cannot look at {model!r} (permission denied on a folder above it); "
+                                "check the permissions") from None
     except (OSError, ValueError):  # a name too long for the filesystem, or holding NUL: not a file
         return False
 
@@ -120,24 +147,34 @@ def _catalog_precision(catalog: Catalog, name: str | None) -> str | None:
 def fetch_from_hub(repo_id: str) -> tuple[dict, StoredWeights | None]:
     """config.json and the safetensors metadata of a Hub repo: no weights are downloaded."""
     try:
-        from huggingface_hub import get_safetensors_metadata, hf_hub_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from huggingface_hub import get_safetensors_metadata, hf_hub_download, try_to_load_from_cache
+        from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+        from huggingface_hub.utils import validate_repo_id
     except ImportError:
         raise PlannerInputError(f"unknown model {repo_id!r}: not in the catalog; to read it from the Hugging Face Hub "
                                 "pip install huggingface_hub, or give a path to its config.json") from None
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    url = _HUB_URL.match(repo_id)
     try:
-        config_path = hf_hub_download(repo_id, "config.json")
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        hint = f"write the id alone: {url.group(1)}" if url else "a Hub id is org/name (letters, digits, - _ .)"
+        raise PlannerInputError(f"model {repo_id!r}: not a catalog name, a local path or a Hugging Face repo id; "
+                                f"{hint}") from None
+    reachable = offline or _hub_reachable(repo_id)
+    try:
+        config_path = hf_hub_download(repo_id, "config.json") if reachable else try_to_load_from_cache(repo_id, "config.json")
     except LocalEntryNotFoundError:
+        config_path = None
+    except HfHubHTTPError as exc:
+        raise _refused(repo_id, exc) from None
+    if not isinstance(config_path, str):
         why = "HF_HUB_OFFLINE is set" if offline else "the Hub cannot be reached"
         raise PlannerInputError(f"model {repo_id!r}: {why} and its config.json is not in the local cache; "
-                                "go online once, or give a path to config.json") from None
-    except HfHubHTTPError as exc:
-        raise PlannerInputError(f"model {repo_id!r}: the Hub refused config.json ({exc.__class__.__name__}); "
-                                "check the repo id, or log in for a gated model") from None
+                                "go online once, or give a path to config.json")
     config = load_config_file(config_path)
     stored = None
-    if not offline:
+    if reachable and not offline:
         try:
             counts = get_safetensors_metadata(repo_id).parameter_count  # elements per stored dtype
             by_dtype = {dtype: n * SAFETENSORS_BITS[dtype] // 8 for dtype, n in counts.items() if dtype in SAFETENSORS_BITS}
@@ -146,3 +183,22 @@ def fetch_from_hub(repo_id: str) -> tuple[dict, StoredWeights | None]:
         except Exception:  # safetensors metadata is optional: the config alone still counts the model
             stored = None
     return config, stored
+
+
+def _hub_reachable(repo_id: str) -> bool:
+    """One request for config.json's metadata, no retries: False when the Hub cannot be reached at all."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=HUB_TIMEOUT_S)
+    except HfHubHTTPError as exc:
+        raise _refused(repo_id, exc) from None
+    except Exception:  # noqa: BLE001 - the HTTP client's own transport errors (refused, DNS, timeout, TLS)
+        return False
+    return True
+
+
+def _refused(repo_id: str, exc: Exception) -> PlannerInputError:
+    return PlannerInputError(f"model {repo_id!r}: the Hub refused config.json ({exc.__class__.__name__}); "
+                             "check the repo id, or log in for a gated model")

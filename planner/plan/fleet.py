@@ -384,7 +384,12 @@ def _quota(spec: QuotaSpec, index: int, catalog: Catalog) -> Quota:
         raise PlannerInputError(f"{where}.gpu: {exc}") from None
     provider = _known(spec.provider, {o.provider for o in catalog.offers}, f"{where}.provider")
     region = _known(spec.region, {o.region for o in catalog.offers}, f"{where}.region")
-    return Quota(spec.max_gpus, provider, region, gpu)
+    quota = Quota(spec.max_gpus, provider, region, gpu)
+    if not any(quota.covers(offer) for offer in catalog.offers):
+        parts = ", ".join(f"{k} {v}" for k, v in (("provider", provider), ("region", region), ("gpu", gpu)) if v)
+        raise PlannerInputError(f"{where}: no offer in the price catalog has {parts}: the quota would limit nothing; "
+                                "fix the names or remove it")
+    return quota
 
 
 def _known(name: str | None, names: set[str], where: str) -> str | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -24,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from planner.catalog.load import Catalog, Gpu, validate_record
 from planner.errors import PlannerInputError
+from planner.files import PLAN, read_bytes
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings
 from planner.estimator.layout import layout_refusal
 from planner.estimator.memory import GpuTarget, MemoryEstimate
@@ -32,7 +32,6 @@ from planner.plan.configuration import Configuration, check_configuration
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, format_bytes
 
 SCHEMA_VERSION = 2  # 2: plans carry the model, the engine and its resolved settings (1 had neither)
-MAX_PLAN_FILE_BYTES = 8 * 2**20  # a plan with 100 alternatives and their per-GPU breakdowns is well below 1 MB
 MAX_REPLICAS = 10_000  # as a scenario's workload.replicas
 MAX_INSTANCE_GPUS = 64  # GPUs in one rentable instance, as a scenario's search.max_gpus_per_node
 WRITE_ONE = "write one with `planner solve SCENARIO --format json -o PLAN.json`"
@@ -165,22 +164,9 @@ def _pick(records: list[tuple[int, PlanRecord]], index: int | None, flag: str, p
 
 
 def _read_json(p: Path) -> object:
+    raw = read_bytes(p, PLAN)  # a regular file under the plan cap, or one line
     try:
-        info = p.stat()
-    except (OSError, ValueError) as exc:
-        raise PlannerInputError(f"plan: cannot read {str(p)!r} ({getattr(exc, 'strerror', None) or exc}); "
-                                f"{WRITE_ONE}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise PlannerInputError(f"plan: {str(p)!r} is not a regular file; {WRITE_ONE}")
-    if info.st_size > MAX_PLAN_FILE_BYTES:
-        raise PlannerInputError(f"plan: {_name(p)} is {format_bytes(info.st_size)}, more than a plan file holds "
-                                f"(limit {format_bytes(MAX_PLAN_FILE_BYTES)}); {WRITE_ONE}")
-    try:
-        with p.open("rb") as handle:
-            raw = handle.read(MAX_PLAN_FILE_BYTES + 1)
         return json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
-    except OSError as exc:
-        raise PlannerInputError(f"plan: cannot read {str(p)!r} ({exc.strerror}); {WRITE_ONE}") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise PlannerInputError(f"plan: {_name(p)} is not JSON; {WRITE_ONE}") from None
     except RecursionError:

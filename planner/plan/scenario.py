@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from planner.catalog.load import Quality
 from planner.errors import PlannerInputError
+from planner.files import SCENARIO, read_text
 from planner.units import MAX_BATCH, MAX_CONTEXT
 
 Market = Literal["on-demand", "spot", "any"]
@@ -149,6 +150,9 @@ class SloSpec(_Strict):
     percentile: float | None = Field(default=None, gt=0, lt=100)  # the targets hold at this percentile; omit: the mean
 
 
+_FLEET_ONLY = ("slo", "utilisation", "redundancy", "min_replicas", "max_configs")
+
+
 class WorkloadSpec(_Strict):
     context: tuple[int, ...] = Field(description="tokens per sequence (prompt + output): a value, a list or {min, max}")
     concurrency: tuple[int, ...] = Field(default=(1,), description="sequences each replica holds at once")
@@ -167,13 +171,16 @@ class WorkloadSpec(_Strict):
         return search_values(value, _LIMITS[info.field_name])
 
     @model_validator(mode="after")
-    def _applies(self) -> WorkloadSpec:
-        # a key that cannot apply is refused, not silently ignored
-        fleet_only = sorted({"slo", "utilisation", "redundancy", "min_replicas", "max_configs"} & self.model_fields_set)
-        if self.traffic is None and fleet_only:
-            raise ValueError(f"{', '.join(fleet_only)}: size a fleet from its traffic; add traffic or remove them")
-        if self.traffic is not None and "replicas" in self.model_fields_set:
-            raise ValueError("replicas: with traffic the replicas follow from the demand; remove replicas (or traffic)")
+    def _keys_that_apply(self) -> WorkloadSpec:
+        """A key the plan would not read is an error: fleet keys need traffic, and traffic sets the replicas."""
+        if self.traffic is None:
+            given = [key for key in _FLEET_ONLY if key in self.model_fields_set]
+            if given:
+                raise ValueError(f"{given[0]} sizes a fleet under load and needs traffic (requests_per_s or "
+                                 f"output_tokens_per_s); add workload.traffic or remove {given[0]}")
+        elif "replicas" in self.model_fields_set:
+            raise ValueError("replicas: with traffic the replica count follows from demand; remove replicas "
+                             "(min_replicas sets a floor)")
         return self
 
 
@@ -212,7 +219,8 @@ class SolverSpec(_Strict):
 
 
 class QuotaSpec(_Strict):
-    """At most max_gpus GPUs rented from what matches (provider / region / GPU type), across all workloads."""
+    """At most max_gpus GPUs rented from what matches (provider / region / GPU type), across all workloads.
+    The names are checked against the catalog when the fleet is built (plan/fleet.py)."""
 
     max_gpus: int = Field(ge=0, le=1_000_000)
     provider: str | None = None
@@ -259,6 +267,8 @@ class Scenario(_Strict):
         if self.workloads is not None:
             if self.model is not None or self.workload is not None:
                 raise ValueError("give either model + workload (one service) or workloads (a fleet), not both")
+            if self.params is not None:
+                raise ValueError("params: a fleet's workloads each give their own (workloads[].params); move it there")
             names = [w.name for w in self.workloads]
             if len(set(names)) != len(names):
                 raise ValueError("workloads: names must be unique")
@@ -269,7 +279,8 @@ class Scenario(_Strict):
         elif self.model is None or self.workload is None:
             raise ValueError("model and workload are required (or a workloads list for a fleet)")
         if self.fleet is not None and not self.is_fleet:
-            raise ValueError("fleet: quotas and on_demand_share size a fleet; add workload.traffic or remove fleet")
+            raise ValueError("fleet: quotas and on_demand_share shape a fleet, which needs workload.traffic (or a "
+                             "workloads list); add traffic or remove fleet")
         return self
 
     @property
@@ -344,12 +355,7 @@ def _printable(text: str) -> str:
 def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
     label = f"scenario {_printable(p.name)}"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PlannerInputError(f"scenario: cannot read {str(p)!r} ({exc.strerror}); check the path") from None
-    except UnicodeDecodeError:
-        raise PlannerInputError(f"{label}: not UTF-8 text") from None
+    text = read_text(p, SCENARIO)
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

@@ -51,6 +51,8 @@ def default_fraction(settings: EngineSettings, gpu_mib: int, model: ServedModel,
     reserved = _reserved_mib(settings.max_num_batched_tokens, graph_batch, model.gpus, profile)
     if gpu_mib > profile.large_gpu_min_mib.value:
         reserved = max(reserved, Fraction(profile.reserved_floor_large_gpu_mib.value))
+    if gpu_mib <= reserved:  # the reservations alone fill the card: SGLang keeps nothing for weights or KV
+        return 0.0
     return round(float((gpu_mib - reserved) / gpu_mib), 3)
 
 
@@ -79,7 +81,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     fraction = Fraction(str(resolved.mem_fraction_static))
     visible = cuda.visible_bytes(gpu.memory_bytes)
     total = visible - cuda.startup_bytes(model.gpus, profile.distributed_init_mib)
-    static = floor(total * fraction)
+    static = floor(max(total, 0) * fraction)  # a card smaller than CUDA's own start-up has nothing to give
     graphs = 0 if resolved.enforce_eager else profile.reserved_per_graph_batch_mib.value * resolved.max_num_seqs * MiB
     activation = floor(Fraction(str(profile.reserved_per_prefill_token_mib.value)) * max(resolved.max_num_batched_tokens, 2048) * MiB)
     non_torch = (profile.reserved_base_mib.value + profile.reserved_per_gpu_mib.value * model.gpus) * MiB

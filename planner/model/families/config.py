@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlannerInputError
+from planner.files import CONFIG, read_bytes
 
 # Bounds on config.json numbers: a value past them is damage or a typo, and would otherwise hang (a
 # billion layers built one by one) or overflow (float arithmetic on astronomic sizes).
@@ -24,12 +25,11 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise PlannerInputError(f"model: no config.json at {str(p)!r}; give a catalog name or a path to config.json")
+    raw = read_bytes(p, CONFIG)  # refuses FIFOs, devices, folders and oversized files in one line
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlannerInputError(f"model: cannot read {str(p)!r} ({exc.strerror}); check the path") from None
+        data = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # also bad UTF-8, a number past the int digit limit, deep nesting
         raise PlannerInputError(f"model: {str(p)!r} is not valid JSON ({exc.__class__.__name__}: {exc}); fix the file") from None
     if not isinstance(data, dict):

@@ -1,0 +1,537 @@
+"""Hostile input, round 2 (issue 13): weights files, paths, Hub ids and outputs, as a hostile user tries them.
+
+Each test is a reproducer from the issue that failed before its fix: a traceback, a hang, memory blown by a
+small file, a device replaced by `-o`, a wrong "fits". Whatever the input, planner answers with the right
+result or one line `error: ...` and exit code 2. Tests that depend on permissions run the command as an
+unprivileged user (root reads everything), and skip, saying why, where that is impossible.
+"""
+
+import errno
+import json
+import os
+import resource
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CONFIGS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import fuzz  # noqa: E402 - bench/ is not a package
+
+from planner import estimate  # noqa: E402
+from planner.errors import PlannerInputError  # noqa: E402
+from planner.files import write_output  # noqa: E402
+from planner.plan.scenario import parse_scenario  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIO = REPO / "scenarios" / "8b-budget.yaml"
+LLAMA_CONFIG = (CONFIGS / "llama-3.1-8b-instruct" / "config.json").read_text()
+UNKNOWN_CONFIG = (CONFIGS / "broken" / "unknown-arch.json").read_text()  # sized from its safetensors
+NOBODY = 65534
+
+
+def one_line_error(action, *names, seconds: float = 10):
+    """`action` fails with a one-line PlannerInputError naming each of `names`, within `seconds`."""
+    started = time.perf_counter()
+    with fuzz.deadline(seconds), pytest.raises(PlannerInputError) as caught:
+        action()
+    message = str(caught.value)
+    assert "\n" not in message and message.strip()
+    for name in names:
+        assert name in message, message
+    assert time.perf_counter() - started < seconds
+    return message
+
+
+def cli_error(argv, *names):
+    """`planner ARGV` exits 2 with one `error:` line naming each of `names`, within 10 s."""
+    started = time.perf_counter()
+    with fuzz.deadline(10):
+        outcome = fuzz.invoke_cli([str(a) for a in argv])
+    assert outcome.code == 2, (outcome.code, outcome.stdout[-500:], outcome.stderr[-2000:])
+    lines = outcome.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), outcome.stderr[-2000:]
+    for name in names:
+        assert name in lines[0], lines[0]
+    assert time.perf_counter() - started < 10
+    return lines[0]
+
+
+# --- finding 1: SGLang on a card smaller than its own reservations ---------------------------------
+
+@pytest.mark.parametrize("memory", ["1B", "1MB", "24MB", "100MB"])
+def test_sglang_on_a_card_smaller_than_its_reservations_does_not_fit(memory):
+    # was: a 170.83 GB budget and "fits" (a negative fraction of a negative total); <= 1 MB ZeroDivisionError
+    outcome = fuzz.invoke_cli(["estimate", "llama-3.1-8b", "--engine", "sglang", "--gpu-memory", memory,
+                               "--format", "json"])
+    assert outcome.code == 0, outcome.stderr
+    engine = json.loads(outcome.stdout)["engine"]
+    assert engine["fits"] is False and engine["budget_bytes"] == 0 and engine["kv_cache_capacity_tokens"] == 0
+
+
+def test_fit_on_a_tiny_card_finds_no_sglang_load():
+    outcome = fuzz.invoke_cli(["fit", "llama-3.1-8b", "--engine", "sglang", "--gpu-memory", "24MB", "--format", "json"])
+    assert outcome.code == 0, outcome.stderr
+    (sglang,) = json.loads(outcome.stdout)  # was: 131,072 tokens x 144 sequences on 24 MB
+    assert sglang["largest_context"]["tokens"] is None and sglang["most_sequences"]["sequences"] == 0
+    assert sglang["fewest_gpus"]["gpus"] is None
+
+
+# --- findings 4 and 5: files that are not files, or far too large -----------------------------------
+
+def test_a_fifo_scenario_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "f.yaml"
+    os.mkfifo(fifo)
+    cli_error(["solve", fifo], "FIFO", "scenario")
+    cli_error(["report", fifo, "-o", tmp_path / "r.html"], "FIFO")
+
+
+def test_a_fifo_plan_is_refused(tmp_path):
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)
+    cli_error(["export", fifo, "--to", "vllm"], "FIFO", "plan")
+
+
+@pytest.mark.parametrize("command, name, field", [
+    (["solve"], "s.yaml", "scenario"),
+    (["estimate"], "config.json", "model"),
+    (["export", "--to", "vllm"], "plan.json", "plan"),
+])
+def test_a_two_gigabyte_sparse_file_is_refused_by_its_size(tmp_path, command, name, field):
+    path = tmp_path / name
+    with path.open("wb") as handle:
+        handle.truncate(2 * 10**9)  # sparse: costs no disk, but reading it whole took 2 GB
+    argv = [command[0], path, *command[1:]]
+    cli_error(argv, field, "MiB")
+
+
+def test_a_safetensors_fifo_beside_a_config_is_refused_or_not_needed(tmp_path):
+    os.mkfifo(tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(UNKNOWN_CONFIG)
+    one_line_error(lambda: estimate(str(tmp_path)), "FIFO", seconds=5)
+    (tmp_path / "config.json").write_text(LLAMA_CONFIG)  # a countable model never opens its shards
+    with fuzz.deadline(5):
+        assert estimate(str(tmp_path)).params == 8_030_261_248
+
+
+# --- finding 6: safetensors headers ------------------------------------------------------------------
+
+GOOD = {"dtype": "BF16", "shape": [4, 4], "data_offsets": [0, 32]}
+
+
+def shard_folder(tmp_path, header=None, raw=None, data=None) -> Path:
+    (tmp_path / "config.json").write_text(UNKNOWN_CONFIG)
+    (tmp_path / "model.safetensors").write_bytes(fuzz.safetensors_bytes(header, data, raw))
+    return tmp_path
+
+
+@pytest.mark.parametrize("entry, named", [
+    ({**GOOD, "dtype": ["BF16"]}, "dtype"),
+    ({**GOOD, "dtype": {"a": 1}}, "dtype"),
+    ({**GOOD, "shape": "4,4"}, "shape"),
+    ({**GOOD, "shape": 16}, "shape"),
+    ({**GOOD, "shape": None}, "shape"),
+    ({**GOOD, "shape": [[4], [4]]}, "shape"),
+    ({**GOOD, "shape": [4, float("nan")]}, "shape"),
+    ({**GOOD, "shape": [-4, -4]}, "shape"),  # was: 16 params with exit 0
+    ({**GOOD, "data_offsets": ["0", "32"]}, "data_offsets"),
+    ({**GOOD, "data_offsets": [32, 0]}, "data_offsets"),  # reversed: was -32 bytes of weights
+    ({**GOOD, "data_offsets": [0, 10**19]}, "data_offsets"),  # past 1 EB
+    ({**GOOD, "data_offsets": [0, 31]}, "data_offsets"),  # not what BF16 x [4, 4] takes
+])
+def test_a_damaged_tensor_entry_is_a_one_line_error(tmp_path, entry, named):
+    folder = shard_folder(tmp_path, {"w": entry}, data=bytes(32))
+    one_line_error(lambda: estimate(str(folder)), named)
+
+
+def test_overlapping_tensors_are_not_counted_twice(tmp_path):
+    header = {"a": GOOD, "b": GOOD}  # both claim bytes 0-32
+    one_line_error(lambda: estimate(str(shard_folder(tmp_path, header, data=bytes(32)))), "overlap")
+
+
+def test_a_header_longer_than_its_data_is_truncated(tmp_path):
+    one_line_error(lambda: estimate(str(shard_folder(tmp_path, {"w": GOOD}, data=bytes(16)))), "truncated")
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"w": {"dtype": "BF16", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 32]}}',  # the int digit limit
+    b'{"w": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # RecursionError
+])
+def test_hostile_header_text_is_a_one_line_error(tmp_path, raw):
+    one_line_error(lambda: estimate(str(shard_folder(tmp_path, raw=raw))), "model.safetensors")
+
+
+def test_a_header_beyond_what_planner_parses_is_refused_before_reading(tmp_path):
+    folder = shard_folder(tmp_path, raw=b"[{}")
+    path = folder / "model.safetensors"
+    with path.open("r+b") as handle:  # claims 100 MB of header; the file is sparse
+        handle.write((100_000_000).to_bytes(8, "little"))
+        handle.truncate(100_000_008)
+    one_line_error(lambda: estimate(str(folder)), "MiB")
+
+
+def test_a_good_shard_still_sizes_the_model(tmp_path):
+    header = fuzz.safetensors_header({"a": ("BF16", [1024, 512]), "b": ("F8_E4M3", [256, 256])})
+    folder = shard_folder(tmp_path, header)
+    est = estimate(str(folder))
+    assert est.weights_bytes == 1024 * 512 * 2 + 256 * 256 and est.params == 1024 * 512 + 256 * 256
+
+
+@pytest.mark.parametrize("make", ["folder", "broken link", "loop"])
+def test_a_shard_that_cannot_be_read_is_named(tmp_path, make):
+    (tmp_path / "config.json").write_text(UNKNOWN_CONFIG)
+    shard = tmp_path / "model.safetensors"
+    if make == "folder":
+        shard.mkdir()
+    elif make == "broken link":
+        shard.symlink_to(tmp_path / "gone.safetensors")
+    else:
+        shard.symlink_to(shard)
+    message = one_line_error(lambda: estimate(str(tmp_path)), "model.safetensors")
+    assert {"folder": "folder", "broken link": "does not exist", "loop": "loop"}[make] in message
+    (tmp_path / "config.json").write_text(LLAMA_CONFIG)  # the shards are not needed: the right answer
+    assert estimate(str(tmp_path)).params == 8_030_261_248
+
+
+# --- findings 4 and 7: GGUF metadata ---------------------------------------------------------------
+
+def gguf_file(tmp_path, changes=None, drop=(), **options) -> str:
+    metadata = {k: v for k, v in {**fuzz.GGUF_TINY_LLAMA, **(changes or {})}.items() if k not in drop}
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(fuzz.gguf_bytes(metadata, **options))
+    return str(path)
+
+
+def test_a_small_gguf_claiming_a_huge_array_is_refused_without_allocating(tmp_path):
+    # a 3 KB file whose u8 array claims 2^40 items: the gguf package's reader tried to map it
+    path = gguf_file(tmp_path, {"tokenizer.ggml.scores": ("arr", ("u8", 2**40))}, tensors=(), tensor_data=False)
+    assert Path(path).stat().st_size < 3000
+    one_line_error(lambda: estimate(path), "truncated", seconds=2)
+
+
+def test_arrays_planner_does_not_use_are_skipped(tmp_path):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tokens = [f"t{i}".encode() for i in range(300_000)]
+    path = gguf_file(tmp_path, {"tokenizer.ggml.token_type": ("arr", ("u8", [1] * 4_000_000)),
+                                "tokenizer.ggml.tokens": ("arr", ("str", tokens))})
+    started = time.perf_counter()
+    est = estimate(path, context=2048)
+    assert time.perf_counter() - started < 5  # was 2.8 GB for a 4M-item array
+    assert est.weights_bytes == 21_248 and est.kv_bytes_per_token == 256
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 2**10  # KiB: under 200 MB
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("llama.block_count", ("u32", 10**8), "block_count"),  # config.json caps layers at 1,024
+    ("llama.attention.head_count", ("u32", 0), "head"),
+    ("llama.attention.head_count", ("str", "32"), "head_count"),
+    ("llama.attention.head_count", ("f32", float("nan")), "head_count"),
+    ("llama.attention.head_count", ("f32", float("inf")), "head_count"),
+    ("llama.attention.head_count", ("arr", ("u32", [4, 4, 4])), "head_count"),  # 3 values for 2 layers
+    ("llama.attention.head_count", ("i32", -4), "head_count"),
+    ("llama.attention.head_count_kv", ("i32", -2), "head_count_kv"),  # was a negative KV cache
+    ("llama.attention.head_count_kv", ("u32", 2**32 - 1), "head_count_kv"),  # was a 4.5 PB cache, exit 0
+    ("llama.context_length", ("str", "4096"), "context_length"),
+    ("llama.context_length", ("f64", float("nan")), "context_length"),
+    ("general.architecture", ("str", b"\xff\xfellama"), "general.architecture"),
+    ("general.architecture", ("u32", 7), "general.architecture"),
+])
+def test_hostile_gguf_metadata_is_a_one_line_error(tmp_path, key, value, named):
+    path = gguf_file(tmp_path, {key: value})
+    one_line_error(lambda: estimate(path), named)
+
+
+def test_per_layer_kv_heads_size_each_layer(tmp_path):
+    # llama.cpp reads head_count_kv as one value per layer (OpenELM, and models that vary it)
+    path = gguf_file(tmp_path, {"llama.attention.head_count_kv": ("arr", ("i32", [1, 4])),
+                                "llama.attention.head_count": ("arr", ("i32", [4, 4]))})
+    est = estimate(path, context=2048)
+    assert est.kv_bytes_per_token == (1 + 4) * (16 + 16) * 2  # per layer: heads x (k + v) x fp16
+
+
+def test_a_truncated_or_foreign_gguf_is_a_one_line_error(tmp_path):
+    whole = fuzz.gguf_bytes(fuzz.GGUF_TINY_LLAMA)
+    path = tmp_path / "cut.gguf"
+    for cut in (8, 30, 100, len(whole) // 2, len(whole) - 1):
+        path.write_bytes(whole[:cut])
+        one_line_error(lambda: estimate(str(path)), "cut.gguf")
+    path.write_bytes(fuzz.gguf_bytes(fuzz.GGUF_TINY_LLAMA, version=1))
+    one_line_error(lambda: estimate(str(path)), "version")
+
+
+# --- finding 8: Hub ids the Hub rejects, and paths that are not there -------------------------------
+
+@pytest.mark.parametrize("model, named", [
+    ("./nothere", "no file"), ("../x", "no file"), ("/no/such/folder", "no file"),
+])
+def test_a_missing_local_path_is_a_one_line_error(model, named):
+    cli_error(["estimate", model], named)
+
+
+@pytest.mark.parametrize("model, hint", [
+    ("a/b/c", "org/name"), ("org/", "org/name"), ("a//b", "org/name"), ("org/naïve", "org/name"),
+    ("hf://org/x", "org/x"), ("https://huggingface.co/meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
+])
+def test_ids_the_hub_rejects_are_one_line_errors(monkeypatch, model, hint):
+    pytest.importorskip("huggingface_hub")  # without it, every such id is "not in the catalog"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cli_error(["estimate", model], hint)
+
+
+def test_an_unreachable_hub_is_one_short_attempt_and_one_line(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HOME": str(tmp_path / "hf"),
+           "HF_ENDPOINT": "http://127.0.0.1:9"}  # the discard port on this machine: refused at once, no network used
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", "estimate", "some-org/some-model"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert time.perf_counter() - started < 10  # was 24 s and 11 retry lines
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "cannot be reached" in proc.stderr
+
+
+# --- finding 9: the output writer -----------------------------------------------------------------
+
+def test_output_through_a_symlink_writes_the_target_and_keeps_the_link(tmp_path):
+    target, link = tmp_path / "real.json", tmp_path / "link.json"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    write_output(str(link), "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "created.json")
+    write_output(str(dangling), "made\n")
+    assert dangling.is_symlink() and (tmp_path / "created.json").read_text() == "made\n"
+
+
+def test_output_to_a_fifo_is_written_in_place(tmp_path):
+    # stands in for -o /dev/stdout or /dev/null: was replaced by a regular file
+    fifo = tmp_path / "out"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        write_output(str(fifo), "through the pipe\n")
+        assert os.read(reader, 1000) == b"through the pipe\n"
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    one_line_error(lambda: write_output(str(fifo), "nobody reads\n"), "no process is reading")  # no hang
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's /proc/self/fd, what /dev/stdout links to")
+def test_output_through_a_descriptor_link_writes_the_open_file(tmp_path):
+    # `-o /dev/stdout` is a link to /proc/self/fd/1: its target ("pipe:[123]") is no path to rename onto
+    read_end, write_end = os.pipe()
+    try:
+        write_output(f"/proc/self/fd/{write_end}", "to the pipe\n")
+        assert os.read(read_end, 1000) == b"to the pipe\n"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    redirected = tmp_path / "redirected.txt"  # `planner ... -o /dev/stdout > redirected.txt`
+    with redirected.open("w") as handle:
+        inode = os.fstat(handle.fileno()).st_ino
+        write_output(f"/proc/self/fd/{handle.fileno()}", "to the file\n")
+    assert redirected.read_text() == "to the file\n" and redirected.stat().st_ino == inode
+    assert [p.name for p in tmp_path.iterdir()] == ["redirected.txt"]
+
+
+def test_output_symlink_loops_and_folders_are_one_line_errors(tmp_path):
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop)
+    one_line_error(lambda: write_output(str(loop), "x"), "loop")
+    (tmp_path / "to-folder").symlink_to(tmp_path)
+    one_line_error(lambda: write_output(str(tmp_path / "to-folder"), "x"), "folder")
+    one_line_error(lambda: write_output(str(tmp_path / "a\x00b"), "x"), "NUL")  # the library takes any string
+
+
+@pytest.mark.parametrize("length", [250, 253, 255])
+def test_long_output_names_that_fit_are_written(tmp_path, length):
+    # the temporary file ".NAME.xxxxxxxx" did not fit beside a name of 250-255 characters
+    path = tmp_path / ("p" * (length - 5) + ".json")
+    write_output(str(path), "plan\n")
+    assert path.read_text() == "plan\n" and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_an_output_name_too_long_is_a_one_line_error(tmp_path):
+    cli_error(["solve", SCENARIO, "--top", "0", "-o", tmp_path / ("p" * 300 + ".json")], "-o", "name")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_is_a_one_line_error_and_leaves_nothing(tmp_path, monkeypatch):
+    from planner import files
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    (tmp_path / "plan.json").write_text("yesterday\n")
+    monkeypatch.setattr(files.os, "write", full)
+    one_line_error(lambda: write_output(str(tmp_path / "plan.json"), "today\n"), "disk is full")
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"] and (tmp_path / "plan.json").read_text() == "yesterday\n"
+
+
+def test_a_file_size_limit_reached_midway_leaves_the_old_file(tmp_path):
+    # a real failed write (RLIMIT_FSIZE: EFBIG, the way a full disk fails), through the installed command
+    (tmp_path / "plan.json").write_text("yesterday\n")
+    script = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000)); from planner.cli import main; "
+              f"sys.argv = ['planner', 'solve', {str(SCENARIO)!r}, '--format', 'json', '-o', 'plan.json']; main()")
+    proc = subprocess.run([sys.executable, "-B", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --output") and len(proc.stderr.splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"] and (tmp_path / "plan.json").read_text() == "yesterday\n"
+
+
+# --- findings 9 and 10 as an unprivileged user ----------------------------------------------------
+
+@pytest.fixture
+def shared_dir():
+    """A folder the unprivileged user can reach (pytest's tmp_path sits in a root-only folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="planner-hostile-"))
+    folder.chmod(0o755)
+    yield folder
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    shutil.rmtree(folder)
+
+
+def as_unprivileged(argv, cwd: Path, warm_up=None) -> fuzz.CliOutcome:
+    """`planner ARGV` run by a user without root's right to read and write everything.
+
+    As root: a forked child drops to `nobody` and runs the command in-process (a new interpreter may live
+    where `nobody` cannot read it, as under /root). `warm_up`, run as root first, imports every module the
+    command needs, since the child may not be able to read the standard library's files."""
+    argv = [str(a) for a in argv]
+    if os.geteuid() != 0:
+        return fuzz.invoke_cli(argv)
+    fuzz.invoke_cli([str(a) for a in warm_up or argv])
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.chdir(cwd)
+            outcome = fuzz.invoke_cli(argv)
+            payload = [outcome.code, outcome.stdout, outcome.stderr]
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+            payload = [-1, "", f"the unprivileged child failed: {exc!r}"]
+        with os.fdopen(write_end, "w") as pipe:
+            pipe.write(json.dumps(payload))
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        code, stdout, stderr = json.loads(pipe.read() or '[-1, "", "no answer"]')
+    os.waitpid(pid, 0)
+    if code == -1 and "Operation not permitted" in stderr:
+        pytest.skip(f"cannot drop root privileges here ({stderr}): permission errors cannot be observed as root")
+    return fuzz.CliOutcome(tuple(argv), code, stdout, stderr)
+
+
+def assert_one_line(proc, *names):
+    assert proc.code == 2 and proc.stderr.startswith("error: "), proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+    for name in names:
+        assert name in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("mode", [0o000, 0o700 & ~0o100 | 0o044])  # nothing; read but no search for others
+def test_a_model_folder_without_permission_is_a_one_line_error(shared_dir, mode):
+    model = shared_dir / "model"
+    model.mkdir()
+    (model / "config.json").write_text(LLAMA_CONFIG)
+    model.chmod(mode)
+    assert_one_line(as_unprivileged(["estimate", model], shared_dir), "permission")
+
+
+def test_output_into_a_read_only_or_unsearchable_folder_is_a_one_line_error(shared_dir):
+    read_only, unsearchable = shared_dir / "ro", shared_dir / "nox"
+    read_only.mkdir(mode=0o755)
+    unsearchable.mkdir()
+    unsearchable.chmod(0o776)  # others may read and write, not search
+    for folder in (read_only, unsearchable):
+        proc = as_unprivileged(["solve", SCENARIO, "--top", "0", "-o", folder / "plan.json"], shared_dir,
+                               warm_up=["solve", SCENARIO, "--top", "0", "-o", shared_dir / "warm.json"])
+        assert_one_line(proc, "--output", "permission")
+    read_only.chmod(0o755)
+    assert list(read_only.iterdir()) == []
+
+
+def test_an_unreadable_scenario_and_shard_are_one_line_errors(shared_dir):
+    scenario = shared_dir / "s.yaml"
+    shutil.copy(SCENARIO, scenario)
+    scenario.chmod(0o600)
+    assert_one_line(as_unprivileged(["solve", scenario], shared_dir), "scenario", "permission")
+    model = shared_dir / "model"
+    model.mkdir(mode=0o755)
+    model.chmod(0o755)
+    (model / "config.json").write_text(UNKNOWN_CONFIG)
+    (model / "config.json").chmod(0o644)
+    (model / "model.safetensors").write_bytes(fuzz.safetensors_bytes({"w": GOOD}, bytes(32)))
+    (model / "model.safetensors").chmod(0o600)
+    assert_one_line(as_unprivileged(["estimate", model], shared_dir), "model.safetensors", "permission")
+
+
+# --- finding 12: scenario keys that would silently do nothing ----------------------------------------
+
+FLEET = {"model": "llama-3.1-8b", "workload": {"context": 8192, "traffic": {
+    "requests_per_s": 1, "prompt_tokens": 1000, "output_tokens": 200}}}
+SINGLE = {"model": "llama-3.1-8b", "workload": {"context": 8192}}
+
+
+@pytest.mark.parametrize("data, named", [
+    ({**FLEET, "fleet": {"quotas": [{"gpu": "h10", "max_gpus": 0}]}}, "did you mean"),  # covered nothing: OPTIMAL
+    ({**FLEET, "fleet": {"quotas": [{"provider": "amazon", "max_gpus": 0}]}}, "provider"),
+    ({**FLEET, "fleet": {"quotas": [{"region": "mars-1", "max_gpus": 0}]}}, "region"),
+    ({**SINGLE, "fleet": {"quotas": [{"provider": "aws", "max_gpus": 0}]}}, "fleet"),
+    ({**SINGLE, "workload": {"context": 8192, "slo": {"ttft_s": 1}}}, "slo"),
+    ({**SINGLE, "workload": {"context": 8192, "redundancy": 1}}, "redundancy"),
+    ({**FLEET, "workload": {**FLEET["workload"], "replicas": 3}}, "replicas"),
+    ({"params": 8e9, "workloads": [{"name": "a", **FLEET}]}, "params"),
+])
+def test_scenario_keys_that_would_do_nothing_are_errors(data, named, catalog):
+    from planner.plan.fleet import fleet_problem  # quota names are checked against the catalog the fleet is built from
+
+    one_line_error(lambda: fleet_problem(parse_scenario(data), catalog), named)
+
+
+def test_quota_names_are_read_as_the_catalog_writes_them(catalog):
+    from planner.plan.fleet import fleet_problem
+
+    data = {**FLEET, "fleet": {"quotas": [{"provider": "AWS", "gpu": "H100-SXM", "max_gpus": 0}]}}
+    quota = fleet_problem(parse_scenario(data), catalog).quotas[0]
+    assert (quota.provider, quota.gpu) == ("aws", "h100-sxm")  # "AWS" covered nothing: the quota was ignored
+
+
+def test_a_quota_of_zero_on_the_only_provider_leaves_nothing_to_rent(catalog):
+    from planner.plan.fleet import fleet_problem, plan_fleet
+
+    data = {**FLEET, "pricing": {"providers": ["aws"]}, "fleet": {"quotas": [{"provider": "AWS", "max_gpus": 0}]}}
+    plan = plan_fleet(fleet_problem(parse_scenario(data), catalog, 5), catalog)
+    assert plan.status != "OPTIMAL" or not plan.pools  # was OPTIMAL, renting from aws past the quota
+
+
+# --- finding 16: --what-if honours -o and --format ---------------------------------------------------
+
+def test_what_if_writes_the_format_asked_to_the_file_given(tmp_path):
+    # was: a table on the terminal, nothing written, exit 0
+    out = tmp_path / "what-if.json"
+    outcome = fuzz.invoke_cli(["solve", str(SCENARIO), "--what-if", "--format", "json", "-o", str(out)])
+    assert outcome.code == 0, outcome.stderr
+    rows = json.loads(out.read_text())
+    assert rows and {"variant", "status", "usd_per_hour", "change_usd_per_hour"} <= set(rows[0])
+    csv_out = tmp_path / "what-if.csv"
+    assert fuzz.invoke_cli(["solve", str(SCENARIO), "--what-if", "--format", "csv", "-o", str(csv_out)]).code == 0
+    assert csv_out.read_text().splitlines()[0] == "variant,status,usd_per_hour,change_usd_per_hour"
