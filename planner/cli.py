@@ -318,6 +318,19 @@ def catalog_command(
         rows_table(rows, kind.value, _console())
 
 
+@app.command("serve")
+def serve_command(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (127.0.0.1: this machine only)."),
+    port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+) -> None:
+    """A local web calculator (memory per GPU, live) and planner (solve, report, exports); JSON API under /api."""
+    try:
+        from planner.serve.app import serve
+    except ModuleNotFoundError as exc:
+        raise PlannerInputError(f"serve: needs the web extra ({exc.name} is missing); pip install \"planner[web]\"") from None
+    serve(host, port)
+
+
 def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], time_limit: Optional[float]) -> None:
     from planner.plan.fleet import fleet_problem, plan_fleet
 
