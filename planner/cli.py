@@ -331,6 +331,28 @@ def serve_command(
     serve(host, port)
 
 
+prices_app = typer.Typer(no_args_is_help=True, help="The price catalog: rebuild rows from a maintained source.")
+app.add_typer(prices_app, name="prices")
+
+
+@prices_app.command("update")
+def prices_update(
+    source: str = typer.Option(..., "--from", help="skypilot-catalog: a local catalogs/v<N> folder or its raw URL "
+                               "(https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v8)."),
+    provider: Optional[list[str]] = typer.Option(None, "--provider", help="Clouds to rebuild (default: all in catalogs/skypilot.yaml)."),
+    as_of: Optional[str] = typer.Option(None, "--as-of", help="The snapshot's date (default: its git commit date; today for a URL)."),
+    prices_file: Optional[str] = typer.Option(None, "--prices", help="The prices.yaml to rewrite (default: planner's own)."),
+) -> None:
+    """Rebuild the SkyPilot-catalog rows of prices.yaml from SkyPilot's vms.csv files."""
+    from planner.catalog.prices import update_prices
+    from planner.catalog.skypilot import load_skypilot
+
+    done = update_prices(source, tuple(provider or ()), load_catalog(), load_skypilot(),
+                         Path(prices_file) if prices_file else None, as_of)
+    typer.echo(f"{done.path}: {done.added} rows from {done.origin} (as of {done.as_of}) replace {done.replaced}; "
+               f"{done.unknown_rows} GPU rows skipped (accelerators planner does not map)")
+
+
 def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], time_limit: Optional[float]) -> None:
     from planner.plan.fleet import fleet_problem, plan_fleet
 

@@ -28,6 +28,7 @@ from planner.plan.search import (
     rentals_for,
 )
 from planner.catalog.load import Catalog, Offer
+from planner.catalog.prices import stale_price_warning
 from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.scenario import Scenario
@@ -66,6 +67,7 @@ class PlanOption:
     sharing: str
     headroom_bytes: int
     memory: MemoryEstimate  # the estimator's re-check on this GPU
+    price_warnings: tuple[str, ...] = ()  # e.g. the price is older than catalog.prices.MAX_PRICE_AGE_DAYS
 
     @property
     def usd_per_replica_hour(self) -> float:
@@ -233,6 +235,7 @@ def _read_plan(pair: _Pair, space: SearchSpace, catalog: Catalog) -> PlanOption 
         replicas_per_instance=r.replicas_per_instance, idle_gpus=r.idle_gpus,
         usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
         sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,
+        price_warnings=tuple(w for w in [stale_price_warning(r.offer, r.market)] if w),
     )
 
 

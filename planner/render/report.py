@@ -211,7 +211,7 @@ def solve_table(result: SolveResult, console: Console) -> None:
                   f"{best.region}); {best.sharing}")
     console.print(f"  {_memory_line(best)} · re-checked by the estimator")
     console.print(f"  price as of {best.price_as_of}; source: {best.price_source}")
-    for warning in best.memory.warnings:
+    for warning in (*best.price_warnings, *best.memory.warnings):
         console.print(f"  [yellow]warning:[/yellow] {warning}")
 
     if result.alternatives:
@@ -261,6 +261,7 @@ def solve_markdown(result: SolveResult) -> str:
               f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
               f"{best.instances} x {best.provider} {best.instance} ({best.region}); {best.sharing}.", "",
               _memory_line(best) + ".", ""]
+    lines += [f"Warning: {w}." for w in best.price_warnings] + ([""] if best.price_warnings else [])
     header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rank, p in [("best", best), *enumerate(result.alternatives, start=1)]:
@@ -378,7 +379,7 @@ def review_html(review: Review, scenario_text: str) -> str:
             f"concurrency {best.concurrency}; {best.instances} x {html.escape(best.provider)} "
             f"{html.escape(best.instance)} ({html.escape(best.region)}). {html.escape(best.sharing)}.<br>"
             f"{html.escape(_memory_line(best))} · re-checked by the estimator</div>")
-        parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in best.memory.warnings]
+        parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in (*best.price_warnings, *best.memory.warnings)]
         parts += ["<h2>Plan and alternatives</h2>", _html_table(
             _PLAN_HEADER, [_plan_cells("best", best)] + [_plan_cells(i, p) for i, p in enumerate(result.alternatives, 1)])]
         bars = [_memory_bar(f"best: {best.gpus_per_replica} x {best.gpu}", best)]
