@@ -371,9 +371,9 @@ def _llamacpp_recheck(plan: ExportPlan, cache: str) -> None:
 
     budget = _recheck(plan, EngineSettings("llamacpp", cache_type=cache, flash_attn=cache not in LLAMACPP_UNQUANTIZED_CACHES))
     if budget is not None and not budget.fits:
-        raise PlannerInputError(f"--to llamacpp: with a {cache} cache llama.cpp holds {budget.max_concurrency:.2f} sequences "
-                                f"of {plan.context:,} tokens on {plan.gpus_per_replica} x {plan.gpu}, the plan needs "
-                                f"{plan.concurrency} ({budget.message}); re-solve with `engine: llamacpp` in the scenario")
+        raise PlannerInputError(f"--to llamacpp: with a {cache} cache llama.cpp does not hold {plan.concurrency} x "
+                                f"{plan.context:,} tokens on {plan.gpus_per_replica} x {plan.gpu} ({budget.message}); "
+                                "re-solve with `engine: llamacpp` in the scenario")
 
 
 def llamacpp_command(plan: ExportPlan) -> str:
