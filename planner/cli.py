@@ -292,11 +292,13 @@ def export_command(
     to: ExportTarget = typer.Option(..., "--to", help="vllm, sglang, llamacpp, skypilot or kubernetes."),
     plan_index: int = typer.Option(0, "--plan", min=0, help="0 = the best plan, N = the N-th alternative."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="The pre-quantized repository (ORG/NAME) to load "
+                                             "when the plan's precision needs one planner's catalog does not name."),
 ) -> None:
     """The launch command or deployment file for a solved plan."""
     from planner.render.export import export, load_plan
 
-    text = export(load_plan(plan, load_catalog(), plan_index), to.value)
+    text = export(load_plan(plan, load_catalog(), plan_index), to.value, checkpoint)
     if output is None:
         typer.echo(text, nl=False)
     else:

@@ -58,6 +58,7 @@ class ScenarioBody(_Body):
 class ExportBody(ScenarioBody):
     target: Literal["vllm", "sglang", "llamacpp", "skypilot", "kubernetes"]
     plan: int = Field(0, ge=0, le=1000, description="0 = the best plan, N = the N-th alternative.")
+    checkpoint: str | None = Field(None, max_length=200, description="A pre-quantized repository ORG/NAME, when needed.")
 
 
 class BodyLimit:
@@ -230,7 +231,7 @@ def create_app(catalog: Catalog | None = None) -> FastAPI:
         with tempfile.TemporaryDirectory(prefix="planner-web-") as folder:
             path = Path(folder) / "plan.json"
             path.write_text(text, encoding="utf-8")
-            return PlainTextResponse(export(load_plan(path, catalog, body.plan), body.target))
+            return PlainTextResponse(export(load_plan(path, catalog, body.plan), body.target, body.checkpoint))
 
     static = resources.files("planner.serve") / "static"
 
