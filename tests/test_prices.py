@@ -1,5 +1,6 @@
 """Price dates, the stale-price warning, and `planner prices update` from SkyPilot catalog CSVs (fixtures)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -99,9 +100,22 @@ def _catalog_with(prices: Path) -> Path:
     return folder
 
 
-def test_update_refuses_what_it_cannot_date_or_read(prices_copy, tmp_path):
+def test_update_dates_rows_by_the_git_commit_of_the_csv(prices_copy, tmp_path):
+    copy = tmp_path / "skypilot-catalog"
+    shutil.copytree(FIXTURE, copy)
     with pytest.raises(PlannerInputError, match="--as-of"):
-        update_prices(str(FIXTURE), ("vast",), CATALOG, SKYPILOT, prices_copy)  # not a git checkout
+        update_prices(str(copy), ("vast",), CATALOG, SKYPILOT, prices_copy)  # not a git checkout: no date
+    git = ["git", "-C", str(copy), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "snapshot"], check=True,
+                   env={"GIT_COMMITTER_DATE": "2026-10-15T12:00:00Z", "GIT_AUTHOR_DATE": "2026-10-15T12:00:00Z",
+                        "PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    done = update_prices(str(copy), ("vast",), CATALOG, SKYPILOT, prices_copy)
+    assert done.as_of == "2026-10-15"
+
+
+def test_update_refuses_what_it_cannot_read(prices_copy, tmp_path):
     with pytest.raises(PlannerInputError, match="--provider"):
         update_prices(str(FIXTURE), ("coreweave",), CATALOG, SKYPILOT, prices_copy, "2026-11-30")
     with pytest.raises(PlannerInputError, match="no aws/vms.csv"):
@@ -123,3 +137,8 @@ def test_cli_prices_update(prices_copy):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "9 rows" in done.stdout and "1 GPU rows skipped" in done.stdout
+
+
+def test_impossible_date_is_an_error():
+    with pytest.raises(PlannerInputError, match="calendar date"):
+        price_date(offer("2026-13"), "on-demand")

@@ -84,6 +84,23 @@ def test_malformed_and_oversized_bodies_are_refused(client):
 
     assert client.post("/api/estimate", content=chunks()).status_code == 413
     assert client.post("/api/solve", json={"scenario": "[1, 2"}).json()["error"].startswith("scenario: not valid YAML")
+    deep = client.post("/api/estimate", content=b"[" * 200_000, headers={"content-type": "application/json"})
+    assert deep.status_code == 400 and deep.json()["error"].startswith("body:")
+    assert client.get("/api/nothing").json() == {"error": "Not Found"}
+
+
+@pytest.mark.parametrize("body", [
+    {"gpu": "l40s", "config": {"num_hidden_layers": 10**12, "hidden_size": 4096, "model_type": "llama"}},
+    {"gpu": "l40s", "config": {"model_type": "llama", "hidden_size": -1}},
+    {"gpu": "l40s", "config": []},
+    {"gpu": "l40s", "model": None, "config": None},
+    {"gpu": ["l40s"], "model": "llama-3.1-8b"},
+    {"gpu": "l40s", "model": "llama-3.1-8b", "tp": 3},
+    {"gpu": "l40s", "model": "llama-3.1-8b", "context": 10**30},
+])
+def test_hostile_estimate_bodies_get_a_4xx(client, body):
+    response = client.post("/api/estimate", json=body)
+    assert 400 <= response.status_code < 500 and response.json()["error"], response.text
 
 
 def test_solve_and_export_a_shipped_scenario(client):
@@ -139,7 +156,8 @@ def server():
         process.wait(timeout=10)
 
 
-def test_calculator_page_in_headless_chromium(server):
+@pytest.fixture(scope="module")
+def page():
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (Python client) is not installed")
     browser_path = _chromium()
     if browser_path is None:
@@ -147,15 +165,26 @@ def test_calculator_page_in_headless_chromium(server):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=browser_path, headless=True)
         try:
-            page = browser.new_page()
-            page.goto(server + "/")
-            page.wait_for_function("document.getElementById('verdict').textContent === 'Fits'")
-            kv_before = page.text_content("#kv-total")
-            page.fill("#sequences", "8")
-            page.fill("#context", "131072")
-            page.wait_for_function("document.getElementById('verdict').textContent === 'Does not fit'")
-            assert page.text_content("#kv-total") != kv_before
-            assert page.locator(".bar .kv").count() == 1
-            assert "KV cache is" in page.text_content("#warnings")
+            yield browser.new_page()
         finally:
             browser.close()
+
+
+def test_calculator_page_in_headless_chromium(server, page):
+    page.goto(server + "/")
+    page.wait_for_function("document.getElementById('verdict').textContent === 'Fits'")
+    kv_before = page.text_content("#kv-total")
+    page.fill("#sequences", "8")
+    page.fill("#context", "131072")
+    page.wait_for_function("document.getElementById('verdict').textContent === 'Does not fit'")
+    assert page.text_content("#kv-total") != kv_before
+    assert page.locator(".bar .kv").count() == 1
+    assert "KV cache is" in page.text_content("#warnings")
+
+
+def test_planner_page_solves_in_headless_chromium(server, page):
+    page.goto(server + "/planner")
+    page.click("#solve")
+    page.wait_for_function("document.querySelectorAll('#plans tr').length > 1")
+    assert page.text_content("#status").startswith("OPTIMAL")
+    assert "l40s" in page.text_content("#plans") or "h100-sxm" in page.text_content("#plans")

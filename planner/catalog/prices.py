@@ -47,11 +47,15 @@ def price_date(offer: Offer, market: str) -> date:
         raise PlannerInputError(f"catalog prices.yaml: {offer.provider} {offer.instance} ({offer.region}): as_of "
                                 f"{offer.as_of!r} holds no date; write YYYY-MM-DD, YYYY-MM or YYYY")
     year, month, day = int(match.group(1)), match.group(2), match.group(3)
-    if month is None:
-        return date(year, 12, 31)
-    if day is None:
-        return date(year, int(month), calendar.monthrange(year, int(month))[1])
-    return date(year, int(month), int(day))
+    try:
+        if month is None:
+            return date(year, 12, 31)
+        if day is None:
+            return date(year, int(month), calendar.monthrange(year, int(month))[1])
+        return date(year, int(month), int(day))
+    except ValueError:
+        raise PlannerInputError(f"catalog prices.yaml: {offer.provider} {offer.instance} ({offer.region}): as_of "
+                                f"{offer.as_of!r} is not a calendar date") from None
 
 
 def stale_price_warning(offer: Offer, market: str, today: date | None = None) -> str | None:
@@ -186,7 +190,8 @@ def _rank(row: dict[str, Any]) -> tuple[int, float, str]:
 
 def update_prices(source: str, providers: tuple[str, ...], catalog: Catalog, skypilot: SkyPilotCatalog,
                   prices_path: Path | None = None, as_of: str | None = None) -> PriceUpdate:
-    """Replace the SkyPilot-catalog rows of `providers` in prices.yaml with rows read from `source`."""
+    """Replace the SkyPilot-catalog rows of `providers` in prices.yaml with rows read from `source`.
+    Rows that merge a SkyPilot price with another source's ("on-demand: ... || spot: ...") are kept."""
     path = prices_path or catalog_dir() / "prices.yaml"
     clouds = providers or tuple(skypilot.accelerators)
     for cloud in clouds:

@@ -434,10 +434,11 @@ def skypilot_task(plan: ExportPlan, checkpoint: str | None = None) -> str:
         resources["ports"] = VLLM_PORT
     else:
         notes.append(_comment(f"{cloud} opens no ports through SkyPilot: reach the server over `ssh -L {VLLM_PORT}:localhost:{VLLM_PORT}`"))
-    packages = [f"vllm=={vllm_version()}"] + ([RAY_REQUIREMENT] if plan.nodes_per_replica > 1 else [])
+    packages = [RAY_REQUIREMENT] if plan.nodes_per_replica > 1 else []
     if plan.vendor == "amd":
-        resources["image_id"] = f"docker:{vllm_image('amd')}"  # vLLM's ROCm build, not the CUDA wheel
-        packages = packages[1:]
+        resources["image_id"] = f"docker:{vllm_image('amd')}"  # vLLM's ROCm build: the PyPI wheel is the CUDA one
+    else:
+        packages.insert(0, f"vllm=={vllm_version()}")
     notes += _vllm_notes(plan, checkpoint)
     serve = "vllm serve " + shlex.join(vllm_args(plan, checkpoint))
     if plan.nodes_per_replica > 1:

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from planner import api
 from planner.catalog.load import Catalog, load_catalog
@@ -30,8 +31,6 @@ from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA
 MAX_BODY_BYTES = 1 << 20
 # A web request waits for its answer: CP-SAT gets at most this long (the CLI default is the scenario's).
 SOLVE_TIME_LIMIT_S = 20.0
-ENGINES = ("simple", "vllm", "sglang", "llamacpp")
-EXPORT_TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
 
 
 class _Body(BaseModel):
@@ -165,6 +164,11 @@ def create_app(catalog: Catalog | None = None) -> FastAPI:
     @app.exception_handler(PlannerInputError)
     async def _input_error(_: HttpRequest, exc: PlannerInputError) -> JSONResponse:
         return _error(400, str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: HttpRequest, exc: HTTPException) -> JSONResponse:
+        # FastAPI's own refusals (a body it cannot parse, an unknown path) in the same one-line shape
+        return _error(exc.status_code, f"body: {exc.detail}" if exc.status_code == 400 else str(exc.detail))
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: HttpRequest, exc: RequestValidationError) -> JSONResponse:
