@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
@@ -19,11 +19,16 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
+    from planner.catalog.prices import PriceUpdate
     from planner.estimator.engines import EngineBudget, EngineSettings
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
+    from planner.plan.review import Review
+    from planner.plan.solver import PlanOption
+    from planner.render.export import ExportPlan
     from planner.plan.scenario import Scenario
     from planner.plan.solver import SolveResult
+    from planner.plan.whatif import WhatIf
 
 
 @dataclass(frozen=True)
@@ -138,37 +143,51 @@ def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:
     return parse_scenario(scenario) if isinstance(scenario, dict) else load_scenario(scenario)
 
 
-@dataclass(frozen=True)
-class WhatIf:
-    variant: str
-    status: str
-    usd_per_hour: float | None
-    change_usd_per_hour: float | None  # against the scenario as written
-
-
 def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, catalog: Catalog | None = None) -> tuple[WhatIf, ...]:
     """The scenario and its standard variants, each solved: one comparison for a capacity review."""
-    from planner.plan.scenario import what_if_variants
+    from planner.plan.whatif import what_if as compare_variants
 
-    catalog = catalog or load_catalog()
-    base = _scenario(scenario)
+    return compare_variants(_scenario(scenario), catalog or load_catalog())
 
-    def run(variant: Scenario) -> tuple[str, float | None, str | None]:
-        if variant.is_fleet:
-            fleet = plan_fleet(variant, catalog=catalog)
-            used = max(fleet.pools, key=lambda u: u.instances * u.pool.offer.gpus, default=None)
-            return fleet.status, fleet.usd_per_hour, used.pool.offer.gpu if used else None
-        result = solve(variant, top=0, catalog=catalog)
-        return result.status, result.best.usd_per_hour if result.best else None, result.best.gpu if result.best else None
 
-    status, cost, busiest = run(base)
-    rows = [WhatIf("as written", status, cost, 0.0 if cost is not None else None)]
-    for label, variant in what_if_variants(base, busiest):
-        try:
-            v_status, v_cost, _ = run(variant)
-        except PlannerInputError as exc:  # e.g. the variant leaves no GPU to search
-            rows.append(WhatIf(f"{label} ({exc})", "INVALID", None, None))
-            continue
-        change = v_cost - cost if v_cost is not None and cost is not None else None
-        rows.append(WhatIf(label, v_status, v_cost, change))
-    return tuple(rows)
+def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list[str] | None = None,
+            providers: list[str] | None = None, precisions: list[str] | None = None, market: str = "on-demand",
+            max_gpus: int = 8, catalog: Catalog | None = None) -> tuple[PlanOption, ...]:
+    """The cheapest configuration holding MODEL on each GPU type and provider, sorted by $/hour."""
+    from planner.plan.compare import compare_offers
+    from planner.plan.scenario import parse_scenario
+
+    scenario = parse_scenario({
+        "name": f"compare {model}", "model": model, "workload": {"context": context, "concurrency": concurrency},
+        "search": {"gpus": gpus, "precisions": precisions, "max_gpus_per_replica": max_gpus},
+        "pricing": {"providers": providers, "market": market},
+    }, "compare")
+    return compare_offers(scenario, catalog or load_catalog())
+
+
+def review(scenario: str | Path | dict[str, Any] | Scenario, *, progress: Callable[[int, int], None] | None = None,
+           catalog: Catalog | None = None) -> Review:
+    """A single-configuration plan with what binds it and its cost curves (`planner report`)."""
+    from planner.plan.review import review_scenario
+
+    return review_scenario(_scenario(scenario), catalog or load_catalog(), progress)
+
+
+def export_plans(path: str | Path, *, plan_index: int = 0, assignment: int | None = None,
+                 catalog: Catalog | None = None) -> tuple[ExportPlan, ...]:
+    """The plans of a plan file to deploy, each checked against the plan schema and re-checked by the estimator:
+    one of a single-configuration plan (`plan_index`), every assignment of a fleet (or only `assignment`)."""
+    from planner.render.export import load_plans
+
+    return load_plans(path, catalog or load_catalog(), plan_index, assignment)
+
+
+def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: str | Path | None = None,
+                  as_of: str | None = None, catalog: Catalog | None = None) -> PriceUpdate:
+    """`planner prices update`: rebuild the SkyPilot-catalog rows of prices.yaml from SkyPilot's vms.csv files
+    (a local catalogs/v<N> folder or its URL)."""
+    from planner.catalog.prices import update_prices as rebuild
+    from planner.catalog.skypilot import load_skypilot
+
+    return rebuild(source, providers, catalog or load_catalog(), load_skypilot(),
+                   Path(prices_file) if prices_file else None, as_of)

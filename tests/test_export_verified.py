@@ -22,7 +22,7 @@ from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
 from planner.plan.scenario import load_scenario
 from planner.render.export import TARGETS, export, load_plan
-from planner.render.report import solve_json
+from planner.render.records import solve_json
 
 ROOT = Path(__file__).parents[1]
 DATA = Path(__file__).parent / "data"

@@ -6,7 +6,8 @@ import pytest
 
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings, engine_budget
 from planner.errors import PlannerInputError
-from planner.estimator.fit import Split, fewest_gpus, fit_engine, fit_engines, gpus_per_node, largest_context, most_sequences, splits
+from planner.estimator.fit import fewest_gpus, fit_engine, fit_engines, gpus_per_node, largest_context, most_sequences
+from planner.estimator.layout import ParallelLayout as Split, layouts_on_gpus as splits
 from planner.estimator.memory import GpuTarget, Request
 
 from engine_fixtures import arch, h100  # noqa: F401  (fixtures)

@@ -11,7 +11,7 @@ import pytest
 from planner.catalog.load import load_catalog
 from planner.render.report import review_html, review_markdown
 from planner.plan.scenario import load_scenario
-from planner.plan.solver import review_scenario
+from planner.plan.review import review_scenario
 
 SCENARIO = Path(__file__).parent.parent / "scenarios" / "8b-budget.yaml"
 

@@ -11,13 +11,22 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from planner.errors import PlannerInputError
 from planner.units import MiB
+from planner.yamlfile import load_yaml_cached
+
+# What a precision costs in output quality, best first (catalogs/precisions.yaml `quality`; a scenario's
+# search.quality_floor names one of these).
+Quality = Literal["lossless", "near-lossless", "small loss", "noticeable loss"]
+QUALITY_ORDER: tuple[str, ...] = get_args(Quality)
+
+
+def quality_at_least(quality: str, floor: str) -> bool:
+    return QUALITY_ORDER.index(quality) <= QUALITY_ORDER.index(floor)
 
 
 class _Record(BaseModel):
@@ -93,7 +102,7 @@ class Precision(_Record):
     serving_default: bool = False
     scales: Scales | None = None
     seed_bits: float = Field(gt=0)
-    quality: Literal["lossless", "near-lossless", "small loss", "noticeable loss"]
+    quality: Quality
     native: tuple[str, ...]
     torch_dtypes: tuple[str, ...] = ()
     hf_quant_methods: tuple[str, ...] = ()
@@ -196,12 +205,7 @@ def catalog_dir() -> Path:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise PlannerInputError(f"catalog {path.name}: invalid YAML ({exc})") from None
-    except OSError as exc:
-        raise PlannerInputError(f"catalog {path.name}: cannot read it ({exc.strerror}); reinstall planner") from None
+    data = load_yaml_cached(path, f"catalog {path.name}")
     if not isinstance(data, dict):
         raise PlannerInputError(f"catalog {path.name}: expected a mapping at the top level")
     return data

@@ -17,21 +17,11 @@ from planner.catalog.load import Catalog
 from planner.estimator.engines import ENGINE_NAMES, EngineBudget, EngineSettings, engine_budget
 from planner.estimator.engines.base import catalog_card, largest_passing
 from planner.errors import PlannerInputError
-from planner.estimator.memory import GpuTarget, Request, validate_request
+from planner.estimator.layout import ParallelLayout, layouts_on_gpus, node_gpus
+from planner.estimator.memory import GpuTarget, Request
 from planner.units import MAX_BATCH, MAX_CONTEXT
 
 DEFAULT_MAX_GPUS = 64  # how far fewest_gpus searches
-DEFAULT_GPUS_PER_NODE = 8  # for a card outside the catalog: an HGX/DGX node (catalogs/gpus.yaml gives each card's own)
-
-
-@dataclass(frozen=True)
-class Split:
-    tp: int
-    pp: int
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp
 
 
 @dataclass(frozen=True)
@@ -39,7 +29,7 @@ class ContextFit:
     """The longest context `batch` sequences can each have; None when not even one token fits."""
 
     engine: str
-    split: Split
+    split: ParallelLayout
     batch: int
     context: int | None
     limit: int  # the longest context searched (the model's trained length, or what was asked)
@@ -51,7 +41,7 @@ class SequencesFit:
     """The most sequences of `context` tokens held at once; 0 when not even one fits."""
 
     engine: str
-    split: Split
+    split: ParallelLayout
     context: int
     sequences: int
     budget: EngineBudget  # at one sequence: its max_concurrency and pool explain the answer
@@ -64,7 +54,7 @@ class GpuCountFit:
     engine: str
     context: int
     batch: int
-    split: Split | None
+    split: ParallelLayout | None
     budget: EngineBudget | None
     max_gpus: int
 
@@ -79,26 +69,7 @@ class EngineFit:
 
 def gpus_per_node(gpu: GpuTarget, catalog: Catalog) -> int:
     """Tensor parallelism stays inside a node: the catalog card's node size."""
-    card = catalog_card(gpu, catalog)
-    return card.gpus_per_node if card else DEFAULT_GPUS_PER_NODE
-
-
-def splits(arch: Architecture, gpus: int, engine: str, node: int) -> list[Split]:
-    """The TP x PP splits of `gpus` GPUs the model allows, TP within a `node`-GPU node, most TP first.
-
-    llama.cpp has no tensor parallelism here: it splits layers over the cards (--split-mode layer)."""
-    if engine == "llamacpp":
-        candidates = [Split(1, gpus)]
-    else:
-        candidates = [Split(tp, gpus // tp) for tp in range(min(gpus, node), 0, -1) if gpus % tp == 0]
-    valid = []
-    for split in candidates:
-        try:
-            validate_request(arch, Request(context=1, tp=split.tp, pp=split.pp))
-        except PlannerInputError:
-            continue
-        valid.append(split)
-    return valid
+    return node_gpus(catalog_card(gpu, catalog))
 
 
 def _gallop(passes: Callable[[int], bool], cap: int) -> int | None:
@@ -113,13 +84,13 @@ def _gallop(passes: Callable[[int], bool], cap: int) -> int | None:
     return largest_passing(low, min(low * 2, cap) - 1, passes)
 
 
-def _budget(arch: Architecture, request: Request, split: Split, settings: EngineSettings, gpu: GpuTarget,
+def _budget(arch: Architecture, request: Request, split: ParallelLayout, settings: EngineSettings, gpu: GpuTarget,
             catalog: Catalog) -> EngineBudget:
     return engine_budget(arch, replace(request, tp=split.tp, pp=split.pp), settings, gpu, catalog)
 
 
 def largest_context(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget, catalog: Catalog,
-                    split: Split, limit: int | None = None) -> ContextFit:
+                    split: ParallelLayout, limit: int | None = None) -> ContextFit:
     """The longest context `request.batch` sequences fit at, up to `limit` (default: the model's trained length)."""
     limit = limit or arch.max_position_embeddings or request.context
     if not 1 <= limit <= MAX_CONTEXT:
@@ -134,7 +105,7 @@ def largest_context(arch: Architecture, request: Request, settings: EngineSettin
 
 
 def most_sequences(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget, catalog: Catalog,
-                   split: Split) -> SequencesFit:
+                   split: ParallelLayout) -> SequencesFit:
     """The most sequences of `request.context` tokens the engine holds at once on this split."""
 
     def fits(batch: int) -> bool:
@@ -152,7 +123,7 @@ def fewest_gpus(arch: Architecture, request: Request, settings: EngineSettings, 
     node = gpus_per_node(gpu, catalog)
     for gpus in range(1, max_gpus + 1):
         checked = [(split, _budget(arch, request, split, settings, gpu, catalog))
-                   for split in splits(arch, gpus, settings.name, node)]
+                   for split in layouts_on_gpus(arch, gpus, settings.name, node)]
         fitting = [(split, budget) for split, budget in checked if budget.fits]
         if fitting:
             split, best = max(fitting, key=lambda pair: pair[1].max_concurrency)
@@ -166,7 +137,7 @@ def fit_engine(arch: Architecture, request: Request, settings: EngineSettings, g
     request and the most sequences at request.context, each at the split that gives the most; and the fewest
     GPUs for request.batch sequences of request.context."""
     count = gpus or request.tp * request.pp
-    candidates = splits(arch, count, settings.name, gpus_per_node(gpu, catalog))
+    candidates = layouts_on_gpus(arch, count, settings.name, gpus_per_node(gpu, catalog))
     if not candidates:
         raise PlannerInputError(f"--gpus: {arch.name} cannot be split over {count} GPUs (no TP x PP split divides its "
                                 "attention heads and layers); try another count")
@@ -184,5 +155,5 @@ def fit_engines(arch: Architecture, request: Request, settings: EngineSettings, 
     return tuple(fit_engine(arch, request, replace(settings, name=name), gpu, catalog, gpus) for name in engines)
 
 
-__all__ = ["ContextFit", "EngineFit", "GpuCountFit", "SequencesFit", "Split", "fewest_gpus", "fit_engine",
-           "fit_engines", "gpus_per_node", "largest_context", "most_sequences", "splits"]
+__all__ = ["ContextFit", "EngineFit", "GpuCountFit", "SequencesFit", "fewest_gpus", "fit_engine", "fit_engines",
+           "gpus_per_node", "largest_context", "most_sequences"]

@@ -23,6 +23,8 @@ from math import ceil
 from planner.model.architecture import Architecture, Attention, Tensor
 from planner.catalog.load import Catalog, Engine, Gpu, Precision
 from planner.errors import PlannerInputError
+from planner.estimator.layout import (kv_heads_per_rank, layout_refusal, model_kv_heads, pipeline_stages, shard_shape,
+                                      tied_lm_head)
 from planner.model.precision import resolve_kv_dtype, resolve_precision, tensor_bytes
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA, format_bytes
 
@@ -138,55 +140,13 @@ def validate_request(arch: Architecture, req: Request) -> None:
         raise PlannerInputError(f"--tp x --pp: {req.tp * req.pp} GPUs per replica is beyond the limit of {MAX_GPUS_PER_REPLICA}")
     if req.overhead_fraction is not None and not 0 <= req.overhead_fraction <= 1:
         raise PlannerInputError(f"--overhead: {req.overhead_fraction} must be a fraction between 0 and 1 (0.10 = 10%)")
-    heads = arch.num_attention_heads
-    if arch.exact and heads % req.tp:
-        options = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise PlannerInputError(f"--tp: {req.tp} does not divide the model's {heads} attention heads; use one of {options}")
-    for attention in {layer.attention for layer in arch.layers}:
-        kv = attention.kv_heads
-        if attention.kind in ("full", "sliding") and kv and req.tp % kv and kv % req.tp:
-            raise PlannerInputError(
-                f"--tp: {req.tp} must divide the {kv} KV heads or be a multiple of them "
-                f"(vLLM replicates KV heads only in whole copies)"
-            )
-    if req.pp > arch.num_layers:
-        raise PlannerInputError(f"--pp: {req.pp} stages for {arch.num_layers} layers; use at most {arch.num_layers}")
+    refusal = layout_refusal(arch, req.tp, req.pp)
+    if refusal:
+        raise PlannerInputError(refusal)
 
 
 # --------------------------------------------------------------------------------------------
 # Splitting across GPUs
-
-
-def pipeline_stages(num_layers: int, pp: int) -> list[tuple[int, int]]:
-    """Layer ranges per stage, as vLLM's get_pp_indices assigns them (vllm/distributed/utils.py):
-    an even split, with the remainder going one layer each to the stages just before the last."""
-    sizes = [num_layers // pp] * pp
-    for i in range(2, num_layers % pp + 2):
-        sizes[-i] += 1
-    stages, start = [], 0
-    for size in sizes:
-        stages.append((start, start + size))
-        start += size
-    return stages
-
-
-def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
-    """KV heads each TP rank holds: split while tp <= kv_heads, one replicated head beyond."""
-    return max(1, kv_heads // tp)
-
-
-def shard_shape(tensor: Tensor, tp: int, kv_heads: int) -> tuple[int, ...]:
-    if tp == 1 or tensor.split == "replicated":
-        return tensor.shape
-    rows, rest = tensor.shape[0], tensor.shape[1:]
-    if tensor.split in ("column", "vocab"):
-        return (ceil(rows / tp), *rest)
-    if tensor.split == "kv":
-        heads = kv_heads_per_rank(kv_heads, tp)
-        return (rows // kv_heads * heads, *rest)
-    if len(rest) == 0:  # a row-parallel layer's 1-D companion is whole on every rank
-        return tensor.shape
-    return (rows, ceil(rest[0] / tp), *rest[1:])
 
 
 @lru_cache(maxsize=4096)
@@ -201,15 +161,11 @@ def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int
         tensors.extend(arch.multimodal)
     if stage == pp - 1:
         tensors.extend(arch.head)
-        if arch.tied_embeddings and pp > 1:
+        if pp > 1:
             # the last stage cannot share the first stage's embedding: it holds its own lm_head copy
-            tensors.extend(Tensor("lm_head.weight", t.shape, "lm_head", t.split) for t in arch.embedding)
-    kv_heads = _kv_heads(arch)
+            tensors.extend(tied_lm_head(arch))
+    kv_heads = model_kv_heads(arch)
     return sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision) for t in tensors)
-
-
-def _kv_heads(arch: Architecture) -> int:
-    return max((layer.attention.kv_heads for layer in arch.layers), default=0)
 
 
 def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:

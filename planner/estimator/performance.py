@@ -53,7 +53,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from planner.model.architecture import Architecture, Attention, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, catalog_dir
 from planner.errors import PlannerInputError
-from planner.estimator.memory import Request, estimate_memory, pipeline_stages, shard_shape
+from planner.estimator.layout import model_kv_heads, pipeline_stages, shard_shape, tied_lm_head
+from planner.estimator.memory import Request, estimate_memory
 from planner.model.precision import UNQUANTIZED_BITS, resolve_precision, tensor_bytes
 from planner.units import GB
 
@@ -268,10 +269,6 @@ class _Stage:
         return self.dense_bytes + round(self.experts * (1 - untouched) * self.expert_bytes)
 
 
-def _kv_heads(arch: Architecture) -> int:
-    return max((layer.attention.kv_heads for layer in arch.layers), default=0)
-
-
 def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
     """2 FLOPs per multiply-add for QK^T and for AV, per attended position, one layer, one rank."""
     if attention.kind in ("full", "sliding"):
@@ -324,7 +321,7 @@ def _block(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads:
 @lru_cache(maxsize=1024)
 def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool) -> tuple[_Stage, ...]:
     heads_per_rank = ceil(arch.num_attention_heads / tp)
-    kv_heads = _kv_heads(arch)
+    kv_heads = model_kv_heads(arch)
     k = arch.moe.experts_per_token if arch.moe else 0
     stages = []
     for index, (first, last) in enumerate(pipeline_stages(arch.num_layers, pp)):
@@ -336,9 +333,7 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
             continue
         head: tuple[Tensor, ...] = ()
         if index == pp - 1:
-            head = arch.head
-            if arch.tied_embeddings:
-                head += tuple(Tensor("lm_head.weight", t.shape, "lm_head", t.split) for t in arch.embedding)
+            head = arch.head + tied_lm_head(arch)
         blocks = [_block(layer.tensors, precision, tp, kv_heads, k) for layer in layers]
         logits = _block(head, precision, tp, kv_heads, k)
         stages.append(_Stage(

@@ -9,8 +9,8 @@ memory candidates (GPU x TP/PP x precision x KV dtype at the workload's context)
 concurrency whose TTFT and TPOT meet the SLOs; a configuration's capacity is the performance
 model's requests/s at that concurrency times the utilisation ceiling. Integer variables: replicas
 of each configuration on each pool (offer x market), and instances rented of each pool.
-Constraints: the GPUs the replicas use fit in the instances rented (replica sizes divide the
-instance, or span whole instances, so the count is exact); capacity meets demand, with N+k
+Constraints: the GPUs the replicas take up fit in the instances rented (planner.plan.rental: one
+rule with the single-configuration planner; footprints pack exactly); capacity meets demand, with N+k
 redundancy (the fleet still meets demand without its k largest replicas of any configuration);
 minimum replicas; a cap on distinct configurations per workload; GPU quotas per provider /
 region / GPU type shared by all workloads; an on-demand share of capacity when spot is allowed.
@@ -25,11 +25,14 @@ from math import ceil
 
 from ortools.sat.python import cp_model
 
-from planner.plan.search import COST_UNITS_PER_USD, MIN_GPUS_PER_NODE_ACROSS_NODES, build_search_space, recheck
 from planner.catalog.load import Catalog, Offer
 from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
+from planner.plan.configuration import Configuration
+from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import Scenario
+from planner.plan.search import build_search_space, recheck
+from planner.plan.status import INFEASIBLE, OPTIMAL, solved, status_name
 from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingConfig, Slo, serving_configs
 
 
@@ -82,6 +85,10 @@ class Assignment:
     replicas: int
     memory: MemoryEstimate  # the estimator's re-check on the GPU
 
+    @property
+    def configuration(self) -> Configuration:
+        return self.config.candidate.configuration
+
 
 @dataclass(frozen=True)
 class PoolUse:
@@ -110,13 +117,13 @@ class FleetPlan:
     candidate_seconds: float = 0.0  # of solve_seconds, spent building serving configurations
 
 
+def _footprint(config: ServingConfig, pool: Pool) -> int | None:
+    """GPUs of the pool's instance shape one replica takes up (planner.plan.rental), None if not rentable there."""
+    return footprint(config.candidate.gpus, config.candidate.tp, pool.offer.gpus)
+
+
 def _fits_pool(config: ServingConfig, pool: Pool) -> bool:
-    """Replicas either divide an instance or span whole instances (TP inside one), so GPU counts pack exactly."""
-    g, k = config.candidate.gpus, pool.offer.gpus
-    if g <= k:
-        return k % g == 0
-    return (g % k == 0 and config.candidate.tp <= k and k % config.candidate.tp == 0
-            and k >= MIN_GPUS_PER_NODE_ACROSS_NODES)
+    return _footprint(config, pool) is not None
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,8 +162,9 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
         users = [(ci, var) for (ci, p), var in replicas.items() if p == pi]
         if not users:
             continue
-        gpus = sum(var * configs[ci].candidate.gpus for ci, var in users)
-        top = sum(configs[ci].candidate.gpus * upper[ci, pi] for ci, _ in users)
+        # footprints of one shape pack exactly (see planner.plan.rental), so GPUs taken <= GPUs rented is the rule
+        gpus = sum(var * _footprint(configs[ci], pool) for ci, var in users)
+        top = sum(_footprint(configs[ci], pool) * upper[ci, pi] for ci, _ in users)
         instances[pi] = model.new_int_var(0, ceil(top / pool.offer.gpus), f"inst_{pi}")
         model.add(gpus <= instances[pi] * pool.offer.gpus)
 
@@ -212,10 +220,6 @@ def _solve(built: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
     return solver, solver.solve(built.model)
 
 
-_STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE", cp_model.INFEASIBLE: "INFEASIBLE",
-           cp_model.UNKNOWN: "UNKNOWN", cp_model.MODEL_INVALID: "MODEL_INVALID"}
-
-
 # --------------------------------------------------------------------------------------------
 # The whole job
 
@@ -227,10 +231,10 @@ def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True) ->
     pools = list(dict.fromkeys(Pool(o, m) for w in problem.workloads for o, m in w.space.offers))
     built = _build(problem, configs, pools, allow_unmet=False)
     solver, status = _solve(built, problem.time_limit_s)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        plan = _unmet_plan(problem, configs, pools, catalog, started, _STATUS.get(status, "UNKNOWN"))
+    if not solved(status):
+        plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status))
         return replace(plan, candidate_seconds=candidate_seconds)
-    plan = _read(problem, built, solver, configs, pools, catalog, _STATUS[status], started, ())
+    plan = _read(problem, built, solver, configs, pools, catalog, status_name(status), started, ())
     plan = replace(plan, candidate_seconds=candidate_seconds)
     if explain:
         plan = replace(plan, binding=_binding(problem, plan, catalog))
@@ -258,7 +262,7 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
     tokens_per_hour = sum(b.requests_per_s * b.output_tokens for w in problem.workloads for b in w.buckets) * 3600
     bound = solver.best_objective_bound
     objective = solver.objective_value
-    gap = 0.0 if status == "OPTIMAL" or not objective else max(0.0, (objective - bound) / objective)
+    gap = 0.0 if status == OPTIMAL or not objective else max(0.0, (objective - bound) / objective)
     return FleetPlan(
         status=status, gap=gap, solve_seconds=time.perf_counter() - started, usd_per_hour=round(cost, 4),
         usd_per_million_output_tokens=round(cost / tokens_per_hour * 1e6, 4) if tokens_per_hour else None,
@@ -281,16 +285,16 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
                 unmet.append(f"{w.name} bucket {b}: {why}")
     relaxed = _build(problem, configs, pools, allow_unmet=True)
     solver, status2 = _solve(relaxed, problem.time_limit_s)
-    if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if solved(status2):
         for (name, b), var in relaxed.slack.items():
             short = solver.value(var) / CAPACITY_UNITS_PER_RPS
             if short > 0 and not any(u.startswith(f"{name} bucket {b}:") for u in unmet):
                 full = [q.label for q in problem.quotas if _quota_full(q, relaxed, solver, pools)]
                 unmet.append(f"{name} bucket {b}: {short:,.3f} req/s unserved; blocked by "
                              + (", ".join(full) if full else "the allowed pools and redundancy rules"))
-        plan = _read(problem, relaxed, solver, configs, pools, catalog, "INFEASIBLE", started, tuple(unmet))
+        plan = _read(problem, relaxed, solver, configs, pools, catalog, INFEASIBLE, started, tuple(unmet))
         return replace(plan, usd_per_hour=None, usd_per_million_output_tokens=None)
-    return FleetPlan("INFEASIBLE", 0.0, time.perf_counter() - started, None, None, (), (), tuple(unmet), (),
+    return FleetPlan(INFEASIBLE, 0.0, time.perf_counter() - started, None, None, (), (), tuple(unmet), (),
                      len(configs), 0)
 
 

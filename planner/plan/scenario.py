@@ -15,11 +15,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from planner.catalog.load import Quality
 from planner.errors import PlannerInputError
 from planner.units import MAX_BATCH, MAX_CONTEXT
 
-Quality = Literal["lossless", "near-lossless", "small loss", "noticeable loss"]
-QUALITY_ORDER: tuple[str, ...] = ("lossless", "near-lossless", "small loss", "noticeable loss")
 Market = Literal["on-demand", "spot", "any"]
 
 _TOKENS_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
@@ -144,18 +143,18 @@ class Traffic(_Strict):
         return (self.output_tokens_per_s or 0) / mean_output
 
 
-class Slo(_Strict):
+class SloSpec(_Strict):
     ttft_s: float | None = Field(default=None, gt=0, le=3600)  # time to first token
     tpot_s: float | None = Field(default=None, gt=0, le=60)  # time per output token
 
 
-class Workload(_Strict):
+class WorkloadSpec(_Strict):
     context: tuple[int, ...] = Field(description="tokens per sequence (prompt + output): a value, a list or {min, max}")
     concurrency: tuple[int, ...] = Field(default=(1,), description="sequences each replica holds at once")
     replicas: int = Field(default=1, ge=1, le=10_000)
     # fleet sizing (with traffic): replicas follow from demand, and `concurrency` caps the batch searched
     traffic: Traffic | None = None
-    slo: Slo | None = None
+    slo: SloSpec | None = None
     utilisation: float = Field(default=0.8, gt=0, le=1)  # plan replicas at most this busy, for bursts
     redundancy: int = Field(default=0, ge=0, le=100)  # N+k: spare replicas' worth of capacity
     min_replicas: int = Field(default=1, ge=0, le=10_000)
@@ -221,7 +220,7 @@ class NamedWorkload(_Strict):
     name: str = Field(min_length=1, max_length=100)
     model: str = Field(min_length=1)
     params: int | float | str | None = None
-    workload: Workload
+    workload: WorkloadSpec
     search: Search | None = None
     engine: EngineSpec | None = None
     pricing: Pricing | None = None
@@ -232,7 +231,7 @@ class Scenario(_Strict):
     description: str | None = None
     model: str | None = None  # with workload; or a `workloads:` list for a multi-model fleet
     params: int | float | str | None = None  # 70e9 reads as a float in YAML
-    workload: Workload | None = None
+    workload: WorkloadSpec | None = None
     workloads: list[NamedWorkload] | None = Field(default=None, min_length=1, max_length=200)
     fleet: FleetSpec | None = None
     search: Search = Search()
@@ -368,42 +367,3 @@ def model_reference(scenario: Scenario) -> str:
     if scenario.base_dir is not None and _exists(scenario.base_dir / model):
         return str((scenario.base_dir / model).resolve())
     return model
-
-
-def quality_at_least(quality: str, floor: str) -> bool:
-    return QUALITY_ORDER.index(quality) <= QUALITY_ORDER.index(floor)
-
-
-def what_if_variants(scenario: Scenario, busiest_gpu: str | None) -> list[tuple[str, Scenario]]:
-    """The standard variants for a review: traffic x2, context 32K, spot allowed, the busiest GPU type removed."""
-
-    def each_workload(change) -> Scenario:
-        if scenario.workloads is None:
-            return scenario.model_copy(update={"workload": change(scenario.workload)})
-        return scenario.model_copy(update={"workloads": [w.model_copy(update={"workload": change(w.workload)})
-                                                         for w in scenario.workloads]})
-
-    def double(workload: Workload) -> Workload:
-        traffic = workload.traffic
-        if traffic is None:
-            return workload.model_copy(update={"concurrency": tuple(min(2 * n, MAX_BATCH) for n in workload.concurrency)})
-        return workload.model_copy(update={"traffic": traffic.model_copy(update={
-            "requests_per_s": traffic.requests_per_s and 2 * traffic.requests_per_s,
-            "output_tokens_per_s": traffic.output_tokens_per_s and 2 * traffic.output_tokens_per_s})})
-
-    variants = [
-        ("traffic x2" if scenario.is_fleet else "concurrency x2", each_workload(double)),
-        ("context 32K", each_workload(lambda w: w.model_copy(update={"context": (32768,)}))),
-        ("spot allowed", scenario.model_copy(update={"pricing": scenario.pricing.model_copy(update={"market": "any"})})),
-    ]
-    if busiest_gpu:
-        excluded = [*scenario.search.exclude_gpus, busiest_gpu]
-        search = scenario.search.model_copy(update={"exclude_gpus": excluded})
-        removed = scenario.model_copy(update={"search": search})
-        if scenario.workloads is not None:
-            removed = removed.model_copy(update={"workloads": [
-                w.model_copy(update={"search": (w.search or scenario.search).model_copy(update={
-                    "exclude_gpus": [*(w.search or scenario.search).exclude_gpus, busiest_gpu]})})
-                for w in scenario.workloads]})
-        variants.append((f"without {busiest_gpu}", removed))
-    return variants

@@ -9,24 +9,22 @@ node, where NVLink is).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from math import ceil
+from dataclasses import dataclass, field
 
-from planner.model.architecture import Architecture
-from planner.catalog.load import Catalog, Gpu, Offer, Precision
+from planner.catalog.load import Catalog, Gpu, Offer, Precision, quality_at_least
 from planner.errors import PlannerInputError
-from planner.model.sources import resolve_model
-from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
-from planner.estimator.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.estimator.engines import EngineSettings
+from planner.estimator.engines.need import Budgets, engine_need
+from planner.estimator.layout import node_gpus, searched_tensor_parallel_sizes
+from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.model.architecture import Architecture
 from planner.model.precision import resolve_kv_dtype, resolve_precision
-from planner.plan.scenario import Scenario, model_reference, quality_at_least
-from planner.units import parse_count
+from planner.model.sources import resolve_model
+from planner.plan.configuration import SIMPLE_ENGINE, Configuration, ConfiguredBy, check_configuration
+from planner.plan.rental import Rental, rent
+from planner.plan.scenario import Scenario, model_reference
+from planner.units import format_bytes, parse_count
 
-# Money inside the solver is integer hundredths of a cent per hour: exact for every catalog price.
-COST_UNITS_PER_USD = 10_000
-# A replica spans several instances only when each is a full multi-GPU node (HGX/DGX-class servers,
-# which clouds interconnect with InfiniBand / EFA for multi-node serving); an assumption, not a price.
-MIN_GPUS_PER_NODE_ACROSS_NODES = 8
 # Each configuration costs an estimate (about 1-3 ms here): 200,000 keeps a solve under a few minutes.
 MAX_CONFIGURATIONS = 200_000
 
@@ -34,6 +32,7 @@ MAX_CONFIGURATIONS = 200_000
 @dataclass(frozen=True)
 class SearchSpace:
     arch: Architecture
+    model: str  # as given (a relative config path resolved against the scenario's folder)
     model_id: str  # what an engine loads: the catalog's HF id, or the config path given
     model_precision: str | None  # the checkpoint's own precision
     gpus: tuple[Gpu, ...]
@@ -48,22 +47,27 @@ class SearchSpace:
     overhead: float | None
     allow_emulated: bool
     engine: EngineSettings | None = None  # None: the seed's margin (engine "simple")
+    params: int | None = None  # the scenario's parameter count, for a model known by its size
+
+    def configuration(self, gpu: Gpu, tp: int, pp: int, precision: str, kv_dtype: str, context: int,
+                      concurrency: int, engine: EngineSettings | None = None) -> Configuration:
+        """A configuration of this space's model; `engine`: the settings the engine resolved, when it did."""
+        return Configuration(self.model, self.model_id, gpu.name, tp, pp, precision, kv_dtype, context, concurrency,
+                             engine or self.engine or EngineSettings(SIMPLE_ENGINE),
+                             self.overhead if self.engine is None else None, self.params)
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Candidate(ConfiguredBy):
+    """A configuration the estimator says fits every GPU it uses."""
+
     gpu: Gpu
-    tp: int
-    pp: int
-    precision: str
-    kv_dtype: str
-    context: int
-    concurrency: int
+    configuration: Configuration
     fullest_gpu_bytes: int  # the largest per-GPU total across the replica's ranks
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.configuration.gpus
 
     @property
     def headroom_bytes(self) -> int:
@@ -71,33 +75,18 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Rental:
-    offer: Offer
-    market: str
-    instances: int
-    replicas_per_instance: int  # 0 when one replica spans several instances
-    usd_per_hour: float
-    idle_gpus: int
+class Rejection(ConfiguredBy):
+    """A configuration the estimator refused, why, and the cheapest way it would have been rented."""
 
-    @property
-    def cost_units(self) -> int:
-        return round(self.usd_per_hour * COST_UNITS_PER_USD)
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A configuration the estimator refused, with the cheapest way it would have been rented."""
-
-    gpu: str
-    tp: int
-    pp: int
-    precision: str
-    kv_dtype: str
-    context: int
-    concurrency: int
+    configuration: Configuration
     needed_bytes: int  # on the fullest GPU
     card_bytes: int
     usd_per_hour: float | None
+    reason: str
+
+    @property
+    def gpu(self) -> str:
+        return self.configuration.gpu
 
     @property
     def overshoot(self) -> float:
@@ -180,11 +169,11 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
     except PlannerInputError:
         model_id = reference
     return SearchSpace(
-        arch=arch, model_id=model_id, model_precision=own.name if arch.exact else None, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
+        arch=arch, model=reference, model_id=model_id, model_precision=own.name if arch.exact else None, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
         contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
         replicas=scenario.workload.replicas, max_gpus_per_replica=search.max_gpus_per_replica,
         max_gpus_per_node=search.max_gpus_per_node, offers=offers, overhead=scenario.engine.overhead,
-        allow_emulated=search.allow_emulated, engine=engine_settings(scenario),
+        allow_emulated=search.allow_emulated, engine=engine_settings(scenario), params=params,
     )
 
 
@@ -201,48 +190,15 @@ def engine_settings(scenario: Scenario) -> EngineSettings | None:
 # Parallel layouts
 
 
-def node_size(gpu: Gpu, space: SearchSpace) -> int:
-    return min(gpu.gpus_per_node, space.max_gpus_per_node or gpu.gpus_per_node)
-
-
 def parallel_layouts(arch: Architecture, gpu: Gpu, space: SearchSpace) -> list[tuple[int, int]]:
     """(tp, pp) splits to try: TP inside one node; PP only to go beyond a full node (across nodes)."""
-    node = node_size(gpu, space)
-    kv_heads = {layer.attention.kv_heads for layer in arch.layers if layer.attention.kind in ("full", "sliding")}
-    heads = arch.num_attention_heads
-
-    def tp_ok(tp: int) -> bool:
-        return heads % tp == 0 and all(tp % kv == 0 or kv % tp == 0 for kv in kv_heads if kv)
-
-    tps = [tp for tp in range(1, node + 1) if tp_ok(tp) and tp <= space.max_gpus_per_replica]
-    if not arch.exact:
-        tps = [tp for tp in tps if tp & (tp - 1) == 0]  # a size-only model: power-of-two splits
+    tps = searched_tensor_parallel_sizes(arch, node_gpus(gpu, space.max_gpus_per_node), space.max_gpus_per_replica)
     layouts = [(tp, 1) for tp in tps]
     if tps:
         widest = max(tps)
         for pp in range(2, min(arch.num_layers, space.max_gpus_per_replica // widest) + 1):
             layouts.append((widest, pp))
     return layouts
-
-
-def rent(gpus_per_replica: int, tp: int, replicas: int, offer: Offer, market: str) -> Rental | None:
-    """How `replicas` replicas of `gpus_per_replica` GPUs are rented on one shape, or None if they can't be."""
-    price = offer.price(market)
-    if price is None:
-        return None
-    k = offer.gpus
-    if gpus_per_replica <= k:
-        per_instance = k // gpus_per_replica
-        instances = ceil(replicas / per_instance)
-    else:
-        if tp > k or k % tp:
-            return None  # a TP group must sit inside one instance
-        if k < MIN_GPUS_PER_NODE_ACROSS_NODES:
-            return None  # single-GPU rentals are not networked for pipeline stages; whole nodes are
-        per_instance = 0
-        instances = replicas * ceil(gpus_per_replica / k)
-    return Rental(offer, market, instances, per_instance, instances * price,
-                  instances * k - replicas * gpus_per_replica)
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,11 +209,16 @@ def _runs_natively(precision: Precision, gpu: Gpu) -> bool:
     return not precision.native or gpu.generation in precision.native
 
 
+def configuration_count(space: SearchSpace) -> int:
+    """How many configurations enumerate_candidates would estimate (at most; "auto" KV may repeat one)."""
+    return (sum(len(parallel_layouts(space.arch, gpu, space)) for gpu in space.gpus) * len(space.precisions)
+            * len(space.kv_dtypes) * len(space.contexts) * len(space.concurrencies))
+
+
 def enumerate_candidates(space: SearchSpace, catalog: Catalog) -> Enumeration:
     """Every configuration in the search space, estimated once per layout and checked on each GPU."""
     arch = space.arch
-    size = (sum(len(parallel_layouts(arch, gpu, space)) for gpu in space.gpus) * len(space.precisions)
-            * len(space.kv_dtypes) * len(space.contexts) * len(space.concurrencies))
+    size = configuration_count(space)
     if size > MAX_CONFIGURATIONS:
         raise PlannerInputError(
             f"search: {size:,} configurations to estimate (limit {MAX_CONFIGURATIONS:,}); narrow workload.context or "
@@ -269,7 +230,7 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog) -> Enumeration:
     skipped: list[str] = []
     checked = 0
     estimates: dict[tuple, MemoryEstimate] = {}
-    budgets: dict[tuple, tuple[EngineBudget | None, int]] = {}
+    budgets: Budgets = {}
     cheapest = _cheapest_rental_by_gpu(space)
     seen: set[tuple] = set()
     for gpu in space.gpus:
@@ -289,50 +250,39 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog) -> Enumeration:
                                 continue
                             seen.add((gpu.name, key))
                             checked += 1
-                            if space.engine is not None:
-                                fullest = _engine_need(space, catalog, gpu, tp, pp, precision.name, kv, context,
-                                                       concurrency, budgets)
-                            else:
-                                est = estimates.get(key)
-                                if est is None:
-                                    est = estimate_memory(arch, Request(context=context, batch=concurrency, tp=tp,
-                                                                        pp=pp, precision=precision.name, kv_dtype=kv,
-                                                                        overhead_fraction=space.overhead), catalog)
-                                    estimates[key] = est
-                                fullest = max(r.total_bytes for r in est.per_gpu)
-                            if fullest <= gpu.memory_bytes:
-                                candidates.append(Candidate(gpu, tp, pp, precision.name, kv, context, concurrency, fullest))
+                            found = _check(space, catalog, gpu, key, estimates, budgets)
+                            if isinstance(found, Candidate):
+                                candidates.append(found)
                             elif context == space.contexts[0] and concurrency == space.concurrencies[0]:
-                                rejections.append(Rejection(gpu.name, tp, pp, precision.name, kv, context, concurrency,
-                                                            fullest, gpu.memory_bytes, cheapest.get((gpu.name, tp * pp, tp))))
+                                configuration, needed, reason = found
+                                rejections.append(Rejection(configuration, needed, gpu.memory_bytes,
+                                                            cheapest.get((gpu.name, tp * pp, tp)), reason))
     return Enumeration(tuple(candidates), tuple(rejections), checked, tuple(skipped))
 
 
-def _engine_need(space: SearchSpace, catalog: Catalog, gpu: Gpu, tp: int, pp: int, precision: str, kv: str,
-                 context: int, concurrency: int, budgets: dict[tuple, tuple[EngineBudget | None, int]]) -> int:
-    """What the card must hold for `concurrency` sequences of `context` under the engine's rules: its non-KV
-    memory (weights, activation peak, non-torch), the KV of those sequences, and the share the engine leaves
-    unused (1 - gpu_memory_utilization). Above the card when they don't fit; computed once per layout and
-    context, since the pool and max concurrency cover every batch."""
-    key = (gpu.name, tp, pp, precision, kv, context)
-    if key not in budgets:
-        request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv)
-        one = estimate_memory(space.arch, request, catalog)
-        kv_per_sequence = max(r.kv_cache_bytes for r in one.per_gpu)
-        try:
-            budget = engine_budget(space.arch, request, space.engine, GpuTarget.from_catalog(gpu), catalog)
-        except PlannerInputError:
-            budget = None  # e.g. recurrent layers the engine profiles do not size: treated as not fitting
-        budgets[key] = (budget, kv_per_sequence)
-    budget, kv_per_sequence = budgets[key]
-    if budget is None:
-        return gpu.memory_bytes + 1
-    reserved = gpu.memory_bytes - budget.budget_bytes
-    need = (budget.weights_bytes + budget.activation_bytes + budget.non_torch_bytes + reserved
-            + concurrency * kv_per_sequence)
-    max_seqs = budget.settings.max_num_seqs
-    fits = budget.fits and budget.max_concurrency >= concurrency and not (max_seqs and concurrency > max_seqs)
-    return min(need, gpu.memory_bytes) if fits else max(need, gpu.memory_bytes + 1)
+def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates: dict[tuple, MemoryEstimate],
+           budgets: Budgets) -> Candidate | tuple[Configuration, int, str]:
+    """One configuration on one card: a candidate, or (the configuration, what its fullest GPU needs, why not).
+    With an engine, its own rules decide (engine_need); with the planning margin, the estimate's total.
+    Estimates and engine pools are shared across cards and batches through the two caches."""
+    tp, pp, precision, kv, context, concurrency = key
+    card = gpu.memory_bytes
+    if space.engine is not None:
+        request = Request(context=context, batch=concurrency, tp=tp, pp=pp, precision=precision, kv_dtype=kv)
+        need = engine_need(space.arch, request, space.engine, GpuTarget.from_catalog(gpu), catalog, budgets)
+        configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency,
+                                            need.budget.settings if need.budget else None)
+        if need.fits:
+            return Candidate(gpu, configuration, min(need.used_bytes, card))
+        return configuration, max(need.used_bytes, card + 1), need.reason or "does not fit"
+    configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
+    est = estimates.get(key)
+    if est is None:
+        est = estimates[key] = estimate_memory(space.arch, configuration.request(), catalog)
+    fullest = max(r.total_bytes for r in est.per_gpu)
+    if fullest <= card:
+        return Candidate(gpu, configuration, fullest)
+    return configuration, fullest, f"needs {format_bytes(fullest)} per GPU; {gpu.name} holds {format_bytes(card)}"
 
 
 def _cheapest_rental_by_gpu(space: SearchSpace) -> dict[tuple[str, int, int], float]:
@@ -352,19 +302,5 @@ def rentals_for(candidate: Candidate, space: SearchSpace) -> list[Rental]:
 
 
 def recheck(candidate: Candidate, space: SearchSpace, catalog: Catalog) -> MemoryEstimate:
-    """The verdict on a chosen configuration, on its GPU, from scratch: the plan is printed only if it fits.
-    With an engine, the engine's own budget decides `gpu.fits` (the breakdown stays the estimator's)."""
-    request = Request(context=candidate.context, batch=candidate.concurrency, tp=candidate.tp, pp=candidate.pp,
-                      precision=candidate.precision, kv_dtype=candidate.kv_dtype, overhead_fraction=space.overhead)
-    target = GpuTarget.from_catalog(candidate.gpu)
-    estimate = estimate_memory(space.arch, request, catalog, target)
-    if space.engine is None:
-        return estimate
-    budget = engine_budget(space.arch, request, space.engine, target, catalog)
-    fits = budget.fits and budget.max_concurrency >= candidate.concurrency
-    kv_needed = max(r.kv_cache_bytes for r in estimate.per_gpu)
-    used = (budget.weights_bytes + budget.activation_bytes + budget.non_torch_bytes
-            + (target.memory_bytes - budget.budget_bytes) + kv_needed)
-    return replace(estimate, gpu=GpuFit(target.name, target.memory_bytes, fits, target.memory_bytes - used),
-                   warnings=tuple(w for w in estimate.warnings if not w.startswith(("does not fit", "little headroom")))
-                   + budget.warnings)
+    """The verdict on a chosen configuration, on its GPU, from scratch: the plan is printed only if it fits."""
+    return check_configuration(space.arch, candidate.configuration, GpuTarget.from_catalog(candidate.gpu), catalog)

@@ -7,11 +7,10 @@ run them today: vLLM on a Ray cluster (head + workers), SGLang with --nnodes/--n
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 from pathlib import Path
@@ -23,6 +22,10 @@ from planner.catalog.checkpoints import known_checkpoint
 from planner.catalog.load import Catalog, Precision, load_catalog
 from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
+from planner.estimator.engines import EngineSettings
+from planner.estimator.engines.vocabulary import engine_kv_dtype
+from planner.plan.configuration import Configuration, ConfiguredBy
+from planner.plan.planfile import CheckedPlan, load_plan_file
 
 TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
 VLLM_DEFAULT_UTILIZATION = 0.90  # vLLM's --gpu-memory-utilization default (vllm/config/cache.py)
@@ -34,37 +37,43 @@ VLLM_IMAGES = {"nvidia": "vllm/vllm-openai", "amd": "vllm/vllm-openai-rocm"}
 # Recent vLLM wheels no longer pull Ray in; a multi-node replica runs on a Ray cluster (compiled graphs for PP)
 RAY_REQUIREMENT = "ray[cgraph]"
 VLLM_PORT, SGLANG_PORT, LLAMACPP_PORT = 8000, 30000, 8080
-SGLANG_KV_DTYPES = {"fp8": "fp8_e4m3"}  # SGLang names the fp8 flavour (server_args.py --kv-cache-dtype)
+# A plan made with the planning margin leaves SGLang's static share this far below vLLM's utilization: room
+# for SGLang's own reserve, which the margin does not model (plans made with an engine carry their own share)
+SGLANG_STATIC_BELOW_UTILIZATION = 0.05
 SGLANG_AMD_ATTENTION = "aiter"  # SGLang's ROCm attention backend (server_args.py ATTENTION_BACKEND_CHOICES)
-LLAMACPP_KV_TYPES = {"fp16": "f16", "bf16": "bf16", "fp32": "f32", "fp8": "q8_0"}  # llama.cpp --cache-type-k/v
 LLAMACPP_UNQUANTIZED_CACHES = {"f16", "bf16", "f32"}  # any other V cache type needs flash attention (server README)
 HF_TOKEN_SECRET = {"name": "hf-token", "key": "token"}  # kubectl create secret generic hf-token --from-literal=token=...
 
-
 @dataclass(frozen=True)
-class ExportPlan:
-    """The fields of one plan that a deployment needs."""
+class ExportPlan(ConfiguredBy):
+    """One plan as a deployment needs it: the configuration it was checked with, and where it runs."""
 
     name: str
-    model_id: str
-    gpu: str
+    configuration: Configuration
+    weights: Precision
     vendor: str
     skypilot_accelerator: str | None
-    gpus_per_replica: int
-    tp: int
-    pp: int
     nodes_per_replica: int
     gpus_per_node: int
     replicas: int
-    precision: Precision
-    kv_dtype: str
-    context: int
-    concurrency: int
     provider: str
     region: str
     market: str
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float  # vLLM: the share of each card the plan was checked with
+    mem_fraction_static: float  # SGLang: likewise
     checkpoint_precision: str | None  # what the model ships in; no re-quantized checkpoint needed for it
+
+    @property
+    def precision(self) -> Precision:  # type: ignore[override]  # the catalog record: its engine flags
+        return self.weights
+
+    @property
+    def model_id(self) -> str:
+        return self.configuration.model_id
+
+    @property
+    def gpu(self) -> str:
+        return self.configuration.gpu
 
 
 class _Dumper(yaml.SafeDumper):
@@ -86,44 +95,41 @@ def _dump(doc: dict[str, Any]) -> str:
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120)
 
 
-def load_plan(path: str | Path, catalog: Catalog, plan_index: int = 0) -> ExportPlan:
-    """Read PLAN.json; `plan_index` 0 is the best plan, N the N-th alternative."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlannerInputError(f"plan: cannot read {str(p)!r} ({exc.strerror}); write one with "
-                                "`planner solve SCENARIO --format json -o PLAN.json`") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise PlannerInputError(f"plan: {p.name} is not JSON; write it with `planner solve SCENARIO --format json -o PLAN.json`") from None
-    if not isinstance(data, dict) or "best" not in data or "alternatives" not in data:
-        raise PlannerInputError(f"plan: {p.name} is not a `planner solve --format json` output (no 'best'/'alternatives')")
-    options = ([data["best"]] if data["best"] else []) + list(data["alternatives"])
-    if not options:
-        raise PlannerInputError(f"plan: {p.name} holds no plan (the scenario was infeasible)")
-    if not 0 <= plan_index < len(options):
-        raise PlannerInputError(f"--plan: {plan_index} is out of range; {p.name} has plans 0 (best) to {len(options) - 1}")
-    try:
-        return _export_plan(data, options[plan_index], catalog)
-    except (KeyError, TypeError) as exc:
-        raise PlannerInputError(f"plan: {p.name} lacks {exc}; re-run `planner solve` to write a complete plan") from None
+def load_plan(path: str | Path, catalog: Catalog, plan_index: int = 0, assignment: int | None = None) -> ExportPlan:
+    """One plan of PLAN.json (planner.plan.planfile: checked and re-checked); `plan_index` 0 is the best plan,
+    N the N-th alternative; `assignment` N picks one assignment of a fleet plan."""
+    plans = load_plans(path, catalog, plan_index, assignment)
+    if len(plans) > 1:
+        raise PlannerInputError(f"--assignment: {Path(path).name!r} is a fleet of {len(plans)} assignments; "
+                                f"choose one of 0 to {len(plans) - 1}")
+    return plans[0]
 
 
-def _export_plan(data: dict[str, Any], option: dict[str, Any], catalog: Catalog) -> ExportPlan:
-    gpu = catalog.gpus.get(option["gpu"])
-    memory = option["memory"]
-    fullest = max(rank["total_bytes"] for rank in memory["per_gpu"])
-    needed = ceil(fullest / gpu.memory_bytes * 100) / 100
+def load_plans(path: str | Path, catalog: Catalog, plan_index: int = 0,
+               assignment: int | None = None) -> tuple[ExportPlan, ...]:
+    """The plans of PLAN.json to deploy: one of a single-configuration plan, each assignment of a fleet."""
+    return tuple(export_plan(plan, catalog) for plan in load_plan_file(path, catalog, plan_index, assignment))
+
+
+def export_plan(plan: CheckedPlan, catalog: Catalog) -> ExportPlan:
+    """The plan's own engine settings, verbatim. A plan made with the planning margin (engine "simple") has no
+    engine share: it gets the share its re-checked fullest GPU needs, at least vLLM's default, at most 0.95."""
+    configuration, record, card = plan.configuration, plan.record, plan.card
+    fraction = configuration.memory_fraction
+    if fraction is None:
+        fullest = max(rank.total_bytes for rank in plan.memory.per_gpu)
+        fraction = min(MAX_UTILIZATION, max(VLLM_DEFAULT_UTILIZATION, ceil(fullest / card.memory_bytes * 100) / 100))
+        static = fraction - SGLANG_STATIC_BELOW_UTILIZATION
+    else:
+        static = fraction
+    gpus = configuration.gpus
     return ExportPlan(
-        name=str(data.get("scenario") or "planner"), model_id=data["model_id"], gpu=gpu.name, vendor=gpu.vendor,
-        skypilot_accelerator=gpu.skypilot_accelerator, gpus_per_replica=option["gpus_per_replica"],
-        tp=option["tp"], pp=option["pp"], nodes_per_replica=option["nodes_per_replica"],
-        gpus_per_node=min(option["gpus_per_instance"], option["gpus_per_replica"]),
-        replicas=option["replicas"], precision=catalog.precisions.get(option["precision"]),
-        kv_dtype=option["kv_dtype"], context=option["context"], concurrency=option["concurrency"],
-        provider=option["provider"], region=option["region"], market=option["market"],
-        gpu_memory_utilization=min(MAX_UTILIZATION, max(VLLM_DEFAULT_UTILIZATION, needed)),
-        checkpoint_precision=data.get("model_precision"),
+        name=plan.name, configuration=configuration, weights=catalog.precisions.get(configuration.precision),
+        vendor=card.vendor, skypilot_accelerator=card.skypilot_accelerator,
+        nodes_per_replica=1 if gpus <= record.gpus_per_instance else ceil(gpus / record.gpus_per_instance),
+        gpus_per_node=min(record.gpus_per_instance, gpus), replicas=record.replicas, provider=record.provider,
+        region=record.region, market=record.market, gpu_memory_utilization=fraction, mem_fraction_static=static,
+        checkpoint_precision=plan.checkpoint_precision,
     )
 
 
@@ -173,16 +179,25 @@ def _engine_flags(flag: str | None, prequantized: bool) -> list[str]:
     return [] if prequantized or not flag else flag.split()
 
 
-def _recheck(plan: ExportPlan, settings) -> Any:
-    """The exported engine settings through the engine's own profile (None: the model is not in the catalog)."""
+def _settings(plan: ExportPlan, engine: str) -> EngineSettings:
+    """The settings the plan was checked with when it was planned for `engine`, else that engine's defaults."""
+    planned = plan.configuration.engine
+    return planned if planned.name == engine else EngineSettings(engine)
+
+
+def _recheck(plan: ExportPlan, settings: EngineSettings) -> Any:
+    """The exported engine settings through the engine's own profile (None: the model is not a catalog model)."""
     from planner import api
 
+    configuration = plan.configuration
+    if configuration.params is not None:
+        return None
     try:
-        load_catalog().models.get(plan.model_id)
+        model = load_catalog().models.get(configuration.model).name
     except PlannerInputError:
         return None
-    return api.engine_estimate(plan.model_id, settings, context=plan.context, batch=plan.concurrency, tp=plan.tp,
-                               pp=plan.pp, precision=plan.precision.name, kv_dtype=plan.kv_dtype, gpu=plan.gpu).engine
+    return api.engine_estimate(model, settings, context=plan.context, batch=plan.concurrency, tp=plan.tp, pp=plan.pp,
+                               precision=plan.precision.name, kv_dtype=plan.kv_dtype, gpu=plan.gpu).engine
 
 
 def _graph_warning(budget) -> bool:
@@ -201,11 +216,13 @@ class VllmLaunch:
 def vllm_launch(plan: ExportPlan) -> VllmLaunch:
     """The plan's utilization when vLLM's profile starts it cleanly; else the highest lower one that leaves
     room for CUDA graphs and still holds the plan's sequences; else the plan's with --enforce-eager."""
-    from planner.estimator.engines import EngineSettings
+    base = _settings(plan, "vllm")
 
-    def check(utilization: float, eager: bool = False):
-        return _recheck(plan, EngineSettings("vllm", gpu_memory_utilization=utilization, enforce_eager=eager))
+    def check(utilization: float):
+        return _recheck(plan, replace(base, gpu_memory_utilization=utilization))
 
+    if base.enforce_eager:  # the plan was checked without CUDA graphs
+        return VllmLaunch(plan.gpu_memory_utilization, True, True)
     first = check(plan.gpu_memory_utilization)
     if first is None:  # a model outside the catalog: no profile to ask, so no CUDA graphs to run short of
         return VllmLaunch(plan.gpu_memory_utilization, True, False)
@@ -249,7 +266,7 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     args = [repo, "--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size", str(plan.pp),
             "--max-model-len", str(plan.context), "--max-num-seqs", str(plan.concurrency),
             "--gpu-memory-utilization", f"{launch.gpu_memory_utilization:.2f}",
-            "--kv-cache-dtype", "fp8" if plan.kv_dtype == "fp8" else "auto",
+            "--kv-cache-dtype", engine_kv_dtype("vllm", plan.kv_dtype),
             "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
     args += _engine_flags(plan.precision.vllm_flag, prequantized)
     if launch.enforce_eager:
@@ -291,12 +308,11 @@ def vllm_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
 
 @lru_cache(maxsize=64)
 def sglang_fraction(plan: ExportPlan) -> float | None:
-    """The --mem-fraction-static SGLang's profile checks the plan with (its own default for this GPU and model;
-    on AMD above 8K context the profile applies the aiter backend's 0.85 on top, as SGLang does). Refuses
-    when that pool cannot hold the plan's sequences. None: the model is not in the catalog."""
-    from planner.estimator.engines import EngineSettings
-
-    budget = _recheck(plan, EngineSettings("sglang"))
+    """The --mem-fraction-static SGLang's profile checks the plan with (the plan's own when it was planned for
+    SGLang, else SGLang's default for this GPU and model; on AMD above 8K context the profile applies the aiter
+    backend's 0.85 on top, as SGLang does). Refuses when that pool cannot hold the plan's sequences.
+    None: the model is not in the catalog, so there is no profile to ask."""
+    budget = _recheck(plan, _settings(plan, "sglang"))
     if budget is None:
         return None
     if not budget.fits:
@@ -313,9 +329,8 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
     args = ["--model-path", repo, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp),
             "--context-length", str(plan.context), "--max-running-requests", str(plan.concurrency)]
     fraction = sglang_fraction(plan)
-    if fraction is not None:
-        args += ["--mem-fraction-static", f"{fraction:.3f}"]
-    args += ["--kv-cache-dtype", SGLANG_KV_DTYPES.get(plan.kv_dtype, "auto"), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
+    args += ["--mem-fraction-static", f"{plan.mem_fraction_static if fraction is None else fraction:.3f}",
+             "--kv-cache-dtype", engine_kv_dtype("sglang", plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
     if plan.vendor == "amd":
         args += ["--attention-backend", SGLANG_AMD_ATTENTION]
     args += _engine_flags(plan.precision.sglang_flag, prequantized)
@@ -349,9 +364,9 @@ def llamacpp_args(plan: ExportPlan) -> list[str]:
                                 "(re-solve with bf16/fp16 or a GGUF precision such as q4_k_m)")
     if plan.nodes_per_replica > 1:
         raise PlannerInputError("--to llamacpp: this plan spans several nodes; llama.cpp serves from one machine")
-    if plan.kv_dtype not in LLAMACPP_KV_TYPES:
+    cache = plan.configuration.engine.cache_type or engine_kv_dtype("llamacpp", plan.kv_dtype)
+    if cache is None:
         raise PlannerInputError(f"--to llamacpp: no llama.cpp cache type for KV {plan.kv_dtype}")
-    cache = LLAMACPP_KV_TYPES[plan.kv_dtype]
     _llamacpp_recheck(plan, cache)
     # llama-server's --ctx-size is shared by its --parallel slots: each slot gets ctx-size / parallel
     args = ["--model", f"{plan.model_id.split('/')[-1]}-{plan.precision.gguf_type}.gguf",
@@ -367,9 +382,8 @@ def llamacpp_args(plan: ExportPlan) -> list[str]:
 
 def _llamacpp_recheck(plan: ExportPlan, cache: str) -> None:
     """llama.cpp stores fp8 KV as q8_0 (8.5 bits a value: 34 bytes per 32): the plan must fit sized that way."""
-    from planner.estimator.engines import EngineSettings
-
-    budget = _recheck(plan, EngineSettings("llamacpp", cache_type=cache, flash_attn=cache not in LLAMACPP_UNQUANTIZED_CACHES))
+    settings = replace(_settings(plan, "llamacpp"), cache_type=cache, flash_attn=cache not in LLAMACPP_UNQUANTIZED_CACHES)
+    budget = _recheck(plan, settings)
     if budget is not None and not budget.fits:
         raise PlannerInputError(f"--to llamacpp: with a {cache} cache llama.cpp does not hold {plan.concurrency} x "
                                 f"{plan.context:,} tokens on {plan.gpus_per_replica} x {plan.gpu} ({budget.message}); "
@@ -507,3 +521,17 @@ def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
     if target not in renderers:
         raise PlannerInputError(f"--to: unknown target {target!r}; use one of {', '.join(TARGETS)}")
     return renderers[target](_checked(plan), checkpoint)
+
+
+def export_all(plans: tuple[ExportPlan, ...], target: str, checkpoint: str | None = None) -> str:
+    """One launch per plan: commands one after the other, Kubernetes documents separated by `---`. A SkyPilot task
+    file holds one task, so a fleet of several assignments exports one at a time (--assignment N)."""
+    if len(plans) == 1:
+        return export(plans[0], target, checkpoint)
+    if target == "skypilot":
+        raise PlannerInputError(f"--assignment: a SkyPilot task file holds one task and this fleet has {len(plans)} "
+                                f"assignments; export each with --assignment 0 to {len(plans) - 1}")
+    if target == "kubernetes":
+        return "---\n".join(export(plan, target, checkpoint) for plan in plans)
+    return "\n".join(f"# assignment {i}: {plan.name}, {plan.replicas} replica(s)\n" + export(plan, target, checkpoint)
+                     for i, plan in enumerate(plans))

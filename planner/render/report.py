@@ -6,7 +6,7 @@ import csv
 import html
 import io
 import json
-from dataclasses import asdict
+
 from typing import TYPE_CHECKING, Any, Iterable
 
 from rich.console import Console
@@ -14,13 +14,15 @@ from rich.table import Table
 
 from planner.catalog.load import Catalog
 from planner.estimator.memory import MemoryEstimate, RankMemory
+from planner.render.records import assignment_row
 from planner.units import GiB, MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
     from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
-    from planner.plan.solver import PlanOption, Review, SolveResult
+    from planner.plan.review import Review
+    from planner.plan.solver import PlanOption, SolveResult
 
 
 def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
@@ -165,12 +167,6 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
 
 # --------------------------------------------------------------------------------------------
 # planner solve
-
-
-def solve_json(result: SolveResult) -> str:
-    data = asdict(result)
-    data["plans"] = result.rows()
-    return json.dumps(data, indent=2, default=str)
 
 
 def _status_line(result: SolveResult) -> str:
@@ -430,30 +426,7 @@ def review_markdown(review: Review, scenario_text: str) -> str:
 
 
 def fleet_rows(plan: FleetPlan) -> list[dict[str, Any]]:
-    rows = []
-    for a in plan.assignments:
-        c, perf = a.config.candidate, a.config.performance
-        rows.append({"workload": a.workload, "bucket": a.bucket, "replicas": a.replicas, "gpu": c.gpu.name,
-                     "gpus_per_replica": c.gpus, "tp": c.tp, "pp": c.pp, "precision": c.precision,
-                     "kv_dtype": c.kv_dtype, "context": c.context, "concurrency": c.concurrency,
-                     "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "ttft_s": round(perf.ttft_s, 4),
-                     "tpot_s": round(perf.tpot_s, 5), "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
-                     "region": a.pool.offer.region, "market": a.pool.market,
-                     "headroom_bytes": a.memory.gpu.headroom_bytes if a.memory.gpu else None})
-    return rows
-
-
-def fleet_json(plan: FleetPlan) -> str:
-    data = {"status": plan.status, "gap": plan.gap, "solve_seconds": plan.solve_seconds,
-            "usd_per_hour": plan.usd_per_hour, "usd_per_million_output_tokens": plan.usd_per_million_output_tokens,
-            "assignments": fleet_rows(plan),
-            "pools": [{"provider": u.pool.offer.provider, "instance": u.pool.offer.instance, "region": u.pool.offer.region,
-                       "market": u.pool.market, "gpu": u.pool.offer.gpu, "instances": u.instances,
-                       "gpus_per_instance": u.pool.offer.gpus, "gpus_used": u.gpus_used, "usd_per_hour": u.usd_per_hour,
-                       "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source} for u in plan.pools],
-            "unmet": list(plan.unmet), "binding": list(plan.binding), "configurations": plan.configurations,
-            "variables": plan.variables}
-    return json.dumps(data, indent=2)
+    return [assignment_row(a) for a in plan.assignments]
 
 
 def _fleet_status(plan: FleetPlan) -> str:

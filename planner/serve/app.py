@@ -154,8 +154,9 @@ def _rank_bars(estimate: api.EngineEstimate | None, memory) -> list[dict[str, An
 def create_app(catalog: Catalog | None = None) -> FastAPI:
     from planner.estimator.engines import EngineSettings
     from planner.plan.scenario import parse_scenario
-    from planner.render.export import export, load_plan
-    from planner.render.report import catalog_rows, fleet_json, solve_json
+    from planner.render.export import export_all
+    from planner.render.records import fleet_json, solve_json
+    from planner.render.report import catalog_rows
 
     catalog = catalog or load_catalog()
     app = FastAPI(title="planner", description="GPU memory and fleet planning for LLM inference.",
@@ -209,7 +210,7 @@ def create_app(catalog: Catalog | None = None) -> FastAPI:
         scenario = parse_scenario(_scenario(text, catalog), "scenario")
         if scenario.is_fleet:
             plan = api.plan_fleet(scenario, time_limit_s=SOLVE_TIME_LIMIT_S, catalog=catalog)
-            return plan, fleet_json(plan)
+            return plan, fleet_json(plan, scenario.name or "fleet")
         result = api.solve(scenario, time_limit_s=SOLVE_TIME_LIMIT_S, catalog=catalog)
         return result, solve_json(result)
 
@@ -219,7 +220,7 @@ def create_app(catalog: Catalog | None = None) -> FastAPI:
 
     @app.post("/api/report", summary="The review page of `planner report` (HTML)", response_class=HTMLResponse)
     def report(body: ScenarioBody) -> HTMLResponse:
-        from planner.plan.solver import review_scenario
+        from planner.plan.review import review_scenario
         from planner.render.report import fleet_html, review_html
 
         scenario = parse_scenario(_scenario(body.scenario, catalog), "scenario")
@@ -235,7 +236,8 @@ def create_app(catalog: Catalog | None = None) -> FastAPI:
         with tempfile.TemporaryDirectory(prefix="planner-web-") as folder:
             path = Path(folder) / "plan.json"
             path.write_text(text, encoding="utf-8")
-            return PlainTextResponse(export(load_plan(path, catalog, body.plan), body.target, body.checkpoint))
+            plans = api.export_plans(path, plan_index=body.plan, catalog=catalog)
+            return PlainTextResponse(export_all(plans, body.target, body.checkpoint))
 
     static = resources.files("planner.serve") / "static"
 

@@ -133,14 +133,20 @@ class ServedModel:
         return attention_bytes_per_token(layer.attention, self.request.tp, self.kv_bits)
 
 
-def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -> ServedModel:
-    """Lay the model out over the request's TP x PP ranks; engines refuse recurrent layers they don't size."""
+def engine_refusal(arch: Architecture, engine: str) -> str | None:
+    """Why the engine profiles cannot size this model at all (None when they can): recurrent layers."""
     recurrent = sorted({layer.attention.kind for layer in arch.layers} & {"linear", "mamba"})
     if recurrent:
-        raise PlannerInputError(
-            f"--engine {engine}: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
-            "pages the engine profiles do not size; use --engine simple"
-        )
+        return (f"--engine {engine}: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
+                "pages the engine profiles do not size; use --engine simple")
+    return None
+
+
+def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -> ServedModel:
+    """Lay the model out over the request's TP x PP ranks; engines refuse recurrent layers they don't size."""
+    refusal = engine_refusal(arch, engine)
+    if refusal:
+        raise PlannerInputError(refusal)
     estimate = estimate_memory(arch, request, catalog)
     precision = resolve_precision(catalog, arch, request.precision)
     kv_dtype = resolve_kv_dtype(arch, precision, request.kv_dtype)
@@ -179,4 +185,4 @@ def largest_passing(low: int, high: int, passes) -> int | None:
 
 
 __all__ = ["ENGINE_NAMES", "EngineBudget", "EngineSettings", "RankBudget", "ServedModel", "Stage",
-           "catalog_card", "largest_passing", "limiting_rank", "serve"]
+           "catalog_card", "engine_refusal", "largest_passing", "limiting_rank", "serve"]

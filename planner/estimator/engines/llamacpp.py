@@ -27,14 +27,13 @@ from planner.catalog.load import Catalog, Precision
 from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, EngineBudget, EngineSettings, RankBudget, ServedModel,
                                   largest_passing, serve)
 from planner.estimator.engines.profiles import LlamacppProfile, load_profiles
+from planner.estimator.engines.vocabulary import LLAMACPP_CACHE_TYPES_OF_KV_DTYPE
 from planner.estimator.memory import GpuTarget, Request
 from planner.model.precision import weights_bytes
 from planner.units import MiB, gib
 
 F32_BYTES = 4
 F16_BYTES = 2
-# llama.cpp's name for the cache type each planner KV dtype maps to when --cache-type is not given
-_CACHE_TYPE_OF_KV_DTYPE = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp8": "q8_0"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Placement:
 
 
 def resolve_settings(settings: EngineSettings, model: ServedModel, profile: LlamacppProfile) -> EngineSettings:
-    cache = settings.cache_type or _CACHE_TYPE_OF_KV_DTYPE.get(model.kv_dtype, "f16")
+    cache = settings.cache_type or LLAMACPP_CACHE_TYPES_OF_KV_DTYPE.get(model.kv_dtype, "f16")
     n_batch = settings.n_batch or profile.n_batch.value
     return replace(settings, cache_type=cache, n_batch=n_batch,
                    n_ubatch=min(n_batch, settings.n_ubatch or profile.n_ubatch.value),

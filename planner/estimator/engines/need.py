@@ -1,0 +1,71 @@
+"""What a card must hold for a batch under an engine's rules, and why not when it does not: the one check
+the candidate search, the fleet and the re-check of every printed plan share.
+
+vLLM and SGLang size one KV pool from the card at start-up and admit sequences into it, so the pool is
+computed once per layout and context (batch 1) and a batch fits when the pool holds it (and, in vLLM,
+when the scheduler may run that many: max_num_seqs). llama.cpp allocates n_ctx = context x --parallel
+cells up front, so its budget is computed at the batch itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.catalog.load import Catalog
+from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
+from planner.estimator.engines.base import engine_refusal
+from planner.estimator.memory import GpuTarget, Request, estimate_memory
+from planner.model.architecture import Architecture
+
+CACHE_SIZED_BY_BATCH = frozenset({"llamacpp"})  # the cache is allocated for every slot at start-up
+SCHEDULER_CAPPED_BY_MAX_NUM_SEQS = frozenset({"vllm"})  # SGLang's max_num_seqs is its CUDA-graph batch, not a cap
+
+
+@dataclass(frozen=True)
+class EngineNeed:
+    fits: bool
+    used_bytes: int  # on the fullest GPU: weights, activation peak, non-torch, the share left unused, the batch's KV
+    budget: EngineBudget | None  # None when the engine cannot size the model at all
+    reason: str | None  # why it does not fit (None when it fits)
+
+    def headroom_bytes(self, card_bytes: int) -> int:
+        return card_bytes - self.used_bytes
+
+
+Budgets = dict[tuple, tuple[EngineBudget, int]]
+
+
+def engine_need(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget, catalog: Catalog,
+                budgets: Budgets | None = None) -> EngineNeed:
+    """Does `request.batch` sequences of `request.context` fit the engine on `gpu`? `budgets` (a dict the caller
+    keeps) shares the pool of one layout and context across batches."""
+    refusal = engine_refusal(arch, settings.name)
+    if refusal:
+        return EngineNeed(False, gpu.memory_bytes + 1, None, refusal)
+    sized = request if settings.name in CACHE_SIZED_BY_BATCH else replace(request, batch=1)
+    key = (gpu, sized, settings)
+    cached = budgets.get(key) if budgets is not None else None
+    if cached is None:
+        one = estimate_memory(arch, replace(request, batch=1), catalog)
+        cached = (engine_budget(arch, sized, settings, gpu, catalog), max(r.kv_cache_bytes for r in one.per_gpu))
+        if budgets is not None:
+            budgets[key] = cached
+    budget, kv_per_sequence = cached
+    batch, context = request.batch, request.context
+    reserved = gpu.memory_bytes - budget.budget_bytes  # what the engine leaves unused (1 - utilization)
+    used = (budget.weights_bytes + budget.activation_bytes + budget.non_torch_bytes + reserved
+            + batch * kv_per_sequence)
+    max_seqs = budget.settings.max_num_seqs
+    if not budget.fits:
+        reason = budget.message or f"one sequence of {context:,} tokens does not fit {settings.name}'s KV pool"
+    elif budget.max_concurrency < batch:
+        reason = (f"{settings.name}'s KV pool holds {budget.max_concurrency:,.2f} sequences of {context:,} tokens, "
+                  f"not {batch:,}")
+    elif settings.name in SCHEDULER_CAPPED_BY_MAX_NUM_SEQS and max_seqs and batch > max_seqs:
+        reason = f"{settings.name} runs at most max_num_seqs = {max_seqs:,} sequences at once, not {batch:,}"
+    else:
+        reason = None
+    return EngineNeed(reason is None, used, budget, reason)
+
+
+__all__ = ["EngineNeed", "engine_need"]

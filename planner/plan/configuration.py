@@ -1,0 +1,107 @@
+"""One replica configuration: what is planned, re-checked, printed, written to a plan file and exported.
+
+A configuration names the model (as the user gave it and as an engine loads it), the card, the
+TP x PP layout, the weight precision, the KV cache dtype, the context (the engine's max-model-len),
+the sequences one replica holds at once, and the engine with the settings its profile resolved
+(gpu_memory_utilization, max_num_seqs, max_num_batched_tokens, mem_fraction_static, block size ...).
+Candidates, rejections, plans, fleet assignments and exports all carry this one record, so a
+decision made while planning reaches the launch command unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.catalog.load import Catalog
+from planner.estimator.engines import EngineSettings
+from planner.estimator.engines.need import engine_need
+from planner.estimator.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.model.architecture import Architecture
+
+SIMPLE_ENGINE = "simple"  # the seed's planning margin: no engine's own budget decided the fit
+
+
+@dataclass(frozen=True)
+class Configuration:
+    model: str  # as given: a catalog name, an HF id or a config path
+    model_id: str  # what an engine loads: the catalog's HF id, or the config path given
+    gpu: str  # catalog GPU name
+    tp: int
+    pp: int
+    precision: str
+    kv_dtype: str
+    context: int  # tokens per sequence: the engine's max-model-len
+    concurrency: int  # sequences one replica holds at once (the batch)
+    engine: EngineSettings  # name and the settings the engine profile resolved for this GPU and layout
+    overhead_fraction: float | None = None  # engine "simple" only: the planning margin (None: the catalog's)
+    params: int | None = None  # a model known only by its size: the parameter count it was planned with
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def max_model_len(self) -> int:
+        return self.context
+
+    @property
+    def memory_fraction(self) -> float | None:
+        """The share of each card the engine was allowed when the plan was checked (vLLM's
+        gpu_memory_utilization, SGLang's mem_fraction_static); None for the planning margin and llama.cpp."""
+        if self.engine.name == "sglang":
+            return self.engine.mem_fraction_static
+        return self.engine.gpu_memory_utilization
+
+    def request(self) -> Request:
+        """The estimator's request for this configuration (the whole batch, on its layout)."""
+        return Request(context=self.context, batch=self.concurrency, tp=self.tp, pp=self.pp,
+                       precision=self.precision, kv_dtype=self.kv_dtype, overhead_fraction=self.overhead_fraction)
+
+
+class ConfiguredBy:
+    """Read access to the configuration a planning record carries (a candidate, a rejection, a plan)."""
+
+    configuration: Configuration
+
+    @property
+    def tp(self) -> int:
+        return self.configuration.tp
+
+    @property
+    def pp(self) -> int:
+        return self.configuration.pp
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.configuration.gpus
+
+    @property
+    def precision(self) -> str:
+        return self.configuration.precision
+
+    @property
+    def kv_dtype(self) -> str:
+        return self.configuration.kv_dtype
+
+    @property
+    def context(self) -> int:
+        return self.configuration.context
+
+    @property
+    def concurrency(self) -> int:
+        return self.configuration.concurrency
+
+
+def check_configuration(arch: Architecture, configuration: Configuration, card: GpuTarget,
+                        catalog: Catalog) -> MemoryEstimate:
+    """The estimator's verdict on a configuration, from scratch: every printed or exported plan passes it.
+    With an engine, its own rules (engine_need, with the settings the plan resolved) decide `gpu.fits` and
+    the headroom; the breakdown stays the estimator's."""
+    estimate = estimate_memory(arch, configuration.request(), catalog, card)
+    if configuration.engine.name == SIMPLE_ENGINE:
+        return estimate
+    need = engine_need(arch, configuration.request(), configuration.engine, card, catalog)
+    kept = tuple(w for w in estimate.warnings if not w.startswith(("does not fit", "little headroom")))
+    engine_warnings = need.budget.warnings if need.budget else (need.reason or "",)
+    return replace(estimate, gpu=GpuFit(card.name, card.memory_bytes, need.fits, need.headroom_bytes(card.memory_bytes)),
+                   warnings=kept + tuple(engine_warnings))

@@ -1,0 +1,239 @@
+"""Plan files (`planner solve --format json`): their schema, and the one loader every command that reads a
+plan uses. A plan file is untrusted input: it is read only if it is a regular file of a few MB, parsed
+without NaN / Infinity / numbers past the float range, checked field by field against the schema (types,
+ranges, names in the catalogs), and each configuration is re-checked by the estimator with the settings the
+plan was made with, as `planner solve` does before printing it.
+
+Layout (schema_version 2): {"schema_version", "kind": "plan" | "fleet", "scenario", ...}. A "plan" holds
+"best" and "alternatives"; a "fleet" holds "assignments". Every plan and assignment carries its
+configuration's fields at its top level (model, model_id, gpu, tp, pp, precision, kv_dtype, context,
+concurrency, engine {name and resolved settings}, ...) plus how it is rented (replicas, provider, region,
+market, gpus_per_instance).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from planner.catalog.load import Catalog, Gpu
+from planner.errors import PlannerInputError
+from planner.estimator.engines import ENGINE_NAMES, EngineSettings
+from planner.estimator.layout import layout_refusal
+from planner.estimator.memory import GpuTarget, MemoryEstimate
+from planner.model.sources import resolve_model
+from planner.plan.configuration import Configuration, check_configuration
+from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, format_bytes
+
+SCHEMA_VERSION = 2  # 2: plans carry the model, the engine and its resolved settings (1 had neither)
+MAX_PLAN_FILE_BYTES = 8 * 2**20  # a plan with 100 alternatives and their per-GPU breakdowns is well below 1 MB
+MAX_REPLICAS = 10_000  # as a scenario's workload.replicas
+MAX_INSTANCE_GPUS = 64  # GPUs in one rentable instance, as a scenario's search.max_gpus_per_node
+WRITE_ONE = "write one with `planner solve SCENARIO --format json -o PLAN.json`"
+
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable():  # a newline would end a comment line of an export; a lone surrogate cannot print
+        raise ValueError("holds a line break, a control character or a lone surrogate")
+    return value
+
+
+# A name from a catalog or a provider: printable ASCII without spaces.
+Token = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
+# A model as given or loaded (an HF id or a path, which may hold spaces), a scenario name: one printable line.
+Line = Annotated[str, StringConstraints(min_length=1, max_length=1000), AfterValidator(_printable)]
+
+
+class _Schema(BaseModel):
+    # strict: "8" is not 8; extra keys are ignored (the file also holds prices, breakdowns, explanations)
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+
+class EngineRecord(_Schema):
+    name: Literal[ENGINE_NAMES]  # type: ignore[valid-type]
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH)
+    block_size: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    enforce_eager: bool = False
+    disable_custom_all_reduce: bool = False
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
+    n_batch: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    n_ubatch: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    n_gpu_layers: int | None = Field(default=None, ge=0, le=100_000)
+    cache_type: Token | None = None
+    flash_attn: bool | None = None
+
+
+class PlanRecord(_Schema):
+    """One configuration and how it is rented: a plan of a "plan" file or an assignment of a "fleet" file."""
+
+    model: Line
+    model_id: Line
+    params: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    gpu: Token
+    tp: int = Field(ge=1, le=MAX_GPUS_PER_REPLICA)
+    pp: int = Field(ge=1, le=MAX_GPUS_PER_REPLICA)
+    precision: Token
+    kv_dtype: Token
+    context: int = Field(ge=1, le=MAX_CONTEXT)
+    concurrency: int = Field(ge=1, le=MAX_BATCH)
+    engine: EngineRecord
+    overhead_fraction: float | None = Field(default=None, ge=0, le=1)
+    replicas: int = Field(ge=1, le=MAX_REPLICAS)
+    provider: Token
+    region: Line
+    market: Literal["on-demand", "spot"]
+    gpus_per_instance: int = Field(ge=1, le=MAX_INSTANCE_GPUS)
+    workload: Line | None = None  # fleet assignments: the workload served
+
+    def configuration(self) -> Configuration:
+        engine = EngineSettings(**self.engine.model_dump())
+        return Configuration(self.model, self.model_id, self.gpu, self.tp, self.pp, self.precision, self.kv_dtype,
+                             self.context, self.concurrency, engine, self.overhead_fraction, self.params)
+
+
+class PlanFile(_Schema):
+    schema_version: Literal[2]
+    kind: Literal["plan"]
+    scenario: Line | None = None
+    model_precision: Token | None = None
+    best: PlanRecord | None
+    alternatives: list[PlanRecord] = Field(max_length=100)
+
+
+class FleetFile(_Schema):
+    schema_version: Literal[2]
+    kind: Literal["fleet"]
+    scenario: Line | None = None
+    assignments: list[PlanRecord] = Field(max_length=10_000)
+
+
+@dataclass(frozen=True)
+class CheckedPlan:
+    """One plan of a plan file, its configuration re-checked by the estimator."""
+
+    name: str
+    record: PlanRecord
+    configuration: Configuration
+    card: Gpu
+    memory: MemoryEstimate
+    checkpoint_precision: str | None  # what the model ships in
+
+
+def load_plan_file(path: str | Path, catalog: Catalog, plan_index: int = 0,
+                   assignment: int | None = None) -> tuple[CheckedPlan, ...]:
+    """The plans of PLAN.json to deploy. A single-configuration plan: the one at `plan_index` (0 the best, N the
+    N-th alternative). A fleet plan: every assignment, or only assignment N (0-based) when `assignment` is given."""
+    p = Path(path)
+    data = _read_json(p)
+    if isinstance(data, dict) and data.get("kind") == "fleet":
+        fleet = _validate(FleetFile, data, p)
+        if not fleet.assignments:
+            raise PlannerInputError(f"plan: {_name(p)} holds no assignment (the fleet was infeasible)")
+        chosen = _pick(list(enumerate(fleet.assignments)), assignment, "--assignment", p)
+        return tuple(_checked(r, _assignment_name(fleet.scenario, r.workload, i), None, catalog, p) for i, r in chosen)
+    plan = _validate(PlanFile, data, p)
+    if assignment is not None:
+        raise PlannerInputError(f"--assignment: {_name(p)} is a single-configuration plan; choose one with --plan")
+    records = ([plan.best] if plan.best else []) + list(plan.alternatives)
+    if not records:
+        raise PlannerInputError(f"plan: {_name(p)} holds no plan (the scenario was infeasible)")
+    [(_, record)] = _pick(list(enumerate(records)), plan_index, "--plan", p)
+    return (_checked(record, plan.scenario or "planner", plan.model_precision, catalog, p),)
+
+
+def _assignment_name(scenario: str | None, workload: str | None, index: int) -> str:
+    """Distinct per assignment (deployments of one fleet must not share a name)."""
+    parts = [scenario or "fleet", workload if workload != scenario else None, str(index)]
+    return "-".join(part for part in parts if part)
+
+
+def _pick(records: list[tuple[int, PlanRecord]], index: int | None, flag: str, p: Path) -> list[tuple[int, PlanRecord]]:
+    if index is None:
+        return records
+    if not 0 <= index < len(records):
+        raise PlannerInputError(f"{flag}: {index} is out of range; {_name(p)} has 0 to {len(records) - 1}")
+    return [records[index]]
+
+
+def _read_json(p: Path) -> object:
+    try:
+        info = p.stat()
+    except (OSError, ValueError) as exc:
+        raise PlannerInputError(f"plan: cannot read {str(p)!r} ({getattr(exc, 'strerror', None) or exc}); "
+                                f"{WRITE_ONE}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise PlannerInputError(f"plan: {str(p)!r} is not a regular file; {WRITE_ONE}")
+    if info.st_size > MAX_PLAN_FILE_BYTES:
+        raise PlannerInputError(f"plan: {_name(p)} is {format_bytes(info.st_size)}, more than a plan file holds "
+                                f"(limit {format_bytes(MAX_PLAN_FILE_BYTES)}); {WRITE_ONE}")
+    try:
+        with p.open("rb") as handle:
+            raw = handle.read(MAX_PLAN_FILE_BYTES + 1)
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+    except OSError as exc:
+        raise PlannerInputError(f"plan: cannot read {str(p)!r} ({exc.strerror}); {WRITE_ONE}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise PlannerInputError(f"plan: {_name(p)} is not JSON; {WRITE_ONE}") from None
+    except RecursionError:
+        raise PlannerInputError(f"plan: {_name(p)} is nested too deeply to be a plan file; {WRITE_ONE}") from None
+    except ValueError as exc:  # NaN / Infinity / 1e400, or an integer past Python's digit limit
+        raise PlannerInputError(f"plan: {_name(p)}: {exc}; a plan file holds finite numbers") from None
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond the range of a number")
+    return value
+
+
+def _validate(schema: type[_Schema], data: object, p: Path):
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        raise PlannerInputError(f"plan: {_name(p)} is not a `planner solve --format json` output of this planner "
+                                f"(schema_version {SCHEMA_VERSION}); {WRITE_ONE}")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise PlannerInputError(f"plan: {_name(p)}: {where}: {first['msg']}; {WRITE_ONE}") from None
+
+
+def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Catalog, p: Path) -> CheckedPlan:
+    """Names against the catalogs, the layout against the model, and the estimator's verdict."""
+    configuration = record.configuration()
+    try:
+        card = catalog.gpus.get(record.gpu)
+        catalog.precisions.get(record.precision)
+        catalog.kv_dtypes.get(record.kv_dtype)
+        configuration.engine.validate()
+        arch = resolve_model(catalog, configuration.model, configuration.params)
+    except PlannerInputError as exc:  # the same message, said of the plan file
+        raise PlannerInputError(f"plan: {_name(p)}: {exc}") from None
+    refusal = layout_refusal(arch, configuration.tp, configuration.pp)
+    if refusal:
+        raise PlannerInputError(f"plan: {_name(p)}: {refusal.removeprefix('--')}")
+    memory = check_configuration(arch, configuration, GpuTarget.from_catalog(card), catalog)
+    if memory.gpu is None or not memory.gpu.fits:
+        raise PlannerInputError(f"plan: {_name(p)}: the estimator does not confirm this configuration on {card.name} "
+                                f"(headroom {format_bytes(memory.gpu.headroom_bytes if memory.gpu else 0)}); "
+                                "re-run `planner solve`")
+    return CheckedPlan(name, record, configuration, card, memory, precision)
+
+
+def _name(p: Path) -> str:
+    text = p.name
+    return text if text.isprintable() else repr(text)
