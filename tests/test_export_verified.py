@@ -4,7 +4,8 @@ SkyPilot: `sky.Task.from_yaml` and the cloud's own feature check (skipped when s
 installed). Kubernetes: the LeaderWorkerSet v1 CRD schema (tests/data/lws-v1-schema.json.gz, strict:
 no unknown fields), whose pod template schema also checks a Deployment's pod template. vLLM, SGLang and
 llama.cpp argument parsers are too heavy to install here: commands are checked against the flag record
-tests/data/engine-args.yaml. Fleet scenarios (traffic: / workloads:) have no single plan to export yet.
+tests/data/engine-args.yaml. Fleet scenarios export every assignment (Kubernetes: one document each;
+SkyPilot: one task per assignment, --assignment N).
 """
 
 import copy
@@ -16,13 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner import solve
+from planner import api, solve
 from planner.catalog.load import load_catalog
 from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
 from planner.plan.scenario import load_scenario
 from planner.render.export import TARGETS, export, load_plan
-from planner.render.records import solve_json
+from planner.render.records import fleet_json, solve_json
 
 ROOT = Path(__file__).parents[1]
 DATA = Path(__file__).parent / "data"
@@ -33,17 +34,22 @@ COMMANDS = {"vllm": "vllm serve", "sglang": "python3 -m sglang.launch_server", "
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    """{(scenario, plan index, target): text or the refusal} for every single-plan scenario shipped."""
+    """{(scenario, plan index or assignment, target): text or the refusal} for every shipped scenario: the best
+    plan and each alternative of a single-configuration scenario, each assignment of a fleet."""
     out = {}
     folder = tmp_path_factory.mktemp("plans")
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
-        if load_scenario(path).is_fleet:
-            continue
+        scenario = load_scenario(path)
         plan_file = folder / f"{path.stem}.json"
-        result = solve(path)
-        plan_file.write_text(solve_json(result))
-        for index in range(len(result.alternatives) + (1 if result.best else 0)):
-            plan = load_plan(plan_file, CATALOG, index)
+        if scenario.is_fleet:
+            plan_file.write_text(fleet_json(api.plan_fleet(scenario, catalog=CATALOG), scenario.name or path.stem))
+            plans = [(f"assignment {i}", plan) for i, plan in enumerate(api.export_plans(plan_file, catalog=CATALOG))]
+        else:
+            result = solve(scenario)
+            plan_file.write_text(solve_json(result))
+            count = len(result.alternatives) + (1 if result.best else 0)
+            plans = [(index, load_plan(plan_file, CATALOG, index)) for index in range(count)]
+        for index, plan in plans:
             for target in TARGETS:
                 try:
                     out[(path.stem, index, target)] = export(plan, target)
@@ -60,7 +66,7 @@ def test_every_export_is_written_or_refused_with_one_line(exports):
     written = [k for k, v in exports.items() if isinstance(v, str)]
     refused = {k: str(v) for k, v in exports.items() if not isinstance(v, str)}
     print(f"\n{len(exports)} exports: {len(written)} written, {len(refused)} refused")
-    for key, reason in sorted(refused.items()):
+    for key, reason in sorted(refused.items(), key=str):
         print("  refused", key, reason[:110])
     assert len(written) >= 40
     assert all("\n" not in reason and reason.startswith(("--to ", "--checkpoint")) for reason in refused.values())
@@ -145,7 +151,7 @@ def test_skypilot_exports_load_and_pass_the_clouds_feature_check(exports, tmp_pa
     sky = pytest.importorskip("sky", reason="skypilot is not installed (pip install skypilot)")
     checked = 0
     for (scenario, index, _), text in _texts(exports, "skypilot").items():
-        path = tmp_path / f"{scenario}-{index}.yaml"
+        path = tmp_path / f"{scenario}-{index}.yaml".replace(" ", "-")
         path.write_text(text)
         task = sky.Task.from_yaml(str(path))
         for resources in task.resources:
