@@ -278,8 +278,9 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
 
 def _vllm_notes(plan: ExportPlan, checkpoint: str | None) -> list[str]:
     repo, prequantized = weights(plan, checkpoint)
-    notes = [_comment(f"vLLM {vllm_version()} (the release planner's memory model follows): pip install "
-                      f"vllm=={vllm_version()}" + (" (ROCm: the vllm/vllm-openai-rocm image)" if plan.vendor == "amd" else ""))]
+    install = (f"the {vllm_image('amd')} image (the PyPI wheel is the CUDA build)" if plan.vendor == "amd"
+               else f"pip install vllm=={vllm_version()}")
+    notes = [_comment(f"vLLM {vllm_version()} (the release planner's memory model follows): {install}")]
     if prequantized:
         notes.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
     launch = vllm_launch(plan)
