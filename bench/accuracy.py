@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.model.architecture import Architecture, architecture_from_config
+from planner.model.architecture import Architecture, architecture_from_config, size_only_architecture_from_config
 from planner.catalog.load import Catalog, load_catalog
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
 from planner.estimator.engines.profiles import load_profiles
@@ -38,6 +38,16 @@ CODELLAMA_7B = dict(model_type="llama", hidden_size=4096, intermediate_size=1100
 GLM_4_32B = dict(model_type="glm4", hidden_size=6144, intermediate_size=23040, num_hidden_layers=61,
                  num_attention_heads=48, num_key_value_heads=2, head_dim=128, vocab_size=151552,
                  max_position_embeddings=32768, attention_bias=True, tie_word_embeddings=False, torch_dtype="bfloat16")
+
+# Qwen3.5-27B's text_config (huggingface.co/Qwen/Qwen3.5-27B config.json; the same text model as Qwen3.6-27B): 48 Gated
+# DeltaNet layers and 16 gated full-attention layers, 3:1. planner counts qwen3_5 by size only until its family lands,
+# which is enough here: the point checks the pool layout, not the weights.
+QWEN35_27B = dict(model_type="qwen3_5_text", hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
+                  num_attention_heads=24, num_key_value_heads=4, head_dim=256, vocab_size=248320,
+                  max_position_embeddings=262144, tie_word_embeddings=False, torch_dtype="bfloat16",
+                  full_attention_interval=4, linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_num_key_heads=16,
+                  linear_num_value_heads=48, linear_value_head_dim=128, mamba_ssm_dtype="float32",
+                  layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(64)])
 
 # v0.19 checkpoints -> (catalog model, precision); RedHatAI's compressed-tensors checkpoints are the base
 # model quantized: w4a16 = int4 (group 128), w8a8 = int8, fp8-dynamic = fp8 per channel
@@ -72,6 +82,7 @@ class Point:
     settings: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     metrics: tuple[str, ...] | None = None  # only these, when the log's other figures do not apply (e.g. unknown quant)
+    params: int | None = None  # a model planner counts by size only: its parameter count
 
     @property
     def current(self) -> bool:
@@ -132,6 +143,10 @@ VARIOUS_POINTS = [
     _various(45, "Llama-2-7B v0.2", "vllm", "llama-2-7b", "a100-sxm-80gb", 4096, "vLLM v0.2 after PR #2031", settings=dict(gpu_memory_utilization=0.9, max_num_batched_tokens=4096, max_num_seqs=256)),
     _various(46, "Llama-2-70B tp4 v0.2", "vllm", "llama-2-70b", "a100-sxm-80gb", 4096, "vLLM v0.2 after PR #2031", tp=4, settings=dict(gpu_memory_utilization=0.9, max_num_batched_tokens=4096, max_num_seqs=256)),
     _various(49, "Mistral-7B-v0.3", "vllm", "mistral-7b-v0.3", "h100-sxm", 32768, "weights only"),
+    _various(51, "Qwen3.5-27B hybrid v0.19.0 H20", "vllm", QWEN35_27B, "h20", 32768,
+             "v0.19.0, dummy weights, no memory figures: the hybrid layout only (block size, groups, blocks per request)",
+             settings=dict(max_num_seqs=16, max_num_batched_tokens=16384), metrics=("tokens_per_request",),
+             params=27 * 10**9),
     _various(32, "Qwen3-235B-A22B-FP8 tp4", "sglang", "qwen3-235b-a22b", "h100-sxm", 40960, "SGLang ~0.4.9", precision="fp8-block", tp=4, settings=dict(mem_fraction_static=0.93)),
     _various(33, "QwQ-32B tp4 L4", "sglang", "qwen2.5-32b", "l4", 131072, "SGLang 0.4.3", tp=4, settings=dict(mem_fraction_static=0.85)),
     _various(34, "Llama-3.1-8B 80 GB", "sglang", "llama-3.1-8b", "h100-sxm", 131072, "SGLang 0.4.1", settings=dict(mem_fraction_static=0.88)),
@@ -197,9 +212,9 @@ def measured_values(record: dict[str, Any]) -> dict[str, float]:
     return found
 
 
-def _architecture(catalog: Catalog, model: str | dict[str, Any]) -> Architecture:
+def _architecture(catalog: Catalog, model: str | dict[str, Any], params: int | None = None) -> Architecture:
     if isinstance(model, dict):
-        return architecture_from_config(model, "config")
+        return size_only_architecture_from_config(model, "config", params) if params else architecture_from_config(model, "config")
     record = catalog.models.get(model)
     return architecture_from_config(record.config, record.name)
 
@@ -216,7 +231,8 @@ def predict(point: Point, catalog: Catalog) -> EngineBudget:
     request = Request(context=point.context, batch=point.batch, tp=point.tp, pp=point.pp, precision=point.precision,
                       kv_dtype=point.kv_dtype)
     settings = EngineSettings(name=point.engine, **point.settings)
-    return engine_budget(_architecture(catalog, point.model), request, settings, _gpu(catalog, point.gpu), catalog)
+    return engine_budget(_architecture(catalog, point.model, point.params), request, settings, _gpu(catalog, point.gpu),
+                         catalog)
 
 
 @dataclass(frozen=True)
@@ -245,6 +261,10 @@ def _predicted(budget: EngineBudget, metric: str) -> tuple[str, float] | None:
         "gpu_weights_mib": ("MiB", sum(r.weights_bytes for r in budget.per_rank) / MiB),
         "kv_buffer_mib": ("MiB", budget.kv_pool_bytes / MiB),
         "compute_mib": ("MiB", budget.per_rank[0].activation_bytes / MiB),
+        # the pool's layout, whatever its size: ("GPU KV cache size" / "Maximum concurrency") = the smallest block
+        # size x blocks one request takes / KV cache groups
+        "tokens_per_request": ("tokens", budget.kv_cache_capacity_tokens / budget.max_concurrency
+                               if budget.max_concurrency else float("nan")),
     }
     return table.get(metric)
 
@@ -254,7 +274,10 @@ def compare(points: list[Point], catalog: Catalog) -> list[Comparison]:
     out = []
     for point in points:
         budget = predict(point, catalog)
-        for metric, measured in measured_values(records[point.file][point.index]).items():
+        found = measured_values(records[point.file][point.index])
+        if point.metrics and "tokens_per_request" in point.metrics:
+            found["tokens_per_request"] = found["kv_tokens"] / found["max_concurrency"]
+        for metric, measured in found.items():
             if point.metrics is not None and metric not in point.metrics:
                 continue
             unit, predicted = _predicted(budget, metric)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -51,6 +52,7 @@ class EngineEstimate:
             "message": e.message, "warnings": list(e.warnings), "host_bytes": e.host_bytes,
             "gpu_layers": e.gpu_layers, "total_layers": e.total_layers,
             "per_rank": [asdict(r) for r in e.per_rank],
+            "layout": asdict(e.layout) if e.layout else None,
         }
         if data["gpu"] is not None:
             data["gpu"]["fits"] = e.fits
@@ -191,3 +193,198 @@ def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: 
 
     return rebuild(source, providers, catalog or load_catalog(), load_skypilot(),
                    Path(prices_file) if prices_file else None, as_of)
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    """`planner perf`: one replica at a batch, and (with a rate) its steady state under continuous batching."""
+
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    engine: str
+    performance: Any  # planner.estimator.performance.ReplicaPerformance
+    steady: Any = None  # planner.estimator.capacity.SteadyState at --rate
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.performance
+        data: dict[str, Any] = {
+            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "engine": self.engine,
+            "batch": p.batch, "ttft_s": p.ttft_s, "tpot_ms": p.tpot_s * 1000, "decode_step_ms": p.decode_step_s * 1000,
+            "output_tokens_per_s": p.output_tokens_per_s, "requests_per_s": p.requests_per_s, "bound": p.decode_bound,
+            "weight_read_ms": p.weight_read_s * 1000, "kv_read_ms": p.kv_read_s * 1000,
+            "compute_ms": p.decode_compute_s * 1000, "overhead_ms": p.per_layer_overhead_s * 1000,
+            "allreduce_ms": p.allreduce_s * 1000,
+        }
+        if self.steady is not None:
+            s = self.steady
+            data["steady_state"] = {
+                "requests_per_s": s.requests_per_s, "keeps_up": not s.limit, "limit": s.limit or None,
+                "batch": s.batch, "ttft_s": s.ttft_mean_s, "tpot_ms": s.tpot_mean_s * 1000,
+                "output_tokens_per_s": s.output_tokens_per_s, "kv_tokens_mean": s.kv_tokens_mean,
+                "kv_tokens_peak": s.kv_tokens_peak, "pool_tokens": s.pool_tokens}
+        return data
+
+
+def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
+         precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
+         prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
+         catalog: Catalog | None = None) -> PerfResult:
+    """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state."""
+    from planner.estimator.capacity import Scheduler, steady_state
+    from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.estimator.performance import Workload, replica_performance, replica_timer
+
+    catalog = catalog or load_catalog()
+    if tp is None:
+        tp = (gpus or pp) // pp
+    if tp < 1 or pp < 1 or (gpus is not None and gpus != tp * pp):
+        raise PlannerInputError(f"--gpus/--tp/--pp: {gpus} GPUs cannot be split as tp {tp} x pp {pp}; give --gpus = tp x pp")
+    for flag, value in (("--batch", batch), ("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
+        if value < 1:
+            raise PlannerInputError(f"{flag}: must be at least 1, got {value}")
+    card = catalog.gpus.get(gpu)
+    arch = resolve_model(catalog, model)
+    shape = Workload(prompt_tokens, output_tokens)
+    name = "vllm" if engine == "simple" else engine
+    result = replica_performance(arch, precision, kv_dtype, card, tp, pp, batch, shape, catalog, name)
+    steady = None
+    if rate is not None:
+        if rate < 0:
+            raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
+        request = Request(context=prompt_tokens + output_tokens, batch=1, tp=tp, pp=pp, precision=precision,
+                          kv_dtype=kv_dtype)
+        budget = engine_budget(arch, request, EngineSettings(name), GpuTarget.from_catalog(card), catalog)
+        if not budget.fits:
+            raise PlannerInputError(f"--rate: one request of {request.context:,} tokens does not fit: {budget.message}")
+        timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name)
+        steady = steady_state(timer, Scheduler.of(budget), shape, rate)
+    return PerfResult(arch.name, card.name, tp, pp, name, result, steady)
+
+
+@dataclass(frozen=True)
+class ReplicaSimulation:
+    """One assignment of a fleet (or the one replica asked for), simulated at its share of the traffic."""
+
+    workload: str
+    gpu: str
+    tp: int
+    pp: int
+    replicas: int
+    prompt_tokens: int
+    output_tokens: int
+    rate_per_replica: float  # requests/s arriving at each replica
+    share: float  # of the workload bucket's traffic this assignment takes
+    result: Any  # planner.estimator.simulate.SimulationResult
+
+
+def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
+             arrivals: str = "poisson", seed: int = 0, catalog: Catalog | None = None) -> tuple[ReplicaSimulation, ...]:
+    """Simulate a fleet's replicas: SCENARIO (solved first) or PLAN.json; `rate`: requests/s at each replica
+    (default: the scenario's demand split over the replicas by capacity; for a plan file, each replica's
+    planned capacity); `arrivals`: poisson or a JSONL trace (then its requests, not the rate)."""
+    from planner.estimator.simulate import poisson_arrivals, read_trace, simulate as run
+    from planner.estimator.performance import Workload, replica_timer
+
+    catalog = catalog or load_catalog()
+    if duration_s <= 0:
+        raise PlannerInputError(f"--duration: {duration_s} must be above 0 seconds")
+    if rate is not None and rate <= 0:
+        raise PlannerInputError(f"--rate: {rate} must be above 0 requests/s")
+    trace = None if arrivals == "poisson" else read_trace(arrivals)
+    out = []
+    for spec in _replicas_to_simulate(Path(source), catalog):
+        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine)
+        per_replica = rate if rate is not None else spec.rate_per_replica
+        shape = Workload(spec.prompt_tokens, spec.output_tokens)
+        requests = trace if trace is not None else poisson_arrivals(per_replica, duration_s, shape, seed)
+        result = run(timer, spec.scheduler, requests, warmup_s=0.0)
+        out.append(ReplicaSimulation(spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.replicas, spec.prompt_tokens,
+                                     spec.output_tokens, per_replica if trace is None else result.requests_per_s,
+                                     spec.share, result))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _ReplicaSpec:
+    workload: str
+    arch: Any
+    gpu: Any
+    tp: int
+    pp: int
+    precision: str
+    kv_dtype: str
+    engine: str
+    scheduler: Any
+    replicas: int
+    prompt_tokens: int
+    output_tokens: int
+    rate_per_replica: float
+    share: float
+
+
+def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[_ReplicaSpec]:
+    if source.suffix.lower() == ".json":
+        return _plan_file_replicas(source, catalog)
+    from planner.plan.fleet import fleet_problem, plan_fleet as solve_fleet
+
+    scenario = _scenario(source)
+    problem = fleet_problem(scenario, catalog)
+    plan = solve_fleet(problem, catalog, explain=False)
+    if not plan.assignments:
+        raise PlannerInputError(f"{source}: the fleet has no replicas to simulate ({'; '.join(plan.unmet) or plan.status})")
+    by_name = {w.name: w for w in problem.workloads}
+    specs = []
+    for a in plan.assignments:
+        w = by_name[a.workload]
+        bucket = w.buckets[a.bucket]
+        served = sum(x.replicas * x.config.capacity_rps for x in plan.assignments
+                     if x.workload == a.workload and x.bucket == a.bucket)
+        share = a.replicas * a.config.capacity_rps / served
+        c = a.config.candidate
+        specs.append(_ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
+                                  a.config.scheduler, a.replicas, bucket.prompt_tokens, bucket.output_tokens,
+                                  bucket.requests_per_s * share / a.replicas, share))
+    return specs
+
+
+def _plan_file_replicas(path: Path, catalog: Catalog) -> list[_ReplicaSpec]:
+    """The replicas of a fleet plan written by `planner solve --format json`. Each assignment must name its
+    model, request shape and engine (plans that record what they decided); its planned capacity is the rate."""
+    from planner.estimator.capacity import Scheduler
+    from planner.estimator.engines import EngineSettings, engine_budget
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PlannerInputError(f"{path}: not a readable plan JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("assignments"), list):
+        raise PlannerInputError(f"{path}: not a fleet plan (no 'assignments' list); write one with "
+                                "`planner solve SCENARIO --format json -o PLAN.json` or pass the scenario")
+    specs = []
+    for i, row in enumerate(data["assignments"]):
+        needed = ("model", "gpu", "tp", "pp", "precision", "kv_dtype", "context", "replicas", "prompt_tokens",
+                  "output_tokens", "capacity_rps_per_replica")
+        missing = [k for k in needed if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise PlannerInputError(f"{path}: assignments[{i}] lacks {', '.join(missing)}; this plan does not record "
+                                    "what it decided: simulate the scenario instead")
+        engine = row.get("engine") or {}
+        name = engine.get("name", "vllm") if isinstance(engine, dict) else str(engine)
+        try:
+            arch = resolve_model(catalog, str(row["model"]))
+            gpu = catalog.gpus.get(str(row["gpu"]))
+            tp, pp, context, replicas = (int(row[k]) for k in ("tp", "pp", "context", "replicas"))
+            prompt, output, capacity = int(row["prompt_tokens"]), int(row["output_tokens"]), float(row["capacity_rps_per_replica"])
+        except (TypeError, ValueError) as exc:
+            raise PlannerInputError(f"{path}: assignments[{i}]: {exc}") from None
+        settings = EngineSettings(name if name != "simple" else "vllm",
+                                  max_num_batched_tokens=engine.get("max_num_batched_tokens") if isinstance(engine, dict) else None,
+                                  max_num_seqs=engine.get("max_num_seqs") if isinstance(engine, dict) else None)
+        request = Request(context=context, batch=1, tp=tp, pp=pp, precision=str(row["precision"]),
+                          kv_dtype=str(row["kv_dtype"]))
+        budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(gpu), catalog)
+        specs.append(_ReplicaSpec(str(row.get("workload", "")), arch, gpu, tp, pp, request.precision, request.kv_dtype,
+                                  settings.name, Scheduler.of(budget), replicas, prompt, output, capacity, 1.0))
+    return specs

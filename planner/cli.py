@@ -345,6 +345,71 @@ def prices_update(
                f"{done.unknown_rows} GPU rows skipped (accelerators planner does not map)")
 
 
+@app.command("perf")
+def perf_command(
+    model: str = typer.Argument(..., help="Catalog name or HF id, or a config.json path (as `planner estimate`)."),
+    gpu: str = typer.Option(..., "--gpu", help="Catalog GPU (see `planner catalog gpus`)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs of the replica (= tp x pp; default tp x pp)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel GPUs (default --gpus / --pp)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages."),
+    precision: str = typer.Option("auto", help="Weight precision; auto = the checkpoint's own."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8."),
+    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs)."),
+    batch: int = typer.Option(1, "--batch", help="Requests running at once."),
+    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help="Tokens per prompt."),
+    output_tokens: int = typer.Option(256, "--output-tokens", help="Tokens generated per request."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Requests/s arriving: the steady state under continuous batching."),
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+) -> None:
+    """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
+    result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, engine=engine,
+                      batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate)
+    data = result.to_dict()
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    console = _console()
+    console.print(f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} (tp {data['tp']} x pp {data['pp']}, "
+                  f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens")
+    console.print(f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
+                  f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound")
+    steady = data.get("steady_state")
+    if steady:
+        verdict = "keeps up" if steady["keeps_up"] else f"cannot keep up ({steady['limit']})"
+        console.print(f"at {steady['requests_per_s']:g} req/s: {verdict}; {steady['batch']:.1f} requests running, "
+                      f"TTFT {steady['ttft_s']:.3f} s, TPOT {steady['tpot_ms']:.1f} ms, KV {steady['kv_tokens_mean']:,.0f} "
+                      f"of {steady['pool_tokens']:,} tokens (peak {steady['kv_tokens_peak']:,})")
+
+
+@app.command("simulate")
+def simulate_command(
+    source: str = typer.Argument(..., help="A scenario with traffic (solved first) or PLAN.json."),
+    duration: float = typer.Option(600.0, "--duration", help="Simulated seconds of arrivals."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Requests/s at each replica (default: its share of the demand)."),
+    arrivals: str = typer.Option("poisson", "--arrivals", help="poisson, or a JSONL trace of {arrival_s, prompt_tokens, output_tokens}."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
+    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+) -> None:
+    """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use."""
+    runs = api.simulate(source, duration_s=duration, rate=rate, arrivals=arrivals, seed=seed)
+    if output_format is OutputFormat.json:
+        typer.echo(json.dumps([asdict(r) for r in runs], indent=2))
+        return
+    console = _console()
+    for r in runs:
+        x = r.result
+        console.print(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
+                      f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
+        for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):
+            suffix = "ms" if unit == 1000 else "s"
+            console.print(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "
+                          f"p99 {p.p99 * unit:.3f} {suffix}")
+        console.print(f"  {x.completed:,} requests, {x.requests_per_s:.2f} req/s, {x.output_tokens_per_s:,.0f} output tokens/s, "
+                      f"{x.preemptions} preemptions, mean batch {x.mean_batch:.1f}, KV peak {x.kv_peak_fraction:.0%} of the pool")
+        marks = " ".join(f"{fraction:.0%}" for _, fraction in x.kv_timeline[:: max(1, len(x.kv_timeline) // 10)])
+        console.print(f"  KV use over time: {marks}")
+
+
 def _solve_fleet(scenario, output_format: PlanFormat, output: Optional[str], time_limit: Optional[float]) -> None:
     plan = api.plan_fleet(scenario, time_limit_s=time_limit)
     name = scenario.name or "fleet"

@@ -56,3 +56,33 @@ def test_multimodal_catalog_models_report_the_vision_share():
     for name in ("gemma-3-27b", "mistral-small-3.1-24b", "llama-4-scout"):
         arch = architecture_from_config(CATALOG.models.get(name).config, name)
         assert 0 < arch.multimodal_params < arch.language_params
+
+
+# --- current GPUs: the Blackwell racks, Blackwell Ultra, CDNA4 and the China-market Hopper ---------------
+
+def test_current_datacenter_gpus_are_in_the_catalog():
+    names = {g.name for g in CATALOG.gpus}
+    assert {"b200", "b300", "gb200", "gb300", "mi325x", "mi355x", "h20", "rtx-pro-6000"} <= names
+    assert CATALOG.gpus.get("GB200-NVL72").name == "gb200"
+    assert CATALOG.gpus.get("gb300-nvl72").name == "gb300"
+
+
+@pytest.mark.parametrize("name, mib, watts", [("gb200", 189471, 1200), ("gb300", 284208, 1400), ("h20", 97871, 500),
+                                              ("l20", 46068, 350)])
+def test_new_gpus_report_the_nvidia_smi_total(name, mib, watts):
+    gpu = CATALOG.gpus.get(name)
+    assert (gpu.memory_mib, gpu.tdp_watts) == (mib, watts)
+
+
+def test_nvl72_racks_are_one_72_gpu_nvlink_domain():
+    for name in ("gb200", "gb300"):
+        gpu = CATALOG.gpus.get(name)
+        assert gpu.gpus_per_node == 72 and gpu.interconnect.kind == "nvlink"
+        assert {"fp4", "nvfp4"} <= set(gpu.native_formats)
+        assert gpu.dense_tflops["fp4"] >= 2 * gpu.dense_tflops["fp8"]  # FP4 at least doubles FP8 on Blackwell
+
+
+def test_gb200_rents_by_the_nvl72_slice():
+    rows = [offer for offer in CATALOG.offers if offer.gpu == "gb200"]
+    assert rows and all(row.as_of and row.source for row in rows)
+    assert {row.gpus for row in rows} == {4}

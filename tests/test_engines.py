@@ -60,6 +60,9 @@ def test_v019_point_within_tolerance(point, catalog):
     (38, "kv_buffer_mib", 0), (38, "compute_mib", 0.001), (39, "compute_mib", 0),  # llama.cpp Llama-2-7B
     (40, "kv_buffer_mib", 0), (40, "compute_mib", 0),  # llama.cpp Llama-3.1-8B, 4 sequences
     (43, "kv_buffer_mib", 0), (44, "kv_buffer_mib", 0),  # GLM-4-32B; gpt-oss-120b sliding + full caches
+    # vLLM v0.19.0 Qwen3.5-27B hybrid: the layout's tokens per request; -3.6% while the SSM state is counted in the
+    # model dtype (the config asks float32; +0.2% once the Architecture holds the state dtype, see test_hybrid_engines)
+    (51, "tokens_per_request", 0.04),
 ])
 def test_other_engines_points(index, metric, tolerance, catalog):
     point = next(p for p in accuracy.VARIOUS_POINTS if p.index == index)
@@ -326,11 +329,11 @@ def test_bad_settings_are_refused(settings, message, arch, h100, catalog):
         engine_budget(arch("llama-3.1-8b"), Request(context=4096), settings, h100, catalog)
 
 
-def test_engines_refuse_recurrent_layers(catalog, h100):
+def test_llamacpp_refuses_recurrent_layers(catalog, h100):
     config = json.loads((CONFIGS / "qwen3-next-80b-a3b" / "config.json").read_text())
     hybrid = size_only_architecture_from_config(config, "qwen3-next", 80 * 10**9)
-    with pytest.raises(PlannerInputError, match="--engine simple"):
-        engine_budget(hybrid, Request(context=4096, precision="fp8"), vllm(), h100, catalog)
+    with pytest.raises(PlannerInputError, match="--engine vllm, sglang or simple"):
+        engine_budget(hybrid, Request(context=4096, precision="fp8"), EngineSettings(name="llamacpp"), h100, catalog)
 
 
 def test_every_profile_constant_names_its_source():

@@ -31,6 +31,7 @@ from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA, format_b
 
 HEADROOM_WARNING_FRACTION = Fraction(5, 100)  # below 5% of the card left: "filling the GPU to 100%"
 KV_RIVALS_WEIGHTS_FRACTION = Fraction(1, 2)  # KV at half the weights or more "rivals the weights"
+RECURRENT_KINDS = ("linear", "mamba")  # layers that keep a constant state per sequence instead of per-token KV
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,12 @@ def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> in
     return 0
 
 
+def state_bytes_per_sequence(attention: Attention, tp: int, state_bits: int) -> int:
+    """Bytes of one sequence's recurrent state (convolution window + recurrent state) in a linear-attention or
+    Mamba layer on one TP rank: the state is split over TP ranks by heads."""
+    return ceil(attention.state_elements / tp) * state_bits // 8
+
+
 def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: int) -> tuple[int, int]:
     """(bytes per token of the layers that grow with every token, cache bytes per sequence).
 
@@ -189,8 +196,8 @@ def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: i
         per_token = attention_bytes_per_token(a, tp, kv_bits)
         if a.kind == "sliding":
             per_sequence += per_token * min(context, a.window or context)
-        elif a.kind in ("linear", "mamba"):
-            per_sequence += ceil(a.state_elements / tp) * state_bits // 8
+        elif a.kind in RECURRENT_KINDS:
+            per_sequence += state_bytes_per_sequence(a, tp, state_bits)
         else:
             growing += per_token
             per_sequence += per_token * context
@@ -252,7 +259,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         exact=arch.exact, language_params=arch.language_params, multimodal_params=arch.multimodal_params,
         checkpoint_params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
         kv_sliding_bytes_per_token=sliding_per_token,
-        kv_state_bytes_per_sequence=_layers_kv(tuple(l for l in arch.layers if l.attention.kind in ("linear", "mamba")),
+        kv_state_bytes_per_sequence=_layers_kv(tuple(l for l in arch.layers if l.attention.kind in RECURRENT_KINDS),
                                                1, kv_bits, state_bits, req.context)[1],
         sliding_windows=tuple(sorted({layer.attention.window for layer in arch.layers
                                       if layer.attention.kind == "sliding" and layer.attention.window})),
@@ -296,4 +303,4 @@ def _warnings(arch: Architecture, est: MemoryEstimate, precision: Precision, gpu
 
 
 __all__ = ["GpuFit", "GpuTarget", "MemoryEstimate", "RankMemory", "Request", "estimate_memory",
-           "pipeline_stages", "shard_shape", "kv_heads_per_rank"]
+           "pipeline_stages", "shard_shape", "kv_heads_per_rank", "RECURRENT_KINDS", "state_bytes_per_sequence"]

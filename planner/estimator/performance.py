@@ -42,7 +42,7 @@ decode steps at the mean context P + N/2:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 from math import ceil, prod
 from pathlib import Path
 from typing import Callable, Literal
@@ -54,9 +54,9 @@ from planner.model.architecture import Architecture, Attention, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, catalog_dir
 from planner.errors import PlannerInputError
 from planner.estimator.layout import model_kv_heads, pipeline_stages, shard_shape, tied_lm_head
-from planner.estimator.memory import Request, estimate_memory
-from planner.model.precision import UNQUANTIZED_BITS, resolve_precision, tensor_bytes
-from planner.units import GB
+from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
+from planner.model.precision import UNQUANTIZED_BITS, resolve_kv_dtype, resolve_precision, tensor_bytes
+from planner.units import GB, MAX_CONTEXT
 
 US = 1e-6
 TFLOPS = 1e12
@@ -262,6 +262,14 @@ class _Stage:
     logits_flops: _Matmuls  # per position whose logits are computed (last stage)
     attention: tuple[tuple[float, int | None], ...]  # (FLOPs per attended position, window) per layer
 
+    @cached_property
+    def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
+        """FLOPs per attended position summed over the layers sharing a window (one term per window)."""
+        summed: dict[int | None, float] = {}
+        for per_position, window in self.attention:
+            summed[window] = summed.get(window, 0.0) + per_position
+        return tuple((flops, window) for window, flops in summed.items())
+
     def weight_bytes(self, tokens: int) -> int:
         if not self.experts:
             return self.dense_bytes
@@ -396,7 +404,7 @@ def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attended: C
     """`attended(window)`: attended positions summed over the pass's tokens, for a layer with that window."""
     weight_bytes = stage.weight_bytes(tokens)
     matmuls = stage.body_flops.scaled(tokens) + stage.logits_flops.scaled(logits)
-    attention_flops = sum(per_position * attended(window) for per_position, window in stage.attention)
+    attention_flops = sum(per_position * attended(window) for per_position, window in stage.attention_by_window)
     compute_s = (matmuls.low_bit / hw.low_bit_flops_per_s
                  + (matmuls.wide + attention_flops) / hw.wide_flops_per_s)
     return ForwardTime(
@@ -455,12 +463,77 @@ def _low_bit_rate(gpu: Gpu, precision: Precision, wide: float, performance: Perf
     return (_rate(gpu, fmt) if native and fmt else None) or wide
 
 
-def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int,
-                        batch: int, workload: Workload, catalog: Catalog, engine: str = "vllm",
-                        performance: PerformanceCatalog | None = None) -> ReplicaPerformance:
-    """Speed of one replica (tp x pp GPUs) serving `batch` concurrent requests shaped like `workload`."""
-    if workload.prompt_tokens < 1 or workload.output_tokens < 1:
-        raise PlannerInputError("workload: prompt_tokens and output_tokens must be at least 1")
+@dataclass(frozen=True)
+class Step:
+    """What one engine step carries (continuous batching with chunked prefill)."""
+
+    decode_seqs: int  # running requests that each advance one token
+    decode_context: float  # mean tokens each of them holds (its KV read this step)
+    prefill_tokens: int = 0  # prompt tokens computed this step (whole prompts or chunks)
+    prefill_positions: float = 0.0  # positions those tokens attend to, summed (causal, per full-attention layer)
+    prefill_seqs: int = 0  # requests whose prompt chunks are in the step
+
+
+@dataclass(frozen=True)
+class ReplicaTimer:
+    """One replica's layout resolved once (weights per stage, hardware rates, KV per token), so that many
+    steps can be timed cheaply: by the steady-state capacity model and by the simulator."""
+
+    stages: tuple[_Stage, ...]
+    hw: _Hardware
+    # per stage: bytes per token of layers whose KV grows with the context, (bytes per token, window) of
+    # sliding-window layers, and the constant state of recurrent layers, on one rank
+    kv_growing: tuple[int, ...]
+    kv_sliding: tuple[tuple[tuple[int, int], ...], ...]
+    kv_state: tuple[int, ...]
+    pp: int
+    engine: str
+    memory_efficiency: float
+    compute_efficiency: float
+
+    def kv_bytes_per_sequence(self, stage: int, context: float) -> float:
+        """Cache bytes one sequence of `context` tokens holds on one rank of `stage` (as planner.estimator.memory)."""
+        return (self.kv_growing[stage] * context + sum(b * min(context, w) for b, w in self.kv_sliding[stage])
+                + self.kv_state[stage])
+
+    def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
+        """(seconds, the slowest stage's forward term by term, pipeline bubble) for one step. The step's
+        sequences are split into min(sequences, pp) microbatches unless `microbatches` is given."""
+        sequences = shape.decode_seqs + shape.prefill_seqs
+        parts = microbatches or max(1, min(sequences, self.pp))
+        decode = ceil(shape.decode_seqs / parts)
+        prefill_tokens = ceil(shape.prefill_tokens / parts)
+        prefill_positions = shape.prefill_positions / parts
+        prefill_seqs = ceil(shape.prefill_seqs / parts)
+        context = shape.decode_context
+        tokens = decode + prefill_tokens
+
+        def attended(window: int | None) -> float:
+            own = decode * min(context, window or context)
+            if prefill_tokens and window:
+                return own + min(prefill_positions, prefill_tokens * window)
+            return own + prefill_positions
+
+        times = [_forward(stage, self.hw, tokens, decode + prefill_seqs, attended,
+                          round(decode * self.kv_bytes_per_sequence(s, context)))
+                 for s, stage in enumerate(self.stages)]
+        return _pipeline(times, parts, self.hw.handoff_s(tokens))
+
+    def step_s(self, shape: Step) -> float:
+        return self.step(shape)[0]
+
+    def prefill_s(self, sequences: int, prompt: int) -> float:
+        """Whole prompts alone (no decode): sliding-window layers attend to min(position, window) of each."""
+        parts = min(sequences, self.pp)
+        per_part = ceil(sequences / parts)
+        times = [_forward(stage, self.hw, per_part * prompt, per_part,
+                          lambda w: per_part * _causal_positions(prompt, w), 0) for stage in self.stages]
+        return _pipeline(times, parts, self.hw.handoff_s(per_part * prompt))[0]
+
+
+def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
+                  engine: str = "vllm", performance: PerformanceCatalog | None = None) -> ReplicaTimer:
+    """The layout of one replica (tp x pp GPUs) resolved for timing its steps."""
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     generation = performance.generation(gpu.generation)
@@ -481,29 +554,44 @@ def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: 
         tp=tp, hidden=arch.hidden_size,
     )
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
-    stages = _stages(arch, prec, tp, pp, as_stored)
+    kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
+    # the state of recurrent layers: what memory.py holds for a sequence of one token, less that token's KV
+    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=prec.name, kv_dtype=kv_dtype),
+                          catalog).per_gpu
+    growing, sliding, state = [], [], []
+    for s, (first, last) in enumerate(pipeline_stages(arch.num_layers, pp)):
+        layers = arch.layers[first:last]
+        grow = sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers
+                   if l.attention.kind not in ("sliding", "linear", "mamba"))
+        slide = tuple((attention_bytes_per_token(l.attention, tp, kv_bits), l.attention.window or MAX_CONTEXT)
+                      for l in layers if l.attention.kind == "sliding")
+        growing.append(grow)
+        sliding.append(slide)
+        state.append(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide))
+    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, tuple(growing), tuple(sliding), tuple(state), pp,
+                        engine_cost.name, generation.memory_efficiency, generation.compute_efficiency)
+
+
+def causal_positions(prompt: int, window: int | None = None) -> float:
+    """Positions attended over a causal prompt: sum over i = 1..P of min(i, window)."""
+    return _causal_positions(prompt, window)
+
+
+def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int,
+                        batch: int, workload: Workload, catalog: Catalog, engine: str = "vllm",
+                        performance: PerformanceCatalog | None = None) -> ReplicaPerformance:
+    """Speed of one replica (tp x pp GPUs) serving `batch` concurrent requests shaped like `workload`."""
+    if workload.prompt_tokens < 1 or workload.output_tokens < 1:
+        raise PlannerInputError("workload: prompt_tokens and output_tokens must be at least 1")
+    timer = replica_timer(arch, precision, kv_dtype, gpu, tp, pp, catalog, engine, performance)
     prompt, output = workload.prompt_tokens, workload.output_tokens
 
     # Decode at the mean context over the output; the KV each sequence holds there is read every step.
     context = prompt + output // 2
-    kv_request = Request(context=context, batch=1, tp=tp, pp=pp, precision=prec.name, kv_dtype=kv_dtype)
-    kv_ranks = estimate_memory(arch, kv_request, catalog).per_gpu
-    kv_per_sequence = [kv_ranks[s * tp].kv_cache_bytes for s in range(pp)]
-    microbatches = min(batch, pp)
-    size = ceil(batch / microbatches)
-    decode = [_forward(stage, hw, size, size, lambda w: size * min(context, w or context), size * kv_per_sequence[s])
-              for s, stage in enumerate(stages)]
-    decode_step_s, slowest, bubble_s = _pipeline(decode, microbatches, hw.handoff_s(size))
+    decode_step_s, slowest, bubble_s = timer.step(Step(batch, context))
 
-    def prefill(sequences: int) -> float:
-        parts = min(sequences, pp)
-        per_part = ceil(sequences / parts)
-        times = [_forward(stage, hw, per_part * prompt, per_part, lambda w: per_part * _causal_positions(prompt, w), 0)
-                 for stage in stages]
-        return _pipeline(times, parts, hw.handoff_s(per_part * prompt))[0]
-
-    prefill_s = prefill(1)
-    batch_prefill_s = prefill(batch) if batch > 1 else prefill_s
+    prefill_s = timer.prefill_s(1, prompt)
+    batch_prefill_s = timer.prefill_s(batch, prompt) if batch > 1 else prefill_s
     cycle_s = batch_prefill_s + (output - 1) * decode_step_s
     others_prefill_s = batch_prefill_s * (batch - 1) / batch
     tpot_s = decode_step_s + (others_prefill_s / (output - 1) if output > 1 else 0.0)
@@ -513,10 +601,11 @@ def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: 
         decode_bound=slowest.bound, batch_prefill_s=batch_prefill_s,
         weight_read_s=slowest.weight_read_s, kv_read_s=slowest.kv_read_s, decode_compute_s=slowest.compute_s,
         per_layer_overhead_s=slowest.per_layer_overhead_s, allreduce_s=slowest.allreduce_s, pp_bubble_s=bubble_s,
-        weight_bytes_read=slowest.weight_bytes, kv_bytes_read=slowest.kv_bytes, engine=engine_cost.name,
-        memory_efficiency=generation.memory_efficiency, compute_efficiency=generation.compute_efficiency,
+        weight_bytes_read=slowest.weight_bytes, kv_bytes_read=slowest.kv_bytes, engine=timer.engine,
+        memory_efficiency=timer.memory_efficiency, compute_efficiency=timer.compute_efficiency,
     )
 
 
 __all__ = ["EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "PerformanceCatalog",
-           "PrecisionCompute", "ReplicaPerformance", "Workload", "load_performance_catalog", "replica_performance"]
+           "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions",
+           "load_performance_catalog", "replica_performance", "replica_timer"]

@@ -319,7 +319,8 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog) -> tuple[
         out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
     for w in problem.workloads:
         if w.slo.tpot_s or w.slo.ttft_s:
-            tighter = replace(w, slo=Slo(w.slo.ttft_s and w.slo.ttft_s * 0.8, w.slo.tpot_s and w.slo.tpot_s * 0.8))
+            tighter = replace(w, slo=replace(w.slo, ttft_s=w.slo.ttft_s and w.slo.ttft_s * 0.8,
+                                             tpot_s=w.slo.tpot_s and w.slo.tpot_s * 0.8))
             variant = replace(problem, workloads=tuple(tighter if x is w else x for x in problem.workloads))
             result = plan_fleet(variant, catalog, explain=False)
             if result.usd_per_hour is None:
@@ -346,7 +347,7 @@ def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | No
                         for share, prompt, output in traffic.shapes())
         slo = part.workload.slo
         workloads.append(FleetWorkload(
-            name=name, space=space, buckets=buckets, slo=Slo(slo.ttft_s, slo.tpot_s) if slo else Slo(),
+            name=name, space=space, buckets=buckets, slo=Slo(slo.ttft_s, slo.tpot_s, slo.percentile) if slo else Slo(),
             utilisation=part.workload.utilisation, redundancy=part.workload.redundancy,
             min_replicas=part.workload.min_replicas, max_configs=part.workload.max_configs,
             engine="vllm" if part.engine.name == "simple" else part.engine.name))

@@ -146,6 +146,7 @@ class Traffic(_Strict):
 class SloSpec(_Strict):
     ttft_s: float | None = Field(default=None, gt=0, le=3600)  # time to first token
     tpot_s: float | None = Field(default=None, gt=0, le=60)  # time per output token
+    percentile: float | None = Field(default=None, gt=0, lt=100)  # the targets hold at this percentile; omit: the mean
 
 
 class WorkloadSpec(_Strict):

@@ -1,5 +1,13 @@
 """What one replica serves: for each workload (or request bucket) and replica layout, the largest
-batch whose latency meets the SLOs, and the requests/s that replica takes.
+arrival rate whose steady state (planner.estimator.capacity) meets the SLOs, and the requests/s that
+replica takes.
+
+Tokens in flight: a replica is sized by the KV its requests hold (prompt + tokens generated so far), not
+by a full context per batch slot. The workload's context is the replica's max-model-len; it only has to
+fit one request (vLLM's start-up check), so the largest context costs nothing unless one request of it
+stops fitting. The batch is capped by the engine's max_num_seqs (and workload.concurrency when set above
+1), the token budget per step and the KV pool. Scenarios without traffic (plan/search.py) keep sizing
+`concurrency` sequences of the full context.
 
 The fleet model (fleet.py) buys replicas of these configurations; this module decides what each
 replica is worth.
@@ -10,11 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.catalog.load import Catalog
-from planner.estimator.performance import ReplicaPerformance, Workload, replica_performance
+from planner.estimator.capacity import Scheduler, Slo, SteadyState, max_rate
+from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
+from planner.estimator.memory import GpuTarget, Request
+from planner.estimator.performance import Workload, replica_timer
 from planner.plan.search import Candidate, SearchSpace, enumerate_candidates
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
-BATCH_LADDER = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
 @dataclass(frozen=True)
@@ -24,12 +34,6 @@ class Bucket:
     requests_per_s: float
     prompt_tokens: int
     output_tokens: int
-
-
-@dataclass(frozen=True)
-class Slo:
-    ttft_s: float | None = None
-    tpot_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,9 @@ class FleetWorkload:
 class ServingConfig:
     workload: str
     bucket: int
-    candidate: Candidate
-    performance: ReplicaPerformance
+    candidate: Candidate  # context = max-model-len; concurrency 1: one request of it fits (the start-up check)
+    performance: SteadyState  # at the largest rate within the SLO: batch, TTFT, TPOT, KV in flight
+    scheduler: Scheduler  # the engine's pool and batching limits this replica runs with
     capacity_rps: float  # requests/s one replica takes at the utilisation ceiling
 
     @property
@@ -58,52 +63,49 @@ class ServingConfig:
         return int(self.capacity_rps * CAPACITY_UNITS_PER_RPS)
 
 
+def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog, max_seqs_cap: int | None = None,
+                      budget: EngineBudget | None = None) -> Scheduler:
+    """The engine's pool at the candidate's context (max-model-len) and its batching limits."""
+    target = GpuTarget.from_catalog(candidate.gpu)
+    request = Request(context=candidate.context, batch=1, tp=candidate.tp, pp=candidate.pp,
+                      precision=candidate.precision, kv_dtype=candidate.kv_dtype, overhead_fraction=space.overhead)
+    settings = space.engine or EngineSettings("simple")
+    budget = budget or engine_budget(space.arch, request, settings, target, catalog)
+    batching = None if space.engine is not None else engine_budget(space.arch, request, EngineSettings("vllm"), target,
+                                                                   catalog)
+    return Scheduler.of(budget, batching, max_seqs_cap)
+
+
 def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingConfig]:
     """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity."""
     space = workload.space
-    context = max(space.contexts)
     # workload.concurrency, when set above 1, caps the batch a replica may run
-    cap = max(space.concurrencies) if max(space.concurrencies) > 1 else BATCH_LADDER[-1]
-    ladder = replace(space, contexts=(context,), concurrencies=tuple(b for b in BATCH_LADDER if b <= cap) or (1,))
-    fitting = enumerate_candidates(ladder, catalog).candidates
+    cap = max(space.concurrencies) if max(space.concurrencies) > 1 else None
+    one_request = replace(space, concurrencies=(1,))
+    largest: dict[tuple, Candidate] = {}
+    for c in enumerate_candidates(one_request, catalog).candidates:
+        key = (c.gpu.name, c.tp, c.pp, c.precision, c.kv_dtype)
+        if key not in largest or c.context > largest[key].context:
+            largest[key] = c  # the longest max-model-len that fits one request
     out: list[ServingConfig] = []
-    for index, bucket in enumerate(workload.buckets):
-        if bucket.prompt_tokens + bucket.output_tokens > context:
-            continue
-        shape = Workload(bucket.prompt_tokens, bucket.output_tokens)
-        best: dict[tuple, ServingConfig] = {}
-        for layout, ladder_fits in _by_layout(fitting).items():
-            config = _largest_batch_within_slo(workload, index, ladder_fits, shape, catalog)
+    best: dict[tuple, ServingConfig] = {}
+    for candidate in largest.values():
+        scheduler = replica_scheduler(space, candidate, catalog, cap)
+        timer = replica_timer(space.arch, candidate.precision, candidate.kv_dtype, candidate.gpu, candidate.tp,
+                              candidate.pp, catalog, workload.engine)
+        for index, bucket in enumerate(workload.buckets):
+            state = max_rate(timer, scheduler, Workload(bucket.prompt_tokens, bucket.output_tokens), workload.slo)
+            if state is None:
+                continue
+            config = ServingConfig(workload.name, index, candidate, state, scheduler,
+                                   state.requests_per_s * workload.utilisation)
             # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
-            size = (layout[0], ladder_fits[0].gpus)
-            if config and config.capacity_units > 0 and (size not in best or config.capacity_rps > best[size].capacity_rps):
+            size = (index, candidate.gpu.name, candidate.gpus)
+            if config.capacity_units > 0 and (size not in best or config.capacity_rps > best[size].capacity_rps):
                 best[size] = config
-        out.extend(best.values())
+    out.extend(best.values())
     return out
 
 
-def _by_layout(candidates) -> dict[tuple, list[Candidate]]:
-    layouts: dict[tuple, list[Candidate]] = {}
-    for c in candidates:
-        layouts.setdefault((c.gpu.name, c.tp, c.pp, c.precision, c.kv_dtype), []).append(c)
-    return {k: sorted(v, key=lambda c: c.concurrency) for k, v in layouts.items()}
-
-
-def _largest_batch_within_slo(workload: FleetWorkload, bucket: int, ladder: list[Candidate], shape: Workload,
-                              catalog: Catalog) -> ServingConfig | None:
-    """Binary search on concurrency: TTFT and TPOT only grow with it, requests/s grows with it."""
-    found: ServingConfig | None = None
-    lo, hi = 0, len(ladder) - 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        c = ladder[mid]
-        perf = replica_performance(workload.space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, c.concurrency,
-                                   shape, catalog, workload.engine)
-        meets = ((workload.slo.ttft_s is None or perf.ttft_s <= workload.slo.ttft_s)
-                 and (workload.slo.tpot_s is None or perf.tpot_s <= workload.slo.tpot_s))
-        if meets:
-            found = ServingConfig(workload.name, bucket, c, perf, perf.requests_per_s * workload.utilisation)
-            lo = mid + 1
-        else:
-            hi = mid - 1
-    return found
+__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ServingConfig", "Slo", "replica_scheduler",
+           "serving_configs"]

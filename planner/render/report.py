@@ -506,6 +506,8 @@ def engine_table(e: EngineBudget, console: Console) -> None:
     console.print(table)
     console.print(f"KV cache capacity {e.kv_cache_capacity_tokens:,} tokens · maximum concurrency for "
                   f"{e.context:,} tokens per request: {e.max_concurrency:,.2f}x")
+    for line in _pool_layout_lines(e):
+        console.print(line)
     if e.host_bytes:
         console.print(f"left in system RAM: {format_bytes(e.host_bytes)} ({e.gpu_layers} of {e.total_layers} layers on the GPUs)")
     verdict = "[green]fits[/green]" if e.fits else "[red]does not fit[/red]"
@@ -516,6 +518,29 @@ def engine_table(e: EngineBudget, console: Console) -> None:
         console.print(f"largest context one request fits: {e.max_context_that_fits:,} tokens")
     for warning in e.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def _pool_layout_lines(e: EngineBudget) -> list[str]:
+    """How a hybrid model's cache is laid out: the groups, their pages and the recurrent-state slots."""
+    layout = e.layout
+    if layout is None or (len(layout.groups) == 1 and not layout.state_bytes):
+        return []
+    kinds = ", ".join(f"{g.layers} {g.kind}" for g in layout.groups)
+    if e.name == "sglang":
+        return [f"layers per rank: {kinds}; token pool of {layout.page_bytes:,} B per token (attention layers "
+                f"only); separate state pool: {layout.state_slots:,} sequence slots of {layout.state_bytes:,} B per "
+                f"recurrent layer ({format_bytes(layout.state_pool_bytes)}); it admits {layout.running_requests:,} "
+                "running requests for them (the radix cache keeps the other slots for cached prefixes)"]
+    groups = ", ".join(f"{g.groups} {g.kind} group(s) x {g.blocks_per_request} block(s)" for g in layout.groups)
+    lines = [f"one pool, one page size: blocks of {layout.block_size:,} tokens, {layout.page_bytes:,} B per "
+             f"layer; layers per rank: {kinds}, in groups of {layout.layers_per_group}; one request of "
+             f"{e.context:,} tokens takes {groups}"]
+    if layout.state_bytes:
+        lines.append(f"a recurrent state is {layout.state_bytes:,} B per layer, padded to the page; "
+                     f"the pool holds the states of {layout.state_slots:,} sequences at most (max_num_seqs caps it)")
+    if layout.block_size_reason:
+        lines.append(f"block size {layout.block_size:,}: {layout.block_size_reason}")
+    return lines
 
 
 def _fit_record(f: EngineFit) -> dict[str, Any]:

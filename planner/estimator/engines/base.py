@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from planner.model.architecture import Architecture, Layer
 from planner.catalog.load import Catalog, Gpu, Precision
 from planner.errors import PlannerInputError
-from planner.estimator.memory import GpuTarget, Request, attention_bytes_per_token, estimate_memory
+from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, Request, attention_bytes_per_token, estimate_memory,
+                                      state_bytes_per_sequence)
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 
 ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
@@ -70,6 +71,31 @@ class RankBudget:
 
 
 @dataclass(frozen=True)
+class CacheGroup:
+    """Layers of one cache kind on a rank and how the engine pages them."""
+
+    kind: str  # full | sliding | mla | state (linear-attention / Mamba recurrent state)
+    layers: int
+    groups: int  # vLLM KV cache groups these layers form (each its own block table); SGLang: 1 pool
+    blocks_per_request: int  # vLLM: blocks one request of `context` tokens takes in each such group
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """The pool of the limiting rank as the engine lays it out (what the table explains for hybrid models)."""
+
+    block_size: int  # tokens per attention block (SGLang: 1, it pools token by token)
+    page_bytes: int  # one block of one layer; vLLM pads a recurrent state to this size
+    layers_per_group: int  # vLLM: layers sharing one block table; the pool has this many tensors
+    groups: tuple[CacheGroup, ...]
+    state_bytes: int = 0  # one sequence's recurrent state in one layer, before padding
+    state_slots: int = 0  # sequences whose recurrent state the pool holds at once (vLLM: capped by max_num_seqs)
+    state_pool_bytes: int = 0  # SGLang: its separate state pool (vLLM shares one pool)
+    running_requests: int = 0  # SGLang: requests it admits at once for the state slots (0: no cap from states)
+    block_size_reason: str | None = None  # why the engine chose this block size, when it is not its default
+
+
+@dataclass(frozen=True)
 class EngineBudget:
     """Per rank; with TP/PP the figures are those of the rank whose pool limits the engine (the min)."""
 
@@ -95,6 +121,7 @@ class EngineBudget:
     host_bytes: int = 0  # llama.cpp: weights, cache and buffers left in system RAM
     gpu_layers: int | None = None  # llama.cpp: layers (incl. the output layer) on the GPUs
     total_layers: int | None = None  # llama.cpp: layers that can be offloaded (blocks + output)
+    layout: PoolLayout | None = None  # vLLM / SGLang: how the pool is laid out on the limiting rank
 
 
 @dataclass(frozen=True)
@@ -129,21 +156,38 @@ class ServedModel:
         return self.activation_bits // 8
 
     def layer_bytes_per_token(self, layer: Layer) -> int:
-        """KV bytes one token adds to `layer` on one TP rank."""
+        """KV bytes one token adds to `layer` on one TP rank (the Architecture's per-token bytes: a DSA
+        indexer's key cache included)."""
         return attention_bytes_per_token(layer.attention, self.request.tp, self.kv_bits)
+
+    def cache_layers(self, stage: Stage) -> tuple[Layer, ...]:
+        """The stage's layers that keep a cache (per-token KV or a recurrent state); a block without attention or
+        recurrence (a Nemotron-H MLP layer) gets no pages."""
+        return tuple(layer for layer in stage.layers
+                     if layer.attention.kind in RECURRENT_KINDS or self.layer_bytes_per_token(layer))
+
+    def layer_state_bytes(self, layer: Layer, state_bits: int) -> int:
+        """One sequence's recurrent state in a linear-attention / Mamba `layer` on one TP rank, held in `state_bits`."""
+        return state_bytes_per_sequence(layer.attention, self.request.tp, state_bits)
 
 
 def engine_refusal(arch: Architecture, engine: str) -> str | None:
-    """Why the engine profiles cannot size this model at all (None when they can): recurrent layers."""
-    recurrent = sorted({layer.attention.kind for layer in arch.layers} & {"linear", "mamba"})
-    if recurrent:
-        return (f"--engine {engine}: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
-                "pages the engine profiles do not size; use --engine simple")
+    """Why the engine profile cannot size this model at all (None when it can). vLLM sizes every layer kind;
+    llama.cpp keeps recurrent layers in a separate recurrent cache (src/llama-memory-recurrent.cpp) its profile
+    does not size; SGLang's token pool is sized per attention-layer token, nothing for an attention-free model."""
+    kinds = arch.attention_kinds
+    recurrent = sorted(kinds & set(RECURRENT_KINDS))
+    if engine == "llamacpp" and recurrent:
+        return (f"--engine llamacpp: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
+                "recurrent cache the llama.cpp profile does not size; use --engine vllm, sglang or simple")
+    if engine == "sglang" and recurrent and not kinds - set(RECURRENT_KINDS):
+        return (f"--engine sglang: {arch.name} has no attention layers; SGLang's token pool (sized per attention-layer "
+                "token) does not apply to an attention-free model; use --engine vllm")
     return None
 
 
 def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -> ServedModel:
-    """Lay the model out over the request's TP x PP ranks; engines refuse recurrent layers they don't size."""
+    """Lay the model out over the request's TP x PP ranks; refuse what `engine`'s profile cannot size."""
     refusal = engine_refusal(arch, engine)
     if refusal:
         raise PlannerInputError(refusal)
@@ -184,5 +228,5 @@ def largest_passing(low: int, high: int, passes) -> int | None:
     return low
 
 
-__all__ = ["ENGINE_NAMES", "EngineBudget", "EngineSettings", "RankBudget", "ServedModel", "Stage",
+__all__ = ["ENGINE_NAMES", "CacheGroup", "EngineBudget", "EngineSettings", "PoolLayout", "RankBudget", "ServedModel", "Stage",
            "catalog_card", "engine_refusal", "largest_passing", "limiting_rank", "serve"]

@@ -64,6 +64,10 @@ class VllmProfile(_Strict):
     subtract_cuda_graph: Sourced[bool]
     redundancy_buffer_mib: Sourced[int]
     hybrid_group_ratio: Sourced[float]
+    hybrid_block_alignment: Sourced[int]
+    hybrid_mla_block_alignment: Sourced[int]
+    hybrid_head256_block_alignment: Sourced[int]
+    hybrid_head256_gpus: Sourced[tuple[str, ...]]
 
 
 class SglangGpuBucket(_Strict):
@@ -86,6 +90,9 @@ class SglangProfile(_Strict):
     aiter_long_context_factor: Sourced[float]
     aiter_min_context_exclusive: Sourced[int]
     swa_full_tokens_ratio: Sourced[float]
+    mamba_full_memory_ratio: Sourced[float]
+    mamba_ssm_dtype_bits: Sourced[int]
+    mamba_slots_per_running_request: Sourced[int]
 
 
 class LlamacppProfile(_Strict):

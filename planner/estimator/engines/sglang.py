@@ -7,8 +7,16 @@
      set mem_fraction_static = (gpu_mem - reserved) / gpu_mem.
   3. model_runner.profile_max_num_token after loading the weights: rest = free - total x (1 - fraction)
      = fraction x total - weights; max_total_num_tokens = rest // cell size, the cell being one token's
-     K and V in every layer on the rank (MLA: the latent, once). Sliding-window layers get their own pool
+     K and V in every layer on the rank (MLA: the latent, once; with DeepSeek Sparse Attention the indexer's fp8
+     key and scale join the cell: cell_size += indexer_size_per_token x layers, which the Architecture's per-token
+     bytes carry). Sliding-window layers get their own pool
      of swa_full_tokens_ratio x the full layers' slots. Tokens are pooled one by one (page size 1).
+  Recurrent layers (Gated DeltaNet, Mamba-2) keep their states in a separate pool of whole-sequence slots
+  (MambaPool / HybridReqToTokenPool): model_runner._handle_max_mamba_cache gives it
+  rest x mamba_full_memory_ratio / (1 + ratio), max_mamba_cache_size = that // one sequence's states in
+  every recurrent layer of the rank, and the attention layers' token pool gets what is left.
+  _resolve_max_num_reqs admits at most max_mamba_cache_size // 3 running requests (the radix cache keeps
+  the other slots for the states of cached prefixes), which caps the concurrency too.
   Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
   On AMD the aiter attention backend (what `planner export --to sglang` passes there) multiplies the
   fraction, even an explicit one, by 0.85 when the context is above 8K: the pool is sized with that.
@@ -16,16 +24,17 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections import Counter
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from math import floor
 
 from planner.model.architecture import Architecture
 from planner.catalog.load import Catalog
-from planner.estimator.engines.base import (EngineBudget, EngineSettings, RankBudget, ServedModel, Stage, catalog_card,
-                                            limiting_rank, serve)
+from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
+                                            Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines.profiles import SglangProfile, load_profiles
-from planner.estimator.memory import GpuTarget, Request
+from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
 
 
@@ -81,20 +90,28 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     non_torch = (profile.reserved_base_mib.value + profile.reserved_per_gpu_mib.value * model.gpus) * MiB
 
     ranks = []
+    pools: dict[int, StatePool] = {}
     for stage in model.stages:
-        rest = static - stage.weights_bytes
+        pool = pools[stage.index] = state_pool(model, stage, static - stage.weights_bytes, profile)
+        rest = static - stage.weights_bytes - pool.pool_bytes
         cell = _cell_bytes(model, stage, profile)
-        tokens = max(rest, 0) // cell
+        tokens = max(rest, 0) // cell if cell else 0
         for tp_rank in range(request.tp):
             ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
                                     memory_bytes=visible, budget_bytes=static, weights_bytes=stage.weights_bytes,
                                     activation_bytes=activation, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
                                     kv_pool_bytes=max(rest, 0), kv_capacity_tokens=tokens))
-    limit = limiting_rank(tuple(ranks))
+    # a stage without attention layers has no token pool: the others set the capacity
+    limit = limiting_rank(tuple(r for r in ranks if _cell_bytes(model, model.stages[r.pp_stage], profile)) or ranks)
+    slots = min((pool.slots for pool in pools.values() if pool.per_request_bytes), default=None)
     tokens, context = limit.kv_capacity_tokens, request.context
-    concurrency = tokens / context
+    running = None if slots is None else slots // profile.mamba_slots_per_running_request.value
+    concurrency = tokens / context if running is None else min(tokens / context, running)
     message, longest = None, None
-    if limit.kv_pool_bytes <= 0:
+    if running is not None and running <= 0:
+        message = (f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests: "
+                   f"max_mamba_cache_size={slots}; increase --mem-fraction-static or use GPUs with more memory.")
+    elif limit.kv_pool_bytes <= 0:
         message = "Not enough memory. Please try to increase --mem-fraction-static."
     elif tokens < context:
         longest = tokens
@@ -116,4 +133,38 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
         kv_pool_bytes=limit.kv_pool_bytes, kv_cache_capacity_tokens=tokens, max_concurrency=concurrency,
         fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=tuple(ranks), warnings=tuple(warnings),
+        layout=_pool_layout(model, model.stages[limit.pp_stage], pools[limit.pp_stage], running or 0, profile),
     )
+
+
+@dataclass(frozen=True)
+class StatePool:
+    """SGLang's recurrent-state pool on one rank."""
+
+    per_request_bytes: int  # one sequence's states in every recurrent layer of the rank (mamba_cache_per_req)
+    slots: int  # max_mamba_cache_size
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.slots * self.per_request_bytes
+
+
+def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile) -> StatePool:
+    """_handle_max_mamba_cache without --max-mamba-cache-size or speculative decoding: the ratio split of `rest`."""
+    per_request = sum(model.layer_state_bytes(layer, profile.mamba_ssm_dtype_bits.value) for layer in stage.layers
+                      if layer.attention.kind in RECURRENT_KINDS)
+    if not per_request:
+        return StatePool(0, 0)
+    ratio = Fraction(str(profile.mamba_full_memory_ratio.value))
+    return StatePool(per_request, floor(max(rest, 0) * ratio / (1 + ratio)) // per_request)
+
+
+def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int, profile: SglangProfile) -> PoolLayout:
+    """The limiting rank's token pool (page size 1) and state pool, for the table."""
+    layers = model.cache_layers(stage)
+    kinds = Counter("state" if layer.attention.kind in RECURRENT_KINDS else layer.attention.kind for layer in layers)
+    state_layers = kinds.get("state", 0)
+    return PoolLayout(block_size=1, page_bytes=_cell_bytes(model, stage, profile), layers_per_group=len(layers),
+                      groups=tuple(CacheGroup(kind, count, 1, 1) for kind, count in kinds.items()),
+                      state_bytes=pool.per_request_bytes // state_layers if state_layers else 0,
+                      state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, running_requests=running)

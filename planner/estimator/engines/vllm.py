@@ -9,11 +9,18 @@
      - torch peak increase (the activation peak) - non-torch increase (cuBLAS workspaces, NCCL and custom
      all-reduce buffers when tp > 1) [- CUDA graph memory when the release subtracts it; v0.19 does not].
   3. get_kv_cache_config (vllm/v1/core/kv_cache_utils.py): layers of one attention type share a page size
-     (block_size tokens x KV heads x head dim x 2 x dtype; MLA: block_size x latent x dtype); hybrid models
-     are split into groups of equal layer count; num_blocks = memory // (page x layers per group), the
-     minimum over all workers. check_enough_kv_cache_memory raises when one request of max_model_len does
-     not fit and estimates the longest that would. "Maximum concurrency for N tokens per request" =
-     num_blocks / blocks one request needs (sliding-window layers need only window - 1 + batched tokens).
+     (block_size tokens x KV heads x head dim x 2 x dtype; MLA: block_size x latent x dtype, a DSA indexer's
+     key cache joining the latent as one more layer of the same block size); hybrid models are split into
+     groups of equal layer count; num_blocks = memory // (page x layers per group), the minimum over all
+     workers. check_enough_kv_cache_memory raises when one request of max_model_len does not fit and
+     estimates the longest that would. "Maximum concurrency for N tokens per request" = num_blocks / blocks
+     one request needs (sliding-window layers need only window - 1 + batched tokens).
+  Recurrent layers (Gated DeltaNet linear attention, Mamba-2) live in the same pool: each keeps one
+  sequence's state (convolution window + recurrent state, MambaSpec) in one block of its own group.
+  HybridAttentionMambaModelConfig (vllm/model_executor/models/config.py) raises the attention block size to
+  the smallest multiple of 16 (MLA: 64) tokens whose page holds a whole state, and pads the state page up
+  to the attention page, so every group shares one page size; a request then takes one block in each state
+  group (no prefix caching for these models in v0.19, mamba_cache_mode "none") beside its attention blocks.
 """
 
 from __future__ import annotations
@@ -24,23 +31,39 @@ from math import ceil
 
 from planner.model.architecture import Architecture, Layer
 from planner.catalog.load import Catalog
-from planner.estimator.engines.base import (EngineBudget, EngineSettings, RankBudget, ServedModel, Stage, catalog_card,
-                                  largest_passing, limiting_rank, serve)
+from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
+                                            Stage, catalog_card, largest_passing, limiting_rank, serve)
 from planner.estimator.engines.profiles import VllmProfile, load_profiles
 from planner.errors import PlannerInputError
-from planner.estimator.memory import GpuTarget, Request
+from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import GiB, MiB, gib
 
 FP32_BYTES = 4
 
 
+STATE = "state"  # a recurrent layer's spec (MambaSpec): one block holds one sequence's whole state
+
+
 @dataclass(frozen=True)
 class LayerSpec:
-    """A layer's KV cache spec as vLLM builds it (FullAttentionSpec / SlidingWindowSpec / MLAAttentionSpec)."""
+    """A layer's KV cache spec as vLLM builds it (FullAttentionSpec / SlidingWindowSpec / MLAAttentionSpec / MambaSpec)."""
 
-    kind: str  # full | sliding (MLA layers are full-attention pages with a latent instead of K and V)
+    kind: str  # full | sliding | state (MLA layers are full-attention pages with a latent instead of K and V)
     window: int | None
     page_bytes: int  # one block of this layer on one rank
+
+
+@dataclass(frozen=True)
+class StateShape:
+    """How vLLM sizes the recurrent layers' pages: one state per block, padded to the attention page."""
+
+    state_bytes: int  # one sequence's state in one recurrent layer on one rank (0: no recurrent layers)
+    token_bytes: int  # one token of one attention layer on one rank (0: no attention layers)
+    alignment: int  # the attention backend's block-size multiple
+
+    def block_size(self) -> int:
+        """The smallest aligned attention block whose page holds a whole state (HybridAttentionMambaModelConfig)."""
+        return self.alignment * ceil(self.state_bytes / (self.alignment * self.token_bytes))
 
 
 @dataclass(frozen=True)
@@ -55,9 +78,14 @@ class KvLayout:
     def num_blocks(self, available: int) -> int:
         return max(0, available // (self.page_bytes * self.group_size))
 
-    def capacity_tokens(self, num_blocks: int, block_size: int) -> int:
-        """'GPU KV cache size: N tokens' as vLLM logs it."""
-        return num_blocks // len(self.groups) * block_size
+    def capacity_tokens(self, num_blocks: int, block_size: int, max_model_len: int) -> int:
+        """'GPU KV cache size: N tokens' as vLLM logs it: blocks per group x the smallest group block size
+        (a state group's block_size is mamba_block_size = max_model_len)."""
+        smallest = min(max_model_len if g.kind == STATE else block_size for g in self.groups)
+        return num_blocks // len(self.groups) * smallest
+
+    def group_blocks(self, group: LayerSpec, max_model_len: int, batched_tokens: int, block_size: int) -> int:
+        return ceil(_max_usage_bytes(group, max_model_len, batched_tokens, block_size) / self.page_bytes)
 
     def blocks_per_request(self, max_model_len: int, batched_tokens: int, block_size: int) -> int:
         usage = sum(_max_usage_bytes(g, max_model_len, batched_tokens, block_size) for g in self.groups)
@@ -70,6 +98,8 @@ class KvLayout:
 
 def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, block_size: int) -> int:
     """KVCacheSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py)."""
+    if spec.kind == STATE:
+        return spec.page_bytes  # MambaSpec, mamba_cache_mode "none": the one block holding the state
     if spec.kind == "sliding" and spec.window:
         # the last window - 1 computed tokens plus a chunk of newly scheduled ones, never more than
         # max_model_len; +1 block because the window need not start at a block boundary
@@ -78,11 +108,32 @@ def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, b
     return ceil(max_model_len / block_size) * spec.page_bytes
 
 
-def kv_layout(model: ServedModel, stage: Stage, block_size: int, profile: VllmProfile) -> KvLayout:
-    specs = tuple(LayerSpec("sliding" if layer.attention.kind == "sliding" else "full",
+def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
+    """The recurrent state and attention token sizes of the model on one rank (vLLM computes them model-wide:
+    every stage pads its states to the same page), and the block-size multiple of the attention backend."""
+    state_bits = model.activation_bits  # mamba_cache_dtype / mamba_ssm_cache_dtype "auto": the model dtype
+    layers = model.arch.layers
+    state = max((model.layer_state_bytes(layer, state_bits) for layer in layers
+                 if layer.attention.kind in RECURRENT_KINDS), default=0)
+    attention = [layer for layer in layers if layer.attention.kind not in RECURRENT_KINDS]
+    token = max((model.layer_bytes_per_token(layer) for layer in attention), default=0)
+    if "mla" in model.arch.attention_kinds:
+        alignment = profile.hybrid_mla_block_alignment.value
+    elif gpu.name in profile.hybrid_head256_gpus.value and any(layer.attention.k_head_dim == 256 for layer in attention):
+        alignment = profile.hybrid_head256_block_alignment.value  # FlashInfer on compute capability 10.0
+    else:
+        alignment = profile.hybrid_block_alignment.value
+    return StateShape(state, token, alignment)
+
+
+def kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateShape, profile: VllmProfile) -> KvLayout:
+    # mamba_page_size_padded: a state page grows to the attention page (an attention-free model keeps its own)
+    state_page = block_size * shape.token_bytes if shape.token_bytes else shape.state_bytes
+    specs = tuple(LayerSpec(STATE, None, state_page) if layer.attention.kind in RECURRENT_KINDS else
+                  LayerSpec("sliding" if layer.attention.kind == "sliding" else "full",
                             layer.attention.window if layer.attention.kind == "sliding" else None,
                             block_size * model.layer_bytes_per_token(layer))
-                  for layer in stage.layers)
+                  for layer in model.cache_layers(stage))
     counts = Counter(specs)
     fewest, most = min(counts.values()), max(counts.values())
     # _get_kv_cache_groups_uniform_page_size: groups of the fewest layers of one type, or of the most
@@ -90,8 +141,29 @@ def kv_layout(model: ServedModel, stage: Stage, block_size: int, profile: VllmPr
     group_size = most if most < fewest * profile.hybrid_group_ratio.value else fewest
     groups = tuple(spec for spec, count in counts.items() for _ in range(ceil(count / group_size)))
     # vLLM needs one page size across groups; layer types of one model share head shapes in the
-    # families planner counts, so the largest page is the page
+    # families planner counts and states are padded to the attention page, so the largest page is the page
     return KvLayout(specs, group_size, groups, max(s.page_bytes for s in specs))
+
+
+def _pool_layout(layout: KvLayout, shape: StateShape, settings: EngineSettings, context: int, num_blocks: int,
+                 default_block: int) -> PoolLayout:
+    """What the table explains: the groups, their pages and how many sequences' states the pool holds."""
+    batched, block_size = settings.max_num_batched_tokens, settings.block_size
+    kinds = Counter(spec.kind for spec in layout.specs)
+    group_counts = Counter(group.kind for group in layout.groups)
+    groups = tuple(CacheGroup(kind, kinds[kind], group_counts[kind],
+                              layout.group_blocks(next(g for g in layout.groups if g.kind == kind), context, batched,
+                                                  block_size))
+                   for kind in kinds)
+    state_groups = group_counts[STATE]
+    reason = None
+    if shape.state_bytes and shape.token_bytes and block_size == shape.block_size() != default_block:
+        reason = (f"the smallest multiple of {shape.alignment} tokens whose attention page "
+                  f"({shape.token_bytes:,} B per token) holds one {shape.state_bytes:,} B recurrent state")
+    return PoolLayout(block_size=block_size, page_bytes=layout.page_bytes, layers_per_group=layout.group_size,
+                      groups=groups, state_bytes=shape.state_bytes,
+                      state_slots=min(num_blocks // state_groups, settings.max_num_seqs) if state_groups else 0,
+                      block_size_reason=reason)
 
 
 def _batch_defaults(gpu: GpuTarget, visible_bytes: int, profile: VllmProfile) -> tuple[int, int]:
@@ -101,17 +173,24 @@ def _batch_defaults(gpu: GpuTarget, visible_bytes: int, profile: VllmProfile) ->
     return profile.other_gpu_max_num_batched_tokens.value, profile.other_gpu_max_num_seqs.value
 
 
-def resolve_settings(settings: EngineSettings, gpu: GpuTarget, visible_bytes: int, arch: Architecture,
-                     profile: VllmProfile) -> EngineSettings:
-    batched_default, seqs_default = _batch_defaults(gpu, visible_bytes, profile)
+def default_block_size(arch: Architecture, profile: VllmProfile) -> int:
     mla = arch.attention_kinds == {"mla"}
-    block_default = profile.mla_block_size.value if mla else profile.block_size.value
+    return profile.mla_block_size.value if mla else profile.block_size.value
+
+
+def resolve_settings(settings: EngineSettings, gpu: GpuTarget, visible_bytes: int, arch: Architecture,
+                     shape: StateShape, profile: VllmProfile) -> EngineSettings:
+    batched_default, seqs_default = _batch_defaults(gpu, visible_bytes, profile)
+    block_size = settings.block_size or default_block_size(arch, profile)
+    if shape.state_bytes and shape.token_bytes:
+        # HybridAttentionMambaModelConfig overrides a block size left unset or too small to hold a state
+        block_size = max(block_size, shape.block_size()) if settings.block_size else shape.block_size()
     resolved = replace(
         settings,
         gpu_memory_utilization=settings.gpu_memory_utilization or profile.gpu_memory_utilization.value,
         max_num_batched_tokens=settings.max_num_batched_tokens or batched_default,
         max_num_seqs=settings.max_num_seqs or seqs_default,
-        block_size=settings.block_size or block_default,
+        block_size=block_size,
     )
     if resolved.max_num_batched_tokens < resolved.max_num_seqs:
         raise PlannerInputError(
@@ -191,7 +270,8 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
     profile, cuda = profiles.vllm, profiles.cuda
     model = serve(arch, request, catalog, "vllm")
     visible = cuda.visible_bytes(gpu.memory_bytes)
-    resolved = resolve_settings(settings, gpu, visible, arch, profile)
+    shape = state_shape(model, gpu, profile)
+    resolved = resolve_settings(settings, gpu, visible, arch, shape, profile)
     utilization, block_size = resolved.gpu_memory_utilization, resolved.block_size
     batched, context = resolved.max_num_batched_tokens, request.context
     requested = int(visible * utilization)
@@ -203,12 +283,12 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
     layouts: dict[int, KvLayout] = {}
     available: dict[int, int] = {}
     for stage in model.stages:
-        layout = layouts[stage.index] = kv_layout(model, stage, block_size, profile)
+        layout = layouts[stage.index] = kv_layout(model, stage, block_size, shape, profile)
         activation = activation_peak(model, stage, resolved, profile)
         non_torch = non_torch_bytes(request.tp, request.pp, custom_all_reduce, profile)
         subtracted = graphs if profile.subtract_cuda_graph.value else 0
         memory = available[stage.index] = requested - stage.weights_bytes - activation - non_torch - subtracted
-        tokens = layout.capacity_tokens(layout.num_blocks(memory), block_size)
+        tokens = layout.capacity_tokens(layout.num_blocks(memory), block_size, context)
         for tp_rank in range(request.tp):
             ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
                                     memory_bytes=visible, budget_bytes=requested, weights_bytes=stage.weights_bytes,
@@ -231,10 +311,11 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
         name="vllm", release=profile.release, gpu_memory_utilization=utilization, budget_bytes=requested,
         weights_bytes=limit.weights_bytes, activation_bytes=limit.activation_bytes, non_torch_bytes=limit.non_torch_bytes,
         cuda_graph_bytes=graphs, kv_pool_bytes=max(memory, 0),
-        kv_cache_capacity_tokens=layout.capacity_tokens(num_blocks, block_size), max_concurrency=concurrency,
+        kv_cache_capacity_tokens=layout.capacity_tokens(num_blocks, block_size, context), max_concurrency=concurrency,
         fits=fits, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=tuple(ranks),
         warnings=tuple(_warnings(free_at_start - requested, graphs, resolved, profile)),
+        layout=_pool_layout(layout, shape, resolved, context, num_blocks, default_block_size(arch, profile)),
     )
 
 

@@ -1,0 +1,152 @@
+"""Tokens in flight, the steady state of continuous batching, and the replica simulator against closed forms."""
+
+import json
+import subprocess
+import sys
+from math import ceil
+
+import pytest
+
+from planner.catalog.load import load_catalog
+from planner.estimator.capacity import Scheduler, Slo, max_rate, steady_state
+from planner.estimator.engines import EngineSettings, engine_budget
+from planner.estimator.memory import GpuTarget, Request
+from planner.estimator.performance import Step, Workload, causal_positions, replica_timer
+from planner.estimator.simulate import Arrival, poisson_arrivals, read_trace, simulate
+from planner.errors import PlannerInputError
+from planner.model.sources import resolve_model
+
+CATALOG = load_catalog()
+CHAT = Workload(1500, 400)
+
+
+def replica(model="llama-3.1-8b", gpu="h100-sxm", tp=1, precision="bf16", context=8192, **settings):
+    arch = resolve_model(CATALOG, model)
+    card = CATALOG.gpus.get(gpu)
+    budget = engine_budget(arch, Request(context=context, batch=1, tp=tp, pp=1, precision=precision, kv_dtype="auto"),
+                           EngineSettings("vllm", **settings), GpuTarget.from_catalog(card), CATALOG)
+    return replica_timer(arch, precision, "auto", card, tp, 1, CATALOG), Scheduler.of(budget), budget
+
+
+def test_pool_is_the_engines_blocks_and_requests_hold_whole_blocks():
+    _, scheduler, budget = replica()
+    # Llama 3.1 8B: 32 layers x 8 KV heads x 128 x (K + V) x 2 bytes = 131,072 bytes per token; vLLM pages 16 tokens
+    block_bytes = 16 * 32 * 8 * 128 * 2 * 2
+    assert scheduler.pool_tokens == budget.kv_pool_bytes // block_bytes * 16
+    assert scheduler.block_tokens == 16 and scheduler.max_model_len == 8192
+    assert scheduler.max_num_batched_tokens == 8192 and scheduler.max_num_seqs == 1024  # vLLM's >= 70 GiB defaults
+    assert scheduler.held_tokens(1900) == 1904 and scheduler.held_tokens(1904) == 1904
+
+
+def test_kv_in_flight_is_what_the_requests_hold():
+    timer, scheduler, _ = replica()
+    state = steady_state(timer, scheduler, CHAT, 4.0)
+    # decoding requests hold P + t tokens in whole blocks, t = 1..N-1; prefilling ones their prompt
+    mean_decoding = sum(ceil((1500 + t) / 16) * 16 for t in range(1, 400)) / 399
+    prefilling = state.batch - state.decode_batch
+    assert state.kv_tokens_mean == pytest.approx(state.decode_batch * mean_decoding + prefilling * 1504)
+    assert state.kv_tokens_peak == ceil(state.batch) * 1904
+    assert state.decode_batch == pytest.approx(4.0 * 399 * state.tpot_mean_s, rel=2e-3)  # Little's law, to the fixed point's tolerance
+
+
+def test_max_model_len_costs_nothing_while_one_request_fits():
+    short = max_rate(*replica("llama-3.3-70b", "h200-sxm", 1, "fp8", context=8192)[:2], CHAT, Slo(2.0, 0.05))
+    timer, scheduler, budget = replica("llama-3.3-70b", "h200-sxm", 1, "fp8", context=131072)
+    assert budget.fits  # one request of 128K fits next to the weights
+    long = max_rate(timer, scheduler, CHAT, Slo(2.0, 0.05))
+    assert long.requests_per_s == pytest.approx(short.requests_per_s, rel=0.02)
+    assert long.batch > 20  # batch slots no longer each reserve 128K tokens (the pool holds under 3 of those)
+    assert scheduler.pool_tokens < 3 * 131072
+
+
+def test_a_percentile_slo_is_stricter_than_the_mean():
+    timer, scheduler, _ = replica()
+    mean = max_rate(timer, scheduler, CHAT, Slo(0.2, 0.03))
+    p90 = max_rate(timer, scheduler, CHAT, Slo(0.2, 0.03, percentile=90))
+    assert p90.requests_per_s < mean.requests_per_s
+    with pytest.raises(PlannerInputError, match="percentile"):
+        Slo(1.0, 0.1, percentile=100)
+
+
+def test_simulator_one_request_at_a_time_matches_the_closed_form():
+    timer, scheduler, _ = replica()
+    prompt, output = 1500, 50
+    arrivals = [Arrival(100.0 * i, prompt, output) for i in range(3)]  # each done long before the next
+    result = simulate(timer, scheduler, arrivals)
+    prefill = timer.step_s(Step(0, 0.0, prompt, causal_positions(prompt), 1))
+    decode = sum(timer.step_s(Step(1, prompt + t)) for t in range(1, output))
+    assert result.ttft_s.p50 == pytest.approx(prefill, rel=1e-9)
+    assert result.e2e_s.mean == pytest.approx(prefill + decode, rel=2e-3)  # step times memoised per 16-token context
+    assert result.preemptions == 0 and result.completed == 3
+
+
+def test_simulator_queues_like_md1_at_low_load():
+    """One request at a time (max_num_seqs 1) and one output token: a single deterministic server."""
+    timer, scheduler, _ = replica(max_num_seqs=1)
+    shape = Workload(2000, 1)
+    service = timer.step_s(Step(0, 0.0, 2000, causal_positions(2000), 1))
+    rate = 0.3 / service
+    result = simulate(timer, scheduler, poisson_arrivals(rate, 20000 * service / 0.3, shape, seed=3))
+    rho = rate * service
+    expected_wait = rho * service / (2 * (1 - rho))  # Pollaczek-Khinchine, deterministic service
+    assert result.ttft_s.mean - service == pytest.approx(expected_wait, rel=0.08)
+
+
+def test_running_out_of_blocks_preempts_by_recompute():
+    timer, scheduler, _ = replica()
+    tight = Scheduler(pool_tokens=16 * 300, block_tokens=16, max_num_batched_tokens=8192, max_num_seqs=64,
+                      max_model_len=4096)
+    result = simulate(timer, tight, [Arrival(0.0, 1000, 800) for _ in range(4)])
+    assert result.preemptions > 0 and result.completed == 4
+    assert result.kv_peak_fraction <= 1.0
+
+
+@pytest.mark.parametrize("model, gpu, tp, precision", [("llama-3.1-8b", "h100-sxm", 1, "bf16"),
+                                                        ("qwen3-30b-a3b", "h100-sxm", 1, "bf16")])
+def test_analytic_capacity_is_not_above_the_simulated_by_more_than_the_target(model, gpu, tp, precision):
+    """At the analytic capacity / 1.1 the simulated replica still meets the SLO (bench/capacity_check.py: the grid)."""
+    timer, scheduler, _ = replica(model, gpu, tp, precision)
+    slo = Slo(2.0, 0.05)
+    capacity = max_rate(timer, scheduler, CHAT, slo).requests_per_s
+    result = simulate(timer, scheduler, poisson_arrivals(capacity / 1.1, 200, CHAT, seed=1), warmup_s=20)
+    assert result.ttft_s.mean <= slo.ttft_s and result.tpot_s.mean <= slo.tpot_s
+
+
+def test_a_broken_trace_line_is_named(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5}\n{"arrival_s": 1}\n')
+    with pytest.raises(PlannerInputError, match="line 2"):
+        read_trace(trace)
+    trace.write_text('{"arrival_s": -1, "prompt_tokens": 10, "output_tokens": 5}\n')
+    with pytest.raises(PlannerInputError, match="arrival_s"):
+        read_trace(trace)
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+
+
+def test_perf_answers_the_contract(tmp_path):
+    proc = _cli("perf", "llama-3.3-70b", "--gpu", "h100-sxm", "--gpus", "2", "--tp", "2", "--pp", "1", "--precision",
+                "fp8", "--kv-dtype", "fp8", "--engine", "vllm", "--batch", "16", "--prompt-tokens", "1500",
+                "--output-tokens", "400", "--rate", "2", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key in ("ttft_s", "tpot_ms", "output_tokens_per_s", "requests_per_s", "bound"):
+        assert key in out
+    assert out["output_tokens_per_s"] == pytest.approx(out["requests_per_s"] * 400)
+    assert out["steady_state"]["requests_per_s"] == 2 and out["steady_state"]["keeps_up"] is True
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "-1"), "--rate"),
+    (("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "3", "--tp", "2"), "--gpus"),
+    (("simulate", "other.json"), "not a fleet plan"),
+    (("simulate", "other.json", "--rate", "-2"), "--rate"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    (tmp_path / "other.json").write_text('{"plans": [{"gpu": "h100"}]}')
+    proc = _cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error:") and needle in proc.stderr and proc.stderr.count("\n") == 1

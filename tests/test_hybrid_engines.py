@@ -1,0 +1,204 @@
+"""Hybrid models in the engine profiles: recurrent-state layers (Gated DeltaNet, Mamba-2) beside attention.
+
+vLLM v0.19 keeps states and attention blocks in one pool with one page size; SGLang keeps a separate state pool.
+"""
+
+import json
+from math import ceil, floor
+
+import pytest
+
+from planner.estimator.engines import EngineSettings, engine_budget
+from planner.estimator.engines.base import serve
+from planner.estimator.engines.profiles import load_profiles
+from planner.estimator.engines.vllm import STATE, StateShape, kv_layout, state_shape
+from planner.errors import PlannerInputError
+from planner.estimator.memory import GpuTarget, Request
+from planner.model.architecture import Architecture, Attention, Layer, size_only_architecture_from_config
+
+from conftest import CONFIGS
+from engine_fixtures import arch, h100  # noqa: F401  (fixtures)
+
+# Qwen3-Next-80B-A3B (tests/data/configs): 36 Gated DeltaNet layers of 16 key / 32 value heads of 128, kernel 4,
+# and 12 attention layers of 2 KV heads of 256
+GDN_STATE = (2 * 16 * 128 + 32 * 128) * (4 - 1) + 32 * 128 * 128  # conv window + recurrent state, elements
+
+
+@pytest.fixture(scope="module")
+def qwen3_next():
+    config = json.loads((CONFIGS / "qwen3-next-80b-a3b" / "config.json").read_text())
+    return size_only_architecture_from_config(config, "qwen3-next", 80 * 10**9)
+
+
+def nemotron_h_like(attention_every: int = 8, layers: int = 48) -> Architecture:
+    """A Mamba-2 hybrid shaped like Nemotron-H (64 heads of 64, state 128, 8 groups, kernel 4; GQA 2 x 128)."""
+    config = {"model_type": "nemotron_h", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 2,
+              "head_dim": 128, "num_hidden_layers": layers, "vocab_size": 131072, "torch_dtype": "bfloat16",
+              "mamba_n_heads": 64, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 8, "mamba_d_conv": 4,
+              "layer_types": ["attention" if (i + 1) % attention_every == 0 else "mamba" for i in range(layers)]}
+    return size_only_architecture_from_config(config, "nemotron-h-like", 8 * 10**9)
+
+
+MAMBA2_STATE = (64 * 64 + 2 * 8 * 128) * (4 - 1) + 64 * 64 * 128
+
+
+def test_recurrent_state_elements_are_the_engines_shapes(qwen3_next):
+    states = {layer.attention.state_elements for layer in qwen3_next.layers if layer.attention.kind == "linear"}
+    assert states == {GDN_STATE}
+    assert {layer.attention.state_elements for layer in nemotron_h_like().layers
+            if layer.attention.kind == "mamba"} == {MAMBA2_STATE}
+
+
+def test_vllm_aligns_the_attention_block_to_hold_a_state(qwen3_next, h100, catalog):
+    budget = engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name="vllm"), h100, catalog)
+    state = GDN_STATE // 4 * 2  # bf16 state, heads split over 4 ranks
+    token = 1 * 256 * 2 * 2  # 2 KV heads over 4 ranks: 1 per rank
+    block = 16 * ceil(state / (16 * token))
+    assert block == 272 and budget.settings.block_size == block
+    layout = budget.layout
+    assert layout.page_bytes == block * token  # the state page padded up to the attention page
+    assert layout.state_bytes == state
+    assert layout.layers_per_group == 12
+    groups = {g.kind: g for g in layout.groups}
+    assert (groups[STATE].layers, groups[STATE].groups, groups[STATE].blocks_per_request) == (36, 3, 1)
+    assert (groups["full"].layers, groups["full"].groups, groups["full"].blocks_per_request) == (12, 1, ceil(32768 / block))
+    blocks = budget.kv_pool_bytes // (layout.page_bytes * 12)
+    assert budget.kv_cache_capacity_tokens == blocks // 4 * block
+    assert budget.max_concurrency == blocks / (ceil(32768 / block) + 3)
+    assert layout.state_slots == min(blocks // 3, budget.settings.max_num_seqs)
+    assert "holds one" in layout.block_size_reason
+
+
+def test_vllm_keeps_a_larger_block_size_the_user_asked_for(qwen3_next, h100, catalog):
+    request = Request(context=8192, tp=4)
+    assert engine_budget(qwen3_next, request, EngineSettings(name="vllm", block_size=16), h100, catalog).settings.block_size == 272
+    larger = engine_budget(qwen3_next, request, EngineSettings(name="vllm", block_size=1024), h100, catalog)
+    assert larger.settings.block_size == 1024 and larger.layout.page_bytes == 1024 * 1024  # the state padded further
+    assert larger.layout.block_size_reason is None  # the user's block size, not vLLM's choice
+
+
+def test_vllm_replays_the_qwen35_27b_v019_layout(catalog):
+    """vllm-project/vllm #40691 (v0.19.0): 48 GDN + 16 attention layers, "GPU KV cache size: 290,864 tokens",
+    "Maximum concurrency for 32,768 tokens per request: 33.04x". The state there is 3,207,168 B (48 x 128 x 128
+    fp32 SSM + 10,240 x 3 bf16 conv); the layer here carries it in bf16 elements to replay the layout alone."""
+    profile = load_profiles().vllm
+    layers = tuple(Layer(Attention("full", 4, 256, 256)) if (i + 1) % 4 == 0 else
+                   Layer(Attention("linear", state_elements=3_207_168 // 2)) for i in range(64))
+    qwen35 = Architecture("qwen3.5-27b-layout", "qwen3_5", 5120, 24, 248320, layers, torch_dtype="bfloat16",
+                          exact=False, declared_params=27 * 10**9)
+    model = serve(qwen35, Request(context=32768), catalog, "vllm")
+    shape = state_shape(model, GpuTarget.from_catalog(catalog.gpus.get("h20")), profile)
+    assert shape == StateShape(3_207_168, 4096, 16) and shape.block_size() == 784
+    layout = kv_layout(model, model.stages[0], 784, shape, profile)
+    assert layout.group_size == 16 and len(layout.groups) == 4
+    num_blocks = 1487  # the only count the logged 290,864 tokens and 33.04x allow together
+    assert layout.capacity_tokens(num_blocks, 784, 32768) == 290_864
+    assert round(num_blocks / layout.blocks_per_request(32768, 16384, 784), 2) == 33.04
+
+
+def test_vllm_sizes_mamba2_hybrids(h100, catalog):
+    model = nemotron_h_like()
+    budget = engine_budget(model, Request(context=65536), EngineSettings(name="vllm"), h100, catalog)
+    state, token = MAMBA2_STATE * 2, 2 * 128 * 2 * 2
+    assert budget.settings.block_size == 16 * ceil(state / (16 * token))
+    groups = {g.kind: g for g in budget.layout.groups}
+    assert (groups[STATE].layers, groups[STATE].groups) == (42, 7)  # groups of the 6 attention layers
+    assert budget.kv_cache_capacity_tokens > 0 and budget.max_concurrency > 1
+
+
+def test_state_pages_do_not_grow_with_the_context(qwen3_next, h100, catalog):
+    short, long = (engine_budget(qwen3_next, Request(context=c, tp=4), EngineSettings(name="vllm"), h100, catalog)
+                   for c in (4096, 131072))
+    assert {g.kind: g.blocks_per_request for g in short.layout.groups}[STATE] == 1
+    assert {g.kind: g.blocks_per_request for g in long.layout.groups}[STATE] == 1
+    assert long.max_concurrency < short.max_concurrency
+
+
+def test_sglang_splits_a_state_pool_off_by_its_ratio(qwen3_next, h100, catalog):
+    profile = load_profiles().sglang
+    budget = engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name="sglang"), h100, catalog)
+    rank = budget.per_rank[0]
+    rest = rank.budget_bytes - rank.weights_bytes
+    per_request = 36 * (GDN_STATE // 4) * profile.mamba_ssm_dtype_bits.value // 8
+    slots = floor(rest * 0.9 / 1.9) // per_request
+    layout = budget.layout
+    assert (layout.state_slots, layout.state_pool_bytes) == (slots, slots * per_request)
+    assert budget.kv_pool_bytes == rest - slots * per_request
+    cell = 12 * 1 * 256 * 2 * 2  # only the attention layers hold tokens
+    assert layout.page_bytes == cell
+    assert budget.kv_cache_capacity_tokens == budget.kv_pool_bytes // cell
+    assert layout.running_requests == slots // 3
+    assert budget.max_concurrency == min(budget.kv_cache_capacity_tokens / 32768, slots // 3)
+
+
+def test_sglang_state_slots_cap_the_concurrency(qwen3_next, h100, catalog):
+    budget = engine_budget(qwen3_next, Request(context=256, tp=4), EngineSettings(name="sglang"), h100, catalog)
+    assert budget.max_concurrency == budget.layout.state_slots // 3 == budget.layout.running_requests
+
+
+def test_the_pool_layout_of_attention_only_models_has_no_state(arch, h100, catalog):
+    for name in ("vllm", "sglang"):
+        layout = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings(name=name), h100, catalog).layout
+        assert layout.state_bytes == 0 and layout.state_slots == 0 and layout.block_size_reason is None
+        assert [g.kind for g in layout.groups] == ["full"]
+
+
+def test_attention_free_models(h100, catalog):
+    """A pure Mamba-2 model: vLLM pools one state block per sequence; SGLang's token pool has nothing to size."""
+    model = nemotron_h_like(attention_every=10**6, layers=24)
+    budget = engine_budget(model, Request(context=8192), EngineSettings(name="vllm"), h100, catalog)
+    assert budget.settings.block_size == 16 and budget.layout.page_bytes == MAMBA2_STATE * 2
+    blocks = budget.kv_pool_bytes // (MAMBA2_STATE * 2 * 24)
+    assert budget.max_concurrency == blocks and budget.kv_cache_capacity_tokens == blocks * 8192
+    with pytest.raises(PlannerInputError, match="no attention layers"):
+        engine_budget(model, Request(context=8192), EngineSettings(name="sglang"), h100, catalog)
+
+
+def test_the_table_explains_the_hybrid_layout(qwen3_next, h100, catalog):
+    from rich.console import Console
+
+    from planner.render.report import engine_table
+
+    for name, expected in (("vllm", ("blocks of 272 tokens", "3 state group(s) x 1 block(s)", "block size 272")),
+                           ("sglang", ("separate state pool", "running requests"))):
+        console = Console(record=True, width=400)
+        engine_table(engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name=name), h100, catalog),
+                     console)
+        text = console.export_text()
+        assert all(phrase in text for phrase in expected), text
+
+
+def test_layers_without_a_cache_take_no_pages(h100, catalog):
+    """Nemotron-H interleaves MLP-only blocks (no attention, no state): vLLM gives them no KV cache spec."""
+    mamba = Layer(Attention("mamba", state_elements=MAMBA2_STATE))
+    attention = Layer(Attention("full", 2, 128, 128))
+    mlp_only = Layer(Attention("full"))  # keeps nothing per token
+    pattern = (mamba, mlp_only, mamba, mlp_only, mamba, attention, mlp_only, mamba) * 6
+    hybrid = Architecture("nemotron-h-pattern", "nemotron_h", 4096, 32, 131072, pattern, torch_dtype="bfloat16",
+                          exact=False, declared_params=8 * 10**9)
+    for name in ("vllm", "sglang"):
+        budget = engine_budget(hybrid, Request(context=16384), EngineSettings(name=name), h100, catalog)
+        layers = {g.kind: g.layers for g in budget.layout.groups}
+        assert layers == {STATE: 24, "full": 6}, (name, layers)
+    vllm_layout = engine_budget(hybrid, Request(context=16384), EngineSettings(name="vllm"), h100, catalog).layout
+    assert vllm_layout.layers_per_group == 6
+
+
+def test_head_256_on_compute_capability_10_0_aligns_to_32_tokens(catalog):
+    """FlashInfer on B200 / GB200 takes no 16-token blocks at head size 256, so the hybrid block is a multiple of 32."""
+    state = 48 * 16 * 2048 + 8 * 2048  # 776 attention tokens' worth: 16 x 49 = 784, but 32 x 25 = 800
+    layers = tuple(Layer(Attention("full", 2, 256, 256)) if (i + 1) % 4 == 0 else
+                   Layer(Attention("linear", state_elements=state // 2)) for i in range(8))
+    model = Architecture("head-256", "qwen3_next", 2048, 16, 151936, layers, torch_dtype="bfloat16", exact=False,
+                         declared_params=10**9)
+    token = 2 * 256 * 2 * 2
+    assert (16 * ceil(state / (16 * token)), 32 * ceil(state / (32 * token))) == (784, 800)
+    blocks = {name: engine_budget(model, Request(context=8192), EngineSettings(name="vllm"),
+                                  GpuTarget.from_catalog(catalog.gpus.get(name)), catalog).settings.block_size
+              for name in ("b200", "gb200", "b300", "h100-sxm")}
+    assert blocks == {"b200": 800, "gb200": 800, "b300": 784, "h100-sxm": 784}
+
+
+def test_profile_gpu_names_are_catalog_gpus(catalog):
+    names = {gpu.name for gpu in catalog.gpus}
+    assert set(load_profiles().vllm.hybrid_head256_gpus.value) <= names
