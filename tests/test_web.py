@@ -113,12 +113,22 @@ def test_solve_and_export_a_shipped_scenario(client):
     assert refused.status_code == 400 and "model" in refused.json()["error"]
 
 
+def test_perf_of_one_replica_and_its_steady_state(client):
+    body = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "batch": 8, "prompt_tokens": 1000, "output_tokens": 200}
+    one = client.post("/api/perf", json=body).json()
+    assert one["output_tokens_per_s"] > 0 and one["tpot_ms"] > 0 and "steady_state" not in one
+    steady = client.post("/api/perf", json={**body, "rate": 2}).json()["steady_state"]
+    assert steady["requests_per_s"] == 2 and steady["keeps_up"] is True
+    assert client.post("/api/perf", json={**body, "rate": -1}).status_code == 422
+    assert "model" in client.post("/api/perf", json={**body, "model": "/etc/passwd"}).json()["error"]
+
+
 def test_catalog_and_openapi(client):
     gpus = client.get("/api/catalog/gpus").json()
     assert any(g["name"] == "h100-sxm" for g in gpus)
     assert client.get("/api/catalog/prices").status_code == 422
     paths = client.get("/api/openapi.json").json()["paths"]
-    assert {"/api/estimate", "/api/solve", "/api/export", "/api/report", "/api/catalog/{kind}"} <= set(paths)
+    assert {"/api/estimate", "/api/solve", "/api/export", "/api/report", "/api/perf", "/api/catalog/{kind}"} <= set(paths)
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA
 # A scenario or a config.json is a few KB; 1 MiB leaves room for the largest pasted config
 # (DeepSeek-V3's config.json is 1.7 KB) while keeping a hostile client from filling memory.
 MAX_BODY_BYTES = 1 << 20
+# Far above what one replica serves (requests/s); a larger rate is a typo
+MAX_RATE = 1e6
 # A web request waits for its answer: CP-SAT gets at most this long (the CLI default is the scenario's).
 SOLVE_TIME_LIMIT_S = 20.0
 
@@ -48,6 +50,20 @@ class EstimateBody(_Body):
     pp: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
     gpu: str = Field(..., max_length=80)
     engine: Literal["simple", "vllm", "sglang", "llamacpp"] = "vllm"
+
+
+class PerfBody(_Body):
+    model: str = Field(..., max_length=200, description="A catalog model name or HF id.")
+    gpu: str = Field(..., max_length=80)
+    tp: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
+    pp: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
+    precision: str = Field("auto", max_length=40)
+    kv_dtype: str = Field("auto", max_length=40)
+    engine: Literal["vllm", "sglang", "llamacpp"] = "vllm"
+    batch: int = Field(1, ge=1, le=MAX_BATCH)
+    prompt_tokens: int = Field(1024, ge=1, le=MAX_CONTEXT)
+    output_tokens: int = Field(256, ge=1, le=MAX_CONTEXT)
+    rate: float | None = Field(None, ge=0, le=MAX_RATE, description="Requests/s arriving: adds the steady state.")
 
 
 class ScenarioBody(_Body):
@@ -205,6 +221,13 @@ def create_app(catalog: Catalog | None = None) -> FastAPI:
                            "message": both.engine.message if both else None, "warnings": warnings}
         data["bars"] = _rank_bars(both, memory)
         return data
+
+    @app.post("/api/perf", summary="Speed of one replica: TTFT, TPOT, tokens/s; with a rate, its steady state")
+    def perf(body: PerfBody) -> dict[str, Any]:
+        model = catalog.models.get(body.model).name  # catalog only: never a server path or a Hub download
+        return api.perf(model, gpu=body.gpu, tp=body.tp, pp=body.pp, precision=body.precision, kv_dtype=body.kv_dtype,
+                        engine=body.engine, batch=body.batch, prompt_tokens=body.prompt_tokens,
+                        output_tokens=body.output_tokens, rate=body.rate, catalog=catalog).to_dict()
 
     def solved(text: str) -> tuple[Any, str]:
         scenario = parse_scenario(_scenario(text, catalog), "scenario")
