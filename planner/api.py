@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.performance import ReplicaPerformance
     from planner.estimator.simulate import SimulationResult
     from planner.model.architecture import Architecture
+    from planner.catalog.prices import PriceUpdate
     from planner.estimator.engines import EngineBudget, EngineSettings
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
@@ -174,6 +175,17 @@ def export_plans(path: str | Path, *, plan_index: int = 0, assignment: int | Non
     from planner.render.export import load_plans
 
     return load_plans(path, catalog or load_catalog(), plan_index, assignment)
+
+
+def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: str | Path | None = None,
+                  as_of: str | None = None, catalog: Catalog | None = None) -> PriceUpdate:
+    """`planner prices update`: rebuild the SkyPilot-catalog rows of prices.yaml from SkyPilot's vms.csv files
+    (a local catalogs/v<N> folder or its URL)."""
+    from planner.catalog.prices import update_prices as rebuild
+    from planner.catalog.skypilot import load_skypilot
+
+    return rebuild(source, providers, catalog or load_catalog(), load_skypilot(),
+                   Path(prices_file) if prices_file else None, as_of)
 
 
 @dataclass(frozen=True)

@@ -275,11 +275,13 @@ def export_command(
     assignment: Optional[int] = typer.Option(None, "--assignment", min=0,
                                              help="A fleet plan: only assignment N (default: one launch per assignment)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="The pre-quantized repository (ORG/NAME) to load "
+                                             "when the plan's precision needs one planner's catalog does not name."),
 ) -> None:
     """The launch command or deployment file for a solved plan (or each assignment of a fleet plan)."""
     from planner.render.export import export_all
 
-    text = export_all(api.export_plans(plan, plan_index=plan_index, assignment=assignment), to.value)
+    text = export_all(api.export_plans(plan, plan_index=plan_index, assignment=assignment), to.value, checkpoint)
     if output is None:
         typer.echo(text, nl=False)
     else:
@@ -299,6 +301,37 @@ def catalog_command(
         typer.echo(rows_csv(rows), nl=False)
     else:
         rows_table(rows, kind.value, _console())
+
+
+@app.command("serve")
+def serve_command(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (127.0.0.1: this machine only)."),
+    port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+) -> None:
+    """A local web calculator (memory per GPU, live) and planner (solve, report, exports); JSON API under /api."""
+    try:
+        from planner.serve.app import serve
+    except ModuleNotFoundError as exc:
+        raise PlannerInputError(f"serve: needs the web extra ({exc.name} is missing); pip install \"planner[web]\"") from None
+    serve(host, port)
+
+
+prices_app = typer.Typer(no_args_is_help=True, help="The price catalog: rebuild rows from a maintained source.")
+app.add_typer(prices_app, name="prices")
+
+
+@prices_app.command("update")
+def prices_update(
+    source: str = typer.Option(..., "--from", help="skypilot-catalog: a local catalogs/v<N> folder or its raw URL "
+                               "(https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v8)."),
+    provider: Optional[list[str]] = typer.Option(None, "--provider", help="Clouds to rebuild (default: all in catalogs/skypilot.yaml)."),
+    as_of: Optional[str] = typer.Option(None, "--as-of", help="The snapshot's date (default: its git commit date; today for a URL)."),
+    prices_file: Optional[str] = typer.Option(None, "--prices", help="The prices.yaml to rewrite (default: planner's own)."),
+) -> None:
+    """Rebuild the SkyPilot-catalog rows of prices.yaml from SkyPilot's vms.csv files."""
+    done = api.update_prices(source, providers=tuple(provider or ()), prices_file=prices_file, as_of=as_of)
+    typer.echo(f"{done.path}: {done.added} rows from {done.origin} (as of {done.as_of}) replace {done.replaced}; "
+               f"{done.unknown_rows} GPU rows skipped (accelerators planner does not map)")
 
 
 @app.command("perf")

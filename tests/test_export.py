@@ -130,6 +130,197 @@ def test_plan_index_and_bad_files(single_node, tmp_path):
         load_plan(tmp_path / "missing.json", CATALOG)
 
 
+# --------------------------------------------------------------------------------------------
+# Issue 12: deployments that start (each test failed before its fix)
+
+from dataclasses import fields, replace  # noqa: E402
+
+from planner import api  # noqa: E402
+from planner.estimator.engines import EngineSettings  # noqa: E402
+from planner.plan.configuration import Configuration  # noqa: E402
+from planner.render.export import vllm_image, vllm_version  # noqa: E402
+
+CONFIGURATION_FIELDS = {f.name for f in fields(Configuration)}
+
+
+def changed(plan, **changes):
+    """The plan with configuration fields (gpu, tp, precision, context ...) and export fields changed together."""
+    config = {k: v for k, v in changes.items() if k in CONFIGURATION_FIELDS}
+    rest = {k: v for k, v in changes.items() if k not in CONFIGURATION_FIELDS}
+    if "gpu" in config:
+        card = CATALOG.gpus.get(config["gpu"])
+        rest = {"vendor": card.vendor, "skypilot_accelerator": card.skypilot_accelerator, **rest}
+    if "precision" in config:
+        rest["weights"] = CATALOG.precisions.get(config["precision"])
+    return replace(plan, configuration=replace(plan.configuration, **config), **rest)
+
+
+def on(plan, gpu: str, provider: str, region: str = "unspecified", **changes):
+    return changed(plan, gpu=gpu, provider=provider, region=region, **changes)
+
+
+def test_skypilot_refuses_multi_node_where_the_cloud_has_none(multi_node):
+    plan = on(load_plan(multi_node, CATALOG), "h200-sxm", "vast")
+    with pytest.raises(PlannerInputError, match="multi-node.*vast"):
+        export(plan, "skypilot")
+
+
+def test_skypilot_refuses_spot_where_the_cloud_rents_none(single_node):
+    plan = on(load_plan(single_node, CATALOG), "h100-sxm", "lambda", "us-east-1", market="spot")
+    with pytest.raises(PlannerInputError, match="spot.*lambda"):
+        export(plan, "skypilot")
+
+
+@pytest.mark.parametrize("gpu, provider, region, accelerator, infra", [
+    ("rtx-a6000", "lambda", "us-east-1", "A6000", "lambda/us-east-1"),   # vast/runpod call it RTXA6000
+    ("rtx-5090", "runpod", "unspecified", "RTX5090", "runpod"),          # was refused: no gpus.yaml name
+    ("rtx-6000-ada", "vast", "Japan, JP, AS", "RTX6000-Ada", "vast"),    # a marketplace location is no region id
+    ("h100-sxm", "runpod", "unspecified", "H100-SXM", "runpod"),
+])
+def test_skypilot_names_the_gpu_as_that_cloud_does_and_pins_infra(single_node, gpu, provider, region, accelerator, infra):
+    task = yaml.safe_load(export(on(load_plan(single_node, CATALOG), gpu, provider, region), "skypilot"))
+    assert task["resources"]["accelerators"] == f"{accelerator}:1"
+    assert task["resources"]["infra"] == infra and "cloud" not in task["resources"]
+
+
+def test_skypilot_refuses_a_gpu_the_clouds_catalog_does_not_list(single_node):
+    plan = on(load_plan(single_node, CATALOG), "mi300x", "azure", "eastus")
+    with pytest.raises(PlannerInputError, match="azure.*mi300x"):
+        export(plan, "skypilot")
+
+
+def test_multi_node_skypilot_installs_the_pinned_vllm_and_ray(multi_node):
+    task = yaml.safe_load(export(load_plan(multi_node, CATALOG), "skypilot"))
+    assert vllm_version() == "0.19.0"
+    assert task["setup"] == "pip install vllm==0.19.0 'ray[cgraph]'"
+
+
+def test_amd_plans_run_vllms_rocm_build(single_node):
+    plan = on(load_plan(single_node, CATALOG), "mi300x", "runpod")
+    task = yaml.safe_load(export(plan, "skypilot"))
+    assert task["resources"]["image_id"] == "docker:vllm/vllm-openai-rocm:v0.19.0" and "setup" not in task
+    container = yaml.safe_load(export(plan, "kubernetes"))["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == vllm_image("amd") == "vllm/vllm-openai-rocm:v0.19.0"
+    assert container["resources"]["limits"] == {"amd.com/gpu": 1}
+
+
+def test_int8_exports_the_prequantized_checkpoint(single_node):
+    plan = changed(load_plan(single_node, CATALOG), precision="int8")
+    [argv] = command_lines(export(plan, "vllm"), "vllm serve")
+    assert argv[0] == "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8" and "--quantization" not in argv
+    [argv] = command_lines(export(plan, "sglang"), "python3 -m sglang.launch_server")
+    flags = flags_and_values(argv)
+    assert flags["--model-path"] == "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8" and "--quantization" not in flags
+    task = yaml.safe_load(export(plan, "skypilot"))
+    assert "quantized.w8a8" in task["run"]
+
+
+def test_int8_without_a_known_checkpoint_needs_one(single_node):
+    plan = changed(load_plan(single_node, CATALOG), model="llama-3.1-70b", model_id="meta-llama/Llama-3.1-70B-Instruct",
+                   precision="int8")
+    with pytest.raises(PlannerInputError, match="--checkpoint"):
+        export(plan, "vllm")
+    [argv] = command_lines(export(plan, "vllm", checkpoint="my-org/Llama-70B-w8a8"), "vllm serve")
+    assert argv[0] == "my-org/Llama-70B-w8a8"
+    with pytest.raises(PlannerInputError, match="--checkpoint"):
+        export(plan, "vllm", checkpoint="x; rm -rf /")
+
+
+def _graph_warning(plan, utilization):
+    return any("CUDA graphs" in w for w in api.engine_estimate(
+        plan.model_id, EngineSettings("vllm", gpu_memory_utilization=utilization), context=plan.context,
+        batch=plan.concurrency, precision=plan.precision.name, kv_dtype=plan.kv_dtype, gpu=plan.gpu).engine.warnings)
+
+
+def test_the_cuda_graph_start_up_warning_is_exported_away(single_node):
+    plan = on(load_plan(single_node, CATALOG), "rtx-4090", "runpod", precision="fp8", kv_dtype="fp8", context=8192,
+              concurrency=4, tp=1, pp=1, engine=EngineSettings("vllm"), gpu_memory_utilization=0.95)
+    assert _graph_warning(plan, 0.95)  # what the plan itself would start with
+    [argv] = command_lines(export(plan, "vllm"), "vllm serve")
+    exported = float(flags_and_values(argv)["--gpu-memory-utilization"])
+    assert exported < 0.95 and not _graph_warning(plan, exported) and "--enforce-eager" not in argv
+    # no lower utilization holds 26 sequences: run eager instead
+    full = changed(plan, concurrency=26)
+    [argv] = command_lines(export(full, "vllm"), "vllm serve")
+    assert "--enforce-eager" in argv and flags_and_values(argv)["--gpu-memory-utilization"] == "0.95"
+    assert set(flags_and_values(argv)) <= set(ENGINE_ARGS["vllm"]["value_flags"] + ENGINE_ARGS["vllm"]["switch_flags"])
+
+
+@pytest.fixture(scope="module")
+def gguf_plan(tmp_path_factory):
+    path = write_plan(tmp_path_factory.mktemp("p"), {
+        "model": "llama-3.1-8b", "workload": {"context": 4096, "concurrency": 4},
+        "search": {"gpus": ["rtx-4090"], "precisions": ["q4_k_m"], "kv_dtypes": ["fp8"], "allow_emulated": True}})
+    return load_plan(path, CATALOG)
+
+
+def test_llamacpp_quantized_v_cache_turns_flash_attention_on(gguf_plan):
+    [argv] = command_lines(export(gguf_plan, "llamacpp"), "llama-server")
+    flags = flags_and_values(argv)
+    assert flags["--cache-type-v"] == "q8_0" and flags["--flash-attn"] == "on"
+    assert set(flags) <= set(ENGINE_ARGS["llamacpp"]["value_flags"])
+    [argv] = command_lines(export(changed(gguf_plan, kv_dtype="fp16"), "llamacpp"), "llama-server")
+    assert "--flash-attn" not in argv
+
+
+def test_llamacpp_sizes_fp8_kv_as_q8_0(gguf_plan):
+    plan = changed(gguf_plan, context=32768)
+
+    def fits(sequences: int) -> bool:  # llama.cpp's profile with q8_0: 34 bytes per 32 values
+        return api.engine_estimate(plan.model_id, EngineSettings("llamacpp", cache_type="q8_0", flash_attn=True),
+                                   context=plan.context, batch=sequences, precision=plan.precision.name,
+                                   gpu=plan.gpu).engine.fits
+
+    most = max(n for n in range(1, 65) if fits(n))
+    assert most < 64
+    [argv] = command_lines(export(changed(plan, concurrency=most), "llamacpp"), "llama-server")
+    assert flags_and_values(argv)["--parallel"] == str(most)
+    with pytest.raises(PlannerInputError, match="q8_0 cache"):
+        export(changed(plan, concurrency=most + 1), "llamacpp")
+
+
+def test_sglang_on_amd_long_context_uses_the_aiter_fraction_the_profile_sized(single_node):
+    settings = EngineSettings("sglang")
+    short, long = (api.engine_estimate("llama-3.1-8b", settings, context=c, gpu="mi300x").engine for c in (8192, 8193))
+    assert long.budget_bytes / short.budget_bytes == pytest.approx(0.85, abs=1e-6)
+    nvidia = (api.engine_estimate("llama-3.1-8b", settings, context=c, gpu="h200-sxm").engine for c in (8192, 8193))
+    assert len({e.budget_bytes for e in nvidia}) == 1
+
+    plan = on(load_plan(single_node, CATALOG), "mi300x", "runpod", precision="bf16", kv_dtype="bf16", context=131072,
+              tp=1, pp=1, engine=EngineSettings("vllm"))
+    held = api.engine_estimate(plan.model_id, settings, context=plan.context, precision="bf16", gpu="mi300x").engine
+    fits = changed(plan, concurrency=int(held.max_concurrency))
+    [argv] = command_lines(export(fits, "sglang"), "python3 -m sglang.launch_server")
+    flags = flags_and_values(argv)
+    assert flags["--attention-backend"] == "aiter" and float(flags["--mem-fraction-static"]) == held.settings.mem_fraction_static
+    with pytest.raises(PlannerInputError, match="SGLang's pool holds"):
+        export(changed(plan, concurrency=int(held.max_concurrency) + 1), "sglang")
+
+
+def test_hf_token_comes_from_a_secret(single_node, multi_node):
+    container = yaml.safe_load(export(load_plan(single_node, CATALOG), "kubernetes"))["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}} in container["env"]
+    lws = yaml.safe_load(export(load_plan(multi_node, CATALOG), "kubernetes"))["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        assert lws[role]["spec"]["containers"][0]["env"][0]["name"] == "HF_TOKEN"
+    text = export(load_plan(single_node, CATALOG), "skypilot")
+    assert yaml.safe_load(text)["secrets"] == {"HF_TOKEN": None} and "--secret HF_TOKEN" in text
+
+
+def test_untrusted_plan_values_stay_data(single_node):
+    plan = load_plan(single_node, CATALOG)
+    hostile = changed(plan, model_id="org/$(reboot)'x", name="a\nb")
+    with pytest.raises(PlannerInputError, match="name"):
+        export(hostile, "skypilot")
+    quoted = replace(hostile, name="n")
+    for target in ("vllm", "skypilot"):
+        text = export(quoted, target)
+        run = yaml.safe_load(text)["run"] if target == "skypilot" else text
+        [argv] = command_lines(run, "vllm serve")
+        assert argv[0] == "org/$(reboot)'x"  # one shell word, never expanded
+    with pytest.raises(PlannerInputError, match="tp"):
+        export(changed(plan, tp="1; reboot"), "skypilot")
+
 # --- plans carry the settings they were checked with ---------------------------------------------------
 
 def test_export_uses_the_utilization_the_plan_was_checked_with(tmp_path):
@@ -151,7 +342,7 @@ def test_sglang_gets_the_static_fraction_its_plan_used(tmp_path):
     fraction = json.loads(path.read_text())["best"]["engine"]["mem_fraction_static"]
     assert 0 < fraction < 1
     [argv] = command_lines(export(load_plan(path, CATALOG), "sglang"), "python3 -m sglang.launch_server")
-    assert flags_and_values(argv)["--mem-fraction-static"] == f"{fraction:.2f}"
+    assert float(flags_and_values(argv)["--mem-fraction-static"]) == fraction  # exactly what the plan was checked with
 
 
 @pytest.fixture(scope="module")

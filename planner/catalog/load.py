@@ -7,6 +7,7 @@ repository), so planner works offline from any directory.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -188,6 +189,9 @@ class Registry(Generic[R]):
         return len(self.records)
 
 
+_REPO_ID = re.compile(r"[a-z0-9._-]+(/[a-z0-9._-]+)?")
+
+
 @dataclass(frozen=True)
 class Catalog:
     gpus: Registry[Gpu]
@@ -204,24 +208,31 @@ class Catalog:
         try:
             return self.models.get(name), None
         except PlannerInputError as not_found:
+            wanted = name.strip().lower()
+            if not _REPO_ID.fullmatch(wanted):  # a URL or a path is not a repo id to match loosely
+                raise
             endings = sorted(((s.lower(), p.name) for p in self.precisions for s in p.hf_id_suffixes),
                              key=lambda e: -len(e[0]))
-            by_repo: dict[str, Model] = {}
+            by_repo: dict[str, Model] = {}  # repo names (quantizers republish under their own org)
+            by_id: dict[str, Model] = {}  # org/repo as written (a -Instruct toggle keeps the org)
             for m in self.models:  # repo names, also without a precision ending of their own (...-BF16)
                 for key in (m.name, m.hf_id, *m.aliases):
+                    by_id.setdefault(key.lower(), m)
                     repo_name = key.rsplit("/", 1)[-1].lower()
                     by_repo.setdefault(repo_name, m)
                     for ending, _ in endings:
                         if repo_name.endswith(ending):
                             by_repo.setdefault(repo_name[:len(repo_name) - len(ending)], m)
-            repo = name.strip().rsplit("/", 1)[-1].lower()
-            for ending, precision in [*endings, ("", None)]:
-                if not repo.endswith(ending):
-                    continue
-                base = repo[:len(repo) - len(ending)]
-                for candidate in (base, base.removesuffix("-instruct"), base + "-instruct"):
-                    if candidate in by_repo and (ending or candidate != repo):
-                        return by_repo[candidate], precision
+            for ending, precision in endings:
+                repo = wanted.rsplit("/", 1)[-1]
+                if repo.endswith(ending):
+                    base = repo[:len(repo) - len(ending)]
+                    for candidate in (base, base.removesuffix("-instruct"), base + "-instruct"):
+                        if candidate in by_repo:
+                            return by_repo[candidate], precision
+            for candidate in (wanted.removesuffix("-instruct"), wanted + "-instruct"):
+                if candidate != wanted and candidate in by_id:
+                    return by_id[candidate], None
             raise not_found
 
 

@@ -156,6 +156,8 @@ def fetch_from_hub(repo_id: str) -> tuple[dict, StoredWeights | None]:
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     url = _HUB_URL.match(repo_id)
     try:
+        if not repo_id.isascii():  # the Hub's names are ASCII; huggingface_hub >= 1.x lets any word character through
+            raise HFValidationError(repo_id)
         validate_repo_id(repo_id)
     except HFValidationError:
         hint = f"write the id alone: {url.group(1)}" if url else "a Hub id is org/name (letters, digits, - _ .)"

@@ -24,6 +24,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from planner.catalog.load import Catalog
+from planner.catalog.prices import stale_price_warning
 from planner.errors import PlannerInputError
 from planner.estimator.layout import node_gpus
 from planner.estimator.memory import MemoryEstimate
@@ -56,6 +57,7 @@ class PlanOption(ConfiguredBy):
     sharing: str
     headroom_bytes: int
     memory: MemoryEstimate  # the estimator's re-check on this GPU
+    price_warnings: tuple[str, ...] = ()  # e.g. the price is older than catalog.prices.MAX_PRICE_AGE_DAYS
 
     @property
     def gpu(self) -> str:
@@ -217,6 +219,7 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
         replicas_per_instance=r.replicas_per_instance, idle_gpus=r.idle_gpus,
         usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
         sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,
+        price_warnings=tuple(w for w in [stale_price_warning(r.offer, r.market)] if w),
     )
 
 

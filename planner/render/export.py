@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from math import ceil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from planner.catalog.load import Catalog, Precision
+from planner.catalog.checkpoints import known_checkpoint
+from planner.catalog.load import Catalog, Precision, load_catalog
+from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
+from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.vocabulary import engine_kv_dtype
 from planner.plan.configuration import Configuration, ConfiguredBy
 from planner.plan.planfile import CheckedPlan, load_plan_file
@@ -25,14 +30,19 @@ from planner.plan.planfile import CheckedPlan, load_plan_file
 TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
 VLLM_DEFAULT_UTILIZATION = 0.90  # vLLM's --gpu-memory-utilization default (vllm/config/cache.py)
 MAX_UTILIZATION = 0.95  # leave the driver and fragmentation some room
-VLLM_IMAGE = {"nvidia": "vllm/vllm-openai:v0.19.0", "amd": "rocm/vllm:latest"}
+UTILIZATION_STEP = 0.01  # --gpu-memory-utilization is exported with two decimals
+# vLLM's official images, one tag per release: vllm/vllm-openai (CUDA) and, since v0.14.0, vllm/vllm-openai-rocm
+# (Docker Hub; docs.vllm.ai "Using Docker"). The tag is the release the memory model follows.
+VLLM_IMAGES = {"nvidia": "vllm/vllm-openai", "amd": "vllm/vllm-openai-rocm"}
+# Recent vLLM wheels no longer pull Ray in; a multi-node replica runs on a Ray cluster (compiled graphs for PP)
+RAY_REQUIREMENT = "ray[cgraph]"
 VLLM_PORT, SGLANG_PORT, LLAMACPP_PORT = 8000, 30000, 8080
 # A plan made with the planning margin leaves SGLang's static share this far below vLLM's utilization: room
 # for SGLang's own reserve, which the margin does not model (plans made with an engine carry their own share)
 SGLANG_STATIC_BELOW_UTILIZATION = 0.05
-# SkyPilot's cloud names for the providers in catalogs/prices.yaml it supports (sky check)
-SKYPILOT_CLOUDS = {"aws", "gcp", "azure", "lambda", "runpod", "vast", "paperspace", "oci", "nebius"}
-
+SGLANG_AMD_ATTENTION = "aiter"  # SGLang's ROCm attention backend (server_args.py ATTENTION_BACKEND_CHOICES)
+LLAMACPP_UNQUANTIZED_CACHES = {"f16", "bf16", "f32"}  # any other V cache type needs flash attention (server README)
+HF_TOKEN_SECRET = {"name": "hf-token", "key": "token"}  # kubectl create secret generic hf-token --from-literal=token=...
 
 @dataclass(frozen=True)
 class ExportPlan(ConfiguredBy):
@@ -124,64 +134,228 @@ def export_plan(plan: CheckedPlan, catalog: Catalog) -> ExportPlan:
 
 
 # --------------------------------------------------------------------------------------------
+# What every target shares: checked values, the weights to load, the engine settings re-checked
+
+
+def _comment(text: str) -> str:
+    """One comment line: a plan file is untrusted, so no newline or control character ends the comment."""
+    return "# " + re.sub(r"[\x00-\x1f\x7f]", " ", text)
+
+
+def _checked(plan: ExportPlan) -> ExportPlan:
+    """Counts are whole numbers >= 1 before they reach a script; names are single printable lines."""
+    for field in ("tp", "pp", "gpus_per_node", "gpus_per_replica", "nodes_per_replica", "replicas", "context", "concurrency"):
+        value = getattr(plan, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PlannerInputError(f"plan: {field} must be a whole number >= 1, got {value!r}; re-run `planner solve`")
+    for field in ("model_id", "name", "provider", "region", "gpu", "kv_dtype", "market"):
+        value = getattr(plan, field)
+        if not isinstance(value, str) or not value or re.search(r"[\x00-\x1f\x7f]", value):
+            raise PlannerInputError(f"plan: {field} {value!r} is not a one-line name; re-run `planner solve`")
+    return plan
+
+
+def _needs_checkpoint(plan: ExportPlan) -> bool:
+    return plan.precision.checkpoint and plan.precision.name != plan.checkpoint_precision
+
+
+def weights(plan: ExportPlan, checkpoint: str | None) -> tuple[str, bool]:
+    """(the repository the engine loads, whether it is a pre-quantized checkpoint that names its own scheme)."""
+    if checkpoint is not None and not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", checkpoint):
+        raise PlannerInputError(f"--checkpoint: {checkpoint!r} is not a Hugging Face repository id (ORG/NAME)")
+    if not _needs_checkpoint(plan):
+        return (checkpoint or plan.model_id), False
+    repo = checkpoint or known_checkpoint(plan.model_id, plan.precision.name)
+    if repo is None:
+        raise PlannerInputError(
+            f"--checkpoint: {plan.precision.name} needs {plan.model_id} already quantized that way and planner knows "
+            f"no such repository; give one with --checkpoint ORG/NAME (or re-solve with a precision the engine "
+            "applies on load, e.g. fp8 or bf16)")
+    return repo, True
+
+
+def _engine_flags(flag: str | None, prequantized: bool) -> list[str]:
+    """A pre-quantized checkpoint carries its scheme in quantization_config: no --quantization to contradict it."""
+    return [] if prequantized or not flag else flag.split()
+
+
+def _settings(plan: ExportPlan, engine: str) -> EngineSettings:
+    """The settings the plan was checked with when it was planned for `engine`, else that engine's defaults."""
+    planned = plan.configuration.engine
+    return planned if planned.name == engine else EngineSettings(engine)
+
+
+def _recheck(plan: ExportPlan, settings: EngineSettings) -> Any:
+    """The exported engine settings through the engine's own profile (None: the model is not a catalog model)."""
+    from planner import api
+
+    configuration = plan.configuration
+    if configuration.params is not None:
+        return None
+    try:
+        model = load_catalog().models.get(configuration.model).name
+    except PlannerInputError:
+        return None
+    return api.engine_estimate(model, settings, context=plan.context, batch=plan.concurrency, tp=plan.tp, pp=plan.pp,
+                               precision=plan.precision.name, kv_dtype=plan.kv_dtype, gpu=plan.gpu).engine
+
+
+def _graph_warning(budget) -> bool:
+    # the vLLM profile's start-up warning: the memory outside the budget cannot hold the CUDA graphs
+    return any("CUDA graphs" in warning for warning in budget.warnings)
+
+
+@dataclass(frozen=True)
+class VllmLaunch:
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    rechecked: bool
+
+
+@lru_cache(maxsize=64)
+def vllm_launch(plan: ExportPlan) -> VllmLaunch:
+    """The plan's utilization when vLLM's profile starts it cleanly; else the highest lower one that leaves
+    room for CUDA graphs and still holds the plan's sequences; else the plan's with --enforce-eager."""
+    base = _settings(plan, "vllm")
+
+    def check(utilization: float):
+        return _recheck(plan, replace(base, gpu_memory_utilization=utilization))
+
+    if base.enforce_eager:  # the plan was checked without CUDA graphs
+        return VllmLaunch(plan.gpu_memory_utilization, True, True)
+    first = check(plan.gpu_memory_utilization)
+    if first is None:  # a model outside the catalog: no profile to ask, so no CUDA graphs to run short of
+        return VllmLaunch(plan.gpu_memory_utilization, True, False)
+    if not _graph_warning(first):
+        return VllmLaunch(plan.gpu_memory_utilization, False, True)
+    utilization = round(plan.gpu_memory_utilization - UTILIZATION_STEP, 2)
+    while utilization > 0:  # a lower utilization shrinks the pool: stop once it no longer holds the plan
+        budget = check(utilization)
+        if not budget.fits:
+            break
+        if not _graph_warning(budget):
+            return VllmLaunch(utilization, False, True)
+        utilization = round(utilization - UTILIZATION_STEP, 2)
+    return VllmLaunch(plan.gpu_memory_utilization, True, True)
+
+
+def _engine_release(name: str) -> str:
+    from planner.estimator.engines.profiles import load_profiles
+
+    return getattr(load_profiles(), name).release
+
+
+def vllm_version() -> str:
+    """The vLLM release planner's memory model follows (catalogs/engine_profiles.yaml), e.g. 0.19.0."""
+    return _engine_release("vllm").lstrip("v")
+
+
+def vllm_image(vendor: str) -> str:
+    return f"{VLLM_IMAGES['amd' if vendor == 'amd' else 'nvidia']}:v{vllm_version()}"
+
+
+# --------------------------------------------------------------------------------------------
 # Engine commands
 
 
-def _checkpoint_note(plan: ExportPlan) -> list[str]:
-    if not plan.precision.checkpoint or plan.precision.name == plan.checkpoint_precision:
-        return []
-    return [f"# {plan.precision.name} needs a checkpoint already quantized that way: point the model at a "
-            f"{plan.precision.name} build of {plan.model_id} (or quantize it first)"]
-
-
-def vllm_args(plan: ExportPlan) -> list[str]:
+def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     if plan.precision.vllm_flag is None:
         raise PlannerInputError(f"--to vllm: vLLM does not serve {plan.precision.name}; export to llamacpp or re-solve with another precision")
-    args = [plan.model_id, "--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size", str(plan.pp),
+    repo, prequantized = weights(plan, checkpoint)
+    launch = vllm_launch(plan)
+    args = [repo, "--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size", str(plan.pp),
             "--max-model-len", str(plan.context), "--max-num-seqs", str(plan.concurrency),
-            "--gpu-memory-utilization", f"{plan.gpu_memory_utilization:.2f}",
+            "--gpu-memory-utilization", f"{launch.gpu_memory_utilization:.2f}",
             "--kv-cache-dtype", engine_kv_dtype("vllm", plan.kv_dtype),
             "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
-    args += plan.precision.vllm_flag.split()
+    args += _engine_flags(plan.precision.vllm_flag, prequantized)
+    if launch.enforce_eager:
+        args.append("--enforce-eager")
     if plan.nodes_per_replica > 1:
         args += ["--distributed-executor-backend", "ray"]
     return args
 
 
-def vllm_command(plan: ExportPlan) -> str:
-    lines = _checkpoint_note(plan)
-    serve = "vllm serve " + shlex.join(vllm_args(plan))
+def _vllm_notes(plan: ExportPlan, checkpoint: str | None) -> list[str]:
+    repo, prequantized = weights(plan, checkpoint)
+    install = (f"the {vllm_image('amd')} image (the PyPI wheel is the CUDA build)" if plan.vendor == "amd"
+               else f"pip install vllm=={vllm_version()}")
+    notes = [_comment(f"vLLM {vllm_version()} (the release planner's memory model follows): {install}")]
+    if prequantized:
+        notes.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
+    launch = vllm_launch(plan)
+    if launch.enforce_eager:
+        notes.append(_comment("--enforce-eager: " + ("no vLLM profile for this model to size CUDA graphs against"
+                                                     if not launch.rechecked else
+                                                     "no utilization leaves room for CUDA graphs and holds the plan's sequences")))
+    elif launch.gpu_memory_utilization < plan.gpu_memory_utilization:
+        notes.append(_comment(f"--gpu-memory-utilization {launch.gpu_memory_utilization:.2f}, not the plan's "
+                              f"{plan.gpu_memory_utilization:.2f}: leaves room to capture CUDA graphs and still holds "
+                              f"{plan.concurrency} x {plan.context:,} tokens"))
+    return notes
+
+
+def vllm_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
+    lines = _vllm_notes(plan, checkpoint)
+    serve = "vllm serve " + shlex.join(vllm_args(plan, checkpoint))
     if plan.nodes_per_replica > 1:
-        lines += [f"# {plan.nodes_per_replica} nodes of {plan.gpus_per_node} GPUs per replica: a Ray cluster, then serve from the head",
+        lines += [_comment(f"{plan.nodes_per_replica} nodes of {plan.gpus_per_node} GPUs per replica: a Ray cluster "
+                           f"(pip install {shlex.quote(RAY_REQUIREMENT)}), then serve from the head"),
                   "# on the head node:", f"ray start --head --port=6379 --num-gpus={plan.gpus_per_node}",
                   f"# on each of the {plan.nodes_per_replica - 1} worker nodes:",
-                  f"ray start --address=$HEAD_IP:6379 --num-gpus={plan.gpus_per_node}", "# then on the head node:"]
+                  f"ray start --address=\"$HEAD_IP:6379\" --num-gpus={plan.gpus_per_node}", "# then on the head node:"]
     return "\n".join(lines + [serve]) + "\n"
 
 
-def sglang_args(plan: ExportPlan, node_rank: int | None = None) -> list[str]:
+@lru_cache(maxsize=64)
+def sglang_fraction(plan: ExportPlan) -> float | None:
+    """The --mem-fraction-static SGLang's profile checks the plan with (the plan's own when it was planned for
+    SGLang, else SGLang's default for this GPU and model; on AMD above 8K context the profile applies the aiter
+    backend's 0.85 on top, as SGLang does). Refuses when that pool cannot hold the plan's sequences.
+    None: the model is not in the catalog, so there is no profile to ask."""
+    budget = _recheck(plan, _settings(plan, "sglang"))
+    if budget is None:
+        return None
+    if not budget.fits:
+        raise PlannerInputError(f"--to sglang: on {plan.gpu} SGLang's pool holds {budget.max_concurrency:.2f} sequences of "
+                                f"{plan.context:,} tokens, the plan needs {plan.concurrency} ({budget.message}); "
+                                "re-solve with `engine: sglang` in the scenario")
+    return budget.settings.mem_fraction_static
+
+
+def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str | None = None) -> list[str]:
     if plan.precision.sglang_flag is None:
         raise PlannerInputError(f"--to sglang: SGLang does not serve {plan.precision.name}; export to llamacpp or re-solve with another precision")
-    args = ["--model-path", plan.model_id, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp),
-            "--context-length", str(plan.context), "--max-running-requests", str(plan.concurrency),
-            "--mem-fraction-static", f"{plan.mem_fraction_static:.2f}",
-            "--kv-cache-dtype", engine_kv_dtype("sglang", plan.kv_dtype),
-            "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
-    args += plan.precision.sglang_flag.split()
+    repo, prequantized = weights(plan, checkpoint)
+    args = ["--model-path", repo, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp),
+            "--context-length", str(plan.context), "--max-running-requests", str(plan.concurrency)]
+    fraction = sglang_fraction(plan)
+    args += ["--mem-fraction-static", f"{plan.mem_fraction_static if fraction is None else fraction:.3f}",
+             "--kv-cache-dtype", engine_kv_dtype("sglang", plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
+    if plan.vendor == "amd":
+        args += ["--attention-backend", SGLANG_AMD_ATTENTION]
+    args += _engine_flags(plan.precision.sglang_flag, prequantized)
     if plan.nodes_per_replica > 1:
         args += ["--nnodes", str(plan.nodes_per_replica), "--node-rank", str(node_rank or 0),
                  "--dist-init-addr", "$HEAD_IP:5000"]
     return args
 
 
-def sglang_command(plan: ExportPlan) -> str:
-    lines = _checkpoint_note(plan)
+def sglang_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
+    repo, prequantized = weights(plan, checkpoint)
+    lines = [_comment(f"SGLang {_engine_release('sglang')}: the releases planner's SGLang profile follows")]
+    if prequantized:
+        lines.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
+    if plan.vendor == "amd" and sglang_fraction(plan) is not None:
+        lines.append(_comment("AMD: with the aiter backend above 8K context SGLang multiplies --mem-fraction-static by 0.85 "
+                              "(python/sglang/srt/server_args.py); planner's SGLang profile sized the pool that way"))
     if plan.nodes_per_replica > 1:
-        lines.append(f"# one command per node; node 0 is the head ($HEAD_IP), nodes 1..{plan.nodes_per_replica - 1} join it")
+        lines.append(_comment(f"one command per node; node 0 is the head ($HEAD_IP), nodes 1..{plan.nodes_per_replica - 1} join it"))
         for rank in range(plan.nodes_per_replica):
-            lines.append("python3 -m sglang.launch_server " + shlex.join(sglang_args(plan, rank)).replace("'$HEAD_IP:5000'", "$HEAD_IP:5000"))
+            line = shlex.join(sglang_args(plan, rank, checkpoint)).replace("'$HEAD_IP:5000'", '"$HEAD_IP:5000"')
+            lines.append("python3 -m sglang.launch_server " + line)
     else:
-        lines.append("python3 -m sglang.launch_server " + shlex.join(sglang_args(plan)))
+        lines.append("python3 -m sglang.launch_server " + shlex.join(sglang_args(plan, checkpoint=checkpoint)))
     return "\n".join(lines) + "\n"
 
 
@@ -194,19 +368,33 @@ def llamacpp_args(plan: ExportPlan) -> list[str]:
     cache = plan.configuration.engine.cache_type or engine_kv_dtype("llamacpp", plan.kv_dtype)
     if cache is None:
         raise PlannerInputError(f"--to llamacpp: no llama.cpp cache type for KV {plan.kv_dtype}")
+    _llamacpp_recheck(plan, cache)
     # llama-server's --ctx-size is shared by its --parallel slots: each slot gets ctx-size / parallel
     args = ["--model", f"{plan.model_id.split('/')[-1]}-{plan.precision.gguf_type}.gguf",
             "--ctx-size", str(plan.context * plan.concurrency), "--parallel", str(plan.concurrency),
             "--n-gpu-layers", "999", "--cache-type-k", cache, "--cache-type-v", cache,
             "--host", "0.0.0.0", "--port", str(LLAMACPP_PORT)]
+    if cache not in LLAMACPP_UNQUANTIZED_CACHES:
+        args += ["--flash-attn", "on"]  # a quantized V cache needs flash attention (tools/server/README.md)
     if plan.gpus_per_replica > 1:
         args += ["--split-mode", "layer", "--tensor-split", ",".join(["1"] * plan.gpus_per_replica)]
     return args
 
 
+def _llamacpp_recheck(plan: ExportPlan, cache: str) -> None:
+    """llama.cpp stores fp8 KV as q8_0 (8.5 bits a value: 34 bytes per 32): the plan must fit sized that way."""
+    settings = replace(_settings(plan, "llamacpp"), cache_type=cache, flash_attn=cache not in LLAMACPP_UNQUANTIZED_CACHES)
+    budget = _recheck(plan, settings)
+    if budget is not None and not budget.fits:
+        raise PlannerInputError(f"--to llamacpp: with a {cache} cache llama.cpp does not hold {plan.concurrency} x "
+                                f"{plan.context:,} tokens on {plan.gpus_per_replica} x {plan.gpu} ({budget.message}); "
+                                "re-solve with `engine: llamacpp` in the scenario")
+
+
 def llamacpp_command(plan: ExportPlan) -> str:
-    return (f"# the GGUF file: convert {plan.model_id} with llama.cpp's convert_hf_to_gguf.py and llama-quantize "
-            f"to {plan.precision.gguf_type}, or download a published {plan.precision.gguf_type} GGUF\n"
+    return (_comment(f"llama.cpp {_engine_release('llamacpp')}: the builds planner's llama.cpp profile follows") + "\n"
+            + _comment(f"the GGUF file: convert {plan.model_id} with llama.cpp's convert_hf_to_gguf.py and llama-quantize "
+                       f"to {plan.precision.gguf_type}, or download a published {plan.precision.gguf_type} GGUF") + "\n"
             "llama-server " + shlex.join(llamacpp_args(plan)) + "\n")
 
 
@@ -214,43 +402,87 @@ def llamacpp_command(plan: ExportPlan) -> str:
 # SkyPilot and Kubernetes
 
 
-def skypilot_task(plan: ExportPlan) -> str:
-    if plan.skypilot_accelerator is None:
+def skypilot_accelerator(plan: ExportPlan) -> tuple[str, str | None]:
+    """(the accelerator name, the SkyPilot cloud to pin or None for any cloud) for the plan's GPU."""
+    skypilot = load_skypilot()
+    if plan.provider in skypilot.clouds:
+        name = skypilot.accelerator(plan.provider, plan.gpu)
+        if name is None:
+            raise PlannerInputError(f"--to skypilot: SkyPilot's {plan.provider} catalog lists no name planner can confirm "
+                                    f"for {plan.gpu} (catalogs/skypilot.yaml); re-solve without {plan.provider} "
+                                    "or add the name there with its source")
+        return name, plan.provider
+    # Not a SkyPilot cloud: let SkyPilot find the GPU anywhere, under the name its catalogs use most
+    names = Counter(a.name for entries in skypilot.accelerators.values() for a in entries if a.gpu == plan.gpu)
+    name = plan.skypilot_accelerator or (names.most_common(1)[0][0] if names else None)
+    if name is None:
         raise PlannerInputError(f"--to skypilot: no SkyPilot accelerator name is known for {plan.gpu} "
-                                "(add skypilot_accelerator to its catalogs/gpus.yaml entry)")
-    resources: dict[str, Any] = {"accelerators": f"{plan.skypilot_accelerator}:{plan.gpus_per_node}",
-                                 "use_spot": plan.market == "spot", "ports": VLLM_PORT}
-    if plan.provider in SKYPILOT_CLOUDS:
-        resources["cloud"] = plan.provider
-        if re.fullmatch(r"[a-z0-9-]+", plan.region) and plan.region not in ("all", "unspecified"):
-            resources["region"] = plan.region  # a cloud region id, not a marketplace location
-    serve = "vllm serve " + shlex.join(vllm_args(plan))
+                                "(catalogs/skypilot.yaml)")
+    return name, None
+
+
+def skypilot_task(plan: ExportPlan, checkpoint: str | None = None) -> str:
+    accelerator, cloud = skypilot_accelerator(plan)
+    notes = [_comment(f"SkyPilot task for one replica of {plan.model_id} ({plan.replicas} in the plan: launch it "
+                      f"{plan.replicas} times, or use `sky serve` with replicas: {plan.replicas})"),
+             _comment("gated models: sky launch task.yaml --secret HF_TOKEN (takes HF_TOKEN from your environment)")]
+    resources: dict[str, Any] = {"accelerators": f"{accelerator}:{plan.gpus_per_node}"}
+    if cloud is not None:
+        features = load_skypilot().clouds[cloud].features
+        source = f"sky/clouds/{cloud}.py _CLOUD_UNSUPPORTED_FEATURES"
+        if plan.nodes_per_replica > 1 and not features.multi_node:
+            raise PlannerInputError(f"--to skypilot: SkyPilot runs no multi-node cluster on {cloud} ({source}) and this "
+                                    f"replica spans {plan.nodes_per_replica} nodes; re-solve with pricing.providers "
+                                    f"excluding {cloud}, or export --to kubernetes")
+        if plan.market == "spot" and not features.spot_instance:
+            raise PlannerInputError(f"--to skypilot: SkyPilot rents no spot instances on {cloud} ({source}); "
+                                    "re-solve with pricing.market: on-demand")
+        resources["infra"] = (f"{cloud}/{plan.region}" if re.fullmatch(r"[a-z0-9-]+", plan.region)
+                              and plan.region not in ("all", "unspecified") else cloud)
+        open_ports = features.open_ports
+    else:
+        notes.append(_comment(f"{plan.provider} is not a SkyPilot cloud: SkyPilot picks a cloud offering {accelerator}; "
+                              f"the plan's price is {plan.provider}'s"))
+        open_ports = True
+    resources["use_spot"] = plan.market == "spot"
+    if open_ports:
+        resources["ports"] = VLLM_PORT
+    else:
+        notes.append(_comment(f"{cloud} opens no ports through SkyPilot: reach the server over `ssh -L {VLLM_PORT}:localhost:{VLLM_PORT}`"))
+    packages = [RAY_REQUIREMENT] if plan.nodes_per_replica > 1 else []
+    if plan.vendor == "amd":
+        resources["image_id"] = f"docker:{vllm_image('amd')}"  # vLLM's ROCm build: the PyPI wheel is the CUDA one
+    else:
+        packages.insert(0, f"vllm=={vllm_version()}")
+    notes += _vllm_notes(plan, checkpoint)
+    serve = "vllm serve " + shlex.join(vllm_args(plan, checkpoint))
     if plan.nodes_per_replica > 1:
         run = ("if [ \"$SKYPILOT_NODE_RANK\" = \"0\" ]; then\n"
                f"  ray start --head --port=6379 --num-gpus={plan.gpus_per_node}\n"
                f"  until [ \"$(ray status | grep -c node_)\" -ge {plan.nodes_per_replica} ]; do sleep 5; done\n"
                f"  {serve}\nelse\n"
                "  HEAD_IP=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)\n"
-               f"  ray start --address=$HEAD_IP:6379 --num-gpus={plan.gpus_per_node} --block\nfi\n")
+               f"  ray start --address=\"$HEAD_IP:6379\" --num-gpus={plan.gpus_per_node} --block\nfi\n")
     else:
         run = serve + "\n"
     task: dict[str, Any] = {"name": _slug(plan.name), "resources": resources, "num_nodes": plan.nodes_per_replica,
-                            "setup": "pip install vllm", "run": run}
-    header = (f"# SkyPilot task for one replica of {plan.model_id} ({plan.replicas} in the plan: launch it "
-              f"{plan.replicas} times, or use `sky serve` with replicas: {plan.replicas})\n")
-    notes = "".join(line + "\n" for line in _checkpoint_note(plan))
-    return header + notes + _dump(task)
+                            "secrets": {"HF_TOKEN": None}}
+    if packages:
+        task["setup"] = "pip install " + shlex.join(packages)
+    task["run"] = run
+    return "".join(line + "\n" for line in notes) + _dump(task)
 
 
-def kubernetes_manifest(plan: ExportPlan) -> str:
+def kubernetes_manifest(plan: ExportPlan, checkpoint: str | None = None) -> str:
     name = _slug(plan.name)
     resource = "amd.com/gpu" if plan.vendor == "amd" else "nvidia.com/gpu"
-    image = VLLM_IMAGE.get(plan.vendor, VLLM_IMAGE["nvidia"])
+    image = vllm_image(plan.vendor)
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
     labels = {"app": name}
+    token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {**HF_TOKEN_SECRET, "optional": True}}}
 
     def container(role: str, command: list[str]) -> dict[str, Any]:
-        return {"name": role, "image": image, "command": command,
+        return {"name": role, "image": image, "command": command, "env": [token],
                 "ports": [{"containerPort": VLLM_PORT}] if role in ("vllm", "leader") else [],
                 "resources": {"limits": {resource: plan.gpus_per_node}},
                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
@@ -259,12 +491,12 @@ def kubernetes_manifest(plan: ExportPlan) -> str:
         doc = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
                "spec": {"replicas": plan.replicas, "selector": {"matchLabels": labels},
                         "template": {"metadata": {"labels": labels},
-                                     "spec": {"containers": [container("vllm", ["vllm", "serve", *vllm_args(plan)])],
+                                     "spec": {"containers": [container("vllm", ["vllm", "serve", *vllm_args(plan, checkpoint)])],
                                               "volumes": [shm]}}}}
     else:
-        serve = "vllm serve " + shlex.join(vllm_args(plan))
+        serve = "vllm serve " + shlex.join(vllm_args(plan, checkpoint))
         leader = ["sh", "-c", f"ray start --head --port=6379 --num-gpus={plan.gpus_per_node} && {serve}"]
-        worker = ["sh", "-c", f"ray start --address=$LWS_LEADER_ADDRESS:6379 --num-gpus={plan.gpus_per_node} --block"]
+        worker = ["sh", "-c", f"ray start --address=\"$LWS_LEADER_ADDRESS:6379\" --num-gpus={plan.gpus_per_node} --block"]
         doc = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                "metadata": {"name": name, "labels": labels},
                "spec": {"replicas": plan.replicas, "leaderWorkerTemplate": {
@@ -272,32 +504,35 @@ def kubernetes_manifest(plan: ExportPlan) -> str:
                    "leaderTemplate": {"metadata": {"labels": {**labels, "role": "leader"}},
                                       "spec": {"containers": [container("leader", leader)], "volumes": [shm]}},
                    "workerTemplate": {"spec": {"containers": [container("worker", worker)], "volumes": [shm]}}}}}
-    notes = "".join(line + "\n" for line in _checkpoint_note(plan))
-    return notes + _dump(doc)
+    notes = [_comment(f"gated models: kubectl create secret generic {HF_TOKEN_SECRET['name']} "
+                      f"--from-literal={HF_TOKEN_SECRET['key']}=\"$HF_TOKEN\" (HF_TOKEN is optional in the pods)")]
+    notes += _vllm_notes(plan, checkpoint)
+    return "".join(line + "\n" for line in notes) + _dump(doc)
 
 
 def _slug(text: str) -> str:
-    slug = "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
-    return slug[:63] or "planner"
+    slug = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower()).strip("-")
+    return slug[:63].strip("-") or "planner"
 
 
-def export(plan: ExportPlan, target: str) -> str:
-    renderers = {"vllm": vllm_command, "sglang": sglang_command, "llamacpp": llamacpp_command,
+def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
+    """`checkpoint`: the pre-quantized repository to load (required for a precision planner knows none for)."""
+    renderers = {"vllm": vllm_command, "sglang": sglang_command, "llamacpp": lambda p, _: llamacpp_command(p),
                  "skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
     if target not in renderers:
         raise PlannerInputError(f"--to: unknown target {target!r}; use one of {', '.join(TARGETS)}")
-    return renderers[target](plan)
+    return renderers[target](_checked(plan), checkpoint)
 
 
-def export_all(plans: tuple[ExportPlan, ...], target: str) -> str:
+def export_all(plans: tuple[ExportPlan, ...], target: str, checkpoint: str | None = None) -> str:
     """One launch per plan: commands one after the other, Kubernetes documents separated by `---`. A SkyPilot task
     file holds one task, so a fleet of several assignments exports one at a time (--assignment N)."""
     if len(plans) == 1:
-        return export(plans[0], target)
+        return export(plans[0], target, checkpoint)
     if target == "skypilot":
         raise PlannerInputError(f"--assignment: a SkyPilot task file holds one task and this fleet has {len(plans)} "
                                 f"assignments; export each with --assignment 0 to {len(plans) - 1}")
     if target == "kubernetes":
-        return "---\n".join(export(plan, target) for plan in plans)
-    return "\n".join(f"# assignment {i}: {plan.name}, {plan.replicas} replica(s)\n" + export(plan, target)
+        return "---\n".join(export(plan, target, checkpoint) for plan in plans)
+    return "\n".join(f"# assignment {i}: {plan.name}, {plan.replicas} replica(s)\n" + export(plan, target, checkpoint)
                      for i, plan in enumerate(plans))

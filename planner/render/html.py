@@ -75,7 +75,7 @@ def review_html(review: Review, scenario_text: str) -> str:
             f"concurrency {best.concurrency}; {best.instances} x {html.escape(best.provider)} "
             f"{html.escape(best.instance)} ({html.escape(best.region)}). {html.escape(best.sharing)}.<br>"
             f"{html.escape(memory_line(best))} · re-checked by the estimator</div>")
-        parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in best.memory.warnings]
+        parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in (*best.price_warnings, *best.memory.warnings)]
         parts += ["<h2>Plan and alternatives</h2>", _html_table(
             _PLAN_HEADER, [_plan_cells("best", best)] + [_plan_cells(i, p) for i, p in enumerate(result.alternatives, 1)])]
         bars = [_memory_bar(f"best: {best.gpus_per_replica} x {best.gpu}", best)]

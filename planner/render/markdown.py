@@ -26,6 +26,7 @@ def solve_markdown(result: SolveResult) -> str:
               f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
               f"{best.instances} x {best.provider} {best.instance} ({best.region}); {best.sharing}.", "",
               memory_line(best) + ".", ""]
+    lines += [f"Warning: {w}." for w in best.price_warnings] + ([""] if best.price_warnings else [])
     header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rank, p in [("best", best), *enumerate(result.alternatives, start=1)]:

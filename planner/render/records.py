@@ -93,14 +93,18 @@ def estimate_json(est: MemoryEstimate) -> str:
     return json.dumps(record(est), indent=2)
 
 
-def engine_estimate_json(memory: MemoryEstimate, engine: EngineBudget) -> str:
+def engine_estimate_record(memory: MemoryEstimate, engine: EngineBudget) -> dict[str, Any]:
     """The estimate with an "engine" section (the engine's budget and the settings it resolved); "gpu.fits" is
     the engine's verdict."""
     data = record(memory)
     data["engine"] = record(engine)
     if data["gpu"] is not None:
         data["gpu"]["fits"] = engine.fits
-    return json.dumps(data, indent=2)
+    return data
+
+
+def engine_estimate_json(memory: MemoryEstimate, engine: EngineBudget) -> str:
+    return json.dumps(engine_estimate_record(memory, engine), indent=2)
 
 
 def catalog_rows(catalog: Catalog, kind: str) -> list[dict[str, Any]]:

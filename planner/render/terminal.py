@@ -144,7 +144,7 @@ def solve_table(result: SolveResult, console: Console) -> None:
                   f"{best.region}); {best.sharing}")
     console.print(f"  {memory_line(best)} · re-checked by the estimator")
     console.print(f"  price as of {best.price_as_of}; source: {best.price_source}")
-    for warning in best.memory.warnings:
+    for warning in (*best.price_warnings, *best.memory.warnings):
         console.print(f"  [yellow]warning:[/yellow] {warning}")
 
     if result.alternatives:

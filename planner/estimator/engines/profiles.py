@@ -87,6 +87,8 @@ class SglangProfile(_Strict):
     reserved_floor_large_gpu_mib: Sourced[int]
     large_gpu_min_mib: Sourced[int]
     gpu_buckets: Sourced[tuple[SglangGpuBucket, ...]]
+    aiter_long_context_factor: Sourced[float]
+    aiter_min_context_exclusive: Sourced[int]
     swa_full_tokens_ratio: Sourced[float]
     mamba_full_memory_ratio: Sourced[float]
     mamba_ssm_dtype_bits: Sourced[int]

@@ -18,6 +18,8 @@
   _resolve_max_num_reqs admits at most max_mamba_cache_size // 3 running requests (the radix cache keeps
   the other slots for the states of cached prefixes), which caps the concurrency too.
   Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
+  On AMD the aiter attention backend (what `planner export --to sglang` passes there) multiplies the
+  fraction, even an explicit one, by 0.85 when the context is above 8K: the pool is sized with that.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from math import floor
 from planner.model.architecture import Architecture
 from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
-                                            Stage, limiting_rank, serve)
+                                            Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines.profiles import SglangProfile, load_profiles
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
@@ -79,6 +81,9 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     model = serve(arch, request, catalog, "sglang")
     resolved = resolve_settings(settings, gpu, model, profile)
     fraction = Fraction(str(resolved.mem_fraction_static))
+    card = catalog_card(gpu, catalog)
+    if card is not None and card.vendor == "amd" and request.context > profile.aiter_min_context_exclusive.value:
+        fraction *= Fraction(str(profile.aiter_long_context_factor.value))
     visible = cuda.visible_bytes(gpu.memory_bytes)
     total = visible - cuda.startup_bytes(model.gpus, profile.distributed_init_mib)
     static = floor(max(total, 0) * fraction)  # a card smaller than CUDA's own start-up has nothing to give

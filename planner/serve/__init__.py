@@ -1,0 +1,1 @@
+"""`planner serve`: the local web calculator (optional extra: pip install "planner[web]")."""

@@ -1,0 +1,200 @@
+"""planner serve: the JSON API in-process, and the calculator page driven in headless Chromium."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the web extra is not installed (pip install '.[web]')")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from planner.serve.app import MAX_BODY_BYTES, BodyLimit, create_app  # noqa: E402
+
+SCENARIOS = Path(__file__).parents[1] / "scenarios"
+LLAMA = {"model": "llama-3.1-8b", "gpu": "l40s", "context": 8192, "sequences": 1, "engine": "vllm"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    return TestClient(BodyLimit(create_app()))
+
+
+def test_estimate_gives_bars_that_add_up_and_a_verdict(client):
+    data = client.post("/api/estimate", json=LLAMA).json()
+    [bar] = data["bars"]
+    assert bar["weights_bytes"] == data["weights_bytes"] and bar["kv_bytes"] == data["kv_cache_bytes"]
+    parts = bar["weights_bytes"] + bar["kv_bytes"] + bar["overhead_bytes"] + bar["headroom_bytes"]
+    assert parts == bar["memory_bytes"]
+    assert data["verdict"]["fits"] is True and data["engine"]["release"] == "v0.19.0"
+
+
+def test_a_longer_context_grows_the_kv_cache_until_it_no_longer_fits(client):
+    short = client.post("/api/estimate", json=LLAMA).json()
+    long = client.post("/api/estimate", json={**LLAMA, "context": 131072, "sequences": 8}).json()
+    assert long["kv_cache_bytes"] == short["kv_cache_bytes"] * 16 * 8
+    assert long["verdict"]["fits"] is False and long["verdict"]["message"]
+    assert any("KV cache is" in w for w in long["verdict"]["warnings"])
+
+
+def test_tensor_parallel_gives_one_bar_per_gpu_and_simple_uses_the_margin(client):
+    data = client.post("/api/estimate", json={**LLAMA, "model": "llama-3.1-70b", "tp": 4, "gpu": "h100-sxm"}).json()
+    assert len(data["bars"]) == 4
+    simple = client.post("/api/estimate", json={**LLAMA, "engine": "simple"}).json()
+    assert simple["bars"][0]["overhead_bytes"] == simple["overhead_bytes"]
+
+
+def test_pasted_config_is_estimated(client):
+    config = json.loads((Path(__file__).parent / "data" / "configs" / "gemma-3-27b-it" / "config.json").read_text())
+    response = client.post("/api/estimate", json={"config": config, "gpu": "h100-sxm", "engine": "simple"})
+    assert response.status_code == 200, response.text
+    assert response.json()["weights_bytes"] > 0
+
+
+@pytest.mark.parametrize("body, status, field", [
+    ({**LLAMA, "context": 0}, 422, "context"),
+    ({**LLAMA, "gpu": "h900"}, 400, "gpu"),
+    ({**LLAMA, "engine": "tgi"}, 422, "engine"),
+    ({**LLAMA, "colour": "red"}, 422, "colour"),
+    ({**LLAMA, "model": "/etc/passwd"}, 400, "model"),  # never a path on the server
+    ({**LLAMA, "model": "meta-llama/Some-Gated-Model"}, 400, "model"),  # never a Hub download
+    ({**LLAMA, "config": {"num_hidden_layers": "many"}}, 400, "model"),  # both model and config
+    ({"gpu": "l40s", "config": {"num_hidden_layers": "many"}}, 400, "config"),
+    ({**LLAMA, "precision": "int3"}, 400, "precision"),
+])
+def test_bad_requests_get_a_4xx_naming_the_field(client, body, status, field):
+    response = client.post("/api/estimate", json=body)
+    assert response.status_code == status, response.text
+    assert field in response.json()["error"]
+
+
+def test_malformed_and_oversized_bodies_are_refused(client):
+    bad = client.post("/api/estimate", content=b'{"model": ', headers={"content-type": "application/json"})
+    assert bad.status_code == 422 and bad.json()["error"].startswith("body: not valid JSON")
+    assert client.post("/api/estimate", content=b"x" * (MAX_BODY_BYTES + 1)).status_code == 413
+
+    def chunks():  # no Content-Length: the cap counts what arrives
+        for _ in range(MAX_BODY_BYTES // 65536 + 2):
+            yield b" " * 65536
+
+    assert client.post("/api/estimate", content=chunks()).status_code == 413
+    assert client.post("/api/solve", json={"scenario": "[1, 2"}).json()["error"].startswith("scenario: not valid YAML")
+    deep = client.post("/api/estimate", content=b"[" * 200_000, headers={"content-type": "application/json"})
+    assert deep.status_code == 400 and deep.json()["error"].startswith("body:")
+    assert client.get("/api/nothing").json() == {"error": "Not Found"}
+
+
+@pytest.mark.parametrize("body", [
+    {"gpu": "l40s", "config": {"num_hidden_layers": 10**12, "hidden_size": 4096, "model_type": "llama"}},
+    {"gpu": "l40s", "config": {"model_type": "llama", "hidden_size": -1}},
+    {"gpu": "l40s", "config": []},
+    {"gpu": "l40s", "model": None, "config": None},
+    {"gpu": ["l40s"], "model": "llama-3.1-8b"},
+    {"gpu": "l40s", "model": "llama-3.1-8b", "tp": 3},
+    {"gpu": "l40s", "model": "llama-3.1-8b", "context": 10**30},
+])
+def test_hostile_estimate_bodies_get_a_4xx(client, body):
+    response = client.post("/api/estimate", json=body)
+    assert 400 <= response.status_code < 500 and response.json()["error"], response.text
+
+
+def test_solve_and_export_a_shipped_scenario(client):
+    text = (SCENARIOS / "8b-budget.yaml").read_text()
+    plan = client.post("/api/solve", json={"scenario": text}).json()
+    assert plan["status"] in ("OPTIMAL", "FEASIBLE") and plan["plans"][0]["gpu"] == plan["best"]["gpu"]
+    task = client.post("/api/export", json={"scenario": text, "target": "vllm"})
+    assert task.status_code == 200 and "vllm serve" in task.text
+    refused = client.post("/api/solve", json={"scenario": "model: ../../etc/config.json\nworkload: {context: 1}"})
+    assert refused.status_code == 400 and "model" in refused.json()["error"]
+
+
+def test_perf_of_one_replica_and_its_steady_state(client):
+    body = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "batch": 8, "prompt_tokens": 1000, "output_tokens": 200}
+    one = client.post("/api/perf", json=body).json()
+    assert one["output_tokens_per_s"] > 0 and one["tpot_ms"] > 0 and "steady_state" not in one
+    steady = client.post("/api/perf", json={**body, "rate": 2}).json()["steady_state"]
+    assert steady["requests_per_s"] == 2 and steady["keeps_up"] is True
+    assert client.post("/api/perf", json={**body, "rate": -1}).status_code == 422
+    assert "model" in client.post("/api/perf", json={**body, "model": "/etc/passwd"}).json()["error"]
+
+
+def test_catalog_and_openapi(client):
+    gpus = client.get("/api/catalog/gpus").json()
+    assert any(g["name"] == "h100-sxm" for g in gpus)
+    assert client.get("/api/catalog/prices").status_code == 422
+    paths = client.get("/api/openapi.json").json()["paths"]
+    assert {"/api/estimate", "/api/solve", "/api/export", "/api/report", "/api/perf", "/api/catalog/{kind}"} <= set(paths)
+
+
+# --------------------------------------------------------------------------------------------
+# End to end: the real server on a free port, the page in headless Chromium
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(url + "/api/catalog/precisions", timeout=1)
+                break
+            except OSError:
+                if process.poll() is not None:
+                    pytest.fail(f"planner serve exited: {process.stderr.read().decode()[-500:]}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def page():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (Python client) is not installed")
+    browser_path = _chromium()
+    if browser_path is None:
+        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path, headless=True)
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def test_calculator_page_in_headless_chromium(server, page):
+    page.goto(server + "/")
+    page.wait_for_function("document.getElementById('verdict').textContent === 'Fits'")
+    kv_before = page.text_content("#kv-total")
+    page.fill("#sequences", "8")
+    page.fill("#context", "131072")
+    page.wait_for_function("document.getElementById('verdict').textContent === 'Does not fit'")
+    assert page.text_content("#kv-total") != kv_before
+    assert page.locator(".bar .kv").count() == 1
+    assert "KV cache is" in page.text_content("#warnings")
+
+
+def test_planner_page_solves_in_headless_chromium(server, page):
+    page.goto(server + "/planner")
+    page.click("#solve")
+    page.wait_for_function("document.querySelectorAll('#plans tr').length > 1")
+    assert page.text_content("#status").startswith("OPTIMAL")
+    assert "l40s" in page.text_content("#plans") or "h100-sxm" in page.text_content("#plans")
