@@ -198,12 +198,12 @@ def test_scenario_text_no_terminal_or_path_can_hold_is_refused():
 def test_deep_nesting_is_refused_without_libyaml_too(tmp_path, monkeypatch):
     import yaml
 
-    from planner.plan import scenario
+    from planner import yamlfile
 
     class PurePythonLoader(yaml.SafeLoader):
         pass
 
-    monkeypatch.setattr(scenario, "_UniqueKeyLoader", PurePythonLoader)
+    monkeypatch.setattr(yamlfile, "_UniqueKeyLoader", PurePythonLoader)
     path = scenario_file(tmp_path, SCENARIO_HEAD + "workload: {context: " + "[" * 300 + "]" * 300 + "}\n")
     # A recursion limit just above the test's own stack stands in for nesting thousands deep, which
     # the pure-Python scanner would take seconds to reach.

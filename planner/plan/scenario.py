@@ -12,11 +12,11 @@ import reprlib
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.load import Quality
 from planner.errors import PlannerInputError
+from planner.yamlfile import parse_yaml, printable
 from planner.files import SCENARIO, read_text
 from planner.units import MAX_BATCH, MAX_CONTEXT
 
@@ -306,28 +306,6 @@ class Scenario(_Strict):
         return value
 
 
-# libyaml's parser when PyYAML has it: it refuses deep nesting at once, where the pure-Python scanner
-# spends quadratic time on a long run of "[" before Python's recursion limit stops it.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _UniqueKeyLoader(_SAFE_LOADER):  # type: ignore[misc, valid-type]
-    """The safe loader, refusing duplicate keys (the second would silently win)."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = None) -> Scenario:
     if not isinstance(data, dict):
         raise PlannerInputError(f"{label}: the file must hold a mapping of keys (model:, workload:, ...)")
@@ -338,7 +316,7 @@ def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = N
     except ValidationError as exc:
         # a misspelt key is the root cause of the "field required" error that comes with it
         first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-        path = ".".join(_printable(str(p)) for p in first["loc"]
+        path = ".".join(printable(str(p)) for p in first["loc"]
                         if not str(p).startswith(("function-", "list[", "union[")))
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
@@ -347,28 +325,11 @@ def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = N
     return scenario.model_copy(update={"base_dir": base_dir})
 
 
-def _printable(text: str) -> str:
-    """Text as it may appear inside a one-line message: quoted and escaped if it holds a newline or the like."""
-    return text if text.isprintable() else repr(text)
-
-
 def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
-    label = f"scenario {_printable(p.name)}"
+    label = f"scenario {printable(p.name)}"
     text = read_text(p, SCENARIO)
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PlannerInputError(f"{label}: invalid YAML{where}: {_printable(problem)}") from None
-    except RecursionError:
-        raise PlannerInputError(f"{label}: invalid YAML: nested too deeply; a scenario needs a few levels") from None
-    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
-        # PyYAML's constructors fail this way on explicit tags with bad values (!!int nope, !!bool maybe,
-        # !!timestamp never) and on integers past Python's digit limit
-        raise PlannerInputError(f"{label}: invalid YAML: {exc.__class__.__name__}: {_printable(str(exc))}") from None
+    data = parse_yaml(text, label)
     return parse_scenario(data, label, p.resolve().parent)
 
 
