@@ -535,3 +535,12 @@ def test_what_if_writes_the_format_asked_to_the_file_given(tmp_path):
     csv_out = tmp_path / "what-if.csv"
     assert fuzz.invoke_cli(["solve", str(SCENARIO), "--what-if", "--format", "csv", "-o", str(csv_out)]).code == 0
     assert csv_out.read_text().splitlines()[0] == "variant,status,usd_per_hour,change_usd_per_hour"
+
+
+# --- finding 15: absurd figures from vanishing demand ------------------------------------------------
+
+@pytest.mark.parametrize("traffic", [{"requests_per_s": 1e-300}, {"output_tokens_per_s": 5e-324}])
+def test_a_vanishing_demand_is_refused_not_priced(traffic):
+    data = {"model": "llama-3.1-8b", "workload": {"context": 8192, "traffic": {
+        **traffic, "prompt_tokens": 1000, "output_tokens": 200}}}
+    one_line_error(lambda: parse_scenario(data), "requests/s is below")

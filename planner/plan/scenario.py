@@ -99,6 +99,11 @@ def search_values(value: Any, limit: int = MAX_CONTEXT) -> tuple[int, ...]:
     return (parse_tokens(value, limit),)
 
 
+# The fleet model counts demand in whole milli-requests per second (plan/serving.py CAPACITY_UNITS_PER_RPS):
+# a smaller rate would round to nothing, and $/million tokens over it would print absurd figures.
+MIN_REQUESTS_PER_S = 1e-3
+
+
 class TrafficBucket(_Strict):
     """A share of the requests with one shape (e.g. short chats vs long documents)."""
 
@@ -128,6 +133,9 @@ class Traffic(_Strict):
             total = sum(b.share for b in self.buckets)
             if abs(total - 1) > 1e-6:
                 raise ValueError(f"bucket shares add up to {total:g}; they must add up to 1")
+        if self.total_requests_per_s < MIN_REQUESTS_PER_S:
+            raise ValueError(f"{self.total_requests_per_s:.3g} requests/s is below the {MIN_REQUESTS_PER_S:g} the fleet "
+                             "model counts (whole milli-requests per second); a smaller demand is one replica")
         return self
 
     def shapes(self) -> list[tuple[float, int, int]]:
