@@ -374,6 +374,8 @@ def test_a_fleet_plan_exports_one_launch_per_assignment_with_its_settings(fleet_
         assert argv[0] == row["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
         assert flags["--tensor-parallel-size"] == str(row["tp"]) and flags["--max-model-len"] == str(row["max_model_len"])
         assert flags["--gpu-memory-utilization"] == f"{row['engine']['gpu_memory_utilization']:.2f}"
+        # a replica sized by the requests in flight runs as many as the engine's resolved cap, not one
+        assert flags["--max-num-seqs"] == str(row["engine"]["max_num_seqs"]) and int(flags["--max-num-seqs"]) > 1
     only = load_plans(fleet_file, CATALOG, assignment=len(rows) - 1)
     assert len(only) == 1 and only[0].replicas == rows[-1]["replicas"]
     with pytest.raises(PlannerInputError, match="--assignment"):

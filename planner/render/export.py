@@ -62,6 +62,10 @@ class ExportPlan(ConfiguredBy):
     gpu_memory_utilization: float  # vLLM: the share of each card the plan was checked with
     mem_fraction_static: float  # SGLang: likewise
     checkpoint_precision: str | None  # what the model ships in; no re-quantized checkpoint needed for it
+    # Requests the engine may run at once. A plan without traffic holds `concurrency` full-context sequences;
+    # a fleet replica was sized by the requests its pool holds in flight, capped by the max_num_seqs the
+    # engine resolved (its configuration's concurrency is the one full-context request vLLM checks at start).
+    max_num_seqs: int
 
     @property
     def precision(self) -> Precision:  # type: ignore[override]  # the catalog record: its engine flags
@@ -130,6 +134,8 @@ def export_plan(plan: CheckedPlan, catalog: Catalog) -> ExportPlan:
         gpus_per_node=min(record.gpus_per_instance, gpus), replicas=record.replicas, provider=record.provider,
         region=record.region, market=record.market, gpu_memory_utilization=fraction, mem_fraction_static=static,
         checkpoint_precision=plan.checkpoint_precision,
+        max_num_seqs=(configuration.engine.max_num_seqs or configuration.concurrency) if record.workload is not None
+        else configuration.concurrency,
     )
 
 
@@ -264,7 +270,7 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     repo, prequantized = weights(plan, checkpoint)
     launch = vllm_launch(plan)
     args = [repo, "--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size", str(plan.pp),
-            "--max-model-len", str(plan.context), "--max-num-seqs", str(plan.concurrency),
+            "--max-model-len", str(plan.context), "--max-num-seqs", str(plan.max_num_seqs),
             "--gpu-memory-utilization", f"{launch.gpu_memory_utilization:.2f}",
             "--kv-cache-dtype", engine_kv_dtype("vllm", plan.kv_dtype),
             "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
