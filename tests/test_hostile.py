@@ -461,9 +461,12 @@ def test_output_into_a_read_only_or_unsearchable_folder_is_a_one_line_error(shar
     read_only.mkdir(mode=0o755)
     unsearchable.mkdir()
     unsearchable.chmod(0o776)  # others may read and write, not search
+    scenario = shared_dir / "s.yaml"  # the checkout may sit in a folder the unprivileged user cannot search
+    shutil.copy(SCENARIO, scenario)
+    scenario.chmod(0o644)
     for folder in (read_only, unsearchable):
-        proc = as_unprivileged(["solve", SCENARIO, "--top", "0", "-o", folder / "plan.json"], shared_dir,
-                               warm_up=["solve", SCENARIO, "--top", "0", "-o", shared_dir / "warm.json"])
+        proc = as_unprivileged(["solve", scenario, "--top", "0", "-o", folder / "plan.json"], shared_dir,
+                               warm_up=["solve", scenario, "--top", "0", "-o", shared_dir / "warm.json"])
         assert_one_line(proc, "--output", "permission")
     read_only.chmod(0o755)
     assert list(read_only.iterdir()) == []
