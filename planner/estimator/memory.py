@@ -183,7 +183,7 @@ def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> in
 def state_bytes_per_sequence(attention: Attention, tp: int, state_bits: int) -> int:
     """Bytes of one sequence's recurrent state (convolution window + recurrent state) in a linear-attention or
     Mamba layer on one TP rank: the state is split over TP ranks by heads."""
-    return ceil(attention.state_elements / tp) * state_bits // 8
+    return attention.state_elements_on_rank(tp) * state_bits // 8
 
 
 def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: int) -> tuple[int, int]:
