@@ -17,9 +17,15 @@ from planner.model.precision import weights_bytes
 from conftest import CONFIGS, DATA
 
 RECORDED = json.loads((DATA / "transformers-counts.json").read_text())
-COUNTED = sorted(name for name in RECORDED["counts"]
-                 if (load_config_file(CONFIGS / name).get("text_config") or load_config_file(CONFIGS / name))
-                 .get("model_type") in FAMILIES)
+
+
+def _model_type(name):
+    """The text model's model_type, the outer one when text_config leaves it out (as MiniMax-M3-VL's does)."""
+    config = load_config_file(CONFIGS / name)
+    return (config.get("text_config") or {}).get("model_type") or config["model_type"]
+
+
+COUNTED = sorted(name for name in RECORDED["counts"] if _model_type(name) in FAMILIES)
 
 
 def _arch(name):
@@ -27,10 +33,10 @@ def _arch(name):
 
 
 def test_the_recorded_counts_cover_every_new_family():
-    families = {(load_config_file(CONFIGS / n).get("text_config") or load_config_file(CONFIGS / n))["model_type"]
-                for n in COUNTED}
+    families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
-            "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h"} <= families
+            "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
+            "minimax_m3_vl"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -64,6 +70,26 @@ def test_dsa_indexer_key_cache_joins_the_per_token_bytes(catalog):
     estimate = estimate_memory(arch, Request(context=4096, precision="fp8-block", kv_dtype="bf16"), catalog)
     # 61 layers x (MLA latent 512 + 64 in bf16, plus the indexer's fp8 key of 128 values and one fp32 scale)
     assert estimate.kv_bytes_per_token == 61 * ((512 + 64) * 2 + 128 + 4)
+
+
+def test_minimax_m3_sparse_layers_cache_the_indexer_key_beside_k_and_v(catalog):
+    arch = _arch("minimax-m3")
+    indexed = [layer.attention.index_key_dim for layer in arch.layers]
+    assert indexed[:3] == [0, 0, 0] and set(indexed[3:]) == {128}  # sparse_attention_freq: dense first 3 layers
+    assert [layer.is_moe for layer in arch.layers[2:4]] == [False, True]  # moe_layer_freq
+    assert all(any("indexer" in t.name for t in layer.tensors) == bool(dim) for layer, dim in zip(arch.layers, indexed))
+    estimate = estimate_memory(arch, Request(context=4096, precision="bf16", kv_dtype="bf16"), catalog)
+    # per layer kind, in bf16: full GQA 4 KV heads x (128 + 128); sparse adds the indexer's one 128-value key
+    assert estimate.kv_bytes_per_token == 3 * 4 * 256 * 2 + 57 * (4 * 256 + 128) * 2
+    tp8 = estimate_memory(arch, Request(context=4096, precision="bf16", kv_dtype="bf16", tp=8), catalog)
+    # 4 KV heads over 8 ranks: one whole head per rank; the indexer key is whole on every rank
+    assert {rank.kv_bytes_per_token for rank in tp8.per_gpu} == {3 * 256 * 2 + 57 * (256 + 128) * 2}
+
+
+def test_minimax_m3_vl_tower_is_the_models_own_whatever_its_vision_config_says():
+    arch = _arch("minimax-m3-vl-nvfp4")
+    assert arch.multimodal_params == 865_567_232 and arch.language_params == _arch("minimax-m3").language_params
+    assert {t.name for t in arch.multimodal if t.role == "projector"} >= {"projector.merge_linear_1.weight"}
 
 
 def test_glm_5_2_shared_indexer_layers_keep_no_indexer():
@@ -116,7 +142,7 @@ def test_a_malformed_exclusion_list_is_named():
 # -- the optional exact fallback: transformers on the meta device (CI does not install it) ---------------
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
-                                  "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2"])
+                                  "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

@@ -176,7 +176,8 @@ def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> in
         return attention.latent_dim * kv_bits // 8 + attention.indexer_bytes_per_token
     if attention.kind in ("full", "sliding"):
         heads = kv_heads_per_rank(attention.kv_heads, tp)
-        return heads * (attention.k_head_dim + attention.v_head_dim) * kv_bits // 8
+        # a MiniMax Sparse Attention indexer's single key per token is whole on every rank (0 without one)
+        return (heads * (attention.k_head_dim + attention.v_head_dim) + attention.index_key_dim) * kv_bits // 8
     return 0
 
 

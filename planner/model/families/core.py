@@ -61,6 +61,7 @@ class Attention:
     state_groups: int = 0
     state_group_elements: int = 0
     indexer_head_dim: int = 0  # MLA with DeepSeek Sparse Attention: the indexer's key per token
+    index_key_dim: int = 0  # GQA with MiniMax Sparse Attention: the indexer's one key per token, in the KV dtype
 
     @property
     def values_per_token(self) -> int:
@@ -68,7 +69,7 @@ class Attention:
         if self.kind == "mla":
             return self.latent_dim
         if self.kind in ("full", "sliding"):
-            return self.kv_heads * (self.k_head_dim + self.v_head_dim)
+            return self.kv_heads * (self.k_head_dim + self.v_head_dim) + self.index_key_dim
         return 0
 
     def state_elements_on_rank(self, tp: int) -> int:
