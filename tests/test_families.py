@@ -36,7 +36,7 @@ def test_the_recorded_counts_cover_every_new_family():
     families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
-            "minimax_m3_vl"} <= families
+            "minimax_m3_vl", "deepseek_v4"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -84,6 +84,35 @@ def test_minimax_m3_sparse_layers_cache_the_indexer_key_beside_k_and_v(catalog):
     tp8 = estimate_memory(arch, Request(context=4096, precision="bf16", kv_dtype="bf16", tp=8), catalog)
     # 4 KV heads over 8 ranks: one whole head per rank; the indexer key is whole on every rank
     assert {rank.kv_bytes_per_token for rank in tp8.per_gpu} == {3 * 256 * 2 + 57 * (256 + 128) * 2}
+
+
+@pytest.mark.parametrize("kv_dtype, bits", [("bf16", 16), ("fp8", 8)])
+def test_deepseek_v4_caches_a_window_and_one_compressed_entry_per_ratio_tokens(catalog, kv_dtype, bits):
+    arch = _arch("deepseek-v4-flash")
+    ratios = [layer.attention.compress_ratio for layer in arch.layers]
+    assert (ratios.count(0), ratios.count(4), ratios.count(128)) == (2, 21, 20)  # compress_ratios, first 43 of its 44
+    assert {(a.kind, a.kv_heads, a.k_head_dim, a.v_head_dim, a.window) for a in (l.attention for l in arch.layers)} == {
+        ("sliding", 1, 512, 0, 128)}  # one key=value head (DeepseekV4HCACache: values = keys)
+    context = 131_072
+    estimate = estimate_memory(arch, Request(context=context, precision="bf16", kv_dtype=kv_dtype, tp=4), catalog)
+    byte = bits // 8
+    # per layer kind: CSA pools 512 KV + 128 indexer values per 4 tokens, HCA 512 per 128, sliding layers nothing
+    assert estimate.kv_bytes_per_token == 21 * (512 + 128) * byte // 4 + 20 * 512 * byte // 128
+    window = 43 * 128 * 512 * byte
+    compressed = 21 * (context // 4) * (512 + 128) * byte + 20 * (context // 128) * 512 * byte
+    assert {rank.kv_cache_bytes for rank in estimate.per_gpu} == {window + compressed}  # whole on every rank
+
+
+def test_deepseek_v4_pro_and_the_engines_that_cannot_page_its_cache(catalog):
+    from planner.estimator.engines.base import engine_refusal
+    pro = _arch("deepseek-v4-pro")
+    assert [layer.attention.compress_ratio for layer in pro.layers][:3] == [128, 128, 4] and pro.num_layers == 61
+    assert all(layer.is_moe for layer in pro.layers)
+    hashed = [any(t.name == "mlp.gate.tid2eid" for t in layer.tensors) for layer in pro.layers]
+    assert hashed[:4] == [True, True, True, False] and sum(hashed) == 3  # num_hash_layers
+    for engine in ("vllm", "sglang", "llamacpp"):
+        assert "compressed attention" in engine_refusal(pro, engine)
+    assert engine_refusal(pro, "simple") is None
 
 
 def test_minimax_m3_vl_tower_is_the_models_own_whatever_its_vision_config_says():
@@ -142,7 +171,8 @@ def test_a_malformed_exclusion_list_is_named():
 # -- the optional exact fallback: transformers on the meta device (CI does not install it) ---------------
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
-                                  "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4"])
+                                  "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4",
+                                  "deepseek-v4-flash"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

@@ -198,6 +198,10 @@ def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: i
         per_token = attention_bytes_per_token(a, tp, kv_bits)
         if a.kind == "sliding":
             per_sequence += per_token * min(context, a.window or context)
+            if a.compress_ratio:  # DeepSeek-V4: one compressed entry per compress_ratio tokens beside the window
+                entry = a.compressed_dim * kv_bits // 8  # one shared entry, whole on every rank like the window's head
+                growing += entry // a.compress_ratio
+                per_sequence += entry * (context // a.compress_ratio)
         elif a.kind in RECURRENT_KINDS:
             per_sequence += state_bytes_per_sequence(a, tp, state_bits)
         else:

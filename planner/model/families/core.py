@@ -62,6 +62,9 @@ class Attention:
     state_group_elements: int = 0
     indexer_head_dim: int = 0  # MLA with DeepSeek Sparse Attention: the indexer's key per token
     index_key_dim: int = 0  # GQA with MiniMax Sparse Attention: the indexer's one key per token, in the KV dtype
+    # DeepSeek-V4 compressed attention: beside the window, one entry of compressed_dim values per compress_ratio tokens
+    compress_ratio: int = 0
+    compressed_dim: int = 0
 
     @property
     def values_per_token(self) -> int:
