@@ -219,7 +219,8 @@ def test_an_unknown_suffixed_id_is_still_refused(catalog):
 def test_catalog_lists_the_current_families(catalog):
     families = {m.family for m in catalog.models}
     assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
-            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas"} <= families
+            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas", "deepseek_v4",
+            "minimax_m3"} <= families
 
 
 def test_nemotron_nas_counts_each_searched_block():
