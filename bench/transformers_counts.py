@@ -3,10 +3,11 @@
 
 Run once, in a throwaway environment with torch and transformers (not planner's test environment):
 
-    python -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install -e ".[transformers]"
+    python -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install -e ".[transformers]" timm
     /tmp/tfvenv/bin/python bench/transformers_counts.py   # writes tests/data/transformers-counts.json
 
-(recorded with transformers 5.24.0 and torch 2.14.1 from PyPI; both versions are written into the file)
+(recorded with transformers 5.24.0 and torch 2.14.1 from PyPI; both versions are written into the file; timm
+1.0.31 builds Gemma 3n's MobileNetV5 vision tower, which transformers takes from timm)
 
 Each config is built on the meta device (planner.model.transformers_fallback.meta_tensors: shapes only,
 no weights, no remote code). `parameters` is what model.parameters() holds (tied weights once);

@@ -36,7 +36,7 @@ def test_the_recorded_counts_cover_every_new_family():
     families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
-            "minimax_m3_vl", "deepseek_v4"} <= families
+            "minimax_m3_vl", "deepseek_v4", "gemma3n_text"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -115,6 +115,30 @@ def test_deepseek_v4_pro_and_the_engines_that_cannot_page_its_cache(catalog):
     assert engine_refusal(pro, "simple") is None
 
 
+def test_gemma_3n_counts_each_encoder_and_shares_the_last_layers_caches(catalog):
+    arch = _arch("gemma-3n-e4b-it")
+    towers = {}
+    for t in arch.multimodal:
+        towers[t.name.split(".")[0]] = towers.get(t.name.split(".")[0], 0) + t.numel
+    # transformers 5.24 + timm 1.0.31 on the meta device: MobileNetV5 294,126,912; conformer 681,348,640
+    assert (towers["vision_tower"], towers["audio_tower"]) == (294_126_912, 681_348_640)
+    assert arch.language_params == 6_835_235_568
+    # 35 blocks, the last 15 reuse the caches of layers 18 (sliding) and 19 (full): 20 cache layers
+    kinds = [(layer.attention.kind, layer.attention.window) for layer in arch.layers]
+    assert len(kinds) == 20 and kinds.count(("full", None)) == 4 and kinds.count(("sliding", 512)) == 16
+    estimate = estimate_memory(arch, Request(context=32768, precision="bf16", kv_dtype="bf16"), catalog)
+    assert estimate.kv_bytes_per_token == 4 * 2 * 2 * 256 * 2  # full layers: 2 KV heads x (K + V) of 256, bf16
+    assert estimate.kv_sliding_bytes_per_token == 16 * 2 * 2 * 256 * 2
+
+
+def test_an_unknown_timm_vision_architecture_is_refused():
+    from planner.model.families.core import UnsupportedArchitecture
+    config = load_config_file(CONFIGS / "gemma-3n-e4b-it")
+    config = {**config, "vision_config": {**config["vision_config"], "architecture": "mobilenetv9_enc"}}
+    with pytest.raises(UnsupportedArchitecture, match="mobilenetv9_enc"):
+        architecture_from_config(config, "gemma3n")
+
+
 def test_minimax_m3_vl_tower_is_the_models_own_whatever_its_vision_config_says():
     arch = _arch("minimax-m3-vl-nvfp4")
     assert arch.multimodal_params == 865_567_232 and arch.language_params == _arch("minimax-m3").language_params
@@ -172,7 +196,7 @@ def test_a_malformed_exclusion_list_is_named():
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
                                   "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4",
-                                  "deepseek-v4-flash"])
+                                  "deepseek-v4-flash", "gemma-3n-e4b-it"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -220,7 +244,7 @@ def test_catalog_lists_the_current_families(catalog):
     families = {m.family for m in catalog.models}
     assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
             "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas", "deepseek_v4",
-            "minimax_m3"} <= families
+            "minimax_m3", "gemma3n"} <= families
 
 
 def test_nemotron_nas_counts_each_searched_block():
