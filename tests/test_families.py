@@ -131,6 +131,15 @@ def test_gemma_3n_counts_each_encoder_and_shares_the_last_layers_caches(catalog)
     assert estimate.kv_sliding_bytes_per_token == 16 * 2 * 2 * 256 * 2
 
 
+@pytest.mark.parametrize("kernels", [[3, 3], [[3]], [["a", 3], [3, 3]], 5])
+def test_a_malformed_audio_subsampling_list_is_named(kernels):
+    from planner.errors import PlannerInputError
+    config = load_config_file(CONFIGS / "gemma-3n-e4b-it")
+    config = {**config, "audio_config": {**config["audio_config"], "sscp_conv_kernel_size": kernels}}
+    with pytest.raises(PlannerInputError, match="sscp_conv_kernel_size"):
+        architecture_from_config(config, "gemma3n")
+
+
 def test_an_unknown_timm_vision_architecture_is_refused():
     from planner.model.families.core import UnsupportedArchitecture
     config = load_config_file(CONFIGS / "gemma-3n-e4b-it")

@@ -12,6 +12,7 @@ by a k x k depthwise conv when v > 1). Every norm is an RmsNorm2d (a weight, no 
 
 from __future__ import annotations
 
+from planner.errors import PlannerInputError
 from planner.model.families.config import Config
 from planner.model.families.core import Tensor, UnsupportedArchitecture
 from planner.model.families.registry import vision_tower
@@ -114,14 +115,24 @@ def _conformer_layer(p: str, hidden: int, heads: int, kernel: int) -> list[Tenso
     return ffw("ffw_layer_start") + attention + conv + ffw("ffw_layer_end") + [vector("norm.weight")]
 
 
+def _pairs(a: Config, key: str) -> list[tuple[int, int]]:
+    """A list of (height, width) pairs of positive whole numbers, one per subsampling conv."""
+    values = a.list(key) or []
+    if any(not isinstance(v, list) or len(v) != 2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1
+                                                          for x in v) for v in values):
+        raise PlannerInputError(f"{a.where}: {key!r} must list [height, width] pairs of positive whole numbers")
+    return [(v[0], v[1]) for v in values]
+
+
 def audio_encoder(a: Config) -> list[Tensor]:
     """Gemma3nAudioEncoder: two strided convs over the mel features (each with a weight-only group norm), a
     projection of their flattened output, then the conformer layers."""
     hidden, features = a.int("hidden_size"), a.int("input_feat_size")
     channels = a.int_list("sscp_conv_channel_size")
-    kernels, strides = a.list("sscp_conv_kernel_size"), a.list("sscp_conv_stride_size")
-    if not channels or not kernels or not strides or not len(channels) == len(kernels) == len(strides):
-        raise UnsupportedArchitecture(f"{a.where}: the sscp_conv_* lists must give each subsampling conv's size")
+    kernels, strides = _pairs(a, "sscp_conv_kernel_size"), _pairs(a, "sscp_conv_stride_size")
+    if not channels or not len(channels) == len(kernels) == len(strides) or min(channels) < 1:
+        raise PlannerInputError(f"{a.where}: 'sscp_conv_channel_size', 'sscp_conv_kernel_size' and "
+                                "'sscp_conv_stride_size' must give each subsampling conv its channels and sizes")
     p, t, inp = "audio_tower.subsample_conv_projection", [], 1
     for i, (out, (kh, kw), (_, sw)) in enumerate(zip(channels, kernels, strides)):
         t += [Tensor(f"{p}.conv_{i}.conv.weight", (out, inp, kh, kw), "vision"),
