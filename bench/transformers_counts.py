@@ -62,8 +62,9 @@ def main() -> int:
             continue
         counts[path.parent.name] = result
         print(f"{path.parent.name}: {result['parameters']:,} parameters + {result['buffers']:,} buffer elements")
+    import timm  # builds Gemma 3n's vision tower for transformers
     OUT.write_text(json.dumps({"transformers_version": transformers.__version__, "torch_version": torch.__version__,
-                               "device": "meta", "counts": counts}, indent=1) + "\n")
+                               "timm_version": timm.__version__, "device": "meta", "counts": counts}, indent=1) + "\n")
     return 0
 
 
