@@ -426,8 +426,14 @@ def simulate_command(
 
 def main() -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
+    from planner.direct import direct_call, run_standalone
+
     try:
-        app()  # standalone: usage errors (unknown option, wrong type) already exit 2 with one message
+        call = direct_call(app, sys.argv[1:])  # a plain command line skips typer's (pydantic) parsing
+        if call is None:
+            app()  # standalone: usage errors (unknown option, wrong type) already exit 2 with one message
+        else:
+            run_standalone(call)
     except PlannerInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -270,70 +270,89 @@ class _Invalid(ValueError):
         self.message = message
 
 
-@cache
-def _field_types(record_type: type) -> tuple[tuple[Field, Any], ...]:
-    hints = get_type_hints(record_type)
-    return tuple((f, hints[f.name]) for f in fields(record_type))
+Check = Callable[[Any, tuple[Any, ...]], Any]  # (value, key path) -> the value as the record keeps it
 
 
-def _scalar(hint: Any, value: Any, loc: tuple[Any, ...]) -> Any:
+def _scalar(kind: type) -> Check:
     """str, int, float, bool as they are (an int for a float becomes a float); no string or bool coercion:
     a catalog is hostile input, and the shipped files write every number as a number."""
-    if hint is bool and isinstance(value, bool) or hint is str and isinstance(value, str):
-        return value
-    if hint is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    wanted = {str: "a valid string", int: "a valid integer", float: "a valid number", bool: "a valid boolean"}[hint]
-    raise _Invalid(loc, f"Input should be {wanted}")
+    wanted = {str: "a valid string", int: "a valid integer", float: "a valid number", bool: "a valid boolean"}[kind]
+    accepted = (int, float) if kind is float else kind
+
+    def check(value: Any, loc: tuple[Any, ...]) -> Any:
+        if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
+            raise _Invalid(loc, f"Input should be {wanted}")
+        return float(value) if kind is float else value
+
+    return check
 
 
-def _value(hint: Any, value: Any, loc: tuple[Any, ...]) -> Any:
-    """One value checked against its annotation: the shapes the catalog records use."""
+@cache
+def _check(hint: Any) -> Check:
+    """The check of one annotation, built once: the shapes the catalog records use."""
     origin, args = get_origin(hint), get_args(hint)
     if hint is Any:
-        return value
+        return lambda value, loc: value
     if origin in (Union, UnionType):  # X | None
-        return None if value is None else _value(next(a for a in args if a is not type(None)), value, loc)
+        inner = _check(next(a for a in args if a is not type(None)))
+        return lambda value, loc: None if value is None else inner(value, loc)
     if origin is Literal:
-        if isinstance(value, str) and value in args:
-            return value
         choices = [repr(a) for a in args]
-        raise _Invalid(loc, f"Input should be {', '.join(choices[:-1])} or {choices[-1]}")
+        message = f"Input should be {', '.join(choices[:-1])} or {choices[-1]}"
+
+        def literal(value: Any, loc: tuple[Any, ...]) -> Any:
+            if isinstance(value, str) and value in args:
+                return value
+            raise _Invalid(loc, message)
+        return literal
     if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise _Invalid(loc, "Input should be a valid tuple")
-        return tuple(_value(args[0], item, (*loc, i)) for i, item in enumerate(value))
+        item = _check(args[0])
+
+        def sequence(value: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+            if not isinstance(value, (list, tuple)):
+                raise _Invalid(loc, "Input should be a valid tuple")
+            return tuple(item(v, (*loc, i)) for i, v in enumerate(value))
+        return sequence
     if origin is dict:
-        if not isinstance(value, dict):
-            raise _Invalid(loc, "Input should be a valid dictionary")
-        return {_value(str, k, (*loc, k)): _value(args[1], v, (*loc, k)) for k, v in value.items()}
+        key, item = _check(args[0]), _check(args[1])
+
+        def mapping(value: Any, loc: tuple[Any, ...]) -> dict[Any, Any]:
+            if not isinstance(value, dict):
+                raise _Invalid(loc, "Input should be a valid dictionary")
+            return {key(k, (*loc, k)): item(v, (*loc, k)) for k, v in value.items()}
+        return mapping
     if is_dataclass(hint):
-        return _record(hint, value, loc)
-    return _scalar(hint, value, loc)
+        return lambda value, loc: _record(hint, value, loc)
+    return _scalar(hint)
+
+
+@cache
+def _fields(record_type: type) -> tuple[tuple[str, bool, Check, tuple[tuple[str, float], ...]], ...]:
+    """Each field: its name, whether it is required, its check and its bounds (metadata gt/ge/le)."""
+    hints = get_type_hints(record_type)
+    return tuple((f.name, f.default is MISSING, _check(hints[f.name]), tuple(f.metadata.items()))
+                 for f in fields(record_type))
 
 
 def _record(record_type: type[D], row: Any, loc: tuple[Any, ...] = ()) -> D:
     """A record from one mapping: every key known, every required key given, each value of its type and within
-    its bounds (field metadata gt/ge/le)."""
+    its bounds."""
     if not isinstance(row, dict):
         raise _Invalid(loc, f"Input should be a valid dictionary or instance of {record_type.__name__}")
     values: dict[str, Any] = {}
-    for f, hint in _field_types(record_type):
-        where = (*loc, f.name)
-        if f.name not in row:
-            if f.default is MISSING:
-                raise _Invalid(where, "Field required")
+    for name, required, check, bounds in _fields(record_type):
+        if name not in row:
+            if required:
+                raise _Invalid((*loc, name), "Field required")
             continue
-        value = values[f.name] = _value(hint, row[f.name], where)
-        for bound, limit in f.metadata.items():
+        value = values[name] = check(row[name], (*loc, name))
+        for bound, limit in bounds:
             if value is not None and not _BOUNDS[bound][0](value, limit):
-                raise _Invalid(where, f"Input should be {_BOUNDS[bound][1]} {limit}")
-    known = {f.name for f in fields(record_type)}
-    for key in row:
-        if key not in known:
-            raise _Invalid((*loc, key), "Extra inputs are not permitted")
+                raise _Invalid((*loc, name), f"Input should be {_BOUNDS[bound][1]} {limit}")
+    if len(values) < len(row):
+        known = {name for name, *_ in _fields(record_type)}
+        extra = next(key for key in row if key not in known)
+        raise _Invalid((*loc, extra), "Extra inputs are not permitted")
     return record_type(**values)
 
 
