@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
@@ -165,7 +165,9 @@ class Registry(Generic[R]):
     kind: str
     records: tuple[R, ...]
 
+    @cached_property
     def _index(self) -> dict[str, R]:
+        """Built on the first lookup (the solver looks names up tens of thousands of times in one run)."""
         index: dict[str, R] = {}
         for record in self.records:
             keys = [record.name, *record.aliases]
@@ -176,7 +178,7 @@ class Registry(Generic[R]):
         return index
 
     def get(self, name: str) -> R:
-        index = self._index()
+        index = self._index
         found = index.get(name.strip().lower())
         if found is not None:
             return found
