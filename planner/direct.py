@@ -23,7 +23,7 @@ from types import UnionType
 from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
 
 import typer
-from typer.main import get_command, get_command_name
+from typer.main import get_command_from_info, get_command_name
 
 _INT = re.compile(r"[0-9]+")
 _FLOAT = re.compile(r"[0-9]+(\.[0-9]+)?")
@@ -37,14 +37,16 @@ def direct_call(app: typer.Typer, argv: list[str]) -> Callable[[], Any] | None:
     """The command function with its arguments, ready to call, or None: let typer parse this command line."""
     if not argv:
         return None
-    functions = {info.name or get_command_name(info.callback.__name__): info.callback
-                 for info in app.registered_commands if info.callback is not None}
-    function = functions.get(argv[0])
-    if function is None:
+    infos = {info.name or get_command_name(info.callback.__name__): info
+             for info in app.registered_commands if info.callback is not None}
+    info = infos.get(argv[0])
+    if info is None:
         return None
-    command = get_command(app).commands[argv[0]]  # type: ignore[attr-defined]  # the app is a group of commands
+    # the click command typer builds for this one command (get_command would build all of them)
+    command = get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                    rich_markup_mode=app.rich_markup_mode)
     try:
-        return partial(function, **_arguments(command.params, function, argv[1:]))
+        return partial(info.callback, **_arguments(command.params, info.callback, argv[1:]))
     except _NotPlain:
         return None
 
