@@ -257,6 +257,7 @@ def report(
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
     from planner.render.html import fleet_html, review_html
     from planner.render.markdown import fleet_markdown, review_markdown
+
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
@@ -319,6 +320,7 @@ def catalog_command(
     """List what planner knows: GPUs, models or precisions, with their sources."""
     from planner.render.records import catalog_rows, rows_csv
     from planner.render.terminal import rows_table
+
     rows = catalog_rows(api.load_catalog(), kind.value)
     if output_format is ListFormat.json:
         typer.echo(json.dumps(rows, indent=2))

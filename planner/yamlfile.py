@@ -18,9 +18,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerInputError
 
