@@ -97,11 +97,21 @@ class Scales(BaseModel):
     zero_bits: int = Field(default=0, ge=0)
 
 
+class ExpertFormat(BaseModel):
+    """The format a checkpoint stores its routed experts in when it differs from its other linear layers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bits: float = Field(gt=0)
+    scales: Scales | None = None
+
+
 class Precision(_Record):
     bits: float = Field(gt=0)
     scope: Literal["all", "linear", "experts", "gguf"]
     serving_default: bool = False
     scales: Scales | None = None
+    experts: ExpertFormat | None = None  # scope linear: routed experts in this format instead (DeepSeek-V4 fp4)
     seed_bits: float = Field(gt=0)
     quality: Quality
     native: tuple[str, ...]
