@@ -143,7 +143,8 @@ def precision_families():
     """Precisions that store the same tensors the same way, differing only in bits: weights must follow bits."""
     families = {}
     for p in CATALOG.precisions:
-        layout = (p.scope, p.scales.granularity if p.scales else None, p.scales.group_size if p.scales else None)
+        layout = (p.scope, p.scales.granularity if p.scales else None, p.scales.group_size if p.scales else None,
+                  p.experts)
         families.setdefault(layout, []).append(p)
     return [sorted(members, key=lambda p: p.bits) for members in families.values() if len(members) > 1]
 

@@ -105,11 +105,20 @@ class Scales:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExpertFormat:
+    """The format a checkpoint stores its routed experts in when it differs from its other linear layers."""
+
+    bits: float = _limits(gt=0)
+    scales: Scales | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Precision(_Record):
     bits: float = _limits(gt=0)
     scope: Literal["all", "linear", "experts", "gguf"]
     serving_default: bool = False
     scales: Scales | None = None
+    experts: ExpertFormat | None = None  # scope linear: routed experts in this format instead (DeepSeek-V4 fp4)
     seed_bits: float = _limits(gt=0)
     quality: Quality
     native: tuple[str, ...]

@@ -7,10 +7,11 @@ from math import ceil, prod
 from typing import Any
 
 from planner.model.architecture import Architecture, Tensor
-from planner.catalog.load import Catalog, Precision
+from planner.catalog.load import Catalog, Precision, Scales
 from planner.errors import PlannerInputError
 
-# Tensors a checkpoint keeps unquantized are stored in the model's 16-bit activation dtype.
+# Tensors a checkpoint keeps unquantized are stored in the model's 16-bit activation dtype, unless the
+# model's code gives one its own width (Tensor.stored_bits).
 UNQUANTIZED_BITS = 16
 # ggml keeps 1-D tensors (norms, biases) and MoE routers (ffn_gate_inp) in F32:
 # llama.cpp src/llama-quant.cpp skips 1-D tensors and "ffn_gate_inp.weight" when quantizing.
@@ -30,8 +31,7 @@ def _is_quantized(tensor: Tensor, precision: Precision) -> bool:
     return matrix and tensor.role in ("linear", "expert", "embedding", "lm_head")  # gguf
 
 
-def _scale_count(shape: tuple[int, ...], count: int, precision: Precision) -> int:
-    scales = precision.scales
+def _scale_count(shape: tuple[int, ...], count: int, scales: Scales | None) -> int:
     if scales is None:
         return 0
     rows, cols = shape
@@ -47,20 +47,26 @@ def _scale_count(shape: tuple[int, ...], count: int, precision: Precision) -> in
     return per_tensor * count
 
 
+def _format(tensor: Tensor, precision: Precision) -> tuple[float, Scales | None]:
+    """The bits and scales a quantized tensor takes: the experts' own format when the precision names one."""
+    if tensor.role == "expert" and precision.experts is not None:
+        return precision.experts.bits, precision.experts.scales
+    return precision.bits, precision.scales
+
+
 def tensor_bytes(shape: tuple[int, ...], count: int, tensor: Tensor, precision: Precision) -> int:
     """Bytes of `count` tensors of `shape` (a shard of `tensor`) stored in `precision`."""
     numel = prod(shape) * count
     if _is_quantized(tensor, precision):
-        bits = Fraction(str(precision.bits))
-        data = ceil(numel * bits / 8)
+        bits, scales = _format(tensor, precision)
+        data = ceil(numel * Fraction(str(bits)) / 8)
         if precision.scope == "all" or len(shape) != 2:
             return data
-        scales = precision.scales
         extra_bits = (scales.scale_bits + scales.zero_bits) if scales else 0
-        return data + ceil(_scale_count(shape, count, precision) * extra_bits / 8)
+        return data + ceil(_scale_count(shape, count, scales) * extra_bits / 8)
     if precision.scope == "gguf" and (len(shape) == 1 or tensor.role == "router"):
         return numel * GGUF_UNQUANTIZED_BITS // 8
-    return numel * UNQUANTIZED_BITS // 8
+    return numel * (tensor.stored_bits or UNQUANTIZED_BITS) // 8
 
 
 def weights_bytes(tensors: tuple[Tensor, ...] | list[Tensor], precision: Precision) -> int:

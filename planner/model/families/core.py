@@ -39,6 +39,9 @@ class Tensor:
     split: Split = "replicated"
     count: int = 1  # identical tensors stored side by side, e.g. the experts of one layer
     kept_unquantized: bool = False  # listed in the checkpoint's quantization exclusions: stays 16-bit
+    # the width the model's own code stores this unquantized tensor in (fp32 mixing weights, int64 buffers),
+    # when it is not the 16-bit activation dtype
+    stored_bits: int | None = None
 
     @property
     def numel(self) -> int:
