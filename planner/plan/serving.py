@@ -18,13 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.catalog.load import Catalog
-from planner.estimator.capacity import Scheduler, Slo, SteadyState, max_rate
+from planner.estimator.capacity import Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Workload, replica_timer
 from planner.plan.search import Candidate, SearchSpace, enumerate_candidates
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
+# The bounds that rank a size's layouts (most promising first) is searched to this relative precision only:
+# it orders the work and never decides a capacity (an exact steady state at the best rate so far does).
+RANKING_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,18 @@ def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog
     return Scheduler.of(budget, batching, max_seqs_cap)
 
 
-def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingConfig]:
-    """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity."""
+@dataclass(frozen=True)
+class ReplicaLayout:
+    """A replica a workload may run: the candidate (context = max-model-len), the scheduler its engine runs it
+    with, and its step times (memoised: shared by every bucket and every re-solve that changes only the SLO)."""
+
+    candidate: Candidate
+    scheduler: Scheduler
+    times: StepTimes
+
+
+def replica_layouts(workload: FleetWorkload, catalog: Catalog) -> list[ReplicaLayout]:
+    """Per GPU type, tp x pp, precision and KV dtype: the longest max-model-len that fits one request."""
     space = workload.space
     # workload.concurrency, when set above 1, caps the batch a replica may run
     cap = max(space.concurrencies) if max(space.concurrencies) > 1 else None
@@ -87,36 +100,55 @@ def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingCo
     for c in enumerate_candidates(one_request, catalog).candidates:
         key = (c.gpu.name, c.tp, c.pp, c.precision, c.kv_dtype)
         if key not in largest or c.context > largest[key].context:
-            largest[key] = c  # the longest max-model-len that fits one request
-    replicas = []
-    for candidate in largest.values():
-        timer = replica_timer(space.arch, candidate.precision, candidate.kv_dtype, candidate.gpu, candidate.tp,
-                              candidate.pp, catalog, workload.engine)
-        replicas.append((candidate, replica_scheduler(space, candidate, catalog, cap), timer))
-    best: dict[tuple, ServingConfig] = {}
+            largest[key] = c
+    return [ReplicaLayout(c, replica_scheduler(space, c, catalog, cap),
+                          StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog,
+                                                  workload.engine)))
+            for c in largest.values()]
+
+
+def serving_configs(workload: FleetWorkload, catalog: Catalog,
+                    layouts: list[ReplicaLayout] | None = None) -> list[ServingConfig]:
+    """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity
+    (bucket by bucket, most capacity first). `layouts`: the workload's replica_layouts, if already built."""
+    sizes: dict[tuple[str, int], list[ReplicaLayout]] = {}
+    for layout in replica_layouts(workload, catalog) if layouts is None else layouts:
+        # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
+        sizes.setdefault((layout.candidate.gpu.name, layout.candidate.gpus), []).append(layout)
+    configs = []
     for index, bucket in enumerate(workload.buckets):
         shape = Workload(bucket.prompt_tokens, bucket.output_tokens)
-        # the steady state at the mean rate bounds each layout's capacity from above: the full one is worked
-        # out, largest bound first, only where the bound beats the best of its size so far
-        bounded = []
-        for candidate, scheduler, timer in replicas:
-            bound = max_rate(timer, scheduler, shape, workload.slo, window_spread=False)
-            if bound is not None:
-                bounded.append((bound.requests_per_s, candidate, scheduler, timer))
-        for bound, candidate, scheduler, timer in sorted(bounded, key=lambda b: -b[0]):
-            # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
-            size = (index, candidate.gpu.name, candidate.gpus)
-            if size in best and best[size].performance.requests_per_s >= bound:
-                continue
-            state = max_rate(timer, scheduler, shape, workload.slo)
-            if state is None:
-                continue
-            config = ServingConfig(workload.name, index, candidate, state, scheduler,
-                                   state.requests_per_s * workload.utilisation, shape)
-            if config.capacity_units > 0 and (size not in best or config.capacity_rps > best[size].capacity_rps):
-                best[size] = config
-    return list(best.values())
+        found = [_most_capacity(workload, index, shape, group) for group in sizes.values()]
+        configs += sorted((c for c in found if c is not None), key=lambda c: -c.capacity_rps)
+    return configs
 
 
-__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ServingConfig", "Slo", "replica_scheduler",
-           "serving_configs"]
+def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
+                   layouts: list[ReplicaLayout]) -> ServingConfig | None:
+    """Of layouts of one size, the one whose replica takes the most requests/s within the SLO. The steady state
+    at the mean rate (window_spread False) bounds a layout's capacity from above: a layout is worked out in full,
+    largest bound first, only while its bound beats the best capacity so far."""
+    slo = workload.slo
+    bounded = []
+    for layout in layouts:
+        bound = max_rate(layout.times, layout.scheduler, shape, slo, False, RANKING_TOLERANCE)
+        if bound is not None:
+            # a rate past the end of the bound's search, where it breaks a limit, and so does the full steady state
+            bounded.append((bound.requests_per_s / (1 - RANKING_TOLERANCE), layout))
+    best: ServingConfig | None = None
+    for above, layout in sorted(bounded, key=lambda b: -b[0]):
+        if best is not None and (best.performance.requests_per_s >= above or steady_state(
+                layout.times, layout.scheduler, shape, best.performance.requests_per_s, slo, window_spread=False).limit):
+            continue  # the bound breaks a limit at the best capacity so far
+        state = max_rate(layout.times, layout.scheduler, shape, slo, guess=above)
+        if state is None:
+            continue
+        config = ServingConfig(workload.name, index, layout.candidate, state, layout.scheduler,
+                               state.requests_per_s * workload.utilisation, shape)
+        if config.capacity_units > 0 and (best is None or config.capacity_rps > best.capacity_rps):
+            best = config
+    return best
+
+
+__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ReplicaLayout", "ServingConfig", "Slo",
+           "replica_layouts", "replica_scheduler", "serving_configs"]

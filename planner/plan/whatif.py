@@ -39,7 +39,7 @@ def what_if(scenario: Scenario, catalog: Catalog) -> tuple[WhatIf, ...]:
 def _cheapest(scenario: Scenario, catalog: Catalog) -> tuple[str, float | None, str | None]:
     """(status, $/hour, the GPU type holding the most GPUs) of the scenario's plan or fleet."""
     if scenario.is_fleet:
-        fleet = plan_fleet(fleet_problem(scenario, catalog), catalog)
+        fleet = plan_fleet(fleet_problem(scenario, catalog), catalog, explain=False)  # only the cost is shown
         used = max(fleet.pools, key=lambda u: u.instances * u.pool.offer.gpus, default=None)
         return fleet.status, fleet.usd_per_hour, used.pool.offer.gpu if used else None
     result = solve_scenario(scenario, catalog, top=0)
