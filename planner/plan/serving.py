@@ -96,15 +96,10 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog) -> list[ReplicaLa
     # workload.concurrency, when set above 1, caps the batch a replica may run
     cap = max(space.concurrencies) if max(space.concurrencies) > 1 else None
     one_request = replace(space, concurrencies=(1,))
-    largest: dict[tuple, Candidate] = {}
-    for c in enumerate_candidates(one_request, catalog).candidates:
-        key = (c.gpu.name, c.tp, c.pp, c.precision, c.kv_dtype)
-        if key not in largest or c.context > largest[key].context:
-            largest[key] = c
     return [ReplicaLayout(c, replica_scheduler(space, c, catalog, cap),
                           StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog,
                                                   workload.engine)))
-            for c in largest.values()]
+            for c in enumerate_candidates(one_request, catalog, longest_context=True).candidates]
 
 
 def serving_configs(workload: FleetWorkload, catalog: Catalog,
