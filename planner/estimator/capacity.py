@@ -187,17 +187,16 @@ def _kv_high(kv_mean: float, batch: float) -> float:
 
 
 def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, rate: float,
-                 slo: Slo = Slo(), window_spread: bool = True, start_s: float | None = None) -> SteadyState:
+                 slo: Slo = Slo(), window_spread: bool = True) -> SteadyState:
     """The replica at `rate` requests/s of `shape`; `limit` names what it breaks, empty when it keeps up.
-    `window_spread` False: TPOT at the mean rate only (an optimistic bound, a third of the work).
-    `start_s`: the mean step of a lower rate, for the fixed point to rise from (default: a lone request's)."""
+    `window_spread` False: TPOT at the mean rate only (an optimistic bound, a third of the work)."""
     if rate < 0:
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     timer = step_times(timer)
     prompt, output = shape.prompt_tokens, shape.output_tokens
     budget = scheduler.max_num_batched_tokens
     context = prompt + output / 2
-    mix = _mean_field(timer, rate, prompt, output, context, budget, start_s)
+    mix = _mean_field(timer, rate, prompt, output, context, budget)
     if isinstance(mix, str):
         return _saturated(rate, output, scheduler, mix)
     room = budget - mix.decode
@@ -352,9 +351,10 @@ def max_rate(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workl
         return None
     times = step_times(timer)
 
-    def at(rate: float, below: SteadyState) -> SteadyState:
-        # the fixed point rises from the step of a lower rate (a lone request's at rate 0) to this rate's
-        return steady_state(times, scheduler, shape, rate, slo, window_spread, below.step_s)
+    def at(rate: float) -> SteadyState:
+        # every rate's fixed point rises from a lone request's step, as steady_state's own: where the step mix
+        # has two fixed points, starting from a nearby rate's step could land on the upper one
+        return steady_state(times, scheduler, shape, rate, slo, window_spread)
 
     alone = steady_state(times, scheduler, shape, 0.0, slo, window_spread)
     if alone.limit:
@@ -363,20 +363,20 @@ def max_rate(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workl
     # two rates that passed (at most doubling): a rate far past the capacity has no fixed point to find, and
     # finding that out costs the most
     low, low_slack = alone, _slack(alone, scheduler, slo)
-    high = at(guess or 1.0 / (alone.ttft_mean_s + (shape.output_tokens - 1) * alone.tpot_mean_s), alone)
+    high = at(guess or 1.0 / (alone.ttft_mean_s + (shape.output_tokens - 1) * alone.tpot_mean_s))
     while not high.limit:
         previous, previous_slack = low, low_slack
         low, low_slack = high, _slack(high, scheduler, slo)
         rate = min(2 * low.requests_per_s,
                    _beyond(previous.requests_per_s, previous_slack, low.requests_per_s, low_slack, tolerance))
-        high = at(rate, low)
+        high = at(rate)
     high_slack = _slack(high, scheduler, slo)
     passed, streak = False, 0  # whether the last try kept every limit; tries in a row that moved the same end
     for _ in range(RATE_TRIES):
         if high.requests_per_s - low.requests_per_s <= tolerance * high.requests_per_s:
             break
         rate = _aim(low.requests_per_s, low_slack, high.requests_per_s, high_slack, passed, streak, tolerance)
-        state = at(rate, low)
+        state = at(rate)
         streak = streak + 1 if passed == (not state.limit) else 0
         passed = not state.limit
         if passed:
