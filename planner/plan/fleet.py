@@ -34,8 +34,7 @@ from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import QuotaSpec, Scenario
 from planner.plan.search import build_search_space, recheck
 from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
-from planner.plan.serving import (CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ReplicaLayout, ServingConfig, Slo,
-                                  replica_layouts, serving_configs)
+from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingCache, ServingConfig, Slo
 
 
 @dataclass(frozen=True)
@@ -227,33 +226,14 @@ def _solve(built: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
 # The whole job
 
 
-class _ServingCache:
-    """The serving configurations of one plan_fleet call and of the re-solves that explain it: those change a
-    quota or a workload's SLO, never its search space or engine, so a workload's replica layouts (candidates,
-    schedulers, memoised step times) are built once, and its configurations once per workload object."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
-        # by id(), holding the object itself: an id is only unique while its object lives
-        self._layouts: dict[tuple[int, str], tuple[object, list[ReplicaLayout]]] = {}
-        self._configs: dict[int, tuple[FleetWorkload, list[ServingConfig]]] = {}
-
-    def configs(self, workload: FleetWorkload) -> list[ServingConfig]:
-        known = self._configs.get(id(workload))
-        if known is None or known[0] is not workload:
-            layouts = self._layouts.get((id(workload.space), workload.engine))
-            if layouts is None or layouts[0] is not workload.space:
-                layouts = (workload.space, replica_layouts(workload, self.catalog))
-                self._layouts[id(workload.space), workload.engine] = layouts
-            known = self._configs[id(workload)] = (workload, serving_configs(workload, self.catalog, layouts[1]))
-        return known[1]
+def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True,
+               cache: ServingCache | None = None) -> FleetPlan:
+    """The cheapest fleet; `explain`: which limits bind (re-solves); `cache`: serving configurations to share
+    with the caller (e.g. to price the same configurations another way)."""
+    return _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog))
 
 
-def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True) -> FleetPlan:
-    return _plan_fleet(problem, catalog, explain, _ServingCache(catalog))
-
-
-def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: _ServingCache) -> FleetPlan:
+def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: ServingCache) -> FleetPlan:
     started = time.perf_counter()
     configs = [c for w in problem.workloads for c in cache.configs(w)]
     candidate_seconds = time.perf_counter() - started
@@ -349,7 +329,7 @@ def _quota_full(quota: Quota, built: _Built, solver: cp_model.CpSolver, pools: l
     return used + min((p.offer.gpus for p in pools if quota.covers(p.offer)), default=1) > quota.max_gpus
 
 
-def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: _ServingCache) -> tuple[str, ...]:
+def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache) -> tuple[str, ...]:
     """Which limits bind, and what one more unit of each would save (a re-solve per binding quota)."""
     out = []
     for i, quota in enumerate(problem.quotas):

@@ -15,10 +15,10 @@ replica is worth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from planner.catalog.load import Catalog
-from planner.estimator.capacity import Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
+from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Workload, replica_timer
@@ -83,11 +83,21 @@ def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog
 @dataclass(frozen=True)
 class ReplicaLayout:
     """A replica a workload may run: the candidate (context = max-model-len), the scheduler its engine runs it
-    with, and its step times (memoised: shared by every bucket and every re-solve that changes only the SLO)."""
+    with, and its step times and capacities, memoised: the timer is deterministic, and every bucket, every
+    re-solve that changes only an SLO and every workload of the same model and search space time this replica."""
 
     candidate: Candidate
     scheduler: Scheduler
     times: StepTimes
+    rates: dict[tuple, SteadyState | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def max_rate(self, shape: Workload, slo: Slo, window_spread: bool = True, tolerance: float = TOLERANCE,
+                 guess: float | None = None) -> SteadyState | None:
+        """planner.estimator.capacity.max_rate of this replica (searched once per question)."""
+        key = (shape, slo, window_spread, tolerance, guess)
+        if key not in self.rates:
+            self.rates[key] = max_rate(self.times, self.scheduler, shape, slo, window_spread, tolerance, guess)
+        return self.rates[key]
 
 
 def replica_layouts(workload: FleetWorkload, catalog: Catalog) -> list[ReplicaLayout]:
@@ -126,7 +136,7 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
     slo = workload.slo
     bounded = []
     for layout in layouts:
-        bound = max_rate(layout.times, layout.scheduler, shape, slo, False, RANKING_TOLERANCE)
+        bound = layout.max_rate(shape, slo, False, RANKING_TOLERANCE)
         if bound is not None:
             # a rate past the end of the bound's search, where it breaks a limit, and so does the full steady state
             bounded.append((bound.requests_per_s / (1 - RANKING_TOLERANCE), layout))
@@ -135,7 +145,7 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
         if best is not None and (best.performance.requests_per_s >= above or steady_state(
                 layout.times, layout.scheduler, shape, best.performance.requests_per_s, slo, window_spread=False).limit):
             continue  # the bound breaks a limit at the best capacity so far
-        state = max_rate(layout.times, layout.scheduler, shape, slo, guess=above)
+        state = layout.max_rate(shape, slo, guess=above)
         if state is None:
             continue
         config = ServingConfig(workload.name, index, layout.candidate, state, layout.scheduler,
@@ -145,5 +155,33 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
     return best
 
 
-__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ReplicaLayout", "ServingConfig", "Slo",
+class ServingCache:
+    """Serving configurations asked for again and again, as by a fleet solve and the re-solves that explain it
+    (they change a quota or a workload's SLO, never its search space or engine). Replica layouts (candidates,
+    schedulers, memoised step times and capacities) are built once per search space and engine, which workloads
+    of one model may share; configurations once per workload object."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._layouts: list[tuple[SearchSpace, str, list[ReplicaLayout]]] = []
+        # by id(), holding the object itself: an id is only unique while its object lives
+        self._configs: dict[int, tuple[FleetWorkload, list[ServingConfig]]] = {}
+
+    def configs(self, workload: FleetWorkload) -> list[ServingConfig]:
+        known = self._configs.get(id(workload))
+        if known is None or known[0] is not workload:
+            layouts = self._layouts_of(workload)
+            known = self._configs[id(workload)] = (workload, serving_configs(workload, self.catalog, layouts))
+        return known[1]
+
+    def _layouts_of(self, workload: FleetWorkload) -> list[ReplicaLayout]:
+        for space, engine, layouts in self._layouts:
+            if engine == workload.engine and (space is workload.space or space == workload.space):
+                return layouts
+        layouts = replica_layouts(workload, self.catalog)
+        self._layouts.append((workload.space, workload.engine, layouts))
+        return layouts
+
+
+__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ReplicaLayout", "ServingCache", "ServingConfig", "Slo",
            "replica_layouts", "replica_scheduler", "serving_configs"]
