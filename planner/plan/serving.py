@@ -93,11 +93,22 @@ class ReplicaLayout:
 
     def max_rate(self, shape: Workload, slo: Slo, window_spread: bool = True, tolerance: float = TOLERANCE,
                  guess: float | None = None) -> SteadyState | None:
-        """planner.estimator.capacity.max_rate of this replica (searched once per question)."""
+        """planner.estimator.capacity.max_rate of this replica (searched once per question). Without a guess,
+        the search starts where one under a looser SLO ended, if there was one: a tighter SLO only lowers it."""
         key = (shape, slo, window_spread, tolerance, guess)
         if key not in self.rates:
+            guess = guess or min((state.requests_per_s / (1 - looser[3]) for looser, state in self.rates.items()
+                                  if state is not None and looser[0] == shape and looser[2] == window_spread
+                                  and _looser(looser[1], slo)), default=None)
             self.rates[key] = max_rate(self.times, self.scheduler, shape, slo, window_spread, tolerance, guess)
         return self.rates[key]
+
+
+def _looser(slo: Slo, than: Slo) -> bool:
+    """Every target of `slo` at least as loose as `than`'s (at the same percentile)."""
+    return slo.percentile == than.percentile and all(
+        mine is None or (theirs is not None and mine >= theirs)
+        for mine, theirs in ((slo.ttft_s, than.ttft_s), (slo.tpot_s, than.tpot_s)))
 
 
 def replica_layouts(workload: FleetWorkload, catalog: Catalog) -> list[ReplicaLayout]:
