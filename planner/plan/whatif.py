@@ -42,7 +42,7 @@ def _cheapest(scenario: Scenario, catalog: Catalog) -> tuple[str, float | None, 
         fleet = plan_fleet(fleet_problem(scenario, catalog), catalog, explain=False)  # only the cost is shown
         used = max(fleet.pools, key=lambda u: u.instances * u.pool.offer.gpus, default=None)
         return fleet.status, fleet.usd_per_hour, used.pool.offer.gpu if used else None
-    result = solve_scenario(scenario, catalog, top=0)
+    result = solve_scenario(scenario, catalog, top=0, explain=False)
     best = result.best
     return result.status, best.usd_per_hour if best else None, best.gpu if best else None
 
