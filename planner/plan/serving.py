@@ -104,6 +104,19 @@ class ReplicaLayout:
         return self.rates[key]
 
 
+    def ceiling(self, shape: Workload, slo: Slo) -> float | None:
+        """A rate at which the steady state at the mean rate (window_spread False), and so the replica's own,
+        breaks a limit: past the end of a rough search of that bound, under `slo` or under a looser SLO searched
+        before (a tighter one only lowers it). None when even a lone request misses the SLO."""
+        known = [state for (known_shape, known_slo, spread, tolerance, _), state in self.rates.items()
+                 if known_shape == shape and not spread and tolerance == RANKING_TOLERANCE and _looser(known_slo, slo)]
+        if not known:
+            known = [self.max_rate(shape, slo, False, RANKING_TOLERANCE)]
+        if any(state is None for state in known):
+            return None
+        return min(state.requests_per_s for state in known) / (1 - RANKING_TOLERANCE)
+
+
 def _looser(slo: Slo, than: Slo) -> bool:
     """Every target of `slo` at least as loose as `than`'s (at the same percentile)."""
     return slo.percentile == than.percentile and all(
@@ -143,14 +156,10 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
                    layouts: list[ReplicaLayout]) -> ServingConfig | None:
     """Of layouts of one size, the one whose replica takes the most requests/s within the SLO. The steady state
     at the mean rate (window_spread False) bounds a layout's capacity from above: a layout is worked out in full,
-    largest bound first, only while its bound beats the best capacity so far."""
+    largest bound first, only while its bound beats the best capacity so far (at the rate its ceiling gives,
+    or failing that at the best capacity itself)."""
     slo = workload.slo
-    bounded = []
-    for layout in layouts:
-        bound = layout.max_rate(shape, slo, False, RANKING_TOLERANCE)
-        if bound is not None:
-            # a rate past the end of the bound's search, where it breaks a limit, and so does the full steady state
-            bounded.append((bound.requests_per_s / (1 - RANKING_TOLERANCE), layout))
+    bounded = [(above, layout) for layout in layouts if (above := layout.ceiling(shape, slo)) is not None]
     best: ServingConfig | None = None
     for above, layout in sorted(bounded, key=lambda b: -b[0]):
         if best is not None and (best.performance.requests_per_s >= above or steady_state(
