@@ -341,8 +341,8 @@ def _saturated(rate: float, output: int, scheduler: Scheduler, limit: str) -> St
     return SteadyState(rate, rate * output, inf, inf, inf, inf, inf, inf, inf, 1.0, inf, 0, scheduler.pool_tokens, limit)
 
 
-def max_rate(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, slo: Slo,
-             window_spread: bool = True, tolerance: float = TOLERANCE, guess: float | None = None) -> SteadyState | None:
+def max_rate(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, slo: Slo, window_spread: bool = True,
+             tolerance: float = TOLERANCE, guess: float | None = None) -> SteadyState | None:
     """The largest arrival rate whose steady state keeps every limit and meets the SLO, to `tolerance` (a bracket
     search: latency, batch and KV only grow with the rate); `limit` names what stops a higher one. None when
     even a lone request misses the SLO or does not fit max_model_len. `window_spread` False: an upper bound

@@ -25,7 +25,7 @@ from planner.estimator.performance import Workload, replica_timer
 from planner.plan.search import Candidate, SearchSpace, enumerate_candidates
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
-# The bounds that rank a size's layouts (most promising first) is searched to this relative precision only:
+# The bounds that rank a size's layouts (most promising first) are searched to this relative precision only:
 # it orders the work and never decides a capacity (an exact steady state at the best rate so far does).
 RANKING_TOLERANCE = 0.02
 
@@ -97,24 +97,26 @@ class ReplicaLayout:
         the search starts where one under a looser SLO ended, if there was one: a tighter SLO only lowers it."""
         key = (shape, slo, window_spread, tolerance, guess)
         if key not in self.rates:
-            guess = guess or min((state.requests_per_s / (1 - looser[3]) for looser, state in self.rates.items()
-                                  if state is not None and looser[0] == shape and looser[2] == window_spread
-                                  and _looser(looser[1], slo)), default=None)
+            guess = guess or min((state.requests_per_s / (1 - searched_to) for searched_to, state
+                                  in self._searched(shape, slo, window_spread) if state is not None), default=None)
             self.rates[key] = max_rate(self.times, self.scheduler, shape, slo, window_spread, tolerance, guess)
         return self.rates[key]
-
 
     def ceiling(self, shape: Workload, slo: Slo) -> float | None:
         """A rate at which the steady state at the mean rate (window_spread False), and so the replica's own,
         breaks a limit: past the end of a rough search of that bound, under `slo` or under a looser SLO searched
         before (a tighter one only lowers it). None when even a lone request misses the SLO."""
-        known = [state for (known_shape, known_slo, spread, tolerance, _), state in self.rates.items()
-                 if known_shape == shape and not spread and tolerance == RANKING_TOLERANCE and _looser(known_slo, slo)]
+        known = [state for searched_to, state in self._searched(shape, slo, False) if searched_to == RANKING_TOLERANCE]
         if not known:
             known = [self.max_rate(shape, slo, False, RANKING_TOLERANCE)]
         if any(state is None for state in known):
             return None
         return min(state.requests_per_s for state in known) / (1 - RANKING_TOLERANCE)
+
+    def _searched(self, shape: Workload, slo: Slo, window_spread: bool) -> list[tuple[float, SteadyState | None]]:
+        """(tolerance, answer) of the searches made so far for `shape` under `slo` or a looser SLO."""
+        return [(key[3], state) for key, state in self.rates.items()
+                if key[0] == shape and key[2] == window_spread and _looser(key[1], slo)]
 
 
 def _looser(slo: Slo, than: Slo) -> bool:
@@ -162,8 +164,9 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
     bounded = [(above, layout) for layout in layouts if (above := layout.ceiling(shape, slo)) is not None]
     best: ServingConfig | None = None
     for above, layout in sorted(bounded, key=lambda b: -b[0]):
-        if best is not None and (best.performance.requests_per_s >= above or steady_state(
-                layout.times, layout.scheduler, shape, best.performance.requests_per_s, slo, window_spread=False).limit):
+        most = best.performance.requests_per_s if best is not None else None
+        if most is not None and (most >= above or steady_state(layout.times, layout.scheduler, shape, most, slo,
+                                                               window_spread=False).limit):
             continue  # the bound breaks a limit at the best capacity so far
         state = layout.max_rate(shape, slo, guess=above)
         if state is None:
