@@ -102,13 +102,14 @@ class ReplicaLayout:
             self.rates[key] = max_rate(self.times, self.scheduler, shape, slo, window_spread, tolerance, guess)
         return self.rates[key]
 
-    def ceiling(self, shape: Workload, slo: Slo) -> float | None:
+    def ceiling(self, shape: Workload, slo: Slo, guess: float | None = None) -> float | None:
         """A rate at which the steady state at the mean rate (window_spread False), and so the replica's own,
         breaks a limit: past the end of a rough search of that bound, under `slo` or under a looser SLO searched
-        before (a tighter one only lowers it). None when even a lone request misses the SLO."""
+        before (a tighter one only lowers it). None when even a lone request misses the SLO. `guess`: where to
+        start a search (see max_rate)."""
         known = [state for searched_to, state in self._searched(shape, slo, False) if searched_to == RANKING_TOLERANCE]
         if not known:
-            known = [self.max_rate(shape, slo, False, RANKING_TOLERANCE)]
+            known = [self.max_rate(shape, slo, False, RANKING_TOLERANCE, guess)]
         if any(state is None for state in known):
             return None
         return min(state.requests_per_s for state in known) / (1 - RANKING_TOLERANCE)
@@ -161,7 +162,12 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
     largest bound first, only while its bound beats the best capacity so far (at the rate its ceiling gives,
     or failing that at the best capacity itself)."""
     slo = workload.slo
-    bounded = [(above, layout) for layout in layouts if (above := layout.ceiling(shape, slo)) is not None]
+    bounded: list[tuple[float, ReplicaLayout]] = []
+    for layout in layouts:
+        # layouts of one size are alike: each search starts where the one before ended
+        above = layout.ceiling(shape, slo, bounded[-1][0] if bounded else None)
+        if above is not None:
+            bounded.append((above, layout))
     best: ServingConfig | None = None
     for above, layout in sorted(bounded, key=lambda b: -b[0]):
         most = best.performance.requests_per_s if best is not None else None
