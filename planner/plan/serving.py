@@ -187,8 +187,8 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
 class ServingCache:
     """Serving configurations asked for again and again, as by a fleet solve and the re-solves that explain it
     (they change a quota or a workload's SLO, never its search space or engine). Replica layouts (candidates,
-    schedulers, memoised step times and capacities) are built once per search space and engine, which workloads
-    of one model may share; configurations once per workload object."""
+    schedulers, memoised step times and capacities) are built once per search space (offers aside) and engine,
+    which workloads of one model may share; configurations once per workload object."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -204,11 +204,13 @@ class ServingCache:
         return known[1]
 
     def _layouts_of(self, workload: FleetWorkload) -> list[ReplicaLayout]:
+        # the offers only price replicas: spaces that differ in them alone (another market) share the layouts
+        unpriced = replace(workload.space, offers=())
         for space, engine, layouts in self._layouts:
-            if engine == workload.engine and (space is workload.space or space == workload.space):
+            if engine == workload.engine and space == unpriced:
                 return layouts
         layouts = replica_layouts(workload, self.catalog)
-        self._layouts.append((workload.space, workload.engine, layouts))
+        self._layouts.append((unpriced, workload.engine, layouts))
         return layouts
 
 
