@@ -19,7 +19,7 @@ from planner.plan.search import build_search_space
 from planner.catalog.load import load_catalog
 from planner.plan.fleet import FleetProblem, Quota, plan_fleet
 from planner.plan.rental import rent
-from planner.plan.serving import Bucket, FleetWorkload, Slo, serving_configs
+from planner.plan.serving import Bucket, FleetWorkload, ServingCache, Slo
 from planner.plan.scenario import parse_scenario
 
 MODELS = ("llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.3", "qwen3-8b", "gemma-2-9b", "phi-4", "qwen2.5-14b",
@@ -51,12 +51,12 @@ def make_problem(n_workloads: int, n_pools: int, seed: int = 0) -> FleetProblem:
     return FleetProblem(tuple(workloads), quotas, time_limit_s=60.0)
 
 
-def greedy_cost(problem: FleetProblem, catalog) -> float | None:
+def greedy_cost(problem: FleetProblem, cache: ServingCache) -> float | None:
     """Each workload alone on its cheapest $-per-capacity pool, whole instances, quotas ignored."""
     total = 0.0
     for w in problem.workloads:
         best = None
-        for config in serving_configs(w, catalog):
+        for config in cache.configs(w):
             for offer, market in w.space.offers:
                 if offer.gpu != config.candidate.gpu.name:
                     continue
@@ -73,10 +73,11 @@ def greedy_cost(problem: FleetProblem, catalog) -> float | None:
 def run(n_workloads: int, n_pools: int) -> None:
     catalog = load_catalog()
     problem = make_problem(n_workloads, n_pools)
+    cache = ServingCache(catalog)  # the greedy baseline prices the configurations the fleet model had
     started = time.perf_counter()
-    plan = plan_fleet(problem, catalog, explain=False)
+    plan = plan_fleet(problem, catalog, explain=False, cache=cache)
     elapsed = time.perf_counter() - started
-    greedy = greedy_cost(problem, catalog)
+    greedy = greedy_cost(problem, cache)
     extra = (f"{(greedy - plan.usd_per_hour) / plan.usd_per_hour:+.1%}" if greedy and plan.usd_per_hour else "n/a")
     cost = f"${plan.usd_per_hour:,.2f}" if plan.usd_per_hour is not None else "infeasible"
     print(f"{n_workloads:>3} workloads x {n_pools:>2} pools | configs {plan.configurations:>5} | variables "

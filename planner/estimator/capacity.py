@@ -33,7 +33,8 @@ Poisson), and the peak (every request at P + N) is reported for the preemption c
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from math import ceil, exp, log
+from functools import lru_cache
+from math import ceil, exp, inf, log
 from statistics import NormalDist
 
 from planner.errors import PlannerInputError
@@ -43,8 +44,10 @@ from planner.estimator.performance import ReplicaTimer, Step, Workload
 # The fixed point and the search for the largest rate stop at this relative precision (capacity is
 # counted in milli-requests/s: 1e-3 of a rate is below what the fleet model can tell apart above 1 req/s).
 TOLERANCE = 1e-3
-# Bisection steps on the rate: 2^-40 of the bracket, far below TOLERANCE.
-BISECTIONS = 40
+# Tries within the rate's bracket at the most: aimed ones close it in a few, and as the move past the line's
+# estimate doubles with every try that lands on the same side, within about log2(1 / TOLERANCE) where the line
+# is a poor guide.
+RATE_TRIES = 40
 FIXED_POINT_ITERATIONS = 200
 # The pool holds the running requests' KV at this quantile of their number: z of the normal 99th percentile.
 KV_QUANTILE_Z = NormalDist().inv_cdf(0.99)
@@ -94,7 +97,32 @@ class Scheduler:
 
     def held_tokens(self, tokens: int) -> int:
         """What a request of `tokens` tokens holds of the pool: whole blocks."""
-        return ceil(tokens / self.block_tokens) * self.block_tokens
+        return _whole_blocks(tokens, self.block_tokens)
+
+
+def _whole_blocks(tokens: int, block_tokens: int) -> int:
+    return ceil(tokens / block_tokens) * block_tokens
+
+
+class StepTimes:
+    """A replica's step times, memoised: the timer is deterministic, and the searches of this module (the
+    rate, the fixed point, the step mix) and the fleet's re-solves ask for the same steps again and again."""
+
+    def __init__(self, timer: ReplicaTimer) -> None:
+        self.timer = timer
+        self.pp = timer.pp
+        self._seconds: dict[tuple[float, float, int, float, int], float] = {}
+
+    def step_s(self, decode: float, context: float, prefill_tokens: int, positions: float, prefill_seqs: int) -> float:
+        key = (decode, context, prefill_tokens, positions, prefill_seqs)
+        seconds = self._seconds.get(key)
+        if seconds is None:
+            seconds = self._seconds[key] = self.timer.step_s(Step(*key))
+        return seconds
+
+
+def step_times(timer: ReplicaTimer | StepTimes) -> StepTimes:
+    return timer if isinstance(timer, StepTimes) else StepTimes(timer)
 
 
 @dataclass(frozen=True)
@@ -122,7 +150,7 @@ class SteadyState:
         return self.kv_tokens_peak <= self.pool_tokens
 
 
-def _decode_step(timer: ReplicaTimer, decode: float, context: float, prefill: float, prompt: int) -> float:
+def _decode_step(timer: StepTimes, decode: float, context: float, prefill: float, prompt: int) -> float:
     """The step time at a fractional decode batch; with pipeline parts (whole sequences each), linear between
     the two integer batches around it."""
     prefill_tokens = round(prefill)
@@ -130,7 +158,7 @@ def _decode_step(timer: ReplicaTimer, decode: float, context: float, prefill: fl
     positions = prefill_tokens * (prompt + 1) / 2  # chunks attend to their prompt's prefix, on average half of it
 
     def at(b: float) -> float:
-        return timer.step_s(Step(b, context, prefill_tokens, positions, prefill_seqs))
+        return timer.step_s(b, context, prefill_tokens, positions, prefill_seqs)
 
     if timer.pp == 1:  # one pipeline part times a fractional batch directly
         return at(decode)
@@ -142,18 +170,29 @@ def _decode_step(timer: ReplicaTimer, decode: float, context: float, prefill: fl
 
 def _mean_held(scheduler: Scheduler, prompt: int, output: int) -> float:
     """Mean tokens (in whole blocks) a decoding request holds over its steps: P + t for t = 1..N-1."""
+    return _mean_held_blocks(scheduler.block_tokens, prompt, output)
+
+
+@lru_cache(maxsize=4096)  # one sum per (block, shape), asked at every rate a search tries
+def _mean_held_blocks(block_tokens: int, prompt: int, output: int) -> float:
     steps = max(output - 1, 1)
     if output - 1 > 4096:  # long replies: the block rounding averages to half a block
-        return prompt + output / 2 + scheduler.block_tokens / 2
-    return sum(scheduler.held_tokens(prompt + t) for t in range(1, steps + 1)) / steps
+        return prompt + output / 2 + block_tokens / 2
+    return sum(_whole_blocks(prompt + t, block_tokens) for t in range(1, steps + 1)) / steps
 
 
-def steady_state(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, rate: float,
+def _kv_high(kv_mean: float, batch: float) -> float:
+    """The KV the running requests hold at the 99th percentile of their number (Poisson: M/G/infinity)."""
+    return kv_mean * (1 + KV_QUANTILE_Z / batch ** 0.5) if batch else 0.0
+
+
+def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, rate: float,
                  slo: Slo = Slo(), window_spread: bool = True) -> SteadyState:
     """The replica at `rate` requests/s of `shape`; `limit` names what it breaks, empty when it keeps up.
     `window_spread` False: TPOT at the mean rate only (an optimistic bound, a third of the work)."""
     if rate < 0:
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
+    timer = step_times(timer)
     prompt, output = shape.prompt_tokens, shape.output_tokens
     budget = scheduler.max_num_batched_tokens
     context = prompt + output / 2
@@ -176,7 +215,7 @@ def steady_state(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, rat
     kv_mean = decoding * _mean_held(scheduler, prompt, output) + prefilling * scheduler.held_tokens(prompt)
     # the requests running at once are Poisson (M/G/infinity): the pool must hold their 99th percentile, or
     # preemptions (recomputing whole requests) push the replica into a queue that no longer drains
-    kv_high = kv_mean * (1 + KV_QUANTILE_Z / batch ** 0.5) if batch else 0.0
+    kv_high = _kv_high(kv_mean, batch)
     kv_peak = ceil(batch) * scheduler.held_tokens(prompt + output)
     # a request arrives within a step (length-biased: E[s^2] / E[s]) unless the engine is idle, which it is
     # with probability e^-batch (nothing running)
@@ -222,7 +261,7 @@ class _StepMix:
     square_s: float  # E[step^2]
 
 
-def _step_mix(timer: ReplicaTimer, rate: float, prompt: int, output: int, context: float, budget: int,
+def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: float, budget: int,
               mean_s: float) -> _StepMix | None:
     """One round of the fixed point from the mean step `mean_s`. A step takes the prompts that arrived
     during the previous one: after a step of s seconds, the next carries prompt tokens with probability
@@ -249,7 +288,7 @@ def _step_mix(timer: ReplicaTimer, rate: float, prompt: int, output: int, contex
     return _StepMix(decode, decode_s, prefill_s, full_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
 
 
-def _mean_field(timer: ReplicaTimer, rate: float, prompt: int, output: int, context: float,
+def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context: float,
                 budget: int, start_s: float | None = None) -> _StepMix | str:
     """The fixed point of the step mix at `rate`, or what stops it: "token budget" or "throughput".
     `start_s`: a mean step to iterate from (a nearby rate's), else a lone request's step."""
@@ -279,7 +318,7 @@ def _mean_field(timer: ReplicaTimer, rate: float, prompt: int, output: int, cont
     return "throughput"
 
 
-def _request_tpot(timer: ReplicaTimer, rate: float, prompt: int, output: int, context: float, budget: int,
+def _request_tpot(timer: StepTimes, rate: float, prompt: int, output: int, context: float, budget: int,
                   mix: _StepMix) -> float:
     """The mean TPOT requests see. A request's TPOT averages the steps of its own N - 1 step window, whose
     arrivals are Poisson: their count over the window deviates by sqrt(count), and a window with more of them
@@ -299,37 +338,93 @@ def _request_tpot(timer: ReplicaTimer, rate: float, prompt: int, output: int, co
 
 def _saturated(rate: float, output: int, scheduler: Scheduler, limit: str) -> SteadyState:
     """A rate the replica cannot keep up with: the queue grows without bound."""
-    inf = float("inf")
     return SteadyState(rate, rate * output, inf, inf, inf, inf, inf, inf, inf, 1.0, inf, 0, scheduler.pool_tokens, limit)
 
 
-def max_rate(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, slo: Slo,
-             window_spread: bool = True) -> SteadyState | None:
-    """The largest arrival rate whose steady state keeps every limit and meets the SLO (bisection: latency,
-    batch and KV only grow with the rate); `limit` names what stops a higher one. None when even a lone
-    request misses the SLO or does not fit max_model_len. `window_spread` False: an upper bound (see
-    steady_state)."""
+def max_rate(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, slo: Slo, window_spread: bool = True,
+             tolerance: float = TOLERANCE, guess: float | None = None) -> SteadyState | None:
+    """The largest arrival rate whose steady state keeps every limit and meets the SLO, to `tolerance` (a bracket
+    search: latency, batch and KV only grow with the rate); `limit` names what stops a higher one. None when
+    even a lone request misses the SLO or does not fit max_model_len. `window_spread` False: an upper bound
+    (see steady_state). `guess`: a rate near the answer to search from (e.g. a bound's or a similar replica's)."""
     if shape.prompt_tokens + shape.output_tokens > scheduler.max_model_len:
         return None
-    alone = steady_state(timer, scheduler, shape, 0.0, slo, window_spread)
+    times = step_times(timer)
+
+    def at(rate: float) -> SteadyState:
+        # every rate's fixed point rises from a lone request's step, as steady_state's own: where the step mix
+        # has two fixed points, starting from a nearby rate's step could land on the upper one
+        return steady_state(times, scheduler, shape, rate, slo, window_spread)
+
+    alone = steady_state(times, scheduler, shape, 0.0, slo, window_spread)
     if alone.limit:
         return None
-    low, low_state = 0.0, alone
-    high = 1.0 / alone.ttft_mean_s
-    high_state = steady_state(timer, scheduler, shape, high, slo, window_spread)
-    while not high_state.limit:
-        low, low_state, high = high, high_state, high * 2
-        high_state = steady_state(timer, scheduler, shape, high, slo, window_spread)
-    for _ in range(BISECTIONS):
-        if high - low <= TOLERANCE * high:
+    # from the rate at which one request at a time keeps the replica busy, up along the line through the last
+    # two rates that passed (at most doubling): a rate far past the capacity has no fixed point to find, and
+    # finding that out costs the most
+    low, low_slack = alone, _slack(alone, scheduler, slo)
+    high = at(guess or 1.0 / (alone.ttft_mean_s + (shape.output_tokens - 1) * alone.tpot_mean_s))
+    while not high.limit:
+        previous, previous_slack = low, low_slack
+        low, low_slack = high, _slack(high, scheduler, slo)
+        rate = min(2 * low.requests_per_s,
+                   _beyond(previous.requests_per_s, previous_slack, low.requests_per_s, low_slack, tolerance))
+        high = at(rate)
+    high_slack = _slack(high, scheduler, slo)
+    passed, streak = False, 0  # whether the last try kept every limit; tries in a row that moved the same end
+    for _ in range(RATE_TRIES):
+        if high.requests_per_s - low.requests_per_s <= tolerance * high.requests_per_s:
             break
-        mid = (low + high) / 2
-        state = steady_state(timer, scheduler, shape, mid, slo, window_spread)
-        if state.limit:
-            high, high_state = mid, state
+        rate = _aim(low.requests_per_s, low_slack, high.requests_per_s, high_slack, passed, streak, tolerance)
+        state = at(rate)
+        streak = streak + 1 if passed == (not state.limit) else 0
+        passed = not state.limit
+        if passed:
+            low, low_slack = state, _slack(state, scheduler, slo)
         else:
-            low, low_state = mid, state
-    return replace(low_state, limit=high_state.limit)
+            high, high_slack = state, _slack(state, scheduler, slo)
+    return replace(low, limit=high.limit)
 
 
-__all__ = ["Scheduler", "Slo", "SteadyState", "max_rate", "steady_state"]
+def _slack(state: SteadyState, scheduler: Scheduler, slo: Slo) -> float:
+    """The largest ratio of a quantity to its limit (the checks of steady_state): above 1 the state breaks one,
+    and the lower it is, the more rate the replica has to spare."""
+    if state.step_s == inf:
+        return inf
+    kv = _kv_high(state.kv_tokens_mean, state.batch)
+    ratios = [kv / scheduler.pool_tokens if scheduler.pool_tokens else (inf if kv else 0.0)]
+    for value, limit in ((state.batch, scheduler.max_num_seqs), (state.ttft_s, slo.ttft_s), (state.tpot_s, slo.tpot_s)):
+        if limit is not None:
+            ratios.append(value / limit if limit else (inf if value > 0 else 0.0))
+    return max(ratios)
+
+
+def _beyond(lower: float, lower_slack: float, low: float, low_slack: float, tolerance: float) -> float:
+    """Past the rate where the line through two passing rates reaches a slack of 1 (for a convex slack, past
+    where the slack itself does) by a quarter of the tolerance; infinite when the slack did not grow."""
+    if not low_slack > lower_slack:
+        return inf
+    crossing = low + (1 - low_slack) * (low - lower) / (low_slack - lower_slack)
+    return crossing * (1 + tolerance / 4)
+
+
+def _aim(low: float, low_slack: float, high: float, high_slack: float, upward: bool, streak: int,
+         tolerance: float) -> float:
+    """The next rate to try between a passing `low` and a failing `high`: where the slack reaches 1 on the line
+    between them (regula falsi), moved up after a try that passed and down after one that failed, by a quarter
+    of the tolerance, doubled for each try in a row that moved the same end. The slack is convex in the rate
+    (latency grows as 1 / (1 - load)), so the line falls short of where it reaches 1 and alone would only ever
+    move the low end: the move takes the next try past it, and the bracket closes from both sides. The middle
+    when the high end is saturated (an infinite slack) or the line says nothing."""
+    middle = (low + high) / 2
+    if high_slack == inf or not high_slack > low_slack:
+        return middle
+    crossing = low + (1 - low_slack) * (high - low) / (high_slack - low_slack)
+    least = tolerance * high / 4
+    rate = crossing + least * 2 ** streak if upward else crossing - least * 2 ** streak
+    if not low < rate < high:
+        return middle
+    return min(max(rate, low + least), high - least)
+
+
+__all__ = ["Scheduler", "Slo", "SteadyState", "StepTimes", "max_rate", "steady_state", "step_times"]

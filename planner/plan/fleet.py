@@ -34,7 +34,7 @@ from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import QuotaSpec, Scenario
 from planner.plan.search import build_search_space, recheck
 from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
-from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingConfig, Slo, serving_configs
+from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingCache, ServingConfig, Slo
 
 
 @dataclass(frozen=True)
@@ -226,9 +226,16 @@ def _solve(built: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
 # The whole job
 
 
-def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True) -> FleetPlan:
+def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True,
+               cache: ServingCache | None = None) -> FleetPlan:
+    """The cheapest fleet; `explain`: which limits bind (re-solves); `cache`: serving configurations to share
+    with the caller (e.g. to price the same configurations another way)."""
+    return _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog))
+
+
+def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: ServingCache) -> FleetPlan:
     started = time.perf_counter()
-    configs = [c for w in problem.workloads for c in serving_configs(w, catalog)]
+    configs = [c for w in problem.workloads for c in cache.configs(w)]
     candidate_seconds = time.perf_counter() - started
     pools = list(dict.fromkeys(Pool(o, m) for w in problem.workloads for o, m in w.space.offers))
     built = _build(problem, configs, pools, allow_unmet=False)
@@ -244,7 +251,7 @@ def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True) ->
     plan = _read(problem, built, solver, configs, pools, catalog, status_name(status), started, ())
     plan = replace(plan, candidate_seconds=candidate_seconds)
     if explain:
-        plan = replace(plan, binding=_binding(problem, plan, catalog))
+        plan = replace(plan, binding=_binding(problem, plan, catalog, cache))
     return plan
 
 
@@ -322,7 +329,7 @@ def _quota_full(quota: Quota, built: _Built, solver: cp_model.CpSolver, pools: l
     return used + min((p.offer.gpus for p in pools if quota.covers(p.offer)), default=1) > quota.max_gpus
 
 
-def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog) -> tuple[str, ...]:
+def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache) -> tuple[str, ...]:
     """Which limits bind, and what one more unit of each would save (a re-solve per binding quota)."""
     out = []
     for i, quota in enumerate(problem.quotas):
@@ -332,7 +339,7 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog) -> tuple[
             continue
         more = list(problem.quotas)
         more[i] = replace(quota, max_gpus=quota.max_gpus + smallest)
-        relaxed = plan_fleet(replace(problem, quotas=tuple(more)), catalog, explain=False)
+        relaxed = _plan_fleet(replace(problem, quotas=tuple(more)), catalog, False, cache)
         saving = (plan.usd_per_hour or 0) - (relaxed.usd_per_hour or plan.usd_per_hour or 0)
         out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
     for w in problem.workloads:
@@ -340,7 +347,7 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog) -> tuple[
             tighter = replace(w, slo=replace(w.slo, ttft_s=w.slo.ttft_s and w.slo.ttft_s * 0.8,
                                              tpot_s=w.slo.tpot_s and w.slo.tpot_s * 0.8))
             variant = replace(problem, workloads=tuple(tighter if x is w else x for x in problem.workloads))
-            result = plan_fleet(variant, catalog, explain=False)
+            result = _plan_fleet(variant, catalog, False, cache)
             if result.usd_per_hour is None:
                 out.append(f"{w.name}: an SLO 20% tighter cannot be met with these pools")
             else:

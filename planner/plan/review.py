@@ -28,7 +28,7 @@ def _cheapest_with(scenario: Scenario, catalog: Catalog, **workload: Any) -> flo
     variant = scenario.model_copy(update={
         "workload": scenario.workload.model_copy(update={k: (v,) for k, v in workload.items()}),
         "solver": scenario.solver.model_copy(update={"top": 0})})
-    best = solve_scenario(variant, catalog).best
+    best = solve_scenario(variant, catalog, explain=False).best
     return best.usd_per_hour if best else None
 
 

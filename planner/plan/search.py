@@ -215,8 +215,10 @@ def configuration_count(space: SearchSpace) -> int:
             * len(space.kv_dtypes) * len(space.contexts) * len(space.concurrencies))
 
 
-def enumerate_candidates(space: SearchSpace, catalog: Catalog) -> Enumeration:
-    """Every configuration in the search space, estimated once per layout and checked on each GPU."""
+def enumerate_candidates(space: SearchSpace, catalog: Catalog, longest_context: bool = False) -> Enumeration:
+    """Every configuration in the search space, estimated once per layout and checked on each GPU.
+    `longest_context`: of each layout, precision, KV dtype and concurrency, only the longest context that fits
+    (tried longest first), as a fleet replica runs."""
     arch = space.arch
     size = configuration_count(space)
     if size > MAX_CONFIGURATIONS:
@@ -243,16 +245,19 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog) -> Enumeration:
             for precision in precisions:
                 for kv_choice in space.kv_dtypes:
                     kv = resolve_kv_dtype(arch, precision, kv_choice)
-                    for context in space.contexts:
+                    fitted: set[int] = set()  # concurrencies a longer context fits (longest_context)
+                    for context in sorted(space.contexts, reverse=True) if longest_context else space.contexts:
                         for concurrency in space.concurrencies:
                             key = (tp, pp, precision.name, kv, context, concurrency)
-                            if (gpu.name, key) in seen:  # "auto" resolved to a KV dtype also listed
-                                continue
+                            if (gpu.name, key) in seen or concurrency in fitted:  # seen: "auto" resolved to a KV
+                                continue  # dtype also listed
                             seen.add((gpu.name, key))
                             checked += 1
                             found = _check(space, catalog, gpu, key, estimates, budgets)
                             if isinstance(found, Candidate):
                                 candidates.append(found)
+                                if longest_context:
+                                    fitted.add(concurrency)
                             elif context == space.contexts[0] and concurrency == space.concurrencies[0]:
                                 configuration, needed, reason = found
                                 rejections.append(Rejection(configuration, needed, gpu.memory_bytes,

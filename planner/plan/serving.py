@@ -15,16 +15,19 @@ replica is worth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from planner.catalog.load import Catalog
-from planner.estimator.capacity import Scheduler, Slo, SteadyState, max_rate
+from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Workload, replica_timer
 from planner.plan.search import Candidate, SearchSpace, enumerate_candidates
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
+# The bounds that rank a size's layouts (most promising first) are searched to this relative precision only:
+# it orders the work and never decides a capacity (an exact steady state at the best rate so far does).
+RANKING_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -77,46 +80,139 @@ def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog
     return Scheduler.of(budget, batching, max_seqs_cap)
 
 
-def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingConfig]:
-    """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity."""
+@dataclass(frozen=True)
+class ReplicaLayout:
+    """A replica a workload may run: the candidate (context = max-model-len), the scheduler its engine runs it
+    with, and its step times and capacities, memoised: the timer is deterministic, and every bucket, every
+    re-solve that changes only an SLO and every workload of the same model and search space time this replica."""
+
+    candidate: Candidate
+    scheduler: Scheduler
+    times: StepTimes
+    rates: dict[tuple, SteadyState | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def max_rate(self, shape: Workload, slo: Slo, window_spread: bool = True, tolerance: float = TOLERANCE,
+                 guess: float | None = None) -> SteadyState | None:
+        """planner.estimator.capacity.max_rate of this replica (searched once per question). Without a guess,
+        the search starts where one under a looser SLO ended, if there was one: a tighter SLO only lowers it."""
+        key = (shape, slo, window_spread, tolerance, guess)
+        if key not in self.rates:
+            guess = guess or min((state.requests_per_s / (1 - searched_to) for searched_to, state
+                                  in self._searched(shape, slo, window_spread) if state is not None), default=None)
+            self.rates[key] = max_rate(self.times, self.scheduler, shape, slo, window_spread, tolerance, guess)
+        return self.rates[key]
+
+    def ceiling(self, shape: Workload, slo: Slo, guess: float | None = None) -> float | None:
+        """A rate at which the steady state at the mean rate (window_spread False), and so the replica's own,
+        breaks a limit: past the end of a rough search of that bound, under `slo` or under a looser SLO searched
+        before (a tighter one only lowers it). None when even a lone request misses the SLO. `guess`: where to
+        start a search (see max_rate)."""
+        known = [state for searched_to, state in self._searched(shape, slo, False) if searched_to == RANKING_TOLERANCE]
+        if not known:
+            known = [self.max_rate(shape, slo, False, RANKING_TOLERANCE, guess)]
+        if any(state is None for state in known):
+            return None
+        return min(state.requests_per_s for state in known) / (1 - RANKING_TOLERANCE)
+
+    def _searched(self, shape: Workload, slo: Slo, window_spread: bool) -> list[tuple[float, SteadyState | None]]:
+        """(tolerance, answer) of the searches made so far for `shape` under `slo` or a looser SLO."""
+        return [(key[3], state) for key, state in self.rates.items()
+                if key[0] == shape and key[2] == window_spread and _looser(key[1], slo)]
+
+
+def _looser(slo: Slo, than: Slo) -> bool:
+    """Every target of `slo` at least as loose as `than`'s (at the same percentile)."""
+    return slo.percentile == than.percentile and all(
+        mine is None or (theirs is not None and mine >= theirs)
+        for mine, theirs in ((slo.ttft_s, than.ttft_s), (slo.tpot_s, than.tpot_s)))
+
+
+def replica_layouts(workload: FleetWorkload, catalog: Catalog) -> list[ReplicaLayout]:
+    """Per GPU type, tp x pp, precision and KV dtype: the longest max-model-len that fits one request."""
     space = workload.space
     # workload.concurrency, when set above 1, caps the batch a replica may run
     cap = max(space.concurrencies) if max(space.concurrencies) > 1 else None
     one_request = replace(space, concurrencies=(1,))
-    largest: dict[tuple, Candidate] = {}
-    for c in enumerate_candidates(one_request, catalog).candidates:
-        key = (c.gpu.name, c.tp, c.pp, c.precision, c.kv_dtype)
-        if key not in largest or c.context > largest[key].context:
-            largest[key] = c  # the longest max-model-len that fits one request
-    replicas = []
-    for candidate in largest.values():
-        timer = replica_timer(space.arch, candidate.precision, candidate.kv_dtype, candidate.gpu, candidate.tp,
-                              candidate.pp, catalog, workload.engine)
-        replicas.append((candidate, replica_scheduler(space, candidate, catalog, cap), timer))
-    best: dict[tuple, ServingConfig] = {}
+    return [ReplicaLayout(c, replica_scheduler(space, c, catalog, cap),
+                          StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog,
+                                                  workload.engine)))
+            for c in enumerate_candidates(one_request, catalog, longest_context=True).candidates]
+
+
+def serving_configs(workload: FleetWorkload, catalog: Catalog,
+                    layouts: list[ReplicaLayout] | None = None) -> list[ServingConfig]:
+    """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity
+    (bucket by bucket, most capacity first). `layouts`: the workload's replica_layouts, if already built."""
+    sizes: dict[tuple[str, int], list[ReplicaLayout]] = {}
+    for layout in replica_layouts(workload, catalog) if layouts is None else layouts:
+        # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
+        sizes.setdefault((layout.candidate.gpu.name, layout.candidate.gpus), []).append(layout)
+    configs = []
     for index, bucket in enumerate(workload.buckets):
         shape = Workload(bucket.prompt_tokens, bucket.output_tokens)
-        # the steady state at the mean rate bounds each layout's capacity from above: the full one is worked
-        # out, largest bound first, only where the bound beats the best of its size so far
-        bounded = []
-        for candidate, scheduler, timer in replicas:
-            bound = max_rate(timer, scheduler, shape, workload.slo, window_spread=False)
-            if bound is not None:
-                bounded.append((bound.requests_per_s, candidate, scheduler, timer))
-        for bound, candidate, scheduler, timer in sorted(bounded, key=lambda b: -b[0]):
-            # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
-            size = (index, candidate.gpu.name, candidate.gpus)
-            if size in best and best[size].performance.requests_per_s >= bound:
-                continue
-            state = max_rate(timer, scheduler, shape, workload.slo)
-            if state is None:
-                continue
-            config = ServingConfig(workload.name, index, candidate, state, scheduler,
-                                   state.requests_per_s * workload.utilisation, shape)
-            if config.capacity_units > 0 and (size not in best or config.capacity_rps > best[size].capacity_rps):
-                best[size] = config
-    return list(best.values())
+        found = [_most_capacity(workload, index, shape, group) for group in sizes.values()]
+        configs += sorted((c for c in found if c is not None), key=lambda c: -c.capacity_rps)
+    return configs
 
 
-__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ServingConfig", "Slo", "replica_scheduler",
-           "serving_configs"]
+def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
+                   layouts: list[ReplicaLayout]) -> ServingConfig | None:
+    """Of layouts of one size, the one whose replica takes the most requests/s within the SLO. The steady state
+    at the mean rate (window_spread False) bounds a layout's capacity from above: a layout is worked out in full,
+    largest bound first, only while its bound beats the best capacity so far (at the rate its ceiling gives,
+    or failing that at the best capacity itself)."""
+    slo = workload.slo
+    bounded: list[tuple[float, ReplicaLayout]] = []
+    for layout in layouts:
+        # layouts of one size are alike: each search starts where the one before ended
+        above = layout.ceiling(shape, slo, bounded[-1][0] if bounded else None)
+        if above is not None:
+            bounded.append((above, layout))
+    best: ServingConfig | None = None
+    for above, layout in sorted(bounded, key=lambda b: -b[0]):
+        most = best.performance.requests_per_s if best is not None else None
+        if most is not None and (most >= above or steady_state(layout.times, layout.scheduler, shape, most, slo,
+                                                               window_spread=False).limit):
+            continue  # the bound breaks a limit at the best capacity so far
+        state = layout.max_rate(shape, slo, guess=above)
+        if state is None:
+            continue
+        config = ServingConfig(workload.name, index, layout.candidate, state, layout.scheduler,
+                               state.requests_per_s * workload.utilisation, shape)
+        if config.capacity_units > 0 and (best is None or config.capacity_rps > best.capacity_rps):
+            best = config
+    return best
+
+
+class ServingCache:
+    """Serving configurations asked for again and again, as by a fleet solve and the re-solves that explain it
+    (they change a quota or a workload's SLO, never its search space or engine). Replica layouts (candidates,
+    schedulers, memoised step times and capacities) are built once per search space (offers aside) and engine,
+    which workloads of one model may share; configurations once per workload object."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._layouts: list[tuple[SearchSpace, str, list[ReplicaLayout]]] = []
+        # by id(), holding the object itself: an id is only unique while its object lives
+        self._configs: dict[int, tuple[FleetWorkload, list[ServingConfig]]] = {}
+
+    def configs(self, workload: FleetWorkload) -> list[ServingConfig]:
+        known = self._configs.get(id(workload))
+        if known is None or known[0] is not workload:
+            layouts = self._layouts_of(workload)
+            known = self._configs[id(workload)] = (workload, serving_configs(workload, self.catalog, layouts))
+        return known[1]
+
+    def _layouts_of(self, workload: FleetWorkload) -> list[ReplicaLayout]:
+        # the offers only price replicas: spaces that differ in them alone (another market) share the layouts
+        unpriced = replace(workload.space, offers=())
+        for space, engine, layouts in self._layouts:
+            if engine == workload.engine and space == unpriced:
+                return layouts
+        layouts = replica_layouts(workload, self.catalog)
+        self._layouts.append((unpriced, workload.engine, layouts))
+        return layouts
+
+
+__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ReplicaLayout", "ServingCache", "ServingConfig", "Slo",
+           "replica_layouts", "replica_scheduler", "serving_configs"]

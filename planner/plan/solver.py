@@ -228,7 +228,9 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
 
 
 def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None,
-                   top: int | None = None) -> SolveResult:
+                   top: int | None = None, explain: bool = True) -> SolveResult:
+    """The cheapest plan; `explain` False leaves out why none fits, when none does (its relaxations re-enumerate
+    the search space several times), for callers that only want the cost."""
     if scenario.is_fleet:
         raise PlannerInputError("this scenario has traffic: it sizes a fleet (planner.plan.fleet.plan_fleet; `planner solve` does it)")
     limit = time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s
@@ -253,7 +255,7 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
         alternatives = sorted(alternatives, key=lambda p: (p.usd_per_hour, p.gpu))[:top]
 
     rejected = _rejected_cheaper(enumeration, best)
-    infeasible = None if best is not None else explain_infeasible(scenario, space, catalog, enumeration)
+    infeasible = None if best is not None or not explain else explain_infeasible(scenario, space, catalog, enumeration)
     return SolveResult(
         scenario=scenario.name or "scenario", model=space.arch.name, model_id=space.model_id,
         model_precision=space.model_precision,

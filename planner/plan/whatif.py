@@ -8,6 +8,7 @@ from planner.catalog.load import Catalog
 from planner.errors import PlannerInputError
 from planner.plan.fleet import fleet_problem, plan_fleet
 from planner.plan.scenario import Scenario, WorkloadSpec
+from planner.plan.serving import ServingCache
 from planner.plan.solver import solve_scenario
 from planner.units import MAX_BATCH
 
@@ -23,11 +24,12 @@ class WhatIf:
 def what_if(scenario: Scenario, catalog: Catalog) -> tuple[WhatIf, ...]:
     """The scenario as written, then each variant of what_if_variants; a variant the input rules refuse (e.g.
     it leaves no GPU to search) is listed as INVALID with the reason."""
-    status, cost, busiest = _cheapest(scenario, catalog)
+    cache = ServingCache(catalog)  # variants that keep a workload's search space (traffic x2) reuse its replicas
+    status, cost, busiest = _cheapest(scenario, catalog, cache)
     rows = [WhatIf("as written", status, cost, 0.0 if cost is not None else None)]
     for label, variant in what_if_variants(scenario, busiest):
         try:
-            v_status, v_cost, _ = _cheapest(variant, catalog)
+            v_status, v_cost, _ = _cheapest(variant, catalog, cache)
         except PlannerInputError as exc:  # the variant is not a valid scenario: say why in the row
             rows.append(WhatIf(f"{label} ({exc})", "INVALID", None, None))
             continue
@@ -36,13 +38,13 @@ def what_if(scenario: Scenario, catalog: Catalog) -> tuple[WhatIf, ...]:
     return tuple(rows)
 
 
-def _cheapest(scenario: Scenario, catalog: Catalog) -> tuple[str, float | None, str | None]:
+def _cheapest(scenario: Scenario, catalog: Catalog, cache: ServingCache) -> tuple[str, float | None, str | None]:
     """(status, $/hour, the GPU type holding the most GPUs) of the scenario's plan or fleet."""
     if scenario.is_fleet:
-        fleet = plan_fleet(fleet_problem(scenario, catalog), catalog)
+        fleet = plan_fleet(fleet_problem(scenario, catalog), catalog, explain=False, cache=cache)  # only the cost shows
         used = max(fleet.pools, key=lambda u: u.instances * u.pool.offer.gpus, default=None)
         return fleet.status, fleet.usd_per_hour, used.pool.offer.gpu if used else None
-    result = solve_scenario(scenario, catalog, top=0)
+    result = solve_scenario(scenario, catalog, top=0, explain=False)
     best = result.best
     return result.status, best.usd_per_hour if best else None, best.gpu if best else None
 
