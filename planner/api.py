@@ -147,8 +147,10 @@ def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, catalog: Catalo
 
 def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list[str] | None = None,
             providers: list[str] | None = None, precisions: list[str] | None = None, market: str = "on-demand",
-            max_gpus: int = 8, catalog: Catalog | None = None) -> tuple[PlanOption, ...]:
-    """The cheapest configuration holding MODEL on each GPU type and provider, sorted by $/hour."""
+            max_gpus: int = 8, time_limit_s: float | None = None,
+            catalog: Catalog | None = None) -> tuple[PlanOption, ...]:
+    """The cheapest configuration holding MODEL on each GPU type and provider, sorted by $/hour, within
+    `time_limit_s` (default: a scenario's solver.time_limit_s)."""
     from planner.plan.compare import compare_offers
     from planner.plan.scenario import parse_scenario
 
@@ -157,7 +159,7 @@ def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list
         "search": {"gpus": gpus, "precisions": precisions, "max_gpus_per_replica": max_gpus},
         "pricing": {"providers": providers, "market": market},
     }, "compare")
-    return compare_offers(scenario, catalog or load_catalog())
+    return compare_offers(scenario, catalog or load_catalog(), time_limit_s)
 
 
 def review(scenario: str | Path | dict[str, Any] | Scenario, *, progress: Callable[[int, int], None] | None = None,

@@ -22,6 +22,7 @@ from planner.estimator.capacity import Scheduler, Slo, SteadyState, max_rate
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Workload, replica_timer
+from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
 from planner.plan.search import Candidate, SearchSpace, enumerate_candidates
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
@@ -77,19 +78,34 @@ def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog
     return Scheduler.of(budget, batching, max_seqs_cap)
 
 
-def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingConfig]:
-    """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity."""
+def fleet_out_of_time(deadline: Deadline, searched: str) -> OutOfTime:
+    return deadline.out_of_time(searched, "the fleet's workloads, search.gpus, search.precisions or "
+                                "search.max_gpus_per_replica", "any fleet was found")
+
+
+def _within(deadline: Deadline, workload: FleetWorkload) -> None:
+    if deadline.expired():
+        raise fleet_out_of_time(deadline, f"workload {workload.name}: sizing its replicas under load")
+
+
+def serving_configs(workload: FleetWorkload, catalog: Catalog, deadline: Deadline = NO_DEADLINE) -> list[ServingConfig]:
+    """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity.
+    Raises OutOfTime when the deadline ends the work: a fleet built on part of it could be wrong."""
     space = workload.space
     # workload.concurrency, when set above 1, caps the batch a replica may run
     cap = max(space.concurrencies) if max(space.concurrencies) > 1 else None
     one_request = replace(space, concurrencies=(1,))
     largest: dict[tuple, Candidate] = {}
-    for c in enumerate_candidates(one_request, catalog).candidates:
+    enumeration = enumerate_candidates(one_request, catalog, deadline)
+    if enumeration.cut_short:
+        raise fleet_out_of_time(deadline, f"workload {workload.name}: {enumeration.cut_short}")
+    for c in enumeration.candidates:
         key = (c.gpu.name, c.tp, c.pp, c.precision, c.kv_dtype)
         if key not in largest or c.context > largest[key].context:
             largest[key] = c  # the longest max-model-len that fits one request
     replicas = []
     for candidate in largest.values():
+        _within(deadline, workload)
         timer = replica_timer(space.arch, candidate.precision, candidate.kv_dtype, candidate.gpu, candidate.tp,
                               candidate.pp, catalog, workload.engine)
         replicas.append((candidate, replica_scheduler(space, candidate, catalog, cap), timer))
@@ -100,10 +116,12 @@ def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingCo
         # out, largest bound first, only where the bound beats the best of its size so far
         bounded = []
         for candidate, scheduler, timer in replicas:
+            _within(deadline, workload)
             bound = max_rate(timer, scheduler, shape, workload.slo, window_spread=False)
             if bound is not None:
                 bounded.append((bound.requests_per_s, candidate, scheduler, timer))
         for bound, candidate, scheduler, timer in sorted(bounded, key=lambda b: -b[0]):
+            _within(deadline, workload)
             # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
             size = (index, candidate.gpu.name, candidate.gpus)
             if size in best and best[size].performance.requests_per_s >= bound:
@@ -118,5 +136,5 @@ def serving_configs(workload: FleetWorkload, catalog: Catalog) -> list[ServingCo
     return list(best.values())
 
 
-__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ServingConfig", "Slo", "replica_scheduler",
-           "serving_configs"]
+__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ServingConfig", "Slo", "fleet_out_of_time",
+           "replica_scheduler", "serving_configs"]
