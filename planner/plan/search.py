@@ -28,7 +28,9 @@ from planner.plan.rental import Rental, rent
 from planner.plan.scenario import Scenario, model_reference
 from planner.units import format_bytes, parse_count
 
-# Each configuration costs an estimate (about 1-3 ms here): 200,000 keeps a solve under a few minutes.
+# The largest search space accepted (every value x every layout). Set when every configuration cost an estimate
+# (about 1-3 ms here); the search now estimates a few per group (bisection) and stops at the deadline, so this
+# only refuses, up front and with what to narrow, a space no time limit would cover.
 MAX_CONFIGURATIONS = 200_000
 
 
