@@ -117,10 +117,14 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
 def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
                catalog: Catalog | None = None) -> FleetPlan:
     """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list)."""
+    from planner.plan.deadline import Deadline
     from planner.plan.fleet import fleet_problem, plan_fleet as plan
 
     catalog = catalog or load_catalog()
-    return plan(fleet_problem(_scenario(scenario), catalog, time_limit_s), catalog)
+    loaded = _scenario(scenario)
+    # the limit covers building the workloads' search spaces too (200 of them take seconds)
+    deadline = Deadline.start(time_limit_s if time_limit_s is not None else loaded.solver.time_limit_s)
+    return plan(fleet_problem(loaded, catalog, time_limit_s), catalog, deadline=deadline)
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -426,8 +426,13 @@ def test_a_solve_finishing_under_its_time_limit_is_proven_optimal(cp_sat_calls):
 
 
 def test_no_cp_sat_call_may_run_past_the_time_limit(cp_sat_calls):
+    from planner.plan.deadline import OutOfTime
+
     limit = 0.05
-    solve_scenario(load_scenario(SCENARIOS["8b-budget"]), CATALOG, time_limit_s=limit, top=5)
-    first_start = cp_sat_calls[0][0]
+    solve_started = time.perf_counter()
+    try:
+        solve_scenario(load_scenario(SCENARIOS["8b-budget"]), CATALOG, time_limit_s=limit, top=5)
+    except OutOfTime:
+        pass  # the limit covers the candidate search too (planner.plan.deadline): it may end before CP-SAT runs
     for started, budget, _ in cp_sat_calls:
-        assert started - first_start + budget <= limit + 0.01
+        assert started - solve_started + budget <= limit + 0.01
