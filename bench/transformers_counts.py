@@ -3,17 +3,20 @@
 
 Run once, in a throwaway environment with torch and transformers (not planner's test environment):
 
-    python -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install -e ".[transformers]"
+    python -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install -e ".[transformers]" timm
     /tmp/tfvenv/bin/python bench/transformers_counts.py   # writes tests/data/transformers-counts.json
 
-(recorded with transformers 5.24.0 and torch 2.14.1 from PyPI; both versions are written into the file)
+(recorded with transformers 5.24.0 and torch 2.14.1 from PyPI; both versions are written into the file; timm
+1.0.31 builds Gemma 3n's MobileNetV5 vision tower, which transformers takes from timm)
 
 Each config is built on the meta device (planner.model.transformers_fallback.meta_tensors: shapes only,
 no weights, no remote code). `parameters` is what model.parameters() holds (tied weights once);
 `buffers` the persistent buffers the checkpoint also stores (e.g. DeepSeek's e_score_correction_bias).
-Two model_types transformers does not register are built as the code their checkpoints declare: Kimi K2
+Model_types transformers does not register are built as the code their checkpoints declare: Kimi K2
 ("kimi_k2", DeepseekV3ForCausalLM with DeepSeek-V3's modelling code) as deepseek_v3, and MiMo-7B ("mimo",
 whose modeling_mimo.py subclasses Qwen2ForCausalLM and adds MTP layers) as qwen2, without the MTP layers.
+MiniMax-M3's text checkpoint ("minimax_m3", MiniMaxM3ForCausalLM) is built as the decoder transformers ships for
+the M3 family, minimax_m3_vl_text (MiniMaxM3VLForCausalLM), which the VL checkpoint nests under text_config.
 """
 
 from __future__ import annotations
@@ -31,11 +34,16 @@ from planner.model.transformers_fallback import meta_tensors  # noqa: E402
 CONFIGS = ROOT / "tests" / "data" / "configs"
 OUT = ROOT / "tests" / "data" / "transformers-counts.json"
 # model_type transformers does not register -> the one whose code the checkpoint declares
-DECLARED_CODE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2"}
+DECLARED_CODE = {"kimi_k2": "deepseek_v3", "mimo": "qwen2", "minimax_m3": "minimax_m3_vl_text"}
+# ... and the class that builds it, where the checkpoint's declared architecture is not a transformers class
+DECLARED_CLASS = {"minimax_m3": "MiniMaxM3VLForCausalLM"}
 
 
 def count(config: dict) -> dict | None:
-    config = dict(config, model_type=DECLARED_CODE.get(config.get("model_type"), config.get("model_type")))
+    model_type = config.get("model_type")
+    config = dict(config, model_type=DECLARED_CODE.get(model_type, model_type))
+    if model_type in DECLARED_CLASS:
+        config["architectures"] = [DECLARED_CLASS[model_type]]
     tensors = meta_tensors(config)
     if tensors is None:
         return None
@@ -54,8 +62,9 @@ def main() -> int:
             continue
         counts[path.parent.name] = result
         print(f"{path.parent.name}: {result['parameters']:,} parameters + {result['buffers']:,} buffer elements")
+    import timm  # builds Gemma 3n's vision tower for transformers
     OUT.write_text(json.dumps({"transformers_version": transformers.__version__, "torch_version": torch.__version__,
-                               "device": "meta", "counts": counts}, indent=1) + "\n")
+                               "timm_version": timm.__version__, "device": "meta", "counts": counts}, indent=1) + "\n")
     return 0
 
 

@@ -8,21 +8,18 @@ import sys
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from planner import api
 from planner.errors import PlannerInputError
-from planner.render.html import fleet_html, review_html
-from planner.render.markdown import fleet_markdown, frame_markdown, records_markdown, review_markdown, solve_markdown
-from planner.render.records import (catalog_rows, compare_frame, engine_estimate_json, estimate_json, fit_json,
-                                    fleet_json, fleet_rows, rows_csv, solve_json)
-from planner.render.terminal import (COMPARE_TABLE_COLUMNS, engine_table, estimate_table, fit_table, fleet_table,
-                                     frame_table, rows_table, solve_table, what_if_table)
 from planner.files import SCENARIO, read_text, write_output
+
+# Each command imports the renderers it prints with (rich, the HTML page, pandas frames ...), so a command
+# loads only what it uses: `planner estimate` starts without the solver's or the report's modules.
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
@@ -62,6 +59,8 @@ class CatalogKind(str, Enum):
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     console = Console(highlight=False)
     if not console.is_terminal:
         console.width = 120  # rich assumes 80 columns when piped; the tables need more
@@ -109,8 +108,12 @@ def estimate(
                                    kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)
         if output_format is OutputFormat.json:
+            from planner.render.records import engine_estimate_json
+
             typer.echo(engine_estimate_json(both.memory, both.engine))
         else:
+            from planner.render.terminal import engine_table, estimate_table
+
             estimate_table(both.memory, _console(), show_fit=False)
             engine_table(both.engine, _console())
         return
@@ -118,8 +121,12 @@ def estimate(
                           gpu=gpu, gpu_memory=gpu_memory, overhead=overhead, params=params, layers=layers,
                           kv_heads=kv_heads, head_dim=head_dim, heads=heads)
     if output_format is OutputFormat.json:
+        from planner.render.records import estimate_json
+
         typer.echo(estimate_json(result))
     else:
+        from planner.render.terminal import estimate_table
+
         estimate_table(result, _console())
 
 
@@ -139,6 +146,8 @@ def fit_command(
 ) -> None:
     """Solving backwards, per engine: the largest context, the most sequences, the fewest GPUs that hold a load."""
     from planner.estimator.engines import ENGINE_NAMES, EngineSettings
+    from planner.render.records import fit_json
+    from planner.render.terminal import fit_table
 
     names = tuple(e.value for e in engine) if engine else ENGINE_NAMES
     fits = api.fit(model, EngineSettings(names[0]), gpu=gpu, gpu_memory=gpu_memory, gpus=gpus, context=context,
@@ -161,6 +170,10 @@ def solve(
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
+    from planner.render.markdown import fleet_markdown, records_markdown, solve_markdown
+    from planner.render.records import fleet_json, fleet_rows, rows_csv, solve_json
+    from planner.render.terminal import fleet_table, solve_table, what_if_table
+
     loaded = api.load_scenario(scenario)
     if what_if:
         rows = api.what_if(loaded)
@@ -190,6 +203,8 @@ def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Con
         if output is None:
             table(_console())
             return
+        from rich.console import Console
+
         buffer = io.StringIO()
         table(Console(file=buffer, width=120, highlight=False, no_color=True))
         text = buffer.getvalue()
@@ -215,6 +230,9 @@ def compare(
     output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
 ) -> None:
     """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
+    from planner.render.markdown import frame_markdown
+    from planner.render.records import compare_frame
+    from planner.render.terminal import COMPARE_TABLE_COLUMNS, frame_table
 
     def split(text: Optional[str]) -> Optional[list[str]]:
         return [part.strip() for part in text.split(",") if part.strip()] if text else None
@@ -240,6 +258,9 @@ def report(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
+    from planner.render.html import fleet_html, review_html
+    from planner.render.markdown import fleet_markdown, review_markdown
+
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
@@ -254,6 +275,9 @@ def report(
     if quiet:
         review = api.review(loaded)
     else:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         with Progress(TextColumn("solving the plan and its cost curves"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("report", total=None)
@@ -297,6 +321,9 @@ def catalog_command(
     output_format: ListFormat = typer.Option(ListFormat.table, "--format", help="table, json or csv."),
 ) -> None:
     """List what planner knows: GPUs, models or precisions, with their sources."""
+    from planner.render.records import catalog_rows, rows_csv
+    from planner.render.terminal import rows_table
+
     rows = catalog_rows(api.load_catalog(), kind.value)
     if output_format is ListFormat.json:
         typer.echo(json.dumps(rows, indent=2))
@@ -404,8 +431,14 @@ def simulate_command(
 
 def main() -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
+    from planner.direct import direct_call, run_standalone
+
     try:
-        app()  # standalone: usage errors (unknown option, wrong type) already exit 2 with one message
+        call = direct_call(app, sys.argv[1:])  # a plain command line skips typer's (pydantic) parsing
+        if call is None:
+            app()  # standalone: usage errors (unknown option, wrong type) already exit 2 with one message
+        else:
+            run_standalone(call)
     except PlannerInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -15,23 +15,41 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerInputError
 
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    import yaml
+
 CACHE_ENV = "PLANNER_CACHE_DIR"
 
 
-class _UniqueKeyLoader(_SAFE_LOADER):  # type: ignore[misc, valid-type]
-    """The safe loader, refusing duplicate keys."""
+def _unique_key_loader() -> type:
+    """The safe loader (libyaml's when PyYAML has it), refusing duplicate keys; PyYAML loads here, on the first
+    parse: a catalog read from its JSON copy never needs it."""
+    import yaml
+
+    class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        """The safe loader, refusing duplicate keys."""
+
+    _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    return _UniqueKeyLoader
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_UniqueKeyLoader":  # defined on first use, then a plain module attribute
+        globals()[name] = _unique_key_loader()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    import yaml
+
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -41,9 +59,6 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def printable(text: str) -> str:
     """Text as it may appear inside a one-line message: quoted and escaped if it holds a newline or the like."""
     return text if text.isprintable() else repr(text)
@@ -51,8 +66,11 @@ def printable(text: str) -> str:
 
 def parse_yaml(text: str, label: str) -> Any:
     """Parse one YAML document; any problem becomes a one-line error starting with `label`."""
+    import yaml
+
+    loader = sys.modules[__name__]._UniqueKeyLoader  # through the module: defined on first use, or replaced by a test
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -82,7 +100,7 @@ def load_yaml_cached(path: Path, label: str) -> Any:
         raise PlannerInputError(f"{label}: cannot read it ({exc.strerror}); reinstall planner") from None
     cached = cache_dir() / f"yaml-{hashlib.sha256(raw).hexdigest()}.json"
     try:
-        return json.loads(cached.read_text(encoding="utf-8"))
+        return json.loads(cached.read_text(encoding="utf-8"), object_hook=_from_json)
     except (OSError, ValueError):
         pass  # no copy yet, or an unreadable one: parse the YAML and (re)write it
     try:
@@ -94,12 +112,33 @@ def load_yaml_cached(path: Path, label: str) -> Any:
     return data
 
 
+# A mapping with keys JSON has no object for (integers: engine_profiles.yaml's {2: 2115, 4: 2181}) is kept as
+# its [key, value] pairs under this one key, which no YAML document planner reads uses (the round trip checks it)
+_PAIRS = "\x00yaml-pairs"
+
+
+def _to_json(data: Any) -> Any:
+    if isinstance(data, dict):
+        if all(isinstance(key, str) for key in data):
+            return {key: _to_json(value) for key, value in data.items()}
+        return {_PAIRS: [[key, _to_json(value)] for key, value in data.items()]}
+    if isinstance(data, list):
+        return [_to_json(value) for value in data]
+    return data
+
+
+def _from_json(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and _PAIRS in obj:
+        return {key: value for key, value in obj[_PAIRS]}
+    return obj
+
+
 def _write_cache(path: Path, data: Any) -> None:
-    """Best effort: a read-only home, or a document JSON would not give back as it is (dates, integer
-    keys), just means no cache."""
+    """Best effort: a read-only home, or a document JSON would not give back as it is (dates, a list as a key),
+    just means no cache."""
     try:
-        text = json.dumps(data)
-        if json.loads(text) != data:
+        text = json.dumps(_to_json(data))
+        if json.loads(text, object_hook=_from_json) != data:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".yaml-", suffix=".tmp")

@@ -86,3 +86,61 @@ def test_gb200_rents_by_the_nvl72_slice():
     rows = [offer for offer in CATALOG.offers if offer.gpu == "gb200"]
     assert rows and all(row.as_of and row.source for row in rows)
     assert {row.gpus for row in rows} == {4}
+
+
+# --- a damaged catalog: one line naming the file, the row and the key ------------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    ({"memory_mib": 0}, "gpus[l4].memory_mib: Input should be greater than 0"),
+    ({"memory_mib": "80GB"}, "gpus[l4].memory_mib: Input should be a valid integer"),
+    ({"memory_mib": True}, "gpus[l4].memory_mib: Input should be a valid integer"),
+    ({"vendor": "acme"}, "gpus[l4].vendor: Input should be 'nvidia', 'amd', 'intel' or 'google'"),
+    ({"interconnect": {"kind": "nvlink", "name": "x", "bandwidth_gbps": -1}},
+     "gpus[l4].interconnect.bandwidth_gbps: Input should be greater than 0"),
+    ({"dense_tflops": {"bf16": "fast"}}, "gpus[l4].dense_tflops.bf16: Input should be a valid number"),
+    ({"native_formats": "fp8"}, "gpus[l4].native_formats: Input should be a valid tuple"),
+    ({"colour": "green"}, "gpus[l4].colour: Extra inputs are not permitted"),
+    ({"name": "L4"}, "gpus[L4].name: Value error, catalog names are lowercase slugs without spaces"),
+])
+def test_a_bad_gpu_row_is_one_line_naming_the_key(tmp_path, change, message):
+    import shutil
+
+    import yaml
+
+    from planner.catalog.load import catalog_dir
+
+    shutil.copytree(catalog_dir(), tmp_path / "c", ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    path = tmp_path / "c" / "gpus.yaml"
+    data = yaml.safe_load(path.read_text())
+    row = next(g for g in data["gpus"] if g["name"] == "l4")
+    row.update(change)
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PlannerInputError) as caught:
+        load_catalog(str(tmp_path / "c"))
+    assert str(caught.value) == f"catalog gpus.yaml: {message}"
+
+
+def test_a_missing_key_is_named(tmp_path):
+    import shutil
+
+    import yaml
+
+    from planner.catalog.load import catalog_dir
+
+    shutil.copytree(catalog_dir(), tmp_path / "c", ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    path = tmp_path / "c" / "precisions.yaml"
+    data = yaml.safe_load(path.read_text())
+    del data["precisions"][0]["quality"]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PlannerInputError, match=r"^catalog precisions.yaml: precisions\[\w[^\]]*\].quality: Field required$"):
+        load_catalog(str(tmp_path / "c"))
+
+
+def test_estimate_loads_neither_prices_nor_pydantic():
+    import subprocess
+    import sys
+
+    code = ("import sys; from planner import api; api.estimate('llama-3.1-8b', gpu='h100'); "
+            "print(sorted(m for m in ('pydantic', 'planner.catalog.prices', 'yaml') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() in ("[]", "['yaml']")  # yaml only while the catalog parse cache is cold

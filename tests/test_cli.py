@@ -178,3 +178,89 @@ def test_what_if_honours_format_and_output(tmp_path):
     lines = (tmp_path / "whatif.csv").read_text().splitlines()
     assert lines[0] == "variant,status,usd_per_hour,change_usd_per_hour" and lines[1].startswith("as written,OPTIMAL,")
     assert len(lines) == 6
+
+
+# --- plain command lines skip typer's parsing (planner.direct); the call must be the one typer makes ----------
+
+PLAIN = [
+    ["estimate", "llama-3.1-8b"],
+    ["estimate", "llama-3.1-8b", "--context", "8192", "--gpu", "h100", "--tp", "2"],
+    ["estimate", "--params", "8e9", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--gpu-memory=24GB"],
+    ["estimate", "llama-3.1-8b", "--engine", "vllm", "--gpu", "l4", "--enforce-eager", "--gpu-memory-utilization",
+     "0.85", "--format", "json", "--context", "0010"],
+    ["estimate", "--precision", "fp8", "llama-3.1-8b", "--overhead", "0.2", "--gpu", ""],
+    ["fit", "qwen3-8b", "--gpu", "h100", "--engine", "vllm", "--engine", "sglang", "--gpus", "2"],
+    ["solve", "scenarios/70b-chat.yaml", "-o", "plan.json", "--format", "json", "--top", "0"],
+    ["solve", "a b.yaml", "--what-if", "--time-limit", "2.5"],
+    ["report", "s.yaml", "--output", "r.html", "-q"],
+    ["compare", "llama-3.1-8b", "--gpus", "h100,l4", "--market", "spot", "--max-gpus", "4"],
+    ["export", "plan.json", "--to", "vllm", "--plan", "1"],
+    ["catalog", "gpus", "--format", "csv"],
+    ["perf", "llama-3.1-8b", "--gpu", "h100", "--rate", "3"],
+    ["simulate", "plan.json", "--duration", "60", "--seed", "3"],
+    ["serve", "--port", "9000"],
+]
+
+NOT_PLAIN = [
+    [], ["--help"], ["estimate", "--help"], ["nope"], ["prices", "update", "--from", "x"],  # help, typo, group
+    ["estimate", "llama-3.1-8b", "--context", "1e3"], ["estimate", "x", "--context", "-5"],  # typer coerces/refuses
+    ["estimate", "x", "--context", "8192", "--context", "4096"], ["estimate", "x", "y"],  # repeated, one too many
+    ["estimate", "x", "--engine", "VLLM"], ["estimate", "x", "--contxt", "1"], ["estimate", "x", "--enforce-eager=1"],
+    ["fit", "x", "--gpus", "0"], ["serve", "--port", "70000"],  # typer's bounds
+    ["solve"], ["report", "s.yaml"], ["export", "plan.json"], ["estimate", "x", "--gpu"],  # required value missing
+    ["estimate", "x", "--", "--gpu"], ["solve", "s.yaml", "-o=plan.json"], ["estimate", "x", "--tp", " 2"],
+]
+
+
+def _typer_call(argv, monkeypatch):
+    """What typer passes to the command function for argv."""
+    import functools
+
+    from planner import cli
+
+    seen = {}
+    info = next(c for c in cli.app.registered_commands if (c.name or c.callback.__name__) == argv[0])
+
+    @functools.wraps(info.callback)
+    def capture(**kwargs):
+        seen.update(kwargs)
+
+    monkeypatch.setattr(info, "callback", capture)
+    cli.app(argv, standalone_mode=False)
+    return seen
+
+
+@pytest.mark.parametrize("argv", PLAIN, ids=" ".join)
+def test_a_plain_command_line_makes_the_call_typer_makes(argv, monkeypatch):
+    from planner import cli
+    from planner.direct import direct_call
+
+    call = direct_call(cli.app, argv)
+    assert call is not None
+    direct = call.keywords
+    expected = _typer_call(argv, monkeypatch)
+    assert direct == expected and {k: type(v) for k, v in direct.items()} == {k: type(v) for k, v in expected.items()}
+
+
+@pytest.mark.parametrize("argv", NOT_PLAIN, ids=" ".join)
+def test_every_other_command_line_is_left_to_typer(argv):
+    from planner import cli
+    from planner.direct import direct_call
+
+    assert direct_call(cli.app, argv) is None
+
+
+def test_estimate_runs_without_typer_parsing_or_pydantic(tmp_path):
+    code = ("import sys; sys.argv = ['planner', 'estimate', 'llama-3.1-8b', '--gpu', 'h100']; "
+            "from planner.cli import main; main(); print(sorted(m for m in ('pydantic', 'pandas', 'ortools', "
+            "'planner.render.html', 'planner.plan.solver') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "fits" in proc.stdout and proc.stdout.splitlines()[-1] == "[]"
+
+
+def test_a_closed_pipe_ends_a_direct_command_quietly(tmp_path):
+    proc = subprocess.run(f"{sys.executable} -m planner.cli catalog models | head -1", shell=True, cwd=tmp_path,
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert proc.stdout.count("\n") == 1 and "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr

@@ -17,9 +17,15 @@ from planner.model.precision import weights_bytes
 from conftest import CONFIGS, DATA
 
 RECORDED = json.loads((DATA / "transformers-counts.json").read_text())
-COUNTED = sorted(name for name in RECORDED["counts"]
-                 if (load_config_file(CONFIGS / name).get("text_config") or load_config_file(CONFIGS / name))
-                 .get("model_type") in FAMILIES)
+
+
+def _model_type(name):
+    """The text model's model_type, the outer one when text_config leaves it out (as MiniMax-M3-VL's does)."""
+    config = load_config_file(CONFIGS / name)
+    return (config.get("text_config") or {}).get("model_type") or config["model_type"]
+
+
+COUNTED = sorted(name for name in RECORDED["counts"] if _model_type(name) in FAMILIES)
 
 
 def _arch(name):
@@ -27,10 +33,10 @@ def _arch(name):
 
 
 def test_the_recorded_counts_cover_every_new_family():
-    families = {(load_config_file(CONFIGS / n).get("text_config") or load_config_file(CONFIGS / n))["model_type"]
-                for n in COUNTED}
+    families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
-            "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h"} <= families
+            "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
+            "minimax_m3_vl", "deepseek_v4", "gemma3n_text"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -64,6 +70,88 @@ def test_dsa_indexer_key_cache_joins_the_per_token_bytes(catalog):
     estimate = estimate_memory(arch, Request(context=4096, precision="fp8-block", kv_dtype="bf16"), catalog)
     # 61 layers x (MLA latent 512 + 64 in bf16, plus the indexer's fp8 key of 128 values and one fp32 scale)
     assert estimate.kv_bytes_per_token == 61 * ((512 + 64) * 2 + 128 + 4)
+
+
+def test_minimax_m3_sparse_layers_cache_the_indexer_key_beside_k_and_v(catalog):
+    arch = _arch("minimax-m3")
+    indexed = [layer.attention.index_key_dim for layer in arch.layers]
+    assert indexed[:3] == [0, 0, 0] and set(indexed[3:]) == {128}  # sparse_attention_freq: dense first 3 layers
+    assert [layer.is_moe for layer in arch.layers[2:4]] == [False, True]  # moe_layer_freq
+    assert all(any("indexer" in t.name for t in layer.tensors) == bool(dim) for layer, dim in zip(arch.layers, indexed))
+    estimate = estimate_memory(arch, Request(context=4096, precision="bf16", kv_dtype="bf16"), catalog)
+    # per layer kind, in bf16: full GQA 4 KV heads x (128 + 128); sparse adds the indexer's one 128-value key
+    assert estimate.kv_bytes_per_token == 3 * 4 * 256 * 2 + 57 * (4 * 256 + 128) * 2
+    tp8 = estimate_memory(arch, Request(context=4096, precision="bf16", kv_dtype="bf16", tp=8), catalog)
+    # 4 KV heads over 8 ranks: one whole head per rank; the indexer key is whole on every rank
+    assert {rank.kv_bytes_per_token for rank in tp8.per_gpu} == {3 * 256 * 2 + 57 * (256 + 128) * 2}
+
+
+@pytest.mark.parametrize("kv_dtype, bits", [("bf16", 16), ("fp8", 8)])
+def test_deepseek_v4_caches_a_window_and_one_compressed_entry_per_ratio_tokens(catalog, kv_dtype, bits):
+    arch = _arch("deepseek-v4-flash")
+    ratios = [layer.attention.compress_ratio for layer in arch.layers]
+    assert (ratios.count(0), ratios.count(4), ratios.count(128)) == (2, 21, 20)  # compress_ratios, first 43 of its 44
+    assert {(a.kind, a.kv_heads, a.k_head_dim, a.v_head_dim, a.window) for a in (l.attention for l in arch.layers)} == {
+        ("sliding", 1, 512, 0, 128)}  # one key=value head (DeepseekV4HCACache: values = keys)
+    context = 131_072
+    estimate = estimate_memory(arch, Request(context=context, precision="bf16", kv_dtype=kv_dtype, tp=4), catalog)
+    byte = bits // 8
+    # per layer kind: CSA pools 512 KV + 128 indexer values per 4 tokens, HCA 512 per 128, sliding layers nothing
+    assert estimate.kv_bytes_per_token == 21 * (512 + 128) * byte // 4 + 20 * 512 * byte // 128
+    window = 43 * 128 * 512 * byte
+    compressed = 21 * (context // 4) * (512 + 128) * byte + 20 * (context // 128) * 512 * byte
+    assert {rank.kv_cache_bytes for rank in estimate.per_gpu} == {window + compressed}  # whole on every rank
+
+
+def test_deepseek_v4_pro_and_the_engines_that_cannot_page_its_cache(catalog):
+    from planner.estimator.engines.base import engine_refusal
+    pro = _arch("deepseek-v4-pro")
+    assert [layer.attention.compress_ratio for layer in pro.layers][:3] == [128, 128, 4] and pro.num_layers == 61
+    assert all(layer.is_moe for layer in pro.layers)
+    hashed = [any(t.name == "mlp.gate.tid2eid" for t in layer.tensors) for layer in pro.layers]
+    assert hashed[:4] == [True, True, True, False] and sum(hashed) == 3  # num_hash_layers
+    for engine in ("vllm", "sglang", "llamacpp"):
+        assert "compressed attention" in engine_refusal(pro, engine)
+    assert engine_refusal(pro, "simple") is None
+
+
+def test_gemma_3n_counts_each_encoder_and_shares_the_last_layers_caches(catalog):
+    arch = _arch("gemma-3n-e4b-it")
+    towers = {}
+    for t in arch.multimodal:
+        towers[t.name.split(".")[0]] = towers.get(t.name.split(".")[0], 0) + t.numel
+    # transformers 5.24 + timm 1.0.31 on the meta device: MobileNetV5 294,126,912; conformer 681,348,640
+    assert (towers["vision_tower"], towers["audio_tower"]) == (294_126_912, 681_348_640)
+    assert arch.language_params == 6_835_235_568
+    # 35 blocks, the last 15 reuse the caches of layers 18 (sliding) and 19 (full): 20 cache layers
+    kinds = [(layer.attention.kind, layer.attention.window) for layer in arch.layers]
+    assert len(kinds) == 20 and kinds.count(("full", None)) == 4 and kinds.count(("sliding", 512)) == 16
+    estimate = estimate_memory(arch, Request(context=32768, precision="bf16", kv_dtype="bf16"), catalog)
+    assert estimate.kv_bytes_per_token == 4 * 2 * 2 * 256 * 2  # full layers: 2 KV heads x (K + V) of 256, bf16
+    assert estimate.kv_sliding_bytes_per_token == 16 * 2 * 2 * 256 * 2
+
+
+@pytest.mark.parametrize("kernels", [[3, 3], [[3]], [["a", 3], [3, 3]], 5])
+def test_a_malformed_audio_subsampling_list_is_named(kernels):
+    from planner.errors import PlannerInputError
+    config = load_config_file(CONFIGS / "gemma-3n-e4b-it")
+    config = {**config, "audio_config": {**config["audio_config"], "sscp_conv_kernel_size": kernels}}
+    with pytest.raises(PlannerInputError, match="sscp_conv_kernel_size"):
+        architecture_from_config(config, "gemma3n")
+
+
+def test_an_unknown_timm_vision_architecture_is_refused():
+    from planner.model.families.core import UnsupportedArchitecture
+    config = load_config_file(CONFIGS / "gemma-3n-e4b-it")
+    config = {**config, "vision_config": {**config["vision_config"], "architecture": "mobilenetv9_enc"}}
+    with pytest.raises(UnsupportedArchitecture, match="mobilenetv9_enc"):
+        architecture_from_config(config, "gemma3n")
+
+
+def test_minimax_m3_vl_tower_is_the_models_own_whatever_its_vision_config_says():
+    arch = _arch("minimax-m3-vl-nvfp4")
+    assert arch.multimodal_params == 865_567_232 and arch.language_params == _arch("minimax-m3").language_params
+    assert {t.name for t in arch.multimodal if t.role == "projector"} >= {"projector.merge_linear_1.weight"}
 
 
 def test_glm_5_2_shared_indexer_layers_keep_no_indexer():
@@ -116,7 +204,8 @@ def test_a_malformed_exclusion_list_is_named():
 # -- the optional exact fallback: transformers on the meta device (CI does not install it) ---------------
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
-                                  "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2"])
+                                  "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4",
+                                  "deepseek-v4-flash", "gemma-3n-e4b-it"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -163,7 +252,8 @@ def test_an_unknown_suffixed_id_is_still_refused(catalog):
 def test_catalog_lists_the_current_families(catalog):
     families = {m.family for m in catalog.models}
     assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
-            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas"} <= families
+            "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas", "deepseek_v4",
+            "minimax_m3", "gemma3n"} <= families
 
 
 def test_nemotron_nas_counts_each_searched_block():

@@ -49,6 +49,18 @@ def test_recurrent_state_elements_are_the_engines_shapes(qwen3_next):
             if layer.attention.kind == "mamba"} == {MAMBA2_STATE}
 
 
+@pytest.mark.parametrize("tp, groups_on_rank", [(1, 8), (2, 4), (8, 1), (16, 1)])
+def test_mamba2_state_on_a_rank_replicates_the_groups_tp_does_not_divide(tp, groups_on_rank):
+    """vLLM MambaStateShapeCalculator.mamba2_state_shape: heads split over the ranks; the 8 B / C groups split too
+    while tp divides them, else they are replicated to tp groups, one per rank (extra_groups_for_head_shards)."""
+    mamba = next(layer.attention for layer in nemotron_h_like().layers if layer.attention.kind == "mamba")
+    conv = (64 * 64 // tp + 2 * groups_on_rank * 128) * (4 - 1)
+    ssm = 64 // tp * 64 * 128
+    assert mamba.state_elements_on_rank(tp) == conv + ssm
+    from planner.estimator.memory import state_bytes_per_sequence
+    assert state_bytes_per_sequence(mamba, tp, 16) == 2 * (conv + ssm)  # the bytes the engines size pages from
+
+
 def test_vllm_aligns_the_attention_block_to_hold_a_state(qwen3_next, h100, catalog):
     budget = engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name="vllm"), h100, catalog)
     state = GDN_STATE // 4 * 2  # bf16 state, heads split over 4 ranks

@@ -57,6 +57,16 @@ def test_documents_json_would_change_are_not_cached(tmp_path, cache):
     assert not list(cache.glob("yaml-*.json"))
 
 
+def test_integer_keys_come_back_as_integers_from_the_copy(tmp_path, cache):
+    source = tmp_path / "c.yaml"
+    source.write_text("mib:\n  value: {2: 2115, 4: 2181}\nnames: {a: 1}\n")  # engine_profiles.yaml's shape
+    first = load_yaml_cached(source, "c")
+    assert first == {"mib": {"value": {2: 2115, 4: 2181}}, "names": {"a": 1}}
+    (copy,) = cache.glob("yaml-*.json")  # cached, where JSON alone would have turned 2 into "2"
+    again = load_yaml_cached(source, "c")
+    assert again == first and list(again["mib"]["value"]) == [2, 4]
+
+
 def test_a_cache_folder_that_cannot_be_made_only_costs_the_cache(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")

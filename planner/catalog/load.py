@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, get_args
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from types import UnionType
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from planner.errors import PlannerInputError
 from planner.units import MiB
 from planner.yamlfile import load_yaml_cached
+
+if TYPE_CHECKING:  # pydantic loads only where a pydantic schema is validated (scenarios, plans, prices)
+    from pydantic import BaseModel
+
+    from planner.catalog.prices import Offer
+
+    M = TypeVar("M", bound=BaseModel)
 
 # What a precision costs in output quality, best first (catalogs/precisions.yaml `quality`; a scenario's
 # search.quality_floor names one of these).
@@ -30,41 +36,42 @@ def quality_at_least(quality: str, floor: str) -> bool:
     return QUALITY_ORDER.index(quality) <= QUALITY_ORDER.index(floor)
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _limits(default: Any = MISSING, **bounds: float) -> Any:
+    """A record field with bounds (gt, ge, le), checked by _record like pydantic's Field(gt=...)."""
+    return field(default=default, metadata=bounds)
 
+
+@dataclass(frozen=True, kw_only=True)
+class _Record:
     name: str
     aliases: tuple[str, ...] = ()
 
-    @field_validator("name")
-    @classmethod
-    def _lowercase_name(cls, value: str) -> str:
-        if value != value.lower() or " " in value:
-            raise ValueError("catalog names are lowercase slugs without spaces")
-        return value
+    def __post_init__(self) -> None:
+        if self.name != self.name.lower() or " " in self.name:
+            raise _Invalid(("name",), "Value error, catalog names are lowercase slugs without spaces")
 
 
-class Interconnect(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+@dataclass(frozen=True, kw_only=True)
+class Interconnect:
     kind: str
     name: str
-    bandwidth_gbps: float = Field(gt=0)
+    bandwidth_gbps: float = _limits(gt=0)
 
 
+@dataclass(frozen=True, kw_only=True)
 class Gpu(_Record):
     display_name: str
     vendor: Literal["nvidia", "amd", "intel", "google"]
     generation: str
     segment: Literal["datacenter", "workstation", "consumer"]
-    memory_mib: int = Field(gt=0)
+    memory_mib: int = _limits(gt=0)
     memory_marketed: str
-    memory_bandwidth_gbps: float = Field(gt=0)
+    memory_bandwidth_gbps: float = _limits(gt=0)
     dense_tflops: dict[str, float | None]
     native_formats: tuple[str, ...]
     interconnect: Interconnect
     pcie_gen: int | None = None
-    gpus_per_node: int = Field(gt=0)
+    gpus_per_node: int = _limits(gt=0)
     tdp_watts: float | None = None
     skypilot_accelerator: str | None = None
     source: str
@@ -77,10 +84,11 @@ class Gpu(_Record):
         return self.memory_mib * MiB
 
 
+@dataclass(frozen=True, kw_only=True)
 class Model(_Record):
     hf_id: str
     family: str
-    params: int = Field(gt=0)
+    params: int = _limits(gt=0)
     params_source: str
     source: str
     as_of: str
@@ -88,21 +96,21 @@ class Model(_Record):
     notes: str | None = None
 
 
-class Scales(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+@dataclass(frozen=True, kw_only=True)
+class Scales:
     granularity: Literal["tensor", "channel", "group", "block"]
-    group_size: int | None = Field(default=None, gt=0)
-    scale_bits: int = Field(gt=0)
-    zero_bits: int = Field(default=0, ge=0)
+    group_size: int | None = _limits(None, gt=0)
+    scale_bits: int = _limits(gt=0)
+    zero_bits: int = _limits(0, ge=0)
 
 
+@dataclass(frozen=True, kw_only=True)
 class Precision(_Record):
-    bits: float = Field(gt=0)
+    bits: float = _limits(gt=0)
     scope: Literal["all", "linear", "experts", "gguf"]
     serving_default: bool = False
     scales: Scales | None = None
-    seed_bits: float = Field(gt=0)
+    seed_bits: float = _limits(gt=0)
     quality: Quality
     native: tuple[str, ...]
     torch_dtypes: tuple[str, ...] = ()
@@ -116,16 +124,18 @@ class Precision(_Record):
     as_of: str
 
 
+@dataclass(frozen=True, kw_only=True)
 class KvDtype(_Record):
-    bits: int = Field(gt=0)
+    bits: int = _limits(gt=0)
     source: str
 
 
+@dataclass(frozen=True, kw_only=True)
 class Engine(_Record):
     description: str
-    overhead_fraction: float = Field(ge=0, le=1)
+    overhead_fraction: float = _limits(ge=0, le=1)
     # the CUDA context every GPU holds: filled in from engine_profiles.yaml cuda.context_mib, its one home
-    runtime_reserve_mib: int | None = Field(default=None, ge=0)
+    runtime_reserve_mib: int | None = _limits(None, ge=0)
     source: str
     as_of: str
 
@@ -134,26 +144,18 @@ class Engine(_Record):
         return (self.runtime_reserve_mib or 0) * MiB
 
 
-class Offer(BaseModel):
-    """One rentable shape: an instance of `gpus` GPUs at a provider, in a region, with its prices."""
+def __getattr__(name: str) -> Any:
+    """`Offer` lives with the prices (planner.catalog.prices, a pydantic model): imported on first use, so a
+    command that never prices anything (estimate, fit) loads neither it nor pydantic."""
+    if name == "Offer":
+        from planner.catalog.prices import Offer
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    provider: str
-    instance: str
-    gpu: str
-    gpus: int = Field(gt=0)
-    region: str
-    on_demand_usd_per_hour: float | None = Field(default=None, gt=0)
-    spot_usd_per_hour: float | None = Field(default=None, gt=0)
-    as_of: str
-    source: str
-
-    def price(self, market: str) -> float | None:
-        return self.on_demand_usd_per_hour if market == "on-demand" else self.spot_usd_per_hour
+        return Offer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 R = TypeVar("R", bound=_Record)
+D = TypeVar("D")
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,9 @@ class Registry(Generic[R]):
     kind: str
     records: tuple[R, ...]
 
+    @cached_property
     def _index(self) -> dict[str, R]:
+        """Built on the first lookup (the solver looks names up tens of thousands of times in one run)."""
         index: dict[str, R] = {}
         for record in self.records:
             keys = [record.name, *record.aliases]
@@ -174,7 +178,7 @@ class Registry(Generic[R]):
         return index
 
     def get(self, name: str) -> R:
-        index = self._index()
+        index = self._index
         found = index.get(name.strip().lower())
         if found is not None:
             return found
@@ -199,7 +203,15 @@ class Catalog:
     precisions: Registry[Precision]
     kv_dtypes: Registry[KvDtype]
     engines: Registry[Engine]
-    offers: tuple[Offer, ...]
+    prices_file: Path
+
+    @cached_property
+    def offers(self) -> tuple[Offer, ...]:
+        """prices.yaml, read on first use (estimate and fit never price anything); every priced GPU must be
+        in the GPU catalog."""
+        from planner.catalog.prices import load_offers
+
+        return load_offers(self.prices_file, self.gpus)
 
     def model_and_precision(self, name: str) -> tuple[Model, str | None]:
         """A model by name, alias or HF id; failing that, a quantized repo of a catalog model: a precision's
@@ -251,21 +263,134 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-M = TypeVar("M", bound=BaseModel)
+class _Invalid(ValueError):
+    """One problem in a catalog row: where (key path) and what, worded as pydantic words it."""
+
+    def __init__(self, loc: tuple[Any, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+        self.message = message
+
+
+Check = Callable[[Any, tuple[Any, ...]], Any]  # (value, key path) -> the value as the record keeps it
+
+
+def _scalar(kind: type) -> Check:
+    """str, int, float, bool as they are (an int for a float becomes a float); no string or bool coercion:
+    a catalog is hostile input, and the shipped files write every number as a number."""
+    wanted = {str: "a valid string", int: "a valid integer", float: "a valid number", bool: "a valid boolean"}[kind]
+    accepted = (int, float) if kind is float else kind
+
+    def check(value: Any, loc: tuple[Any, ...]) -> Any:
+        if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
+            raise _Invalid(loc, f"Input should be {wanted}")
+        return float(value) if kind is float else value
+
+    return check
+
+
+@cache
+def _check(hint: Any) -> Check:
+    """The check of one annotation, built once: the shapes the catalog records use."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return lambda value, loc: value
+    if origin in (Union, UnionType):  # X | None
+        inner = _check(next(a for a in args if a is not type(None)))
+        return lambda value, loc: None if value is None else inner(value, loc)
+    if origin is Literal:
+        choices = [repr(a) for a in args]
+        message = f"Input should be {', '.join(choices[:-1])} or {choices[-1]}"
+
+        def literal(value: Any, loc: tuple[Any, ...]) -> Any:
+            if isinstance(value, str) and value in args:
+                return value
+            raise _Invalid(loc, message)
+        return literal
+    if origin is tuple:
+        item = _check(args[0])
+
+        def sequence(value: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+            if not isinstance(value, (list, tuple)):
+                raise _Invalid(loc, "Input should be a valid tuple")
+            return tuple(item(v, (*loc, i)) for i, v in enumerate(value))
+        return sequence
+    if origin is dict:
+        key, item = _check(args[0]), _check(args[1])
+
+        def mapping(value: Any, loc: tuple[Any, ...]) -> dict[Any, Any]:
+            if not isinstance(value, dict):
+                raise _Invalid(loc, "Input should be a valid dictionary")
+            return {key(k, (*loc, k)): item(v, (*loc, k)) for k, v in value.items()}
+        return mapping
+    if is_dataclass(hint):
+        return lambda value, loc: _record(hint, value, loc)
+    return _scalar(hint)
+
+
+@cache
+def _fields(record_type: type) -> tuple[tuple[str, bool, Check, tuple[tuple[str, float], ...]], ...]:
+    """Each field: its name, whether it is required, its check and its bounds (metadata gt/ge/le)."""
+    hints = get_type_hints(record_type)
+    return tuple((f.name, f.default is MISSING, _check(hints[f.name]), tuple(f.metadata.items()))
+                 for f in fields(record_type))
+
+
+def _record(record_type: type[D], row: Any, loc: tuple[Any, ...] = ()) -> D:
+    """A record from one mapping: every key known, every required key given, each value of its type and within
+    its bounds."""
+    if not isinstance(row, dict):
+        raise _Invalid(loc, f"Input should be a valid dictionary or instance of {record_type.__name__}")
+    values: dict[str, Any] = {}
+    for name, required, check, bounds in _fields(record_type):
+        if name not in row:
+            if required:
+                raise _Invalid((*loc, name), "Field required")
+            continue
+        value = values[name] = check(row[name], (*loc, name))
+        for bound, limit in bounds:
+            if value is not None and not _BOUNDS[bound][0](value, limit):
+                raise _Invalid((*loc, name), f"Input should be {_BOUNDS[bound][1]} {limit}")
+    if len(values) < len(row):
+        known = {name for name, *_ in _fields(record_type)}
+        extra = next(key for key in row if key not in known)
+        raise _Invalid((*loc, extra), "Extra inputs are not permitted")
+    return record_type(**values)
+
+
+_BOUNDS: dict[str, tuple[Callable[[Any, float], bool], str]] = {
+    "gt": (lambda value, limit: value > limit, "greater than"),
+    "ge": (lambda value, limit: value >= limit, "greater than or equal to"),
+    "le": (lambda value, limit: value <= limit, "less than or equal to"),
+}
 
 
 def _label(row: Any, index: int) -> Any:
     return row.get("name", index) if isinstance(row, dict) else index
 
 
+def _one_line(where: str, loc: tuple[Any, ...], message: str) -> PlannerInputError:
+    return PlannerInputError(f"{where}{''.join('.' + str(p) for p in loc)}: {message}")
+
+
 def validate_record(record_type: type[M], row: Any, where: str) -> M:
-    """Validate one row; the first problem becomes a one-line error naming the key path."""
+    """Validate one row against a pydantic model (the scenario, plan and profile schemas); the first problem
+    becomes a one-line error naming the key path."""
+    from pydantic import ValidationError
+
     try:
         return record_type.model_validate(row)
     except ValidationError as exc:
         first = exc.errors()[0]
-        path = ".".join(str(p) for p in first["loc"])
-        raise PlannerInputError(f"{where}.{path}: {first['msg']}") from None
+        raise _one_line(where, first["loc"], first["msg"]) from None
+
+
+def catalog_record(record_type: type[D], row: Any, where: str) -> D:
+    """One catalog row as its record; the first problem becomes a one-line error naming the key path."""
+    try:
+        return _record(record_type, row)
+    except _Invalid as exc:
+        raise _one_line(where, exc.loc, exc.message) from None
 
 
 def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[R]:
@@ -273,7 +398,7 @@ def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[
     rows = data.get(key)
     if not isinstance(rows, list):
         raise PlannerInputError(f"catalog {path.name}: missing the list {key!r}")
-    records = [validate_record(record_type, row, f"catalog {path.name}: {key}[{_label(row, i)}]") for i, row in enumerate(rows)]
+    records = [catalog_record(record_type, row, f"catalog {path.name}: {key}[{_label(row, i)}]") for i, row in enumerate(rows)]
     seen: dict[str, str] = {}
     for record in records:
         keys = [record.name, *record.aliases] + ([record.hf_id] if isinstance(record, Model) else [])
@@ -284,28 +409,18 @@ def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[
     return Registry(kind, tuple(records))
 
 
-def _offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:
-    rows = read_yaml(path).get("prices")
-    if not isinstance(rows, list):
-        raise PlannerInputError(f"catalog {path.name}: missing the list 'prices'")
-    offers = tuple(validate_record(Offer, row, f"catalog {path.name}: prices[{i}]") for i, row in enumerate(rows))
-    for offer in offers:
-        gpus.get(offer.gpu)  # every priced GPU must be in the GPU catalog
-    return offers
-
-
 @cache
 def load_catalog(directory: str | None = None) -> Catalog:
-    """Load and validate every catalog file (cached: catalogs don't change during a run)."""
+    """Load and validate the catalog files (cached: catalogs don't change during a run); the prices are read
+    when first asked for (Catalog.offers)."""
     base = Path(directory) if directory else catalog_dir()
-    gpus = _records(base / "gpus.yaml", "gpus", Gpu, "gpu")
     return Catalog(
-        gpus=gpus,
+        gpus=_records(base / "gpus.yaml", "gpus", Gpu, "gpu"),
         models=_records(base / "models.yaml", "models", Model, "model"),
         precisions=_records(base / "precisions.yaml", "precisions", Precision, "precision"),
         kv_dtypes=_records(base / "precisions.yaml", "kv_dtypes", KvDtype, "kv-dtype"),
         engines=_engines(base),
-        offers=_offers(base / "prices.yaml", gpus),
+        prices_file=base / "prices.yaml",
     )
 
 
@@ -322,4 +437,4 @@ def _engines(base: Path) -> Registry[Engine]:
     value = context.get("value") if isinstance(context, dict) else None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise PlannerInputError("catalog engine_profiles.yaml: cuda.context_mib.value: must be a whole number of MiB")
-    return Registry(engines.kind, tuple(e.model_copy(update={"runtime_reserve_mib": value}) for e in engines))
+    return Registry(engines.kind, tuple(replace(e, runtime_reserve_mib=value) for e in engines))

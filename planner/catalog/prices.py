@@ -23,10 +23,42 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
-from planner.catalog.load import Catalog, Offer, catalog_dir, read_yaml, validate_record
+from planner.catalog.load import Catalog, Gpu, Registry, catalog_dir, read_yaml, validate_record
 from planner.catalog.skypilot import SkyPilotCatalog
 from planner.errors import PlannerInputError
+
+
+class Offer(BaseModel):
+    """One rentable shape: an instance of `gpus` GPUs at a provider, in a region, with its prices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str
+    instance: str
+    gpu: str
+    gpus: int = Field(gt=0)
+    region: str
+    on_demand_usd_per_hour: float | None = Field(default=None, gt=0)
+    spot_usd_per_hour: float | None = Field(default=None, gt=0)
+    as_of: str
+    source: str
+
+    def price(self, market: str) -> float | None:
+        return self.on_demand_usd_per_hour if market == "on-demand" else self.spot_usd_per_hour
+
+
+def load_offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:
+    """prices.yaml as offers, each naming a GPU of the GPU catalog."""
+    rows = read_yaml(path).get("prices")
+    if not isinstance(rows, list):
+        raise PlannerInputError(f"catalog {path.name}: missing the list 'prices'")
+    offers = tuple(validate_record(Offer, row, f"catalog {path.name}: prices[{i}]") for i, row in enumerate(rows))
+    for offer in offers:
+        gpus.get(offer.gpu)
+    return offers
+
 
 MAX_PRICE_AGE_DAYS = 90  # issue 12: a plan priced older than this says so
 SKYPILOT_SOURCE = "skypilot-org/skypilot-catalog"

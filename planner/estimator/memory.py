@@ -176,14 +176,15 @@ def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> in
         return attention.latent_dim * kv_bits // 8 + attention.indexer_bytes_per_token
     if attention.kind in ("full", "sliding"):
         heads = kv_heads_per_rank(attention.kv_heads, tp)
-        return heads * (attention.k_head_dim + attention.v_head_dim) * kv_bits // 8
+        # a MiniMax Sparse Attention indexer's single key per token is whole on every rank (0 without one)
+        return (heads * (attention.k_head_dim + attention.v_head_dim) + attention.index_key_dim) * kv_bits // 8
     return 0
 
 
 def state_bytes_per_sequence(attention: Attention, tp: int, state_bits: int) -> int:
     """Bytes of one sequence's recurrent state (convolution window + recurrent state) in a linear-attention or
     Mamba layer on one TP rank: the state is split over TP ranks by heads."""
-    return ceil(attention.state_elements / tp) * state_bits // 8
+    return attention.state_elements_on_rank(tp) * state_bits // 8
 
 
 def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: int) -> tuple[int, int]:
@@ -197,6 +198,10 @@ def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: i
         per_token = attention_bytes_per_token(a, tp, kv_bits)
         if a.kind == "sliding":
             per_sequence += per_token * min(context, a.window or context)
+            if a.compress_ratio:  # DeepSeek-V4: one compressed entry per compress_ratio tokens beside the window
+                entry = a.compressed_dim * kv_bits // 8  # one shared entry, whole on every rank like the window's head
+                growing += entry // a.compress_ratio
+                per_sequence += entry * (context // a.compress_ratio)
         elif a.kind in RECURRENT_KINDS:
             per_sequence += state_bytes_per_sequence(a, tp, state_bits)
         else:

@@ -8,16 +8,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from dataclasses import fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from planner.catalog.load import Catalog
-from planner.estimator.memory import MemoryEstimate
-from planner.plan.configuration import Configuration
-from planner.plan.planfile import SCHEMA_VERSION
 from planner.units import GiB, gb
 
 if TYPE_CHECKING:
+    from planner.catalog.load import Catalog
+    from planner.estimator.memory import MemoryEstimate
+    from planner.plan.configuration import Configuration
     from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import Assignment, FleetPlan
@@ -33,15 +33,22 @@ def configuration_record(configuration: Configuration) -> dict[str, Any]:
     return out
 
 
+def _is_configuration(value: Any) -> bool:
+    """A Configuration exists only once its module is loaded: an estimate's record is written without loading it
+    (and the engines and pydantic it imports)."""
+    module = sys.modules.get("planner.plan.configuration")
+    return module is not None and isinstance(value, module.Configuration)
+
+
 def record(value: Any) -> Any:
     """A dataclass tree as JSON-ready values; a `configuration` field is merged into the record holding it."""
-    if isinstance(value, Configuration):
+    if _is_configuration(value):
         return {f.name: record(getattr(value, f.name)) for f in fields(value)}
     if is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for f in fields(value):
             item = getattr(value, f.name)
-            if isinstance(item, Configuration):
+            if _is_configuration(item):
                 out.update(configuration_record(item))
             else:
                 out[f.name] = record(item)
@@ -55,6 +62,8 @@ def record(value: Any) -> Any:
 
 def document(kind: str, body: dict[str, Any]) -> str:
     """A plan file: the schema version and kind first, then the body."""
+    from planner.plan.planfile import SCHEMA_VERSION
+
     return json.dumps({"schema_version": SCHEMA_VERSION, "kind": kind, **body}, indent=2)
 
 

@@ -177,6 +177,10 @@ def engine_refusal(arch: Architecture, engine: str) -> str | None:
     does not size; SGLang's token pool is sized per attention-layer token, nothing for an attention-free model."""
     kinds = arch.attention_kinds
     recurrent = sorted(kinds & set(RECURRENT_KINDS))
+    if engine != "simple" and any(layer.attention.compress_ratio for layer in arch.layers):
+        return (f"--engine {engine}: {arch.name} keeps compressed attention caches beside its sliding window "
+                "(DeepSeek-V4: one entry per 4 or 128 tokens), which this engine profile does not lay out; "
+                "use --engine simple")
     if engine == "llamacpp" and recurrent:
         return (f"--engine llamacpp: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
                 "recurrent cache the llama.cpp profile does not size; use --engine vllm, sglang or simple")

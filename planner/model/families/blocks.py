@@ -147,6 +147,15 @@ def recurrent_state_elements(c: Config, kind: LayerKind) -> int:
     return conv + heads * head_dim * state
 
 
+def recurrent_attention(c: Config, kind: LayerKind) -> Attention:
+    """A linear-attention or Mamba layer's cache: its state, and for Mamba-2 the B / C groups TP may replicate."""
+    if kind != "mamba":
+        return Attention(kind, state_elements=recurrent_state_elements(c, kind))
+    groups = c.int("mamba_n_groups", default=1)
+    return Attention(kind, state_elements=recurrent_state_elements(c, kind), state_groups=groups,
+                     state_group_elements=2 * c.int("mamba_d_state") * (c.int("mamba_d_conv") - 1))
+
+
 def attention_layouts(c: Config, model_type: str, num_layers: int, kv_heads: int, head_dim: int,
                        recurrent_ok: bool = False) -> list[Attention]:
     layouts = []
@@ -157,7 +166,7 @@ def attention_layouts(c: Config, model_type: str, num_layers: int, kv_heads: int
                     f"{c.where}: layer {i} is a {kind} (recurrent-state) layer, whose weights planner does not count "
                     f"for model_type {model_type!r}; give the weights with --params N"
                 )
-            layouts.append(Attention(kind, state_elements=recurrent_state_elements(c, kind)))
+            layouts.append(recurrent_attention(c, kind))
         else:
             layouts.append(Attention(kind, kv_heads, head_dim, head_dim, window))
     return layouts

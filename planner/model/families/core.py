@@ -56,7 +56,15 @@ class Attention:
     window: int | None = None  # sliding / chunked layers: tokens held at most
     latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim values per token, shared by all heads
     state_elements: int = 0  # linear-attention / Mamba: constant state per sequence
+    # Mamba-2: B and C groups, and the convolution-window values of one group (2 x d_state x (d_conv - 1)),
+    # for the groups TP replicates (state_elements_on_rank)
+    state_groups: int = 0
+    state_group_elements: int = 0
     indexer_head_dim: int = 0  # MLA with DeepSeek Sparse Attention: the indexer's key per token
+    index_key_dim: int = 0  # GQA with MiniMax Sparse Attention: the indexer's one key per token, in the KV dtype
+    # DeepSeek-V4 compressed attention: beside the window, one entry of compressed_dim values per compress_ratio tokens
+    compress_ratio: int = 0
+    compressed_dim: int = 0
 
     @property
     def values_per_token(self) -> int:
@@ -64,8 +72,17 @@ class Attention:
         if self.kind == "mla":
             return self.latent_dim
         if self.kind in ("full", "sliding"):
-            return self.kv_heads * (self.k_head_dim + self.v_head_dim)
+            return self.kv_heads * (self.k_head_dim + self.v_head_dim) + self.index_key_dim
         return 0
+
+    def state_elements_on_rank(self, tp: int) -> int:
+        """One sequence's recurrent state on one of `tp` ranks, as vLLM shapes it (vllm/model_executor/layers/
+        mamba/mamba_utils.py, MambaStateShapeCalculator: conv (conv_dim / tp, d_conv - 1) and SSM (heads / tp, ...)).
+        Mamba-2 heads need their B / C group on the same rank: when tp does not divide the groups, vLLM replicates
+        them to tp groups (extra_groups_for_head_shards: n_groups += tp - n_groups) before the conv dim is split."""
+        groups = self.state_groups
+        replicated = groups if not groups or groups % tp == 0 else tp
+        return ceil((self.state_elements + (replicated - groups) * self.state_group_elements) / tp)
 
     @property
     def indexer_bytes_per_token(self) -> int:

@@ -18,7 +18,7 @@ from planner.model.families.registry import family, vision_tower
 from planner.model.families.vision import as_vision
 
 
-def _kv_sharing(c: Config, kinds: list[str]) -> list[str | None]:
+def kv_sharing(c: Config, kinds: list[str]) -> list[str | None]:
     """transformers Gemma4TextConfig.kv_sharing_modes: the last num_kv_shared_layers reuse ("reuse") the cache
     of the last earlier layer of their type ("store")."""
     n = len(kinds)
@@ -39,7 +39,7 @@ def gemma4(c: Config, model_type: str, name: str) -> Architecture:
     kinds = layer_kinds(c, model_type, num_layers)
     k_eq_v = c.bool("attention_k_eq_v", False)
     bias = c.bool("attention_bias", False)
-    sharing = _kv_sharing(c, [k for k, _ in kinds])
+    sharing = kv_sharing(c, [k for k, _ in kinds])
     ple = c.int("hidden_size_per_layer_input", default=0, minimum=0)
     moe: MoE | None = None
     moe_tensors: list[Tensor] = []

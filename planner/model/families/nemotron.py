@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from planner.errors import PlannerInputError
 from planner.model.families.blocks import (cache_layers, embedding_and_head, head_dim_from, linear, norm,
-                                           recurrent_state_elements)
+                                           recurrent_attention)
 from planner.model.families.config import MAX_LAYERS, Config
 from planner.model.families.core import Architecture, Attention, MoE, Tensor
 from planner.model.families.registry import family
@@ -99,8 +99,7 @@ def nemotron_h(c: Config, model_type: str, name: str) -> Architecture:
     blocks: list[tuple[Attention | None, list[Tensor], bool]] = []
     for kind in types:
         if kind == "linear_attention":
-            state = recurrent_state_elements(mamba_keys, "mamba")  # type: ignore[arg-type]
-            blocks.append((Attention("mamba", state_elements=state), _mamba2(c, hidden) + block_norm, False))
+            blocks.append((recurrent_attention(mamba_keys, "mamba"), _mamba2(c, hidden) + block_norm, False))  # type: ignore[arg-type]
         elif kind == "full_attention":
             blocks.append((Attention("full", kv_heads, head_dim, head_dim),
                            _attention(c, hidden, heads, kv_heads, head_dim) + block_norm, False))

@@ -18,8 +18,11 @@ def multimodal_tensors(outer: Config, text_hidden: int, name: str) -> tuple[Tens
     if not isinstance(vision_data, dict):
         raise PlannerInputError(f"{name} config: 'vision_config' must be an object")
     v = Config(vision_data, f"{name} config vision_config")
-    # a vision config without its own model_type (Kimi-K2.5's MoonViT) is known by the model's
-    vision_type = v.str("model_type") or outer.str("model_type")
+    # a tower registered under the model's own type is the one its config class builds, whatever the vision
+    # config calls itself (MiniMax-M3-VL's says clip_vision_model); a vision config without its own model_type
+    # (Kimi-K2.5's MoonViT) is known by the model's too
+    outer_type = outer.str("model_type")
+    vision_type = outer_type if outer_type in VISION_TOWERS else v.str("model_type") or outer_type
     v.data = {**VISION_CLASS_DEFAULTS.get(vision_type or "", {}), **v.data}
     tower = VISION_TOWERS.get(vision_type or "")
     if tower is None:
@@ -30,7 +33,7 @@ def multimodal_tensors(outer: Config, text_hidden: int, name: str) -> tuple[Tens
     return tuple(tower(v, outer, text_hidden))
 
 
-def _vit_layer(prefix: str, hidden: int, intermediate: int) -> list[Tensor]:
+def vit_layer(prefix: str, hidden: int, intermediate: int) -> list[Tensor]:
     """A pre-norm ViT block with biased projections and LayerNorms (SigLIP, Llama 4 vision)."""
     t = norm(f"{prefix}.layer_norm1", hidden, bias=True) + norm(f"{prefix}.layer_norm2", hidden, bias=True)
     for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
@@ -55,7 +58,7 @@ def siglip(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
              Tensor("patch_embedding.bias", (hidden,), "vision"),
              Tensor("position_embedding.weight", ((image // patch) ** 2, hidden), "vision")]
     for i in range(v.int("num_hidden_layers")):
-        tower += _vit_layer(f"layers.{i}", hidden, inter)
+        tower += vit_layer(f"layers.{i}", hidden, inter)
     tower += norm("post_layernorm", hidden, bias=True)
     projector = [Tensor("mm_input_projection_weight", (hidden, text_hidden), "projector"),
                  Tensor("mm_soft_emb_norm.weight", (hidden,), "projector")]
@@ -95,7 +98,7 @@ def llama4_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
              Tensor("positional_embedding_vlm", (num_patches + 1, hidden), "vision")]
     tower += norm("layernorm_pre", hidden, bias=True) + norm("layernorm_post", hidden, bias=True)
     for i in range(v.int("num_hidden_layers")):
-        tower += _vit_layer(f"model.layers.{i}", hidden, inter)
+        tower += vit_layer(f"model.layers.{i}", hidden, inter)
     tower += linear("vision_adapter.mlp.fc1", v.int("projector_input_dim"), inter, "column")
     tower += linear("vision_adapter.mlp.fc2", v.int("projector_output_dim"), v.int("projector_output_dim"), "row")
     projector = linear("linear_1", text_hidden, v.int("vision_output_dim"), "column")
