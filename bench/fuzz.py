@@ -16,7 +16,7 @@ the heavy run:
     python bench/fuzz.py --cases 20000 --seed 3    # cases per surface
     python bench/fuzz.py --surface scenario --solve-every 5   # also solve 1 in 5 valid scenarios
     python bench/fuzz.py --surface weights --surface paths --surface model-ids --cases 5000
-    python bench/fuzz.py --large                   # the large-input reproducers: time and peak memory each
+    python bench/fuzz.py --large                   # the large-input and long-search reproducers: time and peak memory each
 
 Exit code 0 when nothing was found, 1 otherwise.
 """
@@ -1282,7 +1282,23 @@ def _large_files(folder: Path) -> list[tuple[str, list[str]]]:
         with path.open("wb") as handle:
             handle.truncate(2 * 10**9)
         cases.append((f"2 GB sparse {name}", [argv[0], str(path), *argv[1:]]))
-    return cases
+    return cases + _large_searches(folder)
+
+
+def _large_searches(folder: Path) -> list[tuple[str, list[str]]]:
+    """Searches within the schema's limits that once took minutes (issue 13, finding 14), at the default time limit."""
+    wide = folder / "wide-context.yaml"
+    wide.write_text(json.dumps({"model": "llama-3.1-8b", "workload": {"context": {"min": 1, "max": 100_000_000}},
+                                "search": {"max_gpus_per_replica": 1024}}))
+    fleet = folder / "fleet-200.yaml"
+    fleet.write_text(json.dumps({"workloads": [{
+        "name": f"w{i}", "model": ("llama-3.1-8b", "llama-3.3-70b", "qwen3-30b-a3b")[i % 3], "workload": {
+            "context": "8K", "traffic": {"requests_per_s": 1 + i % 7, "prompt_tokens": 1000, "output_tokens": 200},
+            "slo": {"ttft_s": 2.0, "tpot_s": 0.06}}} for i in range(200)]}))
+    return [("solve: context {min: 1, max: 100M}, every GPU, 1,024 GPUs per replica", ["solve", str(wide)]),
+            ("solve: a fleet of 200 workloads (the schema's most)", ["solve", str(fleet)]),
+            ("compare deepseek-v3 --max-gpus 1024 --context 100000000",
+             ["compare", "deepseek-v3", "--max-gpus", "1024", "--context", "100000000"])]
 
 
 def run_large(folder: Path) -> int:
@@ -1331,7 +1347,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solve-every", type=int, default=0, metavar="N",
                         help="scenario surface: also solve every N-th scenario that reaches a search space")
     parser.add_argument("--large", action="store_true",
-                        help="instead: the large-input reproducers (100 MB headers, 2 GB sparse files, huge GGUF arrays), "
+                        help="instead: the large-input reproducers (100 MB headers, 2 GB sparse files, huge GGUF arrays, "
+                             "searches that once took minutes), "
                              "each timed and measured for peak memory")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a model id with a slash may be looked up on the Hub: stay offline

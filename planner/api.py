@@ -117,10 +117,14 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
 def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
                catalog: Catalog | None = None) -> FleetPlan:
     """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list)."""
+    from planner.plan.deadline import Deadline
     from planner.plan.fleet import fleet_problem, plan_fleet as plan
 
     catalog = catalog or load_catalog()
-    return plan(fleet_problem(_scenario(scenario), catalog, time_limit_s), catalog)
+    loaded = _scenario(scenario)
+    # the limit covers building the workloads' search spaces too (200 of them take seconds)
+    deadline = Deadline.start(time_limit_s if time_limit_s is not None else loaded.solver.time_limit_s)
+    return plan(fleet_problem(loaded, catalog, time_limit_s), catalog, deadline=deadline)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -147,8 +151,10 @@ def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, catalog: Catalo
 
 def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list[str] | None = None,
             providers: list[str] | None = None, precisions: list[str] | None = None, market: str = "on-demand",
-            max_gpus: int = 8, catalog: Catalog | None = None) -> tuple[PlanOption, ...]:
-    """The cheapest configuration holding MODEL on each GPU type and provider, sorted by $/hour."""
+            max_gpus: int = 8, time_limit_s: float | None = None,
+            catalog: Catalog | None = None) -> tuple[PlanOption, ...]:
+    """The cheapest configuration holding MODEL on each GPU type and provider, sorted by $/hour, within
+    `time_limit_s` (default: a scenario's solver.time_limit_s)."""
     from planner.plan.compare import compare_offers
     from planner.plan.scenario import parse_scenario
 
@@ -157,7 +163,7 @@ def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list
         "search": {"gpus": gpus, "precisions": precisions, "max_gpus_per_replica": max_gpus},
         "pricing": {"providers": providers, "market": market},
     }, "compare")
-    return compare_offers(scenario, catalog or load_catalog())
+    return compare_offers(scenario, catalog or load_catalog(), time_limit_s)
 
 
 def review(scenario: str | Path | dict[str, Any] | Scenario, *, progress: Callable[[int, int], None] | None = None,

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
+TIME_LIMIT_HELP = ("Seconds for the whole search: candidates, serving configurations and CP-SAT together "
+                   "(default: the scenario's solver.time_limit_s, 10).")
 
 
 class OutputFormat(str, Enum):
@@ -162,7 +164,7 @@ def solve(
     output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
     top: Optional[int] = typer.Option(None, "--top", min=0, help="Alternatives to list (default: the scenario's, 5)."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help="CP-SAT time limit in seconds."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
     what_if: bool = typer.Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
                                  "the busiest GPU type removed: one comparison table."),
 ) -> None:
@@ -224,6 +226,7 @@ def compare(
     precisions: Optional[str] = typer.Option(None, help="Comma-separated precisions (default: serving precisions, near-lossless or better)."),
     market: str = typer.Option("on-demand", help="on-demand, spot or any."),
     max_gpus: int = typer.Option(8, "--max-gpus", help="GPUs per replica at most."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
     output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
 ) -> None:
     """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
@@ -236,7 +239,7 @@ def compare(
 
     frame = compare_frame(api.compare(model, context=context, concurrency=concurrency, gpus=split(gpus),
                                       providers=split(providers), precisions=split(precisions), market=market,
-                                      max_gpus=max_gpus))
+                                      max_gpus=max_gpus, time_limit_s=time_limit))
     if output_format is PlanFormat.json:
         typer.echo(frame.to_json(orient="records", indent=2))
     elif output_format is PlanFormat.csv:

@@ -547,3 +547,152 @@ def test_a_vanishing_demand_is_refused_not_priced(traffic):
     data = {"model": "llama-3.1-8b", "workload": {"context": 8192, "traffic": {
         **traffic, "prompt_tokens": 1000, "output_tokens": 200}}}
     one_line_error(lambda: parse_scenario(data), "requests/s is below")
+
+
+# --- finding 14: minutes within the limits; one deadline for the whole command -------------------------
+# Each reproducer runs with a small --time-limit: the outcome (a plan labelled as the best found, or one
+# `error:` line naming the limit) is asserted, never the wall time. bench/fuzz.py --large times them at the
+# default limit.
+
+WIDE_CONTEXT = {"name": "wide-context", "model": "llama-3.1-8b", "workload": {"context": {"min": 1, "max": 100_000_000}},
+                "search": {"max_gpus_per_replica": 1024}}
+
+
+def one_error_line(outcome, *names) -> str:
+    assert outcome.code == 2, (outcome.code, outcome.stdout[-500:], outcome.stderr[-2000:])
+    lines = outcome.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), outcome.stderr[-2000:]
+    for name in names:
+        assert name in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_search_cut_short_prints_the_best_found_not_proven_and_rechecked(tmp_path, catalog):
+    from planner.plan.solver import solve_scenario
+
+    result = solve_scenario(parse_scenario(WIDE_CONTEXT), catalog, time_limit_s=0.3, top=1)
+    assert result.search_cut_short and "GPU types tried" in result.search_cut_short
+    assert result.status == "FEASIBLE" and result.gap == 1.0  # was OPTIMAL after 159 s and 2.1 GB
+    for plan in (result.best, *result.alternatives):
+        assert plan.memory.gpu.fits  # every printed plan is the estimator's re-check
+    scenario = tmp_path / "wide.yaml"
+    scenario.write_text(json.dumps(WIDE_CONTEXT))
+    outcome = fuzz.invoke_cli(["solve", str(scenario), "--time-limit", "0.3"])
+    assert outcome.code == 0, outcome.stderr
+    assert "BEST FOUND, not proven" in outcome.stdout and "raise --time-limit" in outcome.stdout
+
+
+def test_a_search_cut_short_before_anything_fits_is_one_line(tmp_path):
+    scenario = tmp_path / "deepseek.yaml"
+    scenario.write_text(json.dumps({"model": "deepseek-v3", "workload": {"context": 100_000_000},
+                                    "search": {"max_gpus_per_replica": 1024}}))
+    one_error_line(fuzz.invoke_cli(["solve", str(scenario), "--time-limit", "0.01"]),
+                   "0.01 s time limit (--time-limit", "configurations checked", "narrow search.gpus")
+
+
+def test_compare_honours_its_time_limit():
+    # was 80 s: `planner compare deepseek-v3 --max-gpus 1024 --context 100000000`
+    outcome = fuzz.invoke_cli(["compare", "deepseek-v3", "--max-gpus", "1024", "--context", "100000000",
+                               "--time-limit", "0.05"])
+    one_error_line(outcome, "0.05 s time limit (--time-limit", "every GPU type was compared", "--max-gpus")
+
+
+def test_a_fleet_of_the_most_workloads_stops_at_its_time_limit(tmp_path):
+    # was past 590 s: 200 workloads, the schema's maximum
+    workloads = [{"name": f"w{i}", "model": ("llama-3.1-8b", "qwen3-30b-a3b")[i % 2], "workload": {
+        "context": "8K", "traffic": {"requests_per_s": 1 + i % 7, "prompt_tokens": 1000, "output_tokens": 200},
+        "slo": {"ttft_s": 2.0, "tpot_s": 0.06}}} for i in range(200)]
+    scenario = tmp_path / "fleet.yaml"
+    scenario.write_text(json.dumps({"name": "fleet-200", "workloads": workloads}))
+    outcome = fuzz.invoke_cli(["solve", str(scenario), "--time-limit", "0.2", "--format", "json"])
+    assert outcome.code == 0, outcome.stderr  # cut short, not proven infeasible: the form of finding 2
+    plan = json.loads(outcome.stdout)
+    assert plan["status"] == "UNKNOWN" and plan["usd_per_hour"] is None
+    (why,) = plan["unmet"]
+    assert "0.2 s time limit (--time-limit" in why and "before any fleet was found" in why and "workloads" in why
+
+
+def test_explanations_the_deadline_leaves_no_time_for_say_so(catalog):
+    from planner.plan.deadline import Deadline
+    from planner.plan.fleet import _binding, fleet_problem, plan_fleet
+    from planner.plan.serving import ServingCache
+
+    data = {**FLEET, "workload": {**FLEET["workload"], "slo": {"ttft_s": 2.0}}, "search": {"gpus": ["l4"]}}
+    problem = fleet_problem(parse_scenario(data), catalog)
+    plan = plan_fleet(problem, catalog, explain=False)
+    assert plan.status == "OPTIMAL"
+    (note,) = _binding(problem, plan, catalog, ServingCache(catalog), Deadline.start(0))
+    assert "time limit ran out before every limit was explained" in note
+
+
+@pytest.mark.parametrize("model, engine", [
+    *[("llama-3.1-8b", engine) for engine in ("simple", "vllm", "sglang", "llamacpp")],  # llama.cpp: one card (slow)
+    ("gemma-2-2b", "vllm"), ("gpt-oss-20b", "sglang"),  # a sliding window; sinks
+    ("qwen3-next-80b-a3b", "vllm"), ("nemotron-3-nano-30b-a3b", "vllm"),  # linear attention; Mamba
+])
+def test_the_bisected_search_finds_what_trying_every_point_finds(catalog, engine, model):
+    """Each group keeps its longest context that fits, then its most concurrency there: bisection assumes what
+    fits is a prefix of both ladders; trying every point must agree, at tiny and at impossible sizes."""
+    from planner.plan.search import Candidate, _groups, _Probe, _rental_prices, build_search_space
+
+    scenario = parse_scenario({"model": model, "workload": {"context": [1, 16, 4096, 131072, 10**7],
+                                                            "concurrency": [1, 3, 64, 500]},
+                               "search": {"gpus": ["l4"] if engine == "llamacpp" else ["l4", "h100-sxm"],
+                                          "max_gpus_per_replica": 2,
+                                          "kv_dtypes": ["auto", "fp8"]}, "engine": {"name": engine}})
+    space = build_search_space(scenario, catalog)
+    groups, _ = _groups(space, _rental_prices(space))
+    probe = _Probe(space, catalog, {})
+    found = 0
+    for gpu, tp, pp, precision, kv in groups:
+        fitting = [(i, j) for i, context in enumerate(space.contexts) for j, concurrency in enumerate(space.concurrencies)
+                   if isinstance(probe.check(gpu, (tp, pp, precision.name, kv, context, concurrency)), Candidate)]
+        best = probe.best_in_group(gpu, tp, pp, precision, kv)
+        if not fitting:
+            assert not isinstance(best, Candidate)
+            continue
+        found += 1
+        i, j = max(fitting)
+        assert isinstance(best, Candidate)
+        assert (best.context, best.concurrency) == (space.contexts[i], space.concurrencies[j]), (gpu.name, tp, pp)
+        # what fits is a down-set: every point with a shorter context and fewer sequences fits too
+        assert all((a, b) in fitting for i2, j2 in fitting for a in range(i2 + 1) for b in range(j2 + 1))
+    assert found
+
+
+def test_on_demand_share_needs_spot_allowed():
+    # was silently ignored with market on-demand (and left nothing to rent with spot)
+    for market in ("on-demand", "spot"):
+        data = {**FLEET, "pricing": {"market": market}, "fleet": {"on_demand_share": 0.5}}
+        one_line_error(lambda: parse_scenario(data), "fleet.on_demand_share", "pricing.market: any")
+    fleet = {"workloads": [{"name": "a", **FLEET, "pricing": {"market": "spot"}}], "fleet": {"on_demand_share": 0.5}}
+    one_line_error(lambda: parse_scenario(fleet), "workloads[0].pricing.market")
+    allowed = {"workloads": [{"name": "a", **FLEET, "pricing": {"market": "any"}}], "fleet": {"on_demand_share": 0.5}}
+    assert parse_scenario(allowed).fleet.on_demand_share == 0.5
+
+
+@pytest.mark.parametrize("data", [
+    WIDE_CONTEXT | {"workload": {"context": [4096, 131072], "concurrency": [1, 8]}, "search": {"max_gpus_per_replica": 16}},
+    {"model": "llama-3.3-70b", "workload": {"context": [8192, 32768]}, "search": {"kv_dtypes": ["auto", "fp8"]},
+     "pricing": {"market": "any"}},
+    {"model": "qwen3-30b-a3b", "workload": {"context": 16384, "replicas": 3}, "engine": {"name": "sglang"}},
+])
+def test_skipping_what_costs_more_than_a_fit_keeps_every_choice(catalog, data):
+    """Per GPU type and provider, the cheapest configuration and its preference (what solve, its alternatives and
+    compare choose from) are the same whether groups dearer than a fit found are skipped or searched."""
+    from planner.plan.search import build_search_space, enumerate_candidates, rentals_for
+    from planner.plan.solver import Pair, preference
+
+    space = build_search_space(parse_scenario(data), catalog)
+
+    def choices(cheapest_only):
+        enumeration = enumerate_candidates(space, catalog, cheapest_only=cheapest_only)
+        best = {}
+        for c in enumeration.candidates:
+            for r in rentals_for(c, space):
+                key, value = (c.gpu.name, r.offer.provider), (r.cost_units, -preference(Pair(c, r), space))
+                best[key] = min(best.get(key, value), value)
+        return best, enumeration.configurations_checked
+
+    (pruned, fewer), (full, every) = choices(True), choices(False)
+    assert pruned == full and fewer < every

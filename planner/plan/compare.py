@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from planner.catalog.load import Catalog
+from planner.plan.deadline import Deadline
 from planner.plan.scenario import Scenario
 from planner.plan.search import build_search_space, enumerate_candidates, rentals_for
 from planner.plan.solver import Pair, PlanOption, preference, read_plan
 
 
-def compare_offers(scenario: Scenario, catalog: Catalog) -> tuple[PlanOption, ...]:
-    """The cheapest configuration on each (GPU type, provider), sorted by $/hour: `planner compare`."""
+def compare_offers(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None) -> tuple[PlanOption, ...]:
+    """The cheapest configuration on each (GPU type, provider), sorted by $/hour: `planner compare`. A table
+    missing the GPU types the time limit left unsearched would be wrong, so running out of time is an error."""
+    deadline = Deadline.start(time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s)
     space = build_search_space(scenario, catalog)
-    enumeration = enumerate_candidates(space, catalog)
+    enumeration = enumerate_candidates(space, catalog, deadline, cheapest_only=True)
+    if enumeration.cut_short:
+        raise deadline.out_of_time(enumeration.cut_short, "--gpus, --max-gpus or --precisions",
+                                   "every GPU type was compared")
     cheapest: dict[tuple[str, str], Pair] = {}
     for c in enumeration.candidates:
         for r in rentals_for(c, space):

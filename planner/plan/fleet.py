@@ -30,11 +30,13 @@ from planner.catalog.load import Catalog, Offer
 from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
+from planner.plan.deadline import Deadline, OutOfTime
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import QuotaSpec, Scenario
 from planner.plan.search import build_search_space, recheck
 from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
-from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingCache, ServingConfig, Slo
+from planner.plan.serving import (CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingCache, ServingConfig, Slo,
+                                  fleet_out_of_time)
 
 
 @dataclass(frozen=True)
@@ -227,31 +229,42 @@ def _solve(built: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
 
 
 def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True,
-               cache: ServingCache | None = None) -> FleetPlan:
+               cache: ServingCache | None = None, deadline: Deadline | None = None) -> FleetPlan:
     """The cheapest fleet; `explain`: which limits bind (re-solves); `cache`: serving configurations to share
-    with the caller (e.g. to price the same configurations another way)."""
-    return _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog))
+    with the caller (e.g. to price the same configurations another way); `deadline`: the command's, which the
+    explanations' re-solves share (by default problem.time_limit_s from now)."""
+    return _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog),
+                       deadline or Deadline.start(problem.time_limit_s))
 
 
-def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: ServingCache) -> FleetPlan:
+def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: ServingCache,
+                deadline: Deadline) -> FleetPlan:
     started = time.perf_counter()
-    configs = [c for w in problem.workloads for c in cache.configs(w)]
+    configs = []
+    try:
+        for done, w in enumerate(problem.workloads):
+            if deadline.expired():
+                raise fleet_out_of_time(deadline, f"sizing the replicas of {done} of {len(problem.workloads)} workloads")
+            configs += cache.configs(w, deadline)
+    except OutOfTime as exc:  # cut short, not proven infeasible: said as when CP-SAT runs out of time
+        return FleetPlan(UNKNOWN, 0.0, time.perf_counter() - started, None, None, (), (), (str(exc),), (), len(configs),
+                         0, time.perf_counter() - started)
     candidate_seconds = time.perf_counter() - started
     pools = list(dict.fromkeys(Pool(o, m) for w in problem.workloads for o, m in w.space.offers))
     built = _build(problem, configs, pools, allow_unmet=False)
-    solver, status = _solve(built, problem.time_limit_s)
+    solver, status = _solve(built, deadline.remaining_s())
     if status_name(status) == UNKNOWN:  # the time limit ended the search before any fleet was found
-        why = (f"no fleet found within the time limit ({problem.time_limit_s:g} s); the search was cut short, "
+        why = (f"no fleet found within the time limit ({deadline.limit_s:g} s); the search was cut short, "
                "not proven infeasible: raise --time-limit (or solver.time_limit_s)")
         return FleetPlan(UNKNOWN, 0.0, time.perf_counter() - started, None, None, (), (), (why,), (), len(configs),
                          len(built.replicas) + len(built.instances), candidate_seconds)
     if not solved(status):
-        plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status))
+        plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status), deadline)
         return replace(plan, candidate_seconds=candidate_seconds)
     plan = _read(problem, built, solver, configs, pools, catalog, status_name(status), started, ())
     plan = replace(plan, candidate_seconds=candidate_seconds)
     if explain:
-        plan = replace(plan, binding=_binding(problem, plan, catalog, cache))
+        plan = replace(plan, binding=_binding(problem, plan, catalog, cache, deadline))
     return plan
 
 
@@ -287,7 +300,7 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
 
 
 def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool], catalog: Catalog,
-                started: float, status: str) -> FleetPlan:
+                started: float, status: str, deadline: Deadline) -> FleetPlan:
     """No fleet meets every demand: serve what can be served and name what is left and why."""
     unmet: list[str] = []
     served = {(c.workload, c.bucket) for c in configs}
@@ -298,7 +311,7 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
                     f" (ttft <= {w.slo.ttft_s} s, tpot <= {w.slo.tpot_s} s)" if w.slo.ttft_s or w.slo.tpot_s else "")
                 unmet.append(f"{w.name} bucket {b}: {why}")
     relaxed = _build(problem, configs, pools, allow_unmet=True)
-    solver, status2 = _least_unmet(relaxed, problem.time_limit_s)
+    solver, status2 = _least_unmet(relaxed, deadline)
     if solved(status2):
         for (name, b), var in relaxed.slack.items():
             short = solver.value(var) / CAPACITY_UNITS_PER_RPS
@@ -312,14 +325,14 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
                      len(configs), 0)
 
 
-def _least_unmet(relaxed: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
-    """The least unserved demand, then the cheapest fleet serving the rest (each phase within the time limit)."""
-    solver, status = _solve(relaxed, time_limit_s)
+def _least_unmet(relaxed: _Built, deadline: Deadline) -> tuple[cp_model.CpSolver, int]:
+    """The least unserved demand, then the cheapest fleet serving the rest (both phases within the deadline)."""
+    solver, status = _solve(relaxed, deadline.remaining_s())
     if not solved(status):
         return solver, status
     relaxed.model.add(sum(relaxed.slack.values()) <= round(solver.objective_value))
     relaxed.model.minimize(relaxed.cost)
-    cheapest, status2 = _solve(relaxed, time_limit_s)
+    cheapest, status2 = _solve(relaxed, deadline.remaining_s())
     return (cheapest, status2) if solved(status2) else (solver, status)
 
 
@@ -329,30 +342,45 @@ def _quota_full(quota: Quota, built: _Built, solver: cp_model.CpSolver, pools: l
     return used + min((p.offer.gpus for p in pools if quota.covers(p.offer)), default=1) > quota.max_gpus
 
 
-def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache) -> tuple[str, ...]:
-    """Which limits bind, and what one more unit of each would save (a re-solve per binding quota)."""
+def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache,
+             deadline: Deadline) -> tuple[str, ...]:
+    """Which limits bind, and what one more unit of each would save (a re-solve per binding quota and SLO, each
+    within what is left of the deadline)."""
     out = []
-    for i, quota in enumerate(problem.quotas):
-        used = sum(u.instances * u.pool.offer.gpus for u in plan.pools if quota.covers(u.pool.offer))
-        smallest = min((u.pool.offer.gpus for u in plan.pools if quota.covers(u.pool.offer)), default=None)
-        if smallest is None or used + smallest <= quota.max_gpus:
-            continue
-        more = list(problem.quotas)
-        more[i] = replace(quota, max_gpus=quota.max_gpus + smallest)
-        relaxed = _plan_fleet(replace(problem, quotas=tuple(more)), catalog, False, cache)
-        saving = (plan.usd_per_hour or 0) - (relaxed.usd_per_hour or plan.usd_per_hour or 0)
-        out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
-    for w in problem.workloads:
-        if w.slo.tpot_s or w.slo.ttft_s:
-            tighter = replace(w, slo=replace(w.slo, ttft_s=w.slo.ttft_s and w.slo.ttft_s * 0.8,
-                                             tpot_s=w.slo.tpot_s and w.slo.tpot_s * 0.8))
-            variant = replace(problem, workloads=tuple(tighter if x is w else x for x in problem.workloads))
-            result = _plan_fleet(variant, catalog, False, cache)
-            if result.usd_per_hour is None:
-                out.append(f"{w.name}: an SLO 20% tighter cannot be met with these pools")
-            else:
-                out.append(f"{w.name}: an SLO 20% tighter costs ${result.usd_per_hour - (plan.usd_per_hour or 0):+,.2f}/hour")
+    try:
+        for i, quota in enumerate(problem.quotas):
+            used = sum(u.instances * u.pool.offer.gpus for u in plan.pools if quota.covers(u.pool.offer))
+            smallest = min((u.pool.offer.gpus for u in plan.pools if quota.covers(u.pool.offer)), default=None)
+            if smallest is None or used + smallest <= quota.max_gpus:
+                continue
+            more = list(problem.quotas)
+            more[i] = replace(quota, max_gpus=quota.max_gpus + smallest)
+            relaxed = _resolve(replace(problem, quotas=tuple(more)), catalog, cache, deadline)
+            saving = (plan.usd_per_hour or 0) - (relaxed.usd_per_hour or plan.usd_per_hour or 0)
+            out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
+        for w in problem.workloads:
+            if w.slo.tpot_s or w.slo.ttft_s:
+                tighter = replace(w, slo=replace(w.slo, ttft_s=w.slo.ttft_s and w.slo.ttft_s * 0.8,
+                                                 tpot_s=w.slo.tpot_s and w.slo.tpot_s * 0.8))
+                variant = replace(problem, workloads=tuple(tighter if x is w else x for x in problem.workloads))
+                result = _resolve(variant, catalog, cache, deadline)
+                if result.usd_per_hour is None:
+                    out.append(f"{w.name}: an SLO 20% tighter cannot be met with these pools")
+                else:
+                    out.append(f"{w.name}: an SLO 20% tighter costs "
+                               f"${result.usd_per_hour - (plan.usd_per_hour or 0):+,.2f}/hour")
+    except OutOfTime:
+        out.append(f"(the {deadline.limit_s:g} s time limit ran out before every limit was explained; raise "
+                   "--time-limit for the rest)")
     return tuple(out)
+
+
+def _resolve(problem: FleetProblem, catalog: Catalog, cache: ServingCache, deadline: Deadline) -> FleetPlan:
+    """A variant solved within what is left of the deadline; OutOfTime when it cannot be solved in it."""
+    result = _plan_fleet(problem, catalog, False, cache, deadline)
+    if result.status == UNKNOWN or deadline.expired():
+        raise fleet_out_of_time(deadline, "a variant")
+    return result
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.catalog.load import Catalog
+from planner.plan.deadline import NO_DEADLINE, Deadline
 from planner.plan.scenario import Scenario
 from planner.plan.search import (MAX_CONFIGURATIONS, Enumeration, Rejection, SearchSpace, configuration_count,
                                  enumerate_candidates, rentals_for)
@@ -21,8 +22,8 @@ class Infeasibility:
     suggestions: tuple[str, ...]
 
 
-def explain_infeasible(scenario: Scenario, space: SearchSpace, catalog: Catalog,
-                       enumeration: Enumeration) -> Infeasibility:
+def explain_infeasible(scenario: Scenario, space: SearchSpace, catalog: Catalog, enumeration: Enumeration,
+                       deadline: Deadline = NO_DEADLINE) -> Infeasibility:
     if not space.offers:
         market = scenario.pricing.market
         return Infeasibility(
@@ -39,10 +40,10 @@ def explain_infeasible(scenario: Scenario, space: SearchSpace, catalog: Catalog,
               f"{closest.precision}, KV {closest.kv_dtype}, context {closest.context:,} x {closest.concurrency}) needs "
               f"{format_bytes(closest.needed_bytes)} per GPU; {closest.gpu} holds {format_bytes(closest.card_bytes)} "
               f"(largest allowed card: {largest.name}, {format_bytes(largest.memory_bytes)})")
-    return Infeasibility(reason, closest, tuple(_relaxations(space, catalog)))
+    return Infeasibility(reason, closest, tuple(_relaxations(space, catalog, deadline)))
 
 
-def _relaxations(space: SearchSpace, catalog: Catalog) -> list[str]:
+def _relaxations(space: SearchSpace, catalog: Catalog, deadline: Deadline) -> list[str]:
     """One change at a time that would make the scenario feasible, with its cheapest $/hour."""
     tries: list[tuple[str, str, SearchSpace]] = []  # (kind, what to change, the relaxed space)
     gpus = space.max_gpus_per_replica * 2
@@ -73,7 +74,10 @@ def _relaxations(space: SearchSpace, catalog: Catalog) -> list[str]:
             continue  # the smallest step of each kind is enough
         if configuration_count(relaxed) > MAX_CONFIGURATIONS:
             continue  # the relaxed space is too large to enumerate: not a suggestion to make
-        result = enumerate_candidates(relaxed, catalog)
+        result = enumerate_candidates(relaxed, catalog, deadline, cheapest_only=True)
+        if result.cut_short:  # a search cut short proves nothing about this change, nor about the ones left
+            return found + [f"the {deadline.limit_s:g} s time limit ran out before every change was tried; raise "
+                            "--time-limit (or solver.time_limit_s) for more"]
         costs = [r.usd_per_hour for c in result.candidates for r in rentals_for(c, relaxed)]
         if costs:
             found.append(f"{label}: cheapest ${min(costs):,.2f}/hour")

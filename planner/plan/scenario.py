@@ -289,7 +289,21 @@ class Scenario(_Strict):
         if self.fleet is not None and not self.is_fleet:
             raise ValueError("fleet: quotas and on_demand_share shape a fleet, which needs workload.traffic (or a "
                              "workloads list); add traffic or remove fleet")
+        self._on_demand_share_applies()
         return self
+
+    def _on_demand_share_applies(self) -> None:
+        """The share splits demand between on-demand and spot pools: with one market it would change nothing
+        (on-demand) or leave nothing to rent (spot)."""
+        if self.fleet is None or self.fleet.on_demand_share is None:
+            return
+        markets = [(f"workloads[{i}].pricing.market", w.pricing.market) if w.pricing is not None
+                   else ("pricing.market", self.pricing.market) for i, w in enumerate(self.workloads or ())]
+        markets = markets or [("pricing.market", self.pricing.market)]
+        for where, market in markets:
+            if market != "any":
+                raise ValueError(f"fleet.on_demand_share applies only when spot is allowed, and {where} is {market}; "
+                                 f"set {where}: any, or remove fleet.on_demand_share")
 
     @property
     def is_fleet(self) -> bool:

@@ -9,7 +9,9 @@ node, where NVLink is).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from planner.catalog.load import Catalog, Gpu, Offer, Precision, quality_at_least
 from planner.errors import PlannerInputError
@@ -21,11 +23,14 @@ from planner.model.architecture import Architecture
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 from planner.model.sources import resolve_model
 from planner.plan.configuration import SIMPLE_ENGINE, Configuration, ConfiguredBy, check_configuration
+from planner.plan.deadline import NO_DEADLINE, Deadline
 from planner.plan.rental import Rental, rent
 from planner.plan.scenario import Scenario, model_reference
 from planner.units import format_bytes, parse_count
 
-# Each configuration costs an estimate (about 1-3 ms here): 200,000 keeps a solve under a few minutes.
+# The largest search space accepted (every value x every layout). Set when every configuration cost an estimate
+# (about 1-3 ms here); the search now estimates a few per group (bisection) and stops at the deadline, so this
+# only refuses, up front and with what to narrow, a space no time limit would cover.
 MAX_CONFIGURATIONS = 200_000
 
 
@@ -99,6 +104,7 @@ class Enumeration:
     rejections: tuple[Rejection, ...]
     configurations_checked: int
     skipped: tuple[str, ...] = field(default_factory=tuple)  # why some GPUs were left out
+    cut_short: str | None = None  # what was searched when the deadline stopped the search
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,11 +221,14 @@ def configuration_count(space: SearchSpace) -> int:
             * len(space.kv_dtypes) * len(space.contexts) * len(space.concurrencies))
 
 
-def enumerate_candidates(space: SearchSpace, catalog: Catalog, longest_context: bool = False) -> Enumeration:
-    """Every configuration in the search space, estimated once per layout and checked on each GPU.
-    `longest_context`: of each layout, precision, KV dtype and concurrency, only the longest context that fits
-    (tried longest first), as a fleet replica runs."""
-    arch = space.arch
+def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadline = NO_DEADLINE,
+                         cheapest_only: bool = False) -> Enumeration:
+    """The preferred configuration that fits in each group of the search space (a GPU type, layout, precision and
+    KV dtype), checked on the card. Groups are taken from the cheapest rental up; the search stops at the deadline.
+
+    `cheapest_only`: for a plan priced per GPU type and provider (solve, its alternatives, compare), skip a group
+    whose every rental costs more than a configuration already found to fit on the same GPU type and provider:
+    nothing of it could be chosen. A fleet sizes replicas by capacity, not price alone, and searches everything."""
     size = configuration_count(space)
     if size > MAX_CONFIGURATIONS:
         raise PlannerInputError(
@@ -227,42 +236,109 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, longest_context: 
             "workload.concurrency (fewer values or a smaller range), search.gpus, search.precisions, "
             "search.kv_dtypes or search.max_gpus_per_replica"
         )
+    prices = _rental_prices(space)
+    groups, skipped = _groups(space, prices)
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
-    skipped: list[str] = []
-    checked = 0
-    estimates: dict[tuple, MemoryEstimate] = {}
-    budgets: Budgets = {}
-    cheapest = _cheapest_rental_by_gpu(space)
-    seen: set[tuple] = set()
+    probe = _Probe(space, catalog, {key: min(usd for usd, _ in by.values()) for key, by in prices.items() if by})
+    cheapest_fit: dict[tuple[str, str], int] = {}  # (GPU type, provider): cost units of the cheapest fit found
+    cut_short = None
+    for done, group in enumerate(groups):
+        gpu, tp, pp = group[:3]
+        by_provider = prices.get((gpu.name, tp * pp, tp), {})
+        if cheapest_only and by_provider and all(
+                cost > cheapest_fit.get((gpu.name, provider), cost) for provider, (_, cost) in by_provider.items()):
+            continue
+        if cheapest_only and not by_provider and (candidates or deadline.expired()):
+            break  # only layouts no offer rents are left (they come last): they would only say why nothing fits
+        if probe.checked and deadline.expired():
+            tried, types = {g[0].name for g in groups[:done]}, {g[0].name for g in groups}
+            cut_short = (f"{probe.checked:,} configurations checked in {done:,} of {len(groups):,} groups "
+                         f"(GPU type x layout x precision x KV dtype; {len(tried)} of {len(types)} GPU types tried)")
+            break
+        # a layout no offer rents is never chosen: its smallest point is checked only to say why it would not fit
+        found = probe.best_in_group(*group, smallest_only=cheapest_only and not by_provider)
+        if isinstance(found, Candidate) and (by_provider or not cheapest_only):
+            candidates.append(found)
+            for provider, (_, cost) in by_provider.items():
+                cheapest_fit[gpu.name, provider] = min(cost, cheapest_fit.get((gpu.name, provider), cost))
+        elif isinstance(found, Rejection):
+            rejections.append(found)
+    return Enumeration(tuple(candidates), tuple(rejections), probe.checked, tuple(skipped), cut_short)
+
+
+def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]]
+            ) -> tuple[list[tuple[Gpu, int, int, Precision, str]], list[str]]:
+    """(GPU, tp, pp, precision, KV dtype) to search, cheapest rental first (unpriced layouts last), and why GPUs
+    were left out: a search the deadline cuts short has tried the cheapest replicas of every type."""
+    groups, skipped = [], []
     for gpu in space.gpus:
         precisions = [p for p in space.precisions if space.allow_emulated or _runs_natively(p, gpu)]
         if not precisions:
             skipped.append(f"{gpu.name}: none of the allowed precisions runs natively on {gpu.generation} "
                            "(set search.allow_emulated: true to allow emulation)")
             continue
-        for tp, pp in parallel_layouts(arch, gpu, space):
-            for precision in precisions:
-                for kv_choice in space.kv_dtypes:
-                    kv = resolve_kv_dtype(arch, precision, kv_choice)
-                    fitted: set[int] = set()  # concurrencies a longer context fits (longest_context)
-                    for context in sorted(space.contexts, reverse=True) if longest_context else space.contexts:
-                        for concurrency in space.concurrencies:
-                            key = (tp, pp, precision.name, kv, context, concurrency)
-                            if (gpu.name, key) in seen or concurrency in fitted:  # seen: "auto" resolved to a KV
-                                continue  # dtype also listed
-                            seen.add((gpu.name, key))
-                            checked += 1
-                            found = _check(space, catalog, gpu, key, estimates, budgets)
-                            if isinstance(found, Candidate):
-                                candidates.append(found)
-                                if longest_context:
-                                    fitted.add(concurrency)
-                            elif context == space.contexts[0] and concurrency == space.concurrencies[0]:
-                                configuration, needed, reason = found
-                                rejections.append(Rejection(configuration, needed, gpu.memory_bytes,
-                                                            cheapest.get((gpu.name, tp * pp, tp)), reason))
-    return Enumeration(tuple(candidates), tuple(rejections), checked, tuple(skipped))
+        # "auto" may resolve to a KV dtype also listed: each is searched once
+        groups += [(gpu, tp, pp, precision, kv) for tp, pp in parallel_layouts(space.arch, gpu, space)
+                   for precision in precisions
+                   for kv in dict.fromkeys(resolve_kv_dtype(space.arch, precision, c) for c in space.kv_dtypes)]
+
+    def cheapest(group: tuple) -> float:
+        gpu, tp, pp = group[:3]
+        return min((usd for usd, _ in prices.get((gpu.name, tp * pp, tp), {}).values()), default=math.inf)
+
+    return sorted(groups, key=cheapest), skipped
+
+
+@dataclass
+class _Probe:
+    """Checks configurations one at a time, sharing estimates and engine pools across cards and batches."""
+
+    space: SearchSpace
+    catalog: Catalog
+    cheapest: dict[tuple[str, int, int], float]
+    checked: int = 0
+    estimates: dict[tuple, MemoryEstimate] = field(default_factory=dict)
+    budgets: Budgets = field(default_factory=dict)
+
+    def check(self, gpu: Gpu, key: tuple) -> Candidate | tuple[Configuration, int, str]:
+        self.checked += 1
+        return _check(self.space, self.catalog, gpu, key, self.estimates, self.budgets)
+
+    def best_in_group(self, gpu: Gpu, tp: int, pp: int, precision: Precision, kv: str,
+                      smallest_only: bool = False) -> Candidate | Rejection:
+        """The longest context that fits, then the most concurrency at it; or why the smallest does not fit.
+
+        Every other configuration of the group rents the same way, so costs the same, and the plan prefers a
+        longer context, then more concurrency (solver.preference): it could never be chosen. A configuration
+        needs at least the memory of any with a shorter context or fewer sequences, so what fits is found by
+        bisection (tests/test_hostile.py checks it against trying every point)."""
+        contexts, concurrencies = self.space.contexts, self.space.concurrencies
+
+        def at(i: int, j: int) -> Candidate | tuple[Configuration, int, str]:
+            return self.check(gpu, (tp, pp, precision.name, kv, contexts[i], concurrencies[j]))
+
+        smallest = at(0, 0)
+        if not isinstance(smallest, Candidate):
+            configuration, needed, reason = smallest
+            return Rejection(configuration, needed, gpu.memory_bytes, self.cheapest.get((gpu.name, tp * pp, tp)), reason)
+        if smallest_only:
+            return smallest
+        i, best = _last_fitting(lambda i: at(i, 0), len(contexts), smallest)
+        return _last_fitting(lambda j: at(i, j), len(concurrencies), best)[1]
+
+
+def _last_fitting(check: Callable[[int], Candidate | tuple], count: int, first: Candidate) -> tuple[int, Candidate]:
+    """The last index of 0..count-1 that fits, given that 0 fits and that what fits is a prefix."""
+    lo, hi, best = 0, count, first
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        found = check(mid)
+        if isinstance(found, Candidate):
+            lo, best = mid, found
+        else:
+            hi = mid
+    return lo, best
 
 
 def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates: dict[tuple, MemoryEstimate],
@@ -290,14 +366,17 @@ def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates
     return configuration, fullest, f"needs {format_bytes(fullest)} per GPU; {gpu.name} holds {format_bytes(card)}"
 
 
-def _cheapest_rental_by_gpu(space: SearchSpace) -> dict[tuple[str, int, int], float]:
-    out: dict[tuple[str, int, int], float] = {}
+def _rental_prices(space: SearchSpace) -> dict[tuple[str, int, int], dict[str, tuple[float, int]]]:
+    """(GPU type, GPUs per replica, tp) -> provider -> the cheapest way to rent the replicas there: ($/hour, cost units)."""
+    out: dict[tuple[str, int, int], dict[str, tuple[float, int]]] = {}
     for gpu in space.gpus:
         for tp, pp in parallel_layouts(space.arch, gpu, space):
-            prices = [r.usd_per_hour for o, m in space.offers if o.gpu == gpu.name
-                      if (r := rent(tp * pp, tp, space.replicas, o, m)) is not None]
-            if prices:
-                out[(gpu.name, tp * pp, tp)] = min(prices)
+            by_provider = out.setdefault((gpu.name, tp * pp, tp), {})
+            for offer, market in space.offers:
+                rental = rent(tp * pp, tp, space.replicas, offer, market) if offer.gpu == gpu.name else None
+                if rental is not None and (offer.provider not in by_provider
+                                           or rental.cost_units < by_provider[offer.provider][1]):
+                    by_provider[offer.provider] = (rental.usd_per_hour, rental.cost_units)
     return out
 
 

@@ -22,6 +22,7 @@ from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, S
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Workload, replica_timer
+from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
 from planner.plan.search import Candidate, SearchSpace, enumerate_candidates
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
@@ -127,36 +128,54 @@ def _looser(slo: Slo, than: Slo) -> bool:
         for mine, theirs in ((slo.ttft_s, than.ttft_s), (slo.tpot_s, than.tpot_s)))
 
 
-def replica_layouts(workload: FleetWorkload, catalog: Catalog) -> list[ReplicaLayout]:
-    """Per GPU type, tp x pp, precision and KV dtype: the longest max-model-len that fits one request."""
+def fleet_out_of_time(deadline: Deadline, searched: str) -> OutOfTime:
+    return deadline.out_of_time(searched, "the fleet's workloads, search.gpus, search.precisions or "
+                                "search.max_gpus_per_replica", "any fleet was found")
+
+
+def _within(deadline: Deadline, workload: FleetWorkload) -> None:
+    if deadline.expired():
+        raise fleet_out_of_time(deadline, f"workload {workload.name}: sizing its replicas under load")
+
+
+def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadline = NO_DEADLINE) -> list[ReplicaLayout]:
+    """Per GPU type, tp x pp, precision and KV dtype: the longest max-model-len that fits one request (what
+    enumerate_candidates keeps of each group). Raises OutOfTime when the deadline ends the search."""
     space = workload.space
     # workload.concurrency, when set above 1, caps the batch a replica may run
     cap = max(space.concurrencies) if max(space.concurrencies) > 1 else None
     one_request = replace(space, concurrencies=(1,))
-    return [ReplicaLayout(c, replica_scheduler(space, c, catalog, cap),
-                          StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog,
-                                                  workload.engine)))
-            for c in enumerate_candidates(one_request, catalog, longest_context=True).candidates]
+    enumeration = enumerate_candidates(one_request, catalog, deadline)
+    if enumeration.cut_short:
+        raise fleet_out_of_time(deadline, f"workload {workload.name}: {enumeration.cut_short}")
+    layouts = []
+    for c in enumeration.candidates:
+        _within(deadline, workload)
+        layouts.append(ReplicaLayout(c, replica_scheduler(space, c, catalog, cap),
+                                     StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp,
+                                                             catalog, workload.engine))))
+    return layouts
 
 
-def serving_configs(workload: FleetWorkload, catalog: Catalog,
-                    layouts: list[ReplicaLayout] | None = None) -> list[ServingConfig]:
+def serving_configs(workload: FleetWorkload, catalog: Catalog, layouts: list[ReplicaLayout] | None = None,
+                    deadline: Deadline = NO_DEADLINE) -> list[ServingConfig]:
     """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity
-    (bucket by bucket, most capacity first). `layouts`: the workload's replica_layouts, if already built."""
+    (bucket by bucket, most capacity first). `layouts`: the workload's replica_layouts, if already built.
+    Raises OutOfTime when the deadline ends the work: a fleet built on part of it could be wrong."""
     sizes: dict[tuple[str, int], list[ReplicaLayout]] = {}
-    for layout in replica_layouts(workload, catalog) if layouts is None else layouts:
+    for layout in replica_layouts(workload, catalog, deadline) if layouts is None else layouts:
         # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
         sizes.setdefault((layout.candidate.gpu.name, layout.candidate.gpus), []).append(layout)
     configs = []
     for index, bucket in enumerate(workload.buckets):
         shape = Workload(bucket.prompt_tokens, bucket.output_tokens)
-        found = [_most_capacity(workload, index, shape, group) for group in sizes.values()]
+        found = [_most_capacity(workload, index, shape, group, deadline) for group in sizes.values()]
         configs += sorted((c for c in found if c is not None), key=lambda c: -c.capacity_rps)
     return configs
 
 
-def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
-                   layouts: list[ReplicaLayout]) -> ServingConfig | None:
+def _most_capacity(workload: FleetWorkload, index: int, shape: Workload, layouts: list[ReplicaLayout],
+                   deadline: Deadline) -> ServingConfig | None:
     """Of layouts of one size, the one whose replica takes the most requests/s within the SLO. The steady state
     at the mean rate (window_spread False) bounds a layout's capacity from above: a layout is worked out in full,
     largest bound first, only while its bound beats the best capacity so far (at the rate its ceiling gives,
@@ -164,12 +183,14 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload,
     slo = workload.slo
     bounded: list[tuple[float, ReplicaLayout]] = []
     for layout in layouts:
+        _within(deadline, workload)
         # layouts of one size are alike: each search starts where the one before ended
         above = layout.ceiling(shape, slo, bounded[-1][0] if bounded else None)
         if above is not None:
             bounded.append((above, layout))
     best: ServingConfig | None = None
     for above, layout in sorted(bounded, key=lambda b: -b[0]):
+        _within(deadline, workload)
         most = best.performance.requests_per_s if best is not None else None
         if most is not None and (most >= above or steady_state(layout.times, layout.scheduler, shape, most, slo,
                                                                window_spread=False).limit):
@@ -196,23 +217,23 @@ class ServingCache:
         # by id(), holding the object itself: an id is only unique while its object lives
         self._configs: dict[int, tuple[FleetWorkload, list[ServingConfig]]] = {}
 
-    def configs(self, workload: FleetWorkload) -> list[ServingConfig]:
+    def configs(self, workload: FleetWorkload, deadline: Deadline = NO_DEADLINE) -> list[ServingConfig]:
         known = self._configs.get(id(workload))
         if known is None or known[0] is not workload:
-            layouts = self._layouts_of(workload)
-            known = self._configs[id(workload)] = (workload, serving_configs(workload, self.catalog, layouts))
+            layouts = self._layouts_of(workload, deadline)
+            known = self._configs[id(workload)] = (workload, serving_configs(workload, self.catalog, layouts, deadline))
         return known[1]
 
-    def _layouts_of(self, workload: FleetWorkload) -> list[ReplicaLayout]:
+    def _layouts_of(self, workload: FleetWorkload, deadline: Deadline) -> list[ReplicaLayout]:
         # the offers only price replicas: spaces that differ in them alone (another market) share the layouts
         unpriced = replace(workload.space, offers=())
         for space, engine, layouts in self._layouts:
             if engine == workload.engine and space == unpriced:
                 return layouts
-        layouts = replica_layouts(workload, self.catalog)
+        layouts = replica_layouts(workload, self.catalog, deadline)
         self._layouts.append((unpriced, workload.engine, layouts))
         return layouts
 
 
 __all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ReplicaLayout", "ServingCache", "ServingConfig", "Slo",
-           "replica_layouts", "replica_scheduler", "serving_configs"]
+           "fleet_out_of_time", "replica_layouts", "replica_scheduler", "serving_configs"]

@@ -29,12 +29,13 @@ from planner.errors import PlannerInputError
 from planner.estimator.layout import node_gpus
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration, ConfiguredBy
+from planner.plan.deadline import Deadline
 from planner.plan.infeasible import Infeasibility, explain_infeasible
 from planner.plan.rental import COST_UNITS_PER_USD, Rental
 from planner.plan.scenario import Scenario
 from planner.plan.search import (Candidate, Enumeration, Rejection, SearchSpace, build_search_space,
                                  enumerate_candidates, recheck, rentals_for)
-from planner.plan.status import FEASIBLE, INFEASIBLE, UNKNOWN, solved, status_name
+from planner.plan.status import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class SolveResult:
     rejected_cheaper: tuple[Rejection, ...]
     infeasible: Infeasibility | None
     skipped: tuple[str, ...]
+    search_cut_short: str | None = None  # the time limit stopped the candidate search: the plan is the best found
 
     def rows(self) -> list[dict[str, Any]]:
         """The best plan and the alternatives as flat records."""
@@ -236,34 +238,40 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
     limit = time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s
     top = top if top is not None else scenario.solver.top
     started = time.perf_counter()
+    deadline = Deadline.start(limit)  # --time-limit bounds the search and every CP-SAT call together
     space = build_search_space(scenario, catalog)
-    enumeration = enumerate_candidates(space, catalog)
+    enumeration = enumerate_candidates(space, catalog, deadline, cheapest_only=True)
     pairs = _ordered([Pair(c, r) for c in enumeration.candidates for r in rentals_for(c, space)])
-    deadline = time.perf_counter() + limit  # --time-limit bounds every CP-SAT call together
-    solution = _solve(pairs, space, deadline)
+    solution = _solve(pairs, space, deadline.ends_at)
     best = read_plan(solution.pair, space, catalog) if solution.pair else None
+    if enumeration.cut_short and best is None:
+        raise deadline.out_of_time(enumeration.cut_short, "search.gpus, search.max_gpus_per_replica, "
+                                   "search.precisions or workload.context")
 
     alternatives: list[PlanOption] = []
     if best is not None and top > 0:
         for gpu in dict.fromkeys(p.candidate.gpu.name for p in pairs):
-            if gpu == best.gpu or time.perf_counter() >= deadline:
+            if gpu == best.gpu or deadline.expired():
                 continue
-            option = _solve([p for p in pairs if p.candidate.gpu.name == gpu], space, deadline)
+            option = _solve([p for p in pairs if p.candidate.gpu.name == gpu], space, deadline.ends_at)
             plan = read_plan(option.pair, space, catalog) if option.pair else None
             if plan is not None:
                 alternatives.append(plan)
         alternatives = sorted(alternatives, key=lambda p: (p.usd_per_hour, p.gpu))[:top]
 
     rejected = _rejected_cheaper(enumeration, best)
-    infeasible = None if best is not None or not explain else explain_infeasible(scenario, space, catalog, enumeration)
+    infeasible = None if best is not None or not explain else explain_infeasible(scenario, space, catalog, enumeration, deadline)
+    status = solution.status if best is not None else (INFEASIBLE if solution.status != UNKNOWN else UNKNOWN)
+    if enumeration.cut_short and status == OPTIMAL:
+        status = FEASIBLE  # optimal among the configurations searched: the best found, not proven
     return SolveResult(
         scenario=scenario.name or "scenario", model=space.arch.name, model_id=space.model_id,
         model_precision=space.model_precision,
-        status=solution.status if best is not None else (INFEASIBLE if solution.status != UNKNOWN else UNKNOWN),
-        gap=solution.gap, solve_seconds=time.perf_counter() - started, time_limit_s=limit,
+        status=status, gap=1.0 if enumeration.cut_short else solution.gap,
+        solve_seconds=time.perf_counter() - started, time_limit_s=limit,
         configurations_checked=enumeration.configurations_checked, candidates=len(enumeration.candidates),
         variables=len(pairs), best=best, alternatives=tuple(alternatives), rejected_cheaper=rejected,
-        infeasible=infeasible, skipped=enumeration.skipped,
+        infeasible=infeasible, skipped=enumeration.skipped, search_cut_short=enumeration.cut_short,
     )
 
 

@@ -30,7 +30,10 @@ def column_label(field: str) -> str:
 
 
 def status_line(result: SolveResult) -> str:
-    if result.status == OPTIMAL:
+    if result.search_cut_short:
+        verdict = (f"BEST FOUND, not proven (the {result.time_limit_s:g} s time limit cut the search short after "
+                   f"{result.search_cut_short}; raise --time-limit to search the rest)")
+    elif result.status == OPTIMAL:
         verdict = "OPTIMAL (proven cheapest)"
     elif result.status == FEASIBLE:
         verdict = f"FEASIBLE (time limit {result.time_limit_s:g} s reached; gap {result.gap:.1%} to the bound)"
