@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     import yaml
 
 CACHE_ENV = "PLANNER_CACHE_DIR"
+# The JSON form of a parsed catalog, named in its copy's file name: raise it whenever _to_json changes, so a
+# copy another planner version wrote (one cache directory serves every installed version) is never read
+CACHE_FORMAT = 2
 
 
 def _unique_key_loader() -> type:
@@ -98,7 +101,7 @@ def load_yaml_cached(path: Path, label: str) -> Any:
         raw = path.read_bytes()
     except OSError as exc:
         raise PlannerInputError(f"{label}: cannot read it ({exc.strerror}); reinstall planner") from None
-    cached = cache_dir() / f"yaml-{hashlib.sha256(raw).hexdigest()}.json"
+    cached = cache_dir() / f"yaml-v{CACHE_FORMAT}-{hashlib.sha256(raw).hexdigest()}.json"
     try:
         return json.loads(cached.read_text(encoding="utf-8"), object_hook=_from_json)
     except (OSError, ValueError):

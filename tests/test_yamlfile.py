@@ -75,3 +75,16 @@ def test_a_cache_folder_that_cannot_be_made_only_costs_the_cache(tmp_path, monke
     source.write_text("a: 1\n")
     assert load_yaml_cached(source, "c") == {"a": 1}
     assert not list(tmp_path.glob(".yaml-*"))
+
+
+def test_a_copy_in_another_cache_format_is_never_read(tmp_path, cache):
+    """One cache folder serves every installed planner: a copy an older version wrote for the same bytes (here
+    with JSON's string keys) must not be read back as this version's."""
+    import hashlib
+
+    source = tmp_path / "c.yaml"
+    source.write_text("value: {2: 2115}\n")
+    older = cache / f"yaml-{hashlib.sha256(source.read_bytes()).hexdigest()}.json"
+    older.parent.mkdir(parents=True, exist_ok=True)
+    older.write_text('{"value": {"2": 2115}}')
+    assert load_yaml_cached(source, "c") == {"value": {2: 2115}}
