@@ -349,3 +349,18 @@ def test_profiles_reject_unknown_keys(tmp_path):
     (tmp_path / PROFILES_FILE).write_text(text.replace("vllm:\n", "vllm:\n  gpu_memory_utilisation: 0.9\n", 1))
     with pytest.raises(PlannerInputError, match="gpu_memory_utilisation"):
         load_profiles(str(tmp_path))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_headroom_is_the_pool_the_batch_leaves_free(engine, arch, h100, catalog):
+    """Both engines size one KV pool inside what they take of the card; what is left over for a batch is that pool
+    minus the batch's KV. SGLang's activations and non-torch memory sit outside mem_fraction_static (in the rest of
+    the card), so counting them on top of that rest, as the headroom once did, made fitting plans look 4 GB over."""
+    from planner.estimator.engines.need import engine_need
+
+    model = arch("llama-3.1-8b")
+    request = Request(context=8192, batch=4, precision="bf16", kv_dtype="auto")
+    need = engine_need(model, request, EngineSettings(engine), h100, catalog)
+    per_sequence = max(r.kv_cache_bytes for r in estimate_memory(model, replace(request, batch=1), catalog).per_gpu)
+    assert need.fits
+    assert need.headroom_bytes(h100.memory_bytes) == need.budget.kv_pool_bytes - 4 * per_sequence

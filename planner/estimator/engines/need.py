@@ -19,6 +19,9 @@ from planner.model.architecture import Architecture
 
 CACHE_SIZED_BY_BATCH = frozenset({"llamacpp"})  # the cache is allocated for every slot at start-up
 SCHEDULER_CAPPED_BY_MAX_NUM_SEQS = frozenset({"vllm"})  # SGLang's max_num_seqs is its CUDA-graph batch, not a cap
+# SGLang's mem_fraction_static holds the weights and the KV pool only: activations, CUDA graphs and non-torch memory
+# live in the rest of the card (what the budget leaves unused), where vLLM's utilization share holds them all
+WORKSPACE_OUTSIDE_BUDGET = frozenset({"sglang"})
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,8 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
     budget, kv_per_sequence = cached
     batch, context = request.batch, request.context
     reserved = gpu.memory_bytes - budget.budget_bytes  # what the engine leaves unused (1 - utilization)
-    used = (budget.weights_bytes + budget.activation_bytes + budget.non_torch_bytes + reserved
-            + batch * kv_per_sequence)
+    workspace = 0 if settings.name in WORKSPACE_OUTSIDE_BUDGET else budget.activation_bytes + budget.non_torch_bytes
+    used = budget.weights_bytes + workspace + reserved + batch * kv_per_sequence
     max_seqs = budget.settings.max_num_seqs
     if not budget.fits:
         reason = budget.message or f"one sequence of {context:,} tokens does not fit {settings.name}'s KV pool"
