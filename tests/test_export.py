@@ -382,6 +382,9 @@ def test_a_fleet_plan_exports_one_launch_per_assignment_with_its_settings(fleet_
         load_plans(fleet_file, CATALOG, assignment=len(rows))
     docs = list(yaml.safe_load_all(export_all(plans, "kubernetes")))
     assert len({d["metadata"]["name"] for d in docs}) == len(rows)
+    # SGLang admits a fleet replica's requests by its token pool, as its capacity was planned: no cap of one
+    for argv in command_lines(export_all(plans, "sglang"), "python3 -m sglang.launch_server"):
+        assert "--max-running-requests" not in argv and "--context-length" in argv
 
 
 # --- damaged and hostile plan files: one line naming the problem --------------------------------------

@@ -66,6 +66,7 @@ class ExportPlan(ConfiguredBy):
     # a fleet replica was sized by the requests its pool holds in flight, capped by the max_num_seqs the
     # engine resolved (its configuration's concurrency is the one full-context request vLLM checks at start).
     max_num_seqs: int
+    sized_by_traffic: bool  # a fleet replica: its capacity was planned with admission by the KV pool
 
     @property
     def precision(self) -> Precision:  # type: ignore[override]  # the catalog record: its engine flags
@@ -136,6 +137,7 @@ def export_plan(plan: CheckedPlan, catalog: Catalog) -> ExportPlan:
         checkpoint_precision=plan.checkpoint_precision,
         max_num_seqs=(configuration.engine.max_num_seqs or configuration.concurrency) if record.workload is not None
         else configuration.concurrency,
+        sized_by_traffic=record.workload is not None,
     )
 
 
@@ -334,7 +336,11 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
         raise PlannerInputError(f"--to sglang: SGLang does not serve {plan.precision.name}; export to llamacpp or re-solve with another precision")
     repo, prequantized = weights(plan, checkpoint)
     args = ["--model-path", repo, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp),
-            "--context-length", str(plan.context), "--max-running-requests", str(plan.concurrency)]
+            "--context-length", str(plan.context)]
+    if not plan.sized_by_traffic:
+        # a fleet replica keeps SGLang's own limit, which follows its token pool: planner sized its capacity with
+        # requests admitted by the pool (its concurrency, 1, is only the full-context request that must fit)
+        args += ["--max-running-requests", str(plan.concurrency)]
     fraction = sglang_fraction(plan)
     args += ["--mem-fraction-static", f"{plan.mem_fraction_static if fraction is None else fraction:.3f}",
              "--kv-cache-dtype", engine_kv_dtype("sglang", plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
