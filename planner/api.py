@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -355,24 +354,20 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[_ReplicaSpec]:
     its row, and the planned capacity is the rate it is simulated at."""
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
-    from planner.plan.planfile import load_plan_file
+    from planner.plan.planfile import FleetAssignment, load_plan_file
 
     checked = load_plan_file(path, catalog)
-    data = json.loads(path.read_text(encoding="utf-8"))  # read and checked as JSON by load_plan_file
-    if data.get("kind") != "fleet":
-        raise PlannerInputError(f"{path}: a single-configuration plan carries no traffic to simulate; "
-                                "pass a fleet plan or its scenario")
     specs = []
     for i, plan in enumerate(checked):
-        row = data["assignments"][i]
-        values = []
-        for key in ("prompt_tokens", "output_tokens", "capacity_rps_per_replica"):
-            value = row.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
-                raise PlannerInputError(f"{path}: assignments[{i}].{key} is missing or not a positive number; write "
-                                        "the plan again with this planner or simulate its scenario")
-            values.append(value)
-        prompt, output, capacity = int(values[0]), int(values[1]), float(values[2])
+        row = plan.record
+        if not isinstance(row, FleetAssignment):
+            raise PlannerInputError(f"{path}: a single-configuration plan carries no traffic to simulate; "
+                                    "pass a fleet plan or its scenario")
+        prompt, output, capacity = row.prompt_tokens, row.output_tokens, row.capacity_rps_per_replica
+        for key, value in (("prompt_tokens", prompt), ("output_tokens", output), ("capacity_rps_per_replica", capacity)):
+            if value is None:
+                raise PlannerInputError(f"{path}: assignments[{i}].{key} is missing; write the plan again with this "
+                                        "planner or simulate its scenario")
         c = plan.configuration
         arch = resolve_model(catalog, c.model_id if c.model_id else c.model)
         target = GpuTarget.from_catalog(plan.card)

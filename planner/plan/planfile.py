@@ -108,11 +108,20 @@ class PlanFile(_Schema):
     alternatives: list[PlanRecord] = Field(max_length=100)
 
 
+class FleetAssignment(PlanRecord):
+    """An assignment of a "fleet" file, with the request shape and capacity its replicas were sized for (what
+    `planner simulate` replays; optional, as deploying needs none of them)."""
+
+    prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    capacity_rps_per_replica: float | None = Field(default=None, gt=0, lt=1e9)
+
+
 class FleetFile(_Schema):
     schema_version: Literal[SCHEMA_VERSION]  # type: ignore[valid-type]
     kind: Literal["fleet"]
     scenario: Line | None = None
-    assignments: list[PlanRecord] = Field(max_length=10_000)
+    assignments: list[FleetAssignment] = Field(max_length=10_000)
 
 
 @dataclass(frozen=True)
