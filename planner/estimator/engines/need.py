@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 from planner.catalog.load import Catalog
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
-from planner.estimator.engines.base import engine_refusal
-from planner.estimator.memory import GpuTarget, Request, estimate_memory
+from planner.estimator.engines.base import engine_refusal, estimate_once
+from planner.estimator.memory import GpuTarget, Request
 from planner.model.architecture import Architecture
 
 CACHE_SIZED_BY_BATCH = frozenset({"llamacpp"})  # the cache is allocated for every slot at start-up
@@ -46,7 +46,7 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
     key = (gpu, sized, settings)
     cached = budgets.get(key) if budgets is not None else None
     if cached is None:
-        one = estimate_memory(arch, replace(request, batch=1), catalog)
+        one = estimate_once(arch, replace(request, batch=1), catalog)
         cached = (engine_budget(arch, sized, settings, gpu, catalog), max(r.kv_cache_bytes for r in one.per_gpu))
         if budgets is not None:
             budgets[key] = cached

@@ -31,8 +31,8 @@ from math import ceil
 
 from planner.model.architecture import Architecture, Layer
 from planner.catalog.load import Catalog
-from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
-                                            Stage, catalog_card, largest_passing, limiting_rank, serve)
+from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, Memo, PoolLayout, RankBudget,
+                                            ServedModel, Stage, catalog_card, largest_passing, limiting_rank, serve)
 from planner.estimator.engines.profiles import VllmProfile, load_profiles
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
@@ -108,9 +108,19 @@ def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, b
     return ceil(max_model_len / block_size) * spec.page_bytes
 
 
+# Memoised: the layout depends on the model's layers, tp, pp and dtypes, not on the card or the context, and the
+# candidate search sizes each layout at several contexts on every card
+_SHAPES, _LAYOUTS = Memo(), Memo()
+
+
 def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
     """The recurrent state and attention token sizes of the model on one rank (vLLM computes them model-wide:
     every stage pads its states to the same page), and the block-size multiple of the attention backend."""
+    key = (model.arch, model.request.tp, model.kv_bits, model.activation_bits, gpu.name)
+    return _SHAPES.get(key, (profile,), lambda: _state_shape(model, gpu, profile))
+
+
+def _state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
     state_bits = model.activation_bits  # mamba_cache_dtype / mamba_ssm_cache_dtype "auto": the model dtype
     layers = model.arch.layers
     state = max((model.layer_state_bytes(layer, state_bits) for layer in layers
@@ -127,6 +137,12 @@ def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> Sta
 
 
 def kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateShape, profile: VllmProfile) -> KvLayout:
+    """One worker's KV cache configuration (a stage's layers follow from the model, pp and the stage's index)."""
+    key = (model.arch, model.request.tp, model.request.pp, model.kv_bits, stage.index, block_size, shape)
+    return _LAYOUTS.get(key, (profile,), lambda: _kv_layout(model, stage, block_size, shape, profile))
+
+
+def _kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateShape, profile: VllmProfile) -> KvLayout:
     # mamba_page_size_padded: a state page grows to the attention page (an attention-free model keeps its own)
     state_page = block_size * shape.token_bytes if shape.token_bytes else shape.state_bytes
     specs = tuple(LayerSpec(STATE, None, state_page) if layer.attention.kind in RECURRENT_KINDS else
