@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import cached_property
 from math import ceil
 
 from planner.model.architecture import Architecture, Layer
@@ -93,7 +94,13 @@ class KvLayout:
 
     def needed_bytes(self, max_model_len: int, batched_tokens: int, block_size: int) -> int:
         """KV memory one request of max_model_len needs on this worker (check_enough_kv_cache_memory)."""
-        return sum(_max_usage_bytes(s, max_model_len, batched_tokens, block_size) for s in self.specs)
+        return sum(count * _max_usage_bytes(s, max_model_len, batched_tokens, block_size)
+                   for s, count in self._spec_counts)
+
+    @cached_property
+    def _spec_counts(self) -> tuple[tuple[LayerSpec, int], ...]:
+        """The specs and how many layers share each (a model repeats a few), asked at every length tried."""
+        return tuple(Counter(self.specs).items())
 
 
 def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, block_size: int) -> int:
@@ -108,9 +115,9 @@ def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, b
     return ceil(max_model_len / block_size) * spec.page_bytes
 
 
-# Memoised: the layout depends on the model's layers, tp, pp and dtypes, not on the card or the context, and the
-# candidate search sizes each layout at several contexts on every card
-_SHAPES, _LAYOUTS = Memo(), Memo()
+# Memoised: the layout (and a stage's largest MLP transient) depends on the model's layers, tp, pp and dtypes, not on
+# the card or the context, and the candidate search sizes each layout at several contexts on every card
+_SHAPES, _LAYOUTS, _TRANSIENTS = Memo(), Memo(), Memo()
 
 
 def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
@@ -237,7 +244,8 @@ def activation_peak(model: ServedModel, stage: Stage, settings: EngineSettings, 
     arch, tp = model.arch, model.request.tp
     tokens, dtype = settings.max_num_batched_tokens, model.activation_bytes
     hidden = arch.hidden_size
-    transient = max(_layer_transient_elements(layer, arch, tp, tokens, profile) for layer in stage.layers)
+    transient = _TRANSIENTS.get((arch, tp, model.request.pp, stage.index, tokens), (profile,), lambda: max(
+        _layer_transient_elements(layer, arch, tp, tokens, profile) for layer in stage.layers))
     forward = dtype * (tokens * profile.hidden_buffers_in_forward.value * hidden + transient)
     peak = forward
     if stage.last:
