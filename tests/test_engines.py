@@ -349,3 +349,15 @@ def test_profiles_reject_unknown_keys(tmp_path):
     (tmp_path / PROFILES_FILE).write_text(text.replace("vllm:\n", "vllm:\n  gpu_memory_utilisation: 0.9\n", 1))
     with pytest.raises(PlannerInputError, match="gpu_memory_utilisation"):
         load_profiles(str(tmp_path))
+
+
+def test_memoised_estimate_tells_apart_a_quantization_config(arch, catalog):
+    """estimate_once memoises by the Architecture, whose equality leaves out quantization_config: an `auto`
+    precision read from it must still come from each model's own config."""
+    from planner.estimator.engines.base import estimate_once
+    plain = arch("llama-3.1-8b")
+    quantized = replace(plain, quantization_config={"quant_method": "fp8"})
+    request = Request(context=4096)
+    assert estimate_once(plain, request, catalog).precision == estimate_memory(plain, request, catalog).precision
+    assert estimate_once(quantized, request, catalog).precision == estimate_memory(quantized, request, catalog).precision
+    assert estimate_once(plain, request, catalog).precision != estimate_once(quantized, request, catalog).precision

@@ -198,8 +198,10 @@ _ESTIMATES = Memo()
 
 def estimate_once(arch: Architecture, request: Request, catalog: Catalog) -> MemoryEstimate:
     """estimate_memory of `request` (no card, the planning margin), memoised: an engine budget lays the model
-    out from it, and the engine check of a batch reads the same estimate's KV per sequence."""
-    return _ESTIMATES.get((arch, request, id(catalog)), (catalog,), lambda: estimate_memory(arch, request, catalog))
+    out from it, and the engine check of a batch reads the same estimate's KV per sequence. The quantization_config
+    (a dict outside the Architecture's equality) decides an `auto` precision: it is held like the catalog."""
+    return _ESTIMATES.get((arch, request, id(catalog), id(arch.quantization_config)), (catalog, arch.quantization_config),
+                          lambda: estimate_memory(arch, request, catalog))
 
 
 def engine_refusal(arch: Architecture, engine: str) -> str | None:
