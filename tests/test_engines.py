@@ -364,3 +364,15 @@ def test_headroom_is_the_pool_the_batch_leaves_free(engine, arch, h100, catalog)
     per_sequence = max(r.kv_cache_bytes for r in estimate_memory(model, replace(request, batch=1), catalog).per_gpu)
     assert need.fits
     assert need.headroom_bytes(h100.memory_bytes) == need.budget.kv_pool_bytes - 4 * per_sequence
+
+
+def test_memoised_estimate_tells_apart_a_quantization_config(arch, catalog):
+    """estimate_once memoises by the Architecture, whose equality leaves out quantization_config: an `auto`
+    precision read from it must still come from each model's own config."""
+    from planner.estimator.engines.base import estimate_once
+    plain = arch("llama-3.1-8b")
+    quantized = replace(plain, quantization_config={"quant_method": "fp8"})
+    request = Request(context=4096)
+    assert estimate_once(plain, request, catalog).precision == estimate_memory(plain, request, catalog).precision
+    assert estimate_once(quantized, request, catalog).precision == estimate_memory(quantized, request, catalog).precision
+    assert estimate_once(plain, request, catalog).precision != estimate_once(quantized, request, catalog).precision

@@ -156,12 +156,12 @@ def _decode_step(timer: StepTimes, decode: float, context: float, prefill: float
     prefill_tokens = round(prefill)
     prefill_seqs = ceil(prefill / prompt) if prefill_tokens else 0
     positions = prefill_tokens * (prompt + 1) / 2  # chunks attend to their prompt's prefix, on average half of it
+    if timer.pp == 1:  # one pipeline part times a fractional batch directly (the hot path: no closure)
+        return timer.step_s(decode, context, prefill_tokens, positions, prefill_seqs)
 
     def at(b: float) -> float:
         return timer.step_s(b, context, prefill_tokens, positions, prefill_seqs)
 
-    if timer.pp == 1:  # one pipeline part times a fractional batch directly
-        return at(decode)
     low = int(decode)
     if decode == low:
         return at(low)

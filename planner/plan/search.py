@@ -105,6 +105,8 @@ class Enumeration:
     configurations_checked: int
     skipped: tuple[str, ...] = field(default_factory=tuple)  # why some GPUs were left out
     cut_short: str | None = None  # what was searched when the deadline stopped the search
+    # the engine pools the search sized, by card and request (replica sizing reads them back: need.known_budget)
+    budgets: Budgets = field(default_factory=dict, compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,7 +266,7 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
                 cheapest_fit[gpu.name, provider] = min(cost, cheapest_fit.get((gpu.name, provider), cost))
         elif isinstance(found, Rejection):
             rejections.append(found)
-    return Enumeration(tuple(candidates), tuple(rejections), probe.checked, tuple(skipped), cut_short)
+    return Enumeration(tuple(candidates), tuple(rejections), probe.checked, tuple(skipped), cut_short, probe.budgets)
 
 
 def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]]

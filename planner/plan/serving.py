@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 
 from planner.catalog.load import Catalog
 from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
-from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
+from planner.estimator.engines import EngineSettings, engine_budget
+from planner.estimator.engines.need import Budgets, known_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Workload, replica_timer
 from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
@@ -69,13 +70,15 @@ class ServingConfig:
 
 
 def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog, max_seqs_cap: int | None = None,
-                      budget: EngineBudget | None = None) -> Scheduler:
-    """The engine's pool at the candidate's context (max-model-len) and its batching limits."""
+                      budgets: Budgets | None = None) -> Scheduler:
+    """The engine's pool at the candidate's context (max-model-len) and its batching limits. `budgets`: the pools
+    the candidate search sized (Enumeration.budgets), read back rather than sized again."""
     target = GpuTarget.from_catalog(candidate.gpu)
     request = Request(context=candidate.context, batch=1, tp=candidate.tp, pp=candidate.pp,
                       precision=candidate.precision, kv_dtype=candidate.kv_dtype, overhead_fraction=space.overhead)
     settings = space.engine or EngineSettings("simple")
-    budget = budget or engine_budget(space.arch, request, settings, target, catalog)
+    budget = (known_budget(budgets, request, settings, target) if budgets else None) or engine_budget(
+        space.arch, request, settings, target, catalog)
     batching = None if space.engine is not None else engine_budget(space.arch, request, EngineSettings("vllm"), target,
                                                                    catalog)
     return Scheduler.of(budget, batching, max_seqs_cap)
@@ -151,7 +154,7 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadlin
     layouts = []
     for c in enumeration.candidates:
         _within(deadline, workload)
-        layouts.append(ReplicaLayout(c, replica_scheduler(space, c, catalog, cap),
+        layouts.append(ReplicaLayout(c, replica_scheduler(space, c, catalog, cap, enumeration.budgets),
                                      StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp,
                                                              catalog, workload.engine))))
     return layouts

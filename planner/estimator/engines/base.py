@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
 
 from planner.model.architecture import Architecture, Layer
 from planner.catalog.load import Catalog, Gpu, Precision
 from planner.errors import PlannerInputError
-from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, Request, attention_bytes_per_token, estimate_memory,
-                                      state_bytes_per_sequence)
+from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate, Request, attention_bytes_per_token,
+                                      estimate_memory, state_bytes_per_sequence)
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 
 ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
+# Results a Memo keeps before it starts afresh: the distinct layouts of one run (as _stage_weights' lru_cache)
+MEMO_ENTRIES = 4096
+T = TypeVar("T")
 # llama.cpp --cache-type-k/-v names and ggml block layouts (ggml/src/ggml-common.h): bytes per block of values
 LLAMACPP_CACHE_TYPES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q5_1": (24, 32),
                         "q5_0": (22, 32), "q4_1": (20, 32), "q4_0": (18, 32), "iq4_nl": (18, 32)}
@@ -171,6 +175,35 @@ class ServedModel:
         return state_bytes_per_sequence(layer.attention, self.request.tp, state_bits)
 
 
+class Memo:
+    """A pure function's results by key, kept while one run asks for them again (the candidate search sizes every
+    layout at several contexts on every card, and the fleet sizes the same replicas again). A key names unhashable
+    inputs (the catalog, an engine profile) by id(): `held` keeps those objects with the result, and a result is
+    reused only while they are the very same objects, since an id is unique only while its object lives."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple, tuple[tuple[Any, ...], Any]] = {}
+
+    def get(self, key: tuple, held: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        known = self._known.get(key)
+        if known is None or len(known[0]) != len(held) or any(a is not b for a, b in zip(known[0], held)):
+            if len(self._known) >= MEMO_ENTRIES:
+                self._known.clear()
+            known = self._known[key] = (held, compute())
+        return known[1]
+
+
+_ESTIMATES = Memo()
+
+
+def estimate_once(arch: Architecture, request: Request, catalog: Catalog) -> MemoryEstimate:
+    """estimate_memory of `request` (no card, the planning margin), memoised: an engine budget lays the model
+    out from it, and the engine check of a batch reads the same estimate's KV per sequence. The quantization_config
+    (a dict outside the Architecture's equality) decides an `auto` precision: it is held like the catalog."""
+    return _ESTIMATES.get((arch, request, id(catalog), id(arch.quantization_config)), (catalog, arch.quantization_config),
+                          lambda: estimate_memory(arch, request, catalog))
+
+
 def engine_refusal(arch: Architecture, engine: str) -> str | None:
     """Why the engine profile cannot size this model at all (None when it can). vLLM sizes every layer kind;
     llama.cpp keeps recurrent layers in a separate recurrent cache (src/llama-memory-recurrent.cpp) its profile
@@ -195,7 +228,7 @@ def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -
     refusal = engine_refusal(arch, engine)
     if refusal:
         raise PlannerInputError(refusal)
-    estimate = estimate_memory(arch, request, catalog)
+    estimate = estimate_once(arch, request, catalog)
     precision = resolve_precision(catalog, arch, request.precision)
     kv_dtype = resolve_kv_dtype(arch, precision, request.kv_dtype)
     activation_dtype = resolve_kv_dtype(arch, precision, None)
@@ -232,5 +265,5 @@ def largest_passing(low: int, high: int, passes) -> int | None:
     return low
 
 
-__all__ = ["ENGINE_NAMES", "CacheGroup", "EngineBudget", "EngineSettings", "PoolLayout", "RankBudget", "ServedModel", "Stage",
-           "catalog_card", "engine_refusal", "largest_passing", "limiting_rank", "serve"]
+__all__ = ["ENGINE_NAMES", "CacheGroup", "EngineBudget", "EngineSettings", "Memo", "PoolLayout", "RankBudget", "ServedModel",
+           "Stage", "catalog_card", "estimate_once", "engine_refusal", "largest_passing", "limiting_rank", "serve"]

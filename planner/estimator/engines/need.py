@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 from planner.catalog.load import Catalog
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
-from planner.estimator.engines.base import engine_refusal
-from planner.estimator.memory import GpuTarget, Request, estimate_memory
+from planner.estimator.engines.base import engine_refusal, estimate_once
+from planner.estimator.memory import GpuTarget, Request
 from planner.model.architecture import Architecture
 
 CACHE_SIZED_BY_BATCH = frozenset({"llamacpp"})  # the cache is allocated for every slot at start-up
@@ -22,6 +22,7 @@ SCHEDULER_CAPPED_BY_MAX_NUM_SEQS = frozenset({"vllm"})  # SGLang's max_num_seqs 
 # SGLang's mem_fraction_static holds the weights and the KV pool only: activations, CUDA graphs and non-torch memory
 # live in the rest of the card (what the budget leaves unused), where vLLM's utilization share holds them all
 WORKSPACE_OUTSIDE_BUDGET = frozenset({"sglang"})
+SIZED_BY_PLANNING_MARGIN = frozenset({"simple"})  # the one profile that reads the request's overhead_fraction
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,21 @@ class EngineNeed:
 Budgets = dict[tuple, tuple[EngineBudget, int]]
 
 
+def _budget_key(request: Request, settings: EngineSettings, gpu: GpuTarget) -> tuple[GpuTarget, Request, EngineSettings]:
+    """What the engine's pool depends on: the request as the engine sizes it (vLLM and SGLang: one sequence), without
+    the planning margin an engine profile does not read."""
+    sized = request if settings.name in CACHE_SIZED_BY_BATCH else replace(request, batch=1)
+    if settings.name not in SIZED_BY_PLANNING_MARGIN:
+        sized = replace(sized, overhead_fraction=None)
+    return gpu, sized, settings
+
+
+def known_budget(budgets: Budgets, request: Request, settings: EngineSettings, gpu: GpuTarget) -> EngineBudget | None:
+    """The pool engine_need already sized for `request` (sharing `budgets`), None when it did not."""
+    cached = budgets.get(_budget_key(request, settings, gpu))
+    return cached[0] if cached is not None else None
+
+
 def engine_need(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget, catalog: Catalog,
                 budgets: Budgets | None = None) -> EngineNeed:
     """Does `request.batch` sequences of `request.context` fit the engine on `gpu`? `budgets` (a dict the caller
@@ -45,11 +61,11 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
     refusal = engine_refusal(arch, settings.name)
     if refusal:
         return EngineNeed(False, gpu.memory_bytes + 1, None, refusal)
-    sized = request if settings.name in CACHE_SIZED_BY_BATCH else replace(request, batch=1)
-    key = (gpu, sized, settings)
+    key = _budget_key(request, settings, gpu)
+    sized = key[1]
     cached = budgets.get(key) if budgets is not None else None
     if cached is None:
-        one = estimate_memory(arch, replace(request, batch=1), catalog)
+        one = estimate_once(arch, replace(request, batch=1), catalog)
         cached = (engine_budget(arch, sized, settings, gpu, catalog), max(r.kv_cache_bytes for r in one.per_gpu))
         if budgets is not None:
             budgets[key] = cached
@@ -71,4 +87,4 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
     return EngineNeed(reason is None, used, budget, reason)
 
 
-__all__ = ["EngineNeed", "engine_need"]
+__all__ = ["Budgets", "EngineNeed", "engine_need", "known_budget"]

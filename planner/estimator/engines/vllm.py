@@ -27,12 +27,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import cached_property
 from math import ceil
 
 from planner.model.architecture import Architecture, Layer
 from planner.catalog.load import Catalog
-from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
-                                            Stage, catalog_card, largest_passing, limiting_rank, serve)
+from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, Memo, PoolLayout, RankBudget,
+                                            ServedModel, Stage, catalog_card, largest_passing, limiting_rank, serve)
 from planner.estimator.engines.profiles import VllmProfile, load_profiles
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
@@ -93,7 +94,13 @@ class KvLayout:
 
     def needed_bytes(self, max_model_len: int, batched_tokens: int, block_size: int) -> int:
         """KV memory one request of max_model_len needs on this worker (check_enough_kv_cache_memory)."""
-        return sum(_max_usage_bytes(s, max_model_len, batched_tokens, block_size) for s in self.specs)
+        return sum(count * _max_usage_bytes(s, max_model_len, batched_tokens, block_size)
+                   for s, count in self._spec_counts)
+
+    @cached_property
+    def _spec_counts(self) -> tuple[tuple[LayerSpec, int], ...]:
+        """The specs and how many layers share each (a model repeats a few), asked at every length tried."""
+        return tuple(Counter(self.specs).items())
 
 
 def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, block_size: int) -> int:
@@ -108,9 +115,19 @@ def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, b
     return ceil(max_model_len / block_size) * spec.page_bytes
 
 
+# Memoised: the layout (and a stage's largest MLP transient) depends on the model's layers, tp, pp and dtypes, not on
+# the card or the context, and the candidate search sizes each layout at several contexts on every card
+_SHAPES, _LAYOUTS, _TRANSIENTS = Memo(), Memo(), Memo()
+
+
 def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
     """The recurrent state and attention token sizes of the model on one rank (vLLM computes them model-wide:
     every stage pads its states to the same page), and the block-size multiple of the attention backend."""
+    key = (model.arch, model.request.tp, model.kv_bits, model.activation_bits, gpu.name)
+    return _SHAPES.get(key, (profile,), lambda: _state_shape(model, gpu, profile))
+
+
+def _state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
     state_bits = model.activation_bits  # mamba_cache_dtype / mamba_ssm_cache_dtype "auto": the model dtype
     layers = model.arch.layers
     state = max((model.layer_state_bytes(layer, state_bits) for layer in layers
@@ -127,6 +144,12 @@ def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> Sta
 
 
 def kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateShape, profile: VllmProfile) -> KvLayout:
+    """One worker's KV cache configuration (a stage's layers follow from the model, pp and the stage's index)."""
+    key = (model.arch, model.request.tp, model.request.pp, model.kv_bits, stage.index, block_size, shape)
+    return _LAYOUTS.get(key, (profile,), lambda: _kv_layout(model, stage, block_size, shape, profile))
+
+
+def _kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateShape, profile: VllmProfile) -> KvLayout:
     # mamba_page_size_padded: a state page grows to the attention page (an attention-free model keeps its own)
     state_page = block_size * shape.token_bytes if shape.token_bytes else shape.state_bytes
     specs = tuple(LayerSpec(STATE, None, state_page) if layer.attention.kind in RECURRENT_KINDS else
@@ -221,7 +244,8 @@ def activation_peak(model: ServedModel, stage: Stage, settings: EngineSettings, 
     arch, tp = model.arch, model.request.tp
     tokens, dtype = settings.max_num_batched_tokens, model.activation_bytes
     hidden = arch.hidden_size
-    transient = max(_layer_transient_elements(layer, arch, tp, tokens, profile) for layer in stage.layers)
+    transient = _TRANSIENTS.get((arch, tp, model.request.pp, stage.index, tokens), (profile,), lambda: max(
+        _layer_transient_elements(layer, arch, tp, tokens, profile) for layer in stage.layers))
     forward = dtype * (tokens * profile.hidden_buffers_in_forward.value * hidden + transient)
     peak = forward
     if stage.last:
