@@ -204,3 +204,21 @@ def test_a_quota_names_its_provider_in_any_case():
     problem = fleet_problem(parse_scenario({**FLEET_8B, "fleet": {"quotas": [{"provider": "LAMBDA", "max_gpus": 1}]}}),
                             CATALOG)
     assert problem.quotas[0].provider == "lambda"
+
+
+def test_a_cheaper_gpu_left_out_says_why():
+    """At 128K the GH200 (cheaper per GPU-hour, sold one per instance) cannot hold one 131,072-token request in
+    vLLM's pool, so the fleet rents dearer H200s; the plan says so with the engine's reason, not silently."""
+    scenario = parse_scenario({
+        "name": "long", "model": "llama-3.3-70b",
+        "workload": {"context": "128K", "traffic": {"requests_per_s": 1, "prompt_tokens": 1500, "output_tokens": 400},
+                     "slo": {"ttft_s": 2.0, "tpot_s": 0.05}},
+        "search": {"gpus": ["gh200", "h200-sxm"], "precisions": ["fp8"], "kv_dtypes": ["fp8"]},
+        "pricing": {"providers": ["lambda", "runpod"]}})
+    plan = plan_fleet(fleet_problem(scenario, CATALOG), CATALOG)
+    assert plan.assignments and {a.config.candidate.gpu.name for a in plan.assignments} == {"h200-sxm"}
+    gh200 = [line for line in plan.left_out if " gh200 " in line]
+    assert len(gh200) == 1 and "1 GPU(s) per replica" in gh200[0] and "131072" in gh200[0]
+    dearest = max(u.pool.offer.price(u.pool.market) / u.pool.offer.gpus for u in plan.pools)
+    for line in plan.left_out:  # only cards cheaper per GPU-hour than the dearest rented are listed
+        assert float(re.search(r"from \$([0-9.]+)/GPU-hour", line).group(1)) < dearest

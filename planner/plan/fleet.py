@@ -118,6 +118,7 @@ class FleetPlan:
     configurations: int
     variables: int
     candidate_seconds: float = 0.0  # of solve_seconds, spent building serving configurations
+    left_out: tuple[str, ...] = ()  # GPU types cheaper per GPU-hour than the fleet's dearest that serve nothing, and why
 
 
 def _footprint(config: ServingConfig, pool: Pool) -> int | None:
@@ -264,8 +265,66 @@ def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: S
     plan = _read(problem, built, solver, configs, pools, catalog, status_name(status), started, ())
     plan = replace(plan, candidate_seconds=candidate_seconds)
     if explain:
-        plan = replace(plan, binding=_binding(problem, plan, catalog, cache, deadline))
+        plan = replace(plan, binding=_binding(problem, plan, catalog, cache, deadline),
+                       left_out=_left_out(problem, plan, cache))
     return plan
+
+
+def _left_out(problem: FleetProblem, plan: FleetPlan, cache: ServingCache, most: int = 3) -> tuple[str, ...]:
+    """Per workload, the `most` GPU types rented for less per GPU-hour than the dearest the fleet pays that can serve
+    none of its traffic, and why: what a reader asks first when a dearer card wins. The nearest in price first
+    (the cards a reader expected to win, not the smallest ones)."""
+    if not plan.pools:
+        return ()
+    dearest = max(u.pool.offer.price(u.pool.market) / u.pool.offer.gpus for u in plan.pools)
+    out = []
+    for w in problem.workloads:
+        pools: dict[str, list[Pool]] = {}
+        for offer, market in w.space.offers:
+            if offer.price(market) is not None:
+                pools.setdefault(offer.gpu, []).append(Pool(offer, market))
+        cheaper = sorted(((min(p.offer.price(p.market) / p.offer.gpus for p in group), gpu)
+                          for gpu, group in pools.items()), reverse=True)
+        listed = 0
+        for usd, gpu in cheaper:
+            if listed == most:
+                break
+            if usd >= dearest:
+                continue
+            why = _why_not(w, gpu, pools[gpu], cache)
+            if why:
+                out.append(f"{w.name}: {gpu} (from ${usd:,.2f}/GPU-hour): {why}")
+                listed += 1
+    return tuple(out)
+
+
+def _why_not(workload: FleetWorkload, gpu: str, pools: list[Pool], cache: ServingCache) -> str | None:
+    """Why no replica of `workload` runs on `gpu`'s pools; None when one could (CP-SAT found it dearer). Layouts its
+    instances can hold come first: their reason (the SLO, or the estimator's) is the one a reader needs."""
+    def held(gpus: int, tp: int) -> bool:
+        return any(footprint(gpus, tp, p.offer.gpus) is not None for p in pools)
+
+    configs = [c for c in cache.configs(workload) if c.candidate.gpu.name == gpu]
+    if any(_fits_pool(c, p) for c in configs for p in pools):
+        return None
+    search = cache.search(workload)
+    layouts = [layout.candidate for layout in search.layouts if layout.candidate.gpu.name == gpu]
+    rejections = [r for r in search.rejections if r.gpu == gpu]
+    if any(held(c.gpus, c.tp) for c in layouts):
+        sizes = sorted({c.gpus for c in layouts if held(c.gpus, c.tp)})
+        return f"its layouts of {'/'.join(map(str, sizes))} GPUs miss the SLO, even serving one request at a time"
+    closest = min((r for r in rejections if held(r.configuration.gpus, r.configuration.tp)),
+                  key=lambda r: r.overshoot, default=None)
+    if closest is not None:
+        return f"{closest.configuration.gpus} GPU(s) per replica: {closest.reason}"
+    if layouts:
+        sizes = sorted({c.gpus for c in layouts})
+        return (f"only layouts of {'/'.join(map(str, sizes))} GPUs hold one request, which its "
+                f"{max(p.offer.gpus for p in pools)}-GPU instances cannot (planner.plan.rental)")
+    closest = min(rejections, key=lambda r: r.overshoot, default=None)
+    if closest is not None:
+        return closest.reason
+    return next((s.split(": ", 1)[1] for s in search.skipped if s.startswith(f"{gpu}: ")), "no layout was searched")
 
 
 def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, configs: list[ServingConfig],

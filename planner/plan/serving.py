@@ -24,7 +24,7 @@ from planner.estimator.engines.need import Budgets, known_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Workload, replica_timer
 from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
-from planner.plan.search import Candidate, SearchSpace, enumerate_candidates
+from planner.plan.search import Candidate, Rejection, SearchSpace, enumerate_candidates
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
 # The bounds that rank a size's layouts (most promising first) are searched to this relative precision only:
@@ -141,7 +141,14 @@ def _within(deadline: Deadline, workload: FleetWorkload) -> None:
         raise fleet_out_of_time(deadline, f"workload {workload.name}: sizing its replicas under load")
 
 
-def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadline = NO_DEADLINE) -> list[ReplicaLayout]:
+@dataclass(frozen=True)
+class ReplicaSearch:
+    layouts: list[ReplicaLayout]
+    rejections: tuple[Rejection, ...]  # groups where not even one request of the context fits, and why
+    skipped: tuple[str, ...]  # GPU types not searched, and why (enumerate_candidates)
+
+
+def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadline = NO_DEADLINE) -> ReplicaSearch:
     """Per GPU type, tp x pp, precision and KV dtype: the longest max-model-len that fits one request (what
     enumerate_candidates keeps of each group). Raises OutOfTime when the deadline ends the search."""
     space = workload.space
@@ -157,7 +164,7 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadlin
         layouts.append(ReplicaLayout(c, replica_scheduler(space, c, catalog, cap, enumeration.budgets),
                                      StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp,
                                                              catalog, workload.engine))))
-    return layouts
+    return ReplicaSearch(layouts, enumeration.rejections, enumeration.skipped)
 
 
 def serving_configs(workload: FleetWorkload, catalog: Catalog, layouts: list[ReplicaLayout] | None = None,
@@ -166,7 +173,7 @@ def serving_configs(workload: FleetWorkload, catalog: Catalog, layouts: list[Rep
     (bucket by bucket, most capacity first). `layouts`: the workload's replica_layouts, if already built.
     Raises OutOfTime when the deadline ends the work: a fleet built on part of it could be wrong."""
     sizes: dict[tuple[str, int], list[ReplicaLayout]] = {}
-    for layout in replica_layouts(workload, catalog, deadline) if layouts is None else layouts:
+    for layout in replica_layouts(workload, catalog, deadline).layouts if layouts is None else layouts:
         # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
         sizes.setdefault((layout.candidate.gpu.name, layout.candidate.gpus), []).append(layout)
     configs = []
@@ -216,27 +223,27 @@ class ServingCache:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self._layouts: list[tuple[SearchSpace, str, list[ReplicaLayout]]] = []
+        self._searches: list[tuple[SearchSpace, str, ReplicaSearch]] = []
         # by id(), holding the object itself: an id is only unique while its object lives
         self._configs: dict[int, tuple[FleetWorkload, list[ServingConfig]]] = {}
 
     def configs(self, workload: FleetWorkload, deadline: Deadline = NO_DEADLINE) -> list[ServingConfig]:
         known = self._configs.get(id(workload))
         if known is None or known[0] is not workload:
-            layouts = self._layouts_of(workload, deadline)
+            layouts = self.search(workload, deadline).layouts
             known = self._configs[id(workload)] = (workload, serving_configs(workload, self.catalog, layouts, deadline))
         return known[1]
 
-    def _layouts_of(self, workload: FleetWorkload, deadline: Deadline) -> list[ReplicaLayout]:
+    def search(self, workload: FleetWorkload, deadline: Deadline = NO_DEADLINE) -> ReplicaSearch:
         # the offers only price replicas: spaces that differ in them alone (another market) share the layouts
         unpriced = replace(workload.space, offers=())
-        for space, engine, layouts in self._layouts:
+        for space, engine, found in self._searches:
             if engine == workload.engine and space == unpriced:
-                return layouts
-        layouts = replica_layouts(workload, self.catalog, deadline)
-        self._layouts.append((unpriced, workload.engine, layouts))
-        return layouts
+                return found
+        found = replica_layouts(workload, self.catalog, deadline)
+        self._searches.append((unpriced, workload.engine, found))
+        return found
 
 
-__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ReplicaLayout", "ServingCache", "ServingConfig", "Slo",
+__all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ReplicaLayout", "ReplicaSearch", "ServingCache", "ServingConfig", "Slo",
            "fleet_out_of_time", "replica_layouts", "replica_scheduler", "serving_configs"]

@@ -144,8 +144,11 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
     if plan.unmet:
         parts += ["<h2>Unmet demand</h2>", "<ul>" + "".join(f"<li>{html.escape(u)}</li>" for u in plan.unmet) + "</ul>"]
     parts += ["<h2>Binding constraints</h2>",
-              "<ul>" + "".join(f"<li>{html.escape(b)}</li>" for b in plan.binding) + "</ul>",
-              "<h2>Inputs</h2>", f"<pre>{html.escape(scenario_text)}</pre>"]
+              "<ul>" + "".join(f"<li>{html.escape(b)}</li>" for b in plan.binding) + "</ul>"]
+    if plan.left_out:
+        parts += ["<h2>Cheaper GPUs left out</h2>",
+                  "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plan.left_out) + "</ul>"]
+    parts += ["<h2>Inputs</h2>", f"<pre>{html.escape(scenario_text)}</pre>"]
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>planner report: {html.escape(name)}</title><style>{_PAGE_STYLE}</style></head><body>"
             + "\n".join(parts) + "</body></html>\n")

@@ -79,4 +79,5 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
         lines.append(f"| {a.workload} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
                      f"| {c.context:,} x {a.config.performance.batch:.1f} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
     lines += [""] + [f"- unmet: {u}" for u in plan.unmet] + [f"- binding: {b}" for b in plan.binding]
+    lines += [f"- left out: {x}" for x in plan.left_out]
     return "\n".join(lines) + "\n"

@@ -94,7 +94,8 @@ def fleet_json(plan: FleetPlan, scenario: str) -> str:
                    "market": u.pool.market, "gpu": u.pool.offer.gpu, "instances": u.instances,
                    "gpus_per_instance": u.pool.offer.gpus, "gpus_used": u.gpus_used, "usd_per_hour": u.usd_per_hour,
                    "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source} for u in plan.pools],
-        "unmet": list(plan.unmet), "binding": list(plan.binding), "configurations": plan.configurations,
+        "unmet": list(plan.unmet), "binding": list(plan.binding), "left_out": list(plan.left_out),
+        "configurations": plan.configurations,
         "variables": plan.variables})
 
 

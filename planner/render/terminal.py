@@ -228,6 +228,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
         console.print(f"[red]unmet:[/red] {line}")
     for line in plan.binding:
         console.print(f"binding: {line}")
+    for line in plan.left_out:
+        console.print(f"left out: {line}", highlight=False, markup=False)
     if plan.assignments:
         console.print("every replica's configuration was re-checked by the estimator")
 
