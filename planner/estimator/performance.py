@@ -420,7 +420,9 @@ def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attended: C
     touched = stage.touched_experts(tokens)
     weight_bytes = stage.dense_bytes + round(touched * stage.expert_bytes)
     body, logits_flops = stage.body_flops, stage.logits_flops
-    attention_flops = sum(per_position * attended(window) for per_position, window in stage.attention_by_window)
+    attention_flops = 0.0
+    for per_position, window in stage.attention_by_window:
+        attention_flops += per_position * attended(window)
     compute_s = ((body.low_bit * tokens + logits_flops.low_bit * logits) / hw.low_bit_flops_per_s
                  + (body.wide * tokens + logits_flops.wide * logits + attention_flops) / hw.wide_flops_per_s)
     return (weight_bytes / hw.bytes_per_s, kv_bytes / hw.kv_bytes_per_s, compute_s,
@@ -516,8 +518,11 @@ class ReplicaTimer:
 
     def kv_bytes_per_sequence(self, stage: int, context: float) -> float:
         """Cache bytes one sequence of `context` tokens holds on one rank of `stage` (as planner.estimator.memory)."""
-        return (self.kv_growing[stage] * context + sum(b * min(context, w) for b, w in self.kv_sliding[stage])
-                + self.kv_state[stage])
+        sliding = self.kv_sliding[stage]
+        growing = self.kv_growing[stage] * context
+        if sliding:
+            growing += sum(b * min(context, w) for b, w in sliding)
+        return growing + self.kv_state[stage]
 
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
         """(seconds, the slowest stage's forward term by term, pipeline bubble) for one step. The step's
