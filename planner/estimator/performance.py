@@ -182,6 +182,13 @@ class Workload:
     output_tokens: int
 
 
+def _stage_s(memory_s: float, compute_s: float, overhead_s: float, allreduce_s: float, launch_overlaps: bool) -> float:
+    """One stage's forward from its terms (the header's `stage` line)."""
+    if launch_overlaps:
+        return max(memory_s, compute_s, overhead_s) + allreduce_s
+    return max(memory_s, compute_s) + overhead_s + allreduce_s
+
+
 @dataclass(frozen=True)
 class ForwardTime:
     """One forward pass of one pipeline stage on one rank, term by term (seconds)."""
@@ -201,9 +208,8 @@ class ForwardTime:
 
     @property
     def total_s(self) -> float:
-        if self.launch_overlaps:
-            return max(self.memory_s, self.compute_s, self.per_layer_overhead_s) + self.allreduce_s
-        return max(self.memory_s, self.compute_s) + self.per_layer_overhead_s + self.allreduce_s
+        return _stage_s(self.memory_s, self.compute_s, self.per_layer_overhead_s, self.allreduce_s,
+                        self.launch_overlaps)
 
     @property
     def bound(self) -> DecodeBound:
@@ -251,9 +257,6 @@ class _Matmuls:
     def __add__(self, other: _Matmuls) -> _Matmuls:
         return _Matmuls(self.low_bit + other.low_bit, self.wide + other.wide)
 
-    def scaled(self, factor: float) -> _Matmuls:
-        return _Matmuls(self.low_bit * factor, self.wide * factor)
-
 
 @dataclass(frozen=True)
 class _Stage:
@@ -280,9 +283,6 @@ class _Stage:
         if not self.experts:
             return 0.0
         return self.experts * (1 - (1 - self.experts_per_token / self.experts) ** tokens)
-
-    def weight_bytes(self, tokens: int) -> int:
-        return self.dense_bytes + round(self.touched_experts(tokens) * self.expert_bytes)
 
 
 def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
@@ -407,33 +407,39 @@ class _Hardware:
         return self.link_latency_s + tokens * self.hidden * ACTIVATION_BYTES / self.link_bytes_per_s
 
 
+# A stage's forward as plain numbers, in ForwardTime's field order up to launch_overlaps: (weight_read_s,
+# kv_read_s, compute_s, per_layer_overhead_s, allreduce_s, weight_bytes, kv_bytes). The step time needs only
+# their sum and is on the solver's hot path, so the ForwardTime is built only for the stage reported.
+_Terms = tuple[float, float, float, float, float, int, int]
+
+
 def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attended: Callable[[int | None], float],
-             kv_bytes: int) -> ForwardTime:
-    """`attended(window)`: attended positions summed over the pass's tokens, for a layer with that window."""
-    weight_bytes = stage.weight_bytes(tokens)
-    matmuls = stage.body_flops.scaled(tokens) + stage.logits_flops.scaled(logits)
-    attention_flops = sum(per_position * attended(window) for per_position, window in stage.attention_by_window)
-    compute_s = (matmuls.low_bit / hw.low_bit_flops_per_s
-                 + (matmuls.wide + attention_flops) / hw.wide_flops_per_s)
-    return ForwardTime(
-        weight_read_s=weight_bytes / hw.bytes_per_s,
-        kv_read_s=kv_bytes / hw.kv_bytes_per_s,
-        compute_s=compute_s,
-        per_layer_overhead_s=(stage.layers * hw.layer_overhead_s
-                              + stage.moe_layers * stage.touched_experts(tokens) * hw.expert_overhead_s),
-        allreduce_s=(ALLREDUCES_PER_LAYER * stage.layers) * hw.allreduce_s(tokens),
-        weight_bytes=weight_bytes,
-        kv_bytes=kv_bytes,
-        launch_overlaps=hw.launch_overlaps,
-    )
+             kv_bytes: int, allreduce_s: float) -> _Terms:
+    """`attended(window)`: attended positions summed over the pass's tokens, for a layer with that window;
+    `allreduce_s`: one all-reduce of the pass's activations (hw.allreduce_s(tokens), the same on every stage)."""
+    touched = stage.touched_experts(tokens)
+    weight_bytes = stage.dense_bytes + round(touched * stage.expert_bytes)
+    body, logits_flops = stage.body_flops, stage.logits_flops
+    attention_flops = 0.0
+    for per_position, window in stage.attention_by_window:
+        attention_flops += per_position * attended(window)
+    compute_s = ((body.low_bit * tokens + logits_flops.low_bit * logits) / hw.low_bit_flops_per_s
+                 + (body.wide * tokens + logits_flops.wide * logits + attention_flops) / hw.wide_flops_per_s)
+    return (weight_bytes / hw.bytes_per_s, kv_bytes / hw.kv_bytes_per_s, compute_s,
+            stage.layers * hw.layer_overhead_s + stage.moe_layers * touched * hw.expert_overhead_s,
+            (ALLREDUCES_PER_LAYER * stage.layers) * allreduce_s, weight_bytes, kv_bytes)
 
 
-def _pipeline(times: list[ForwardTime], microbatches: int, handoff_s: float) -> tuple[float, ForwardTime, float]:
-    """(time for every microbatch to pass every stage in steady state, slowest stage, its idle time)."""
-    slowest = max(times, key=lambda t: t.total_s)
-    through = sum(t.total_s for t in times) + (len(times) - 1) * handoff_s
-    total = max(through, microbatches * slowest.total_s)
-    return total, slowest, total - microbatches * slowest.total_s
+def _pipeline(times: list[_Terms], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
+    """(time for every microbatch of `tokens` to pass every stage in steady state, the slowest stage's index,
+    its idle time)."""
+    totals = [_stage_s(t[0] + t[1], t[2], t[3], t[4], hw.launch_overlaps) for t in times]
+    slowest_s = max(totals)
+    through = sum(totals)
+    if len(totals) > 1:
+        through += (len(totals) - 1) * hw.handoff_s(tokens)
+    total = max(through, microbatches * slowest_s)
+    return total, totals.index(slowest_s), total - microbatches * slowest_s
 
 
 def _causal_positions(prompt: int, window: int | None) -> float:
@@ -512,21 +518,31 @@ class ReplicaTimer:
 
     def kv_bytes_per_sequence(self, stage: int, context: float) -> float:
         """Cache bytes one sequence of `context` tokens holds on one rank of `stage` (as planner.estimator.memory)."""
-        return (self.kv_growing[stage] * context + sum(b * min(context, w) for b, w in self.kv_sliding[stage])
-                + self.kv_state[stage])
+        sliding = self.kv_sliding[stage]
+        growing = self.kv_growing[stage] * context
+        if sliding:
+            growing += sum(b * min(context, w) for b, w in sliding)
+        return growing + self.kv_state[stage]
 
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
         """(seconds, the slowest stage's forward term by term, pipeline bubble) for one step. The step's
         sequences are split into min(sequences, pp) microbatches unless `microbatches` is given."""
+        total, times, slowest, bubble = self._step(shape, microbatches)
+        return total, ForwardTime(*times[slowest], launch_overlaps=self.hw.launch_overlaps), bubble
+
+    def step_s(self, shape: Step) -> float:
+        return self._step(shape, None)[0]
+
+    def _step(self, shape: Step, microbatches: int | None) -> tuple[float, list[_Terms], int, float]:
         sequences = shape.decode_seqs + shape.prefill_seqs
         parts = microbatches or max(1, min(sequences, self.pp))
         # one part: a fractional batch is a mean over steps (the steady state's), timed as it stands
         decode = shape.decode_seqs if parts == 1 else ceil(shape.decode_seqs / parts)
         prefill_tokens = ceil(shape.prefill_tokens / parts)
         prefill_positions = shape.prefill_positions / parts
-        prefill_seqs = ceil(shape.prefill_seqs / parts)
         context = shape.decode_context
         tokens = decode + prefill_tokens
+        logits = decode + ceil(shape.prefill_seqs / parts)
 
         def attended(window: int | None) -> float:
             own = decode * min(context, window or context)
@@ -534,21 +550,23 @@ class ReplicaTimer:
                 return own + min(prefill_positions, prefill_tokens * window)
             return own + prefill_positions
 
-        times = [_forward(stage, self.hw, tokens, decode + prefill_seqs, attended,
-                          round(decode * self.kv_bytes_per_sequence(s, context)))
+        hw = self.hw
+        allreduce_s = hw.allreduce_s(tokens)
+        times = [_forward(stage, hw, tokens, logits, attended, round(decode * self.kv_bytes_per_sequence(s, context)),
+                          allreduce_s)
                  for s, stage in enumerate(self.stages)]
-        return _pipeline(times, parts, self.hw.handoff_s(tokens))
-
-    def step_s(self, shape: Step) -> float:
-        return self.step(shape)[0]
+        total, slowest, bubble = _pipeline(times, hw, parts, tokens)
+        return total, times, slowest, bubble
 
     def prefill_s(self, sequences: int, prompt: int) -> float:
         """Whole prompts alone (no decode): sliding-window layers attend to min(position, window) of each."""
         parts = min(sequences, self.pp)
         per_part = ceil(sequences / parts)
-        times = [_forward(stage, self.hw, per_part * prompt, per_part,
-                          lambda w: per_part * _causal_positions(prompt, w), 0) for stage in self.stages]
-        return _pipeline(times, parts, self.hw.handoff_s(per_part * prompt))[0]
+        tokens = per_part * prompt
+        allreduce_s = self.hw.allreduce_s(tokens)
+        times = [_forward(stage, self.hw, tokens, per_part, lambda w: per_part * _causal_positions(prompt, w), 0,
+                          allreduce_s) for stage in self.stages]
+        return _pipeline(times, self.hw, parts, tokens)[0]
 
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
