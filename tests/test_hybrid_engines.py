@@ -214,3 +214,116 @@ def test_head_256_on_compute_capability_10_0_aligns_to_32_tokens(catalog):
 def test_profile_gpu_names_are_catalog_gpus(catalog):
     names = {gpu.name for gpu in catalog.gpus}
     assert set(load_profiles().vllm.hybrid_head256_gpus.value) <= names
+
+
+# --- DeepSeek-V4: window, compressed, indexer and compressor-state caches in vLLM's packed pool ---------------------
+
+
+def _deepseek_v4(ratios: list[int]) -> Architecture:
+    """The DeepSeek-V4-Flash config (head 512, window 128, indexer keys of 128) cut to len(ratios) layers."""
+    from planner.model.architecture import architecture_from_config, load_config_file
+
+    config = load_config_file(CONFIGS / "deepseek-v4-flash")
+    return architecture_from_config({**config, "num_hidden_layers": len(ratios), "compress_ratios": ratios,
+                                     "num_nextn_predict_layers": 0}, "deepseek-v4-small")
+
+
+def test_vllm_lays_out_a_small_deepseek_v4_by_hand(catalog):
+    """Layers c1, c1, c4, c128, c4 (ratios 0, 0, 4, 128, 4), fp8_ds_mla, block size 256, pages padded to 576 B
+    (vllm/v1/kv_cache_interface.py _apply_alignment_padding):
+      window  DeepseekV4SWACache (sparse_swa.py, block_size = 64): 64 x 584 = 37,376 -> 37,440 B, every layer
+      c4 / c128 compressed (attention.py MLAAttentionSpec, storage_block_size = 256 // r): 64 x 584 -> 37,440 B,
+        2 x 584 = 1,168 -> 1,728 B
+      indexer keys (DeepseekV4IndexerCache, 128 fp8 + 4 B scale = 132): 64 x 132 = 8,448 -> 8,640 B
+      compressor states (compressor.py CompressorStateCache, fp32, state_dim = 2 x coff x head, coff 2 at r = 4):
+        c4 4 x 2 x 2 x 512 x 4 = 32,768 -> 32,832 B; indexer 4 x 2 x 2 x 128 x 4 = 8,192 -> 8,640 B;
+        c128 8 x 2 x 1 x 512 x 4 = 32,768 -> 32,832 B
+    Groups (kv_cache_utils.py _get_kv_cache_groups_uniform_groups): compressed {2 x 37,440, 2 x 8,640, 1,728} has
+    2 layer tuples; buckets window (64, 128) 5, states (4, 8) 2, (8, 128) 1; _approximate_gcd([2, 5, 2, 1], 2) = 2
+    (padding 2; d = 3 pads 5), so the windows split into cdiv(5, 2) = 3 groups (layers 0+3, 1+4, 2): 6 groups.
+    Packed stride (_get_packed_kv_cache_layout): the compressed group's 2 x 37,440 + 2 x 8,640 + 1,728 = 93,888 B."""
+    from planner.estimator.engines.vllm_deepseek_v4 import COMPRESSED, STATE, WINDOW, layer_specs, spec_groups
+
+    profile = load_profiles().vllm
+    model = _deepseek_v4([0, 0, 4, 128, 4])
+    pages = [sorted((s.kind, s.block_tokens, s.window, s.page_bytes) for s in layer_specs(i, layer, 256, profile))
+             for i, layer in enumerate(model.layers)]
+    assert pages[0] == [(WINDOW, 64, 128, 37_440)]
+    assert pages[2] == sorted([(WINDOW, 64, 128, 37_440), (COMPRESSED, 256, None, 37_440), (COMPRESSED, 256, None, 8_640),
+                               (STATE, 4, 8, 32_832), (STATE, 4, 8, 8_640)])
+    assert pages[3] == sorted([(WINDOW, 64, 128, 37_440), (COMPRESSED, 256, None, 1_728), (STATE, 8, 128, 32_832)])
+    groups = spec_groups(model, 256, profile)
+    assert [(g.kind, sorted({s.layer for s in g.specs}), len(g.specs)) for g in groups] == [
+        (COMPRESSED, [2, 3, 4], 5), (WINDOW, [0, 3], 2), (WINDOW, [1, 4], 2), (WINDOW, [2], 1), (STATE, [2, 4], 4),
+        (STATE, [3], 1)]
+
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
+    budget = engine_budget(model, Request(context=32768, kv_dtype="fp8"), EngineSettings(name="vllm"), gpu, catalog)
+    batched = budget.settings.max_num_batched_tokens
+    assert budget.settings.block_size == 256 and budget.layout.page_bytes == 93_888
+    window_blocks = ceil(min(127 + batched, 32768) / 64) + 1  # SlidingWindowSpec: window - 1 + batched, +1 block
+    per_request = 32768 // 256 + 3 * window_blocks + (ceil(min(7 + batched, 32768) / 4) + 1) \
+        + (ceil(min(127 + batched, 32768) / 8) + 1)
+    num_blocks = budget.kv_pool_bytes // 93_888
+    assert budget.max_concurrency == num_blocks / per_request
+    assert budget.kv_cache_capacity_tokens == int(num_blocks / per_request * 32768)
+    assert [(g.kind, g.groups, g.blocks_per_request) for g in budget.layout.groups] == [
+        (COMPRESSED, 1, 128), (WINDOW, 3, 3 * window_blocks), (STATE, 2, per_request - 128 - 3 * window_blocks)]
+
+
+def test_vllm_deepseek_v4_start_up_check_uses_the_layer_tuple_bytes(catalog):
+    """_max_memory_usage_bytes_from_groups: blocks a request x the most layer tuples (2) x the compressed group's
+    distinct pages (37,440 + 8,640 + 1,728 = 47,808 B); vLLM refuses to start below it and estimates the longest."""
+    from planner.estimator.engines.vllm_deepseek_v4 import packed_layout
+
+    profile = load_profiles().vllm
+    model = serve(_deepseek_v4([0, 0, 4, 128, 4]), Request(context=65536, kv_dtype="fp8"), catalog, "vllm")
+    layout = packed_layout(model, model.stages[0], 256, 2048, profile)
+    blocks = layout.blocks_per_request(65536, 2048, 256)
+    assert layout.needed_bytes(65536, 2048, 256) == 2 * 47_808 * blocks
+    assert blocks == 65536 // 256 + 3 * (ceil(2175 / 64) + 1) + (ceil(2055 / 4) + 1) + (ceil(2175 / 8) + 1)
+
+
+def test_vllm_groups_the_published_deepseek_v4_configs(catalog):
+    """Flash: 21 c4 + 20 c128 + 2 window-only layers -> tuples [21, 43, 21, 20], d = 22, five groups; its stride is
+    the compressed group's 21 x 37,440 + 21 x 8,640 + 20 x 1,728 B. Pro: 30 c4 + 31 c128 (+ 0 window-only):
+    30 x 37,440 + 30 x 8,640 + 31 x 1,728 B."""
+    from planner.estimator.engines.vllm_deepseek_v4 import approximate_gcd, packed_layout
+    from planner.model.architecture import architecture_from_config, load_config_file
+
+    assert approximate_gcd([21, 43, 21, 20], 21) == 22
+    profile = load_profiles().vllm
+    for name, stride in (("deepseek-v4-flash", 21 * 37_440 + 21 * 8_640 + 20 * 1_728),
+                         ("deepseek-v4-pro", 30 * 37_440 + 30 * 8_640 + 31 * 1_728)):
+        model = serve(architecture_from_config(load_config_file(CONFIGS / name), name), Request(context=8192, tp=8),
+                      catalog, "vllm")
+        layout = packed_layout(model, model.stages[0], 256, 8192, profile)
+        assert len(layout.groups) == 5 and layout.block_stride == stride, name
+
+
+def test_deepseek_v4_refusals_name_the_engine_and_the_fix(catalog):
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
+    model = _deepseek_v4([0, 0, 4, 128, 4])
+    for engine, source in (("sglang", "deepseek_v4_memory_pool.py"), ("llamacpp", "llama-kv-cache-dsv4.cpp")):
+        with pytest.raises(PlannerInputError, match=source):
+            engine_budget(model, Request(context=8192), EngineSettings(name=engine), gpu, catalog)
+    with pytest.raises(PlannerInputError, match="--kv-dtype fp8"):
+        engine_budget(model, Request(context=8192, kv_dtype="bf16"), EngineSettings(name="vllm"), gpu, catalog)
+    with pytest.raises(PlannerInputError, match="multiple of 128"):
+        engine_budget(model, Request(context=8192), EngineSettings(name="vllm", block_size=64), gpu, catalog)
+    auto = engine_budget(model, Request(context=8192), EngineSettings(name="vllm"), gpu, catalog)
+    assert any("--kv-cache-dtype fp8" in w for w in auto.warnings)
+
+
+def test_the_cli_prints_deepseek_v4_flashs_vllm_pool_and_its_groups():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["estimate", "deepseek-v4-flash", "--engine", "vllm", "--gpu", "b200", "--tp", "8",
+                                      "--context", "32768"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "KV cache capacity" in text and "x 1,002,240 B" in text and "5 groups" in text, text
+    assert "compressed (256-token blocks): 21 x 37,440 B + 21 x 8,640 B + 20 x 1,728 B, 128 block(s)" in text, text
+    assert "compressor state (4-token blocks, window 8)" in text, text

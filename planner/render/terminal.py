@@ -267,6 +267,8 @@ def _pool_layout_lines(e: EngineBudget) -> list[str]:
     layout = e.layout
     if layout is None or (len(layout.groups) == 1 and not layout.state_bytes):
         return []
+    if layout.notes:
+        return list(layout.notes)
     kinds = ", ".join(f"{g.layers} {g.kind}" for g in layout.groups)
     if e.name == "sglang":
         return [f"layers per rank: {kinds}; token pool of {layout.page_bytes:,} B per token (attention layers "

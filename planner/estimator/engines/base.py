@@ -13,6 +13,13 @@ from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 
 ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
+# Engines that serve DeepSeek-V4 with pools of their own, which their profiles here do not size (vLLM's is sized)
+COMPRESSED_CACHE_POOLS = {
+    "sglang": "its DeepSeekV4TokenToKVPool of window, c4, c128 and compressor-state pools "
+              "(python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py)",
+    "llamacpp": "its DSV4 cache of separate window, CSA and HCA caches (src/llama-kv-cache-dsv4.cpp, "
+                "ggml-org/llama.cpp pull request #24162)",
+}
 # Results a Memo keeps before it starts afresh: the distinct layouts of one run (as _stage_weights' lru_cache)
 MEMO_ENTRIES = 4096
 T = TypeVar("T")
@@ -97,6 +104,9 @@ class PoolLayout:
     state_pool_bytes: int = 0  # SGLang: its separate state pool (vLLM shares one pool)
     running_requests: int = 0  # SGLang: requests it admits at once for the state slots (0: no cap from states)
     block_size_reason: str | None = None  # why the engine chose this block size, when it is not its default
+    # the engine's own account of a layout the fields above cannot say (vLLM's DeepSeek-V4 groups of several page
+    # sizes in one packed pool), one line each
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,10 +220,10 @@ def engine_refusal(arch: Architecture, engine: str) -> str | None:
     does not size; SGLang's token pool is sized per attention-layer token, nothing for an attention-free model."""
     kinds = arch.attention_kinds
     recurrent = sorted(kinds & set(RECURRENT_KINDS))
-    if engine != "simple" and any(layer.attention.compress_ratio for layer in arch.layers):
+    if engine in COMPRESSED_CACHE_POOLS and any(layer.attention.compress_ratio for layer in arch.layers):
         return (f"--engine {engine}: {arch.name} keeps compressed attention caches beside its sliding window "
-                "(DeepSeek-V4: one entry per 4 or 128 tokens), which this engine profile does not lay out; "
-                "use --engine simple")
+                f"(DeepSeek-V4); {engine} serves it from {COMPRESSED_CACHE_POOLS[engine]}, which this profile does "
+                "not lay out yet; use --engine vllm or simple")
     if engine == "llamacpp" and recurrent:
         return (f"--engine llamacpp: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
                 "recurrent cache the llama.cpp profile does not size; use --engine vllm, sglang or simple")

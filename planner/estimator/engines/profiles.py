@@ -68,6 +68,15 @@ class VllmProfile(_Strict):
     hybrid_mla_block_alignment: Sourced[int]
     hybrid_head256_block_alignment: Sourced[int]
     hybrid_head256_gpus: Sourced[tuple[str, ...]]
+    # DeepSeek-V4's window, compressed, indexer and compressor-state caches (a later release than the rest)
+    deepseek_v4_release: Sourced[str]
+    deepseek_v4_block_size: Sourced[int]
+    deepseek_v4_window_block_size: Sourced[int]
+    deepseek_v4_entry_bytes: Sourced[int]
+    deepseek_v4_page_alignment_bytes: Sourced[int]
+    deepseek_v4_state_block_tokens: Sourced[dict[int, int]]
+    deepseek_v4_overlapping_ratio: Sourced[int]
+    deepseek_v4_state_value_bytes: Sourced[int]
 
 
 class SglangGpuBucket(_Strict):

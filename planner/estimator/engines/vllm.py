@@ -21,6 +21,7 @@
   the smallest multiple of 16 (MLA: 64) tokens whose page holds a whole state, and pads the state page up
   to the attention page, so every group shares one page size; a request then takes one block in each state
   group (no prefix caching for these models in v0.19, mamba_cache_mode "none") beside its attention blocks.
+  DeepSeek-V4's window, compressed and compressor-state caches (a later release) are laid out in vllm_deepseek_v4.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, Memo, PoolLayout, RankBudget,
                                             ServedModel, Stage, catalog_card, largest_passing, limiting_rank, serve)
 from planner.estimator.engines.profiles import VllmProfile, load_profiles
+from planner.estimator.engines.vllm_deepseek_v4 import (PackedLayout, check_kv_dtype, has_compressed_caches,
+                                                        packed_layout, pool_layout)
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import GiB, MiB, gib
@@ -197,6 +200,8 @@ def _batch_defaults(gpu: GpuTarget, visible_bytes: int, profile: VllmProfile) ->
 
 
 def default_block_size(arch: Architecture, profile: VllmProfile) -> int:
+    if has_compressed_caches(arch):
+        return profile.deepseek_v4_block_size.value
     mla = arch.attention_kinds == {"mla"}
     return profile.mla_block_size.value if mla else profile.block_size.value
 
@@ -303,11 +308,14 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
     graphs = 0 if resolved.enforce_eager else profile.cuda_graph_mib.value * MiB
     custom_all_reduce = _custom_all_reduce(resolved, gpu, catalog)
 
+    compressed = has_compressed_caches(arch)
+    warnings = [w for w in (check_kv_dtype(model) if compressed else None,) if w]
     ranks: list[RankBudget] = []
-    layouts: dict[int, KvLayout] = {}
+    layouts: dict[int, KvLayout | PackedLayout] = {}
     available: dict[int, int] = {}
     for stage in model.stages:
-        layout = layouts[stage.index] = kv_layout(model, stage, block_size, shape, profile)
+        layout = layouts[stage.index] = (packed_layout(model, stage, block_size, batched, profile)
+                                         if compressed else kv_layout(model, stage, block_size, shape, profile))
         activation = activation_peak(model, stage, resolved, profile)
         non_torch = non_torch_bytes(request.tp, request.pp, custom_all_reduce, profile)
         subtracted = graphs if profile.subtract_cuda_graph.value else 0
@@ -332,18 +340,20 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
                    f"(\"Maximum concurrency for {context:,} tokens per request: {concurrency:.2f}x\"), fewer than "
                    f"--batch {request.batch}; the others wait in the queue")
     return EngineBudget(
-        name="vllm", release=profile.release, gpu_memory_utilization=utilization, budget_bytes=requested,
+        name="vllm", release=(f"{profile.release}; DeepSeek-V4 caches as {profile.deepseek_v4_release.value}" if compressed
+                              else profile.release), gpu_memory_utilization=utilization, budget_bytes=requested,
         weights_bytes=limit.weights_bytes, activation_bytes=limit.activation_bytes, non_torch_bytes=limit.non_torch_bytes,
         cuda_graph_bytes=graphs, kv_pool_bytes=max(memory, 0),
         kv_cache_capacity_tokens=layout.capacity_tokens(num_blocks, block_size, context), max_concurrency=concurrency,
         fits=fits, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=tuple(ranks),
-        warnings=tuple(_warnings(free_at_start - requested, graphs, resolved, profile)),
-        layout=_pool_layout(layout, shape, resolved, context, num_blocks, default_block_size(arch, profile)),
+        warnings=tuple(warnings + _warnings(free_at_start - requested, graphs, resolved, profile)),
+        layout=(pool_layout(layout, block_size, context, num_blocks) if isinstance(layout, PackedLayout) else
+                _pool_layout(layout, shape, resolved, context, num_blocks, default_block_size(arch, profile))),
     )
 
 
-def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout], available: dict[int, int], visible: int,
+def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout | PackedLayout], available: dict[int, int], visible: int,
                       free: int, requested: int, settings: EngineSettings) -> tuple[str | None, int | None]:
     """vLLM's own error when it cannot start, and the longest max_model_len it would estimate."""
     if free < requested:
