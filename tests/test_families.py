@@ -347,3 +347,38 @@ def test_a_nemotron_pattern_longer_than_any_model_is_refused():
     config = dict(load_config_file(CONFIGS / "nemotron-3-nano-30b-a3b"), hybrid_override_pattern="M" * 10**6)
     with pytest.raises(PlannerInputError, match="hybrid_override_pattern"):
         architecture_from_config(config, "nemotron")
+
+
+# -- families transformers does not build: the model's own code (tests/data/model-code-counts.json) ------------------
+
+MODEL_CODE = json.loads((DATA / "model-code-counts.json").read_text())["counts"]
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CODE))
+def test_planner_counts_what_the_models_own_code_builds(name):
+    recorded = MODEL_CODE[name]
+    arch = _arch(name)
+    assert arch.loaded_params == recorded["parameters"] + recorded["buffers"]
+    assert arch.multimodal_params == recorded["parameters"] - recorded["language_model"]
+
+
+def test_kimi_k3_interleaves_kda_and_mla_and_keeps_a_state_per_sequence(catalog):
+    arch = _arch("kimi-k3")
+    kinds = [layer.attention.kind for layer in arch.layers]
+    # linear_attn_config lists layers 1-based: KDA on 1-3, 5-7, ..., MLA on every 4th and the last (93)
+    assert kinds.count("linear") == 69 and kinds.count("mla") == 24 and kinds[3] == kinds[92] == "mla"
+    assert not arch.layers[0].is_moe and all(layer.is_moe for layer in arch.layers[1:])
+    experts = [t for t in arch.layers[1].tensors if t.role == "expert"]
+    assert {t.shape for t in experts} == {(3072, 3584), (3584, 3072)}  # routed experts run in the 3584-wide latent
+    estimate = estimate_memory(arch, Request(context=8192, precision="bf16", kv_dtype="bf16"), catalog)
+    assert estimate.kv_bytes_per_token == 24 * (512 + 64) * 2  # MLA latent + rope key, bf16
+    # KDA per layer (vLLM kda_state_shape): q, k, v conv windows of 3 steps x 96 x 128, state 96 x 128 x 128
+    assert estimate.kv_state_bytes_per_sequence == 69 * (3 * 3 * 96 * 128 + 96 * 128 * 128) * 2
+
+
+def test_kimi_k3_keeps_its_ignored_modules_16_bit():
+    arch = _arch("kimi-k3")
+    moe = {t.name: t.kept_unquantized for t in arch.layers[1].tensors}
+    assert not moe["block_sparse_moe.experts.w1.weight"] and moe["block_sparse_moe.shared_experts.up_proj.weight"]
+    assert moe["self_attn.q_proj.weight"] and moe["self_attn.q_conv1d.weight"]
+    assert {t.name: t.kept_unquantized for t in arch.head}["lm_head.weight"]
