@@ -228,6 +228,10 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     ("Qwen/Qwen3-VL-8B", "qwen3-vl-8b", None),  # -Instruct left off
     ("zai-org/GLM-5", "glm-5", None),
     ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3", None),
+    ("Qwen/Qwen3-Coder-Next-FP8", "qwen3-coder-next", "fp8-block"),
+    ("Qwen/Qwen3-Coder-Next-Instruct", "qwen3-coder-next", None),  # an -Instruct the repo name does not carry
+    ("moonshotai/Kimi-K3", "kimi-k3", None),
+    ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral-small-3.2-24b", None),
 ])
 def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
     record, suffix_precision = catalog.model_and_precision(hf_id)
@@ -253,7 +257,7 @@ def test_catalog_lists_the_current_families(catalog):
     families = {m.family for m in catalog.models}
     assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
             "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas", "deepseek_v4",
-            "minimax_m3", "gemma3n"} <= families
+            "minimax_m3", "gemma3n", "kimi_k3"} <= families
 
 
 def test_nemotron_nas_counts_each_searched_block():
@@ -382,3 +386,10 @@ def test_kimi_k3_keeps_its_ignored_modules_16_bit():
     assert not moe["block_sparse_moe.experts.w1.weight"] and moe["block_sparse_moe.shared_experts.up_proj.weight"]
     assert moe["self_attn.q_proj.weight"] and moe["self_attn.q_conv1d.weight"]
     assert {t.name: t.kept_unquantized for t in arch.head}["lm_head.weight"]
+
+
+def test_qwen3_coder_next_is_counted_as_the_published_total(catalog):
+    from planner.model.sources import resolve_model
+    arch = resolve_model(catalog, "Qwen/Qwen3-Coder-Next")
+    assert arch.checkpoint_params == 79_674_391_296  # the hub's safetensors total, quoted in the entry's params_source
+    assert [layer.attention.kind for layer in arch.layers].count("full") == 12
