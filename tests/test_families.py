@@ -36,7 +36,7 @@ def test_the_recorded_counts_cover_every_new_family():
     families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
-            "minimax_m3_vl", "deepseek_v4", "gemma3n_text"} <= families
+            "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
