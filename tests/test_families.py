@@ -393,3 +393,9 @@ def test_qwen3_coder_next_is_counted_as_the_published_total(catalog):
     arch = resolve_model(catalog, "Qwen/Qwen3-Coder-Next")
     assert arch.checkpoint_params == 79_674_391_296  # the hub's safetensors total, quoted in the entry's params_source
     assert [layer.attention.kind for layer in arch.layers].count("full") == 12
+
+
+def test_kimi_k3_ships_mxfp4_experts(catalog):
+    from planner.model.precision import resolve_precision
+    # compressed-tensors float 4-bit with one scale per 32 values: MXFP4, not NVFP4 (one scale per 16)
+    assert resolve_precision(catalog, _arch("kimi-k3"), "auto").name == "mxfp4"
