@@ -205,7 +205,7 @@ def test_a_malformed_exclusion_list_is_named():
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
                                   "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4",
-                                  "deepseek-v4-flash", "gemma-3n-e4b-it"])
+                                  "deepseek-v4-flash", "gemma-3n-e4b-it", "kimi-linear-48b-a3b"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
