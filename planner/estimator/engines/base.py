@@ -13,10 +13,9 @@ from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 
 ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
-# Engines that serve DeepSeek-V4 with pools of their own, which their profiles here do not size (vLLM's is sized)
+# Engines that serve DeepSeek-V4 with pools of their own, which their profiles here do not size (vLLM's and SGLang's
+# are sized)
 COMPRESSED_CACHE_POOLS = {
-    "sglang": "its DeepSeekV4TokenToKVPool of window, c4, c128 and compressor-state pools "
-              "(python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py)",
     "llamacpp": "its DSV4 cache of separate window, CSA and HCA caches (src/llama-kv-cache-dsv4.cpp, "
                 "ggml-org/llama.cpp pull request #24162)",
 }
