@@ -110,9 +110,7 @@ def test_deepseek_v4_pro_and_the_engines_that_cannot_page_its_cache(catalog):
     assert all(layer.is_moe for layer in pro.layers)
     hashed = [any(t.name == "mlp.gate.tid2eid" for t in layer.tensors) for layer in pro.layers]
     assert hashed[:4] == [True, True, True, False] and sum(hashed) == 3  # num_hash_layers
-    for engine in ("llamacpp",):
-        assert "compressed attention" in engine_refusal(pro, engine)
-    for engine in ("simple", "vllm", "sglang"):  # vLLM's packed pool, SGLang's DSV4 pools
+    for engine in ("simple", "vllm", "sglang", "llamacpp"):  # vLLM's packed pool, SGLang's and llama.cpp's DSV4 caches
         assert engine_refusal(pro, engine) is None
 
 

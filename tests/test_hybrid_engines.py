@@ -304,9 +304,6 @@ def test_vllm_groups_the_published_deepseek_v4_configs(catalog):
 def test_deepseek_v4_refusals_name_the_engine_and_the_fix(catalog):
     gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
     model = _deepseek_v4([0, 0, 4, 128, 4])
-    for engine, source in (("llamacpp", "llama-kv-cache-dsv4.cpp"),):
-        with pytest.raises(PlannerInputError, match=source):
-            engine_budget(model, Request(context=8192), EngineSettings(name=engine), gpu, catalog)
     for engine in ("vllm", "sglang"):
         with pytest.raises(PlannerInputError, match="--kv-dtype fp8"):
             engine_budget(model, Request(context=8192, kv_dtype="bf16"), EngineSettings(name=engine), gpu, catalog)
@@ -416,3 +413,57 @@ def test_the_cli_prints_deepseek_v4_flashs_sglang_pools():
     capacity = text.split("KV cache capacity ")[1].split(" tokens")[0]
     assert f"max_total_num_tokens {capacity} " in text, text
     assert "x 43 layers x 584 B" in text and "x 21 layers; c128" in text and "256 running requests" in text, text
+
+
+# --- DeepSeek-V4 in llama.cpp: llama_kv_cache_dsv4's raw window, compressed K caches and compressor states ---------
+
+
+def test_llamacpp_sizes_a_small_deepseek_v4_by_hand(catalog):
+    """Layers c1, c1, c4, c128, c4, --parallel 2 (two streams of pad(8,192, 256) = 8,192 cells), n_ubatch 512
+    (src/llama-kv-cache-dsv4.cpp @ 8eb9c860, llama_kv_cache_dsv4::llama_kv_cache_dsv4):
+      raw window (llama_kv_cache_iswa, every layer sliding, K only: dsv4_make_k_only): 2 x min(8,192, pad(128 + 512,
+        256) = 768) cells x 512 f16 = 1,024 B -> 1,572,864 B a layer, 7,864,320 B for 5
+      c4 layer: CSA K pad(ceil(8,192 / 4), 256) = 2,048 cells x 1,024 B + lightning-indexer K 2,048 x 128 x 2 = 256 B
+        + CSA state 2 (kv, score) x 8 rows x 2 x 512 x 4 B = 65,536 + indexer state 2 x 8 x 2 x 128 x 4 = 16,384,
+        per stream: 2 x 2,703,360 = 5,406,720 B a layer
+      c128 layer: HCA K pad(64, 256) = 256 cells x 1,024 B + state 2 x 128 x 512 x 4 = 524,288 B: 2 x 786,432
+    The state sizes give DeepSeek-V4-Flash-0731's logged ones (ggml-org/llama.cpp issue #27680, one stream): csa 21 x
+    65,536 B = 1.31 MiB, hca 20 x 524,288 B = 10.00 MiB, lid 21 x 16,384 B = 0.33 MiB."""
+    from planner.estimator.engines.llamacpp import compressed_cache_bytes
+
+    profile = load_profiles().llamacpp
+    model = _deepseek_v4([0, 0, 4, 128, 4])
+    c4, c128 = model.layers[2], model.layers[3]
+    assert compressed_cache_bytes(c4, 8192, 2, "f16", profile) == 5_406_720
+    assert compressed_cache_bytes(c128, 8192, 2, "f16", profile) == 1_572_864
+    assert compressed_cache_bytes(model.layers[0], 8192, 2, "f16", profile) == 0
+    flash_states = 21 * (compressed_cache_bytes(c4, 1, 1, "f16", profile) - 256 * 1024 - 256 * 256)
+    assert flash_states == 21 * (65_536 + 16_384) and round(21 * 65_536 / 2**20, 2) == 1.31
+
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
+    budget = engine_budget(model, Request(context=8192, batch=2), EngineSettings(name="llamacpp", cache_type="f16"),
+                           gpu, catalog)
+    assert budget.kv_pool_bytes == 7_864_320 + 2 * 5_406_720 + 1_572_864
+    assert budget.kv_cache_capacity_tokens == 2 * 8192 and budget.fits
+    q8 = engine_budget(model, Request(context=8192, batch=2), EngineSettings(name="llamacpp", cache_type="q8_0"),
+                       gpu, catalog)
+    # q8_0: 34 B per 32 values, so a 512-wide row is 544 B and the indexer's 128-wide one 136 B; the states stay f32
+    assert q8.kv_pool_bytes == 5 * 2 * 768 * 544 + 2 * 2 * (2_048 * 544 + 2_048 * 136 + 81_920) + 2 * (256 * 544 + 524_288)
+    assert "DeepSeek-V4" in budget.warnings[0]
+
+
+def test_the_cli_prints_deepseek_v4_flashs_llamacpp_cache():
+    """Flash on 8 x B200 at 32,768 tokens: raw window 43 x 768 cells x 1,024 B = 33,816,576 B; ratio 4: 21 x (8,192 x
+    (1,024 + 256) + 81,920) = 221,921,280 B; ratio 128: 20 x (256 x 1,024 + 524,288) = 15,728,640 B."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["estimate", "deepseek-v4-flash", "--engine", "llamacpp", "--gpu", "b200", "--tp",
+                                      "8", "--context", "32768", "--kv-dtype", "fp16"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "raw window (K only) 33,816,576 B" in text, text
+    assert "ratio 4: 21 layers, 8,192 cells a stream, 221,921,280 B" in text, text
+    assert "ratio 128: 20 layers, 256 cells a stream, 15,728,640 B" in text, text
+    assert "1 request(s) of 32,768 tokens: fits" in text, text

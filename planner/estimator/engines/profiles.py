@@ -122,6 +122,11 @@ class LlamacppProfile(_Strict):
     n_ubatch: Sourced[int]
     hidden_buffers_in_attention: Sourced[int]
     ffn_buffers: Sourced[int]
+    # DeepSeek-V4's compressed K caches and compressor states (later code than the rest)
+    deepseek_v4_release: Sourced[str]
+    deepseek_v4_compressed_pad: Sourced[int]
+    deepseek_v4_state_tokens: Sourced[dict[int, int]]
+    deepseek_v4_overlapping_ratio: Sourced[int]
 
 
 class EngineProfiles(_Strict):
