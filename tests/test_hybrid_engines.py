@@ -467,3 +467,27 @@ def test_the_cli_prints_deepseek_v4_flashs_llamacpp_cache():
     assert "ratio 4: 21 layers, 8,192 cells a stream, 221,921,280 B" in text, text
     assert "ratio 128: 20 layers, 256 cells a stream, 15,728,640 B" in text, text
     assert "1 request(s) of 32,768 tokens: fits" in text, text
+
+
+def test_sglang_deepseek_v4_pools_replay_a_logged_start_up(catalog):
+    """An SGLang start-up log of DeepSeek-V4-Flash-0731 (same 43 layers and compress ratios as Flash) on Ascend NPUs
+    (page 128, max_running_requests 4, max_total_tokens capped at 32,768), a public log found with the search tool:
+      DSV4 memory calculation: bytes_per_full_token=7705.45, ..., c128_state_fixed=0.07 GB
+      DSV4 pool sizes: full=32768, swa=3200, c4=8192, c128=256, c4_state=200, c128_state=0
+    c128 state: ceil128(5 x 128 + 129) = 896 rows x 4,096 B x 20 layers = 73,400,320 B = 0.07 GiB (the log's GB is
+    1 << 30 bytes); the c128_state_pool_size it then finalizes (5 x 128 = 640) is not in the log."""
+    from planner.estimator.engines import sglang_deepseek_v4 as v4
+    from planner.estimator.engines.profiles import Sourced
+    from planner.model.architecture import architecture_from_config, load_config_file
+
+    profile = load_profiles().sglang
+    logged = profile.model_copy(update={
+        "deepseek_v4_page_size": Sourced[int](value=128, source="the log's NPU page size"),
+        "deepseek_v4_max_running_requests": Sourced[int](value=4, source="the log's max_num_reqs=4")})
+    arch = architecture_from_config(load_config_file(CONFIGS / "deepseek-v4-flash"), "deepseek-v4-flash")
+    stage = serve(arch, Request(context=32768, tp=4), catalog, "sglang").stages[0]
+    assert f"{v4.bytes_per_full_token(stage, logged):.2f}" == "7705.45"
+    assert v4.c128_state_bytes(stage, logged) == 73_400_320 and f"{73_400_320 / 2**30:.2f}" == "0.07"
+    sized = v4.pools(stage, 32768, logged)
+    assert (sized.full_tokens, sized.swa_tokens, sized.c4_entries, sized.c128_entries, sized.c4_state_rows) == (
+        32768, 3200, 8192, 256, 200)

@@ -130,6 +130,7 @@ def pool_layout(model: ServedModel, stage: Stage, sized: V4Pools, profile: Sglan
              f"compressor states: c4 {sized.c4_state_rows:,} rows x {c4} layers; c128 {sized.c128_state_rows:,} rows "
              f"({profile.deepseek_v4_max_running_requests.value} running requests + 1) x {c128} layers, "
              f"{sized.c128_state_bytes:,} B set aside before the tokens")
-    return PoolLayout(block_size=profile.deepseek_v4_page_size.value, page_bytes=round(sized.bytes_per_full_token),
+    # no one page size: the notes carry SGLang's own (fractional) bytes per full token
+    return PoolLayout(block_size=profile.deepseek_v4_page_size.value, page_bytes=0,
                       layers_per_group=len(model.cache_layers(stage)), groups=groups,
                       running_requests=profile.deepseek_v4_max_running_requests.value, notes=notes)
