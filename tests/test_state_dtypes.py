@@ -14,6 +14,7 @@ from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.engines.vllm import StateShape, state_shape
 from planner.estimator.memory import GpuTarget, Request
 from planner.model.architecture import architecture_from_config
+from planner.model.precision import resolve_precision, tensor_bytes, weights_bytes
 
 from conftest import CONFIGS
 
@@ -90,3 +91,32 @@ def test_a_config_state_dtype_is_checked():
     config["mamba_ssm_dtype"] = "float8"
     with pytest.raises(PlannerInputError, match="'mamba_ssm_dtype' must be one of float32, bfloat16, float16"):
         architecture_from_config(config, "bad")
+
+
+# Kimi-K3's compressed-tensors config targets Linear and ignores self_attn, shared_experts, the dense MLP, lm_head and
+# the vision tower: per MoE layer the latent projections (3,584 x 7,168 and 7,168 x 3,584) are MXFP4 beside the experts,
+# and so are the 1 x 7,168 attention-residual projections (two per layer, one before the final norm)
+LATENT = 3584 * 7168
+LATENT_MXFP4 = LATENT // 2 + LATENT // 32  # e2m1 nibbles + one e8m0 scale per 32
+RESIDUAL_MXFP4 = 7168 // 2 + 7168 // 32
+
+
+def test_kimi_k3_quantizes_what_its_config_targets(catalog):
+    """Its own precision, by `auto` or by name, is the checkpoint's bytes; another model keeps mxfp4's expert scope."""
+    arch = _arch("kimi-k3")
+    assert resolve_precision(catalog, _arch("qwen3-next-80b-a3b"), "mxfp4").scope == "experts"
+    auto, by_name = resolve_precision(catalog, arch, "auto"), resolve_precision(catalog, arch, "mxfp4")
+    experts_only = catalog.precisions.get("mxfp4")  # the catalog entry's scope, after gpt-oss
+    assert (auto.name, auto.scope, by_name, experts_only.scope) == ("mxfp4", "linear", auto, "experts")
+    moe = {t.name: t for t in arch.layers[1].tensors}
+    down = moe["block_sparse_moe.routed_expert_down_proj.weight"]
+    assert tensor_bytes(down.shape, 1, down, auto) == LATENT_MXFP4 == 13_647_872
+    for kept in ("self_attn.q_proj.weight", "block_sparse_moe.shared_experts.up_proj.weight",
+                 "block_sparse_moe.gate.weight"):
+        t = moe[kept]
+        assert tensor_bytes(t.shape, 1, t, auto) == t.numel * 2
+    tensors = [t for layer in arch.layers for t in layer.tensors] + [*arch.embedding, *arch.head, *arch.multimodal]
+    saved = 92 * 2 * (LATENT * 2 - LATENT_MXFP4) + (93 * 2 + 1) * (7168 * 2 - RESIDUAL_MXFP4)
+    assert saved == 6_944_721_504
+    assert weights_bytes(tensors, experts_only) - weights_bytes(tensors, auto) == saved
+    assert weights_bytes(tensors, auto) == 1_553_893_354_080
