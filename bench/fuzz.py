@@ -57,8 +57,8 @@ from planner.model.architecture import (
     architecture_from_config,
     size_only_architecture_from_config,
 )
-from planner.plan.deadline import FINISHING_CPU_S
-from planner.render.html import CHARTS_CPU_S
+from planner.plan.deadline import FINISHING_S
+from planner.render.html import CHARTS_S
 from planner.plan.search import build_search_space
 from planner.catalog.load import load_catalog
 from planner.cli import main as cli_main
@@ -1321,8 +1321,8 @@ class _Run:
 def run_large(folder: Path, repeat: int = 1) -> int:
     """Each case as its own `python -m planner.cli` process, `repeat` times: exit code, wall time (Python's start-up,
     imports, catalogs and exit included: what a user waits for, and what --time-limit bounds), CPU time and the
-    process's peak memory (ru_maxrss). Each search then once more, to measure the CPU it spends outside its
-    searches (what planner.plan.deadline.FINISHING_CPU_S keeps back from the time limit)."""
+    process's peak memory (ru_maxrss). Each search then once more, to measure the time it spends outside its
+    searches (what planner.plan.deadline.FINISHING_S keeps back from the time limit)."""
     searches = _large_searches(folder)
     failures = 0
     for what, argv in _large_files(folder):
@@ -1338,7 +1338,7 @@ def run_large(folder: Path, repeat: int = 1) -> int:
             print(f"{'':8} best/worst of {repeat}: {times[0]:.2f}/{times[-1]:.2f} s, {peaks[0]:.0f}/{peaks[-1]:.0f} MB peak",
                   flush=True)
         if (what, argv) in searches:
-            print(f"{'':8} {_cpu_outside_searches(argv, folder)}", flush=True)
+            print(f"{'':8} {_outside_searches(argv, folder)}", flush=True)
     return failures
 
 
@@ -1356,20 +1356,20 @@ with open(report, "w") as out:
     out.write(f"{code} {time.perf_counter() - started} {used.ru_utime + used.ru_stime} {used.ru_maxrss}")
 """
 
-# `planner ARGV` as planner's own entry runs it, noting the CPU time when main() starts, when a search first finds
-# its deadline passed, and when the interpreter begins to exit.
+# `planner ARGV` as planner's own entry runs it, noting the wall and CPU time when main() starts and when a search
+# first finds its deadline passed.
 _PHASES = """import atexit, json, sys, time
 import planner.plan.deadline as deadline
 from planner.cli import main
 notes, stopped, expired = sys.argv[1], [], deadline.Deadline.expired
 def watched(self):
     if expired(self) and not stopped:
-        stopped.append(time.process_time())
+        stopped.append((time.perf_counter(), time.process_time()))
     return expired(self)
 deadline.Deadline.expired = watched
-atexit.register(lambda: open(notes, "w").write(json.dumps([started, stopped[:1], time.process_time()])))
+atexit.register(lambda: open(notes, "w").write(json.dumps([started, stopped[:1]])))
 sys.argv = ["planner", *sys.argv[2:]]
-started = time.process_time()
+started = (time.perf_counter(), time.process_time())
 main()
 """
 
@@ -1389,16 +1389,19 @@ def _one_process(python_argv: list[str], folder: Path) -> _Run:
                 said[0][:150] if said else "")
 
 
-def _cpu_outside_searches(argv: list[str], folder: Path) -> str:
+def _outside_searches(argv: list[str], folder: Path) -> str:
+    """How long the command runs outside its searches (what planner.plan.deadline.FINISHING_S keeps back): its
+    whole wall time less the time from main() to the search's stop, and the CPU share the search had."""
     notes = folder / "phases.json"
     run = _one_process(["-c", _PHASES, str(notes), *argv], folder)
-    before_main, stopped, exiting = json.loads(notes.read_text())
-    after_search = exiting - stopped[0] if stopped else 0.0
-    outside = before_main + after_search + run.cpu_s - exiting
-    return (f"CPU outside the searches {outside:.2f} s: {before_main:.2f} s to main(), "
-            + (f"{after_search:.2f} s from the search's stop to exit, " if stopped else "(no search stopped), ")
-            + f"{run.cpu_s - exiting:.2f} s exiting (kept back: deadline.FINISHING_CPU_S {FINISHING_CPU_S:g} s, "
-            f"and html.CHARTS_CPU_S {CHARTS_CPU_S:g} s more for a page)")
+    (main_wall, main_cpu), stopped = json.loads(notes.read_text())
+    if not stopped:
+        return f"(no search stopped at the deadline: {run.seconds:.2f} s in all)"
+    stop_wall, stop_cpu = stopped[0]
+    share = (stop_cpu - main_cpu) / (stop_wall - main_wall)
+    return (f"outside the searches {run.seconds - (stop_wall - main_wall):.2f} s, CPU share {share:.2f} "
+            f"(kept back: deadline.FINISHING_S {FINISHING_S:g} s, and html.CHARTS_S {CHARTS_S:g} s more for a page, "
+            "at a whole CPU)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import sys
-import time
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
@@ -262,13 +261,13 @@ def report(
     time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
-    from planner.render.html import CHARTS_CPU_S, fleet_html, review_html
+    from planner.render.html import CHARTS_S, fleet_html, review_html
     from planner.render.markdown import fleet_markdown, review_markdown
 
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
-    started = _started.also_finishing(CHARTS_CPU_S) if _started and suffix != ".md" else _started
+    started = _started.also_finishing(CHARTS_S) if _started and suffix != ".md" else _started
     loaded = api.load_scenario(scenario)
     text = read_text(scenario, SCENARIO)
     if loaded.is_fleet:

@@ -645,7 +645,7 @@ def test_a_command_deadline_counts_from_its_start_so_a_slow_step_before_the_sear
     from planner.plan.deadline import CommandStart, Deadline, OutOfTime
 
     started = CommandStart.now()
-    limit = started.finishing_cpu_s + 0.05  # less than the slow step leaves
+    limit = started.finishing_s + 0.05  # less than the slow step leaves
     time.sleep(0.1)
     assert Deadline.for_command(limit, started).expired() and not Deadline.for_command(limit, None).expired()
     with pytest.raises(OutOfTime, match="ran out after 1 configurations checked in 1 of"):
@@ -660,11 +660,11 @@ def test_a_command_deadline_counts_from_its_start_so_a_slow_step_before_the_sear
 
 def test_a_page_keeps_back_the_time_its_charts_take():
     from planner.plan.deadline import CommandStart, Deadline
-    from planner.render.html import CHARTS_CPU_S
+    from planner.render.html import CHARTS_S
 
     started = CommandStart.now()
-    page = started.also_finishing(CHARTS_CPU_S)
-    assert page.finishing_cpu_s == started.finishing_cpu_s + CHARTS_CPU_S
+    page = started.also_finishing(CHARTS_S)
+    assert page.finishing_s == started.finishing_s + CHARTS_S
     assert Deadline.for_command(10, page).ends_at < Deadline.for_command(10, started).ends_at
 
 

@@ -14,11 +14,11 @@ if TYPE_CHECKING:
     from planner.plan.review import Review
     from planner.plan.solver import PlanOption
 
-# What a page's charts add to a command after its searches end (planner.plan.deadline.CommandStart), in CPU
-# seconds: bench/fuzz.py --large measures `report -o page.html` of its wide-context scenario at 0.84-1.04 s from
-# the search's stop to exit (matplotlib's import, four charts, writing the page) on the 2-core development
-# machine, where a Markdown report takes 0.01-0.03 s.
-CHARTS_CPU_S = 1.0
+# What a page's charts add to a command after its searches end (planner.plan.deadline.CommandStart), with a whole
+# CPU: bench/fuzz.py --large measures `report -o page.html` of its wide-context scenario at 1.38 s outside its
+# searches at a CPU share of 1.00, 0.8-1.0 s more than the commands that print text (matplotlib's import and four
+# charts, 0.84-1.04 s CPU from the search's stop to exit).
+CHARTS_S = 1.0
 
 
 _PAGE_STYLE = """
