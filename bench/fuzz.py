@@ -1331,12 +1331,12 @@ def run_large(folder: Path, repeat: int = 1) -> int:
             print(f"    {run.said}", flush=True)
             verdict = "ok" if run.code in (0, 2) and run.seconds < CASE_SECONDS and run.peak_mb < 1024 else "FINDING"
             failures += verdict != "ok"
-            print(f"{verdict:8} exit {run.code:>3}  {run.seconds:5.2f} s  {run.cpu_s:5.2f} s CPU  {run.peak_mb:5.0f} MB peak  "
-                  f"{what}", flush=True)
+            print(f"{verdict:8} exit {run.code:>3}  {run.seconds:5.2f} s  {run.cpu_s:5.2f} s CPU  "
+                  f"{run.peak_mb:5.0f} MB peak  {what}", flush=True)
         if repeat > 1:
             times, peaks = sorted(r.seconds for r in runs), sorted(r.peak_mb for r in runs)
-            print(f"{'':8} best/worst of {repeat}: {times[0]:.2f}/{times[-1]:.2f} s, {peaks[0]:.0f}/{peaks[-1]:.0f} MB peak",
-                  flush=True)
+            print(f"{'':8} best/worst of {repeat}: {times[0]:.2f}/{times[-1]:.2f} s, "
+                  f"{peaks[0]:.0f}/{peaks[-1]:.0f} MB peak", flush=True)
         if (what, argv) in searches:
             print(f"{'':8} {_outside_searches(argv, folder)}", flush=True)
     return failures
@@ -1376,11 +1376,11 @@ main()
 
 def _one_process(python_argv: list[str], folder: Path) -> _Run:
     """`python PYTHON_ARGV` as a new process, killed after three times CASE_SECONDS."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH", "")])
     report = folder / "measured"
     with (folder / "stdout").open("w+") as stdout, (folder / "stderr").open("w+") as stderr:
-        subprocess.run([sys.executable, "-c", _MEASURE, str(report), str(3 * CASE_SECONDS), sys.executable, *python_argv],
-                       stdout=stdout, stderr=stderr, env=environment)
+        subprocess.run([sys.executable, "-c", _MEASURE, str(report), str(3 * CASE_SECONDS), sys.executable,
+                        *python_argv], stdout=stdout, stderr=stderr, env={**os.environ, "PYTHONPATH": path})
         stdout.seek(0)
         stderr.seek(0)
         said = (stderr.read().strip() or stdout.read().strip()).splitlines()

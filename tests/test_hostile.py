@@ -652,10 +652,16 @@ def test_a_command_deadline_counts_from_its_start_so_a_slow_step_before_the_sear
         api.compare("llama-3.1-8b", gpus=["l4"], max_gpus=1, time_limit_s=limit, started=started, catalog=catalog)
     assert len(api.compare("llama-3.1-8b", gpus=["l4"], max_gpus=1, time_limit_s=limit, catalog=catalog)) == 2
 
-    _slow_catalog(monkeypatch, catalog)  # the same through `planner`: main() starts the clock
-    argv = ["compare", "llama-3.1-8b", "--gpus", "l4", "--max-gpus", "1", "--time-limit", f"{limit:g}"]
-    one_error_line(fuzz.invoke_cli(argv), f"the {limit:g} s time limit", "1 configurations checked")
-    assert cli._started is None  # and stops it: a later command (or typer's own runner) starts its own
+    # the same through `planner`, read by planner.direct (a plain number) or by typer (a number with an exponent):
+    # main() starts the clock for both
+    from planner.direct import direct_call
+
+    _slow_catalog(monkeypatch, catalog)
+    for spelling, direct in ((f"{limit:g}", True), (f"{limit:e}", False)):
+        argv = ["compare", "llama-3.1-8b", "--gpus", "l4", "--max-gpus", "1", "--time-limit", spelling]
+        assert (direct_call(cli.app, argv) is not None) == direct
+        one_error_line(fuzz.invoke_cli(argv), f"the {limit:g} s time limit", "1 configurations checked")
+        assert cli._started is None  # main() stops the clock: a later command (or typer's own runner) starts its own
 
 
 def test_a_page_keeps_back_the_time_its_charts_take():
@@ -706,7 +712,8 @@ def test_a_what_if_variant_the_limit_stops_is_cut_short_not_invalid(monkeypatch,
 
     monkeypatch.setattr(whatif, "solve_scenario", runs_out_at_32k)
     rows = {row.variant.split(" (")[0]: row for row in whatif.what_if(parse_scenario(SINGLE), catalog)}
-    assert rows["context 32K"].status == whatif.CUT_SHORT and "after 12 configurations checked" in rows["context 32K"].variant
+    cut = rows["context 32K"]
+    assert cut.status == whatif.CUT_SHORT and "after 12 configurations checked" in cut.variant
     assert all(row.status == "OPTIMAL" for name, row in rows.items() if name != "context 32K")
 
 

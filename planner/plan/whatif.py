@@ -47,7 +47,8 @@ def what_if(scenario: Scenario, catalog: Catalog, deadline: Deadline | None = No
         rows = [WhatIf(f"as written ({exc})", CUT_SHORT, None, None)]
     else:
         rows = [_row("as written", written, None)]
-    variants: list[tuple[str, Scenario | None]] = [*what_if_variants(scenario, written.busiest_gpu if written else None)]
+    variants: list[tuple[str, Scenario | None]] = [
+        *what_if_variants(scenario, written.busiest_gpu if written else None)]
     if rows[0].status == CUT_SHORT:  # which GPU type the plan leans on is known only from a plan
         variants.append(("without its busiest GPU type", None))
     for label, variant in variants:
