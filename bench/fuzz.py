@@ -1399,9 +1399,10 @@ def _outside_searches(argv: list[str], folder: Path) -> str:
         return f"(no search stopped at the deadline: {run.seconds:.2f} s in all)"
     stop_wall, stop_cpu = stopped[0]
     share = (stop_cpu - main_cpu) / (stop_wall - main_wall)
-    return (f"outside the searches {run.seconds - (stop_wall - main_wall):.2f} s, CPU share {share:.2f} "
-            f"(kept back: deadline.FINISHING_S {FINISHING_S:g} s, and html.CHARTS_S {CHARTS_S:g} s more for a page, "
-            "at a whole CPU)")
+    outside = run.seconds - (stop_wall - main_wall)
+    return (f"outside the searches {outside:.2f} s of {run.seconds:.2f} s, CPU share {share:.2f} "
+            f"(kept back at a whole CPU: deadline.FINISHING_S {FINISHING_S:g} s, html.CHARTS_S {CHARTS_S:g} s more "
+            "for a page)")
 
 
 # ---------------------------------------------------------------------------------------------
