@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.catalog.prices import PriceUpdate
     from planner.estimator.engines import EngineBudget, EngineSettings
     from planner.estimator.fit import EngineFit
+    from planner.plan.deadline import CommandStart, Deadline
     from planner.plan.fleet import FleetPlan
     from planner.plan.review import Review
     from planner.plan.solver import PlanOption
@@ -105,25 +106,35 @@ def fit(model: str | None, settings: EngineSettings, *, gpu: str | None = None, 
     return fit_engines(arch, request, settings, target, catalog, gpus, engines or (settings.name,))
 
 
+# `started` (the commands below): when the `planner` command began; the time limit then covers the whole command,
+# catalogs and printing included (planner.plan.deadline). None: the limit counts from the call.
+
 def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
-          top: int | None = None, catalog: Catalog | None = None) -> SolveResult:
+          top: int | None = None, catalog: Catalog | None = None, started: CommandStart | None = None) -> SolveResult:
     """The cheapest plan for a scenario file (or the same content as a dict)."""
     from planner.plan.solver import solve_scenario
 
-    return solve_scenario(_scenario(scenario), catalog or load_catalog(), time_limit_s, top)
+    loaded = _scenario(scenario)
+    deadline = _deadline(loaded, time_limit_s, started)
+    return solve_scenario(loaded, catalog or load_catalog(), top=top, deadline=deadline)
 
 
 def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
-               catalog: Catalog | None = None) -> FleetPlan:
+               catalog: Catalog | None = None, started: CommandStart | None = None) -> FleetPlan:
     """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list)."""
-    from planner.plan.deadline import Deadline
     from planner.plan.fleet import fleet_problem, plan_fleet as plan
 
     catalog = catalog or load_catalog()
     loaded = _scenario(scenario)
     # the limit covers building the workloads' search spaces too (200 of them take seconds)
-    deadline = Deadline.start(time_limit_s if time_limit_s is not None else loaded.solver.time_limit_s)
+    deadline = _deadline(loaded, time_limit_s, started)
     return plan(fleet_problem(loaded, catalog, time_limit_s), catalog, deadline=deadline)
+
+
+def _deadline(scenario: Scenario, time_limit_s: float | None, started: CommandStart | None) -> Deadline:
+    from planner.plan.deadline import Deadline
+
+    return Deadline.for_command(time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s, started)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -141,17 +152,21 @@ def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:
     return parse_scenario(scenario) if isinstance(scenario, dict) else load_scenario(scenario)
 
 
-def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, catalog: Catalog | None = None) -> tuple[WhatIf, ...]:
-    """The scenario and its standard variants, each solved: one comparison for a capacity review."""
+def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
+            catalog: Catalog | None = None, started: CommandStart | None = None) -> tuple[WhatIf, ...]:
+    """The scenario and its standard variants, each solved: one comparison for a capacity review, all of it
+    within `time_limit_s` (default: the scenario's solver.time_limit_s)."""
     from planner.plan.whatif import what_if as compare_variants
 
-    return compare_variants(_scenario(scenario), catalog or load_catalog())
+    loaded = _scenario(scenario)
+    deadline = _deadline(loaded, time_limit_s, started)
+    return compare_variants(loaded, catalog or load_catalog(), deadline)
 
 
 def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list[str] | None = None,
             providers: list[str] | None = None, precisions: list[str] | None = None, market: str = "on-demand",
             max_gpus: int = 8, time_limit_s: float | None = None,
-            catalog: Catalog | None = None) -> tuple[PlanOption, ...]:
+            catalog: Catalog | None = None, started: CommandStart | None = None) -> tuple[PlanOption, ...]:
     """The cheapest configuration holding MODEL on each GPU type and provider, sorted by $/hour, within
     `time_limit_s` (default: a scenario's solver.time_limit_s)."""
     from planner.plan.compare import compare_offers
@@ -162,15 +177,19 @@ def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list
         "search": {"gpus": gpus, "precisions": precisions, "max_gpus_per_replica": max_gpus},
         "pricing": {"providers": providers, "market": market},
     }, "compare")
-    return compare_offers(scenario, catalog or load_catalog(), time_limit_s)
+    return compare_offers(scenario, catalog or load_catalog(), deadline=_deadline(scenario, time_limit_s, started))
 
 
 def review(scenario: str | Path | dict[str, Any] | Scenario, *, progress: Callable[[int, int], None] | None = None,
-           catalog: Catalog | None = None) -> Review:
-    """A single-configuration plan with what binds it and its cost curves (`planner report`)."""
+           time_limit_s: float | None = None, catalog: Catalog | None = None,
+           started: CommandStart | None = None) -> Review:
+    """A single-configuration plan with what binds it and its cost curves (`planner report`), all of it within
+    `time_limit_s` (default: the scenario's solver.time_limit_s)."""
     from planner.plan.review import review_scenario
 
-    return review_scenario(_scenario(scenario), catalog or load_catalog(), progress)
+    loaded = _scenario(scenario)
+    deadline = _deadline(loaded, time_limit_s, started)
+    return review_scenario(loaded, catalog or load_catalog(), progress, deadline)
 
 
 def export_plans(path: str | Path, *, plan_index: int = 0, assignment: int | None = None,

@@ -15,6 +15,7 @@ import typer
 from planner import api
 from planner.errors import PlannerInputError
 from planner.files import SCENARIO, read_text, write_output
+from planner.plan.deadline import CommandStart
 
 # Each command imports the renderers it prints with (rich, the HTML page, pandas frames ...), so a command
 # loads only what it uses: `planner estimate` starts without the solver's or the report's modules.
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
-TIME_LIMIT_HELP = ("Seconds for the whole search: candidates, serving configurations and CP-SAT together "
-                   "(default: the scenario's solver.time_limit_s, 10).")
+TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving configurations, CP-SAT and every "
+                   "variant together (default: the scenario's solver.time_limit_s, 10).")
+_started: Optional[CommandStart] = None  # when main() began this command: its time limit counts from there
 
 
 class OutputFormat(str, Enum):
@@ -176,20 +178,20 @@ def solve(
 
     loaded = api.load_scenario(scenario)
     if what_if:
-        rows = api.what_if(loaded)
+        rows = api.what_if(loaded, time_limit_s=time_limit, started=_started)
         records = [asdict(r) for r in rows]
         _emit(output_format, output, lambda console: what_if_table(loaded.name or "scenario", rows, console), {
             PlanFormat.json: lambda: json.dumps(records, indent=2), PlanFormat.csv: lambda: rows_csv(records),
             PlanFormat.markdown: lambda: records_markdown(records)})
         return
     if loaded.is_fleet:
-        plan = api.plan_fleet(loaded, time_limit_s=time_limit)
+        plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=_started)
         name = loaded.name or "fleet"
         _emit(output_format, output, lambda console: fleet_table(name, plan, console), {
             PlanFormat.json: lambda: fleet_json(plan, name), PlanFormat.markdown: lambda: fleet_markdown(name, plan),
             PlanFormat.csv: lambda: rows_csv(fleet_rows(plan))})
         return
-    result = api.solve(loaded, time_limit_s=time_limit, top=top)
+    result = api.solve(loaded, time_limit_s=time_limit, top=top, started=_started)
     _emit(output_format, output, lambda console: solve_table(result, console), {
         PlanFormat.json: lambda: solve_json(result), PlanFormat.markdown: lambda: solve_markdown(result),
         PlanFormat.csv: lambda: rows_csv(result.rows())})
@@ -239,7 +241,7 @@ def compare(
 
     frame = compare_frame(api.compare(model, context=context, concurrency=concurrency, gpus=split(gpus),
                                       providers=split(providers), precisions=split(precisions), market=market,
-                                      max_gpus=max_gpus, time_limit_s=time_limit))
+                                      max_gpus=max_gpus, time_limit_s=time_limit, started=_started))
     if output_format is PlanFormat.json:
         typer.echo(frame.to_json(orient="records", indent=2))
     elif output_format is PlanFormat.csv:
@@ -256,24 +258,26 @@ def report(
     scenario: str = typer.Argument(..., help="A scenario YAML file."),
     output: str = typer.Option(..., "--output", "-o", help="report.html (a self-contained page) or report.md."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
-    from planner.render.html import fleet_html, review_html
+    from planner.render.html import CHARTS_S, fleet_html, review_html
     from planner.render.markdown import fleet_markdown, review_markdown
 
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
+    started = _started.also_finishing(CHARTS_S) if _started and suffix != ".md" else _started
     loaded = api.load_scenario(scenario)
     text = read_text(scenario, SCENARIO)
     if loaded.is_fleet:
-        plan = api.plan_fleet(loaded)
+        plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=started)
         name = loaded.name or "fleet"
         write_output(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
         typer.echo(f"wrote {output}")
         return
     if quiet:
-        review = api.review(loaded)
+        review = api.review(loaded, time_limit_s=time_limit, started=started)
     else:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -281,7 +285,8 @@ def report(
         with Progress(TextColumn("solving the plan and its cost curves"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("report", total=None)
-            review = api.review(loaded, progress=lambda done, total: bar.update(task, completed=done, total=total))
+            review = api.review(loaded, progress=lambda done, total: bar.update(task, completed=done, total=total),
+                                time_limit_s=time_limit, started=started)
     write_output(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
     typer.echo(f"wrote {output}")
 
@@ -430,7 +435,10 @@ def simulate_command(
 
 
 def main() -> None:
-    """Console entry point: user errors become one line on stderr and exit code 2."""
+    """Console entry point: user errors become one line on stderr and exit code 2. Both ways of reading the command
+    line (planner.direct's and typer's) run the command with its time limit counted from here."""
+    global _started
+    _started = CommandStart.now()  # before the catalogs load (planner.plan.deadline)
     from planner.direct import direct_call, run_standalone
 
     try:
@@ -442,6 +450,8 @@ def main() -> None:
     except PlannerInputError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    finally:
+        _started = None  # a command run without main() (typer's test runner) times itself from its call
 
 
 if __name__ == "__main__":

@@ -625,6 +625,136 @@ def test_explanations_the_deadline_leaves_no_time_for_say_so(catalog):
     assert "time limit ran out before every limit was explained" in note
 
 
+# The limit is the whole command's (planner.plan.deadline): it counts from planner.cli.main, before the catalogs
+# load, and its searches keep back the time the command needs once they end (FINISHING_S, or more on a busy
+# machine). A limit no larger than that is spent before any search starts, whatever the machine's speed, which is
+# what the tests below rely on.
+
+def _slow_catalog(monkeypatch, catalog):
+    """The catalogs load 0.1 s slower: a step of the command before its search."""
+    from planner import api
+
+    def slow():
+        time.sleep(0.1)
+        return catalog
+
+    monkeypatch.setattr(api, "load_catalog", slow)
+
+
+def test_a_command_deadline_counts_from_its_start_so_a_slow_step_before_the_search_spends_it(monkeypatch, catalog):
+    from planner import api, cli
+    from planner.plan.deadline import CommandStart, Deadline, OutOfTime
+
+    started = CommandStart.now()
+    limit = started.finishing_s + 0.05  # less than the slow step leaves
+    time.sleep(0.1)
+    assert Deadline.for_command(limit, started).expired() and not Deadline.for_command(limit, None).expired()
+    with pytest.raises(OutOfTime, match="ran out after 1 configurations checked in 1 of"):
+        api.compare("llama-3.1-8b", gpus=["l4"], max_gpus=1, time_limit_s=limit, started=started, catalog=catalog)
+    assert api.compare("llama-3.1-8b", gpus=["l4"], max_gpus=1, time_limit_s=limit, catalog=catalog)  # a call's own
+
+    # the same through `planner`, read by planner.direct (a plain number) or by typer (a number with an exponent):
+    # main() starts the clock for both
+    from planner.direct import direct_call
+
+    _slow_catalog(monkeypatch, catalog)
+    for spelling, direct in ((f"{limit:g}", True), (f"{limit:e}", False)):
+        argv = ["compare", "llama-3.1-8b", "--gpus", "l4", "--max-gpus", "1", "--time-limit", spelling]
+        assert (direct_call(cli.app, argv) is not None) == direct
+        one_error_line(fuzz.invoke_cli(argv), f"the {limit:g} s time limit", "1 configurations checked")
+        assert cli._started is None  # main() stops the clock: a later command (or typer's own runner) starts its own
+
+
+def test_a_page_keeps_back_the_time_its_charts_take():
+    from planner.plan.deadline import CommandStart, Deadline
+    from planner.render.html import CHARTS_S
+
+    started = CommandStart.now()
+    page = started.also_finishing(CHARTS_S)
+    assert page.finishing_s == started.finishing_s + CHARTS_S
+    assert Deadline.for_command(10, page).ends_at < Deadline.for_command(10, started).ends_at
+
+
+def _what_if_rows(tmp_path, data, limit):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps(data))
+    outcome = fuzz.invoke_cli(["solve", str(scenario), "--what-if", "--time-limit", limit, "--format", "json"])
+    assert outcome.code == 0, outcome.stderr
+    return json.loads(outcome.stdout)
+
+
+def test_what_if_shares_its_time_limit_and_names_each_variant_it_cut_short(tmp_path, catalog):
+    from planner.plan.whatif import CUT_SHORT, what_if_variants
+
+    written, *variants = _what_if_rows(tmp_path, WIDE_CONTEXT, "0.01")
+    assert written["status"] == "FEASIBLE" and written["usd_per_hour"] > 0  # the first group searched fits
+    assert "as written (cut short by the 0.01 s time limit: the best found, not proven" in written["variant"]
+    labels = [row["variant"].split(" (")[0] for row in variants]
+    expected = [label for label, _ in what_if_variants(parse_scenario(WIDE_CONTEXT), None)]  # all but the busiest GPU's
+    assert labels[:-1] == expected and labels[-1].startswith("without ") and len(labels) == 4  # none dropped
+    for row in variants:
+        assert row["status"] == CUT_SHORT and row["usd_per_hour"] is None
+        assert "0.01 s time limit (--time-limit" in row["variant"] and "before this variant was tried" in row["variant"]
+    # nothing found in time as written: every row is cut short, the busiest GPU type's too
+    rows = _what_if_rows(tmp_path, {**SINGLE, "search": {"gpus": ["h100-sxm", "l4"]}, "workload": {"context": 10**6}},
+                         "0.01")
+    assert [row["status"] for row in rows] == [CUT_SHORT] * 5
+    assert "before any plan was found" in rows[0]["variant"] and rows[-1]["variant"].startswith("without its busiest")
+
+
+def test_a_what_if_variant_the_limit_stops_is_cut_short_not_invalid(monkeypatch, catalog):
+    from planner.plan import whatif
+
+    solve = whatif.solve_scenario
+
+    def runs_out_at_32k(scenario, catalog, **options):
+        if scenario.workload.context == (32768,):
+            raise options["deadline"].out_of_time("12 configurations checked", "the scenario")
+        return solve(scenario, catalog, **options)
+
+    monkeypatch.setattr(whatif, "solve_scenario", runs_out_at_32k)
+    rows = {row.variant.split(" (")[0]: row for row in whatif.what_if(parse_scenario(SINGLE), catalog)}
+    cut = rows["context 32K"]
+    assert cut.status == whatif.CUT_SHORT and "after 12 configurations checked" in cut.variant
+    assert all(row.status == "OPTIMAL" for name, row in rows.items() if name != "context 32K")
+
+
+def test_report_shares_its_time_limit_and_says_which_points_it_left_out(tmp_path, catalog):
+    scenario = tmp_path / "wide.yaml"
+    scenario.write_text(json.dumps(WIDE_CONTEXT))
+    for name in ("r.md", "r.html"):
+        outcome = fuzz.invoke_cli(["report", str(scenario), "-o", str(tmp_path / name), "--time-limit", "0.01", "-q"])
+        assert outcome.code == 0, outcome.stderr
+        page = (tmp_path / name).read_text()
+        assert "BEST FOUND, not proven" in page
+        assert "cut short: the 0.01 s time limit (--time-limit, solver.time_limit_s) ran out before 37 of 37 " in page
+        assert "context 1, 2, 4," in page and "concurrency 1, 2, 4," in page
+    # a fleet's report and a plan nothing fits in time: the fleet's own words, and one line with exit 2
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(json.dumps(FLEET))
+    assert fuzz.invoke_cli(["report", str(fleet), "-o", str(tmp_path / "f.md"), "--time-limit", "0.01"]).code == 0
+    assert "0.01 s time limit" in (tmp_path / "f.md").read_text()
+    one_error_line(fuzz.invoke_cli(["report", str(SCENARIO), "-o", str(tmp_path / "b.md"), "--time-limit", "0.01"]),
+                   "0.01 s time limit (--time-limit", "before any plan was found")
+
+
+def test_a_cost_curve_point_whose_search_was_cut_short_is_left_out_not_drawn(monkeypatch, catalog):
+    from dataclasses import replace
+
+    from planner.plan import review
+
+    solve = review.solve_scenario
+
+    def not_proven_at_64k(scenario, catalog, **options):
+        result = solve(scenario, catalog, **options)
+        return replace(result, status="FEASIBLE") if scenario.workload.context == (65536,) else result
+
+    monkeypatch.setattr(review, "solve_scenario", not_proven_at_64k)
+    done = review.review_scenario(parse_scenario(SINGLE), catalog)
+    assert 65536 not in dict(done.context_costs) and 32768 in dict(done.context_costs)
+    assert "ran out before 1 of 16 cost-curve points were solved, left out: context 65,536; raise" in done.cut_short
+
+
 @pytest.mark.parametrize("model, engine", [
     *[("llama-3.1-8b", engine) for engine in ("simple", "vllm", "sglang", "llamacpp")],  # llama.cpp: one card (slow)
     ("gemma-2-2b", "vllm"), ("gpt-oss-20b", "sglang"),  # a sliding window; sinks

@@ -9,10 +9,12 @@ from planner.plan.search import build_search_space, enumerate_candidates, rental
 from planner.plan.solver import Pair, PlanOption, preference, read_plan
 
 
-def compare_offers(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None) -> tuple[PlanOption, ...]:
+def compare_offers(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None,
+                   deadline: Deadline | None = None) -> tuple[PlanOption, ...]:
     """The cheapest configuration on each (GPU type, provider), sorted by $/hour: `planner compare`. A table
-    missing the GPU types the time limit left unsearched would be wrong, so running out of time is an error."""
-    deadline = Deadline.start(time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s)
+    missing the GPU types the time limit left unsearched would be wrong, so running out of time is an error.
+    `deadline`: the command's (by default the time limit from now)."""
+    deadline = deadline or Deadline.start(time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s)
     space = build_search_space(scenario, catalog)
     enumeration = enumerate_candidates(space, catalog, deadline, cheapest_only=True)
     if enumeration.cut_short:

@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from planner.catalog.load import Catalog, Offer
+from planner.plan.deadline import Deadline, OutOfTime
 from planner.plan.scenario import Scenario
 from planner.plan.solver import SolveResult, solve_scenario
+from planner.plan.status import FEASIBLE, UNKNOWN
 from planner.units import format_bytes
+
 CONTEXT_SWEEP = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 CONCURRENCY_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -22,14 +25,21 @@ class Review:
     offers: tuple[Offer, ...]  # every offer of the chosen GPU type
     binding: tuple[str, ...]
     catalog_counts: dict[str, int]
+    cut_short: str | None = None  # the cost-curve points the time limit left out, and the fix
 
 
-def _cheapest_with(scenario: Scenario, catalog: Catalog, **workload: Any) -> float | None:
+def _cheapest_with(scenario: Scenario, catalog: Catalog, deadline: Deadline, **workload: Any) -> float | None:
+    """The cheapest $/hour with these workload values (None: nothing fits). Raises OutOfTime when the deadline
+    comes first: a point whose search was cut short is not known to be the cheapest."""
+    if deadline.expired():
+        raise deadline.out_of_time("the points before it", "the scenario")
     variant = scenario.model_copy(update={
         "workload": scenario.workload.model_copy(update={k: (v,) for k, v in workload.items()}),
         "solver": scenario.solver.model_copy(update={"top": 0})})
-    best = solve_scenario(variant, catalog, explain=False).best
-    return best.usd_per_hour if best else None
+    result = solve_scenario(variant, catalog, explain=False, deadline=deadline)
+    if result.status in (FEASIBLE, UNKNOWN):
+        raise deadline.out_of_time(result.search_cut_short or "CP-SAT's search", "the scenario", "it was proven")
+    return result.best.usd_per_hour if result.best else None
 
 
 def binding_constraints(result: SolveResult, scenario: Scenario) -> tuple[str, ...]:
@@ -54,31 +64,38 @@ def binding_constraints(result: SolveResult, scenario: Scenario) -> tuple[str, .
     return tuple(out)
 
 
-def review_scenario(scenario: Scenario, catalog: Catalog,
-                    progress: Callable[[int, int], None] | None = None) -> Review:
-    """The plan plus one re-solve per point of each cost curve; `progress(done, total)` after each solve."""
+def review_scenario(scenario: Scenario, catalog: Catalog, progress: Callable[[int, int], None] | None = None,
+                    deadline: Deadline | None = None) -> Review:
+    """The plan plus one re-solve per point of each cost curve, all within one deadline (by default the scenario's
+    time limit from now); `progress(done, total)` after each solve. The points the deadline leaves no time for
+    are left out of the curves and named in Review.cut_short."""
+    deadline = deadline or Deadline.start(scenario.solver.time_limit_s)
     contexts = sorted(set(CONTEXT_SWEEP) | set(scenario.workload.context))
     concurrencies = sorted(set(CONCURRENCY_SWEEP) | set(scenario.workload.concurrency))
-    total, done = 1 + len(contexts) + len(concurrencies), 0
-
-    def step(value):
-        nonlocal done
-        done += 1
+    points = ([("context", c, {"context": c, "concurrency": scenario.workload.concurrency[0]}) for c in contexts]
+              + [("concurrency", n, {"context": max(scenario.workload.context), "concurrency": n})
+                 for n in concurrencies])
+    result = solve_scenario(scenario, catalog, deadline=deadline)
+    curves: dict[str, list[tuple[int, float | None]]] = {"context": [], "concurrency": []}
+    left_out: dict[str, list[str]] = {}
+    for done, (curve, value, workload) in enumerate(points, 1):
         if progress:
-            progress(done, total)
-        return value
-
-    result = step(solve_scenario(scenario, catalog))
-    limit_context = max(scenario.workload.context)
+            progress(done, 1 + len(points))
+        try:
+            curves[curve].append((value, _cheapest_with(scenario, catalog, deadline, **workload)))
+        except OutOfTime:
+            left_out.setdefault(curve, []).append(f"{value:,}")
+    if progress:
+        progress(1 + len(points), 1 + len(points))
+    cut_short = (f"the {deadline.limit_s:g} s time limit (--time-limit, solver.time_limit_s) ran out before "
+                 f"{sum(map(len, left_out.values()))} of {len(points)} cost-curve points were solved, left out: "
+                 + "; ".join(f"{curve} {', '.join(values)}" for curve, values in left_out.items())
+                 + "; raise --time-limit") if left_out else None
     return Review(
-        result=result,
-        context_costs=tuple((c, step(_cheapest_with(scenario, catalog, context=c,
-                                                    concurrency=scenario.workload.concurrency[0])))
-                            for c in contexts),
-        concurrency_costs=tuple((n, step(_cheapest_with(scenario, catalog, context=limit_context, concurrency=n)))
-                                for n in concurrencies),
+        result=result, context_costs=tuple(curves["context"]), concurrency_costs=tuple(curves["concurrency"]),
         offers=tuple(o for o in catalog.offers if result.best and o.gpu == result.best.gpu),
         binding=binding_constraints(result, scenario),
         catalog_counts={"gpus": len(catalog.gpus), "models": len(catalog.models),
                         "precisions": len(catalog.precisions), "offers": len(catalog.offers)},
+        cut_short=cut_short,
     )

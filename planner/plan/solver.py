@@ -230,15 +230,17 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
 
 
 def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None,
-                   top: int | None = None, explain: bool = True) -> SolveResult:
+                   top: int | None = None, explain: bool = True, deadline: Deadline | None = None) -> SolveResult:
     """The cheapest plan; `explain` False leaves out why none fits, when none does (its relaxations re-enumerate
-    the search space several times), for callers that only want the cost."""
+    the search space several times), for callers that only want the cost; `deadline`: the command's (by
+    default the time limit from now)."""
     if scenario.is_fleet:
         raise PlannerInputError("this scenario has traffic: it sizes a fleet (planner.plan.fleet.plan_fleet; `planner solve` does it)")
-    limit = time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s
     top = top if top is not None else scenario.solver.top
     started = time.perf_counter()
-    deadline = Deadline.start(limit)  # --time-limit bounds the search and every CP-SAT call together
+    # --time-limit bounds the search and every CP-SAT call together
+    deadline = deadline or Deadline.start(time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s)
+    limit = deadline.limit_s
     space = build_search_space(scenario, catalog)
     enumeration = enumerate_candidates(space, catalog, deadline, cheapest_only=True)
     pairs = _ordered([Pair(c, r) for c in enumeration.candidates for r in rentals_for(c, space)])

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
     from planner.plan.review import Review
     from planner.plan.solver import PlanOption
 
+# What a page's charts add to a command after its searches end (planner.plan.deadline.CommandStart), with a whole
+# CPU: bench/fuzz.py --large measures `report -o page.html` of its wide-context scenario at 1.38-2.20 s outside its
+# searches at a CPU share of 0.92-1.00, 0.8-1.7 s more than the commands that print text (matplotlib's import and
+# four charts: 0.84-1.04 s of CPU from the search's stop to the exit). Rounded up.
+CHARTS_S = 1.5
+
 
 _PAGE_STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:70rem;color:#222;padding:0 1rem}
@@ -94,6 +100,8 @@ def review_html(review: Review, scenario_text: str) -> str:
                                 "cost vs traffic (sequences held at once)"), "</div>",
               _html_table(["context", "$/hour"], [[c, "no fit" if v is None else v] for c, v in review.context_costs]),
               _html_table(["concurrency", "$/hour"], [[c, "no fit" if v is None else v] for c, v in review.concurrency_costs])]
+    if review.cut_short:
+        parts.append(f"<p class='warn'>cut short: {html.escape(review.cut_short)}</p>")
     if review.offers and best is not None:
         rows = sorted(((f"{o.provider} {o.instance} ({o.region}, {market})", price / o.gpus, o.as_of)
                        for o in review.offers for market in ("on-demand", "spot") if (price := o.price(market))),

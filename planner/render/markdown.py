@@ -62,6 +62,8 @@ def review_markdown(review: Review, scenario_text: str) -> str:
     lines += [f"| {c:,} | {'no fit' if v is None else f'{v:,.2f}'} |" for c, v in review.context_costs]
     lines += ["", "### Cost vs concurrency", "", "| concurrency | $/hour |", "|---|---|"]
     lines += [f"| {c:,} | {'no fit' if v is None else f'{v:,.2f}'} |" for c, v in review.concurrency_costs]
+    if review.cut_short:
+        lines += ["", f"cut short: {review.cut_short}"]
     lines += ["", "### Scenario", "", "```yaml", scenario_text.rstrip(), "```"]
     return "\n".join(lines) + "\n"
 
