@@ -54,6 +54,13 @@ KV_QUANTILE_Z = NormalDist().inv_cdf(0.99)
 # Rounds of the inner fixed point between prompts per prefill step and the share of steps carrying
 # prompts, per outer round: the outer iteration carries it on, so a few suffice.
 MIX_ROUNDS = 3
+# Rounds of the step mix's fixed point in which F(s) - s may fail to halve before its bracket is halved outright
+# (Dekker's and Brent's safeguard: secant steps that converge slowly cost more rounds than halving).
+BRACKET_ROUNDS = 3
+# Rounds of unguarded secant steps before the bracket guards them: where the secant converges it takes fewer
+# (measured on bench/solver_scale.py 50 x 40: 90% of the fixed points within 10 rounds). Until then the steps are
+# the ones this module always took, so those fixed points are the same to the bit.
+SECANT_ROUNDS = 10
 
 
 @dataclass(frozen=True)
@@ -290,29 +297,59 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
 
 def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context: float,
                 budget: int, start_s: float | None = None) -> _StepMix | str:
-    """The fixed point of the step mix at `rate`, or what stops it: "token budget" or "throughput".
-    `start_s`: a mean step to iterate from (a nearby rate's), else a lone request's step."""
+    """The fixed point s = F(s) of the step mix at `rate` (F: _step_mix's mean step from a mean step s), or what
+    stops it: "token budget" (the iteration reaches mean steps at which the decoding requests fill the budget)
+    or "throughput" (F jumps across s = F(s) without meeting it). `start_s`: a mean step to iterate from (a
+    nearby rate's), else a lone request's step.
+    Secant steps on F(s) - s = 0: far fewer rounds than iterating s = F(s) when F's slope is near 1. Where F(s) - s
+    dips towards 0 or runs level, a secant through two points points back behind them or far past them, and
+    unchecked it swings there and back for good (it did in 40% of the rounds of bench/solver_scale.py, ending as
+    "throughput" where a fixed point existed). So after SECANT_ROUNDS rounds the steps keep within the bracket
+    of the points tried (F(s) > s below the fixed point, F(s) < s or F undefined above it): a secant step that
+    leaves it gives way to the plain step s = F(s), its move doubled for each such round in a row until a point
+    above the fixed point closes the bracket; a closed bracket is halved whenever F(s) - s has not halved in
+    BRACKET_ROUNDS rounds, so it closes within a few times log2(1 / TOLERANCE) rounds."""
     mean_s = start_s or _decode_step(timer, 1, context, 0, prompt)
+    below, above, undefined = 0.0, inf, inf  # F(s) > s at `below`, F(s) < s at `above`, F undefined from `undefined`
     previous: tuple[float, float] | None = None  # (s, F(s) - s) of the iteration before
-    fallback: float | None = None  # the plain iterate, when a secant step was taken instead
-    for _ in range(FIXED_POINT_ITERATIONS):
+    fallback: float | None = None  # the plain iterate, when another step was taken instead
+    stalled, halved_at, since = 0, inf, 0  # plain steps in a row; |F(s) - s| when it last halved, rounds since
+    for round_ in range(FIXED_POINT_ITERATIONS):
         mix = _step_mix(timer, rate, prompt, output, context, budget, mean_s)
         if mix is None:
             if fallback is None:
                 return "token budget"
-            # the secant overshot to where the budget runs out: go back to the plain iteration
-            mean_s, fallback, previous = fallback, None, None
+            # the step overshot to where the budget runs out: go back to the plain iteration
+            mean_s, fallback, previous, undefined = fallback, None, None, min(undefined, mean_s)
             continue
         gap = mix.mean_s - mean_s
         if abs(gap) <= TOLERANCE * mean_s:
             return mix
-        # secant on F(s) - s = 0: far fewer rounds than iterating s = F(s) when F's slope is near 1
-        fallback = None
+        if gap > 0:
+            below = max(below, mean_s)
+        else:
+            above = min(above, mean_s)
+        top = min(above, undefined)
+        if round_ >= SECANT_ROUNDS and top - below <= TOLERANCE * below:
+            return "token budget" if undefined < above else "throughput"
+        if abs(gap) <= halved_at / 2:
+            halved_at, since = abs(gap), 0
+        since += 1
         step = mix.mean_s
         if previous is not None and gap != previous[1]:
-            secant = mean_s - gap * (mean_s - previous[0]) / (gap - previous[1])
-            if secant > 0:
-                step, fallback = secant, mix.mean_s
+            step = mean_s - gap * (mean_s - previous[0]) / (gap - previous[1])
+        if round_ < SECANT_ROUNDS:
+            step = step if step > 0 else mix.mean_s
+        elif top < inf and since > BRACKET_ROUNDS:
+            step, since = (below + top) / 2, 0
+        elif not below < step < top:
+            stalled += 1
+            step = mean_s + gap * 2 ** (stalled - 1)
+            if not below < step < top:
+                step = mix.mean_s if below < mix.mean_s < top or top == inf else (below + top) / 2
+        else:
+            stalled = 0
+        fallback = None if step == mix.mean_s else mix.mean_s
         previous = (mean_s, gap)
         mean_s = step
     return "throughput"
