@@ -15,12 +15,13 @@ first holding the embeddings (and any vision tower), the last the final norm and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from functools import lru_cache
 from math import ceil
 
-from planner.model.architecture import Architecture, Attention, Tensor
+from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Engine, Gpu, Precision
 from planner.errors import PlannerInputError
 from planner.estimator.layout import (kv_heads_per_rank, layout_refusal, model_kv_heads, pipeline_stages, shard_shape,
@@ -154,9 +155,12 @@ def validate_request(arch: Architecture, req: Request) -> None:
 def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int, pp: int,
                    layers: tuple[int, int]) -> int:
     """Weight bytes on each TP rank of one pipeline stage (cached: the solver asks many times)."""
+    kv_heads = model_kv_heads(arch)
+
+    def total(tensors: Iterable[Tensor]) -> int:
+        return sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision) for t in tensors)
+
     tensors: list[Tensor] = []
-    for layer in arch.layers[layers[0]:layers[1]]:
-        tensors.extend(layer.tensors)
     if stage == 0:
         tensors.extend(arch.embedding)
         tensors.extend(arch.multimodal)
@@ -165,8 +169,12 @@ def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int
         if pp > 1:
             # the last stage cannot share the first stage's embedding: it holds its own lm_head copy
             tensors.extend(tied_lm_head(arch))
-    kv_heads = model_kv_heads(arch)
-    return sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision) for t in tensors)
+    # most layers repeat another's tensors (a Layer hashes once): each distinct one is sized once
+    per_layer: dict[Layer, int] = {}
+    for layer in arch.layers[layers[0]:layers[1]]:
+        if layer not in per_layer:
+            per_layer[layer] = total(layer.tensors)
+    return total(tensors) + sum(per_layer[layer] for layer in arch.layers[layers[0]:layers[1]])
 
 
 def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:
