@@ -5,6 +5,7 @@ Run once, in a throwaway environment with torch and transformers (not planner's 
 
     python -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install -e ".[transformers]" timm
     /tmp/tfvenv/bin/python bench/transformers_counts.py   # writes tests/data/transformers-counts.json
+    /tmp/tfvenv/bin/python bench/transformers_counts.py kimi-linear-48b-a3b   # (re)counts one folder into it
 
 (recorded with transformers 5.24.0 and torch 2.14.1 from PyPI; both versions are written into the file; timm
 1.0.31 builds Gemma 3n's MobileNetV5 vision tower, which transformers takes from timm)
@@ -51,22 +52,32 @@ def count(config: dict) -> dict | None:
     return {"parameters": params, "buffers": sum(prod(shape) for _, shape, _ in tensors) - params}
 
 
-def main() -> int:
+def main(names: list[str]) -> int:
+    """Count every test config, or only the folders named (merged into the recorded file; an entry counted
+    with other transformers / torch versions than the file's records its own)."""
     import torch
     import transformers
-    counts = {}
-    for path in sorted(CONFIGS.glob("*/config.json")):
+    versions = {"transformers_version": transformers.__version__, "torch_version": torch.__version__}
+    recorded = json.loads(OUT.read_text()) if names else {}
+    counts = recorded.get("counts", {})
+    paths = [CONFIGS / n / "config.json" for n in names] if names else sorted(CONFIGS.glob("*/config.json"))
+    for path in paths:
         result = count(json.loads(path.read_text()))
         if result is None:
             print(f"{path.parent.name}: transformers cannot build it", file=sys.stderr)
             continue
+        if names:
+            result.update({k: v for k, v in versions.items() if recorded.get(k) != v})
         counts[path.parent.name] = result
         print(f"{path.parent.name}: {result['parameters']:,} parameters + {result['buffers']:,} buffer elements")
+    if names:
+        OUT.write_text(json.dumps({**recorded, "counts": dict(sorted(counts.items()))}, indent=1) + "\n")
+        return 0
     import timm  # builds Gemma 3n's vision tower for transformers
-    OUT.write_text(json.dumps({"transformers_version": transformers.__version__, "torch_version": torch.__version__,
-                               "timm_version": timm.__version__, "device": "meta", "counts": counts}, indent=1) + "\n")
+    OUT.write_text(json.dumps({**versions, "timm_version": timm.__version__, "device": "meta", "counts": counts},
+                              indent=1) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

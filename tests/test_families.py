@@ -36,7 +36,7 @@ def test_the_recorded_counts_cover_every_new_family():
     families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
-            "minimax_m3_vl", "deepseek_v4", "gemma3n_text"} <= families
+            "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -205,7 +205,7 @@ def test_a_malformed_exclusion_list_is_named():
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
                                   "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4",
-                                  "deepseek-v4-flash", "gemma-3n-e4b-it"])
+                                  "deepseek-v4-flash", "gemma-3n-e4b-it", "kimi-linear-48b-a3b"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -228,6 +228,10 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     ("Qwen/Qwen3-VL-8B", "qwen3-vl-8b", None),  # -Instruct left off
     ("zai-org/GLM-5", "glm-5", None),
     ("deepseek-ai/DeepSeek-V3.1", "deepseek-v3", None),
+    ("Qwen/Qwen3-Coder-Next-FP8", "qwen3-coder-next", "fp8-block"),
+    ("Qwen/Qwen3-Coder-Next-Instruct", "qwen3-coder-next", None),  # an -Instruct the repo name does not carry
+    ("moonshotai/Kimi-K3", "kimi-k3", None),
+    ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral-small-3.2-24b", None),
 ])
 def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
     record, suffix_precision = catalog.model_and_precision(hf_id)
@@ -253,7 +257,7 @@ def test_catalog_lists_the_current_families(catalog):
     families = {m.family for m in catalog.models}
     assert {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "deepseek_v32", "glm4_moe", "glm_moe_dsa",
             "kimi_k2", "kimi_k25", "minimax_m2", "nemotron_h", "llama4", "gemma4", "nemotron-nas", "deepseek_v4",
-            "minimax_m3", "gemma3n"} <= families
+            "minimax_m3", "gemma3n", "kimi_k3"} <= families
 
 
 def test_nemotron_nas_counts_each_searched_block():
@@ -347,3 +351,51 @@ def test_a_nemotron_pattern_longer_than_any_model_is_refused():
     config = dict(load_config_file(CONFIGS / "nemotron-3-nano-30b-a3b"), hybrid_override_pattern="M" * 10**6)
     with pytest.raises(PlannerInputError, match="hybrid_override_pattern"):
         architecture_from_config(config, "nemotron")
+
+
+# -- families transformers does not build: the model's own code (tests/data/model-code-counts.json) ------------------
+
+MODEL_CODE = json.loads((DATA / "model-code-counts.json").read_text())["counts"]
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CODE))
+def test_planner_counts_what_the_models_own_code_builds(name):
+    recorded = MODEL_CODE[name]
+    arch = _arch(name)
+    assert arch.loaded_params == recorded["parameters"] + recorded["buffers"]
+    assert arch.multimodal_params == recorded["parameters"] - recorded["language_model"]
+
+
+def test_kimi_k3_interleaves_kda_and_mla_and_keeps_a_state_per_sequence(catalog):
+    arch = _arch("kimi-k3")
+    kinds = [layer.attention.kind for layer in arch.layers]
+    # linear_attn_config lists layers 1-based: KDA on 1-3, 5-7, ..., MLA on every 4th and the last (93)
+    assert kinds.count("linear") == 69 and kinds.count("mla") == 24 and kinds[3] == kinds[92] == "mla"
+    assert not arch.layers[0].is_moe and all(layer.is_moe for layer in arch.layers[1:])
+    experts = [t for t in arch.layers[1].tensors if t.role == "expert"]
+    assert {t.shape for t in experts} == {(3072, 3584), (3584, 3072)}  # routed experts run in the 3584-wide latent
+    estimate = estimate_memory(arch, Request(context=8192, precision="bf16", kv_dtype="bf16"), catalog)
+    assert estimate.kv_bytes_per_token == 24 * (512 + 64) * 2  # MLA latent + rope key, bf16
+    # KDA per layer (vLLM kda_state_shape): q, k, v conv windows of 3 steps x 96 x 128, state 96 x 128 x 128
+    assert estimate.kv_state_bytes_per_sequence == 69 * (3 * 3 * 96 * 128 + 96 * 128 * 128) * 2
+
+
+def test_kimi_k3_keeps_its_ignored_modules_16_bit():
+    arch = _arch("kimi-k3")
+    moe = {t.name: t.kept_unquantized for t in arch.layers[1].tensors}
+    assert not moe["block_sparse_moe.experts.w1.weight"] and moe["block_sparse_moe.shared_experts.up_proj.weight"]
+    assert moe["self_attn.q_proj.weight"] and moe["self_attn.q_conv1d.weight"]
+    assert {t.name: t.kept_unquantized for t in arch.head}["lm_head.weight"]
+
+
+def test_qwen3_coder_next_is_counted_as_the_published_total(catalog):
+    from planner.model.sources import resolve_model
+    arch = resolve_model(catalog, "Qwen/Qwen3-Coder-Next")
+    assert arch.checkpoint_params == 79_674_391_296  # the hub's safetensors total, quoted in the entry's params_source
+    assert [layer.attention.kind for layer in arch.layers].count("full") == 12
+
+
+def test_kimi_k3_ships_mxfp4_experts(catalog):
+    from planner.model.precision import resolve_precision
+    # compressed-tensors float 4-bit with one scale per 32 values: MXFP4, not NVFP4 (one scale per 16)
+    assert resolve_precision(catalog, _arch("kimi-k3"), "auto").name == "mxfp4"

@@ -18,15 +18,17 @@ One forward pass of one pipeline stage, on one tensor-parallel rank:
              tensors stored in fewer than 16 bits run at the precision's tensor-core rate where the
              GPU has one (W8A8 / W4A4), everything else at the 16-bit rate (weight-only kernels
              dequantize to 16 bits)
-  fixed    = a cost per layer per forward (kernel launches or graph replay, synchronisation, the small
-             kernels), and per expert a MoE layer's tokens touch (per-expert padding, grouped-GEMM
-             blocks: the same expected distinct experts as the weights read), per engine
+  fixed    = GPU time per layer per forward, counted in cycles of the GPU's boost clock (the small
+             kernels and the gaps between kernels are latency-bound), and per expert a MoE layer's
+             tokens touch (per-expert padding, grouped-GEMM blocks: the same expected distinct experts
+             as the weights read), per engine
   TP       = 2 all-reduces of the activations per layer (Megatron-LM, Shoeybi et al. 2019, section 3),
              each a ring: 2 (tp-1) steps of (link latency + bytes/tp / (one-way link bandwidth x
              efficiency)) (Thakur et al. 2005, "Optimization of collective communication operations
              in MPICH"; NCCL's bus bandwidth, nccl-tests doc/PERFORMANCE.md)
-  stage    = max(memory, compute) + fixed + TP   (graph-replaying engines: the fixed cost is GPU time)
-           = max(memory, compute, fixed) + TP   (llama.cpp: CPU launches overlap the GPU's work)
+  stage    = max(memory, compute) + fixed + TP   (the fixed cost is GPU time, so it adds to the work:
+             graph-replaying engines launch nothing per kernel, and llama.cpp's launches run ahead of
+             the GPU, ggml-org/llama.cpp PR 6766)
 Pipeline parallelism splits the batch into min(batch, pp) microbatches; all of them advance one step in
 max(sum of stage times + activation hand-offs, microbatches x slowest stage): with fewer microbatches
 than stages, stages wait (the bubble).
@@ -93,7 +95,10 @@ class GenerationEfficiency(_Entry):
 class EngineCost(_Entry):
     name: str
     aliases: tuple[str, ...] = ()
-    per_layer_overhead_us: float = Field(ge=0)  # fixed cost per layer per forward pass
+    # fixed GPU time per layer per forward pass, in thousands of the GPU's clock cycles: the small kernels
+    # (norms, rotary, activations, cache writes) and the gaps between kernels are latency-bound, so they
+    # take a number of cycles, not of microseconds (catalogs/performance.yaml `clocks`)
+    per_layer_kilocycles: float = Field(ge=0)
     # a MoE layer's extra fixed cost per expert its tokens touch: each touched expert's token list is
     # padded to the GEMM tile and gets its own blocks of the grouped GEMM (fused_moe launches blocks only
     # for experts with tokens), so a batch-1 step pays for k experts, not all E
@@ -101,10 +106,6 @@ class EngineCost(_Entry):
     # of memory_bandwidth_gbps streaming weights, when the engine's own kernels set it rather than the GPU
     # generation (llama.cpp's mat-vec kernels dequantizing GGUF blocks); None: the generation's
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
-    # True: the CPU launches kernels one by one while the GPU works (llama.cpp), so the fixed cost
-    # hides behind the GPU's work unless it is the longer; False: graph replay (vLLM, SGLang,
-    # TensorRT-LLM), the fixed cost is GPU time between and inside kernels and adds to the work
-    launch_overlaps: bool
     fitted_to: str
     source: str
 
@@ -124,12 +125,24 @@ class PrecisionCompute(_Entry):
     source: str
 
 
+class GpuClock(_Entry):
+    gpu: str  # a catalog GPU name, or `default`
+    boost_clock_mhz: float = Field(gt=0)
+    source: str
+
+
 class PerformanceCatalog(_Entry):
     schema_version: int
     generations: tuple[GenerationEfficiency, ...]
     engines: tuple[EngineCost, ...]
     interconnects: tuple[InterconnectCost, ...]
+    clocks: tuple[GpuClock, ...]
     precisions: tuple[PrecisionCompute, ...]
+
+    def clock_hz(self, gpu: str) -> float:
+        """The GPU's boost clock; `default` for a GPU not listed."""
+        by_gpu = {c.gpu: c for c in self.clocks}
+        return (by_gpu.get(gpu) or by_gpu["default"]).boost_clock_mhz * 1e6
 
     def generation(self, name: str) -> GenerationEfficiency:
         """The generation's factors; `default` for a generation no measurement covers."""
@@ -166,7 +179,8 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
         where = ".".join(str(p) for p in first["loc"])
         raise PlannerInputError(f"catalog {path.name}: {where}: {first['msg']}") from None
     for section, names in (("generations", [g.name for g in catalog.generations]),
-                           ("interconnects", [i.kind for i in catalog.interconnects])):
+                           ("interconnects", [i.kind for i in catalog.interconnects]),
+                           ("clocks", [c.gpu for c in catalog.clocks])):
         if "default" not in names:
             raise PlannerInputError(f"catalog {path.name}: {section} needs a 'default' entry")
     return catalog
@@ -182,10 +196,8 @@ class Workload:
     output_tokens: int
 
 
-def _stage_s(memory_s: float, compute_s: float, overhead_s: float, allreduce_s: float, launch_overlaps: bool) -> float:
+def _stage_s(memory_s: float, compute_s: float, overhead_s: float, allreduce_s: float) -> float:
     """One stage's forward from its terms (the header's `stage` line)."""
-    if launch_overlaps:
-        return max(memory_s, compute_s, overhead_s) + allreduce_s
     return max(memory_s, compute_s) + overhead_s + allreduce_s
 
 
@@ -200,7 +212,6 @@ class ForwardTime:
     allreduce_s: float
     weight_bytes: int  # read by one rank
     kv_bytes: int
-    launch_overlaps: bool
 
     @property
     def memory_s(self) -> float:
@@ -208,8 +219,7 @@ class ForwardTime:
 
     @property
     def total_s(self) -> float:
-        return _stage_s(self.memory_s, self.compute_s, self.per_layer_overhead_s, self.allreduce_s,
-                        self.launch_overlaps)
+        return _stage_s(self.memory_s, self.compute_s, self.per_layer_overhead_s, self.allreduce_s)
 
     @property
     def bound(self) -> DecodeBound:
@@ -390,7 +400,6 @@ class _Hardware:
     wide_flops_per_s: float
     layer_overhead_s: float
     expert_overhead_s: float
-    launch_overlaps: bool
     link_bytes_per_s: float  # one-way, achievable
     link_latency_s: float
     tp: int
@@ -407,7 +416,7 @@ class _Hardware:
         return self.link_latency_s + tokens * self.hidden * ACTIVATION_BYTES / self.link_bytes_per_s
 
 
-# A stage's forward as plain numbers, in ForwardTime's field order up to launch_overlaps: (weight_read_s,
+# A stage's forward as plain numbers, in ForwardTime's field order: (weight_read_s,
 # kv_read_s, compute_s, per_layer_overhead_s, allreduce_s, weight_bytes, kv_bytes). The step time needs only
 # their sum and is on the solver's hot path, so the ForwardTime is built only for the stage reported.
 _Terms = tuple[float, float, float, float, float, int, int]
@@ -433,7 +442,7 @@ def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attended: C
 def _pipeline(times: list[_Terms], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
     """(time for every microbatch of `tokens` to pass every stage in steady state, the slowest stage's index,
     its idle time)."""
-    totals = [_stage_s(t[0] + t[1], t[2], t[3], t[4], hw.launch_overlaps) for t in times]
+    totals = [_stage_s(t[0] + t[1], t[2], t[3], t[4]) for t in times]
     slowest_s = max(totals)
     through = sum(totals)
     if len(totals) > 1:
@@ -528,7 +537,7 @@ class ReplicaTimer:
         """(seconds, the slowest stage's forward term by term, pipeline bubble) for one step. The step's
         sequences are split into min(sequences, pp) microbatches unless `microbatches` is given."""
         total, times, slowest, bubble = self._step(shape, microbatches)
-        return total, ForwardTime(*times[slowest], launch_overlaps=self.hw.launch_overlaps), bubble
+        return total, ForwardTime(*times[slowest]), bubble
 
     def step_s(self, shape: Step) -> float:
         return self._step(shape, None)[0]
@@ -608,9 +617,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         kv_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.kv_read_efficiency,
         low_bit_flops_per_s=_low_bit_rate(gpu, prec, wide, performance) * generation.compute_efficiency,
         wide_flops_per_s=wide * generation.compute_efficiency,
-        layer_overhead_s=engine_cost.per_layer_overhead_us * US,
+        layer_overhead_s=engine_cost.per_layer_kilocycles * 1e3 / performance.clock_hz(gpu.name),
         expert_overhead_s=engine_cost.per_expert_overhead_us * US,
-        launch_overlaps=engine_cost.launch_overlaps,
         # catalog interconnect bandwidth is bidirectional per GPU; a ring sends one way
         link_bytes_per_s=gpu.interconnect.bandwidth_gbps / 2 * GB * link.bandwidth_efficiency,
         link_latency_s=link.step_latency_us * US,

@@ -87,7 +87,8 @@ def _compressed_tensors_precision(qc: dict[str, Any]) -> str | None:
         if kind == "float" and bits == 8:
             return "fp8"
         if kind == "float" and bits == 4:
-            return "nvfp4"
+            # one scale per 32 is MXFP4's block (OCP MX: e8m0 scale, e.g. Kimi-K3's mxfp4-pack-quantized); NVFP4 scales per 16
+            return "mxfp4" if weights.get("group_size") == 32 else "nvfp4"
         if kind == "int" and bits == 8:
             return "int8"
         if kind == "int" and bits == 4:
