@@ -304,11 +304,9 @@ def test_vllm_groups_the_published_deepseek_v4_configs(catalog):
 def test_deepseek_v4_refusals_name_the_engine_and_the_fix(catalog):
     gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
     model = _deepseek_v4([0, 0, 4, 128, 4])
-    for engine, source in (("sglang", "deepseek_v4_memory_pool.py"), ("llamacpp", "llama-kv-cache-dsv4.cpp")):
-        with pytest.raises(PlannerInputError, match=source):
-            engine_budget(model, Request(context=8192), EngineSettings(name=engine), gpu, catalog)
-    with pytest.raises(PlannerInputError, match="--kv-dtype fp8"):
-        engine_budget(model, Request(context=8192, kv_dtype="bf16"), EngineSettings(name="vllm"), gpu, catalog)
+    for engine in ("vllm", "sglang"):
+        with pytest.raises(PlannerInputError, match="--kv-dtype fp8"):
+            engine_budget(model, Request(context=8192, kv_dtype="bf16"), EngineSettings(name=engine), gpu, catalog)
     with pytest.raises(PlannerInputError, match="multiple of 128"):
         engine_budget(model, Request(context=8192), EngineSettings(name="vllm", block_size=64), gpu, catalog)
     auto = engine_budget(model, Request(context=8192), EngineSettings(name="vllm"), gpu, catalog)
@@ -327,3 +325,169 @@ def test_the_cli_prints_deepseek_v4_flashs_vllm_pool_and_its_groups():
     assert "KV cache capacity" in text and "x 1,002,240 B" in text and "5 groups" in text, text
     assert "compressed (256-token blocks): 21 x 37,440 B + 21 x 8,640 B + 20 x 1,728 B, 128 block(s)" in text, text
     assert "compressor state (4-token blocks, window 8)" in text, text
+
+
+# --- DeepSeek-V4 in SGLang: DSV4PoolConfigurator's window, c4, c128 and compressor-state pools ---------------------
+
+
+def test_sglang_sizes_a_small_deepseek_v4_by_hand(catalog):
+    """Layers c1, c1, c4, c128, c4 (ratios 0, 0, 4, 128, 4), SGLang's DeepSeek-V4 defaults (page 256,
+    swa_full_tokens_ratio 0.1, max_running_requests 256). pool_configurator.py _get_bytes_per_full_token:
+      window    0.1 x 584 x 5 layers                       = 292
+      c4 / c128 584 / 4 x 2 + 584 / 128 x 1               = 292 + 4.5625
+      indexer   (128 + 128 // 128 x 4 = 132) / 4 x 2       = 66
+      c4 states 0.1 x (8 / 128) x (2 x 2 x 512 x 4 + 2 x 2 x 128 x 4) x 2 = 102.4 + 25.6
+      total 782.5625 B per full token;
+    _get_c128_state_fixed_bytes: ceil128(257 x 128 + 128 + 1) = 33,152 rows x 2 x 512 x 4 B x 1 layer = 135,790,592 B.
+    _compute_dsv4_sizes: full = int((available - fixed) / 782.5625) to pages of 256; window int(full x 0.1) to pages;
+    c4 full // 4, c128 full // 128, c4 states window // 128 x 8, c128 states 257 x 128."""
+    from fractions import Fraction
+
+    from planner.estimator.engines import sglang_deepseek_v4 as v4
+
+    profile = load_profiles().sglang
+    model = serve(_deepseek_v4([0, 0, 4, 128, 4]), Request(context=32768), catalog, "sglang")
+    stage = model.stages[0]
+    assert v4.bytes_per_full_token(stage, profile) == pytest.approx(782.5625, abs=1e-9)
+    assert v4.c128_state_bytes(stage, profile) == 135_790_592
+    available = 10 * 2**30
+    full = floor((available - 135_790_592) / Fraction(7_825_625, 10_000)) // 256 * 256
+    assert v4.full_tokens(stage, available, profile) == full
+    sized = v4.pools(stage, full, profile)
+    swa = floor(full * Fraction(1, 10)) // 256 * 256
+    assert (sized.swa_tokens, sized.c4_entries, sized.c128_entries) == (swa, full // 4, full // 128)
+    assert (sized.c4_state_rows, sized.c128_state_rows) == (swa // 128 * 8, 257 * 128)
+
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
+    budget = engine_budget(model.arch, Request(context=32768), EngineSettings(name="sglang"), gpu, catalog)
+    expected = v4.full_tokens(stage, budget.kv_pool_bytes, profile)
+    assert budget.kv_cache_capacity_tokens == expected and expected % 256 == 0
+    assert budget.max_concurrency == min(expected / 32768, 256)
+    assert budget.layout.block_size == 256 and budget.layout.running_requests == 256
+    assert [(g.kind, g.layers) for g in budget.layout.groups] == [
+        ("window", 5), ("c4 compressed + indexer", 2), ("c128 compressed", 1)]
+
+
+def test_sglang_deepseek_v4_without_memory_for_the_c128_states(catalog):
+    """The c128 states come off the budget first: a fraction that leaves less than them has no tokens at all, and
+    SGLang's MemoryPoolConfig refuses ("Not enough memory. Please try to increase --mem-fraction-static.")."""
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
+    model = _deepseek_v4([0, 0, 4, 128, 4])
+    half = engine_budget(model, Request(context=8192), EngineSettings(name="sglang", mem_fraction_static=0.5), gpu,
+                         catalog)
+    fraction = (half.weights_bytes + 2**26) / (2 * half.budget_bytes)  # 64 MiB over the weights
+    budget = engine_budget(model, Request(context=8192), EngineSettings(name="sglang", mem_fraction_static=fraction),
+                           gpu, catalog)
+    assert 0 < budget.kv_pool_bytes < 135_790_592 and budget.kv_cache_capacity_tokens == 0
+    assert not budget.fits and "Not enough memory" in budget.message
+
+
+def test_sglang_deepseek_v4_pipeline_stages_take_the_smallest(catalog):
+    """_apply_token_constraints: the PP ranks agree on the smallest max_total_num_tokens; each stage sizes its own
+    compress ratios (DSV4PoolConfigurator slices compress_ratios[start_layer:end_layer])."""
+    from planner.estimator.engines import sglang_deepseek_v4 as v4
+    from planner.model.architecture import architecture_from_config, load_config_file
+
+    profile = load_profiles().sglang
+    arch = architecture_from_config(load_config_file(CONFIGS / "deepseek-v4-pro"), "deepseek-v4-pro")
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
+    budget = engine_budget(arch, Request(context=65536, tp=8, pp=2), EngineSettings(name="sglang"), gpu, catalog)
+    model = serve(arch, Request(context=65536, tp=8, pp=2), catalog, "sglang")
+    per_stage = [v4.full_tokens(stage, budget.budget_bytes - stage.weights_bytes, profile) for stage in model.stages]
+    assert budget.kv_cache_capacity_tokens == min(per_stage)
+
+
+def test_the_cli_prints_deepseek_v4_flashs_sglang_pools():
+    """Flash on 8 x B200: 43 layers, 21 c4 and 20 c128. Per full token 0.1 x 584 x 43 + 584 / 4 x 21 + 584 / 128 x 20
+    + 132 / 4 x 21 + 0.1 / 16 x (8,192 + 2,048) x 21 = 2,511.2 + 3,066 + 91.25 + 693 + 1,344 = 7,705.45 B; c128 states
+    33,152 x 4,096 B x 20 = 2,715,811,840 B."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["estimate", "deepseek-v4-flash", "--engine", "sglang", "--gpu", "b200", "--tp",
+                                      "8", "--context", "32768"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "7,705.45 B per full token" in text and "2,715,811,840 B set aside" in text, text
+    capacity = text.split("KV cache capacity ")[1].split(" tokens")[0]
+    assert f"max_total_num_tokens {capacity} " in text, text
+    assert "x 43 layers x 584 B" in text and "x 21 layers; c128" in text and "256 running requests" in text, text
+
+
+# --- DeepSeek-V4 in llama.cpp: llama_kv_cache_dsv4's raw window, compressed K caches and compressor states ---------
+
+
+def test_llamacpp_sizes_a_small_deepseek_v4_by_hand(catalog):
+    """Layers c1, c1, c4, c128, c4, --parallel 2 (two streams of pad(8,192, 256) = 8,192 cells), n_ubatch 512
+    (src/llama-kv-cache-dsv4.cpp @ 8eb9c860, llama_kv_cache_dsv4::llama_kv_cache_dsv4):
+      raw window (llama_kv_cache_iswa, every layer sliding, K only: dsv4_make_k_only): 2 x min(8,192, pad(128 + 512,
+        256) = 768) cells x 512 f16 = 1,024 B -> 1,572,864 B a layer, 7,864,320 B for 5
+      c4 layer: CSA K pad(ceil(8,192 / 4), 256) = 2,048 cells x 1,024 B + lightning-indexer K 2,048 x 128 x 2 = 256 B
+        + CSA state 2 (kv, score) x 8 rows x 2 x 512 x 4 B = 65,536 + indexer state 2 x 8 x 2 x 128 x 4 = 16,384,
+        per stream: 2 x 2,703,360 = 5,406,720 B a layer
+      c128 layer: HCA K pad(64, 256) = 256 cells x 1,024 B + state 2 x 128 x 512 x 4 = 524,288 B: 2 x 786,432
+    The state sizes give DeepSeek-V4-Flash-0731's logged ones (ggml-org/llama.cpp issue #27680, one stream): csa 21 x
+    65,536 B = 1.31 MiB, hca 20 x 524,288 B = 10.00 MiB, lid 21 x 16,384 B = 0.33 MiB."""
+    from planner.estimator.engines.llamacpp import compressed_cache_bytes
+
+    profile = load_profiles().llamacpp
+    model = _deepseek_v4([0, 0, 4, 128, 4])
+    c4, c128 = model.layers[2], model.layers[3]
+    assert compressed_cache_bytes(c4, 8192, 2, "f16", profile) == 5_406_720
+    assert compressed_cache_bytes(c128, 8192, 2, "f16", profile) == 1_572_864
+    assert compressed_cache_bytes(model.layers[0], 8192, 2, "f16", profile) == 0
+    flash_states = 21 * (compressed_cache_bytes(c4, 1, 1, "f16", profile) - 256 * 1024 - 256 * 256)
+    assert flash_states == 21 * (65_536 + 16_384) and round(21 * 65_536 / 2**20, 2) == 1.31
+
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
+    budget = engine_budget(model, Request(context=8192, batch=2), EngineSettings(name="llamacpp", cache_type="f16"),
+                           gpu, catalog)
+    assert budget.kv_pool_bytes == 7_864_320 + 2 * 5_406_720 + 1_572_864
+    assert budget.kv_cache_capacity_tokens == 2 * 8192 and budget.fits
+    q8 = engine_budget(model, Request(context=8192, batch=2), EngineSettings(name="llamacpp", cache_type="q8_0"),
+                       gpu, catalog)
+    # q8_0: 34 B per 32 values, so a 512-wide row is 544 B and the indexer's 128-wide one 136 B; the states stay f32
+    assert q8.kv_pool_bytes == 5 * 2 * 768 * 544 + 2 * 2 * (2_048 * 544 + 2_048 * 136 + 81_920) + 2 * (256 * 544 + 524_288)
+    assert "DeepSeek-V4" in budget.warnings[0]
+
+
+def test_the_cli_prints_deepseek_v4_flashs_llamacpp_cache():
+    """Flash on 8 x B200 at 32,768 tokens: raw window 43 x 768 cells x 1,024 B = 33,816,576 B; ratio 4: 21 x (8,192 x
+    (1,024 + 256) + 81,920) = 221,921,280 B; ratio 128: 20 x (256 x 1,024 + 524,288) = 15,728,640 B."""
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    result = CliRunner().invoke(app, ["estimate", "deepseek-v4-flash", "--engine", "llamacpp", "--gpu", "b200", "--tp",
+                                      "8", "--context", "32768", "--kv-dtype", "fp16"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "raw window (K only) 33,816,576 B" in text, text
+    assert "ratio 4: 21 layers, 8,192 cells a stream, 221,921,280 B" in text, text
+    assert "ratio 128: 20 layers, 256 cells a stream, 15,728,640 B" in text, text
+    assert "1 request(s) of 32,768 tokens: fits" in text, text
+
+
+def test_sglang_deepseek_v4_pools_replay_a_logged_start_up(catalog):
+    """An SGLang start-up log of DeepSeek-V4-Flash-0731 (same 43 layers and compress ratios as Flash) on Ascend NPUs
+    (page 128, max_running_requests 4, max_total_tokens capped at 32,768), a public log found with the search tool:
+      DSV4 memory calculation: bytes_per_full_token=7705.45, ..., c128_state_fixed=0.07 GB
+      DSV4 pool sizes: full=32768, swa=3200, c4=8192, c128=256, c4_state=200, c128_state=0
+    c128 state: ceil128(5 x 128 + 129) = 896 rows x 4,096 B x 20 layers = 73,400,320 B = 0.07 GiB (the log's GB is
+    1 << 30 bytes); the c128_state_pool_size it then finalizes (5 x 128 = 640) is not in the log."""
+    from planner.estimator.engines import sglang_deepseek_v4 as v4
+    from planner.estimator.engines.profiles import Sourced
+    from planner.model.architecture import architecture_from_config, load_config_file
+
+    profile = load_profiles().sglang
+    logged = profile.model_copy(update={
+        "deepseek_v4_page_size": Sourced[int](value=128, source="the log's NPU page size"),
+        "deepseek_v4_max_running_requests": Sourced[int](value=4, source="the log's max_num_reqs=4")})
+    arch = architecture_from_config(load_config_file(CONFIGS / "deepseek-v4-flash"), "deepseek-v4-flash")
+    stage = serve(arch, Request(context=32768, tp=4), catalog, "sglang").stages[0]
+    assert f"{v4.bytes_per_full_token(stage, logged):.2f}" == "7705.45"
+    assert v4.c128_state_bytes(stage, logged) == 73_400_320 and f"{73_400_320 / 2**30:.2f}" == "0.07"
+    sized = v4.pools(stage, 32768, logged)
+    assert (sized.full_tokens, sized.swa_tokens, sized.c4_entries, sized.c128_entries, sized.c4_state_rows) == (
+        32768, 3200, 8192, 256, 200)

@@ -13,13 +13,6 @@ from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 
 ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
-# Engines that serve DeepSeek-V4 with pools of their own, which their profiles here do not size (vLLM's is sized)
-COMPRESSED_CACHE_POOLS = {
-    "sglang": "its DeepSeekV4TokenToKVPool of window, c4, c128 and compressor-state pools "
-              "(python/sglang/srt/mem_cache/deepseek_v4_memory_pool.py)",
-    "llamacpp": "its DSV4 cache of separate window, CSA and HCA caches (src/llama-kv-cache-dsv4.cpp, "
-                "ggml-org/llama.cpp pull request #24162)",
-}
 # Results a Memo keeps before it starts afresh: the distinct layouts of one run (as _stage_weights' lru_cache)
 MEMO_ENTRIES = 4096
 T = TypeVar("T")
@@ -220,10 +213,6 @@ def engine_refusal(arch: Architecture, engine: str) -> str | None:
     does not size; SGLang's token pool is sized per attention-layer token, nothing for an attention-free model."""
     kinds = arch.attention_kinds
     recurrent = sorted(kinds & set(RECURRENT_KINDS))
-    if engine in COMPRESSED_CACHE_POOLS and any(layer.attention.compress_ratio for layer in arch.layers):
-        return (f"--engine {engine}: {arch.name} keeps compressed attention caches beside its sliding window "
-                f"(DeepSeek-V4); {engine} serves it from {COMPRESSED_CACHE_POOLS[engine]}, which this profile does "
-                "not lay out yet; use --engine vllm or simple")
     if engine == "llamacpp" and recurrent:
         return (f"--engine llamacpp: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
                 "recurrent cache the llama.cpp profile does not size; use --engine vllm, sglang or simple")

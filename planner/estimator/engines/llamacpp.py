@@ -8,7 +8,9 @@
      sequences of `context` tokens takes n_seq x pad(context) cells. Each layer's cache lives with the
      layer: K and V rows of n_embd_k_gqa / n_embd_v_gqa values in the cache type (f16 2 B; q8_0 34 B and
      q4_0 18 B per 32 values). Sliding-window layers (llama_kv_cache_iswa) hold at most
-     pad(window + n_ubatch) cells per stream.
+     pad(window + n_ubatch) cells per stream. DeepSeek-V4 (llama_kv_cache_dsv4, a later release): that
+     windowed raw cache holds K only, and each compressed layer adds per stream K-only caches of pad(ceil(kv_size
+     / ratio), 256) cells (CSA or HCA, and the lightning indexer's at ratio 4) and f32 compressor states.
   3. The worst-case graph for n_ubatch tokens is reserved as each device's compute buffer: without flash
      attention the f32 attention scores (n_ctx x n_ubatch x heads) dominate; with it, the feed-forward
      intermediates or the output logits (n_vocab x n_ubatch floats) on the device holding the output layer.
@@ -24,8 +26,9 @@ from math import ceil
 
 from planner.model.architecture import Architecture, Layer
 from planner.catalog.load import Catalog, Precision
-from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, EngineBudget, EngineSettings, RankBudget, ServedModel,
-                                  largest_passing, serve)
+from planner.errors import PlannerInputError
+from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, CacheGroup, EngineBudget, EngineSettings, PoolLayout,
+                                            RankBudget, ServedModel, largest_passing, serve)
 from planner.estimator.engines.profiles import LlamacppProfile, load_profiles
 from planner.estimator.engines.vocabulary import LLAMACPP_CACHE_TYPES_OF_KV_DTYPE
 from planner.estimator.memory import GpuTarget, Request
@@ -70,14 +73,39 @@ def place_layers(n_layer: int, n_gpu_layers: int, devices: int) -> Placement:
     return Placement(tuple(placement))
 
 
-def _cache_bytes_per_cell(layer: Layer, cache_type: str) -> int:
+def _row_bytes(values: int, cache_type: str) -> int:
+    """ggml_row_size: `values` in the cache type's blocks."""
     block_bytes, block_values = LLAMACPP_CACHE_TYPES[cache_type]
+    return ceil(values / block_values) * block_bytes
+
+
+def _cache_bytes_per_cell(layer: Layer, cache_type: str) -> int:
     a = layer.attention
     if a.kind == "mla":
         values = (a.latent_dim,)  # the compressed latent, stored once (as memory.py counts MLA)
-    else:
+    else:  # a DeepSeek-V4 window has no V (v_head_dim 0): llama_kv_cache_dsv4 keeps its raw cache K-only
         values = (a.kv_heads * a.k_head_dim, a.kv_heads * a.v_head_dim)
-    return sum(ceil(v / block_values) * block_bytes for v in values)
+    return sum(_row_bytes(v, cache_type) for v in values)
+
+
+def compressed_cache_bytes(layer: Layer, stream: int, streams: int, cache_type: str, profile: LlamacppProfile) -> int:
+    """llama_kv_cache_dsv4 beside the raw window: a DeepSeek-V4 layer of compress ratio r keeps, per stream,
+    pad(ceil(stream / r), 256) K-only cells of head_dim (CSA / HCA caches) and, at r = 4, as many of the indexer's
+    key (lightning-indexer cache), all in the cache type; and an f32 kv + score state of state_tokens rows x coff x
+    width per compressor (coff 2 at r = 4). Zero for a layer without compressed attention."""
+    a = layer.attention
+    ratio = a.compress_ratio
+    if not ratio:
+        return 0
+    rows = profile.deepseek_v4_state_tokens.value.get(ratio)
+    if rows is None:
+        raise PlannerInputError(f"compress_ratios: llama.cpp's DeepSeek-V4 cache takes ratios "
+                                f"{sorted(profile.deepseek_v4_state_tokens.value)} (and 0), not {ratio}")
+    cells = _pad(max(1, ceil(stream / ratio)), profile.deepseek_v4_compressed_pad.value)
+    coff = 2 if ratio == profile.deepseek_v4_overlapping_ratio.value else 1
+    widths = [width for width in (a.k_head_dim, a.compressed_dim - a.k_head_dim) if width]
+    per_stream = sum(cells * _row_bytes(width, cache_type) + 2 * rows * coff * width * F32_BYTES for width in widths)
+    return streams * per_stream
 
 
 def _pad(n: int, to: int) -> int:
@@ -104,7 +132,9 @@ def _sizes(model: ServedModel, settings: EngineSettings, profile: LlamacppProfil
         window = layer.attention.window if layer.attention.kind == "sliding" else None
         cells.append(request.batch * (min(stream, _pad(window + settings.n_ubatch, pad)) if window else stream))
     n_ctx = request.batch * stream
-    cache = tuple(n * _cache_bytes_per_cell(layer, settings.cache_type) for n, layer in zip(cells, arch.layers))
+    cache = tuple(n * _cache_bytes_per_cell(layer, settings.cache_type)
+                  + compressed_cache_bytes(layer, stream, request.batch, settings.cache_type, profile)
+                  for n, layer in zip(cells, arch.layers))
     if arch.exact:
         layers, head, embedding = _weights(arch, model.precision)
         return _Sizes(layers, head, embedding, cache, n_ctx)
@@ -234,11 +264,41 @@ def llamacpp_budget(arch: Architecture, request: Request, settings: EngineSettin
             message = (f"projected to use {gib(projected):.2f} GiB of a device with {gib(plan.free):.2f} GiB free, leaving "
                        f"less than the {profile.fit_target_mib.value} MiB --fit keeps free; lower -c/--parallel, quantize "
                        "the cache (-ctk/-ctv q8_0) or offload fewer layers (-ngl)")
+    compressed = any(layer.attention.compress_ratio for layer in arch.layers)
     return EngineBudget(
-        name="llamacpp", release=profile.release, gpu_memory_utilization=None, budget_bytes=plan.budget,
+        name="llamacpp", release=(f"{profile.release}; DeepSeek-V4 cache as {profile.deepseek_v4_release.value}"
+                                  if compressed else profile.release),
+        gpu_memory_utilization=None, budget_bytes=plan.budget,
         weights_bytes=fullest.weights_bytes, activation_bytes=fullest.activation_bytes, non_torch_bytes=0,
         cuda_graph_bytes=0, kv_pool_bytes=sum(r.kv_pool_bytes for r in ranks), kv_cache_capacity_tokens=n_ctx,
         max_concurrency=n_ctx / request.context, fits=fits, max_context_that_fits=longest, message=message,
         context=request.context, batch=request.batch, settings=replace(plan.settings, n_gpu_layers=gpu_layers),
         per_rank=ranks, host_bytes=used.host_bytes, gpu_layers=gpu_layers, total_layers=offloadable,
+        layout=_deepseek_v4_layout(arch, plan, request, profile) if compressed else None,
+        warnings=(COMPUTE_BUFFER_WARNING,) if compressed else (),
     )
+
+
+# llama.cpp's DeepSeek-V4 graph (compressors, indexer, sparse attention) is not what compute_buffer models
+COMPUTE_BUFFER_WARNING = ("DeepSeek-V4's compute buffer is estimated as for a plain transformer's worst-case graph; "
+                          "llama.cpp's DeepSeek-V4 graph (compressors, lightning indexer) is not modelled or measured here")
+
+
+def _deepseek_v4_layout(arch: Architecture, plan: _Plan, request: Request, profile: LlamacppProfile) -> PoolLayout:
+    """The DSV4 cache of every layer (llama_kv_cache_dsv4), summed over the model, for the table."""
+    stream = _pad(request.context, profile.ctx_pad.value)
+    cache_type = plan.settings.cache_type
+    def compressed(layers: list[Layer]) -> int:
+        return sum(compressed_cache_bytes(layer, stream, request.batch, cache_type, profile) for layer in layers)
+
+    raw = sum(plan.sizes.layer_cache) - compressed(list(arch.layers))
+    ratios = sorted({layer.attention.compress_ratio for layer in arch.layers} - {0})
+    kinds = [(ratio, [layer for layer in arch.layers if layer.attention.compress_ratio == ratio]) for ratio in ratios]
+    groups = (CacheGroup("window (raw)", arch.num_layers, 1, 1),) + tuple(
+        CacheGroup(f"compressed 1/{ratio}", len(layers), 1, 1) for ratio, layers in kinds)
+    pad = profile.deepseek_v4_compressed_pad.value
+    parts = "; ".join(f"ratio {ratio}: {len(layers)} layers, {_pad(max(1, ceil(stream / ratio)), pad):,} cells a "
+                      f"stream, {compressed(layers):,} B with their compressor states" for ratio, layers in kinds)
+    note = (f"llama.cpp's DeepSeek-V4 cache (llama_kv_cache_dsv4), {request.batch} stream(s) of {stream:,} cells, "
+            f"{cache_type}: raw window (K only) {raw:,} B; {parts}")
+    return PoolLayout(block_size=1, page_bytes=0, layers_per_group=arch.num_layers, groups=groups, notes=(note,))

@@ -102,6 +102,16 @@ class SglangProfile(_Strict):
     mamba_full_memory_ratio: Sourced[float]
     mamba_ssm_dtype_bits: Sourced[int]
     mamba_slots_per_running_request: Sourced[int]
+    # DeepSeek-V4's window, compressed and compressor-state pools (later code than the rest)
+    deepseek_v4_release: Sourced[str]
+    deepseek_v4_page_size: Sourced[int]
+    deepseek_v4_swa_full_tokens_ratio: Sourced[float]
+    deepseek_v4_max_running_requests: Sourced[int]
+    deepseek_v4_entry_bytes: Sourced[int]
+    deepseek_v4_state_ring_tokens: Sourced[dict[int, int]]
+    deepseek_v4_overlapping_ratio: Sourced[int]
+    deepseek_v4_state_value_bytes: Sourced[int]
+    deepseek_v4_state_row_alignment: Sourced[int]
 
 
 class LlamacppProfile(_Strict):
@@ -112,6 +122,11 @@ class LlamacppProfile(_Strict):
     n_ubatch: Sourced[int]
     hidden_buffers_in_attention: Sourced[int]
     ffn_buffers: Sourced[int]
+    # DeepSeek-V4's compressed K caches and compressor states (later code than the rest)
+    deepseek_v4_release: Sourced[str]
+    deepseek_v4_compressed_pad: Sourced[int]
+    deepseek_v4_state_tokens: Sourced[dict[int, int]]
+    deepseek_v4_overlapping_ratio: Sourced[int]
 
 
 class EngineProfiles(_Strict):

@@ -18,6 +18,7 @@
   _resolve_max_num_reqs admits at most max_mamba_cache_size // 3 running requests (the radix cache keeps
   the other slots for the states of cached prefixes), which caps the concurrency too.
   Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
+  DeepSeek-V4's window, compressed and compressor-state pools (later code) are sized in sglang_deepseek_v4.
   On AMD the aiter attention backend (what `planner export --to sglang` passes there) multiplies the
   fraction, even an explicit one, by 0.85 when the context is above 8K: the pool is sized with that.
 """
@@ -33,7 +34,9 @@ from planner.model.architecture import Architecture
 from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
                                             Stage, catalog_card, limiting_rank, serve)
+from planner.estimator.engines import sglang_deepseek_v4 as v4
 from planner.estimator.engines.profiles import SglangProfile, load_profiles
+from planner.estimator.engines.vllm_deepseek_v4 import has_compressed_caches
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
 
@@ -91,13 +94,15 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     activation = floor(Fraction(str(profile.reserved_per_prefill_token_mib.value)) * max(resolved.max_num_batched_tokens, 2048) * MiB)
     non_torch = (profile.reserved_base_mib.value + profile.reserved_per_gpu_mib.value * model.gpus) * MiB
 
+    compressed = has_compressed_caches(arch)
+    if compressed:
+        v4.check_kv_dtype(model)
     ranks = []
     pools: dict[int, StatePool] = {}
     for stage in model.stages:
         pool = pools[stage.index] = state_pool(model, stage, static - stage.weights_bytes, profile)
         rest = static - stage.weights_bytes - pool.pool_bytes
-        cell = _cell_bytes(model, stage, profile)
-        tokens = max(rest, 0) // cell if cell else 0
+        tokens = _stage_tokens(model, stage, rest, profile, compressed)
         for tp_rank in range(request.tp):
             ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
                                     memory_bytes=visible, budget_bytes=static, weights_bytes=stage.weights_bytes,
@@ -108,12 +113,14 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     slots = min((pool.slots for pool in pools.values() if pool.per_request_bytes), default=None)
     tokens, context = limit.kv_capacity_tokens, request.context
     running = None if slots is None else slots // profile.mamba_slots_per_running_request.value
+    if compressed:  # _resolve_max_num_reqs keeps DeepSeek-V4's default max_running_requests
+        running = profile.deepseek_v4_max_running_requests.value
     concurrency = tokens / context if running is None else min(tokens / context, running)
     message, longest = None, None
     if running is not None and running <= 0:
         message = (f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests: "
                    f"max_mamba_cache_size={slots}; increase --mem-fraction-static or use GPUs with more memory.")
-    elif limit.kv_pool_bytes <= 0:
+    elif limit.kv_pool_bytes <= 0 or tokens <= 0:
         message = "Not enough memory. Please try to increase --mem-fraction-static."
     elif tokens < context:
         longest = tokens
@@ -129,14 +136,25 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                         f"this GPU: it leaves {gib(total - static):.2f} GiB for activations, CUDA graphs and metadata, "
                         f"where SGLang reserves {gib(floor(total * (1 - Fraction(str(default))))):.2f} GiB; prefill or graph "
                         "capture may run out of memory")
+    stage = model.stages[limit.pp_stage]
     return EngineBudget(
-        name="sglang", release=profile.release, gpu_memory_utilization=None, budget_bytes=static,
+        name="sglang", release=(f"{profile.release}; DeepSeek-V4 pools as {profile.deepseek_v4_release.value}"
+                                if compressed else profile.release), gpu_memory_utilization=None, budget_bytes=static,
         weights_bytes=limit.weights_bytes, activation_bytes=activation, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
         kv_pool_bytes=limit.kv_pool_bytes, kv_cache_capacity_tokens=tokens, max_concurrency=concurrency,
         fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=tuple(ranks), warnings=tuple(warnings),
-        layout=_pool_layout(model, model.stages[limit.pp_stage], pools[limit.pp_stage], running or 0, profile),
+        layout=(v4.pool_layout(model, stage, v4.pools(stage, tokens, profile), profile) if compressed
+                else _pool_layout(model, stage, pools[limit.pp_stage], running or 0, profile)),
     )
+
+
+def _stage_tokens(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile, compressed: bool) -> int:
+    """The token slots `rest` bytes buy on a rank of `stage` (DeepSeek-V4: DSV4PoolConfigurator's full tokens)."""
+    if compressed:
+        return v4.full_tokens(stage, rest, profile)
+    cell = _cell_bytes(model, stage, profile)
+    return max(rest, 0) // cell if cell else 0
 
 
 @dataclass(frozen=True)
