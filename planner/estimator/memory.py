@@ -189,10 +189,13 @@ def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> in
     return 0
 
 
-def state_bytes_per_sequence(attention: Attention, tp: int, state_bits: int) -> int:
+def state_bytes_per_sequence(attention: Attention, tp: int, conv_bits: int, recurrent_bits: int | None = None) -> int:
     """Bytes of one sequence's recurrent state (convolution window + recurrent state) in a linear-attention or
-    Mamba layer on one TP rank: the state is split over TP ranks by heads."""
-    return attention.state_elements_on_rank(tp) * state_bits // 8
+    Mamba layer on one TP rank: the state is split over TP ranks by heads; the window held in `conv_bits`, the
+    recurrent state in `recurrent_bits` (the same when not given)."""
+    conv = attention.conv_elements_on_rank(tp)
+    recurrent = attention.state_elements_on_rank(tp) - conv
+    return (conv * conv_bits + recurrent * (recurrent_bits or conv_bits)) // 8
 
 
 def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: int) -> tuple[int, int]:

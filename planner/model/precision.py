@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from math import ceil, prod
 from typing import Any
@@ -13,6 +14,8 @@ from planner.errors import PlannerInputError
 # Tensors a checkpoint keeps unquantized are stored in the model's 16-bit activation dtype, unless the
 # model's code gives one its own width (Tensor.stored_bits).
 UNQUANTIZED_BITS = 16
+# compressed-tensors config_groups target naming the module class of every linear layer (torch.nn.Linear)
+LINEAR_CLASS_TARGET = "Linear"
 # ggml keeps 1-D tensors (norms, biases) and MoE routers (ffn_gate_inp) in F32:
 # llama.cpp src/llama-quant.cpp skips 1-D tensors and "ffn_gate_inp.weight" when quantizing.
 GGUF_UNQUANTIZED_BITS = 32
@@ -97,6 +100,30 @@ def _compressed_tensors_precision(qc: dict[str, Any]) -> str | None:
     return None
 
 
+def _targets_every_linear(qc: dict[str, Any]) -> bool:
+    """Whether every compressed-tensors config group targets the Linear module class (compressed-tensors matches a
+    target against a module's class name as well as its name): then every linear layer the `ignore` list does not
+    name is quantized."""
+    groups = qc.get("config_groups")
+    return (isinstance(groups, dict) and bool(groups)
+            and all(isinstance(g, dict) and g.get("targets") == [LINEAR_CLASS_TARGET] for g in groups.values()))
+
+
+def checkpoint_scope(precision: Precision, arch: Architecture) -> Precision:
+    """The precision as the checkpoint that ships in it applies it: a compressed-tensors config that targets Linear
+    quantizes every linear tensor (routed experts, and e.g. Kimi-K3's latent MoE projections), not only the scope the
+    catalog entry describes (mxfp4: experts, after gpt-oss). The modules its `ignore` list names are already marked
+    kept_unquantized (planner.model.families.exclusions), so linear scope less them is the config's targets less
+    its ignore list, tensor by tensor. Asked for by name or by `auto`, the checkpoint's own precision is the same
+    bytes: they are what it stores."""
+    qc = arch.quantization_config
+    if (precision.scope != "experts" or not isinstance(qc, dict)
+            or str(qc.get("quant_method", "")).lower() != "compressed-tensors" or not _targets_every_linear(qc)
+            or _compressed_tensors_precision(qc) != precision.name):
+        return precision
+    return replace(precision, scope="linear")
+
+
 def precision_from_checkpoint(arch: Architecture) -> str:
     """The precision a checkpoint ships in: its quantization_config, else its torch_dtype."""
     qc = arch.quantization_config
@@ -143,8 +170,8 @@ def resolve_precision(catalog: Catalog, arch: Architecture, requested: str | Non
             return catalog.precisions.get(arch.stored_precision)
         if not arch.exact and arch.quantization_config is None and arch.torch_dtype is None:
             return catalog.precisions.get("fp16")
-        return catalog.precisions.get(precision_from_checkpoint(arch))
-    precision = catalog.precisions.get(requested)
+        return checkpoint_scope(catalog.precisions.get(precision_from_checkpoint(arch)), arch)
+    precision = checkpoint_scope(catalog.precisions.get(requested), arch)
     if precision.scope == "experts" and arch.exact and arch.moe is None:
         raise PlannerInputError(
             f"--precision: {precision.name} quantizes MoE experts only and {arch.name} has none; "

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
-from planner.model.architecture import Architecture, Layer
+from planner.model.architecture import Architecture, Attention, Layer
+from planner.model.families.core import STATE_DTYPE_BITS
 from planner.catalog.load import Catalog, Gpu, Precision
 from planner.errors import PlannerInputError
+from planner.estimator.engines.profiles import StatePartDtypes
 from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate, Request, attention_bytes_per_token,
                                       estimate_memory, state_bytes_per_sequence)
 from planner.model.precision import resolve_kv_dtype, resolve_precision
@@ -173,9 +175,24 @@ class ServedModel:
         return tuple(layer for layer in stage.layers
                      if layer.attention.kind in RECURRENT_KINDS or self.layer_bytes_per_token(layer))
 
-    def layer_state_bytes(self, layer: Layer, state_bits: int) -> int:
-        """One sequence's recurrent state in a linear-attention / Mamba `layer` on one TP rank, held in `state_bits`."""
-        return state_bytes_per_sequence(layer.attention, self.request.tp, state_bits)
+    def layer_state_bytes(self, layer: Layer, conv_bits: int, recurrent_bits: int | None = None) -> int:
+        """One sequence's recurrent state in a linear-attention / Mamba `layer` on one TP rank: its convolution
+        window held in `conv_bits`, its recurrent state in `recurrent_bits` (the same when not given)."""
+        return state_bytes_per_sequence(layer.attention, self.request.tp, conv_bits, recurrent_bits)
+
+    def state_bits(self, layer: Layer, dtypes: Mapping[str, StatePartDtypes]) -> tuple[int, int]:
+        """(convolution, recurrent) bits an engine holds `layer`'s state in, by the layer's recurrent mixer
+        (`dtypes`: the engine profile's rule); a state of a mixer the rule does not name is in the model dtype."""
+        attention = layer.attention
+        parts = dtypes.get(attention.recurrence) if attention.recurrence else None
+        if parts is None:
+            return self.activation_bits, self.activation_bits
+        return self._dtype_bits(parts.conv, attention), self._dtype_bits(parts.recurrent, attention)
+
+    def _dtype_bits(self, dtype: str, attention: Attention) -> int:
+        if dtype == "config":
+            dtype = attention.config_ssm_dtype or "auto"
+        return self.activation_bits if dtype == "auto" else STATE_DTYPE_BITS[dtype]
 
 
 class Memo:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.load import catalog_dir, read_yaml, validate_record
+from planner.model.families.core import Recurrence
 from planner.units import MiB
 
 PROFILES_FILE = "engine_profiles.yaml"
@@ -40,6 +41,14 @@ class CudaProfile(_Strict):
         return (self.context_mib.value + (distributed_init.value if gpus > 1 else 0)) * MiB
 
 
+class StatePartDtypes(_Strict):
+    """The dtype an engine holds each part of a recurrent state in: `auto` the model dtype, `config` the dtype the
+    checkpoint's config asks for (Attention.config_ssm_dtype) or else the model dtype, or a dtype by name."""
+
+    conv: Literal["auto", "config", "float32", "bfloat16", "float16"]
+    recurrent: Literal["auto", "config", "float32", "bfloat16", "float16"]
+
+
 class VllmProfile(_Strict):
     release: str
     distributed_init_mib: Sourced[int]
@@ -68,6 +77,7 @@ class VllmProfile(_Strict):
     hybrid_mla_block_alignment: Sourced[int]
     hybrid_head256_block_alignment: Sourced[int]
     hybrid_head256_gpus: Sourced[tuple[str, ...]]
+    state_dtypes: Sourced[dict[Recurrence, StatePartDtypes]]
     # DeepSeek-V4's window, compressed, indexer and compressor-state caches (a later release than the rest)
     deepseek_v4_release: Sourced[str]
     deepseek_v4_block_size: Sourced[int]

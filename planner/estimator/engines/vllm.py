@@ -15,8 +15,9 @@
      workers. check_enough_kv_cache_memory raises when one request of max_model_len does not fit and
      estimates the longest that would. "Maximum concurrency for N tokens per request" = num_blocks / blocks
      one request needs (sliding-window layers need only window - 1 + batched tokens).
-  Recurrent layers (Gated DeltaNet linear attention, Mamba-2) live in the same pool: each keeps one
-  sequence's state (convolution window + recurrent state, MambaSpec) in one block of its own group.
+  Recurrent layers (Gated DeltaNet linear attention, Kimi Delta Attention, Mamba-2) live in the same pool: each
+  keeps one sequence's state (convolution window in the model dtype + recurrent state in the dtype the profile's
+  state_dtypes gives its mixer, MambaSpec) in one block of its own group.
   HybridAttentionMambaModelConfig (vllm/model_executor/models/config.py) raises the attention block size to
   the smallest multiple of 16 (MLA: 64) tokens whose page holds a whole state, and pads the state page up
   to the attention page, so every group shares one page size; a request then takes one block in each state
@@ -131,9 +132,9 @@ def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> Sta
 
 
 def _state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
-    state_bits = model.activation_bits  # mamba_cache_dtype / mamba_ssm_cache_dtype "auto": the model dtype
     layers = model.arch.layers
-    state = max((model.layer_state_bytes(layer, state_bits) for layer in layers
+    # mamba_cache_dtype / mamba_ssm_cache_dtype left "auto": each state part in the dtype the profile's rule gives it
+    state = max((model.layer_state_bytes(layer, *model.state_bits(layer, profile.state_dtypes.value)) for layer in layers
                  if layer.attention.kind in RECURRENT_KINDS), default=0)
     attention = [layer for layer in layers if layer.attention.kind not in RECURRENT_KINDS]
     token = max((model.layer_bytes_per_token(layer) for layer in attention), default=0)

@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 from planner.errors import PlannerInputError
 from planner.model.families.config import UNTIED_BY_DEFAULT, Config
-from planner.model.families.core import Attention, Layer, LayerKind, Role, Split, Tensor, UnsupportedArchitecture
+from planner.model.families.core import (STATE_DTYPE_BITS, Attention, Layer, LayerKind, Role, Split, Tensor,
+                                         UnsupportedArchitecture)
 
 
 def norm(name: str, size: int, bias: bool = False) -> list[Tensor]:
@@ -129,8 +130,9 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
     return [("sliding", window)] * num_layers
 
 
-def recurrent_state_elements(c: Config, kind: LayerKind) -> int:
-    """Values a linear-attention or Mamba layer keeps per sequence, whatever the context length.
+def recurrent_state_parts(c: Config, kind: LayerKind) -> tuple[int, int]:
+    """(convolution-window, recurrent-state) values a linear-attention or Mamba layer keeps per sequence, whatever
+    the context length.
 
     Shapes as vLLM allocates them (vllm/model_executor/layers/mamba/mamba_utils.py,
     MambaStateShapeCalculator): a convolution window of (kernel - 1) steps plus the recurrent state.
@@ -139,20 +141,33 @@ def recurrent_state_elements(c: Config, kind: LayerKind) -> int:
         k_heads, v_heads = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
         k_dim, v_dim = c.int("linear_key_head_dim"), c.int("linear_value_head_dim")
         conv = (2 * k_heads * k_dim + v_heads * v_dim) * (c.int("linear_conv_kernel_dim") - 1)
-        return conv + v_heads * k_dim * v_dim
+        return conv, v_heads * k_dim * v_dim
     # Mamba2 (Granite 4.0 H, Nemotron-H, Falcon-H1, ...)
     heads, head_dim = c.int("mamba_n_heads"), c.int("mamba_d_head")
     state, groups = c.int("mamba_d_state"), c.int("mamba_n_groups", default=1)
     conv = (heads * head_dim + 2 * groups * state) * (c.int("mamba_d_conv") - 1)
-    return conv + heads * head_dim * state
+    return conv, heads * head_dim * state
+
+
+def config_state_dtype(c: Config, key: str) -> str | None:
+    """The recurrent-state dtype a config names under `key` (None when it names none)."""
+    dtype = c.str(key)
+    if dtype is not None and dtype not in STATE_DTYPE_BITS:
+        raise PlannerInputError(f"{c.where}: {key!r} must be one of {', '.join(STATE_DTYPE_BITS)}, got {dtype!r}")
+    return dtype
 
 
 def recurrent_attention(c: Config, kind: LayerKind) -> Attention:
-    """A linear-attention or Mamba layer's cache: its state, and for Mamba-2 the B / C groups TP may replicate."""
+    """A linear-attention or Mamba layer's cache: its state in two parts, the recurrent-state dtype its config asks
+    for (Qwen3.5 mamba_ssm_dtype; Nemotron-H mamba_ssm_cache_dtype), and for Mamba-2 the B / C groups TP may
+    replicate."""
+    conv, recurrent = recurrent_state_parts(c, kind)
     if kind != "mamba":
-        return Attention(kind, state_elements=recurrent_state_elements(c, kind))
-    groups = c.int("mamba_n_groups", default=1)
-    return Attention(kind, state_elements=recurrent_state_elements(c, kind), state_groups=groups,
+        return Attention(kind, state_elements=conv + recurrent, conv_state_elements=conv, recurrence="gated_delta_net",
+                         config_ssm_dtype=config_state_dtype(c, "mamba_ssm_dtype"))
+    return Attention(kind, state_elements=conv + recurrent, conv_state_elements=conv, recurrence="mamba2",
+                     config_ssm_dtype=config_state_dtype(c, "mamba_ssm_cache_dtype"),
+                     state_groups=c.int("mamba_n_groups", default=1),
                      state_group_elements=2 * c.int("mamba_d_state") * (c.int("mamba_d_conv") - 1))
 
 

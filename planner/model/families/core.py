@@ -21,6 +21,10 @@ Role = Literal["embedding", "lm_head", "linear", "expert", "router", "norm", "bi
 # vocab = embedding rows split, replicated = whole on every rank.
 Split = Literal["column", "row", "kv", "vocab", "replicated"]
 LayerKind = Literal["full", "sliding", "mla", "linear", "mamba"]
+# The recurrent mixers whose state planner sizes: Gated DeltaNet (Qwen3-Next, Qwen3.5), Kimi Delta Attention, Mamba-2
+Recurrence = Literal["gated_delta_net", "kda", "mamba2"]
+# Bits per value of the dtypes a config may name for a recurrent state (torch element sizes)
+STATE_DTYPE_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
 
 # DSA indexer key cache layout (vLLM DeepseekV32IndexerCache): fp8 keys, one fp32 scale per 128-value block.
 INDEXER_QUANT_BLOCK = 128
@@ -59,6 +63,13 @@ class Attention:
     window: int | None = None  # sliding / chunked layers: tokens held at most
     latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim values per token, shared by all heads
     state_elements: int = 0  # linear-attention / Mamba: constant state per sequence
+    # the convolution-window values within state_elements (the rest is the recurrent state): engines hold the two
+    # parts in different dtypes (vLLM v0.19 mamba_utils.py MambaStateDtypeCalculator: conv first, then temporal)
+    conv_state_elements: int = 0
+    recurrence: Recurrence | None = None  # which recurrent mixer keeps the state: engines pick each part's dtype by it
+    # the recurrent-state dtype the checkpoint's config asks for (Qwen3.5 mamba_ssm_dtype, Nemotron-H
+    # mamba_ssm_cache_dtype), one of STATE_DTYPE_BITS; None: the config asks for none
+    config_ssm_dtype: str | None = None
     # Mamba-2: B and C groups, and the convolution-window values of one group (2 x d_state x (d_conv - 1)),
     # for the groups TP replicates (state_elements_on_rank)
     state_groups: int = 0
@@ -83,9 +94,17 @@ class Attention:
         mamba/mamba_utils.py, MambaStateShapeCalculator: conv (conv_dim / tp, d_conv - 1) and SSM (heads / tp, ...)).
         Mamba-2 heads need their B / C group on the same rank: when tp does not divide the groups, vLLM replicates
         them to tp groups (extra_groups_for_head_shards: n_groups += tp - n_groups) before the conv dim is split."""
+        return ceil((self.state_elements + self._replicated_group_elements(tp)) / tp)
+
+    def conv_elements_on_rank(self, tp: int) -> int:
+        """The convolution-window part of state_elements_on_rank: the replicated B / C groups are convolution
+        channels (vLLM conv_dim = intermediate + 2 x n_groups x d_state), the recurrent state splits by heads."""
+        return ceil((self.conv_state_elements + self._replicated_group_elements(tp)) / tp)
+
+    def _replicated_group_elements(self, tp: int) -> int:
         groups = self.state_groups
         replicated = groups if not groups or groups % tp == 0 else tp
-        return ceil((self.state_elements + (replicated - groups) * self.state_group_elements) / tp)
+        return (replicated - groups) * self.state_group_elements
 
     @property
     def indexer_bytes_per_token(self) -> int:

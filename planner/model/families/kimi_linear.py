@@ -67,10 +67,11 @@ def kda_attention(la: Config, hidden: int) -> list[Tensor]:
 def kda_state(la: Config) -> Attention:
     """One sequence's KDA state as vLLM allocates it (vllm/model_executor/layers/mamba/mamba_utils.py,
     MambaStateShapeCalculator.kda_state_shape): a (kernel - 1)-step window for each of the q, k and v
-    convolutions, and a head_dim x head_dim recurrent state per head."""
+    convolutions, and a head_dim x head_dim recurrent state per head; the engines give each part its dtype."""
     heads, head_dim = la.int("num_heads"), la.int("head_dim")
     conv = 3 * heads * head_dim * (la.int("short_conv_kernel_size") - 1)
-    return Attention("linear", state_elements=conv + heads * head_dim * head_dim)
+    return Attention("linear", state_elements=conv + heads * head_dim * head_dim, conv_state_elements=conv,
+                     recurrence="kda")
 
 
 def _attention_residual(prefix: str, hidden: int) -> list[Tensor]:

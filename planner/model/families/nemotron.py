@@ -90,10 +90,12 @@ def nemotron_h(c: Config, model_type: str, name: str) -> Architecture:
     kv_heads = c.int("num_key_value_heads", default=heads)
     head_dim = head_dim_from(c, hidden, heads)
     types = block_types(c)
-    # the Mamba-2 state in the names recurrent_state_elements reads (Granite-4.0-H / vLLM spelling)
+    # the Mamba-2 state in the names recurrent_attention reads (Granite-4.0-H / vLLM spelling)
     mamba_keys = Config({"mamba_n_heads": c.int("mamba_num_heads"), "mamba_d_head": c.int("mamba_head_dim"),
                          "mamba_d_state": c.int("ssm_state_size"), "mamba_n_groups": c.int("n_groups", default=1),
-                         "mamba_d_conv": c.int("conv_kernel")}, c.where) if "linear_attention" in types else None
+                         "mamba_d_conv": c.int("conv_kernel"),
+                         "mamba_ssm_cache_dtype": c.str("mamba_ssm_cache_dtype")},
+                        c.where) if "linear_attention" in types else None
     block_norm = norm("norm", hidden)
     moe: MoE | None = None
     blocks: list[tuple[Attention | None, list[Tensor], bool]] = []
