@@ -21,7 +21,8 @@ from engine_fixtures import arch, h100  # noqa: F401  (fixtures)
 
 # Qwen3-Next-80B-A3B (tests/data/configs): 36 Gated DeltaNet layers of 16 key / 32 value heads of 128, kernel 4,
 # and 12 attention layers of 2 KV heads of 256
-GDN_STATE = (2 * 16 * 128 + 32 * 128) * (4 - 1) + 32 * 128 * 128  # conv window + recurrent state, elements
+GDN_CONV = (2 * 16 * 128 + 32 * 128) * (4 - 1)  # convolution window, elements
+GDN_STATE = GDN_CONV + 32 * 128 * 128  # conv window + recurrent state, elements
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +128,11 @@ def test_state_pages_do_not_grow_with_the_context(qwen3_next, h100, catalog):
 
 
 def test_sglang_splits_a_state_pool_off_by_its_ratio(qwen3_next, h100, catalog):
-    profile = load_profiles().sglang
     budget = engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name="sglang"), h100, catalog)
     rank = budget.per_rank[0]
     rest = rank.budget_bytes - rank.weights_bytes
-    per_request = 36 * (GDN_STATE // 4) * profile.mamba_ssm_dtype_bits.value // 8
+    # mamba2_state_dtype: bf16 windows, fp32 recurrent state (Qwen3-Next's config names no mamba_ssm_dtype)
+    per_request = 36 * (GDN_CONV // 4 * 2 + (GDN_STATE - GDN_CONV) // 4 * 4)
     slots = floor(rest * 0.9 / 1.9) // per_request
     layout = budget.layout
     assert (layout.state_slots, layout.state_pool_bytes) == (slots, slots * per_request)

@@ -53,11 +53,11 @@ def test_vllm_holds_the_kda_recurrent_state_in_fp32(catalog):
 
 def test_sglang_dtypes_give_the_same_kda_state(catalog):
     """SGLang KimiLinearCacheParams.mamba_cache_per_req: the three windows in CONV_DTYPE (bfloat16), the temporal
-    state in SGLANG_MAMBA_SSM_DTYPE (float32 by default, the profile's mamba_ssm_dtype_bits)."""
+    state in the config's mamba_ssm_dtype or else float32 (the profile's state_dtypes)."""
     arch = architecture_from_config(SMALL_KDA, "small-kda")
     model = serve(arch, Request(context=8192, tp=2), catalog, "sglang")
-    ssm_bits = load_profiles().sglang.mamba_ssm_dtype_bits.value
-    assert model.layer_state_bytes(arch.layers[0], 16, ssm_bits) == SMALL_KDA_CONV * 2 + SMALL_KDA_RECURRENT * 4
+    bits = model.state_bits(arch.layers[0], load_profiles().sglang.state_dtypes.value)
+    assert model.layer_state_bytes(arch.layers[0], *bits) == SMALL_KDA_CONV * 2 + SMALL_KDA_RECURRENT * 4
 
 
 def test_kimi_k3_state_per_layer_at_tp8(catalog):

@@ -187,11 +187,11 @@ class ServedModel:
         parts = dtypes.get(attention.recurrence) if attention.recurrence else None
         if parts is None:
             return self.activation_bits, self.activation_bits
-        return self._dtype_bits(parts.conv, attention), self._dtype_bits(parts.recurrent, attention)
+        return self._dtype_bits(parts.conv, parts, attention), self._dtype_bits(parts.recurrent, parts, attention)
 
-    def _dtype_bits(self, dtype: str, attention: Attention) -> int:
+    def _dtype_bits(self, dtype: str, parts: StatePartDtypes, attention: Attention) -> int:
         if dtype == "config":
-            dtype = attention.config_ssm_dtype or "auto"
+            dtype = attention.config_ssm_dtype or parts.unset
         return self.activation_bits if dtype == "auto" else STATE_DTYPE_BITS[dtype]
 
 

@@ -43,10 +43,11 @@ class CudaProfile(_Strict):
 
 class StatePartDtypes(_Strict):
     """The dtype an engine holds each part of a recurrent state in: `auto` the model dtype, `config` the dtype the
-    checkpoint's config asks for (Attention.config_ssm_dtype) or else the model dtype, or a dtype by name."""
+    checkpoint's config asks for (Attention.config_ssm_dtype) or else `unset`, or a dtype by name."""
 
     conv: Literal["auto", "config", "float32", "bfloat16", "float16"]
     recurrent: Literal["auto", "config", "float32", "bfloat16", "float16"]
+    unset: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
 
 class VllmProfile(_Strict):
@@ -110,7 +111,7 @@ class SglangProfile(_Strict):
     aiter_min_context_exclusive: Sourced[int]
     swa_full_tokens_ratio: Sourced[float]
     mamba_full_memory_ratio: Sourced[float]
-    mamba_ssm_dtype_bits: Sourced[int]
+    state_dtypes: Sourced[dict[Recurrence, StatePartDtypes]]
     mamba_slots_per_running_request: Sourced[int]
     # DeepSeek-V4's window, compressed and compressor-state pools (later code than the rest)
     deepseek_v4_release: Sourced[str]

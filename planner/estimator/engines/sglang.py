@@ -171,7 +171,8 @@ class StatePool:
 
 def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile) -> StatePool:
     """_handle_max_mamba_cache without --max-mamba-cache-size or speculative decoding: the ratio split of `rest`."""
-    per_request = sum(model.layer_state_bytes(layer, profile.mamba_ssm_dtype_bits.value) for layer in stage.layers
+    per_request = sum(model.layer_state_bytes(layer, *model.state_bits(layer, profile.state_dtypes.value))
+                      for layer in stage.layers
                       if layer.attention.kind in RECURRENT_KINDS)
     if not per_request:
         return StatePool(0, 0)
