@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil, exp, inf, log
 from statistics import NormalDist
+from typing import NamedTuple
 
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineBudget
@@ -268,8 +269,19 @@ class _StepMix:
     square_s: float  # E[step^2]
 
 
+class _Round(NamedTuple):
+    """One round of the step mix's fixed point: _StepMix but the full step (a tuple: rounds are many)."""
+
+    decode: float
+    decode_s: float
+    prefill_s: float
+    prefill_fraction: float
+    mean_s: float
+    square_s: float
+
+
 def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: float, budget: int,
-              mean_s: float) -> _StepMix | None:
+              mean_s: float) -> _Round | None:
     """One round of the fixed point from the mean step `mean_s`. A step takes the prompts that arrived
     during the previous one: after a step of s seconds, the next carries prompt tokens with probability
     1 - e^(-rate s) (Poisson arrivals), so prefill steps follow each other more often than decode-only
@@ -280,9 +292,8 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
     if room < 1:
         return None
     decode_s = _decode_step(timer, 1 + decode, context, 0, prompt)
-    full_s = _decode_step(timer, 1 + decode, context, room, prompt)
     a = 1 - exp(-rate * decode_s)
-    prompts, f, prefill_s = 1.0, a, full_s
+    prompts, f = 1.0, a
     for _ in range(MIX_ROUNDS):
         # a prefill step carries at least one prompt; on average the rate x mean step prompts of a step,
         # all in the fraction f of steps that carry any
@@ -292,7 +303,15 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
         f = min(1.0, max(chained, rate * prompt * mean_s / room))
         prompts = max(1.0, rate * mean_s / f) if f else 1.0
     mean = f * prefill_s + (1 - f) * decode_s
-    return _StepMix(decode, decode_s, prefill_s, full_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
+    return _Round(decode, decode_s, prefill_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
+
+
+def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int) -> _StepMix:
+    """The fixed point's round with the step whose budget is full beside the decoding requests (timed for the
+    fixed point only: no round before it needs it)."""
+    full_s = _decode_step(timer, 1 + found.decode, context, budget - found.decode - 1, prompt)
+    return _StepMix(found.decode, found.decode_s, found.prefill_s, full_s, found.prefill_fraction, found.mean_s,
+                    found.square_s)
 
 
 def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context: float,
@@ -324,7 +343,7 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context
             continue
         gap = mix.mean_s - mean_s
         if abs(gap) <= TOLERANCE * mean_s:
-            return mix
+            return _settled(timer, mix, context, budget, prompt)
         if gap > 0:
             below = max(below, mean_s)
         else:
