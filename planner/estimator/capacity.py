@@ -128,6 +128,26 @@ class StepTimes:
             seconds = self._seconds[key] = self.timer.step_s(Step(*key))
         return seconds
 
+    def mean_step(self, decode: float, context: float, prefill: float, prompt: int) -> float:
+        """The step time at a fractional decode batch, `prefill` prompt tokens beside it (chunks of prompts of
+        `prompt` tokens); with pipeline parts (whole sequences each), linear between the two integer batches
+        around it."""
+        prefill_tokens = round(prefill)
+        prefill_seqs = ceil(prefill / prompt) if prefill_tokens else 0
+        positions = prefill_tokens * (prompt + 1) / 2  # chunks attend to their prompt's prefix, on average half of it
+        if self.pp == 1:  # one pipeline part times a fractional batch directly (the hot path: step_s inlined)
+            key = (decode, context, prefill_tokens, positions, prefill_seqs)
+            seconds = self._seconds.get(key)
+            if seconds is None:
+                seconds = self._seconds[key] = self.timer.step_s(Step(*key))
+            return seconds
+        low = int(decode)
+        at_low = self.step_s(low, context, prefill_tokens, positions, prefill_seqs)
+        if decode == low:
+            return at_low
+        return at_low + (decode - low) * (self.step_s(low + 1, context, prefill_tokens, positions, prefill_seqs)
+                                          - at_low)
+
 
 def step_times(timer: ReplicaTimer | StepTimes) -> StepTimes:
     return timer if isinstance(timer, StepTimes) else StepTimes(timer)
@@ -156,24 +176,6 @@ class SteadyState:
     def preemption_free(self) -> bool:
         """The pool holds every running request at its longest: no preemption even in the worst case."""
         return self.kv_tokens_peak <= self.pool_tokens
-
-
-def _decode_step(timer: StepTimes, decode: float, context: float, prefill: float, prompt: int) -> float:
-    """The step time at a fractional decode batch; with pipeline parts (whole sequences each), linear between
-    the two integer batches around it."""
-    prefill_tokens = round(prefill)
-    prefill_seqs = ceil(prefill / prompt) if prefill_tokens else 0
-    positions = prefill_tokens * (prompt + 1) / 2  # chunks attend to their prompt's prefix, on average half of it
-    if timer.pp == 1:  # one pipeline part times a fractional batch directly (the hot path: no closure)
-        return timer.step_s(decode, context, prefill_tokens, positions, prefill_seqs)
-
-    def at(b: float) -> float:
-        return timer.step_s(b, context, prefill_tokens, positions, prefill_seqs)
-
-    low = int(decode)
-    if decode == low:
-        return at(low)
-    return at(low) + (decode - low) * (at(low + 1) - at(low))
 
 
 def _mean_held(scheduler: Scheduler, prompt: int, output: int) -> float:
@@ -291,17 +293,26 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
     room = budget - decode - 1
     if room < 1:
         return None
-    decode_s = _decode_step(timer, 1 + decode, context, 0, prompt)
+    batch, mean_step = 1 + decode, timer.mean_step
+    decode_s = mean_step(batch, context, 0, prompt)
     a = 1 - exp(-rate * decode_s)
+    served = rate * prompt * mean_s / room  # the least f that serves rate x P prompt tokens/s
     prompts, f = 1.0, a
+    # min() and max() of two spelled out (the same values, ties included): this loop is the hottest in planner
     for _ in range(MIX_ROUNDS):
         # a prefill step carries at least one prompt; on average the rate x mean step prompts of a step,
         # all in the fraction f of steps that carry any
-        prefill_s = _decode_step(timer, 1 + decode, context, min(room, prompt * prompts), prompt)
+        tokens = prompt * prompts
+        prefill_s = mean_step(batch, context, tokens if tokens < room else room, prompt)
         b = 1 - exp(-rate * prefill_s)
         chained = a / (1 - b + a) if rate else 0.0
-        f = min(1.0, max(chained, rate * prompt * mean_s / room))
-        prompts = max(1.0, rate * mean_s / f) if f else 1.0
+        f = served if served > chained else chained
+        f = f if f < 1.0 else 1.0
+        if f:
+            prompts = rate * mean_s / f
+            prompts = prompts if prompts > 1.0 else 1.0
+        else:
+            prompts = 1.0
     mean = f * prefill_s + (1 - f) * decode_s
     return _Round(decode, decode_s, prefill_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
 
@@ -309,7 +320,7 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
 def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int) -> _StepMix:
     """The fixed point's round with the step whose budget is full beside the decoding requests (timed for the
     fixed point only: no round before it needs it)."""
-    full_s = _decode_step(timer, 1 + found.decode, context, budget - found.decode - 1, prompt)
+    full_s = timer.mean_step(1 + found.decode, context, budget - found.decode - 1, prompt)
     return _StepMix(found.decode, found.decode_s, found.prefill_s, full_s, found.prefill_fraction, found.mean_s,
                     found.square_s)
 
@@ -328,7 +339,7 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context
     leaves it gives way to the plain step s = F(s), its move doubled for each such round in a row until a point
     above the fixed point closes the bracket; a closed bracket is halved whenever F(s) - s has not halved in
     BRACKET_ROUNDS rounds, so it closes within a few times log2(1 / TOLERANCE) rounds."""
-    mean_s = start_s or _decode_step(timer, 1, context, 0, prompt)
+    mean_s = start_s or timer.mean_step(1, context, 0, prompt)
     below, above, undefined = 0.0, inf, inf  # F(s) > s at `below`, F(s) < s at `above`, F undefined from `undefined`
     previous: tuple[float, float] | None = None  # (s, F(s) - s) of the iteration before
     fallback: float | None = None  # the plain iterate, when another step was taken instead
