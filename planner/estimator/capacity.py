@@ -272,7 +272,7 @@ class _StepMix:
 
 
 class _Round(NamedTuple):
-    """One round of the step mix's fixed point: _StepMix but the full step (a tuple: rounds are many)."""
+    """One round of the step mix's fixed point: _StepMix without the full step (a tuple: rounds are many)."""
 
     decode: float
     decode_s: float

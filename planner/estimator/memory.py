@@ -169,7 +169,8 @@ def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int
         if pp > 1:
             # the last stage cannot share the first stage's embedding: it holds its own lm_head copy
             tensors.extend(tied_lm_head(arch))
-    # most layers repeat another's tensors (a Layer hashes once): each distinct one is sized once
+    # most layers repeat another's tensors: each distinct one is sized once (comparing two layers costs far
+    # less than sizing their tensors in exact fractions)
     per_layer: dict[Layer, int] = {}
     for layer in arch.layers[layers[0]:layers[1]]:
         if layer not in per_layer:
