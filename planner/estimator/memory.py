@@ -222,6 +222,29 @@ def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: i
     return growing, per_sequence
 
 
+# The candidate search estimates every GPU type at the same layouts and contexts: the KV sums, which do not
+# depend on the GPU, are cached by their arguments (an Architecture hashes once).
+@lru_cache(maxsize=4096)
+def _stage_kv(arch: Architecture, layers: tuple[int, int], tp: int, kv_bits: int, state_bits: int,
+              context: int) -> tuple[int, int]:
+    """_layers_kv of the pipeline stage holding `layers` (first, last + 1)."""
+    return _layers_kv(arch.layers[layers[0]:layers[1]], tp, kv_bits, state_bits, context)
+
+
+@lru_cache(maxsize=1024)
+def _model_kv(arch: Architecture, kv_bits: int, state_bits: int, context: int) -> tuple[int, int, int, tuple[int, ...]]:
+    """The whole model's cache on one rank: (bytes per token of the layers that grow with every token, of its
+    sliding-window layers, recurrent state bytes per sequence, the sliding windows)."""
+    growing, _ = _layers_kv(arch.layers, 1, kv_bits, state_bits, context)
+    sliding = sum(attention_bytes_per_token(layer.attention, 1, kv_bits)
+                  for layer in arch.layers if layer.attention.kind == "sliding")
+    state = _layers_kv(tuple(l for l in arch.layers if l.attention.kind in RECURRENT_KINDS), 1, kv_bits, state_bits,
+                       context)[1]
+    windows = tuple(sorted({layer.attention.window for layer in arch.layers
+                            if layer.attention.kind == "sliding" and layer.attention.window}))
+    return growing, sliding, state, windows
+
+
 # --------------------------------------------------------------------------------------------
 # The estimate
 
@@ -244,8 +267,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
 
     ranks: list[RankMemory] = []
     for stage, layers in enumerate(stages):
-        stage_layers = arch.layers[layers[0]:layers[1]]
-        per_token, per_sequence = _layers_kv(stage_layers, req.tp, kv_bits, state_bits, req.context)
+        per_token, per_sequence = _stage_kv(arch, layers, req.tp, kv_bits, state_bits, req.context)
         kv = per_sequence * req.batch
         # every TP rank of a stage holds the same shard sizes
         if arch.exact:
@@ -262,9 +284,8 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
                 total_bytes=weights + kv + overhead,
             ))
 
-    growing_whole, _ = _layers_kv(arch.layers, 1, kv_bits, state_bits, req.context)
-    sliding_per_token = sum(attention_bytes_per_token(layer.attention, 1, kv_bits)
-                            for layer in arch.layers if layer.attention.kind == "sliding")
+    growing_whole, sliding_per_token, state_per_sequence, sliding_windows = _model_kv(arch, kv_bits, state_bits,
+                                                                                       req.context)
     weights_total = sum(r.weights_bytes for r in ranks)
     kv_total = sum(r.kv_cache_bytes for r in ranks)
     fit = _fit(ranks, gpu)
@@ -276,11 +297,8 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         per_gpu=tuple(ranks), gpu=fit, warnings=(),
         exact=arch.exact, language_params=arch.language_params, multimodal_params=arch.multimodal_params,
         checkpoint_params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
-        kv_sliding_bytes_per_token=sliding_per_token,
-        kv_state_bytes_per_sequence=_layers_kv(tuple(l for l in arch.layers if l.attention.kind in RECURRENT_KINDS),
-                                               1, kv_bits, state_bits, req.context)[1],
-        sliding_windows=tuple(sorted({layer.attention.window for layer in arch.layers
-                                      if layer.attention.kind == "sliding" and layer.attention.window})),
+        kv_sliding_bytes_per_token=sliding_per_token, kv_state_bytes_per_sequence=state_per_sequence,
+        sliding_windows=sliding_windows,
         overhead_fraction=float(margin), runtime_reserve_bytes=reserve, quality=precision.quality,
         attention_kinds=tuple(sorted(arch.attention_kinds)),
     )
