@@ -206,9 +206,10 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     prompt, output = shape.prompt_tokens, shape.output_tokens
     budget = scheduler.max_num_batched_tokens
     context = prompt + output / 2
-    mix = _mean_field(timer, rate, prompt, output, context, budget)
-    if isinstance(mix, str):
-        return _saturated(rate, output, scheduler, mix)
+    found = _mean_field(timer, rate, prompt, output, context, budget)
+    if isinstance(found, str):
+        return _saturated(rate, output, scheduler, found)
+    mix = _settled(timer, found, context, budget, prompt)
     room = budget - mix.decode
     # the prompt tokens as a queue: served at room / prefill-step tokens per second when the budget is full
     rho = rate * prompt * mix.full_s / room
@@ -319,14 +320,14 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
 
 def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int) -> _StepMix:
     """The fixed point's round with the step whose budget is full beside the decoding requests (timed for the
-    fixed point only: no round before it needs it)."""
+    steady state's own fixed point only: no round, and no fixed point of _request_tpot, reads it)."""
     full_s = timer.mean_step(1 + found.decode, context, budget - found.decode - 1, prompt)
     return _StepMix(found.decode, found.decode_s, found.prefill_s, full_s, found.prefill_fraction, found.mean_s,
                     found.square_s)
 
 
 def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context: float,
-                budget: int, start_s: float | None = None) -> _StepMix | str:
+                budget: int, start_s: float | None = None) -> _Round | str:
     """The fixed point s = F(s) of the step mix at `rate` (F: _step_mix's mean step from a mean step s), or what
     stops it: "token budget" (the iteration reaches mean steps at which the decoding requests fill the budget)
     or "throughput" (F jumps across s = F(s) without meeting it). `start_s`: a mean step to iterate from (a
@@ -354,7 +355,7 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context
             continue
         gap = mix.mean_s - mean_s
         if abs(gap) <= TOLERANCE * mean_s:
-            return _settled(timer, mix, context, budget, prompt)
+            return mix
         if gap > 0:
             below = max(below, mean_s)
         else:
