@@ -4,7 +4,9 @@ and what a greedy baseline (each workload alone, its cheapest $/capacity pool, n
     python bench/solver_scale.py                 # the default grid
     python bench/solver_scale.py --workloads 20 --pools 30
 
-Target (issue "Fleet capacity planning"): 20 workloads x 30 pools proven optimal within 10 s on 2 cores.
+Targets: 20 workloads x 30 pools proven optimal within 10 s on 2 cores (issue "Fleet capacity planning");
+50 workloads x 40 pools within 10 s as a whole process, serving configurations included (issue 14; bench/cli_speed.py
+times it beside its other commands).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from math import ceil
 import pytest
 
 from planner.catalog.load import load_catalog
-from planner.estimator.capacity import Scheduler, Slo, max_rate, steady_state
+from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, StepTimes, _mean_field, max_rate, steady_state
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Step, Workload, causal_positions, replica_timer
@@ -182,3 +182,17 @@ def test_a_fleet_plan_file_simulates_at_its_planned_capacity(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(plan))
     broken = _cli("simulate", "old.json", cwd=tmp_path)
     assert broken.returncode == 2 and "prompt_tokens" in broken.stderr and broken.stderr.count("\n") == 1
+
+
+def test_the_step_mix_fixed_point_is_found_where_the_secant_swings_past_a_dip():
+    # Llama 3.1 8B on one A100 PCIe 80GB (a 2,048-token budget), 1,000 + 200 tokens, near 13 requests/s: F(s) - s
+    # dips towards 0 near s = 65 ms without reaching it and crosses it near 140 ms, where every step carries
+    # prompts. Unguarded secant steps swung about the dip for all their rounds at 9 of these 67 rates
+    # ("throughput"); which ones moves with the speed model, so the sweep is wide.
+    timer, scheduler, _ = replica(gpu="a100-pcie-80gb", context=4096)
+    times, prompt, output = StepTimes(timer), 1000, 200
+    for rate in (r / 100 for r in range(1200, 1400, 3)):
+        mix = _mean_field(times, rate, prompt, output, prompt + output / 2, scheduler.max_num_batched_tokens)
+        assert not isinstance(mix, str), rate
+        # a fixed point: the decoding requests (Little's law on the step it started from) and the step agree
+        assert mix.decode == pytest.approx(rate * (output - 1) * mix.mean_s, rel=TOLERANCE), rate

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil, exp, inf, log
 from statistics import NormalDist
+from typing import NamedTuple
 
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineBudget
@@ -54,6 +55,13 @@ KV_QUANTILE_Z = NormalDist().inv_cdf(0.99)
 # Rounds of the inner fixed point between prompts per prefill step and the share of steps carrying
 # prompts, per outer round: the outer iteration carries it on, so a few suffice.
 MIX_ROUNDS = 3
+# Rounds of the step mix's fixed point in which F(s) - s may fail to halve before its bracket is halved outright
+# (Dekker's and Brent's safeguard: secant steps that converge slowly cost more rounds than halving).
+BRACKET_ROUNDS = 3
+# Rounds of unguarded secant steps before the bracket guards them: where the secant converges it takes fewer
+# (measured on bench/solver_scale.py 50 x 40: 90% of the fixed points within 10 rounds). Until then the steps are
+# the ones this module always took, so those fixed points are the same to the bit.
+SECANT_ROUNDS = 10
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,26 @@ class StepTimes:
             seconds = self._seconds[key] = self.timer.step_s(Step(*key))
         return seconds
 
+    def mean_step(self, decode: float, context: float, prefill: float, prompt: int) -> float:
+        """The step time at a fractional decode batch, `prefill` prompt tokens beside it (chunks of prompts of
+        `prompt` tokens); with pipeline parts (whole sequences each), linear between the two integer batches
+        around it."""
+        prefill_tokens = round(prefill)
+        prefill_seqs = ceil(prefill / prompt) if prefill_tokens else 0
+        positions = prefill_tokens * (prompt + 1) / 2  # chunks attend to their prompt's prefix, on average half of it
+        if self.pp == 1:  # one pipeline part times a fractional batch directly (the hot path: step_s inlined)
+            key = (decode, context, prefill_tokens, positions, prefill_seqs)
+            seconds = self._seconds.get(key)
+            if seconds is None:
+                seconds = self._seconds[key] = self.timer.step_s(Step(*key))
+            return seconds
+        low = int(decode)
+        at_low = self.step_s(low, context, prefill_tokens, positions, prefill_seqs)
+        if decode == low:
+            return at_low
+        return at_low + (decode - low) * (self.step_s(low + 1, context, prefill_tokens, positions, prefill_seqs)
+                                          - at_low)
+
 
 def step_times(timer: ReplicaTimer | StepTimes) -> StepTimes:
     return timer if isinstance(timer, StepTimes) else StepTimes(timer)
@@ -150,24 +178,6 @@ class SteadyState:
         return self.kv_tokens_peak <= self.pool_tokens
 
 
-def _decode_step(timer: StepTimes, decode: float, context: float, prefill: float, prompt: int) -> float:
-    """The step time at a fractional decode batch; with pipeline parts (whole sequences each), linear between
-    the two integer batches around it."""
-    prefill_tokens = round(prefill)
-    prefill_seqs = ceil(prefill / prompt) if prefill_tokens else 0
-    positions = prefill_tokens * (prompt + 1) / 2  # chunks attend to their prompt's prefix, on average half of it
-    if timer.pp == 1:  # one pipeline part times a fractional batch directly (the hot path: no closure)
-        return timer.step_s(decode, context, prefill_tokens, positions, prefill_seqs)
-
-    def at(b: float) -> float:
-        return timer.step_s(b, context, prefill_tokens, positions, prefill_seqs)
-
-    low = int(decode)
-    if decode == low:
-        return at(low)
-    return at(low) + (decode - low) * (at(low + 1) - at(low))
-
-
 def _mean_held(scheduler: Scheduler, prompt: int, output: int) -> float:
     """Mean tokens (in whole blocks) a decoding request holds over its steps: P + t for t = 1..N-1."""
     return _mean_held_blocks(scheduler.block_tokens, prompt, output)
@@ -196,9 +206,10 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     prompt, output = shape.prompt_tokens, shape.output_tokens
     budget = scheduler.max_num_batched_tokens
     context = prompt + output / 2
-    mix = _mean_field(timer, rate, prompt, output, context, budget)
-    if isinstance(mix, str):
-        return _saturated(rate, output, scheduler, mix)
+    found = _mean_field(timer, rate, prompt, output, context, budget)
+    if isinstance(found, str):
+        return _saturated(rate, output, scheduler, found)
+    mix = _settled(timer, found, context, budget, prompt)
     room = budget - mix.decode
     # the prompt tokens as a queue: served at room / prefill-step tokens per second when the budget is full
     rho = rate * prompt * mix.full_s / room
@@ -261,8 +272,19 @@ class _StepMix:
     square_s: float  # E[step^2]
 
 
+class _Round(NamedTuple):
+    """One round of the step mix's fixed point: _StepMix without the full step (a tuple: rounds are many)."""
+
+    decode: float
+    decode_s: float
+    prefill_s: float
+    prefill_fraction: float
+    mean_s: float
+    square_s: float
+
+
 def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: float, budget: int,
-              mean_s: float) -> _StepMix | None:
+              mean_s: float) -> _Round | None:
     """One round of the fixed point from the mean step `mean_s`. A step takes the prompts that arrived
     during the previous one: after a step of s seconds, the next carries prompt tokens with probability
     1 - e^(-rate s) (Poisson arrivals), so prefill steps follow each other more often than decode-only
@@ -272,47 +294,93 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
     room = budget - decode - 1
     if room < 1:
         return None
-    decode_s = _decode_step(timer, 1 + decode, context, 0, prompt)
-    full_s = _decode_step(timer, 1 + decode, context, room, prompt)
+    batch, mean_step = 1 + decode, timer.mean_step
+    decode_s = mean_step(batch, context, 0, prompt)
     a = 1 - exp(-rate * decode_s)
-    prompts, f, prefill_s = 1.0, a, full_s
+    served = rate * prompt * mean_s / room  # the least f that serves rate x P prompt tokens/s
+    prompts, f = 1.0, a
+    # min() and max() of two spelled out (the same values, ties included): this loop is the hottest in planner
     for _ in range(MIX_ROUNDS):
         # a prefill step carries at least one prompt; on average the rate x mean step prompts of a step,
         # all in the fraction f of steps that carry any
-        prefill_s = _decode_step(timer, 1 + decode, context, min(room, prompt * prompts), prompt)
+        tokens = prompt * prompts
+        prefill_s = mean_step(batch, context, tokens if tokens < room else room, prompt)
         b = 1 - exp(-rate * prefill_s)
         chained = a / (1 - b + a) if rate else 0.0
-        f = min(1.0, max(chained, rate * prompt * mean_s / room))
-        prompts = max(1.0, rate * mean_s / f) if f else 1.0
+        f = served if served > chained else chained
+        f = f if f < 1.0 else 1.0
+        if f:
+            prompts = rate * mean_s / f
+            prompts = prompts if prompts > 1.0 else 1.0
+        else:
+            prompts = 1.0
     mean = f * prefill_s + (1 - f) * decode_s
-    return _StepMix(decode, decode_s, prefill_s, full_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
+    return _Round(decode, decode_s, prefill_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
+
+
+def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int) -> _StepMix:
+    """The fixed point's round with the step whose budget is full beside the decoding requests (timed for the
+    steady state's own fixed point only: no round, and no fixed point of _request_tpot, reads it)."""
+    full_s = timer.mean_step(1 + found.decode, context, budget - found.decode - 1, prompt)
+    return _StepMix(found.decode, found.decode_s, found.prefill_s, full_s, found.prefill_fraction, found.mean_s,
+                    found.square_s)
 
 
 def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context: float,
-                budget: int, start_s: float | None = None) -> _StepMix | str:
-    """The fixed point of the step mix at `rate`, or what stops it: "token budget" or "throughput".
-    `start_s`: a mean step to iterate from (a nearby rate's), else a lone request's step."""
-    mean_s = start_s or _decode_step(timer, 1, context, 0, prompt)
+                budget: int, start_s: float | None = None) -> _Round | str:
+    """The fixed point s = F(s) of the step mix at `rate` (F: _step_mix's mean step from a mean step s), or what
+    stops it: "token budget" (the iteration reaches mean steps at which the decoding requests fill the budget)
+    or "throughput" (F jumps across s = F(s) without meeting it). `start_s`: a mean step to iterate from (a
+    nearby rate's), else a lone request's step.
+    Secant steps on F(s) - s = 0: far fewer rounds than iterating s = F(s) when F's slope is near 1. Where F(s) - s
+    dips towards 0 or runs level, a secant through two points points back behind them or far past them, and
+    unchecked it swings there and back for good (it did in 40% of the rounds of bench/solver_scale.py, ending as
+    "throughput" where a fixed point existed). So after SECANT_ROUNDS rounds the steps keep within the bracket
+    of the points tried (F(s) > s below the fixed point, F(s) < s or F undefined above it): a secant step that
+    leaves it gives way to the plain step s = F(s), its move doubled for each such round in a row until a point
+    above the fixed point closes the bracket; a closed bracket is halved whenever F(s) - s has not halved in
+    BRACKET_ROUNDS rounds, so it closes within a few times log2(1 / TOLERANCE) rounds."""
+    mean_s = start_s or timer.mean_step(1, context, 0, prompt)
+    below, above, undefined = 0.0, inf, inf  # F(s) > s at `below`, F(s) < s at `above`, F undefined from `undefined`
     previous: tuple[float, float] | None = None  # (s, F(s) - s) of the iteration before
-    fallback: float | None = None  # the plain iterate, when a secant step was taken instead
-    for _ in range(FIXED_POINT_ITERATIONS):
+    fallback: float | None = None  # the plain iterate, when another step was taken instead
+    stalled, halved_at, since = 0, inf, 0  # plain steps in a row; |F(s) - s| when it last halved, rounds since
+    for round_ in range(FIXED_POINT_ITERATIONS):
         mix = _step_mix(timer, rate, prompt, output, context, budget, mean_s)
         if mix is None:
             if fallback is None:
                 return "token budget"
-            # the secant overshot to where the budget runs out: go back to the plain iteration
-            mean_s, fallback, previous = fallback, None, None
+            # the step overshot to where the budget runs out: go back to the plain iteration
+            mean_s, fallback, previous, undefined = fallback, None, None, min(undefined, mean_s)
             continue
         gap = mix.mean_s - mean_s
         if abs(gap) <= TOLERANCE * mean_s:
             return mix
-        # secant on F(s) - s = 0: far fewer rounds than iterating s = F(s) when F's slope is near 1
-        fallback = None
+        if gap > 0:
+            below = max(below, mean_s)
+        else:
+            above = min(above, mean_s)
+        top = min(above, undefined)
+        if round_ >= SECANT_ROUNDS and top - below <= TOLERANCE * below:
+            return "token budget" if undefined < above else "throughput"
+        if abs(gap) <= halved_at / 2:
+            halved_at, since = abs(gap), 0
+        since += 1
         step = mix.mean_s
         if previous is not None and gap != previous[1]:
-            secant = mean_s - gap * (mean_s - previous[0]) / (gap - previous[1])
-            if secant > 0:
-                step, fallback = secant, mix.mean_s
+            step = mean_s - gap * (mean_s - previous[0]) / (gap - previous[1])
+        if round_ < SECANT_ROUNDS:
+            step = step if step > 0 else mix.mean_s
+        elif top < inf and since > BRACKET_ROUNDS:
+            step, since = (below + top) / 2, 0
+        elif not below < step < top:
+            stalled += 1
+            step = mean_s + gap * 2 ** (stalled - 1)
+            if not below < step < top:
+                step = mix.mean_s if below < mix.mean_s < top or top == inf else (below + top) / 2
+        else:
+            stalled = 0
+        fallback = None if step == mix.mean_s else mix.mean_s
         previous = (mean_s, gap)
         mean_s = step
     return "throughput"

@@ -15,12 +15,13 @@ first holding the embeddings (and any vision tower), the last the final norm and
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from functools import lru_cache
 from math import ceil
 
-from planner.model.architecture import Architecture, Attention, Tensor
+from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Engine, Gpu, Precision
 from planner.errors import PlannerInputError
 from planner.estimator.layout import (kv_heads_per_rank, layout_refusal, model_kv_heads, pipeline_stages, shard_shape,
@@ -154,9 +155,12 @@ def validate_request(arch: Architecture, req: Request) -> None:
 def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int, pp: int,
                    layers: tuple[int, int]) -> int:
     """Weight bytes on each TP rank of one pipeline stage (cached: the solver asks many times)."""
+    kv_heads = model_kv_heads(arch)
+
+    def total(tensors: Iterable[Tensor]) -> int:
+        return sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision) for t in tensors)
+
     tensors: list[Tensor] = []
-    for layer in arch.layers[layers[0]:layers[1]]:
-        tensors.extend(layer.tensors)
     if stage == 0:
         tensors.extend(arch.embedding)
         tensors.extend(arch.multimodal)
@@ -165,8 +169,13 @@ def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int
         if pp > 1:
             # the last stage cannot share the first stage's embedding: it holds its own lm_head copy
             tensors.extend(tied_lm_head(arch))
-    kv_heads = model_kv_heads(arch)
-    return sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision) for t in tensors)
+    # most layers repeat another's tensors: each distinct one is sized once (comparing two layers costs far
+    # less than sizing their tensors in exact fractions)
+    per_layer: dict[Layer, int] = {}
+    for layer in arch.layers[layers[0]:layers[1]]:
+        if layer not in per_layer:
+            per_layer[layer] = total(layer.tensors)
+    return total(tensors) + sum(per_layer[layer] for layer in arch.layers[layers[0]:layers[1]])
 
 
 def attention_bytes_per_token(attention: Attention, tp: int, kv_bits: int) -> int:
@@ -213,6 +222,29 @@ def _layers_kv(layers: tuple, tp: int, kv_bits: int, state_bits: int, context: i
     return growing, per_sequence
 
 
+# The candidate search estimates every GPU type at the same layouts and contexts: the KV sums, which do not
+# depend on the GPU, are cached by their arguments (an Architecture hashes once).
+@lru_cache(maxsize=4096)
+def _stage_kv(arch: Architecture, layers: tuple[int, int], tp: int, kv_bits: int, state_bits: int,
+              context: int) -> tuple[int, int]:
+    """_layers_kv of the pipeline stage holding `layers` (first, last + 1)."""
+    return _layers_kv(arch.layers[layers[0]:layers[1]], tp, kv_bits, state_bits, context)
+
+
+@lru_cache(maxsize=1024)
+def _model_kv(arch: Architecture, kv_bits: int, state_bits: int, context: int) -> tuple[int, int, int, tuple[int, ...]]:
+    """The whole model's cache on one rank: (bytes per token of the layers that grow with every token, of its
+    sliding-window layers, recurrent state bytes per sequence, the sliding windows)."""
+    growing, _ = _layers_kv(arch.layers, 1, kv_bits, state_bits, context)
+    sliding = sum(attention_bytes_per_token(layer.attention, 1, kv_bits)
+                  for layer in arch.layers if layer.attention.kind == "sliding")
+    state = _layers_kv(tuple(l for l in arch.layers if l.attention.kind in RECURRENT_KINDS), 1, kv_bits, state_bits,
+                       context)[1]
+    windows = tuple(sorted({layer.attention.window for layer in arch.layers
+                            if layer.attention.kind == "sliding" and layer.attention.window}))
+    return growing, sliding, state, windows
+
+
 # --------------------------------------------------------------------------------------------
 # The estimate
 
@@ -235,8 +267,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
 
     ranks: list[RankMemory] = []
     for stage, layers in enumerate(stages):
-        stage_layers = arch.layers[layers[0]:layers[1]]
-        per_token, per_sequence = _layers_kv(stage_layers, req.tp, kv_bits, state_bits, req.context)
+        per_token, per_sequence = _stage_kv(arch, layers, req.tp, kv_bits, state_bits, req.context)
         kv = per_sequence * req.batch
         # every TP rank of a stage holds the same shard sizes
         if arch.exact:
@@ -253,9 +284,8 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
                 total_bytes=weights + kv + overhead,
             ))
 
-    growing_whole, _ = _layers_kv(arch.layers, 1, kv_bits, state_bits, req.context)
-    sliding_per_token = sum(attention_bytes_per_token(layer.attention, 1, kv_bits)
-                            for layer in arch.layers if layer.attention.kind == "sliding")
+    growing_whole, sliding_per_token, state_per_sequence, sliding_windows = _model_kv(arch, kv_bits, state_bits,
+                                                                                       req.context)
     weights_total = sum(r.weights_bytes for r in ranks)
     kv_total = sum(r.kv_cache_bytes for r in ranks)
     fit = _fit(ranks, gpu)
@@ -267,11 +297,8 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         per_gpu=tuple(ranks), gpu=fit, warnings=(),
         exact=arch.exact, language_params=arch.language_params, multimodal_params=arch.multimodal_params,
         checkpoint_params=arch.checkpoint_params if arch.exact else arch.declared_params or 0,
-        kv_sliding_bytes_per_token=sliding_per_token,
-        kv_state_bytes_per_sequence=_layers_kv(tuple(l for l in arch.layers if l.attention.kind in RECURRENT_KINDS),
-                                               1, kv_bits, state_bits, req.context)[1],
-        sliding_windows=tuple(sorted({layer.attention.window for layer in arch.layers
-                                      if layer.attention.kind == "sliding" and layer.attention.window})),
+        kv_sliding_bytes_per_token=sliding_per_token, kv_state_bytes_per_sequence=state_per_sequence,
+        sliding_windows=sliding_windows,
         overhead_fraction=float(margin), runtime_reserve_bytes=reserve, quality=precision.quality,
         attention_kinds=tuple(sorted(arch.attention_kinds)),
     )
