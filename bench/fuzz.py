@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fuzz every input planner reads: size strings, config.json, scenario YAML, CLI flags, weights files
 (safetensors headers, GGUF metadata), paths (FIFOs, folders, links, loops, long names, sparse files, as
-inputs and as -o targets) and model ids (Hub ids the Hub rejects, URLs, missing paths).
+inputs and as -o targets), model ids (Hub ids the Hub rejects, URLs, missing paths) and plan files given to
+`export` (a real plan mutated, hostile text in its strings: an export must never let a command out of its word).
 
 The contract under test: whatever a user types or a file holds, planner answers with a result or
 with a one-line error (PlannerInputError in the library; `error: ...` and exit code 2 from the
@@ -31,6 +32,7 @@ import math
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -79,7 +81,7 @@ CATALOG = load_catalog()
 # a solve of a shipped scenario about two.
 CASE_SECONDS = 10.0
 SOLVE_SECONDS = 20.0
-SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids")
+SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids", "plans")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1218,6 +1220,61 @@ def fuzz_paths(rng: random.Random, cases: int, tally: Tally, folder: Path) -> No
 
 
 # ---------------------------------------------------------------------------------------------
+# Surface 8: plan files given to `export` (a real plan, mutated: retyped, nudged, dropped keys and hostile text)
+
+# Text that would run a command if a shell or YAML took it unquoted: the marker word must never stand alone.
+INJECTION_MARKER = "PWNED"
+HOSTILE_TEXT = (f"x\ntouch {INJECTION_MARKER}", f"$(touch {INJECTION_MARKER})", f"`touch {INJECTION_MARKER}`",
+                f"x'; touch {INJECTION_MARKER}; '", f'x"; touch {INJECTION_MARKER}; "', f"x; touch {INJECTION_MARKER}",
+                f"x\r\ntouch {INJECTION_MARKER} #", f"{{touch: {INJECTION_MARKER}}}", f"- touch {INJECTION_MARKER}")
+EXPORT_TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
+SHELL_TARGETS = ("vllm", "sglang", "llamacpp")
+
+
+def plan_value(rng: random.Random, key: str) -> Any:
+    return rng.choice(HOSTILE_TEXT) if rng.random() < 0.5 else odd_value(rng)
+
+
+def injected_word(outcome: CliOutcome, target: str) -> str | None:
+    """A successful export whose output lets the marker out of the word it came in: it would run as a command."""
+    if outcome.code != 0 or INJECTION_MARKER not in outcome.stdout:
+        return None
+    if target not in SHELL_TARGETS:
+        try:
+            documents = list(yaml.safe_load_all(outcome.stdout))
+        except yaml.YAMLError as exc:
+            return f"--to {target} wrote YAML that does not parse: {shorten(str(exc), 120)}"
+        text = json.dumps(documents)
+        return (f"--to {target}: the marker left its string" if f'"{INJECTION_MARKER}"' in text
+                or f"touch: {INJECTION_MARKER}" in text else None)
+    for line in outcome.stdout.splitlines():
+        if INJECTION_MARKER not in line:
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            return f"--to {target} wrote a line a shell cannot parse: {shorten(line, 120)!r}"
+        if any(INJECTION_MARKER in word and "touch" not in word for word in words):
+            return f"--to {target}: the marker runs as its own word: {shorten(line, 120)!r}"
+    return None
+
+
+def fuzz_plans(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """`planner export` on a real plan mutated one to three times, to every target, best plan or an alternative."""
+    plan = json.loads(sample_plan_json())
+    vocabulary = sorted({str(path[-1]) for path in key_paths(plan)})
+    for index in range(cases):
+        mutated = mutate_tree(rng, plan, vocabulary, lambda key: plan_value(rng, key))
+        path = folder / f"plan{index % 4}.json"
+        path.write_text(json.dumps(mutated, default=str))
+        target = rng.choice(EXPORT_TARGETS)
+        argv = ["export", str(path), "--to", target, "--plan", str(rng.choice([0, 0, 0, 1, 2]))]
+        run_case(tally, (target, mutated), lambda: invoke_cli(argv),
+                 lambda outcome, target=target: cli_problem_common(outcome) or injected_word(outcome, target),
+                 is_error=lambda outcome: outcome.code != 0)
+
+
+# ---------------------------------------------------------------------------------------------
 # Surface 7: model ids (catalog names, Hub ids, URLs, paths that are not there)
 
 HUB_PARTS = ("meta-llama", "Llama-3.1-8B", "org", "x", "", "naïve", "a--b", "a..b", "name.git", "-x", "x-", ".x",
@@ -1410,7 +1467,7 @@ def _outside_searches(argv: list[str], folder: Path) -> str:
 
 FUZZERS: dict[str, Callable[..., None]] = {"sizes": fuzz_sizes, "config": fuzz_configs, "scenario": fuzz_scenarios,
                                            "cli": fuzz_cli, "weights": fuzz_weights, "paths": fuzz_paths,
-                                           "model-ids": fuzz_model_ids}
+                                           "model-ids": fuzz_model_ids, "plans": fuzz_plans}
 
 
 def run_surface(surface: str, cases: int, seed: int, folder: Path, **options: Any) -> Tally:

@@ -35,7 +35,18 @@ SEED = int(os.environ.get("PLANNER_FUZZ_SEED", "0"))  # CI may vary it; a failur
 # --- the generators, with a budget ------------------------------------------------------------------
 
 # Cases per surface: together about 40 s on a shared 2-core machine (CLI, path and scenario cases cost most).
-BUDGET = {"sizes": 5000, "config": 2000, "scenario": 1000, "cli": 400, "weights": 400, "paths": 80, "model-ids": 60}
+BUDGET = {"sizes": 5000, "config": 2000, "scenario": 1000, "cli": 400, "weights": 400, "paths": 80, "model-ids": 60,
+          "plans": 150}
+
+def test_the_plan_surface_sees_a_command_that_escapes_its_word():
+    """The export check of the plans surface is not vacuous: a marker out of its quoted word is a finding."""
+    escaped = fuzz.CliOutcome((), 0, "# model x\ntouch PWNED\nvllm serve m\n", "")
+    quoted = fuzz.CliOutcome((), 0, "vllm serve 'x; touch PWNED'\n", "")
+    yaml_escaped = fuzz.CliOutcome((), 0, "run: vllm serve\ntouch: PWNED\n", "")
+    assert "own word" in fuzz.injected_word(escaped, "vllm")
+    assert fuzz.injected_word(quoted, "sglang") is None
+    assert "left its string" in fuzz.injected_word(yaml_escaped, "kubernetes")
+
 
 @pytest.mark.parametrize("surface", list(BUDGET))
 def test_every_generated_case_ends_in_a_result_or_a_one_line_error(surface, tmp_path, monkeypatch):
