@@ -605,19 +605,27 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     # the state of recurrent layers: what memory.py holds for a sequence of one token, less that token's KV
     one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=prec.name, kv_dtype=kv_dtype),
                           catalog).per_gpu
-    growing, sliding, state = [], [], []
-    for s, (first, last) in enumerate(pipeline_stages(arch.num_layers, pp)):
-        layers = arch.layers[first:last]
-        grow = sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers
-                   if l.attention.kind not in ("sliding", "linear", "mamba"))
-        slide = tuple((attention_bytes_per_token(l.attention, tp, kv_bits), l.attention.window or MAX_CONTEXT)
-                      for l in layers if l.attention.kind == "sliding")
-        growing.append(grow)
-        sliding.append(slide)
-        state.append(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide))
-    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, tuple(growing), tuple(sliding), tuple(state), pp,
+    growing, sliding = _kv_per_token(arch, tp, pp, kv_bits)
+    state = tuple(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide)
+                  for s, (grow, slide) in enumerate(zip(growing, sliding)))
+    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, growing, sliding, state, pp,
                         engine_name, hw.bytes_per_s / (gpu.memory_bandwidth_gbps * GB), generation.compute_efficiency,
                         gpu, arch, prec, tp)
+
+
+@lru_cache(maxsize=1024)
+def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
+                  ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...]]:
+    """Per stage, on one rank: cache bytes per token of the layers whose KV grows with the context, and (bytes per
+    token, window) of the sliding-window layers. Cached: every GPU type and precision of a layout shares them."""
+    growing, sliding = [], []
+    for first, last in pipeline_stages(arch.num_layers, pp):
+        layers = arch.layers[first:last]
+        growing.append(sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers
+                           if l.attention.kind not in ("sliding", "linear", "mamba")))
+        sliding.append(tuple((attention_bytes_per_token(l.attention, tp, kv_bits), l.attention.window or MAX_CONTEXT)
+                             for l in layers if l.attention.kind == "sliding"))
+    return tuple(growing), tuple(sliding)
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
