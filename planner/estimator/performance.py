@@ -602,15 +602,37 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
-    # the state of recurrent layers: what memory.py holds for a sequence of one token, less that token's KV
-    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=prec.name, kv_dtype=kv_dtype),
-                          catalog).per_gpu
     growing, sliding = _kv_per_token(arch, tp, pp, kv_bits)
-    state = tuple(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide)
-                  for s, (grow, slide) in enumerate(zip(growing, sliding)))
+    state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog))
     return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, growing, sliding, state, pp,
                         engine_name, hw.bytes_per_s / (gpu.memory_bandwidth_gbps * GB), generation.compute_efficiency,
                         gpu, arch, prec, tp)
+
+
+class _Same:
+    """A catalog as a cache key: by identity (a catalog holds dicts, so it has no hash of its own); the cache holds
+    it, so its id is not reused while the entry lives."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def __hash__(self) -> int:
+        return id(self.catalog)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.catalog is self.catalog
+
+
+@lru_cache(maxsize=1024)
+def _recurrent_state(arch: Architecture, precision: str, kv_dtype: str, tp: int, pp: int, kv_bits: int,
+                     catalog: _Same) -> tuple[int, ...]:
+    """Per stage, on one rank: the state of recurrent layers, what memory.py holds for a sequence of one token less
+    that token's KV. Cached: every GPU type of a layout shares it."""
+    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype),
+                          catalog.catalog).per_gpu
+    growing, sliding = _kv_per_token(arch, tp, pp, kv_bits)
+    return tuple(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide)
+                 for s, (grow, slide) in enumerate(zip(growing, sliding)))
 
 
 @lru_cache(maxsize=1024)
