@@ -130,7 +130,11 @@ def main() -> None:
               "report": "planner report scenarios/70b-chat.yaml"}
     timings = {name: best_of(labels[name], cmd, args.repeat, env) for name, cmd in commands.items()}
 
-    print(f"best of {args.repeat} whole-process runs, {os.cpu_count()} cores, planner from {measured_planner(env)}")
+    source = measured_planner(env)
+    print(f"best of {args.repeat} whole-process runs, {os.cpu_count()} cores, planner from {source}")
+    if not (Path(source) / "planner" / "__pycache__").is_dir():
+        # with PYTHONDONTWRITEBYTECODE set no run writes bytecode, so each one compiles planner again (70-100 ms)
+        print(f"  note: {source}/planner has no compiled bytecode; run `python -m compileall -q planner` there first")
     print(timing_line(yaml_import))
     print(timing_line(stack_import))
     print(ratio_line(timings["estimate"], yaml_import, 2.0))

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from functools import cache, cached_property, lru_cache
 from math import ceil, prod
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -422,16 +422,14 @@ class _Hardware:
 _Terms = tuple[float, float, float, float, float, int, int]
 
 
-def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attended: Callable[[int | None], float],
-             kv_bytes: int, allreduce_s: float) -> _Terms:
-    """`attended(window)`: attended positions summed over the pass's tokens, for a layer with that window;
-    `allreduce_s`: one all-reduce of the pass's activations (hw.allreduce_s(tokens), the same on every stage)."""
-    touched = stage.touched_experts(tokens)
+def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attention_flops: float, kv_bytes: int,
+             allreduce_s: float) -> _Terms:
+    """`attention_flops`: the stage's attention FLOPs over the positions the pass's tokens attend to (see
+    _attention_flops); `allreduce_s`: one all-reduce of the pass's activations (hw.allreduce_s(tokens), the same
+    on every stage)."""
+    touched = stage.touched_experts(tokens) if stage.experts else 0.0  # the call skipped on dense stages (hot path)
     weight_bytes = stage.dense_bytes + round(touched * stage.expert_bytes)
     body, logits_flops = stage.body_flops, stage.logits_flops
-    attention_flops = 0.0
-    for per_position, window in stage.attention_by_window:
-        attention_flops += per_position * attended(window)
     compute_s = ((body.low_bit * tokens + logits_flops.low_bit * logits) / hw.low_bit_flops_per_s
                  + (body.wide * tokens + logits_flops.wide * logits + attention_flops) / hw.wide_flops_per_s)
     return (weight_bytes / hw.bytes_per_s, kv_bytes / hw.kv_bytes_per_s, compute_s,
@@ -439,10 +437,20 @@ def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attended: C
             (ALLREDUCES_PER_LAYER * stage.layers) * allreduce_s, weight_bytes, kv_bytes)
 
 
-def _pipeline(times: list[_Terms], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
+def _attention_flops(stage: _Stage, attended: Callable[[int | None], float]) -> float:
+    """`attended(window)`: attended positions summed over the pass's tokens, for a layer with that window."""
+    flops = 0.0
+    for per_position, window in stage.attention_by_window:
+        flops += per_position * attended(window)
+    return flops
+
+
+def _pipeline(totals: list[float], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
     """(time for every microbatch of `tokens` to pass every stage in steady state, the slowest stage's index,
-    its idle time)."""
-    totals = [_stage_s(t[0] + t[1], t[2], t[3], t[4]) for t in times]
+    its idle time), from each stage's forward time."""
+    if len(totals) == 1 and microbatches == 1:  # one stage, one microbatch (the solver's hot path): no wait
+        only_s = totals[0]
+        return only_s, 0, only_s - microbatches * only_s
     slowest_s = max(totals)
     through = sum(totals)
     if len(totals) > 1:
@@ -487,9 +495,9 @@ def _low_bit_rate(gpu: Gpu, precision: Precision, wide: float, performance: Perf
     return (_rate(gpu, fmt) if native and fmt else None) or wide
 
 
-@dataclass(frozen=True)
-class Step:
-    """What one engine step carries (continuous batching with chunked prefill)."""
+class Step(NamedTuple):
+    """What one engine step carries (continuous batching with chunked prefill). A named tuple: the solver's
+    searches build hundreds of thousands of them (a frozen dataclass costs several times more to build)."""
 
     decode_seqs: float  # running requests that each advance one token (a mean may be fractional)
     decode_context: float  # mean tokens each of them holds (its KV read this step)
@@ -530,7 +538,10 @@ class ReplicaTimer:
         sliding = self.kv_sliding[stage]
         growing = self.kv_growing[stage] * context
         if sliding:
-            growing += sum(b * min(context, w) for b, w in sliding)
+            windowed = 0  # summed first, then added: as sum() over the layers always did
+            for per_token, window in sliding:
+                windowed += per_token * min(context, window)
+            growing += windowed
         return growing + self.kv_state[stage]
 
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
@@ -543,28 +554,31 @@ class ReplicaTimer:
         return self._step(shape, None)[0]
 
     def _step(self, shape: Step, microbatches: int | None) -> tuple[float, list[_Terms], int, float]:
-        sequences = shape.decode_seqs + shape.prefill_seqs
-        parts = microbatches or max(1, min(sequences, self.pp))
+        decode_seqs, context, prefill_tokens, prefill_positions, prefill_seqs = shape
+        pp = self.pp
+        parts = microbatches or (1 if pp == 1 else max(1, min(decode_seqs + prefill_seqs, pp)))
         # one part: a fractional batch is a mean over steps (the steady state's), timed as it stands
-        decode = shape.decode_seqs if parts == 1 else ceil(shape.decode_seqs / parts)
-        prefill_tokens = ceil(shape.prefill_tokens / parts)
-        prefill_positions = shape.prefill_positions / parts
-        context = shape.decode_context
+        decode = decode_seqs if parts == 1 else ceil(decode_seqs / parts)
+        prefill_tokens = ceil(prefill_tokens / parts)
+        prefill_positions = prefill_positions / parts
         tokens = decode + prefill_tokens
-        logits = decode + ceil(shape.prefill_seqs / parts)
-
-        def attended(window: int | None) -> float:
-            own = decode * min(context, window or context)
-            if prefill_tokens and window:
-                return own + min(prefill_positions, prefill_tokens * window)
-            return own + prefill_positions
-
+        logits = decode + ceil(prefill_seqs / parts)
         hw = self.hw
         allreduce_s = hw.allreduce_s(tokens)
-        times = [_forward(stage, hw, tokens, logits, attended, round(decode * self.kv_bytes_per_sequence(s, context)),
-                          allreduce_s)
-                 for s, stage in enumerate(self.stages)]
-        total, slowest, bubble = _pipeline(times, hw, parts, tokens)
+        times, totals = [], []
+        for s, stage in enumerate(self.stages):
+            attention_flops = 0.0  # _attention_flops inlined (the solver's hot path): attended positions by window
+            for per_position, window in stage.attention_by_window:
+                own = decode * (window if window and window < context else context)  # min(), without the call
+                if prefill_tokens and window:
+                    attention_flops += per_position * (own + min(prefill_positions, prefill_tokens * window))
+                else:
+                    attention_flops += per_position * (own + prefill_positions)
+            terms = _forward(stage, hw, tokens, logits, attention_flops,
+                             round(decode * self.kv_bytes_per_sequence(s, context)), allreduce_s)
+            times.append(terms)
+            totals.append(_stage_s(terms[0] + terms[1], terms[2], terms[3], terms[4]))
+        total, slowest, bubble = _pipeline(totals, hw, parts, tokens)
         return total, times, slowest, bubble
 
     def prefill_s(self, sequences: int, prompt: int) -> float:
@@ -573,9 +587,10 @@ class ReplicaTimer:
         per_part = ceil(sequences / parts)
         tokens = per_part * prompt
         allreduce_s = self.hw.allreduce_s(tokens)
-        times = [_forward(stage, self.hw, tokens, per_part, lambda w: per_part * _causal_positions(prompt, w), 0,
-                          allreduce_s) for stage in self.stages]
-        return _pipeline(times, self.hw, parts, tokens)[0]
+        times = [_forward(stage, self.hw, tokens, per_part,
+                          _attention_flops(stage, lambda w: per_part * _causal_positions(prompt, w)), 0, allreduce_s)
+                 for stage in self.stages]
+        return _pipeline([_stage_s(t[0] + t[1], t[2], t[3], t[4]) for t in times], self.hw, parts, tokens)[0]
 
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
@@ -587,22 +602,52 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
-    # the state of recurrent layers: what memory.py holds for a sequence of one token, less that token's KV
-    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=prec.name, kv_dtype=kv_dtype),
-                          catalog).per_gpu
-    growing, sliding, state = [], [], []
-    for s, (first, last) in enumerate(pipeline_stages(arch.num_layers, pp)):
-        layers = arch.layers[first:last]
-        grow = sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers
-                   if l.attention.kind not in ("sliding", "linear", "mamba"))
-        slide = tuple((attention_bytes_per_token(l.attention, tp, kv_bits), l.attention.window or MAX_CONTEXT)
-                      for l in layers if l.attention.kind == "sliding")
-        growing.append(grow)
-        sliding.append(slide)
-        state.append(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide))
-    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, tuple(growing), tuple(sliding), tuple(state), pp,
+    growing, sliding = _kv_per_token(arch, tp, pp, kv_bits)
+    state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog))
+    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, growing, sliding, state, pp,
                         engine_name, hw.bytes_per_s / (gpu.memory_bandwidth_gbps * GB), generation.compute_efficiency,
                         gpu, arch, prec, tp)
+
+
+class _Same:
+    """A catalog as a cache key: by identity (a catalog holds dicts, so it has no hash of its own); the cache holds
+    it, so its id is not reused while the entry lives."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def __hash__(self) -> int:
+        return id(self.catalog)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.catalog is self.catalog
+
+
+@lru_cache(maxsize=1024)
+def _recurrent_state(arch: Architecture, precision: str, kv_dtype: str, tp: int, pp: int, kv_bits: int,
+                     catalog: _Same) -> tuple[int, ...]:
+    """Per stage, on one rank: the state of recurrent layers, what memory.py holds for a sequence of one token less
+    that token's KV. Cached: every GPU type of a layout shares it."""
+    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype),
+                          catalog.catalog).per_gpu
+    growing, sliding = _kv_per_token(arch, tp, pp, kv_bits)
+    return tuple(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide)
+                 for s, (grow, slide) in enumerate(zip(growing, sliding)))
+
+
+@lru_cache(maxsize=1024)
+def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
+                  ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...]]:
+    """Per stage, on one rank: cache bytes per token of the layers whose KV grows with the context, and (bytes per
+    token, window) of the sliding-window layers. Cached: every GPU type and precision of a layout shares them."""
+    growing, sliding = [], []
+    for first, last in pipeline_stages(arch.num_layers, pp):
+        layers = arch.layers[first:last]
+        growing.append(sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers
+                           if l.attention.kind not in ("sliding", "linear", "mamba")))
+        sliding.append(tuple((attention_bytes_per_token(l.attention, tp, kv_bits), l.attention.window or MAX_CONTEXT)
+                             for l in layers if l.attention.kind == "sliding"))
+    return tuple(growing), tuple(sliding)
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,

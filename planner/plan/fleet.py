@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from math import ceil
 
-from ortools.sat.python import cp_model
+from planner.plan.cpsat import cp_model
 
 from planner.catalog.load import Catalog, Offer
 from planner.errors import PlannerInputError

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ortools.sat.python import cp_model
+from planner.plan.cpsat import cp_model
 
 from planner.catalog.load import Catalog
 from planner.catalog.prices import stale_price_warning

@@ -6,7 +6,7 @@ OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, MODEL_INVALID = "OPTIMAL", "FEASIBLE", "
 
 
 def status_name(code: int) -> str:
-    from ortools.sat.python import cp_model
+    from planner.plan.cpsat import cp_model
 
     names = {cp_model.OPTIMAL: OPTIMAL, cp_model.FEASIBLE: FEASIBLE, cp_model.INFEASIBLE: INFEASIBLE,
              cp_model.UNKNOWN: UNKNOWN, cp_model.MODEL_INVALID: MODEL_INVALID}
