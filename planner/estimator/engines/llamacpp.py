@@ -264,7 +264,7 @@ def llamacpp_budget(arch: Architecture, request: Request, settings: EngineSettin
             message = (f"projected to use {gib(projected):.2f} GiB of a device with {gib(plan.free):.2f} GiB free, leaving "
                        f"less than the {profile.fit_target_mib.value} MiB --fit keeps free; lower -c/--parallel, quantize "
                        "the cache (-ctk/-ctv q8_0) or offload fewer layers (-ngl)")
-    compressed = any(layer.attention.compress_ratio for layer in arch.layers)
+    compressed = arch.has_compressed_caches
     return EngineBudget(
         name="llamacpp", release=(f"{profile.release}; DeepSeek-V4 cache as {profile.deepseek_v4_release.value}"
                                   if compressed else profile.release),

@@ -36,7 +36,6 @@ from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSett
                                             Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines import sglang_deepseek_v4 as v4
 from planner.estimator.engines.profiles import SglangProfile, load_profiles
-from planner.estimator.engines.vllm_deepseek_v4 import has_compressed_caches
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
 
@@ -94,7 +93,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     activation = floor(Fraction(str(profile.reserved_per_prefill_token_mib.value)) * max(resolved.max_num_batched_tokens, 2048) * MiB)
     non_torch = (profile.reserved_base_mib.value + profile.reserved_per_gpu_mib.value * model.gpus) * MiB
 
-    compressed = has_compressed_caches(arch)
+    compressed = arch.has_compressed_caches
     if compressed:
         v4.check_kv_dtype(model)
     ranks = []

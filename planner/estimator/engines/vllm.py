@@ -37,7 +37,7 @@ from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, Memo, PoolLayout, RankBudget,
                                             ServedModel, Stage, catalog_card, largest_passing, limiting_rank, serve)
 from planner.estimator.engines.profiles import VllmProfile, load_profiles
-from planner.estimator.engines.vllm_deepseek_v4 import (PackedLayout, check_kv_dtype, has_compressed_caches,
+from planner.estimator.engines.vllm_deepseek_v4 import (PackedLayout, check_kv_dtype,
                                                         packed_layout, pool_layout)
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
@@ -201,7 +201,7 @@ def _batch_defaults(gpu: GpuTarget, visible_bytes: int, profile: VllmProfile) ->
 
 
 def default_block_size(arch: Architecture, profile: VllmProfile) -> int:
-    if has_compressed_caches(arch):
+    if arch.has_compressed_caches:
         return profile.deepseek_v4_block_size.value
     mla = arch.attention_kinds == {"mla"}
     return profile.mla_block_size.value if mla else profile.block_size.value
@@ -309,7 +309,7 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
     graphs = 0 if resolved.enforce_eager else profile.cuda_graph_mib.value * MiB
     custom_all_reduce = _custom_all_reduce(resolved, gpu, catalog)
 
-    compressed = has_compressed_caches(arch)
+    compressed = arch.has_compressed_caches
     warnings = [w for w in (check_kv_dtype(model) if compressed else None,) if w]
     ranks: list[RankBudget] = []
     layouts: dict[int, KvLayout | PackedLayout] = {}

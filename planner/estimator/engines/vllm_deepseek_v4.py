@@ -40,10 +40,6 @@ from planner.model.architecture import Architecture, Layer
 COMPRESSED, WINDOW, STATE = "compressed", "window", "compressor state"
 
 
-def has_compressed_caches(arch: Architecture) -> bool:
-    return any(layer.attention.compress_ratio for layer in arch.layers)
-
-
 @dataclass(frozen=True)
 class CacheSpec:
     """One cache a layer registers (vLLM's KVCacheSpec): its page and how many tokens a block covers."""

@@ -198,6 +198,12 @@ class Architecture:
     def attention_kinds(self) -> set[str]:
         return {layer.attention.kind for layer in self.layers}
 
+    @cached_property
+    def has_compressed_caches(self) -> bool:
+        """Layers keep compressed caches beside their window (DeepSeek-V4's compress_ratios), which every engine
+        lays out in pools of their own."""
+        return any(layer.attention.compress_ratio for layer in self.layers)
+
 
 def _cached_hash(obj: object, compute) -> int:
     """Hash a large frozen record once: the estimator's caches look architectures up many times per solve."""
