@@ -15,6 +15,7 @@ import typer
 from planner import api
 from planner.errors import PlannerInputError
 from planner.files import SCENARIO, read_text, write_output
+from planner.units import parse_tokens
 from planner.plan.deadline import CommandStart
 
 # Each command imports the renderers it prints with (rich, the HTML page, pandas frames ...), so a command
@@ -60,6 +61,14 @@ class CatalogKind(str, Enum):
     precisions = "precisions"
 
 
+def context_tokens(text: str) -> int:
+    """--context as context lengths are quoted (8192, 8K, 128k), by the scenario files' own rule."""
+    try:
+        return parse_tokens(text)
+    except ValueError as exc:
+        raise PlannerInputError(f"--context: {exc}") from None
+
+
 def _console() -> Console:
     from rich.console import Console
 
@@ -74,7 +83,7 @@ def estimate(
     model: Optional[str] = typer.Argument(None, help="Catalog name or HF id, a config.json path (or its directory); omit with --params."),
     precision: str = typer.Option("auto", help="Weight precision from `planner catalog precisions`; auto = the checkpoint's own."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp32|fp16|bf16|fp8."),
-    context: int = typer.Option(8192, help="Tokens per sequence (prompt + output)."),
+    context: str = typer.Option("8192", metavar="TOKENS", help="Tokens per sequence (prompt + output): 8192, 8K, 128K."),
     batch: int = typer.Option(1, help="Sequences held in memory at once."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages."),
@@ -106,8 +115,8 @@ def estimate(
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
                                   block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
                                   n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type)
-        both = api.engine_estimate(model, settings, context=context, batch=batch, tp=tp, pp=pp, precision=precision,
-                                   kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
+        both = api.engine_estimate(model, settings, context=context_tokens(context), batch=batch, tp=tp, pp=pp,
+                                   precision=precision, kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)
         if output_format is OutputFormat.json:
             from planner.render.records import engine_estimate_json
@@ -119,8 +128,8 @@ def estimate(
             estimate_table(both.memory, _console(), show_fit=False)
             engine_table(both.engine, _console())
         return
-    result = api.estimate(model, context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                          gpu=gpu, gpu_memory=gpu_memory, overhead=overhead, params=params, layers=layers,
+    result = api.estimate(model, context=context_tokens(context), batch=batch, tp=tp, pp=pp, precision=precision,
+                          kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, overhead=overhead, params=params, layers=layers,
                           kv_heads=kv_heads, head_dim=head_dim, heads=heads)
     if output_format is OutputFormat.json:
         from planner.render.records import estimate_json
@@ -138,7 +147,8 @@ def fit_command(
     gpu: Optional[str] = typer.Option(None, help="The card (see `planner catalog gpus`)."),
     gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 81559MiB."),
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs to split over (default 1)."),
-    context: int = typer.Option(8192, help="Tokens per sequence for 'most sequences' and 'fewest GPUs'."),
+    context: str = typer.Option("8192", metavar="TOKENS",
+                                help="Tokens per sequence for 'most sequences' and 'fewest GPUs': 8192, 8K, 128K."),
     batch: int = typer.Option(1, help="Sequences at once for 'fewest GPUs'."),
     precision: str = typer.Option("auto", help="Weight precision."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype."),
@@ -152,12 +162,13 @@ def fit_command(
     from planner.render.terminal import fit_table
 
     names = tuple(e.value for e in engine) if engine else ENGINE_NAMES
-    fits = api.fit(model, EngineSettings(names[0]), gpu=gpu, gpu_memory=gpu_memory, gpus=gpus, context=context,
+    tokens = context_tokens(context)
+    fits = api.fit(model, EngineSettings(names[0]), gpu=gpu, gpu_memory=gpu_memory, gpus=gpus, context=tokens,
                    batch=batch, precision=precision, kv_dtype=kv_dtype, engines=names, params=params)
     if output_format is OutputFormat.json:
         typer.echo(fit_json(fits))
     else:
-        fit_table(fits, context, batch, _console())
+        fit_table(fits, tokens, batch, _console())
 
 
 @app.command()
@@ -221,7 +232,7 @@ def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Con
 @app.command()
 def compare(
     model: str = typer.Argument(..., help="Catalog name, catalog HF id or config.json path."),
-    context: int = typer.Option(8192, help="Tokens per sequence."),
+    context: str = typer.Option("8192", metavar="TOKENS", help="Tokens per sequence: 8192, 8K, 128K."),
     concurrency: int = typer.Option(1, help="Sequences held at once."),
     gpus: Optional[str] = typer.Option(None, help="Comma-separated GPU names (default: every priced GPU)."),
     providers: Optional[str] = typer.Option(None, help="Comma-separated providers (default: all)."),
@@ -239,7 +250,8 @@ def compare(
     def split(text: Optional[str]) -> Optional[list[str]]:
         return [part.strip() for part in text.split(",") if part.strip()] if text else None
 
-    frame = compare_frame(api.compare(model, context=context, concurrency=concurrency, gpus=split(gpus),
+    tokens = context_tokens(context)
+    frame = compare_frame(api.compare(model, context=tokens, concurrency=concurrency, gpus=split(gpus),
                                       providers=split(providers), precisions=split(precisions), market=market,
                                       max_gpus=max_gpus, time_limit_s=time_limit, started=_started))
     if output_format is PlanFormat.json:
@@ -249,7 +261,7 @@ def compare(
     elif output_format is PlanFormat.markdown:
         typer.echo(frame_markdown(frame))
     else:
-        frame_table(frame, f"{model}: context {context:,} x {concurrency}, cheapest per GPU type and provider",
+        frame_table(frame, f"{model}: context {tokens:,} x {concurrency}, cheapest per GPU type and provider",
                     _console(), COMPARE_TABLE_COLUMNS)
 
 

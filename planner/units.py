@@ -7,7 +7,9 @@ appear at the edges (parsing user input, rendering output).
 from __future__ import annotations
 
 import re
+import reprlib
 from decimal import Decimal
+from typing import Any
 
 from planner.errors import PlannerInputError
 
@@ -96,3 +98,36 @@ def parse_count(text: str, field: str = "count") -> int:
     if value <= 0:
         raise PlannerInputError(f"{field}: {text!r} must be larger than zero")
     return value
+
+
+# A token count as context lengths are quoted (8192, 8K, 128k: K = 1024)
+_TOKENS_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+
+# Echoes of a user's value stay short: a YAML alias bomb is small on disk but enormous when printed.
+_short = reprlib.Repr()
+_short.maxlevel, _short.maxlist, _short.maxdict, _short.maxstring, _short.maxlong, _short.maxother = 2, 4, 4, 40, 40, 40
+
+
+def shown(value: Any) -> str:
+    return _short.repr(value)
+
+
+def parse_tokens(value: Any, limit: int = MAX_CONTEXT) -> int:
+    """A token count: 8192, or '8K' / '128k' (K = 1024, as context lengths are quoted)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a whole number of tokens, e.g. 8192 or 8K")
+    too_large = f"{shown(value)} is beyond any real deployment (limit {limit:,}); check the number"
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and (m := _TOKENS_RE.match(value)):
+        digits, suffix = m.groups()
+        if len(digits) > len(str(limit)):  # past the limit, and perhaps past int()'s 4,300-digit limit too
+            raise ValueError(too_large)
+        n = int(digits) * {"": 1, "k": 1024, "m": 1024**2}[suffix.lower()]
+    else:
+        raise ValueError(f"must be a whole number of tokens, e.g. 8192 or 8K (got {shown(value)})")
+    if n < 1:
+        raise ValueError(f"must be at least 1 (got {shown(value)})")
+    if n > limit:
+        raise ValueError(too_large)
+    return n

@@ -32,6 +32,16 @@ def test_seed_example_by_flags(tmp_path):
     assert out["gpu"]["fits"] is True and out["gpu"]["memory_bytes"] == 24_000_000_000
 
 
+def test_context_is_read_as_context_lengths_are_quoted(tmp_path):
+    """--context takes 32K as the scenario files do (K = 1024): the same bytes as 32768."""
+    quoted = ok_json("estimate", "llama-3.1-8b", "--context", "32K", cwd=tmp_path)
+    plain = ok_json("estimate", "llama-3.1-8b", "--context", "32768", cwd=tmp_path)
+    assert quoted["context"] == 32_768 and quoted == plain
+    proc = run("estimate", "llama-3.1-8b", "--context", "32Q", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: --context: must be a whole number of tokens, e.g. 8192 or 8K (got '32Q')"]
+
+
 def test_json_contract_keys(tmp_path):
     out = ok_json("estimate", "llama-3.1-8b", "--precision", "fp16", "--context", "8192", "--gpu", "rtx-4090",
                   "--tp", "2", cwd=tmp_path)
@@ -185,6 +195,7 @@ def test_what_if_honours_format_and_output(tmp_path):
 PLAIN = [
     ["estimate", "llama-3.1-8b"],
     ["estimate", "llama-3.1-8b", "--context", "8192", "--gpu", "h100", "--tp", "2"],
+    ["fit", "llama-3.1-8b", "--context", "32K", "--gpu", "h100"],
     ["estimate", "--params", "8e9", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--gpu-memory=24GB"],
     ["estimate", "llama-3.1-8b", "--engine", "vllm", "--gpu", "l4", "--enforce-eager", "--gpu-memory-utilization",
      "0.85", "--format", "json", "--context", "0010"],
@@ -203,7 +214,7 @@ PLAIN = [
 
 NOT_PLAIN = [
     [], ["--help"], ["estimate", "--help"], ["nope"], ["prices", "update", "--from", "x"],  # help, typo, group
-    ["estimate", "llama-3.1-8b", "--context", "1e3"], ["estimate", "x", "--context", "-5"],  # typer coerces/refuses
+    ["estimate", "llama-3.1-8b", "--batch", "1e3"], ["estimate", "x", "--batch", "-5"],  # typer coerces/refuses
     ["estimate", "x", "--context", "8192", "--context", "4096"], ["estimate", "x", "y"],  # repeated, one too many
     ["estimate", "x", "--engine", "VLLM"], ["estimate", "x", "--contxt", "1"], ["estimate", "x", "--enforce-eager=1"],
     ["fit", "x", "--gpus", "0"], ["serve", "--port", "70000"],  # typer's bounds

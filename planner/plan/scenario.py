@@ -18,44 +18,13 @@ from planner.catalog.load import Quality
 from planner.errors import PlannerInputError
 from planner.yamlfile import parse_yaml, printable
 from planner.files import SCENARIO, read_text
-from planner.units import MAX_BATCH, MAX_CONTEXT
+from planner.units import MAX_BATCH, MAX_CONTEXT, parse_tokens, shown
 
 Market = Literal["on-demand", "spot", "any"]
 
-_TOKENS_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
 MAX_SEARCH_VALUES = 64
 # The estimator's own bounds, checked here so the error names the scenario key, not a CLI flag.
 _LIMITS = {"context": MAX_CONTEXT, "concurrency": MAX_BATCH}
-
-# Echoes of a user's value stay short: a YAML alias bomb is small on disk but enormous when printed.
-_short = reprlib.Repr()
-_short.maxlevel, _short.maxlist, _short.maxdict, _short.maxstring, _short.maxlong, _short.maxother = 2, 4, 4, 40, 40, 40
-
-
-def shown(value: Any) -> str:
-    return _short.repr(value)
-
-
-def parse_tokens(value: Any, limit: int = MAX_CONTEXT) -> int:
-    """A token count: 8192, or '8K' / '128k' (K = 1024, as context lengths are quoted)."""
-    if isinstance(value, bool):
-        raise ValueError("must be a whole number of tokens, e.g. 8192 or 8K")
-    too_large = f"{shown(value)} is beyond any real deployment (limit {limit:,}); check the number"
-    if isinstance(value, int):
-        n = value
-    elif isinstance(value, str) and (m := _TOKENS_RE.match(value)):
-        digits, suffix = m.groups()
-        if len(digits) > len(str(limit)):  # past the limit, and perhaps past int()'s 4,300-digit limit too
-            raise ValueError(too_large)
-        n = int(digits) * {"": 1, "k": 1024, "m": 1024**2}[suffix.lower()]
-    else:
-        raise ValueError(f"must be a whole number of tokens, e.g. 8192 or 8K (got {shown(value)})")
-    if n < 1:
-        raise ValueError(f"must be at least 1 (got {shown(value)})")
-    if n > limit:
-        raise ValueError(too_large)
-    return n
-
 
 class _Strict(BaseModel):
     # strict: `replicas: true` or `allow_emulated: "no"` is an error, not silently 1 or True
