@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.performance import ReplicaPerformance
     from planner.estimator.simulate import SimulationResult
     from planner.model.architecture import Architecture
-    from planner.catalog.prices import PriceUpdate
+    from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineBudget, EngineSettings
     from planner.estimator.fit import EngineFit
     from planner.plan.deadline import CommandStart, Deadline
@@ -205,7 +205,7 @@ def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: 
                   as_of: str | None = None, catalog: Catalog | None = None) -> PriceUpdate:
     """`planner prices update`: rebuild the SkyPilot-catalog rows of prices.yaml from SkyPilot's vms.csv files
     (a local catalogs/v<N> folder or its URL)."""
-    from planner.catalog.prices import update_prices as rebuild
+    from planner.catalog.price_update import update_prices as rebuild
     from planner.catalog.skypilot import load_skypilot
 
     return rebuild(source, providers, catalog or load_catalog(), load_skypilot(),

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from planner.catalog.load import Offer, catalog_dir, load_catalog
-from planner.catalog.prices import MAX_PRICE_AGE_DAYS, price_date, stale_price_warning, update_prices
+from planner.catalog.price_update import update_prices
+from planner.catalog.prices import MAX_PRICE_AGE_DAYS, price_date, stale_price_warning
 from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
 

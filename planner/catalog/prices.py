@@ -1,32 +1,16 @@
-"""Price offers: how old a price is, and rebuilding catalogs/prices.yaml rows from SkyPilot's catalog.
-
-SkyPilot's catalog (github.com/skypilot-org/skypilot-catalog, catalogs/v<N>/<cloud>/vms.csv) is the
-maintained public source planner already cites: one row per instance type and region (AWS: per
-availability zone) with InstanceType, AcceleratorName, AcceleratorCount, Price (on-demand USD/hour
-for the instance), SpotPrice, Region, GpuInfo. Column order differs between clouds and versions, so
-columns are read by name.
-"""
+"""Price offers: the rows of catalogs/prices.yaml, and how old a price is (planner.catalog.price_update
+rebuilds the rows)."""
 
 from __future__ import annotations
 
-import ast
 import calendar
-import csv
-import io
 import re
-import subprocess
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date
 from pathlib import Path
-from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.catalog.load import Catalog, Gpu, Registry, catalog_dir, read_yaml, validate_record
-from planner.catalog.skypilot import SkyPilotCatalog
+from planner.catalog.load import Gpu, Registry, read_yaml, validate_record
 from planner.errors import PlannerInputError
 
 
@@ -61,9 +45,6 @@ def load_offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:
 
 
 MAX_PRICE_AGE_DAYS = 90  # issue 12: a plan priced older than this says so
-SKYPILOT_SOURCE = "skypilot-org/skypilot-catalog"
-REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region")
-MAX_CSV_BYTES = 200 * 2**20  # aws vms.csv, the largest, is about 30 MB
 _PERIOD = re.compile(r"\b(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?\b")
 
 
@@ -97,183 +78,3 @@ def stale_price_warning(offer: Offer, market: str, today: date | None = None) ->
         return None
     return (f"the {market} price of {offer.provider} {offer.instance} is {age} days old (as of {offer.as_of}); "
             "prices move: check the provider, or refresh with `planner prices update`")
-
-
-# --------------------------------------------------------------------------------------------
-# planner prices update
-
-
-@dataclass(frozen=True)
-class PriceUpdate:
-    """What `planner prices update` did to prices.yaml."""
-
-    path: Path
-    providers: tuple[str, ...]
-    added: int
-    replaced: int  # earlier SkyPilot-catalog rows of those providers
-    unknown_rows: int  # GPU rows whose accelerator planner's catalogs do not map
-    as_of: str
-    origin: str
-
-
-def read_csv_text(source: str, cloud: str) -> tuple[str, str, str | None]:
-    """(CSV text, where it came from, its date when the source dates it) for one cloud."""
-    if re.match(r"^https?://", source):
-        url = f"{source.rstrip('/')}/{cloud}/vms.csv"
-        try:
-            with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (http(s) only, checked above)
-                data = response.read(MAX_CSV_BYTES + 1)
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PlannerInputError(f"--from: cannot fetch {url} ({reason}); offline, clone skypilot-org/skypilot-catalog "
-                                    "and pass its catalogs/v<N> folder") from None
-        if len(data) > MAX_CSV_BYTES:
-            raise PlannerInputError(f"--from: {url} is larger than {MAX_CSV_BYTES >> 20} MB; not a SkyPilot vms.csv")
-        return data.decode("utf-8", errors="replace"), url, datetime.now(timezone.utc).date().isoformat()
-    folder = Path(source)
-    if not folder.is_dir():
-        raise PlannerInputError(f"--from: {source!r} is not a folder or an http(s) URL; give a skypilot-catalog "
-                                "catalogs/v<N> folder (holding <cloud>/vms.csv)")
-    path = folder / cloud / "vms.csv"
-    if not path.is_file():
-        raise PlannerInputError(f"--provider {cloud}: no {cloud}/vms.csv in {source!r}")
-    if path.stat().st_size > MAX_CSV_BYTES:
-        raise PlannerInputError(f"--from: {path} is larger than {MAX_CSV_BYTES >> 20} MB; not a SkyPilot vms.csv")
-    return path.read_text(encoding="utf-8", errors="replace"), str(path), _git_date(path)
-
-
-def _git_date(path: Path) -> str | None:
-    """The commit date of the file in a git checkout of skypilot-catalog (None outside git)."""
-    try:
-        done = subprocess.run(["git", "-C", str(path.parent), "log", "-1", "--format=%cs", "--", path.name],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    out = done.stdout.strip()
-    return out if done.returncode == 0 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", out) else None
-
-
-def _number(text: str | None) -> float | None:
-    try:
-        value = float(text) if text not in (None, "") else None
-    except ValueError:
-        return None
-    return value if value is not None and value > 0 else None  # SkyPilot writes 0.00 for "no spot price"
-
-
-def _gpu_mib(info: str | None) -> int | None:
-    """Per-GPU memory from the GpuInfo column (a Python-literal dict; parsed as data, never evaluated)."""
-    try:
-        parsed = ast.literal_eval(info) if info else None
-        return int(parsed["Gpus"][0]["MemoryInfo"]["SizeInMiB"]) // max(1, int(parsed["Gpus"][0].get("Count", 1)))
-    except (ValueError, SyntaxError, KeyError, IndexError, TypeError, MemoryError, RecursionError):
-        return None
-
-
-def offers_from_csv(text: str, cloud: str, origin: str, as_of: str, skypilot: SkyPilotCatalog) -> tuple[list[dict[str, Any]], int]:
-    """prices.yaml rows from one vms.csv: per instance type, the region with the cheapest on-demand price
-    (spot: the cheapest zone of that region), or the cheapest spot region when none is sold on demand."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise PlannerInputError(f"--from: {origin} lacks the column(s) {', '.join(missing)}; not a SkyPilot vms.csv")
-    best: dict[str, dict[str, Any]] = {}
-    unknown = 0
-    for row in reader:
-        name, instance = row.get("AcceleratorName") or "", row.get("InstanceType") or ""
-        if not name or not instance:
-            continue  # CPU-only shapes
-        try:
-            count = int(float(row["AcceleratorCount"]))
-        except (TypeError, ValueError):
-            continue
-        gpu = skypilot.gpu_for(cloud, name, instance, _gpu_mib(row.get("GpuInfo")))
-        if gpu is None or count < 1:
-            unknown += 1
-            continue
-        region = row.get("Region") or "unspecified"
-        on_demand, spot = _number(row.get("Price")), _number(row.get("SpotPrice"))
-        if on_demand is None and spot is None:
-            continue
-        zone = row.get("AvailabilityZone")
-        key = f"{instance}\0{region}"
-        current = best.setdefault(key, {"provider": cloud, "instance": instance, "gpu": gpu, "gpus": count,
-                                         "region": region, "on_demand_usd_per_hour": None, "spot_usd_per_hour": None,
-                                         "as_of": as_of, "source": f"{SKYPILOT_SOURCE} {origin}"})
-        if on_demand is not None:
-            current["on_demand_usd_per_hour"] = on_demand
-        if spot is not None and (current["spot_usd_per_hour"] is None or spot < current["spot_usd_per_hour"]):
-            current["spot_usd_per_hour"] = spot
-            if zone:
-                current["source"] = f"{SKYPILOT_SOURCE} {origin} | spot price is for zone {zone}"
-    per_instance: dict[str, dict[str, Any]] = {}
-    for row in best.values():
-        held = per_instance.get(row["instance"])
-        if held is None or _rank(row) < _rank(held):
-            per_instance[row["instance"]] = row
-    return sorted(per_instance.values(), key=lambda r: (r["gpu"], r["gpus"], r["instance"])), unknown
-
-
-def _rank(row: dict[str, Any]) -> tuple[int, float, str]:
-    if row["on_demand_usd_per_hour"] is not None:
-        return 0, row["on_demand_usd_per_hour"], row["region"]
-    return 1, row["spot_usd_per_hour"], row["region"]
-
-
-def update_prices(source: str, providers: tuple[str, ...], catalog: Catalog, skypilot: SkyPilotCatalog,
-                  prices_path: Path | None = None, as_of: str | None = None) -> PriceUpdate:
-    """Replace the SkyPilot-catalog rows of `providers` in prices.yaml with rows read from `source`.
-    Rows that merge a SkyPilot price with another source's ("on-demand: ... || spot: ...") are kept."""
-    path = prices_path or catalog_dir() / "prices.yaml"
-    clouds = providers or tuple(skypilot.accelerators)
-    for cloud in clouds:
-        if cloud not in skypilot.accelerators:
-            raise PlannerInputError(f"--provider: {cloud!r} has no GPU names in catalogs/skypilot.yaml; "
-                                    f"use one of {', '.join(skypilot.accelerators)}")
-    if as_of is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", as_of):
-        raise PlannerInputError(f"--as-of: {as_of!r} is not a date; write YYYY-MM-DD")
-    new_rows: list[dict[str, Any]] = []
-    unknown, dates, origins = 0, set(), []
-    for cloud in clouds:
-        text, origin, dated = read_csv_text(source, cloud)
-        stamp = as_of or dated
-        if stamp is None:
-            raise PlannerInputError(f"--as-of: {origin} is not in a git checkout, so its date is unknown; "
-                                    "give the snapshot's date with --as-of YYYY-MM-DD")
-        rows, skipped = offers_from_csv(text, cloud, origin, stamp, skypilot)
-        new_rows += rows
-        unknown += skipped
-        dates.add(stamp)
-        origins.append(origin)
-    for i, row in enumerate(new_rows):
-        validate_record(Offer, row, f"--from row {i}")
-        catalog.gpus.get(row["gpu"])
-    header, old_rows = _split_prices_file(path)
-    kept = [r for r in old_rows if not (r.get("provider") in clouds and SKYPILOT_SOURCE in str(r.get("source", ""))
-                                       and "||" not in str(r.get("source", "")))]
-    _write_prices(path, header, kept + new_rows)
-    return PriceUpdate(path, clouds, len(new_rows), len(old_rows) - len(kept), unknown, ", ".join(sorted(dates)),
-                       "; ".join(origins))
-
-
-def _split_prices_file(path: Path) -> tuple[str, list[dict[str, Any]]]:
-    text = path.read_text(encoding="utf-8")
-    rows = read_yaml(path).get("prices")
-    if not isinstance(rows, list):
-        raise PlannerInputError(f"catalog {path.name}: missing the list 'prices'")
-    header = text.split("\nprices:", 1)[0] + "\n"
-    return header, rows
-
-
-def _write_prices(path: Path, header: str, rows: list[dict[str, Any]]) -> None:
-    lines = [header.rstrip("\n"), "prices:"]
-    provider = None
-    for row in rows:
-        if row["provider"] != provider:
-            provider = row["provider"]
-            lines += ["", f"  # ---- {provider}"]
-        dumped = yaml.safe_dump([row], sort_keys=False, width=10_000, allow_unicode=True)
-        lines += ["  " + line for line in dumped.rstrip("\n").splitlines()]
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    temporary.replace(path)
