@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from dataclasses import asdict
 from enum import Enum
@@ -466,5 +467,29 @@ def main() -> None:
         _started = None  # a command run without main() (typer's test runner) times itself from its call
 
 
+def run() -> None:
+    """The `planner` command: main(), then out of the process without tearing the interpreter down. Finalising
+    the modules of OR-Tools, numpy and pandas after a command costs 0.1-0.15 s (measured: `planner solve
+    scenarios/70b-chat.yaml` 1.46-1.51 s with the interpreter's exit, 1.33-1.36 s without, best of 5 each). Every
+    output is written and closed before main() returns, and logging's flush is the one exit handler a run
+    registers (when a library imported logging), so it is called here; an uncaught exception still takes the
+    interpreter's own way out."""
+    code: int = 0
+    try:
+        main()
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            sys.stderr.write(exc.code + "\n")
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that closed the pipe early, or a closed stream
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    run()
