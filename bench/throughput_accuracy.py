@@ -20,7 +20,7 @@ import math
 import re
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -427,9 +427,9 @@ def _with(performance: PerformanceCatalog, values: dict[Parameter, float]) -> Pe
         entries = []
         for entry in getattr(performance, section):
             update = {f: v for (s, n, f), v in values.items() if s == section and getattr(entry, key) in n.split("+")}
-            entries.append(entry.model_copy(update=update))
+            entries.append(replace(entry, **update))
         sections[section] = tuple(entries)
-    return performance.model_copy(update=sections)
+    return replace(performance, **sections)
 
 
 def _bounded(p: Parameter, value: float) -> float:

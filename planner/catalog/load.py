@@ -36,7 +36,7 @@ def quality_at_least(quality: str, floor: str) -> bool:
     return QUALITY_ORDER.index(quality) <= QUALITY_ORDER.index(floor)
 
 
-def _limits(default: Any = MISSING, **bounds: float) -> Any:
+def bounded(default: Any = MISSING, **bounds: float) -> Any:
     """A record field with bounds (gt, ge, le), checked by _record like pydantic's Field(gt=...)."""
     return field(default=default, metadata=bounds)
 
@@ -55,7 +55,7 @@ class _Record:
 class Interconnect:
     kind: str
     name: str
-    bandwidth_gbps: float = _limits(gt=0)
+    bandwidth_gbps: float = bounded(gt=0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,14 +64,14 @@ class Gpu(_Record):
     vendor: Literal["nvidia", "amd", "intel", "google"]
     generation: str
     segment: Literal["datacenter", "workstation", "consumer"]
-    memory_mib: int = _limits(gt=0)
+    memory_mib: int = bounded(gt=0)
     memory_marketed: str
-    memory_bandwidth_gbps: float = _limits(gt=0)
+    memory_bandwidth_gbps: float = bounded(gt=0)
     dense_tflops: dict[str, float | None]
     native_formats: tuple[str, ...]
     interconnect: Interconnect
     pcie_gen: int | None = None
-    gpus_per_node: int = _limits(gt=0)
+    gpus_per_node: int = bounded(gt=0)
     tdp_watts: float | None = None
     skypilot_accelerator: str | None = None
     source: str
@@ -88,7 +88,7 @@ class Gpu(_Record):
 class Model(_Record):
     hf_id: str
     family: str
-    params: int = _limits(gt=0)
+    params: int = bounded(gt=0)
     params_source: str
     source: str
     as_of: str
@@ -99,27 +99,27 @@ class Model(_Record):
 @dataclass(frozen=True, kw_only=True)
 class Scales:
     granularity: Literal["tensor", "channel", "group", "block"]
-    group_size: int | None = _limits(None, gt=0)
-    scale_bits: int = _limits(gt=0)
-    zero_bits: int = _limits(0, ge=0)
+    group_size: int | None = bounded(None, gt=0)
+    scale_bits: int = bounded(gt=0)
+    zero_bits: int = bounded(0, ge=0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExpertFormat:
     """The format a checkpoint stores its routed experts in when it differs from its other linear layers."""
 
-    bits: float = _limits(gt=0)
+    bits: float = bounded(gt=0)
     scales: Scales | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Precision(_Record):
-    bits: float = _limits(gt=0)
+    bits: float = bounded(gt=0)
     scope: Literal["all", "linear", "experts", "gguf"]
     serving_default: bool = False
     scales: Scales | None = None
     experts: ExpertFormat | None = None  # scope linear: routed experts in this format instead (DeepSeek-V4 fp4)
-    seed_bits: float = _limits(gt=0)
+    seed_bits: float = bounded(gt=0)
     quality: Quality
     native: tuple[str, ...]
     torch_dtypes: tuple[str, ...] = ()
@@ -135,16 +135,16 @@ class Precision(_Record):
 
 @dataclass(frozen=True, kw_only=True)
 class KvDtype(_Record):
-    bits: int = _limits(gt=0)
+    bits: int = bounded(gt=0)
     source: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class Engine(_Record):
     description: str
-    overhead_fraction: float = _limits(ge=0, le=1)
+    overhead_fraction: float = bounded(ge=0, le=1)
     # the CUDA context every GPU holds: filled in from engine_profiles.yaml cuda.context_mib, its one home
-    runtime_reserve_mib: int | None = _limits(None, ge=0)
+    runtime_reserve_mib: int | None = bounded(None, ge=0)
     source: str
     as_of: str
 

@@ -50,11 +50,9 @@ from math import ceil, prod
 from pathlib import Path
 from typing import Callable, Literal, NamedTuple
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.model.architecture import Architecture, Attention, Tensor
-from planner.catalog.load import Catalog, Gpu, Precision, catalog_dir
+from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
 from planner.estimator.layout import model_kv_heads, pipeline_stages, shard_shape, tied_lm_head
 from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
@@ -77,47 +75,47 @@ DecodeBound = Literal["memory", "compute", "overhead", "communication"]
 # The catalog of efficiency factors
 
 
-class _Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GenerationEfficiency(_Entry):
+@dataclass(frozen=True, kw_only=True)
+class GenerationEfficiency:
     """Achievable fractions of a GPU generation's datasheet peaks."""
 
     name: str
-    memory_efficiency: float = Field(gt=0, le=1)  # of memory_bandwidth_gbps, streaming the weights
-    kv_read_efficiency: float = Field(gt=0, le=1)  # of memory_bandwidth_gbps, attention reading the paged KV cache
-    compute_efficiency: float = Field(gt=0, le=1)  # of dense_tflops, on large GEMMs
+    memory_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, streaming the weights
+    kv_read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, attention reading the paged KV cache
+    compute_efficiency: float = bounded(gt=0, le=1)  # of dense_tflops, on large GEMMs
     fitted_to: str
     source: str
 
 
-class EngineCost(_Entry):
+@dataclass(frozen=True, kw_only=True)
+class EngineCost:
     name: str
     aliases: tuple[str, ...] = ()
     # fixed GPU time per layer per forward pass, in thousands of the GPU's clock cycles: the small kernels
     # (norms, rotary, activations, cache writes) and the gaps between kernels are latency-bound, so they
     # take a number of cycles, not of microseconds (catalogs/performance.yaml `clocks`)
-    per_layer_kilocycles: float = Field(ge=0)
+    per_layer_kilocycles: float = bounded(ge=0)
     # a MoE layer's extra fixed cost per expert its tokens touch: each touched expert's token list is
     # padded to the GEMM tile and gets its own blocks of the grouped GEMM (fused_moe launches blocks only
     # for experts with tokens), so a batch-1 step pays for k experts, not all E
-    per_expert_overhead_us: float = Field(ge=0)
+    per_expert_overhead_us: float = bounded(ge=0)
     # of memory_bandwidth_gbps streaming weights, when the engine's own kernels set it rather than the GPU
     # generation (llama.cpp's mat-vec kernels dequantizing GGUF blocks); None: the generation's
-    memory_efficiency: float | None = Field(default=None, gt=0, le=1)
+    memory_efficiency: float | None = bounded(None, gt=0, le=1)
     fitted_to: str
     source: str
 
 
-class InterconnectCost(_Entry):
+@dataclass(frozen=True, kw_only=True)
+class InterconnectCost:
     kind: str  # the Gpu interconnect kind: nvlink, pcie, infinity-fabric, ...
-    step_latency_us: float = Field(ge=0)  # one step of a ring collective (a ring all-reduce takes 2 (tp-1))
-    bandwidth_efficiency: float = Field(gt=0, le=1)  # of the one-way link bandwidth, on large transfers
+    step_latency_us: float = bounded(ge=0)  # one step of a ring collective (a ring all-reduce takes 2 (tp-1))
+    bandwidth_efficiency: float = bounded(gt=0, le=1)  # of the one-way link bandwidth, on large transfers
     source: str
 
 
-class PrecisionCompute(_Entry):
+@dataclass(frozen=True, kw_only=True)
+class PrecisionCompute:
     """The tensor-core format in which a low-bit precision computes, where the GPU has it natively."""
 
     name: str
@@ -125,13 +123,15 @@ class PrecisionCompute(_Entry):
     source: str
 
 
-class GpuClock(_Entry):
+@dataclass(frozen=True, kw_only=True)
+class GpuClock:
     gpu: str  # a catalog GPU name, or `default`
-    boost_clock_mhz: float = Field(gt=0)
+    boost_clock_mhz: float = bounded(gt=0)
     source: str
 
 
-class PerformanceCatalog(_Entry):
+@dataclass(frozen=True, kw_only=True)
+class PerformanceCatalog:
     schema_version: int
     generations: tuple[GenerationEfficiency, ...]
     engines: tuple[EngineCost, ...]
@@ -169,15 +169,7 @@ class PerformanceCatalog(_Entry):
 def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog:
     """catalogs/performance.yaml, validated (cached: catalogs don't change during a run)."""
     path = Path(directory or catalog_dir()) / "performance.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        catalog = PerformanceCatalog.model_validate(data)
-    except (OSError, yaml.YAMLError) as exc:
-        raise PlannerInputError(f"catalog {path.name}: cannot read it ({exc})") from None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise PlannerInputError(f"catalog {path.name}: {where}: {first['msg']}") from None
+    catalog = catalog_record(PerformanceCatalog, read_yaml(path), f"catalog {path.name}")
     for section, names in (("generations", [g.name for g in catalog.generations]),
                            ("interconnects", [i.kind for i in catalog.interconnects]),
                            ("clocks", [c.gpu for c in catalog.clocks])):
@@ -688,7 +680,7 @@ def replica_performance(arch: Architecture, precision: str, kv_dtype: str, gpu: 
 
 def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> ReplicaPerformance:
     """replica_performance on a resolved layout."""
-    prompt, output, pp = workload.prompt_tokens, workload.output_tokens, timer.pp
+    prompt, output = workload.prompt_tokens, workload.output_tokens
 
     # Decode at the mean context over the output; the KV each sequence holds there is read every step.
     context = prompt + output // 2
