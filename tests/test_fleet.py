@@ -208,12 +208,14 @@ def test_a_quota_names_its_provider_in_any_case():
 
 def test_a_cheaper_gpu_left_out_says_why():
     """At 128K the GH200 (cheaper per GPU-hour, sold one per instance) cannot hold one 131,072-token request in
-    vLLM's pool, so the fleet rents dearer H200s; the plan says so with the engine's reason, not silently."""
+    vLLM's gpu_memory_utilization budget, so with the budget alone (kv_cache_memory: utilization) the fleet rents
+    dearer H200s; the plan says so with the engine's reason, not silently."""
     scenario = parse_scenario({
         "name": "long", "model": "llama-3.3-70b",
         "workload": {"context": "128K", "traffic": {"requests_per_s": 1, "prompt_tokens": 1500, "output_tokens": 400},
                      "slo": {"ttft_s": 2.0, "tpot_s": 0.05}},
         "search": {"gpus": ["gh200", "h200-sxm"], "precisions": ["fp8"], "kv_dtypes": ["fp8"]},
+        "engine": {"name": "vllm", "kv_cache_memory": "utilization"},
         "pricing": {"providers": ["lambda", "runpod"]}})
     plan = plan_fleet(fleet_problem(scenario, CATALOG), CATALOG)
     assert plan.assignments and {a.config.candidate.gpu.name for a in plan.assignments} == {"h200-sxm"}

@@ -25,11 +25,12 @@ from planner.catalog.load import Catalog, Gpu, validate_record
 from planner.errors import PlannerInputError
 from planner.files import PLAN, read_bytes
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings
+from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES
 from planner.estimator.layout import layout_refusal
 from planner.estimator.memory import GpuTarget, MemoryEstimate
 from planner.model.sources import resolve_model
 from planner.plan.configuration import Configuration, check_configuration
-from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, format_bytes
+from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, MAX_SIZE_BYTES, format_bytes
 
 SCHEMA_VERSION = 2  # 2: plans carry the model, the engine and its resolved settings (1 had neither)
 MAX_REPLICAS = 10_000  # as a scenario's workload.replicas
@@ -69,6 +70,8 @@ class EngineRecord(_Schema):
     n_gpu_layers: int | None = Field(default=None, ge=0, le=100_000)
     cache_type: Token | None = None
     flash_attn: bool | None = None
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1, le=MAX_SIZE_BYTES)
+    kv_cache_memory: Literal[KV_CACHE_MEMORY_MODES] = "utilization"  # type: ignore[valid-type]
 
 
 class PlanRecord(_Schema):

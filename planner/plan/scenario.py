@@ -179,6 +179,10 @@ class EngineSpec(_Strict):
     name: Literal["vllm", "sglang", "llamacpp", "simple"] = "vllm"
     overhead: float | None = Field(default=None, ge=0, le=1)  # simple only: the margin of weights + KV
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)  # vLLM (default 0.9)
+    # vLLM: how the KV pool is sized. auto: gpu_memory_utilization's budget, or where that cannot hold one request of
+    # the context (and gpu_memory_utilization is left unset), the figure vLLM logs "to fully utilize gpu memory",
+    # passed as --kv-cache-memory-bytes; utilization: always the budget; full: always that figure
+    kv_cache_memory: Literal["auto", "utilization", "full"] = "auto"
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH)  # vLLM
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10_000_000)  # vLLM
     mem_fraction_static: float | None = Field(default=None, gt=0, le=1)  # SGLang

@@ -191,7 +191,7 @@ def engine_settings(scenario: Scenario) -> EngineSettings | None:
         return None
     return EngineSettings(spec.name, gpu_memory_utilization=spec.gpu_memory_utilization,
                           max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
-                          mem_fraction_static=spec.mem_fraction_static)
+                          mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory)
 
 
 # --------------------------------------------------------------------------------------------

@@ -276,6 +276,9 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
             "--gpu-memory-utilization", f"{launch.gpu_memory_utilization:.2f}",
             "--kv-cache-dtype", engine_kv_dtype("vllm", plan.kv_dtype),
             "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
+    kv_cache_memory = plan.configuration.engine.kv_cache_memory_bytes
+    if kv_cache_memory is not None:
+        args += ["--kv-cache-memory-bytes", str(kv_cache_memory)]
     args += _engine_flags(plan.precision.vllm_flag, prequantized)
     if launch.enforce_eager:
         args.append("--enforce-eager")
@@ -292,6 +295,10 @@ def _vllm_notes(plan: ExportPlan, checkpoint: str | None) -> list[str]:
     if prequantized:
         notes.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
     launch = vllm_launch(plan)
+    if plan.configuration.engine.kv_cache_memory_bytes is not None:
+        notes.append(_comment("--kv-cache-memory-bytes: the KV pool the plan was sized with, in place of "
+                              "--gpu-memory-utilization's budget (vLLM then skips its memory profile; if it runs out of "
+                              "memory, compare the free memory it logs at start-up with the plan's card)"))
     if launch.enforce_eager:
         notes.append(_comment("--enforce-eager: " + ("no vLLM profile for this model to size CUDA graphs against"
                                                      if not launch.rechecked else

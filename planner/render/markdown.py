@@ -82,4 +82,6 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
                      f"| {c.context:,} x {a.config.performance.batch:.1f} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
     lines += [""] + [f"- unmet: {u}" for u in plan.unmet] + [f"- binding: {b}" for b in plan.binding]
     lines += [f"- left out: {x}" for x in plan.left_out]
+    lines += [f"- note: {x}" for x in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}"
+                                                    for a in plan.assignments for w in a.memory.warnings)]
     return "\n".join(lines) + "\n"

@@ -230,6 +230,9 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
         console.print(f"binding: {line}")
     for line in plan.left_out:
         console.print(f"left out: {line}", highlight=False, markup=False)
+    for line in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}" for a in plan.assignments
+                              for w in a.memory.warnings):
+        console.print(f"note: {line}", highlight=False, markup=False)
     if plan.assignments:
         console.print("every replica's configuration was re-checked by the estimator")
 

@@ -15,6 +15,10 @@ from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 
 ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
+# How vLLM's KV pool is sized when --kv-cache-memory-bytes is not given: gpu_memory_utilization's budget (vLLM's
+# own default); the figure vLLM's start-up log gives "to fully utilize gpu memory"; or that figure only where the
+# budget cannot hold one request of max_model_len (what vLLM's error then suggests). See engines/vllm.py.
+KV_CACHE_MEMORY_MODES = ("utilization", "full", "auto")
 # Results a Memo keeps before it starts afresh: the distinct layouts of one run (as _stage_weights' lru_cache)
 MEMO_ENTRIES = 4096
 T = TypeVar("T")
@@ -40,6 +44,8 @@ class EngineSettings:
     n_gpu_layers: int | None = None  # llama.cpp; None = as many as fit (its --fit)
     cache_type: str | None = None  # llama.cpp --cache-type-k/-v: f16, q8_0, q4_0 ...
     flash_attn: bool | None = None  # llama.cpp; None = auto (on for CUDA)
+    kv_cache_memory_bytes: int | None = None  # vLLM --kv-cache-memory-bytes: the KV pool per GPU (the budget is ignored)
+    kv_cache_memory: str = "utilization"  # vLLM, without kv_cache_memory_bytes: one of KV_CACHE_MEMORY_MODES
 
     def validate(self) -> None:
         if self.name not in ENGINE_NAMES:
@@ -48,7 +54,11 @@ class EngineSettings:
                             ("--mem-fraction-static", self.mem_fraction_static)):
             if value is not None and not 0 < value <= 1:
                 raise PlannerInputError(f"{flag}: {value} must be a fraction above 0 and at most 1 (0.9 = 90%)")
+        if self.kv_cache_memory not in KV_CACHE_MEMORY_MODES:
+            raise PlannerInputError(f"kv_cache_memory: {self.kv_cache_memory!r} is not a mode; use one of "
+                                    f"{', '.join(KV_CACHE_MEMORY_MODES)}")
         for flag, count in (("--max-num-batched-tokens", self.max_num_batched_tokens), ("--max-num-seqs", self.max_num_seqs),
+                            ("--kv-cache-memory-bytes", self.kv_cache_memory_bytes),
                             ("--block-size", self.block_size), ("--n-batch", self.n_batch), ("--n-ubatch", self.n_ubatch)):
             if count is not None and count < 1:
                 raise PlannerInputError(f"{flag}: must be at least 1, got {count}")
@@ -281,5 +291,5 @@ def largest_passing(low: int, high: int, passes) -> int | None:
     return low
 
 
-__all__ = ["ENGINE_NAMES", "CacheGroup", "EngineBudget", "EngineSettings", "Memo", "PoolLayout", "RankBudget", "ServedModel",
+__all__ = ["ENGINE_NAMES", "KV_CACHE_MEMORY_MODES", "CacheGroup", "EngineBudget", "EngineSettings", "Memo", "PoolLayout", "RankBudget", "ServedModel",
            "Stage", "catalog_card", "estimate_once", "engine_refusal", "largest_passing", "limiting_rank", "serve"]

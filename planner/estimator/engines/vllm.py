@@ -294,6 +294,19 @@ def _gib(n_bytes: int) -> str:
     return f"{gib(n_bytes):.2f}"
 
 
+@dataclass(frozen=True)
+class _StageUse:
+    """What each rank of a pipeline stage holds beside its KV cache (bytes)."""
+
+    weights: int
+    activation: int  # the torch peak increase of profile_run
+    non_torch: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.activation + self.non_torch
+
+
 def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
                 catalog: Catalog) -> EngineBudget:
     profiles = load_profiles()
@@ -311,30 +324,46 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
 
     compressed = arch.has_compressed_caches
     warnings = [w for w in (check_kv_dtype(model) if compressed else None,) if w]
-    ranks: list[RankBudget] = []
-    layouts: dict[int, KvLayout | PackedLayout] = {}
-    available: dict[int, int] = {}
-    for stage in model.stages:
-        layout = layouts[stage.index] = (packed_layout(model, stage, block_size, batched, profile)
-                                         if compressed else kv_layout(model, stage, block_size, shape, profile))
-        activation = activation_peak(model, stage, resolved, profile)
-        non_torch = non_torch_bytes(request.tp, request.pp, custom_all_reduce, profile)
-        subtracted = graphs if profile.subtract_cuda_graph.value else 0
-        memory = available[stage.index] = requested - stage.weights_bytes - activation - non_torch - subtracted
-        tokens = layout.capacity_tokens(layout.num_blocks(memory), block_size, context)
-        for tp_rank in range(request.tp):
-            ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
-                                    memory_bytes=visible, budget_bytes=requested, weights_bytes=stage.weights_bytes,
-                                    activation_bytes=activation, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
-                                    kv_pool_bytes=max(memory, 0), kv_capacity_tokens=tokens))
+    layouts: dict[int, KvLayout | PackedLayout] = {
+        stage.index: (packed_layout(model, stage, block_size, batched, profile)
+                      if compressed else kv_layout(model, stage, block_size, shape, profile)) for stage in model.stages}
+    uses = {stage.index: _StageUse(stage.weights_bytes, activation_peak(model, stage, resolved, profile),
+                                   non_torch_bytes(request.tp, request.pp, custom_all_reduce, profile))
+            for stage in model.stages}
+    subtracted = graphs if profile.subtract_cuda_graph.value else 0
+    available = {index: requested - use.total - subtracted for index, use in uses.items()}
+    # compile_or_warm_up_model's suggestion "to fully utilize gpu memory": one value every worker is given
+    full = min(free_at_start - use.total - graphs - profile.redundancy_buffer_mib.value * MiB for use in uses.values())
+    pinned = _kv_cache_memory_bytes(resolved, settings, layouts, available, full, context)
+    if pinned is not None:
+        warnings.append(_pinned_note(pinned, full, available, layouts, resolved, context))
+        resolved = replace(resolved, kv_cache_memory_bytes=pinned)
+        available = dict.fromkeys(uses, pinned)
+    elif (full > 0 and not _holds_one_request(layouts, available, context, resolved)
+          and _holds_one_request(layouts, dict.fromkeys(layouts, full), context, resolved)):
+        warnings.append(f"--kv-cache-memory-bytes {full} ({_gib(full)} GiB), the figure vLLM logs \"to fully utilize "
+                        f"gpu memory\", holds one request of {context:,} tokens (a scenario's engine.kv_cache_memory: "
+                        "auto takes it)")
+    budgets = {index: requested if pinned is None else use.total + pinned for index, use in uses.items()}
+
+    ranks = tuple(
+        RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
+                   memory_bytes=visible, budget_bytes=budgets[stage.index], weights_bytes=stage.weights_bytes,
+                   activation_bytes=uses[stage.index].activation, non_torch_bytes=uses[stage.index].non_torch,
+                   cuda_graph_bytes=graphs, kv_pool_bytes=max(available[stage.index], 0),
+                   kv_capacity_tokens=layouts[stage.index].capacity_tokens(
+                       layouts[stage.index].num_blocks(available[stage.index]), block_size, context))
+        for stage in model.stages for tp_rank in range(request.tp))
 
     # unify_kv_cache_configs: every worker uses the smallest worker's block count
     num_blocks = min(layouts[s].num_blocks(available[s]) for s in layouts)
-    limit = limiting_rank(tuple(ranks))
+    limit = limiting_rank(ranks)
     layout, memory = layouts[limit.pp_stage], available[limit.pp_stage]
     concurrency = num_blocks / layout.blocks_per_request(context, batched, block_size)
 
-    message, longest = _start_up_failure(model, layouts, available, visible, free_at_start, requested, resolved)
+    message, longest = _out_of_memory(uses, graphs, free_at_start, pinned, full)
+    if message is None:
+        message, longest = _start_up_failure(model, layouts, available, visible, free_at_start, requested, resolved)
     fits = message is None and concurrency >= request.batch
     if message is None and not fits:
         message = (f"vLLM starts, but its KV cache holds {concurrency:.2f} requests of {context:,} tokens at once "
@@ -342,16 +371,67 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
                    f"--batch {request.batch}; the others wait in the queue")
     return EngineBudget(
         name="vllm", release=(f"{profile.release}; DeepSeek-V4 caches as {profile.deepseek_v4_release.value}" if compressed
-                              else profile.release), gpu_memory_utilization=utilization, budget_bytes=requested,
-        weights_bytes=limit.weights_bytes, activation_bytes=limit.activation_bytes, non_torch_bytes=limit.non_torch_bytes,
-        cuda_graph_bytes=graphs, kv_pool_bytes=max(memory, 0),
+                              else profile.release), gpu_memory_utilization=utilization if pinned is None else None,
+        budget_bytes=limit.budget_bytes, weights_bytes=limit.weights_bytes, activation_bytes=limit.activation_bytes,
+        non_torch_bytes=limit.non_torch_bytes, cuda_graph_bytes=graphs, kv_pool_bytes=max(memory, 0),
         kv_cache_capacity_tokens=layout.capacity_tokens(num_blocks, block_size, context), max_concurrency=concurrency,
         fits=fits, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
-        settings=resolved, per_rank=tuple(ranks),
-        warnings=tuple(warnings + _warnings(free_at_start - requested, graphs, resolved, profile)),
+        settings=resolved, per_rank=ranks,
+        warnings=tuple(warnings + _warnings(free_at_start - max(budgets.values()), graphs, resolved, profile)),
         layout=(pool_layout(layout, block_size, context, num_blocks) if isinstance(layout, PackedLayout) else
                 _pool_layout(layout, shape, resolved, context, num_blocks, default_block_size(arch, profile))),
     )
+
+
+def _holds_one_request(layouts: dict[int, KvLayout | PackedLayout], available: dict[int, int], context: int,
+                       settings: EngineSettings) -> bool:
+    """check_enough_kv_cache_memory passes: every worker's memory holds one request of max_model_len."""
+    return all(0 < available[s] and layouts[s].needed_bytes(context, settings.max_num_batched_tokens,
+                                                            settings.block_size) <= available[s] for s in layouts)
+
+
+def _kv_cache_memory_bytes(resolved: EngineSettings, given: EngineSettings, layouts: dict[int, KvLayout | PackedLayout],
+                           available: dict[int, int], full: int, context: int) -> int | None:
+    """The --kv-cache-memory-bytes vLLM is started with (None: gpu_memory_utilization's budget sizes the pool).
+    "auto" takes vLLM's full figure only where the user left gpu_memory_utilization to the planner, its budget
+    cannot hold one request of max_model_len (vLLM would refuse to start) and the full figure can."""
+    if resolved.kv_cache_memory_bytes is not None:
+        return resolved.kv_cache_memory_bytes
+    mode = resolved.kv_cache_memory
+    if full <= 0 or mode == "utilization" or (mode == "auto" and given.gpu_memory_utilization is not None):
+        return None
+    if mode == "full":
+        return full
+    if _holds_one_request(layouts, available, context, resolved):
+        return None
+    return full if _holds_one_request(layouts, dict.fromkeys(layouts, full), context, resolved) else None
+
+
+def _pinned_note(pinned: int, full: int, available: dict[int, int], layouts: dict[int, KvLayout | PackedLayout],
+                 settings: EngineSettings, context: int) -> str:
+    """The pool sized by --kv-cache-memory-bytes, against what gpu_memory_utilization's budget would have left."""
+    budget = max(min(available.values()), 0)
+    short = ("" if _holds_one_request(layouts, available, context, settings) else
+             f", short of one request of max_model_len {context:,}")
+    figure = ("vLLM's figure" if pinned == full else f"vLLM's figure here is {max(full, 0)} ({_gib(max(full, 0))} GiB),")
+    return (f"KV cache: --kv-cache-memory-bytes {pinned} ({_gib(pinned)} GiB) in place of gpu_memory_utilization "
+            f"{settings.gpu_memory_utilization}'s budget ({_gib(budget)} GiB{short}); {figure} \"to fully utilize gpu "
+            "memory\": the free memory at start-up less weights, activation peak, non-torch and CUDA graph memory and "
+            f"its 150 MiB margin")
+
+
+def _out_of_memory(uses: dict[int, _StageUse], graphs: int, free: int, pinned: int | None,
+                   full: int) -> tuple[str | None, None]:
+    """A given --kv-cache-memory-bytes is allocated as asked (vLLM skips its memory profile): past the free memory,
+    the start-up runs out of CUDA memory."""
+    if pinned is None:
+        return None, None
+    need = max(use.total for use in uses.values()) + graphs + pinned
+    if need <= free:
+        return None, None
+    return (f"CUDA out of memory at start-up: --kv-cache-memory-bytes {pinned} with the weights, activation peak, "
+            f"non-torch and CUDA graph memory needs {_gib(need)} GiB of the {_gib(free)} GiB free; vLLM's figure to "
+            f"fully utilize gpu memory here is {max(full, 0)}"), None
 
 
 def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout | PackedLayout], available: dict[int, int], visible: int,
@@ -377,6 +457,7 @@ def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout | PackedLa
                     f"{estimate}Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing "
                     "the engine."), longest
     return None, None
+
 
 
 def _warnings(outside: int, graphs: int, settings: EngineSettings, profile: VllmProfile) -> list[str]:
