@@ -36,7 +36,7 @@ def test_the_recorded_counts_cover_every_new_family():
     families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
-            "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear"} <= families
+            "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear", "ministral3", "mistral4"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -204,7 +204,8 @@ def test_a_malformed_exclusion_list_is_named():
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
                                   "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4",
-                                  "deepseek-v4-flash", "gemma-3n-e4b-it", "kimi-linear-48b-a3b"])
+                                  "deepseek-v4-flash", "gemma-3n-e4b-it", "kimi-linear-48b-a3b",
+                                  "ministral-3-8b-defaults", "mistral-small-4-defaults"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

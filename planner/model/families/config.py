@@ -135,5 +135,5 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl", "qwen3_vl_text",
                      "qwen3_vl_moe", "deepseek_v32", "glm_moe_dsa", "kimi_k25", "glm4_moe", "minimax_m2",
                      "nemotron_h", "nemotron-nas", "mimo_v2_flash", "mimo", "glm4_moe_lite", "minimax_m3",
-                     "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear"}
+                     "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear", "ministral3", "mistral4"}
 
