@@ -338,8 +338,8 @@ NOT_REPRESENTATIVE = set(range(386, 392)) | set(range(405, 409))
 LONG_PROMPT_TOKENS = 1024
 # Coordinate descent: multiplicative steps tried on each factor, coarse then fine, and the bounds. Two coarse
 # rounds reach at most 4.4x from the start; the reach acts as the fit's regularizer: a third coarse round lets
-# the fixed costs absorb what the mechanisms leave unexplained in a few sources and scores worse out of sample
-# (TPOT median 14.0%, p90 34.0%, worst 1.60x, against 13.9% / 28.3% / 1.59x with two).
+# the fixed costs absorb what the mechanisms leave unexplained in a few sources and scores worse at the tail out
+# of sample (TPOT median 14.1%, p90 34.0%, worst 1.61x, against 14.3% / 28.3% / 1.61x with two).
 STEPS = ((0.5, 0.7, 0.85, 1.18, 1.4, 2.0), (0.5, 0.7, 0.85, 1.18, 1.4, 2.0), (0.93, 0.97, 1.03, 1.07), (0.97, 1.03))
 EFFICIENCY_BOUNDS = (0.05, 1.0)
 OVERHEAD_FLOOR = 0.05  # a fixed cost fitted to ~0 stays searchable multiplicatively
@@ -358,10 +358,12 @@ SHARED_LAYER_COST = ("vllm", "sglang")
 # kernels (SGLang's is adapted from vLLM's), sized for every expert; TensorRT-LLM's own rows are Mixtral's 8 experts,
 # which cannot tell a per-expert cost from a per-layer one. Fitted apart, each engine's cost came from one or two
 # models, DeepSeek-R1's 256 experts were priced from Mixtral's 8 or gpt-oss-20b's 32, and out of sample TPOT
-# scored median 17.3%, p90 65.0%, worst 2.65x (vLLM and SGLang shared, TensorRT-LLM apart: 13.9% / 35.3% / 1.73x).
+# scored median 16.0%, p90 65.0%, worst 2.65x (vLLM and SGLang shared, TensorRT-LLM apart: 14.7% / 35.3% / 1.73x).
 SHARED_EXPERT_COST = ("vllm", "sglang", "trtllm")
-# Not fitted: the catalog takes them from a cited measurement (catalogs/performance.yaml, the entry's source).
-CITED: frozenset[Parameter] = frozenset({("engines", "llama.cpp", "per_layer_kilocycles")})
+# Not fitted: the catalog takes them from a cited measurement (catalogs/performance.yaml, the entry's source);
+# llama.cpp's per-step cost is 0 because that measurement's per-layer cycles already hold it.
+CITED: frozenset[Parameter] = frozenset({("engines", "llama.cpp", "per_layer_kilocycles"),
+                                         ("engines", "llama.cpp", "per_step_us")})
 
 
 def source_group(source: str) -> str:

@@ -123,7 +123,6 @@ def test_fixed_cost_is_gpu_cycles_added_to_the_work(catalog, perf):
     small = run(catalog, "qwen2.5-0.5b", gpu="rtx-4090", precision="fp16", engine="llama.cpp")
     layers = arch(catalog, "qwen2.5-0.5b").num_layers
     layers_s = layer_s(perf, "llama.cpp", "rtx-4090", layers)
-    assert step_s(perf, "llama.cpp") > 0
     assert small.per_layer_overhead_s == pytest.approx(layers_s + step_s(perf, "llama.cpp"))
     memory = small.weight_read_s + small.kv_read_s
     assert small.decode_step_s == pytest.approx(max(memory, small.decode_compute_s) + small.per_layer_overhead_s)
@@ -135,6 +134,8 @@ def test_fixed_cost_is_gpu_cycles_added_to_the_work(catalog, perf):
     # boost clocks, MHz
     assert slower_clock.per_layer_overhead_s == pytest.approx(layers_s * 2520 / 1410 + step_s(perf, "llama.cpp"))
     graphed = run(catalog, "qwen2.5-0.5b", gpu="rtx-4090", precision="fp16", engine="vllm")
+    assert step_s(perf, "vllm") > 0
+    assert graphed.per_layer_overhead_s == pytest.approx(layer_s(perf, "vllm", "rtx-4090", layers) + step_s(perf, "vllm"))
     assert graphed.decode_step_s == pytest.approx(
         max(graphed.weight_read_s + graphed.kv_read_s, graphed.decode_compute_s) + graphed.per_layer_overhead_s)
 
