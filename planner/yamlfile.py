@@ -12,15 +12,18 @@ catalogs (bench/cli_speed.py): libyaml parses them in about 0.1 s, the JSON copy
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerInputError
+
+try:  # CPython's own SHA-256: hashlib loads OpenSSL first (python -X importtime: 3.5 ms, against 0.55 ms)
+    from _sha256 import sha256
+except ImportError:  # another Python, or 3.12 and later (_sha2)
+    from hashlib import sha256
 
 if TYPE_CHECKING:
     import yaml
@@ -101,7 +104,7 @@ def load_yaml_cached(path: Path, label: str) -> Any:
         raw = path.read_bytes()
     except OSError as exc:
         raise PlannerInputError(f"{label}: cannot read it ({exc.strerror}); reinstall planner") from None
-    cached = cache_dir() / f"yaml-v{CACHE_FORMAT}-{hashlib.sha256(raw).hexdigest()}.json"
+    cached = cache_dir() / f"yaml-v{CACHE_FORMAT}-{sha256(raw).hexdigest()}.json"
     try:
         return json.loads(cached.read_text(encoding="utf-8"), object_hook=_from_json)
     except (OSError, ValueError):
@@ -139,6 +142,8 @@ def _from_json(obj: dict[str, Any]) -> Any:
 def _write_cache(path: Path, data: Any) -> None:
     """Best effort: a read-only home, or a document JSON would not give back as it is (dates, a list as a key),
     just means no cache."""
+    import tempfile  # a copy is written once per catalog content
+
     try:
         text = json.dumps(_to_json(data))
         if json.loads(text, object_hook=_from_json) != data:

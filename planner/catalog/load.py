@@ -6,11 +6,9 @@ repository), so planner works offline from any directory.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from functools import cache, cached_property
-from importlib import resources
 from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -43,6 +41,8 @@ def bounded(default: Any = MISSING, **bounds: float) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class _Record:
+    """What every catalog entry has: its name (a lowercase slug) and other names it answers to."""
+
     name: str
     aliases: tuple[str, ...] = ()
 
@@ -53,6 +53,8 @@ class _Record:
 
 @dataclass(frozen=True, kw_only=True)
 class Interconnect:
+    """How a GPU talks to the other GPUs of its node."""
+
     kind: str
     name: str
     bandwidth_gbps: float = bounded(gt=0)
@@ -60,6 +62,8 @@ class Interconnect:
 
 @dataclass(frozen=True, kw_only=True)
 class Gpu(_Record):
+    """A GPU of gpus.yaml."""
+
     display_name: str
     vendor: Literal["nvidia", "amd", "intel", "google"]
     generation: str
@@ -86,6 +90,8 @@ class Gpu(_Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Model(_Record):
+    """A model of models.yaml: its Hugging Face repository and config.json."""
+
     hf_id: str
     family: str
     params: int = bounded(gt=0)
@@ -98,6 +104,8 @@ class Model(_Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Scales:
+    """The scales a quantized format stores beside its weights."""
+
     granularity: Literal["tensor", "channel", "group", "block"]
     group_size: int | None = bounded(None, gt=0)
     scale_bits: int = bounded(gt=0)
@@ -114,6 +122,8 @@ class ExpertFormat:
 
 @dataclass(frozen=True, kw_only=True)
 class Precision(_Record):
+    """A weight precision of precisions.yaml."""
+
     bits: float = bounded(gt=0)
     scope: Literal["all", "linear", "experts", "gguf"]
     serving_default: bool = False
@@ -135,12 +145,16 @@ class Precision(_Record):
 
 @dataclass(frozen=True, kw_only=True)
 class KvDtype(_Record):
+    """A KV cache dtype of precisions.yaml."""
+
     bits: int = bounded(gt=0)
     source: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class Engine(_Record):
+    """A serving engine of engines.yaml."""
+
     description: str
     overhead_fraction: float = bounded(ge=0, le=1)
     # the CUDA context every GPU holds: filled in from engine_profiles.yaml cuda.context_mib, its one home
@@ -191,7 +205,9 @@ class Registry(Generic[R]):
         found = index.get(name.strip().lower())
         if found is not None:
             return found
-        close = difflib.get_close_matches(name.strip().lower(), list(index), n=3, cutoff=0.5)
+        from difflib import get_close_matches  # only for a name not found
+
+        close = get_close_matches(name.strip().lower(), list(index), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}?" if close else f"see `planner catalog {self.kind}s`"
         raise PlannerInputError(f"unknown {self.kind} {name!r}: {hint}")
 
@@ -207,6 +223,8 @@ _REPO_ID = re.compile(r"[a-z0-9._-]+(/[a-z0-9._-]+)?")
 
 @dataclass(frozen=True)
 class Catalog:
+    """Every catalog, loaded and validated (load_catalog)."""
+
     gpus: Registry[Gpu]
     models: Registry[Model]
     precisions: Registry[Precision]
@@ -260,9 +278,10 @@ class Catalog:
 def catalog_dir() -> Path:
     """Where the YAML files are: inside the installed package, or catalogs/ in a source checkout."""
     try:
-        return Path(str(resources.files("planner.catalogs")))
+        import planner.catalogs as catalogs
     except ModuleNotFoundError:
         return Path(__file__).resolve().parents[2] / "catalogs"
+    return Path(next(iter(catalogs.__path__)))  # the package's folder (importlib.resources.files, without its imports)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
