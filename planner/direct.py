@@ -24,7 +24,7 @@ import re
 import sys
 from enum import Enum
 from types import UnionType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union, get_args, get_origin
 
 if TYPE_CHECKING:
     import typer
@@ -105,25 +105,37 @@ def _declared(function: Callable[..., Any]) -> dict[str, Parameter]:
     return parameters
 
 
-def _option_names(name: str, declared: Parameter, hint: Any) -> list[str]:
-    """The option's spellings as typer declares them; a flag typer gives a --no- form too is typer's to read."""
-    if declared.decls:
-        if any("/" in decl for decl in declared.decls):
-            raise _NotPlain
-        return list(declared.decls)
-    if hint is bool:
+def _option_names(name: str, declared: Parameter) -> list[str]:
+    """The option's spellings as typer declares them (a flag's --no- form is typer's to read)."""
+    if any("/" in decl for decl in declared.decls):
         raise _NotPlain
-    return ["--" + name.replace("_", "-")]
+    return list(declared.decls) or ["--" + name.replace("_", "-")]
+
+
+class _Hints(dict):
+    """The command function's annotations, each evaluated (as typing.get_type_hints evaluates it) when first asked
+    for: get_type_hints compiles every one, and a command line names a few of estimate's 28 parameters."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        super().__init__()
+        self.function = function
+
+    def __missing__(self, name: str) -> Any:
+        hint = self.function.__annotations__[name]
+        if isinstance(hint, str):  # `from __future__ import annotations`: the command module's own source text
+            hint = eval(hint, self.function.__globals__)  # noqa: S307
+        self[name] = hint
+        return hint
 
 
 def _arguments(function: Callable[..., Any], tokens: list[str]) -> dict[str, Any]:
-    hints = get_type_hints(function)
+    hints = _Hints(function)
     declared = _declared(function)
     options: dict[str, str] = {}
     positional = []
     for name, param in declared.items():
         if param.kind == "option":
-            options.update((spelling, name) for spelling in _option_names(name, param, hints[name]))
+            options.update((spelling, name) for spelling in _option_names(name, param))
         elif get_origin(hints[name]) is list:
             raise _NotPlain  # a positional list takes many values
         else:
@@ -143,8 +155,8 @@ def _arguments(function: Callable[..., Any], tokens: list[str]) -> dict[str, Any
         if name is None:
             raise _NotPlain
         multiple, flag = get_origin(_optional_inner(hints[name])) is list, hints[name] is bool
-        if (name in given and not multiple) or (flag and equals):
-            raise _NotPlain
+        if (name in given and not multiple) or (flag and (equals or not declared[name].decls)):
+            raise _NotPlain  # repeated, a value for a flag, or a flag typer names --x/--no-x
         if flag:
             given[name] = True
             continue

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable
-from planner.render.records import fit_record
 from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
@@ -301,6 +300,8 @@ def _pool_layout_lines(e: EngineBudget) -> list[str]:
 
 
 def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Console) -> None:
+    from planner.render.records import fit_record  # with csv: only this table reads a record
+
     table = _table(console, show_header=True, header_style="bold")
     for col in ("engine", "largest context (1 request)", f"most sequences of {context:,}", f"fewest GPUs for {batch} x {context:,}"):
         table.add_column(col)
