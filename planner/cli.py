@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from planner.plan.deadline import CommandStart
+    from planner.render.plain import PlainConsole
 
 TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving configurations, CP-SAT and every "
                    "variant together (default: the scenario's solver.time_limit_s, 10).")
@@ -140,13 +141,21 @@ def _console() -> Console:
     return console
 
 
-def _show(draw: Callable[[Console], None]) -> None:
+def _show(draw: Callable[[Console | PlainConsole], None]) -> None:
     """Tables and lines to the terminal: written plainly (planner.render.plain) where rich would print them without
     styles and nothing in them needs rich, else by rich."""
     from planner.render.plain import print_plain
 
     if not print_plain(draw, sys.stdout):
         draw(_console())
+
+
+def _print_lines(lines: list[str]) -> None:
+    def draw(console: Console | PlainConsole) -> None:
+        for line in lines:
+            console.print(line)
+
+    _show(draw)
 
 
 @command()
@@ -196,7 +205,7 @@ def estimate(
         else:
             from planner.render.terminal import engine_table, estimate_table
 
-            def both_tables(console: Console) -> None:
+            def both_tables(console: Console | PlainConsole) -> None:
                 estimate_table(both.memory, console, show_fit=False)
                 engine_table(both.engine, console)
 
@@ -222,7 +231,7 @@ def fit_command(
     gpu_memory: Optional[str] = Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 81559MiB."),
     gpus: Optional[int] = Option(None, "--gpus", min=1, help="GPUs to split over (default 1)."),
     context: str = Option("8192", metavar="TOKENS",
-                                help="Tokens per sequence for 'most sequences' and 'fewest GPUs': 8192, 8K, 128K."),
+                          help="Tokens per sequence for 'most sequences' and 'fewest GPUs': 8192, 8K, 128K."),
     batch: int = Option(1, help="Sequences at once for 'fewest GPUs'."),
     precision: str = Option("auto", help="Weight precision."),
     kv_dtype: str = Option("auto", "--kv-dtype", help="KV cache dtype."),
@@ -253,7 +262,7 @@ def solve(
     top: Optional[int] = Option(None, "--top", min=0, help="Alternatives to list (default: the scenario's, 5)."),
     time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
     what_if: bool = Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
-                                 "the busiest GPU type removed: one comparison table."),
+                           "the busiest GPU type removed: one comparison table."),
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
@@ -282,7 +291,7 @@ def solve(
         PlanFormat.csv: lambda: rows_csv(result.rows())})
 
 
-def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Console], None],
+def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Console | PlainConsole], None],
           texts: dict[PlanFormat, Callable[[], str]]) -> None:
     """One result to the terminal or to -o: a table printed as is (or rendered 120 columns wide for a file), or
     the text of the other formats."""
@@ -393,10 +402,10 @@ def export_command(
     to: ExportTarget = Option(..., "--to", help="vllm, sglang, llamacpp, skypilot or kubernetes."),
     plan_index: int = Option(0, "--plan", min=0, help="0 = the best plan, N = the N-th alternative."),
     assignment: Optional[int] = Option(None, "--assignment", min=0,
-                                             help="A fleet plan: only assignment N (default: one launch per assignment)."),
+                                       help="A fleet plan: only assignment N (default: one launch per assignment)."),
     output: Optional[str] = Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
     checkpoint: Optional[str] = Option(None, "--checkpoint", help="The pre-quantized repository (ORG/NAME) to load "
-                                             "when the plan's precision needs one planner's catalog does not name."),
+                                       "when the plan's precision needs one planner's catalog does not name."),
 ) -> None:
     """The launch command or deployment file for a solved plan (or each assignment of a fleet plan)."""
     from planner.render.export import export_all
@@ -442,7 +451,7 @@ def serve_command(
 @command("update", PRICES_COMMANDS)
 def prices_update(
     source: str = Option(..., "--from", help="skypilot-catalog: a local catalogs/v<N> folder or its raw URL "
-                               "(https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v8)."),
+                         "(https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v8)."),
     provider: Optional[list[str]] = Option(None, "--provider", help="Clouds to rebuild (default: all in catalogs/skypilot.yaml)."),
     as_of: Optional[str] = Option(None, "--as-of", help="The snapshot's date (default: its git commit date; today for a URL)."),
     prices_file: Optional[str] = Option(None, "--prices", help="The prices.yaml to rewrite (default: planner's own)."),
@@ -476,17 +485,17 @@ def perf_command(
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2))
         return
-    console = _console()
-    console.print(f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} (tp {data['tp']} x pp {data['pp']}, "
-                  f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens")
-    console.print(f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
-                  f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound")
+    lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} (tp {data['tp']} x pp {data['pp']}, "
+             f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens",
+             f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
+             f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"]
     steady = data.get("steady_state")
     if steady:
         verdict = "keeps up" if steady["keeps_up"] else f"cannot keep up ({steady['limit']})"
-        console.print(f"at {steady['requests_per_s']:g} req/s: {verdict}; {steady['batch']:.1f} requests running, "
-                      f"TTFT {steady['ttft_s']:.3f} s, TPOT {steady['tpot_ms']:.1f} ms, KV {steady['kv_tokens_mean']:,.0f} "
-                      f"of {steady['pool_tokens']:,} tokens (peak {steady['kv_tokens_peak']:,})")
+        lines.append(f"at {steady['requests_per_s']:g} req/s: {verdict}; {steady['batch']:.1f} requests running, "
+                     f"TTFT {steady['ttft_s']:.3f} s, TPOT {steady['tpot_ms']:.1f} ms, KV {steady['kv_tokens_mean']:,.0f} "
+                     f"of {steady['pool_tokens']:,} tokens (peak {steady['kv_tokens_peak']:,})")
+    _print_lines(lines)
 
 
 @command("simulate")
@@ -503,19 +512,20 @@ def simulate_command(
     if output_format is OutputFormat.json:
         _echo(json.dumps([asdict(r) for r in runs], indent=2))
         return
-    console = _console()
+    lines: list[str] = []
     for r in runs:
         x = r.result
-        console.print(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
-                      f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
+        lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
+                     f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
         for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):
             suffix = "ms" if unit == 1000 else "s"
-            console.print(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "
-                          f"p99 {p.p99 * unit:.3f} {suffix}")
-        console.print(f"  {x.completed:,} requests, {x.requests_per_s:.2f} req/s, {x.output_tokens_per_s:,.0f} output tokens/s, "
-                      f"{x.preemptions} preemptions, mean batch {x.mean_batch:.1f}, KV peak {x.kv_peak_fraction:.0%} of the pool")
+            lines.append(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "
+                         f"p99 {p.p99 * unit:.3f} {suffix}")
+        lines.append(f"  {x.completed:,} requests, {x.requests_per_s:.2f} req/s, {x.output_tokens_per_s:,.0f} output tokens/s, "
+                     f"{x.preemptions} preemptions, mean batch {x.mean_batch:.1f}, KV peak {x.kv_peak_fraction:.0%} of the pool")
         marks = " ".join(f"{fraction:.0%}" for _, fraction in x.kv_timeline[:: max(1, len(x.kv_timeline) // 10)])
-        console.print(f"  KV use over time: {marks}")
+        lines.append(f"  KV use over time: {marks}")
+    _print_lines(lines)
 
 
 def main() -> None:

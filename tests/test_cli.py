@@ -275,3 +275,17 @@ def test_a_closed_pipe_ends_a_direct_command_quietly(tmp_path):
     proc = subprocess.run(f"{sys.executable} -m planner.cli catalog models | head -1", shell=True, cwd=tmp_path,
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert proc.stdout.count("\n") == 1 and "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr
+
+
+@pytest.mark.parametrize("env,loaded", [({}, []), ({"FORCE_COLOR": "1"}, ["rich"])])
+def test_a_plain_estimate_starts_without_typer_and_prints_without_rich_unless_styled(tmp_path, env, loaded):
+    """planner.direct reads the command line and planner.render.plain writes the tables where rich would write no
+    styles; FORCE_COLOR asks rich for styles, so rich prints."""
+    code = ("import sys; sys.argv = ['planner', 'estimate', 'llama-3.1-8b', '--gpu', 'h100', '--tp', '2']; "
+            "from planner.cli import main; main(); print(sorted(m for m in ('typer', 'rich', 'pydantic') "
+            "if m in sys.modules))")
+    checkout = str(Path(__file__).resolve().parents[1])  # this checkout's planner, wherever it is installed from
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": checkout, **env})
+    assert proc.returncode == 0, proc.stderr
+    assert "per GPU" in proc.stdout and proc.stdout.splitlines()[-1] == str(loaded)

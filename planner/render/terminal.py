@@ -35,7 +35,7 @@ def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
     return [label, f"{n_bytes:,}", f"{gb(n_bytes):,.2f}", f"{gib(n_bytes):,.2f}", note]
 
 
-def estimate_table(est: MemoryEstimate, console: Console, show_fit: bool = True) -> None:
+def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fit: bool = True) -> None:
     """The breakdown; show_fit=False when an engine's own verdict follows (engine_table)."""
     gpus = est.tp * est.pp
     split = f" · tp {est.tp} x pp {est.pp} = {gpus} GPUs" if gpus > 1 else " · 1 GPU"
@@ -113,7 +113,7 @@ _TABLE_COLUMNS = {
 }
 
 
-def rows_table(rows: Iterable[dict[str, Any]], kind: str, console: Console) -> None:
+def rows_table(rows: Iterable[dict[str, Any]], kind: str, console: Console | PlainConsole) -> None:
     table = _table(console, show_header=True, header_style="bold")
     columns = _TABLE_COLUMNS[kind]
     for col in columns:
@@ -138,7 +138,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def solve_table(result: SolveResult, console: Console) -> None:
+def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
     console.print(f"[bold]{result.scenario}[/bold] · {result.model} · {status_line(result)}")
     for note in result.skipped:
         console.print(f"skipped {note}")
@@ -160,7 +160,8 @@ def solve_table(result: SolveResult, console: Console) -> None:
         console.print(f"  [yellow]warning:[/yellow] {warning}")
 
     if result.alternatives:
-        table = _table(console, title="Alternatives: the best plan on each other GPU type", show_header=True, header_style="bold")
+        table = _table(console, title="Alternatives: the best plan on each other GPU type", show_header=True,
+                       header_style="bold")
         for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "headroom GB"):
             table.add_column(col, justify="right" if col in ("$/hour", "headroom GB") else "left")
         for i, p in enumerate(result.alternatives, start=1):
@@ -170,8 +171,8 @@ def solve_table(result: SolveResult, console: Console) -> None:
                           f"{p.usd_per_hour:,.2f}", f"{gb(p.headroom_bytes):.1f}")
         console.print(table)
     if result.rejected_cheaper:
-        table = _table(console, title="Cheaper options the estimator rejected (closest miss per GPU type)", show_header=True,
-                      header_style="bold")
+        table = _table(console, title="Cheaper options the estimator rejected (closest miss per GPU type)",
+                       show_header=True, header_style="bold")
         for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "why not"):
             table.add_column(col)
         for r in result.rejected_cheaper:
@@ -181,7 +182,7 @@ def solve_table(result: SolveResult, console: Console) -> None:
         console.print(table)
 
 
-def _infeasible(result: SolveResult, console: Console) -> None:
+def _infeasible(result: SolveResult, console: Console | PlainConsole) -> None:
     info = result.infeasible
     console.print("\n[bold red]No plan fits.[/bold red]")
     if info is None:
@@ -197,7 +198,7 @@ COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "gpus", "tp", "pp", "pre
                          "usd_per_gpu_hour", "headroom_gb"]
 
 
-def frame_table(frame, title: str, console: Console, columns: list[str] | None = None) -> None:
+def frame_table(frame, title: str, console: Console | PlainConsole, columns: list[str] | None = None) -> None:
     """A DataFrame as a terminal table (the widest text columns left to JSON/CSV)."""
     frame = frame[columns] if columns else frame
     table = _table(console, title=title, show_header=True, header_style="bold")
@@ -208,7 +209,7 @@ def frame_table(frame, title: str, console: Console, columns: list[str] | None =
     console.print(table if len(frame) else "no GPU and provider holds this model with these settings")
 
 
-def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
+def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> None:
     console.print(f"[bold]{name}[/bold] · fleet · {fleet_status(plan)}")
     if plan.usd_per_hour is None:
         console.print(f"\n[bold red]{no_fleet(plan)}[/bold red]")
@@ -246,7 +247,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
         console.print("every replica's configuration was re-checked by the estimator")
 
 
-def engine_table(e: EngineBudget, console: Console) -> None:
+def engine_table(e: EngineBudget, console: Console | PlainConsole) -> None:
     """What the engine does with the card, per its own start-up arithmetic (the limiting rank)."""
     console.print(f"\n[bold]{e.name}[/bold] ({e.release}) on this card, per GPU (the rank with the smallest pool):")
     table = _table(console, show_header=True, header_style="bold")
@@ -299,7 +300,8 @@ def _pool_layout_lines(e: EngineBudget) -> list[str]:
     return lines
 
 
-def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Console) -> None:
+def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int,
+              console: Console | PlainConsole) -> None:
     from planner.render.records import fit_record  # with csv: only this table reads a record
 
     table = _table(console, show_header=True, header_style="bold")
@@ -319,7 +321,7 @@ def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Co
     console.print(table)
 
 
-def what_if_table(name: str, rows, console: Console) -> None:
+def what_if_table(name: str, rows, console: Console | PlainConsole) -> None:
     """The scenario and its variants side by side (api.what_if)."""
     table = _table(console, title=f"{name}: what if", show_header=True, header_style="bold")
     for col, justify in (("variant", "left"), ("status", "left"), ("$/hour", "right"), ("change", "right")):
