@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
 __all__ = ["estimate", "load_catalog", "solve"]
 
 
 def __getattr__(name: str) -> Any:
-    """The API loads on first use: `planner.cli` (the command) imports only the modules its command needs."""
+    """The API loads on first use, so `planner.cli` imports only the modules its command needs; `planner.api`,
+    `planner.catalog` ... load when first named, as `import planner` used to load them."""
     if name in ("estimate", "solve"):
-        from planner import api
-
-        return getattr(api, name)
+        return getattr(import_module("planner.api"), name)
     if name == "load_catalog":
-        from planner.catalog.load import load_catalog
-
-        return load_catalog
+        return import_module("planner.catalog.load").load_catalog
+    if not name.startswith("_"):
+        try:
+            return import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

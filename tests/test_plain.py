@@ -174,3 +174,9 @@ def test_plain_where_rich_writes_no_styles(env, tty, encoding, styled, monkeypat
     assert rich_styles(stream) is styled
     console = Console(file=stream, highlight=False)
     assert (console.is_terminal or console.encoding != "utf-8") is styled
+
+
+def test_windows_is_left_to_rich(monkeypatch):
+    """rich draws other boxes for a legacy Windows console, and a pipe on Windows counts as one."""
+    monkeypatch.setattr("sys.platform", "win32")
+    assert rich_styles(_Stream(False)) is True

@@ -32,9 +32,11 @@ class NotPlain(Exception):
 
 
 def rich_styles(stream: TextIO) -> bool:
-    """Whether rich would write escape codes or ASCII boxes to the stream (rich.console.Console.is_terminal and
-    its encoding check), or print through a notebook."""
-    if "IPython" in sys.modules or not (getattr(stream, "encoding", None) or "utf-8").lower().startswith("utf"):
+    """Whether rich would write escape codes or other boxes to the stream (rich.console.Console.is_terminal, its
+    encoding check, Windows' legacy console boxes), or print through a notebook."""
+    if sys.platform == "win32" or "IPython" in sys.modules:
+        return True
+    if not (getattr(stream, "encoding", None) or "utf-8").lower().startswith("utf"):
         return True
     tty_compatible = os.environ.get("TTY_COMPATIBLE", "")
     if tty_compatible in ("0", "1"):
