@@ -468,8 +468,8 @@ def catalog_record(record_type: type[D], row: Any, where: str) -> D:
         raise _one_line(where, exc.loc, exc.message) from None
 
 
-def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[R]:
-    data = read_yaml(path)
+def _records(path: Path, data: dict[str, Any], key: str, record_type: type[R], kind: str) -> Registry[R]:
+    """The records under `key` of the catalog file read from `path`."""
     rows = data.get(key)
     if not isinstance(rows, list):
         raise PlannerInputError(f"catalog {path.name}: missing the list {key!r}")
@@ -489,11 +489,15 @@ def load_catalog(directory: str | None = None) -> Catalog:
     """Load and validate the catalog files (cached: catalogs don't change during a run); the prices are read
     when first asked for (Catalog.offers)."""
     base = Path(directory) if directory else catalog_dir()
+    gpus = _records(base / "gpus.yaml", read_yaml(base / "gpus.yaml"), "gpus", Gpu, "gpu")
+    models = _records(base / "models.yaml", read_yaml(base / "models.yaml"), "models", Model, "model")
+    precisions = base / "precisions.yaml"
+    both = read_yaml(precisions)  # weights' precisions and KV cache dtypes: one file, read once
     return Catalog(
-        gpus=_records(base / "gpus.yaml", "gpus", Gpu, "gpu"),
-        models=_records(base / "models.yaml", "models", Model, "model"),
-        precisions=_records(base / "precisions.yaml", "precisions", Precision, "precision"),
-        kv_dtypes=_records(base / "precisions.yaml", "kv_dtypes", KvDtype, "kv-dtype"),
+        gpus=gpus,
+        models=models,
+        precisions=_records(precisions, both, "precisions", Precision, "precision"),
+        kv_dtypes=_records(precisions, both, "kv_dtypes", KvDtype, "kv-dtype"),
         engines=_engines(base),
         prices_file=base / "prices.yaml",
     )
@@ -502,7 +506,7 @@ def load_catalog(directory: str | None = None) -> Catalog:
 def _engines(base: Path) -> Registry[Engine]:
     """engines.yaml, each engine's runtime reserve being the CUDA context of engine_profiles.yaml (cuda.context_mib),
     the one place that figure and its measurement live."""
-    engines = _records(base / "engines.yaml", "engines", Engine, "engine")
+    engines = _records(base / "engines.yaml", read_yaml(base / "engines.yaml"), "engines", Engine, "engine")
     for engine in engines:
         if engine.runtime_reserve_mib is not None:
             raise PlannerInputError(f"catalog engines.yaml: engines[{engine.name}].runtime_reserve_mib: the CUDA context "
