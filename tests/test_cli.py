@@ -277,10 +277,15 @@ def test_a_closed_pipe_ends_a_direct_command_quietly(tmp_path):
     assert proc.stdout.count("\n") == 1 and "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr
 
 
-@pytest.mark.parametrize("env,loaded", [({}, []), ({"FORCE_COLOR": "1"}, ["rich"])])
-def test_a_plain_estimate_starts_without_typer_and_prints_without_rich_unless_styled(tmp_path, env, loaded):
-    """planner.direct reads the command line and planner.render.plain writes the tables where rich would write no
-    styles; FORCE_COLOR asks rich for styles, so rich prints."""
+WIDE_TERMINAL = {"FORCE_COLOR": "1", "COLUMNS": "150", "LINES": "40"}
+NARROW_TERMINAL = {"FORCE_COLOR": "1", "COLUMNS": "60", "LINES": "20"}
+
+
+@pytest.mark.parametrize("env,loaded", [({}, []), (WIDE_TERMINAL, []), (NARROW_TERMINAL, ["rich"])],
+                         ids=["pipe", "wide-terminal", "narrow-terminal"])
+def test_a_plain_estimate_starts_without_typer_and_prints_without_rich_where_its_tables_fit(tmp_path, env, loaded):
+    """planner.direct reads the command line and planner.render.plain writes rich's bytes for the tables, styled
+    on a terminal (FORCE_COLOR makes the pipe one); a table wider than the terminal is rich's to shrink."""
     code = ("import sys; sys.argv = ['planner', 'estimate', 'llama-3.1-8b', '--gpu', 'h100', '--tp', '2']; "
             "from planner.cli import main; main(); print(sorted(m for m in ('typer', 'rich', 'pydantic') "
             "if m in sys.modules))")
@@ -289,3 +294,4 @@ def test_a_plain_estimate_starts_without_typer_and_prints_without_rich_unless_st
                           env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": checkout, **env})
     assert proc.returncode == 0, proc.stderr
     assert "per GPU" in proc.stdout and proc.stdout.splitlines()[-1] == str(loaded)
+    assert ("\x1b[1mllama-3.1-8b\x1b[0m" in proc.stdout) is bool(env)
