@@ -1,6 +1,6 @@
 """The command line's parameters declared without typer, and plain command lines read without it.
 
-Importing typer (0.29) and letting it parse is most of a short command's start-up: typer coerces each parameter
+Importing typer (0.29) and letting it parse cost a short command dearly: typer coerces each parameter
 through a pydantic TypeAdapter it builds while parsing (measured on this project's 2-core machine, best of 11
 processes: `planner estimate llama-3.1-8b --context 8192` 0.34 s CPU parsed by typer, 0.24 s called directly),
 and `import typer` alone is about 30 ms more (python -X importtime). So the commands declare their parameters
