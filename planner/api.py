@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -19,13 +18,9 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
-    from planner.catalog.load import Gpu
-    from planner.estimator.capacity import Scheduler, SteadyState
-    from planner.estimator.performance import ReplicaPerformance
-    from planner.estimator.simulate import SimulationResult
-    from planner.model.architecture import Architecture
+    from planner.api_records import EngineEstimate, PerfResult, ReplicaSimulation, ReplicaSpec
     from planner.catalog.price_update import PriceUpdate
-    from planner.estimator.engines import EngineBudget, EngineSettings
+    from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
     from planner.plan.deadline import CommandStart, Deadline
     from planner.plan.fleet import FleetPlan
@@ -35,14 +30,6 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.plan.scenario import Scenario
     from planner.plan.solver import SolveResult
     from planner.plan.whatif import WhatIf
-
-
-@dataclass(frozen=True)
-class EngineEstimate:
-    """The estimator's breakdown plus what one engine would actually hand to the KV cache on that GPU."""
-
-    memory: MemoryEstimate
-    engine: EngineBudget
 
 
 def gpu_target(catalog: Catalog, gpu: str | None, gpu_memory: str | None) -> GpuTarget | None:
@@ -76,6 +63,7 @@ def engine_estimate(model: str | None, settings: EngineSettings, *, context: int
                     kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
                     catalog: Catalog | None = None) -> EngineEstimate:
     """`estimate` plus the KV pool an engine (vLLM, SGLang, llama.cpp) would get on the card."""
+    from planner.api_records import EngineEstimate
     from planner.estimator.engines import engine_budget
 
     catalog = catalog or load_catalog()
@@ -212,44 +200,12 @@ def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: 
                    Path(prices_file) if prices_file else None, as_of)
 
 
-@dataclass(frozen=True)
-class PerfResult:
-    """`planner perf`: one replica at a batch, and (with a rate) its steady state under continuous batching."""
-
-    model: str
-    gpu: str
-    tp: int
-    pp: int
-    engine: str
-    performance: ReplicaPerformance
-    steady: SteadyState | None = None  # at --rate
-
-    def to_dict(self) -> dict[str, Any]:
-        p = self.performance
-        data: dict[str, Any] = {
-            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "engine": self.engine,
-            "batch": p.batch, "ttft_s": p.ttft_s, "tpot_ms": p.tpot_s * 1000, "decode_step_ms": p.decode_step_s * 1000,
-            "output_tokens_per_s": p.output_tokens_per_s, "requests_per_s": p.requests_per_s, "bound": p.decode_bound,
-            "weight_read_ms": p.weight_read_s * 1000, "kv_read_ms": p.kv_read_s * 1000,
-            "compute_ms": p.decode_compute_s * 1000, "overhead_ms": p.per_layer_overhead_s * 1000,
-            "allreduce_ms": p.allreduce_s * 1000,
-        }
-        if self.steady is not None:
-            s = self.steady
-            data["steady_state"] = {
-                "requests_per_s": s.requests_per_s, "keeps_up": not s.limit, "limit": s.limit or None,
-                "batch": s.batch, "ttft_s": s.ttft_mean_s, "tpot_ms": s.tpot_mean_s * 1000,
-                "output_tokens_per_s": s.output_tokens_per_s, "kv_tokens_mean": s.kv_tokens_mean,
-                "kv_tokens_peak": s.kv_tokens_peak, "pool_tokens": s.pool_tokens,
-                "preemption_free": s.preemption_free}
-        return data
-
-
 def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
          catalog: Catalog | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state."""
+    from planner.api_records import PerfResult
     from planner.estimator.capacity import Scheduler, steady_state
     from planner.estimator.engines import EngineSettings, engine_budget
     from planner.estimator.performance import Workload, replica_performance, replica_timer
@@ -281,27 +237,12 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     return PerfResult(arch.name, card.name, tp, pp, name, result, steady)
 
 
-@dataclass(frozen=True)
-class ReplicaSimulation:
-    """One assignment of a fleet (or the one replica asked for), simulated at its share of the traffic."""
-
-    workload: str
-    gpu: str
-    tp: int
-    pp: int
-    replicas: int
-    prompt_tokens: int
-    output_tokens: int
-    rate_per_replica: float  # requests/s arriving at each replica
-    share: float  # of the workload bucket's traffic this assignment takes
-    result: SimulationResult
-
-
 def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
              arrivals: str = "poisson", seed: int = 0, catalog: Catalog | None = None) -> tuple[ReplicaSimulation, ...]:
     """Simulate a fleet's replicas: SCENARIO (solved first) or PLAN.json; `rate`: requests/s at each replica
     (default: the scenario's demand split over the replicas by capacity; for a plan file, each replica's
     planned capacity); `arrivals`: poisson or a JSONL trace (then its requests, not the rate)."""
+    from planner.api_records import ReplicaSimulation
     from planner.estimator.simulate import poisson_arrivals, read_trace, simulate as run
     from planner.estimator.performance import Workload, replica_timer
 
@@ -324,27 +265,10 @@ def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | Non
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class _ReplicaSpec:
-    workload: str
-    arch: Architecture
-    gpu: Gpu
-    tp: int
-    pp: int
-    precision: str
-    kv_dtype: str
-    engine: str
-    scheduler: Scheduler
-    replicas: int
-    prompt_tokens: int
-    output_tokens: int
-    rate_per_replica: float
-    share: float
-
-
-def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[_ReplicaSpec]:
+def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[ReplicaSpec]:
     if source.suffix.lower() == ".json":
         return _plan_file_replicas(source, catalog)
+    from planner.api_records import ReplicaSpec
     from planner.plan.fleet import fleet_problem, plan_fleet as solve_fleet
 
     scenario = _scenario(source)
@@ -361,16 +285,17 @@ def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[_ReplicaSpec]:
                      if x.workload == a.workload and x.bucket == a.bucket)
         share = a.replicas * a.config.capacity_rps / served
         c = a.config.candidate
-        specs.append(_ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
+        specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
                                   a.config.scheduler, a.replicas, bucket.prompt_tokens, bucket.output_tokens,
                                   bucket.requests_per_s * share / a.replicas, share))
     return specs
 
 
-def _plan_file_replicas(path: Path, catalog: Catalog) -> list[_ReplicaSpec]:
+def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
     """The replicas of a fleet plan written by `planner solve --format json` (planner.plan.planfile checks the
     file and re-checks each configuration); each assignment's request shape and planned capacity come from
     its row, and the planned capacity is the rate it is simulated at."""
+    from planner.api_records import ReplicaSpec
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
     from planner.plan.planfile import FleetAssignment, load_plan_file
@@ -396,7 +321,16 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[_ReplicaSpec]:
         # the `simple` planning margin has no scheduler: it runs vLLM's, as the fleet planned it
         batching = engine_budget(arch, request, EngineSettings("vllm"), target, catalog) if c.engine.name == "simple" else None
         engine = "vllm" if c.engine.name == "simple" else c.engine.name
-        specs.append(_ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
+        specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
                                   engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
                                   capacity, 1.0))
     return specs
+
+
+def __getattr__(name: str) -> Any:
+    """The result records of engine_estimate, perf and simulate (planner.api_records), loaded on first use."""
+    if name in ("EngineEstimate", "PerfResult", "ReplicaSimulation"):
+        from planner import api_records
+
+        return getattr(api_records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

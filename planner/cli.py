@@ -2,33 +2,95 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import sys
+import time
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
-
-import typer
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from planner import api
+from planner.direct import Argument, Option, command_name
 from planner.errors import PlannerInputError
 from planner.files import SCENARIO, read_text, write_output
 from planner.units import parse_tokens
-from planner.plan.deadline import CommandStart
 
 # Each command imports the renderers it prints with (rich, the HTML page, pandas frames ...), so a command
-# loads only what it uses: `planner estimate` starts without the solver's or the report's modules.
+# loads only what it uses: `planner estimate` starts without the solver's or the report's modules, and a plain
+# command line without typer (planner.direct): typer builds the app (`app`) only to read any other.
 if TYPE_CHECKING:
+    import typer
     from rich.console import Console
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
-                  help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
+    from planner.plan.deadline import CommandStart
+    from planner.render.plain import PlainConsole
+
 TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving configurations, CP-SAT and every "
                    "variant together (default: the scenario's solver.time_limit_s, 10).")
-_started: Optional[CommandStart] = None  # when main() began this command: its time limit counts from there
+# when main() began this command (time.perf_counter(), time.thread_time()): its time limit counts from there
+_started: Optional[tuple[float, float]] = None
+COMMANDS: dict[str, Callable[..., None]] = {}  # `planner NAME`, in the order `planner --help` lists them
+PRICES_COMMANDS: dict[str, Callable[..., None]] = {}  # `planner prices NAME`
+
+
+def command(name: Optional[str] = None, group: dict[str, Callable[..., None]] = COMMANDS) -> Callable[..., Any]:
+    """Register a command function under its name (typer's: the function's, dashed)."""
+    def register(function: Callable[..., None]) -> Callable[..., None]:
+        group[name or command_name(function)] = function
+        return function
+    return register
+
+
+@functools.cache
+def _app() -> typer.Typer:
+    """The typer app of every command: what reads a command line planner.direct leaves (help, errors, groups)."""
+    import typer
+
+    from planner.direct import typer_command
+
+    app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                      pretty_exceptions_enable=False,
+                      help="GPU fleet planning for LLM inference: does it fit, and what is the cheapest way to serve it.")
+    for name, function in COMMANDS.items():
+        app.command(name)(typer_command(function))
+    prices_app = typer.Typer(no_args_is_help=True, help="The price catalog: rebuild rows from a maintained source.")
+    for name, function in PRICES_COMMANDS.items():
+        prices_app.command(name)(typer_command(function))
+    app.add_typer(prices_app, name="prices")
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # built on first use, then the same app
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _command_start() -> Optional[CommandStart]:
+    """When main() began this command; None when it was run without main() (typer's test runner)."""
+    if _started is None:
+        return None
+    from planner.plan.deadline import CommandStart
+
+    return CommandStart(*_started)
+
+
+def _echo(text: str, nl: bool = True, err: bool = False) -> None:
+    """typer.echo (click's) without importing typer for plain text: click writes it as it is and flushes; text with
+    an escape character or beyond ASCII goes through click itself (it strips ANSI codes off a pipe and mends an
+    encoding that cannot write the text)."""
+    if not text.isascii() or "\x1b" in text:
+        import typer
+
+        typer.echo(text, nl=nl, err=err)
+        return
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + "\n" if nl else text)
+    stream.flush()
 
 
 class OutputFormat(str, Enum):
@@ -79,35 +141,52 @@ def _console() -> Console:
     return console
 
 
-@app.command()
+def _show(draw: Callable[[Console | PlainConsole], None]) -> None:
+    """Tables and lines to the terminal: written plainly (planner.render.plain) where rich would print them without
+    styles and nothing in them needs rich, else by rich."""
+    from planner.render.plain import print_plain
+
+    if not print_plain(draw, sys.stdout):
+        draw(_console())
+
+
+def _print_lines(lines: list[str]) -> None:
+    def draw(console: Console | PlainConsole) -> None:
+        for line in lines:
+            console.print(line)
+
+    _show(draw)
+
+
+@command()
 def estimate(
-    model: Optional[str] = typer.Argument(None, help="Catalog name or HF id, a config.json path (or its directory); omit with --params."),
-    precision: str = typer.Option("auto", help="Weight precision from `planner catalog precisions`; auto = the checkpoint's own."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp32|fp16|bf16|fp8."),
-    context: str = typer.Option("8192", metavar="TOKENS", help="Tokens per sequence (prompt + output): 8192, 8K, 128K."),
-    batch: int = typer.Option(1, help="Sequences held in memory at once."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel GPUs."),
-    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages."),
-    gpu: Optional[str] = typer.Option(None, help="Check the fit on this catalog GPU (see `planner catalog gpus`)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 79.19GiB, 81559MiB."),
-    overhead: Optional[float] = typer.Option(None, help="Planning margin as a fraction of weights + KV (default 0.10)."),
-    params: Optional[str] = typer.Option(None, help="Parameter count (8e9, 8B) for a model not in the catalog."),
-    layers: Optional[int] = typer.Option(None, help="With --params: number of layers."),
-    kv_heads: Optional[int] = typer.Option(None, "--kv-heads", help="With --params: KV heads per layer."),
-    head_dim: Optional[int] = typer.Option(None, "--head-dim", help="With --params: dimension of one head."),
-    heads: Optional[int] = typer.Option(None, "--heads", help="With --params: attention heads (for the --tp check)."),
-    engine: EngineName = typer.Option(EngineName.simple, "--engine", help="simple (the seed's margin) or an engine's own budget."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="vLLM (default 0.9)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="vLLM (default per GPU)."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="vLLM (default per GPU)."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="vLLM KV block size (default 16)."),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM: no CUDA graphs."),
-    mem_fraction_static: Optional[float] = typer.Option(None, "--mem-fraction-static", help="SGLang."),
-    n_gpu_layers: Optional[int] = typer.Option(None, "--n-gpu-layers", help="llama.cpp: layers on the GPUs (default: as many as fit)."),
-    cache_type: Optional[str] = typer.Option(None, "--cache-type", help="llama.cpp KV cache type: f16, q8_0, q4_0 ..."),
-    n_batch: Optional[int] = typer.Option(None, "--n-batch", help="llama.cpp logical batch."),
-    n_ubatch: Optional[int] = typer.Option(None, "--n-ubatch", help="llama.cpp physical batch."),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+    model: Optional[str] = Argument(None, help="Catalog name or HF id, a config.json path (or its directory); omit with --params."),
+    precision: str = Option("auto", help="Weight precision from `planner catalog precisions`; auto = the checkpoint's own."),
+    kv_dtype: str = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp32|fp16|bf16|fp8."),
+    context: str = Option("8192", metavar="TOKENS", help="Tokens per sequence (prompt + output): 8192, 8K, 128K."),
+    batch: int = Option(1, help="Sequences held in memory at once."),
+    tp: int = Option(1, "--tp", help="Tensor-parallel GPUs."),
+    pp: int = Option(1, "--pp", help="Pipeline-parallel stages."),
+    gpu: Optional[str] = Option(None, help="Check the fit on this catalog GPU (see `planner catalog gpus`)."),
+    gpu_memory: Optional[str] = Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 79.19GiB, 81559MiB."),
+    overhead: Optional[float] = Option(None, help="Planning margin as a fraction of weights + KV (default 0.10)."),
+    params: Optional[str] = Option(None, help="Parameter count (8e9, 8B) for a model not in the catalog."),
+    layers: Optional[int] = Option(None, help="With --params: number of layers."),
+    kv_heads: Optional[int] = Option(None, "--kv-heads", help="With --params: KV heads per layer."),
+    head_dim: Optional[int] = Option(None, "--head-dim", help="With --params: dimension of one head."),
+    heads: Optional[int] = Option(None, "--heads", help="With --params: attention heads (for the --tp check)."),
+    engine: EngineName = Option(EngineName.simple, "--engine", help="simple (the seed's margin) or an engine's own budget."),
+    gpu_memory_utilization: Optional[float] = Option(None, "--gpu-memory-utilization", help="vLLM (default 0.9)."),
+    max_num_batched_tokens: Optional[int] = Option(None, "--max-num-batched-tokens", help="vLLM (default per GPU)."),
+    max_num_seqs: Optional[int] = Option(None, "--max-num-seqs", help="vLLM (default per GPU)."),
+    block_size: Optional[int] = Option(None, "--block-size", help="vLLM KV block size (default 16)."),
+    enforce_eager: bool = Option(False, "--enforce-eager", help="vLLM: no CUDA graphs."),
+    mem_fraction_static: Optional[float] = Option(None, "--mem-fraction-static", help="SGLang."),
+    n_gpu_layers: Optional[int] = Option(None, "--n-gpu-layers", help="llama.cpp: layers on the GPUs (default: as many as fit)."),
+    cache_type: Optional[str] = Option(None, "--cache-type", help="llama.cpp KV cache type: f16, q8_0, q4_0 ..."),
+    n_batch: Optional[int] = Option(None, "--n-batch", help="llama.cpp logical batch."),
+    n_ubatch: Optional[int] = Option(None, "--n-ubatch", help="llama.cpp physical batch."),
+    output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
     if engine is not EngineName.simple:
@@ -122,12 +201,15 @@ def estimate(
         if output_format is OutputFormat.json:
             from planner.render.records import engine_estimate_json
 
-            typer.echo(engine_estimate_json(both.memory, both.engine))
+            _echo(engine_estimate_json(both.memory, both.engine))
         else:
             from planner.render.terminal import engine_table, estimate_table
 
-            estimate_table(both.memory, _console(), show_fit=False)
-            engine_table(both.engine, _console())
+            def both_tables(console: Console | PlainConsole) -> None:
+                estimate_table(both.memory, console, show_fit=False)
+                engine_table(both.engine, console)
+
+            _show(both_tables)
         return
     result = api.estimate(model, context=context_tokens(context), batch=batch, tp=tp, pp=pp, precision=precision,
                           kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, overhead=overhead, params=params, layers=layers,
@@ -135,27 +217,27 @@ def estimate(
     if output_format is OutputFormat.json:
         from planner.render.records import estimate_json
 
-        typer.echo(estimate_json(result))
+        _echo(estimate_json(result))
     else:
         from planner.render.terminal import estimate_table
 
-        estimate_table(result, _console())
+        _show(lambda console: estimate_table(result, console))
 
 
-@app.command("fit")
+@command("fit")
 def fit_command(
-    model: Optional[str] = typer.Argument(None, help="Catalog name or HF id, or a config.json path."),
-    gpu: Optional[str] = typer.Option(None, help="The card (see `planner catalog gpus`)."),
-    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 81559MiB."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="GPUs to split over (default 1)."),
-    context: str = typer.Option("8192", metavar="TOKENS",
-                                help="Tokens per sequence for 'most sequences' and 'fewest GPUs': 8192, 8K, 128K."),
-    batch: int = typer.Option(1, help="Sequences at once for 'fewest GPUs'."),
-    precision: str = typer.Option("auto", help="Weight precision."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype."),
-    engine: Optional[list[EngineName]] = typer.Option(None, "--engine", help="Engines to answer for (default: all four)."),
-    params: Optional[str] = typer.Option(None, help="Parameter count for an architecture planner cannot count."),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+    model: Optional[str] = Argument(None, help="Catalog name or HF id, or a config.json path."),
+    gpu: Optional[str] = Option(None, help="The card (see `planner catalog gpus`)."),
+    gpu_memory: Optional[str] = Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 81559MiB."),
+    gpus: Optional[int] = Option(None, "--gpus", min=1, help="GPUs to split over (default 1)."),
+    context: str = Option("8192", metavar="TOKENS",
+                          help="Tokens per sequence for 'most sequences' and 'fewest GPUs': 8192, 8K, 128K."),
+    batch: int = Option(1, help="Sequences at once for 'fewest GPUs'."),
+    precision: str = Option("auto", help="Weight precision."),
+    kv_dtype: str = Option("auto", "--kv-dtype", help="KV cache dtype."),
+    engine: Optional[list[EngineName]] = Option(None, "--engine", help="Engines to answer for (default: all four)."),
+    params: Optional[str] = Option(None, help="Parameter count for an architecture planner cannot count."),
+    output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """Solving backwards, per engine: the largest context, the most sequences, the fewest GPUs that hold a load."""
     from planner.estimator.engines import ENGINE_NAMES, EngineSettings
@@ -167,20 +249,20 @@ def fit_command(
     fits = api.fit(model, EngineSettings(names[0]), gpu=gpu, gpu_memory=gpu_memory, gpus=gpus, context=tokens,
                    batch=batch, precision=precision, kv_dtype=kv_dtype, engines=names, params=params)
     if output_format is OutputFormat.json:
-        typer.echo(fit_json(fits))
+        _echo(fit_json(fits))
     else:
-        fit_table(fits, tokens, batch, _console())
+        _show(lambda console: fit_table(fits, tokens, batch, console))
 
 
-@app.command()
+@command()
 def solve(
-    scenario: str = typer.Argument(..., help="A scenario YAML file (see scenarios/)."),
-    output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
-    top: Optional[int] = typer.Option(None, "--top", min=0, help="Alternatives to list (default: the scenario's, 5)."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
-    what_if: bool = typer.Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
-                                 "the busiest GPU type removed: one comparison table."),
+    scenario: str = Argument(..., help="A scenario YAML file (see scenarios/)."),
+    output_format: PlanFormat = Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
+    output: Optional[str] = Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
+    top: Optional[int] = Option(None, "--top", min=0, help="Alternatives to list (default: the scenario's, 5)."),
+    time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
+    what_if: bool = Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
+                           "the busiest GPU type removed: one comparison table."),
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
@@ -190,32 +272,32 @@ def solve(
 
     loaded = api.load_scenario(scenario)
     if what_if:
-        rows = api.what_if(loaded, time_limit_s=time_limit, started=_started)
+        rows = api.what_if(loaded, time_limit_s=time_limit, started=_command_start())
         records = [asdict(r) for r in rows]
         _emit(output_format, output, lambda console: what_if_table(loaded.name or "scenario", rows, console), {
             PlanFormat.json: lambda: json.dumps(records, indent=2), PlanFormat.csv: lambda: rows_csv(records),
             PlanFormat.markdown: lambda: records_markdown(records)})
         return
     if loaded.is_fleet:
-        plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=_started)
+        plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=_command_start())
         name = loaded.name or "fleet"
         _emit(output_format, output, lambda console: fleet_table(name, plan, console), {
             PlanFormat.json: lambda: fleet_json(plan, name), PlanFormat.markdown: lambda: fleet_markdown(name, plan),
             PlanFormat.csv: lambda: rows_csv(fleet_rows(plan))})
         return
-    result = api.solve(loaded, time_limit_s=time_limit, top=top, started=_started)
+    result = api.solve(loaded, time_limit_s=time_limit, top=top, started=_command_start())
     _emit(output_format, output, lambda console: solve_table(result, console), {
         PlanFormat.json: lambda: solve_json(result), PlanFormat.markdown: lambda: solve_markdown(result),
         PlanFormat.csv: lambda: rows_csv(result.rows())})
 
 
-def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Console], None],
+def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Console | PlainConsole], None],
           texts: dict[PlanFormat, Callable[[], str]]) -> None:
     """One result to the terminal or to -o: a table printed as is (or rendered 120 columns wide for a file), or
     the text of the other formats."""
     if output_format is PlanFormat.table:
         if output is None:
-            table(_console())
+            _show(table)
             return
         from rich.console import Console
 
@@ -225,23 +307,23 @@ def _emit(output_format: PlanFormat, output: Optional[str], table: Callable[[Con
     else:
         text = texts[output_format]()
     if output is None:
-        typer.echo(text, nl=not text.endswith("\n"))
+        _echo(text, nl=not text.endswith("\n"))
     else:
         write_output(output, text)
 
 
-@app.command()
+@command()
 def compare(
-    model: str = typer.Argument(..., help="Catalog name, catalog HF id or config.json path."),
-    context: str = typer.Option("8192", metavar="TOKENS", help="Tokens per sequence: 8192, 8K, 128K."),
-    concurrency: int = typer.Option(1, help="Sequences held at once."),
-    gpus: Optional[str] = typer.Option(None, help="Comma-separated GPU names (default: every priced GPU)."),
-    providers: Optional[str] = typer.Option(None, help="Comma-separated providers (default: all)."),
-    precisions: Optional[str] = typer.Option(None, help="Comma-separated precisions (default: serving precisions, near-lossless or better)."),
-    market: str = typer.Option("on-demand", help="on-demand, spot or any."),
-    max_gpus: int = typer.Option(8, "--max-gpus", help="GPUs per replica at most."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
-    output_format: PlanFormat = typer.Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
+    model: str = Argument(..., help="Catalog name, catalog HF id or config.json path."),
+    context: str = Option("8192", metavar="TOKENS", help="Tokens per sequence: 8192, 8K, 128K."),
+    concurrency: int = Option(1, help="Sequences held at once."),
+    gpus: Optional[str] = Option(None, help="Comma-separated GPU names (default: every priced GPU)."),
+    providers: Optional[str] = Option(None, help="Comma-separated providers (default: all)."),
+    precisions: Optional[str] = Option(None, help="Comma-separated precisions (default: serving precisions, near-lossless or better)."),
+    market: str = Option("on-demand", help="on-demand, spot or any."),
+    max_gpus: int = Option(8, "--max-gpus", help="GPUs per replica at most."),
+    time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
+    output_format: PlanFormat = Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
 ) -> None:
     """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
     from planner.render.markdown import frame_markdown
@@ -254,24 +336,24 @@ def compare(
     tokens = context_tokens(context)
     frame = compare_frame(api.compare(model, context=tokens, concurrency=concurrency, gpus=split(gpus),
                                       providers=split(providers), precisions=split(precisions), market=market,
-                                      max_gpus=max_gpus, time_limit_s=time_limit, started=_started))
+                                      max_gpus=max_gpus, time_limit_s=time_limit, started=_command_start()))
     if output_format is PlanFormat.json:
-        typer.echo(frame.to_json(orient="records", indent=2))
+        _echo(frame.to_json(orient="records", indent=2))
     elif output_format is PlanFormat.csv:
-        typer.echo(frame.to_csv(index=False), nl=False)
+        _echo(frame.to_csv(index=False), nl=False)
     elif output_format is PlanFormat.markdown:
-        typer.echo(frame_markdown(frame))
+        _echo(frame_markdown(frame))
     else:
-        frame_table(frame, f"{model}: context {tokens:,} x {concurrency}, cheapest per GPU type and provider",
-                    _console(), COMPARE_TABLE_COLUMNS)
+        title = f"{model}: context {tokens:,} x {concurrency}, cheapest per GPU type and provider"
+        _show(lambda console: frame_table(frame, title, console, COMPARE_TABLE_COLUMNS))
 
 
-@app.command()
+@command()
 def report(
-    scenario: str = typer.Argument(..., help="A scenario YAML file."),
-    output: str = typer.Option(..., "--output", "-o", help="report.html (a self-contained page) or report.md."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
+    scenario: str = Argument(..., help="A scenario YAML file."),
+    output: str = Option(..., "--output", "-o", help="report.html (a self-contained page) or report.md."),
+    quiet: bool = Option(False, "--quiet", "-q", help="No progress bar."),
+    time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
     from planner.render.html import CHARTS_S, fleet_html, review_html
@@ -280,14 +362,16 @@ def report(
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
         raise PlannerInputError(f"--output: {output!r} must end in .html or .md")
-    started = _started.also_finishing(CHARTS_S) if _started and suffix != ".md" else _started
+    started = _command_start()
+    if started is not None and suffix != ".md":
+        started = started.also_finishing(CHARTS_S)
     loaded = api.load_scenario(scenario)
     text = read_text(scenario, SCENARIO)
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=started)
         name = loaded.name or "fleet"
         write_output(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
-        typer.echo(f"wrote {output}")
+        _echo(f"wrote {output}")
         return
     if quiet:
         review = api.review(loaded, time_limit_s=time_limit, started=started)
@@ -301,7 +385,7 @@ def report(
             review = api.review(loaded, progress=lambda done, total: bar.update(task, completed=done, total=total),
                                 time_limit_s=time_limit, started=started)
     write_output(output, review_markdown(review, text) if suffix == ".md" else review_html(review, text))
-    typer.echo(f"wrote {output}")
+    _echo(f"wrote {output}")
 
 
 class ExportTarget(str, Enum):
@@ -312,31 +396,31 @@ class ExportTarget(str, Enum):
     kubernetes = "kubernetes"
 
 
-@app.command("export")
+@command("export")
 def export_command(
-    plan: str = typer.Argument(..., help="PLAN.json from `planner solve SCENARIO --format json -o PLAN.json`."),
-    to: ExportTarget = typer.Option(..., "--to", help="vllm, sglang, llamacpp, skypilot or kubernetes."),
-    plan_index: int = typer.Option(0, "--plan", min=0, help="0 = the best plan, N = the N-th alternative."),
-    assignment: Optional[int] = typer.Option(None, "--assignment", min=0,
-                                             help="A fleet plan: only assignment N (default: one launch per assignment)."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
-    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="The pre-quantized repository (ORG/NAME) to load "
-                                             "when the plan's precision needs one planner's catalog does not name."),
+    plan: str = Argument(..., help="PLAN.json from `planner solve SCENARIO --format json -o PLAN.json`."),
+    to: ExportTarget = Option(..., "--to", help="vllm, sglang, llamacpp, skypilot or kubernetes."),
+    plan_index: int = Option(0, "--plan", min=0, help="0 = the best plan, N = the N-th alternative."),
+    assignment: Optional[int] = Option(None, "--assignment", min=0,
+                                       help="A fleet plan: only assignment N (default: one launch per assignment)."),
+    output: Optional[str] = Option(None, "--output", "-o", help="Write to this file instead of the terminal."),
+    checkpoint: Optional[str] = Option(None, "--checkpoint", help="The pre-quantized repository (ORG/NAME) to load "
+                                       "when the plan's precision needs one planner's catalog does not name."),
 ) -> None:
     """The launch command or deployment file for a solved plan (or each assignment of a fleet plan)."""
     from planner.render.export import export_all
 
     text = export_all(api.export_plans(plan, plan_index=plan_index, assignment=assignment), to.value, checkpoint)
     if output is None:
-        typer.echo(text, nl=False)
+        _echo(text, nl=False)
     else:
         write_output(output, text)
 
 
-@app.command("catalog")
+@command("catalog")
 def catalog_command(
-    kind: CatalogKind = typer.Argument(..., help="gpus, models or precisions."),
-    output_format: ListFormat = typer.Option(ListFormat.table, "--format", help="table, json or csv."),
+    kind: CatalogKind = Argument(..., help="gpus, models or precisions."),
+    output_format: ListFormat = Option(ListFormat.table, "--format", help="table, json or csv."),
 ) -> None:
     """List what planner knows: GPUs, models or precisions, with their sources."""
     from planner.render.records import catalog_rows, rows_csv
@@ -344,17 +428,17 @@ def catalog_command(
 
     rows = catalog_rows(api.load_catalog(), kind.value)
     if output_format is ListFormat.json:
-        typer.echo(json.dumps(rows, indent=2))
+        _echo(json.dumps(rows, indent=2))
     elif output_format is ListFormat.csv:
-        typer.echo(rows_csv(rows), nl=False)
+        _echo(rows_csv(rows), nl=False)
     else:
-        rows_table(rows, kind.value, _console())
+        _show(lambda console: rows_table(rows, kind.value, console))
 
 
-@app.command("serve")
+@command("serve")
 def serve_command(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on (127.0.0.1: this machine only)."),
-    port: int = typer.Option(8000, min=1, max=65535, help="TCP port."),
+    host: str = Option("127.0.0.1", help="Address to listen on (127.0.0.1: this machine only)."),
+    port: int = Option(8000, min=1, max=65535, help="TCP port."),
 ) -> None:
     """A local web calculator (memory per GPU, live) and planner (solve, report, exports); JSON API under /api."""
     try:
@@ -364,104 +448,101 @@ def serve_command(
     serve(host, port)
 
 
-prices_app = typer.Typer(no_args_is_help=True, help="The price catalog: rebuild rows from a maintained source.")
-app.add_typer(prices_app, name="prices")
-
-
-@prices_app.command("update")
+@command("update", PRICES_COMMANDS)
 def prices_update(
-    source: str = typer.Option(..., "--from", help="skypilot-catalog: a local catalogs/v<N> folder or its raw URL "
-                               "(https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v8)."),
-    provider: Optional[list[str]] = typer.Option(None, "--provider", help="Clouds to rebuild (default: all in catalogs/skypilot.yaml)."),
-    as_of: Optional[str] = typer.Option(None, "--as-of", help="The snapshot's date (default: its git commit date; today for a URL)."),
-    prices_file: Optional[str] = typer.Option(None, "--prices", help="The prices.yaml to rewrite (default: planner's own)."),
+    source: str = Option(..., "--from", help="skypilot-catalog: a local catalogs/v<N> folder or its raw URL "
+                         "(https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs/v8)."),
+    provider: Optional[list[str]] = Option(None, "--provider", help="Clouds to rebuild (default: all in catalogs/skypilot.yaml)."),
+    as_of: Optional[str] = Option(None, "--as-of", help="The snapshot's date (default: its git commit date; today for a URL)."),
+    prices_file: Optional[str] = Option(None, "--prices", help="The prices.yaml to rewrite (default: planner's own)."),
 ) -> None:
     """Rebuild the SkyPilot-catalog rows of prices.yaml from SkyPilot's vms.csv files."""
     done = api.update_prices(source, providers=tuple(provider or ()), prices_file=prices_file, as_of=as_of)
-    typer.echo(f"{done.path}: {done.added} rows from {done.origin} (as of {done.as_of}) replace {done.replaced}; "
+    _echo(f"{done.path}: {done.added} rows from {done.origin} (as of {done.as_of}) replace {done.replaced}; "
                f"{done.unknown_rows} GPU rows skipped (accelerators planner does not map)")
 
 
-@app.command("perf")
+@command("perf")
 def perf_command(
-    model: str = typer.Argument(..., help="Catalog name or HF id, or a config.json path (as `planner estimate`)."),
-    gpu: str = typer.Option(..., "--gpu", help="Catalog GPU (see `planner catalog gpus`)."),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs of the replica (= tp x pp; default tp x pp)."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel GPUs (default --gpus / --pp)."),
-    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages."),
-    precision: str = typer.Option("auto", help="Weight precision; auto = the checkpoint's own."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8."),
-    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs)."),
-    batch: int = typer.Option(1, "--batch", help="Requests running at once."),
-    prompt_tokens: int = typer.Option(1024, "--prompt-tokens", help="Tokens per prompt."),
-    output_tokens: int = typer.Option(256, "--output-tokens", help="Tokens generated per request."),
-    rate: Optional[float] = typer.Option(None, "--rate", help="Requests/s arriving: the steady state under continuous batching."),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+    model: str = Argument(..., help="Catalog name or HF id, or a config.json path (as `planner estimate`)."),
+    gpu: str = Option(..., "--gpu", help="Catalog GPU (see `planner catalog gpus`)."),
+    gpus: Optional[int] = Option(None, "--gpus", help="GPUs of the replica (= tp x pp; default tp x pp)."),
+    tp: Optional[int] = Option(None, "--tp", help="Tensor-parallel GPUs (default --gpus / --pp)."),
+    pp: int = Option(1, "--pp", help="Pipeline-parallel stages."),
+    precision: str = Option("auto", help="Weight precision; auto = the checkpoint's own."),
+    kv_dtype: str = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8."),
+    engine: str = Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs)."),
+    batch: int = Option(1, "--batch", help="Requests running at once."),
+    prompt_tokens: int = Option(1024, "--prompt-tokens", help="Tokens per prompt."),
+    output_tokens: int = Option(256, "--output-tokens", help="Tokens generated per request."),
+    rate: Optional[float] = Option(None, "--rate", help="Requests/s arriving: the steady state under continuous batching."),
+    output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
     result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, engine=engine,
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate)
     data = result.to_dict()
     if output_format is OutputFormat.json:
-        typer.echo(json.dumps(data, indent=2))
+        _echo(json.dumps(data, indent=2))
         return
-    console = _console()
-    console.print(f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} (tp {data['tp']} x pp {data['pp']}, "
-                  f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens")
-    console.print(f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
-                  f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound")
+    lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} (tp {data['tp']} x pp {data['pp']}, "
+             f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens",
+             f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
+             f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"]
     steady = data.get("steady_state")
     if steady:
         verdict = "keeps up" if steady["keeps_up"] else f"cannot keep up ({steady['limit']})"
-        console.print(f"at {steady['requests_per_s']:g} req/s: {verdict}; {steady['batch']:.1f} requests running, "
-                      f"TTFT {steady['ttft_s']:.3f} s, TPOT {steady['tpot_ms']:.1f} ms, KV {steady['kv_tokens_mean']:,.0f} "
-                      f"of {steady['pool_tokens']:,} tokens (peak {steady['kv_tokens_peak']:,})")
+        lines.append(f"at {steady['requests_per_s']:g} req/s: {verdict}; {steady['batch']:.1f} requests running, "
+                     f"TTFT {steady['ttft_s']:.3f} s, TPOT {steady['tpot_ms']:.1f} ms, KV {steady['kv_tokens_mean']:,.0f} "
+                     f"of {steady['pool_tokens']:,} tokens (peak {steady['kv_tokens_peak']:,})")
+    _print_lines(lines)
 
 
-@app.command("simulate")
+@command("simulate")
 def simulate_command(
-    source: str = typer.Argument(..., help="A scenario with traffic (solved first) or PLAN.json."),
-    duration: float = typer.Option(600.0, "--duration", help="Simulated seconds of arrivals."),
-    rate: Optional[float] = typer.Option(None, "--rate", help="Requests/s at each replica (default: its share of the demand)."),
-    arrivals: str = typer.Option("poisson", "--arrivals", help="poisson, or a JSONL trace of {arrival_s, prompt_tokens, output_tokens}."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the Poisson arrivals."),
-    output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+    source: str = Argument(..., help="A scenario with traffic (solved first) or PLAN.json."),
+    duration: float = Option(600.0, "--duration", help="Simulated seconds of arrivals."),
+    rate: Optional[float] = Option(None, "--rate", help="Requests/s at each replica (default: its share of the demand)."),
+    arrivals: str = Option("poisson", "--arrivals", help="poisson, or a JSONL trace of {arrival_s, prompt_tokens, output_tokens}."),
+    seed: int = Option(0, "--seed", help="Seed of the Poisson arrivals."),
+    output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use."""
     runs = api.simulate(source, duration_s=duration, rate=rate, arrivals=arrivals, seed=seed)
     if output_format is OutputFormat.json:
-        typer.echo(json.dumps([asdict(r) for r in runs], indent=2))
+        _echo(json.dumps([asdict(r) for r in runs], indent=2))
         return
-    console = _console()
+    lines: list[str] = []
     for r in runs:
         x = r.result
-        console.print(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
-                      f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
+        lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
+                     f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
         for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):
             suffix = "ms" if unit == 1000 else "s"
-            console.print(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "
-                          f"p99 {p.p99 * unit:.3f} {suffix}")
-        console.print(f"  {x.completed:,} requests, {x.requests_per_s:.2f} req/s, {x.output_tokens_per_s:,.0f} output tokens/s, "
-                      f"{x.preemptions} preemptions, mean batch {x.mean_batch:.1f}, KV peak {x.kv_peak_fraction:.0%} of the pool")
+            lines.append(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "
+                         f"p99 {p.p99 * unit:.3f} {suffix}")
+        lines.append(f"  {x.completed:,} requests, {x.requests_per_s:.2f} req/s, {x.output_tokens_per_s:,.0f} output tokens/s, "
+                     f"{x.preemptions} preemptions, mean batch {x.mean_batch:.1f}, KV peak {x.kv_peak_fraction:.0%} of the pool")
         marks = " ".join(f"{fraction:.0%}" for _, fraction in x.kv_timeline[:: max(1, len(x.kv_timeline) // 10)])
-        console.print(f"  KV use over time: {marks}")
+        lines.append(f"  KV use over time: {marks}")
+    _print_lines(lines)
 
 
 def main() -> None:
     """Console entry point: user errors become one line on stderr and exit code 2. Both ways of reading the command
     line (planner.direct's and typer's) run the command with its time limit counted from here."""
     global _started
-    _started = CommandStart.now()  # before the catalogs load (planner.plan.deadline)
+    _started = time.perf_counter(), time.thread_time()  # before the catalogs load (planner.plan.deadline)
     from planner.direct import direct_call, run_standalone
 
     try:
-        call = direct_call(app, sys.argv[1:])  # a plain command line skips typer's (pydantic) parsing
+        call = direct_call(COMMANDS, sys.argv[1:])  # a plain command line skips typer and its (pydantic) parsing
         if call is None:
-            app()  # standalone: usage errors (unknown option, wrong type) already exit 2 with one message
+            _app()()  # standalone: usage errors (unknown option, wrong type) already exit 2 with one message
         else:
             run_standalone(call)
     except PlannerInputError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        _echo(f"error: {exc}", err=True)
         sys.exit(2)
     finally:
         _started = None  # a command run without main() (typer's test runner) times itself from its call

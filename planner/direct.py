@@ -1,68 +1,145 @@
-"""Plain command lines call the command without typer's parsing; typer reads every other one.
+"""The command line's parameters declared without typer, and plain command lines read without it.
 
-typer (0.29) coerces each parameter through a pydantic TypeAdapter it builds while parsing: importing
-pydantic and building the adapters of `planner estimate`'s 28 parameters is a third of the whole command
-(measured on this project's 2-core machine, best of 11 processes: `planner estimate llama-3.1-8b --context
-8192` 0.34 s CPU parsed by typer, 0.24 s called directly). Most command lines are plain:
-a command, its positional values, `--option value` or `--option=value`, and flags. `direct_call` reads
-those against the app's own declarations -- typer's click parameters (option names, flags, defaults,
-required), the command function's annotations and its typer.Option bounds -- so nothing is declared twice.
-Anything else returns None and typer handles it as before, errors included: help, an unknown or repeated
-option, a value typer would coerce or refuse (1e3, -5, a choice not listed, a bound crossed), a missing
-required value, a command group, a parameter with a callback, prompt or environment variable.
+Importing typer (0.29) and letting it parse cost a short command dearly: typer coerces each parameter
+through a pydantic TypeAdapter it builds while parsing (measured on this project's 2-core machine, best of 11
+processes: `planner estimate llama-3.1-8b --context 8192` 0.34 s CPU parsed by typer, 0.24 s called directly),
+and `import typer` alone is about 30 ms more (python -X importtime). So the commands declare their parameters
+with Option and Argument here, which record what typer.Option and typer.Argument would be given, and
+typer_command hands typer the same declarations when typer reads a command line: nothing is declared twice.
+
+Most command lines are plain: a command, its positional values, `--option value` or `--option=value`, and
+flags. direct_call reads those against the declarations (option names, flags, defaults, required values,
+min/max bounds, the annotations) as typer reads them. Anything else returns None and typer handles it as
+before, errors included: help, an unknown or repeated option, a value typer would coerce or refuse (1e3, -5,
+a choice not listed, a bound crossed), a missing required value, a command group, a parameter declared with
+more than a help text, a metavar and bounds (a callback, a prompt, an environment variable ...).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
 import sys
 from enum import Enum
-from functools import partial
 from types import UnionType
-from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union, get_args, get_origin
 
-import typer
-from typer.main import get_command_from_info, get_command_name
+if TYPE_CHECKING:
+    import typer
 
 _INT = re.compile(r"[0-9]+")
 _FLOAT = re.compile(r"[0-9]+(\.[0-9]+)?")
+REQUIRED = ...  # typer's marker of a value the command line must give
+_PLAIN_SETTINGS = frozenset({"help", "metavar", "min", "max"})
+
+
+class Parameter:
+    """One parameter as declared: what typer.Option(default, *decls, **settings) or typer.Argument(default,
+    **settings) is given."""
+
+    def __init__(self, kind: str, default: Any, decls: tuple[str, ...], settings: dict[str, Any]) -> None:
+        self.kind, self.default, self.decls, self.settings = kind, default, decls, settings
+
+    def for_typer(self) -> Any:
+        import typer
+
+        make = typer.Option if self.kind == "option" else typer.Argument
+        return make(self.default, *self.decls, **self.settings)
+
+
+def Option(default: Any = REQUIRED, *decls: str, **settings: Any) -> Any:  # noqa: N802 - typer's name
+    return Parameter("option", default, decls, settings)
+
+
+def Argument(default: Any = REQUIRED, **settings: Any) -> Any:  # noqa: N802 - typer's name
+    return Parameter("argument", default, (), settings)
+
+
+def command_name(function: Callable[..., Any]) -> str:
+    """typer's name for a command registered without one (typer.main.get_command_name)."""
+    return function.__name__.lower().replace("_", "-")
+
+
+def typer_command(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The command as typer reads it: the same function, its Parameters handed over as typer's own."""
+    signature = inspect.signature(function)
+    parameters = [p.replace(default=p.default.for_typer()) if isinstance(p.default, Parameter) else p
+                  for p in signature.parameters.values()]
+
+    @functools.wraps(function)
+    def command(**kwargs: Any) -> Any:
+        return function(**kwargs)
+
+    command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return command
 
 
 class _NotPlain(Exception):
     """This command line is typer's to read."""
 
 
-def direct_call(app: typer.Typer, argv: list[str]) -> Callable[[], Any] | None:
-    """The command function with its arguments, ready to call, or None: let typer parse this command line."""
+def direct_call(commands: Mapping[str, Callable[..., Any]] | typer.Typer, argv: list[str]) -> Callable[[], Any] | None:
+    """The command function with its arguments, ready to call, or None: let typer parse this command line.
+    `commands`: the command functions by name, or the typer app built from them."""
     if not argv:
         return None
-    infos = {info.name or get_command_name(info.callback.__name__): info
-             for info in app.registered_commands if info.callback is not None}
-    info = infos.get(argv[0])
-    if info is None:
+    if not isinstance(commands, Mapping):
+        commands = {info.name or command_name(info.callback): inspect.unwrap(info.callback)
+                    for info in commands.registered_commands if info.callback is not None}
+    function = commands.get(argv[0])
+    if function is None:
         return None
-    # the click command typer builds for this one command (get_command would build all of them)
-    command = get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
-                                    rich_markup_mode=app.rich_markup_mode)
     try:
-        return partial(info.callback, **_arguments(command.params, info.callback, argv[1:]))
+        return functools.partial(function, **_arguments(function, argv[1:]))
     except _NotPlain:
         return None
 
 
-def _arguments(params: list[Any], function: Callable[..., Any], tokens: list[str]) -> dict[str, Any]:
-    hints = get_type_hints(function)
-    declared = {name: p.default for name, p in inspect.signature(function).parameters.items()}
-    options: dict[str, Any] = {}
+def _declared(function: Callable[..., Any]) -> dict[str, Parameter]:
+    parameters = {name: p.default for name, p in inspect.signature(function).parameters.items()}
+    for declared in parameters.values():
+        if not isinstance(declared, Parameter) or not _PLAIN_SETTINGS.issuperset(declared.settings):
+            raise _NotPlain  # a parameter typer does more with than read one value
+    return parameters
+
+
+def _option_names(name: str, declared: Parameter) -> list[str]:
+    """The option's spellings as typer declares them (a flag's --no- form is typer's to read)."""
+    if any("/" in decl for decl in declared.decls):
+        raise _NotPlain
+    return list(declared.decls) or ["--" + name.replace("_", "-")]
+
+
+class _Hints(dict):
+    """The command function's annotations, each evaluated (as typing.get_type_hints evaluates it) when first asked
+    for: get_type_hints compiles every one, and a command line names a few of estimate's 28 parameters."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        super().__init__()
+        self.function = function
+
+    def __missing__(self, name: str) -> Any:
+        hint = self.function.__annotations__[name]
+        if isinstance(hint, str):  # `from __future__ import annotations`: the command module's own source text
+            hint = eval(hint, self.function.__globals__)  # noqa: S307
+        self[name] = hint
+        return hint
+
+
+def _arguments(function: Callable[..., Any], tokens: list[str]) -> dict[str, Any]:
+    hints = _Hints(function)
+    declared = _declared(function)
+    options: dict[str, str] = {}
     positional = []
-    for param in params:
-        _check_plain(param, declared[param.name])
-        if param.param_type_name == "option":
-            options.update((opt, param) for opt in param.opts)
+    for name, param in declared.items():
+        if param.kind == "option":
+            options.update((spelling, name) for spelling in _option_names(name, param))
+        elif get_origin(hints[name]) is list:
+            raise _NotPlain  # a positional list takes many values
         else:
-            positional.append(param)
+            positional.append(name)
     given: dict[str, Any] = {}
     rest = list(tokens)
     while rest:
@@ -70,50 +147,49 @@ def _arguments(params: list[Any], function: Callable[..., Any], tokens: list[str
         if not token.startswith("-"):
             if not positional:
                 raise _NotPlain
-            param = positional.pop(0)
-            given[param.name] = _value(hints[param.name], token, declared[param.name])
+            name = positional.pop(0)
+            given[name] = _value(hints[name], token, declared[name])
             continue
-        name, equals, text = token.partition("=") if token.startswith("--") else (token, "", "")
-        param = options.get(name)
-        if param is None or (param.name in given and not param.multiple) or (param.is_flag and equals):
+        spelling, equals, text = token.partition("=") if token.startswith("--") else (token, "", "")
+        name = options.get(spelling)
+        if name is None:
             raise _NotPlain
-        if param.is_flag:
-            given[param.name] = True
+        multiple, flag = get_origin(_optional_inner(hints[name])) is list, hints[name] is bool
+        if (name in given and not multiple) or (flag and (equals or not declared[name].decls)):
+            raise _NotPlain  # repeated, a value for a flag, or a flag typer names --x/--no-x
+        if flag:
+            given[name] = True
             continue
         if not equals:
             if not rest or rest[0].startswith("-"):
                 raise _NotPlain
             text = rest.pop(0)
-        value = _value(hints[param.name], text, declared[param.name])
-        if param.multiple:
-            given.setdefault(param.name, []).append(value)
+        value = _value(hints[name], text, declared[name])
+        if multiple:
+            given.setdefault(name, []).append(value)
         else:
-            given[param.name] = value
-    for param in params:
-        if param.name not in given:
-            if param.required:
+            given[name] = value
+    for name, param in declared.items():
+        if name not in given:
+            if param.default is REQUIRED:
                 raise _NotPlain
-            given[param.name] = param.default
+            given[name] = param.default
     return given
 
 
-def _check_plain(param: Any, declared: Any) -> None:
-    """A parameter typer does more with than read one value is left to typer."""
-    if (param.envvar or param.callback or param.is_eager or not param.expose_value or param.nargs != 1
-            or getattr(param, "secondary_opts", None) or getattr(param, "count", False)
-            or getattr(param, "prompt", None) or getattr(declared, "clamp", False)
-            or getattr(declared, "parser", None) or getattr(declared, "click_type", None)
-            or getattr(declared, "case_sensitive", True) is False):
-        raise _NotPlain
-
-
-def _value(hint: Any, text: str, declared: Any) -> Any:
-    """One value as typer would hand it over, for the spellings that leave no doubt."""
+def _optional_inner(hint: Any) -> Any:
+    """X for Optional[X] (X | None); the hint itself otherwise."""
     if get_origin(hint) in (Union, UnionType):
         kinds = [a for a in get_args(hint) if a is not type(None)]
         if len(kinds) != 1:
             raise _NotPlain
-        hint = kinds[0]
+        return kinds[0]
+    return hint
+
+
+def _value(hint: Any, text: str, declared: Parameter) -> Any:
+    """One value as typer would hand it over, for the spellings that leave no doubt."""
+    hint = _optional_inner(hint)
     if get_origin(hint) is list:
         hint = get_args(hint)[0]
     if isinstance(hint, type) and issubclass(hint, Enum):
@@ -129,7 +205,7 @@ def _value(hint: Any, text: str, declared: Any) -> Any:
         number = float(text)
     else:
         raise _NotPlain
-    low, high = getattr(declared, "min", None), getattr(declared, "max", None)
+    low, high = declared.settings.get("min"), declared.settings.get("max")
     if (low is not None and number < low) or (high is not None and number > high):
         raise _NotPlain
     return number

@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -235,6 +234,8 @@ def _replace(target: Path, data: bytes, existing: os.stat_result | None, field: 
     folder, name = target.parent, target.name  # a name past the filesystem's limit failed the stat before
     # mkstemp appends 8 random characters; keep the whole temporary name within the limit
     prefix = _temporary_prefix(name, _name_max(folder) - 8)
+    import tempfile  # here, not at the top: with shutil and random it is 4 ms of every command's start
+
     try:
         fd, temporary = tempfile.mkstemp(prefix=prefix, dir=folder)
     except OSError as exc:

@@ -275,3 +275,23 @@ def test_a_closed_pipe_ends_a_direct_command_quietly(tmp_path):
     proc = subprocess.run(f"{sys.executable} -m planner.cli catalog models | head -1", shell=True, cwd=tmp_path,
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert proc.stdout.count("\n") == 1 and "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr
+
+
+WIDE_TERMINAL = {"FORCE_COLOR": "1", "COLUMNS": "150", "LINES": "40"}
+NARROW_TERMINAL = {"FORCE_COLOR": "1", "COLUMNS": "60", "LINES": "20"}
+
+
+@pytest.mark.parametrize("env,loaded", [({}, []), (WIDE_TERMINAL, []), (NARROW_TERMINAL, ["rich"])],
+                         ids=["pipe", "wide-terminal", "narrow-terminal"])
+def test_a_plain_estimate_starts_without_typer_and_prints_without_rich_where_its_tables_fit(tmp_path, env, loaded):
+    """planner.direct reads the command line and planner.render.plain writes rich's bytes for the tables, styled
+    on a terminal (FORCE_COLOR makes the pipe one); a table wider than the terminal is rich's to shrink."""
+    code = ("import sys; sys.argv = ['planner', 'estimate', 'llama-3.1-8b', '--gpu', 'h100', '--tp', '2']; "
+            "from planner.cli import main; main(); print(sorted(m for m in ('typer', 'rich', 'pydantic') "
+            "if m in sys.modules))")
+    checkout = str(Path(__file__).resolve().parents[1])  # this checkout's planner, wherever it is installed from
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "PYTHONPATH": checkout, **env})
+    assert proc.returncode == 0, proc.stderr
+    assert "per GPU" in proc.stdout and proc.stdout.splitlines()[-1] == str(loaded)
+    assert ("\x1b[1mllama-3.1-8b\x1b[0m" in proc.stdout) is bool(env)

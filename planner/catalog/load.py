@@ -6,14 +6,13 @@ repository), so planner works offline from any directory.
 
 from __future__ import annotations
 
-import difflib
 import re
+import sys
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from functools import cache, cached_property
-from importlib import resources
 from pathlib import Path
 from types import UnionType
-from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, Union, get_args, get_origin
 
 from planner.errors import PlannerInputError
 from planner.units import MiB
@@ -43,6 +42,8 @@ def bounded(default: Any = MISSING, **bounds: float) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class _Record:
+    """What every catalog entry has: its name (a lowercase slug) and other names it answers to."""
+
     name: str
     aliases: tuple[str, ...] = ()
 
@@ -53,6 +54,8 @@ class _Record:
 
 @dataclass(frozen=True, kw_only=True)
 class Interconnect:
+    """How a GPU talks to the other GPUs of its node."""
+
     kind: str
     name: str
     bandwidth_gbps: float = bounded(gt=0)
@@ -60,6 +63,8 @@ class Interconnect:
 
 @dataclass(frozen=True, kw_only=True)
 class Gpu(_Record):
+    """A GPU of gpus.yaml."""
+
     display_name: str
     vendor: Literal["nvidia", "amd", "intel", "google"]
     generation: str
@@ -86,6 +91,8 @@ class Gpu(_Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Model(_Record):
+    """A model of models.yaml: its Hugging Face repository and config.json."""
+
     hf_id: str
     family: str
     params: int = bounded(gt=0)
@@ -98,6 +105,8 @@ class Model(_Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Scales:
+    """The scales a quantized format stores beside its weights."""
+
     granularity: Literal["tensor", "channel", "group", "block"]
     group_size: int | None = bounded(None, gt=0)
     scale_bits: int = bounded(gt=0)
@@ -114,6 +123,8 @@ class ExpertFormat:
 
 @dataclass(frozen=True, kw_only=True)
 class Precision(_Record):
+    """A weight precision of precisions.yaml."""
+
     bits: float = bounded(gt=0)
     scope: Literal["all", "linear", "experts", "gguf"]
     serving_default: bool = False
@@ -135,12 +146,16 @@ class Precision(_Record):
 
 @dataclass(frozen=True, kw_only=True)
 class KvDtype(_Record):
+    """A KV cache dtype of precisions.yaml."""
+
     bits: int = bounded(gt=0)
     source: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class Engine(_Record):
+    """A serving engine of engines.yaml."""
+
     description: str
     overhead_fraction: float = bounded(ge=0, le=1)
     # the CUDA context every GPU holds: filled in from engine_profiles.yaml cuda.context_mib, its one home
@@ -191,7 +206,9 @@ class Registry(Generic[R]):
         found = index.get(name.strip().lower())
         if found is not None:
             return found
-        close = difflib.get_close_matches(name.strip().lower(), list(index), n=3, cutoff=0.5)
+        from difflib import get_close_matches  # only for a name not found
+
+        close = get_close_matches(name.strip().lower(), list(index), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}?" if close else f"see `planner catalog {self.kind}s`"
         raise PlannerInputError(f"unknown {self.kind} {name!r}: {hint}")
 
@@ -207,6 +224,8 @@ _REPO_ID = re.compile(r"[a-z0-9._-]+(/[a-z0-9._-]+)?")
 
 @dataclass(frozen=True)
 class Catalog:
+    """Every catalog, loaded and validated (load_catalog)."""
+
     gpus: Registry[Gpu]
     models: Registry[Model]
     precisions: Registry[Precision]
@@ -260,9 +279,10 @@ class Catalog:
 def catalog_dir() -> Path:
     """Where the YAML files are: inside the installed package, or catalogs/ in a source checkout."""
     try:
-        return Path(str(resources.files("planner.catalogs")))
+        import planner.catalogs as catalogs
     except ModuleNotFoundError:
         return Path(__file__).resolve().parents[2] / "catalogs"
+    return Path(next(iter(catalogs.__path__)))  # the package's folder (importlib.resources.files, without its imports)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -280,8 +300,15 @@ class _Invalid(ValueError):
         self.loc = loc
         self.message = message
 
+    def inside(self, key: Any) -> _Invalid:
+        """The same problem, seen from the mapping or list that holds it under `key`."""
+        self.loc = (key, *self.loc)
+        return self
 
-Check = Callable[[Any, tuple[Any, ...]], Any]  # (value, key path) -> the value as the record keeps it
+
+# value -> the value as the record keeps it; _Invalid with the key path below the value. The path is built only
+# for a problem (on the way out), not for every value checked: the catalogs have thousands.
+Check = Callable[[Any], Any]
 
 
 def _scalar(kind: type) -> Check:
@@ -290,12 +317,16 @@ def _scalar(kind: type) -> Check:
     wanted = {str: "a valid string", int: "a valid integer", float: "a valid number", bool: "a valid boolean"}[kind]
     accepted = (int, float) if kind is float else kind
 
-    def check(value: Any, loc: tuple[Any, ...]) -> Any:
+    def check(value: Any) -> Any:
         if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
-            raise _Invalid(loc, f"Input should be {wanted}")
+            raise _Invalid((), f"Input should be {wanted}")
         return float(value) if kind is float else value
 
     return check
+
+
+def _any(value: Any) -> Any:
+    return value
 
 
 @cache
@@ -303,67 +334,102 @@ def _check(hint: Any) -> Check:
     """The check of one annotation, built once: the shapes the catalog records use."""
     origin, args = get_origin(hint), get_args(hint)
     if hint is Any:
-        return lambda value, loc: value
+        return _any
     if origin in (Union, UnionType):  # X | None
         inner = _check(next(a for a in args if a is not type(None)))
-        return lambda value, loc: None if value is None else inner(value, loc)
+        return lambda value: None if value is None else inner(value)
     if origin is Literal:
         choices = [repr(a) for a in args]
         message = f"Input should be {', '.join(choices[:-1])} or {choices[-1]}"
 
-        def literal(value: Any, loc: tuple[Any, ...]) -> Any:
+        def literal(value: Any) -> Any:
             if isinstance(value, str) and value in args:
                 return value
-            raise _Invalid(loc, message)
+            raise _Invalid((), message)
         return literal
     if origin is tuple:
-        item = _check(args[0])
-
-        def sequence(value: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
-            if not isinstance(value, (list, tuple)):
-                raise _Invalid(loc, "Input should be a valid tuple")
-            return tuple(item(v, (*loc, i)) for i, v in enumerate(value))
-        return sequence
+        return _sequence(_check(args[0]))
     if origin is dict:
-        key, item = _check(args[0]), _check(args[1])
-
-        def mapping(value: Any, loc: tuple[Any, ...]) -> dict[Any, Any]:
-            if not isinstance(value, dict):
-                raise _Invalid(loc, "Input should be a valid dictionary")
-            return {key(k, (*loc, k)): item(v, (*loc, k)) for k, v in value.items()}
-        return mapping
+        return _mapping(_check(args[0]), _check(args[1]))
     if is_dataclass(hint):
-        return lambda value, loc: _record(hint, value, loc)
+        return lambda value: _record(hint, value)
     return _scalar(hint)
+
+
+def _sequence(item: Check) -> Check:
+    def sequence(value: Any) -> tuple[Any, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise _Invalid((), "Input should be a valid tuple")
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(item(v))
+            except _Invalid as exc:
+                raise exc.inside(i) from None
+        return tuple(out)
+    return sequence
+
+
+def _mapping(key: Check, item: Check) -> Check:
+    def mapping(value: Any) -> dict[Any, Any]:
+        if not isinstance(value, dict):
+            raise _Invalid((), "Input should be a valid dictionary")
+        out = {}
+        for k, v in value.items():
+            try:
+                out[key(k)] = item(v)
+            except _Invalid as exc:
+                raise exc.inside(k) from None
+        return out
+    return mapping
+
+
+@cache
+def _hint(annotation: str, module: str) -> Any:
+    """A field's annotation (text, under `from __future__ import annotations`) evaluated as typing.get_type_hints
+    evaluates it, once per spelling: get_type_hints compiles every field's anew, a fifth of reading the catalogs."""
+    return eval(annotation, vars(sys.modules[module]))  # noqa: S307 - the record class's own source
+
+
+def _hints(record_type: type) -> dict[str, Any]:
+    """The record's annotations by field name, its bases' first (as get_type_hints)."""
+    hints: dict[str, Any] = {}
+    for klass in reversed(record_type.__mro__):
+        for name, annotation in vars(klass).get("__annotations__", {}).items():
+            hints[name] = _hint(annotation, klass.__module__) if isinstance(annotation, str) else annotation
+    return hints
 
 
 @cache
 def _fields(record_type: type) -> tuple[tuple[str, bool, Check, tuple[tuple[str, float], ...]], ...]:
     """Each field: its name, whether it is required, its check and its bounds (metadata gt/ge/le)."""
-    hints = get_type_hints(record_type)
+    hints = _hints(record_type)
     return tuple((f.name, f.default is MISSING, _check(hints[f.name]), tuple(f.metadata.items()))
                  for f in fields(record_type))
 
 
-def _record(record_type: type[D], row: Any, loc: tuple[Any, ...] = ()) -> D:
+def _record(record_type: type[D], row: Any) -> D:
     """A record from one mapping: every key known, every required key given, each value of its type and within
     its bounds."""
     if not isinstance(row, dict):
-        raise _Invalid(loc, f"Input should be a valid dictionary or instance of {record_type.__name__}")
+        raise _Invalid((), f"Input should be a valid dictionary or instance of {record_type.__name__}")
     values: dict[str, Any] = {}
     for name, required, check, bounds in _fields(record_type):
         if name not in row:
             if required:
-                raise _Invalid((*loc, name), "Field required")
+                raise _Invalid((name,), "Field required")
             continue
-        value = values[name] = check(row[name], (*loc, name))
+        try:
+            value = values[name] = check(row[name])
+        except _Invalid as exc:
+            raise exc.inside(name) from None
         for bound, limit in bounds:
             if value is not None and not _BOUNDS[bound][0](value, limit):
-                raise _Invalid((*loc, name), f"Input should be {_BOUNDS[bound][1]} {limit}")
+                raise _Invalid((name,), f"Input should be {_BOUNDS[bound][1]} {limit}")
     if len(values) < len(row):
         known = {name for name, *_ in _fields(record_type)}
         extra = next(key for key in row if key not in known)
-        raise _Invalid((*loc, extra), "Extra inputs are not permitted")
+        raise _Invalid((extra,), "Extra inputs are not permitted")
     return record_type(**values)
 
 
@@ -402,8 +468,8 @@ def catalog_record(record_type: type[D], row: Any, where: str) -> D:
         raise _one_line(where, exc.loc, exc.message) from None
 
 
-def _records(path: Path, key: str, record_type: type[R], kind: str) -> Registry[R]:
-    data = read_yaml(path)
+def _records(path: Path, data: dict[str, Any], key: str, record_type: type[R], kind: str) -> Registry[R]:
+    """The records under `key` of the catalog file read from `path`."""
     rows = data.get(key)
     if not isinstance(rows, list):
         raise PlannerInputError(f"catalog {path.name}: missing the list {key!r}")
@@ -423,11 +489,15 @@ def load_catalog(directory: str | None = None) -> Catalog:
     """Load and validate the catalog files (cached: catalogs don't change during a run); the prices are read
     when first asked for (Catalog.offers)."""
     base = Path(directory) if directory else catalog_dir()
+    gpus = _records(base / "gpus.yaml", read_yaml(base / "gpus.yaml"), "gpus", Gpu, "gpu")
+    models = _records(base / "models.yaml", read_yaml(base / "models.yaml"), "models", Model, "model")
+    precisions = base / "precisions.yaml"
+    both = read_yaml(precisions)  # weights' precisions and KV cache dtypes: one file, read once
     return Catalog(
-        gpus=_records(base / "gpus.yaml", "gpus", Gpu, "gpu"),
-        models=_records(base / "models.yaml", "models", Model, "model"),
-        precisions=_records(base / "precisions.yaml", "precisions", Precision, "precision"),
-        kv_dtypes=_records(base / "precisions.yaml", "kv_dtypes", KvDtype, "kv-dtype"),
+        gpus=gpus,
+        models=models,
+        precisions=_records(precisions, both, "precisions", Precision, "precision"),
+        kv_dtypes=_records(precisions, both, "kv_dtypes", KvDtype, "kv-dtype"),
         engines=_engines(base),
         prices_file=base / "prices.yaml",
     )
@@ -436,7 +506,7 @@ def load_catalog(directory: str | None = None) -> Catalog:
 def _engines(base: Path) -> Registry[Engine]:
     """engines.yaml, each engine's runtime reserve being the CUDA context of engine_profiles.yaml (cuda.context_mib),
     the one place that figure and its measurement live."""
-    engines = _records(base / "engines.yaml", "engines", Engine, "engine")
+    engines = _records(base / "engines.yaml", read_yaml(base / "engines.yaml"), "engines", Engine, "engine")
     for engine in engines:
         if engine.runtime_reserve_mib is not None:
             raise PlannerInputError(f"catalog engines.yaml: engines[{engine.name}].runtime_reserve_mib: the CUDA context "

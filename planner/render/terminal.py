@@ -1,29 +1,41 @@
-"""Results as terminal tables (rich). Headers are words with units (summary.LABELS), never field names."""
+"""Results as terminal tables (rich). Headers are words with units (summary.LABELS), never field names.
+
+Each table draws on a console: rich's, or planner.render.plain's where rich would print no styles (its tables
+then come from the plain console too, and rich is not imported)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from rich.console import Console
-from rich.table import Table
-
 from planner.estimator.memory import MemoryEstimate, RankMemory
-from planner.render.records import fit_record
+from planner.render.plain import PlainConsole, PlainTable
 from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
+    from rich.console import Console
+    from rich.table import Table
+
     from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
     from planner.plan.solver import SolveResult
 
 
+def _table(console: Console | PlainConsole, **options: Any) -> Table | PlainTable:
+    """A table for the console to print: rich's, or the plain console's own."""
+    if isinstance(console, PlainConsole):
+        return PlainTable(**options)
+    from rich.table import Table
+
+    return Table(**options)
+
+
 def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
     return [label, f"{n_bytes:,}", f"{gb(n_bytes):,.2f}", f"{gib(n_bytes):,.2f}", note]
 
 
-def estimate_table(est: MemoryEstimate, console: Console, show_fit: bool = True) -> None:
+def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fit: bool = True) -> None:
     """The breakdown; show_fit=False when an engine's own verdict follows (engine_table)."""
     gpus = est.tp * est.pp
     split = f" · tp {est.tp} x pp {est.pp} = {gpus} GPUs" if gpus > 1 else " · 1 GPU"
@@ -40,7 +52,7 @@ def estimate_table(est: MemoryEstimate, console: Console, show_fit: bool = True)
     else:
         console.print(f"parameters {est.params:,} ({format_count(est.params)}), as given (weights = params x bytes per param)")
 
-    table = Table(show_header=True, header_style="bold")
+    table = _table(console, show_header=True, header_style="bold")
     for col, justify in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     suffix = " (all GPUs)" if gpus > 1 else ""
@@ -58,7 +70,7 @@ def estimate_table(est: MemoryEstimate, console: Console, show_fit: bool = True)
     console.print(table)
 
     if gpus > 1:
-        per = Table(title="per GPU", show_header=True, header_style="bold")
+        per = _table(console, title="per GPU", show_header=True, header_style="bold")
         for col in ("ranks", "pp stage", "layers", "weights GB", "KV GB", "overhead GB", "total GB", "total GiB"):
             per.add_column(col, justify="right")
         for group in _identical_ranks(est):
@@ -101,8 +113,8 @@ _TABLE_COLUMNS = {
 }
 
 
-def rows_table(rows: Iterable[dict[str, Any]], kind: str, console: Console) -> None:
-    table = Table(show_header=True, header_style="bold")
+def rows_table(rows: Iterable[dict[str, Any]], kind: str, console: Console | PlainConsole) -> None:
+    table = _table(console, show_header=True, header_style="bold")
     columns = _TABLE_COLUMNS[kind]
     for col in columns:
         _labelled_column(table, col)
@@ -111,7 +123,7 @@ def rows_table(rows: Iterable[dict[str, Any]], kind: str, console: Console) -> N
     console.print(table)
 
 
-def _labelled_column(table: Table, field: str, justify: str = "left") -> None:
+def _labelled_column(table: Table | PlainTable, field: str, justify: str = "left") -> None:
     """A column headed by the field's words; a narrow terminal folds headers and cells, never cuts them short."""
     table.add_column(column_label(field), justify=justify, overflow="fold")  # type: ignore[arg-type]
 
@@ -126,7 +138,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def solve_table(result: SolveResult, console: Console) -> None:
+def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
     console.print(f"[bold]{result.scenario}[/bold] · {result.model} · {status_line(result)}")
     for note in result.skipped:
         console.print(f"skipped {note}")
@@ -148,7 +160,8 @@ def solve_table(result: SolveResult, console: Console) -> None:
         console.print(f"  [yellow]warning:[/yellow] {warning}")
 
     if result.alternatives:
-        table = Table(title="Alternatives: the best plan on each other GPU type", show_header=True, header_style="bold")
+        table = _table(console, title="Alternatives: the best plan on each other GPU type", show_header=True,
+                       header_style="bold")
         for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "headroom GB"):
             table.add_column(col, justify="right" if col in ("$/hour", "headroom GB") else "left")
         for i, p in enumerate(result.alternatives, start=1):
@@ -158,8 +171,8 @@ def solve_table(result: SolveResult, console: Console) -> None:
                           f"{p.usd_per_hour:,.2f}", f"{gb(p.headroom_bytes):.1f}")
         console.print(table)
     if result.rejected_cheaper:
-        table = Table(title="Cheaper options the estimator rejected (closest miss per GPU type)", show_header=True,
-                      header_style="bold")
+        table = _table(console, title="Cheaper options the estimator rejected (closest miss per GPU type)",
+                       show_header=True, header_style="bold")
         for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "why not"):
             table.add_column(col)
         for r in result.rejected_cheaper:
@@ -169,7 +182,7 @@ def solve_table(result: SolveResult, console: Console) -> None:
         console.print(table)
 
 
-def _infeasible(result: SolveResult, console: Console) -> None:
+def _infeasible(result: SolveResult, console: Console | PlainConsole) -> None:
     info = result.infeasible
     console.print("\n[bold red]No plan fits.[/bold red]")
     if info is None:
@@ -185,10 +198,10 @@ COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "gpus", "tp", "pp", "pre
                          "usd_per_gpu_hour", "headroom_gb"]
 
 
-def frame_table(frame, title: str, console: Console, columns: list[str] | None = None) -> None:
+def frame_table(frame, title: str, console: Console | PlainConsole, columns: list[str] | None = None) -> None:
     """A DataFrame as a terminal table (the widest text columns left to JSON/CSV)."""
     frame = frame[columns] if columns else frame
-    table = Table(title=title, show_header=True, header_style="bold")
+    table = _table(console, title=title, show_header=True, header_style="bold")
     for col in frame.columns:
         _labelled_column(table, col, "right" if frame[col].dtype.kind in "if" else "left")
     for row in frame.itertuples(index=False):
@@ -196,7 +209,7 @@ def frame_table(frame, title: str, console: Console, columns: list[str] | None =
     console.print(table if len(frame) else "no GPU and provider holds this model with these settings")
 
 
-def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
+def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> None:
     console.print(f"[bold]{name}[/bold] · fleet · {fleet_status(plan)}")
     if plan.usd_per_hour is None:
         console.print(f"\n[bold red]{no_fleet(plan)}[/bold red]")
@@ -204,7 +217,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
         per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
                  if plan.usd_per_million_output_tokens is not None else "")
         console.print(f"\n[bold]Fleet: ${plan.usd_per_hour:,.2f}/hour[/bold]{per_m}")
-    table = Table(title="Replicas", show_header=True, header_style="bold")
+    table = _table(console, title="Replicas", show_header=True, header_style="bold")
     for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "max-model-len x running", "req/s each", "TTFT s",
                 "TPOT ms", "pool"):
         table.add_column(col, justify="right" if col in ("req/s each", "TTFT s", "TPOT ms") else "left")
@@ -216,7 +229,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
                       f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
     if plan.assignments:
         console.print(table)
-    pools = Table(title="Rented", show_header=True, header_style="bold")
+    pools = _table(console, title="Rented", show_header=True, header_style="bold")
     for col in ("pool", "instances", "GPUs used / paid", "$/hour", "price as of"):
         pools.add_column(col)
     for u in plan.pools:
@@ -237,10 +250,10 @@ def fleet_table(name: str, plan: FleetPlan, console: Console) -> None:
         console.print("every replica's configuration was re-checked by the estimator")
 
 
-def engine_table(e: EngineBudget, console: Console) -> None:
+def engine_table(e: EngineBudget, console: Console | PlainConsole) -> None:
     """What the engine does with the card, per its own start-up arithmetic (the limiting rank)."""
     console.print(f"\n[bold]{e.name}[/bold] ({e.release}) on this card, per GPU (the rank with the smallest pool):")
-    table = Table(show_header=True, header_style="bold")
+    table = _table(console, show_header=True, header_style="bold")
     for col, justify in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     label = f"budget ({e.gpu_memory_utilization:.2f} x memory)" if e.gpu_memory_utilization else "budget"
@@ -290,8 +303,11 @@ def _pool_layout_lines(e: EngineBudget) -> list[str]:
     return lines
 
 
-def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Console) -> None:
-    table = Table(show_header=True, header_style="bold")
+def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int,
+              console: Console | PlainConsole) -> None:
+    from planner.render.records import fit_record  # with csv: only this table reads a record
+
+    table = _table(console, show_header=True, header_style="bold")
     for col in ("engine", "largest context (1 request)", f"most sequences of {context:,}", f"fewest GPUs for {batch} x {context:,}"):
         table.add_column(col)
     for f in fits:
@@ -308,9 +324,9 @@ def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int, console: Co
     console.print(table)
 
 
-def what_if_table(name: str, rows, console: Console) -> None:
+def what_if_table(name: str, rows, console: Console | PlainConsole) -> None:
     """The scenario and its variants side by side (api.what_if)."""
-    table = Table(title=f"{name}: what if", show_header=True, header_style="bold")
+    table = _table(console, title=f"{name}: what if", show_header=True, header_style="bold")
     for col, justify in (("variant", "left"), ("status", "left"), ("$/hour", "right"), ("change", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:

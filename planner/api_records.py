@@ -1,0 +1,94 @@
+"""The records planner.api returns besides the estimator's and the planner's own, each loaded by the call that
+returns one: a class costs about a millisecond to create (dataclasses compiles its methods), so `planner
+estimate` does not create the ones it never returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from planner.catalog.load import Gpu
+    from planner.estimator.capacity import Scheduler, SteadyState
+    from planner.estimator.engines import EngineBudget
+    from planner.estimator.memory import MemoryEstimate
+    from planner.estimator.performance import ReplicaPerformance
+    from planner.estimator.simulate import SimulationResult
+    from planner.model.architecture import Architecture
+
+
+@dataclass(frozen=True)
+class EngineEstimate:
+    """The estimator's breakdown plus what one engine would actually hand to the KV cache on that GPU."""
+
+    memory: MemoryEstimate
+    engine: EngineBudget
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    """`planner perf`: one replica at a batch, and (with a rate) its steady state under continuous batching."""
+
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    engine: str
+    performance: ReplicaPerformance
+    steady: SteadyState | None = None  # at --rate
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.performance
+        data: dict[str, Any] = {
+            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "engine": self.engine,
+            "batch": p.batch, "ttft_s": p.ttft_s, "tpot_ms": p.tpot_s * 1000, "decode_step_ms": p.decode_step_s * 1000,
+            "output_tokens_per_s": p.output_tokens_per_s, "requests_per_s": p.requests_per_s, "bound": p.decode_bound,
+            "weight_read_ms": p.weight_read_s * 1000, "kv_read_ms": p.kv_read_s * 1000,
+            "compute_ms": p.decode_compute_s * 1000, "overhead_ms": p.per_layer_overhead_s * 1000,
+            "allreduce_ms": p.allreduce_s * 1000,
+        }
+        if self.steady is not None:
+            s = self.steady
+            data["steady_state"] = {
+                "requests_per_s": s.requests_per_s, "keeps_up": not s.limit, "limit": s.limit or None,
+                "batch": s.batch, "ttft_s": s.ttft_mean_s, "tpot_ms": s.tpot_mean_s * 1000,
+                "output_tokens_per_s": s.output_tokens_per_s, "kv_tokens_mean": s.kv_tokens_mean,
+                "kv_tokens_peak": s.kv_tokens_peak, "pool_tokens": s.pool_tokens,
+                "preemption_free": s.preemption_free}
+        return data
+
+
+@dataclass(frozen=True)
+class ReplicaSimulation:
+    """One assignment of a fleet (or the one replica asked for), simulated at its share of the traffic."""
+
+    workload: str
+    gpu: str
+    tp: int
+    pp: int
+    replicas: int
+    prompt_tokens: int
+    output_tokens: int
+    rate_per_replica: float  # requests/s arriving at each replica
+    share: float  # of the workload bucket's traffic this assignment takes
+    result: SimulationResult
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """What simulating one assignment needs: its configuration, scheduler, request shape and rate."""
+
+    workload: str
+    arch: Architecture
+    gpu: Gpu
+    tp: int
+    pp: int
+    precision: str
+    kv_dtype: str
+    engine: str
+    scheduler: Scheduler
+    replicas: int
+    prompt_tokens: int
+    output_tokens: int
+    rate_per_replica: float
+    share: float
