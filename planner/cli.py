@@ -177,6 +177,8 @@ def estimate(
     heads: Optional[int] = Option(None, "--heads", help="With --params: attention heads (for the --tp check)."),
     engine: EngineName = Option(EngineName.simple, "--engine", help="simple (the seed's margin) or an engine's own budget."),
     gpu_memory_utilization: Optional[float] = Option(None, "--gpu-memory-utilization", help="vLLM (default 0.9)."),
+    kv_cache_memory_bytes: Optional[int] = Option(None, "--kv-cache-memory-bytes",
+                                                  help="vLLM: the KV pool per GPU in bytes, in place of the utilization's budget."),
     max_num_batched_tokens: Optional[int] = Option(None, "--max-num-batched-tokens", help="vLLM (default per GPU)."),
     max_num_seqs: Optional[int] = Option(None, "--max-num-seqs", help="vLLM (default per GPU)."),
     block_size: Optional[int] = Option(None, "--block-size", help="vLLM KV block size (default 16)."),
@@ -194,7 +196,8 @@ def estimate(
 
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
                                   block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
-                                  n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type)
+                                  n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type,
+                                  kv_cache_memory_bytes=kv_cache_memory_bytes)
         both = api.engine_estimate(model, settings, context=context_tokens(context), batch=batch, tp=tp, pp=pp,
                                    precision=precision, kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)

@@ -113,3 +113,21 @@ def test_the_fleet_plan_carries_the_figure_and_export_passes_it_verbatim(tmp_pat
         assert (argv[argv.index("--kv-cache-memory-bytes") + 1] == str(value)) if value else (
             "--kv-cache-memory-bytes" not in argv)
         assert "--enforce-eager" not in argv  # the figure leaves vLLM's room for CUDA graphs
+
+
+def test_estimate_takes_the_exported_flag(tmp_path):
+    """`planner estimate --kv-cache-memory-bytes N` sizes the pool an exported launch command asks for."""
+    import subprocess
+    import sys
+
+    full = _budget(LONG, kv_cache_memory="full").kv_pool_bytes
+    args = [sys.executable, "-m", "planner.cli", "estimate", "llama-3.3-70b", "--engine", "vllm", "--gpu", "gh200",
+            "--precision", "fp8", "--kv-dtype", "fp8", "--context", "128K", "--format", "json"]
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(args + ["--kv-cache-memory-bytes", str(full)], cwd=tmp_path, capture_output=True, text=True,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    engine = json.loads(proc.stdout)["engine"]
+    assert engine["kv_pool_bytes"] == full and engine["fits"] is True
+    bad = subprocess.run(args + ["--kv-cache-memory-bytes", "0"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--kv-cache-memory-bytes" in bad.stderr

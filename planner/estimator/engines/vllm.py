@@ -377,7 +377,7 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
         kv_cache_capacity_tokens=layout.capacity_tokens(num_blocks, block_size, context), max_concurrency=concurrency,
         fits=fits, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=ranks,
-        warnings=tuple(warnings + _warnings(free_at_start - max(budgets.values()), graphs, resolved, profile)),
+        warnings=tuple(warnings + (_warnings(free_at_start - requested, graphs, resolved, profile) if pinned is None else [])),
         layout=(pool_layout(layout, block_size, context, num_blocks) if isinstance(layout, PackedLayout) else
                 _pool_layout(layout, shape, resolved, context, num_blocks, default_block_size(arch, profile))),
     )
