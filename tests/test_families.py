@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from planner.errors import PlannerInputError
 from planner.estimator.memory import Request, estimate_memory
 from planner.model.architecture import architecture_from_config, load_config_file
 from planner.model.families import FAMILIES
@@ -36,7 +37,8 @@ def test_the_recorded_counts_cover_every_new_family():
     families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
-            "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear"} <= families
+            "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear", "ministral3", "mistral4",
+            "step3p5"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -172,6 +174,28 @@ def test_nemotron_h_layers_open_at_each_mamba_or_attention_block():
     assert mamba.state_elements == (64 * 64 + 2 * 8 * 128) * 3 + 64 * 64 * 128
 
 
+def test_step_sliding_layers_take_their_own_query_heads():
+    arch = _arch("step-3.7-flash-assembled")
+    for layer in arch.layers:
+        rows = {t.name: t.shape[0] for t in layer.tensors}
+        heads = 96 if layer.attention.kind == "sliding" else 64  # attention_other_setting, num_attention_heads
+        assert (rows["self_attn.q_proj.weight"], rows["self_attn.g_proj.weight"]) == (heads * 128, heads)
+        assert (layer.attention.kv_heads, layer.attention.window) == (8, 512 if heads == 96 else None)
+    assert [layer.is_moe for layer in arch.layers[:4]] == [False, False, False, True]
+
+
+def test_step_text_config_counts_the_language_model_and_drops_the_mtp_padding():
+    text = load_config_file(CONFIGS / "step-3.7-flash-assembled")["text_config"]
+    flat = architecture_from_config(dict(text), "step-3.5-style")
+    vlm = _arch("step-3.7-flash-assembled")
+    assert flat.loaded_params == vlm.loaded_params - vlm.multimodal_params > 0
+    # hub configs list the MTP layers' types after the decoder's; transformers drops them, and so does planner
+    padded = dict(text, layer_types=text["layer_types"] + ["full_attention", "sliding_attention", "sliding_attention"])
+    assert architecture_from_config(padded, "padded").loaded_params == flat.loaded_params
+    with pytest.raises(PlannerInputError, match="layer_types"):
+        architecture_from_config(dict(text, layer_types=text["layer_types"][:40]), "short")
+
+
 def test_glm_4_6_mtp_layer_is_reported_apart():
     arch = _arch("glm-4.6")
     assert arch.checkpoint_params == 358_337_791_296  # loaded 352,797,829,024 + one DeepSeek-format MTP layer
@@ -204,7 +228,8 @@ def test_a_malformed_exclusion_list_is_named():
 
 @pytest.mark.parametrize("name", ["qwen3.5-35b-a3b", "deepseek-v3.2", "glm-4.6", "minimax-m2.5", "gemma-4-26b-a4b",
                                   "nemotron-3-nano-30b-a3b", "qwen3-vl-8b-instruct", "glm-5.2", "minimax-m3-vl-nvfp4",
-                                  "deepseek-v4-flash", "gemma-3n-e4b-it", "kimi-linear-48b-a3b"])
+                                  "deepseek-v4-flash", "gemma-3n-e4b-it", "kimi-linear-48b-a3b",
+                                  "ministral-3-8b-defaults", "mistral-small-4-defaults", "step-3.7-flash-assembled"])
 def test_the_transformers_fallback_agrees_with_the_family_count(name):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

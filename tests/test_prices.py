@@ -143,3 +143,11 @@ def test_cli_prices_update(prices_copy):
 def test_impossible_date_is_an_error():
     with pytest.raises(PlannerInputError, match="calendar date"):
         price_date(offer("2026-13"), "on-demand")
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "gb300", "b300", "mi355x"])
+def test_current_rack_and_blackwell_ultra_gpus_are_rentable(gpu):
+    # issue 11: every GPU rentable today has a dated on-demand price from a cited source
+    offers = [o for o in CATALOG.offers if o.gpu == gpu and o.price("on-demand") is not None]
+    assert offers, f"no on-demand price for {gpu}"
+    assert all(o.source and price_date(o, "on-demand") >= date(2026, 1, 1) for o in offers)

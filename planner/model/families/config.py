@@ -123,6 +123,10 @@ VISION_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 3584,
            "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24]}
        for t in ("qwen3_vl", "qwen3_vl_vision", "qwen3_vl_moe", "qwen3_vl_moe_vision")},
+    # transformers/models/step3p7/configuration_step3p7.py, Step3p7VisionConfig (5.24; hub configs spell the first
+    # two width and layers)
+    "step3p7": {"hidden_size": 1536, "num_hidden_layers": 47, "num_channels": 3, "image_size": 728, "patch_size": 14,
+                "mlp_ratio": 8960 / 1536},
     # transformers/models/siglip/configuration_siglip.py, SiglipVisionConfig.__init__
     "siglip_vision_model": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
                             "num_attention_heads": 12, "num_channels": 3, "image_size": 224, "patch_size": 16},
@@ -135,5 +139,6 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_vl", "qwen3_vl_text",
                      "qwen3_vl_moe", "deepseek_v32", "glm_moe_dsa", "kimi_k25", "glm4_moe", "minimax_m2",
                      "nemotron_h", "nemotron-nas", "mimo_v2_flash", "mimo", "glm4_moe_lite", "minimax_m3",
-                     "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear"}
+                     "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear", "ministral3", "mistral4",
+                     "step3p5", "step3p7"}
 

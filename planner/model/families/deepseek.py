@@ -109,9 +109,10 @@ def mtp_modules(c: Config, hidden: int, vocab: int, decoder_layer: list[Tensor])
     return mtp
 
 
-@family("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite")
+@family("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "mistral4")
 def deepseek(c: Config, model_type: str, name: str) -> Architecture:
-    """MLA attention, dense first layers, shared + routed experts, MTP modules counted apart."""
+    """MLA attention, dense first layers, shared + routed experts, MTP modules counted apart. Mistral Small 4
+    (mistral4) builds the same tensors; its Mistral4TopkRouter keeps no score-correction bias."""
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
     heads, vocab = c.int("num_attention_heads"), c.int("vocab_size")
     latent = c.int("kv_lora_rank") + c.int("qk_rope_head_dim")
@@ -119,8 +120,10 @@ def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     indexer = dsa_indexer(c, hidden) if model_type in SPARSE_ATTENTION else []
     norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)
 
-    # GLM's routers (Glm4MoeLiteTopkRouter, GlmMoeDsaTopkRouter) keep the correction bias whatever topk_method says
-    moe, moe_mlp = routed_experts(c, hidden, router_bias=c.str("topk_method") == "noaux_tc" or model_type in GLM_ROUTERS)
+    # GLM's routers (Glm4MoeLiteTopkRouter, GlmMoeDsaTopkRouter) keep the correction bias whatever topk_method says;
+    # Mistral4TopkRouter never has one
+    router_bias = model_type != "mistral4" and (c.str("topk_method") == "noaux_tc" or model_type in GLM_ROUTERS)
+    moe, moe_mlp = routed_experts(c, hidden, router_bias=router_bias)
     dense_intermediate = c.int("intermediate_size")
     dense_mlp = gated_mlp("mlp", hidden, dense_intermediate)
 

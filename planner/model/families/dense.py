@@ -9,10 +9,11 @@ from planner.model.families.core import Architecture, Layer, Tensor
 from planner.model.families.registry import family
 
 
-@family("llama", "mistral", "granite", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3", "phi3",
-        "cohere", "glm4", "phi", "qwen3_vl_text", "mimo")
+@family("llama", "mistral", "ministral3", "granite", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3",
+        "phi3", "cohere", "glm4", "phi", "qwen3_vl_text", "mimo")
 def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
-    """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4 and Phi-2."""
+    """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4 and Phi-2. Ministral 3 (Ministral 3,
+    Devstral 2) is Mistral's decoder: its Ministral3Attention only scales the queries, with no tensor of its own."""
     hidden, layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     intermediate = c.int("intermediate_size")
 
