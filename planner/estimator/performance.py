@@ -5,13 +5,16 @@ only fitted numbers are the efficiency factors in catalogs/performance.yaml, eac
 measurements it was fitted to (bench/throughput_accuracy.py prints predicted against measured).
 
 One forward pass of one pipeline stage, on one tensor-parallel rank:
-  memory   = (weight bytes read + KV bytes read) / (HBM bandwidth x memory efficiency)
+  memory   = weight bytes read / (HBM bandwidth x memory efficiency)
+             + KV bytes read / (HBM bandwidth x the attention kernel's read efficiency)
              weights: the stage's block tensors as that rank holds them, plus the lm_head on the last
              stage (the embedding is a row lookup, the vision tower idle while decoding text); a MoE
              layer reads only the experts its tokens touch: of E experts with k picked per token,
              t tokens touch E (1 - (1 - k/E)^t) on average when routing is uniform (what the
              routers' load-balancing losses aim for);
-             KV: what each sequence holds at its context (planner.estimator.memory), read once per step
+             KV: what each sequence holds at its context (planner.estimator.memory), read once per step,
+             paged attention (full, sliding) at the generation's kv read efficiency and MLA's latent cache at
+             its own (MLA decode kernels score every head against one shared latent: other kernels)
   compute  = FLOPs / (dense tensor TFLOPS x compute efficiency): 2 per weight of every matmul a token
              passes through (k of E experts), and attention 2 x heads x (d_k + d_v) per attended
              position per layer (PaLM, Chowdhery et al. 2022, appendix B: 2N + 4 L H Q T per token);
@@ -19,9 +22,10 @@ One forward pass of one pipeline stage, on one tensor-parallel rank:
              GPU has one (W8A8 / W4A4), everything else at the 16-bit rate (weight-only kernels
              dequantize to 16 bits)
   fixed    = GPU time per layer per forward, counted in cycles of the GPU's boost clock (the small
-             kernels and the gaps between kernels are latency-bound), and per expert a MoE layer's
-             tokens touch (per-expert padding, grouped-GEMM blocks: the same expected distinct experts
-             as the weights read), per engine
+             kernels and the gaps between kernels are latency-bound), per expert a MoE layer holds (the
+             fused MoE kernels are sized for all E experts: align/pad each expert's tokens to the tile,
+             a grouped-GEMM grid over tokens x k + E x (tile - 1) rows), and once per step on the last
+             stage the engine's own work (the step's graph launch, sampling, scheduling), per engine
   TP       = 2 all-reduces of the activations per layer (Megatron-LM, Shoeybi et al. 2019, section 3),
              each a ring: 2 (tp-1) steps of (link latency + bytes/tp / (one-way link bandwidth x
              efficiency)) (Thakur et al. 2005, "Optimization of collective communication operations
@@ -82,6 +86,9 @@ class GenerationEfficiency:
     name: str
     memory_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, streaming the weights
     kv_read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, attention reading the paged KV cache
+    # of memory_bandwidth_gbps, MLA decode attention reading the compressed latent cache (its own kernels: every
+    # head scores the one shared latent, so a step reads less and computes more per byte than paged attention)
+    latent_read_efficiency: float = bounded(gt=0, le=1)
     compute_efficiency: float = bounded(gt=0, le=1)  # of dense_tflops, on large GEMMs
     fitted_to: str
     source: str
@@ -95,13 +102,17 @@ class EngineCost:
     # (norms, rotary, activations, cache writes) and the gaps between kernels are latency-bound, so they
     # take a number of cycles, not of microseconds (catalogs/performance.yaml `clocks`)
     per_layer_kilocycles: float = bounded(ge=0)
-    # a MoE layer's extra fixed cost per expert its tokens touch: each touched expert's token list is
-    # padded to the GEMM tile and gets its own blocks of the grouped GEMM (fused_moe launches blocks only
-    # for experts with tokens), so a batch-1 step pays for k experts, not all E
+    # a MoE layer's extra fixed cost per expert it holds, touched or not: the fused MoE kernels are sized for
+    # every expert (moe_align_block_size pads each expert's token list to the tile and the grouped GEMM's grid
+    # spans tokens x k + E x (tile - 1) rows, whose blocks past the padded tokens start and exit), so a MoE
+    # layer of 256 experts pays for 256 at any batch (catalogs/performance.yaml, the entry's source)
     per_expert_overhead_us: float = bounded(ge=0)
     # of memory_bandwidth_gbps streaming weights, when the engine's own kernels set it rather than the GPU
     # generation (llama.cpp's mat-vec kernels dequantizing GGUF blocks); None: the generation's
     memory_efficiency: float | None = bounded(None, gt=0, le=1)
+    # the engine's own work once per step, outside the layers, that the GPU waits for: launching the step's
+    # CUDA graph (one launch per step, not per layer), sampling, and the scheduler's bookkeeping between steps
+    per_step_us: float = bounded(ge=0)
     fitted_to: str
     source: str
 
@@ -388,10 +399,12 @@ def _size_only_stage(arch: Architecture, precision: Precision, tp: int, layers: 
 class _Hardware:
     bytes_per_s: float  # achievable HBM bandwidth streaming weights
     kv_bytes_per_s: float  # achievable HBM bandwidth reading the KV cache
+    latent_bytes_per_s: float  # achievable HBM bandwidth reading an MLA latent cache
     low_bit_flops_per_s: float
     wide_flops_per_s: float
     layer_overhead_s: float
     expert_overhead_s: float
+    step_overhead_s: float
     link_bytes_per_s: float  # one-way, achievable
     link_latency_s: float
     tp: int
@@ -415,17 +428,20 @@ _Terms = tuple[float, float, float, float, float, int, int]
 
 
 def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attention_flops: float, kv_bytes: int,
-             allreduce_s: float) -> _Terms:
+             allreduce_s: float, latent_bytes: int, step_s: float) -> _Terms:
     """`attention_flops`: the stage's attention FLOPs over the positions the pass's tokens attend to (see
-    _attention_flops); `allreduce_s`: one all-reduce of the pass's activations (hw.allreduce_s(tokens), the same
-    on every stage)."""
+    _attention_flops); `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents (read by their own
+    kernels, at their own rate); `allreduce_s`: one all-reduce of the pass's activations (hw.allreduce_s(tokens),
+    the same on every stage); `step_s`: the engine's per-step cost, on the stage that ends the step (the last)."""
     touched = stage.touched_experts(tokens) if stage.experts else 0.0  # the call skipped on dense stages (hot path)
     weight_bytes = stage.dense_bytes + round(touched * stage.expert_bytes)
     body, logits_flops = stage.body_flops, stage.logits_flops
     compute_s = ((body.low_bit * tokens + logits_flops.low_bit * logits) / hw.low_bit_flops_per_s
                  + (body.wide * tokens + logits_flops.wide * logits + attention_flops) / hw.wide_flops_per_s)
-    return (weight_bytes / hw.bytes_per_s, kv_bytes / hw.kv_bytes_per_s, compute_s,
-            stage.layers * hw.layer_overhead_s + stage.moe_layers * touched * hw.expert_overhead_s,
+    kv_s = (kv_bytes - latent_bytes) / hw.kv_bytes_per_s + latent_bytes / hw.latent_bytes_per_s if latent_bytes \
+        else kv_bytes / hw.kv_bytes_per_s
+    return (weight_bytes / hw.bytes_per_s, kv_s, compute_s,
+            stage.layers * hw.layer_overhead_s + stage.moe_layers * stage.experts * hw.expert_overhead_s + step_s,
             (ALLREDUCES_PER_LAYER * stage.layers) * allreduce_s, weight_bytes, kv_bytes)
 
 
@@ -510,6 +526,7 @@ class ReplicaTimer:
     kv_growing: tuple[int, ...]
     kv_sliding: tuple[tuple[tuple[int, int], ...], ...]
     kv_state: tuple[int, ...]
+    kv_latent: tuple[int, ...]  # per stage: bytes per token of its MLA layers (part of kv_growing), on one rank
     pp: int
     engine: str
     memory_efficiency: float
@@ -558,6 +575,7 @@ class ReplicaTimer:
         hw = self.hw
         allreduce_s = hw.allreduce_s(tokens)
         times, totals = [], []
+        last = len(self.stages) - 1
         for s, stage in enumerate(self.stages):
             attention_flops = 0.0  # _attention_flops inlined (the solver's hot path): attended positions by window
             for per_position, window in stage.attention_by_window:
@@ -566,8 +584,10 @@ class ReplicaTimer:
                     attention_flops += per_position * (own + min(prefill_positions, prefill_tokens * window))
                 else:
                     attention_flops += per_position * (own + prefill_positions)
+            latent = self.kv_latent[s]
             terms = _forward(stage, hw, tokens, logits, attention_flops,
-                             round(decode * self.kv_bytes_per_sequence(s, context)), allreduce_s)
+                             round(decode * self.kv_bytes_per_sequence(s, context)), allreduce_s,
+                             round(decode * latent * context) if latent else 0, hw.step_overhead_s if s == last else 0.0)
             times.append(terms)
             totals.append(_stage_s(terms[0] + terms[1], terms[2], terms[3], terms[4]))
         total, slowest, bubble = _pipeline(totals, hw, parts, tokens)
@@ -579,9 +599,11 @@ class ReplicaTimer:
         per_part = ceil(sequences / parts)
         tokens = per_part * prompt
         allreduce_s = self.hw.allreduce_s(tokens)
+        last = len(self.stages) - 1
         times = [_forward(stage, self.hw, tokens, per_part,
-                          _attention_flops(stage, lambda w: per_part * _causal_positions(prompt, w)), 0, allreduce_s)
-                 for stage in self.stages]
+                          _attention_flops(stage, lambda w: per_part * _causal_positions(prompt, w)), 0, allreduce_s,
+                          0, self.hw.step_overhead_s if s == last else 0.0)
+                 for s, stage in enumerate(self.stages)]
         return _pipeline([_stage_s(t[0] + t[1], t[2], t[3], t[4]) for t in times], self.hw, parts, tokens)[0]
 
 
@@ -594,9 +616,9 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
-    growing, sliding = _kv_per_token(arch, tp, pp, kv_bits)
+    growing, sliding, latent = _kv_per_token(arch, tp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog))
-    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, growing, sliding, state, pp,
+    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, growing, sliding, state, latent, pp,
                         engine_name, hw.bytes_per_s / (gpu.memory_bandwidth_gbps * GB), generation.compute_efficiency,
                         gpu, arch, prec, tp)
 
@@ -622,24 +644,26 @@ def _recurrent_state(arch: Architecture, precision: str, kv_dtype: str, tp: int,
     that token's KV. Cached: every GPU type of a layout shares it."""
     one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype),
                           catalog.catalog).per_gpu
-    growing, sliding = _kv_per_token(arch, tp, pp, kv_bits)
+    growing, sliding, _ = _kv_per_token(arch, tp, pp, kv_bits)
     return tuple(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide)
                  for s, (grow, slide) in enumerate(zip(growing, sliding)))
 
 
 @lru_cache(maxsize=1024)
 def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
-                  ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...]]:
-    """Per stage, on one rank: cache bytes per token of the layers whose KV grows with the context, and (bytes per
-    token, window) of the sliding-window layers. Cached: every GPU type and precision of a layout shares them."""
-    growing, sliding = [], []
+                  ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...], tuple[int, ...]]:
+    """Per stage, on one rank: cache bytes per token of the layers whose KV grows with the context, (bytes per
+    token, window) of the sliding-window layers, and the MLA layers' share of the first. Cached: every GPU type and
+    precision of a layout shares them."""
+    growing, sliding, latent = [], [], []
     for first, last in pipeline_stages(arch.num_layers, pp):
         layers = arch.layers[first:last]
         growing.append(sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers
                            if l.attention.kind not in ("sliding", "linear", "mamba")))
         sliding.append(tuple((attention_bytes_per_token(l.attention, tp, kv_bits), l.attention.window or MAX_CONTEXT)
                              for l in layers if l.attention.kind == "sliding"))
-    return tuple(growing), tuple(sliding)
+        latent.append(sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers if l.attention.kind == "mla"))
+    return tuple(growing), tuple(sliding), tuple(latent)
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
@@ -652,10 +676,12 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     return _Hardware(
         bytes_per_s=gpu.memory_bandwidth_gbps * GB * memory_efficiency,
         kv_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.kv_read_efficiency,
+        latent_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.latent_read_efficiency,
         low_bit_flops_per_s=_low_bit_rate(gpu, prec, wide, performance) * generation.compute_efficiency,
         wide_flops_per_s=wide * generation.compute_efficiency,
         layer_overhead_s=engine_cost.per_layer_kilocycles * 1e3 / performance.clock_hz(gpu.name),
         expert_overhead_s=engine_cost.per_expert_overhead_us * US,
+        step_overhead_s=engine_cost.per_step_us * US,
         # catalog interconnect bandwidth is bidirectional per GPU; a ring sends one way
         link_bytes_per_s=gpu.interconnect.bandwidth_gbps / 2 * GB * link.bandwidth_efficiency,
         link_latency_s=link.step_latency_us * US,
