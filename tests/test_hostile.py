@@ -790,6 +790,26 @@ def test_the_bisected_search_finds_what_trying_every_point_finds(catalog, engine
     assert found
 
 
+@pytest.mark.parametrize("model, engine", [("llama-3.1-8b", "vllm"), ("llama-3.1-8b", "simple"),
+                                           ("qwen3-next-80b-a3b", "vllm"), ("gemma-2-2b", "sglang")])
+@pytest.mark.parametrize("contexts", [[1024, 4096, 8192], [1, 16, 4096, 131072, 10**7]])
+def test_checking_the_longest_context_first_finds_what_the_bisection_finds(catalog, engine, model, contexts):
+    """A fleet's search checks each group's longest context first: the same candidates and rejections as the
+    bisection from the shortest, at sizes that mostly fit (in fewer checks) and at impossible ones."""
+    from planner.plan.search import build_search_space, enumerate_candidates
+
+    scenario = parse_scenario({"model": model, "workload": {"context": contexts},
+                               "search": {"gpus": ["l4", "h100-sxm"], "max_gpus_per_replica": 2,
+                                          "kv_dtypes": ["auto", "fp8"]}, "engine": {"name": engine}})
+    space = build_search_space(scenario, catalog)
+    bisected, longest_first = (enumerate_candidates(space, catalog, longest_first=first) for first in (False, True))
+    assert bisected.candidates and longest_first.candidates == bisected.candidates
+    assert longest_first.rejections == bisected.rejections
+    if not bisected.rejections and all(c.context == contexts[-1] for c in bisected.candidates):
+        # every group fits its longest context: one check settles each, where the bisection takes three
+        assert longest_first.configurations_checked == len(bisected.candidates) < bisected.configurations_checked
+
+
 def test_on_demand_share_needs_spot_allowed():
     # was silently ignored with market on-demand (and left nothing to rent with spot)
     for market in ("on-demand", "spot"):

@@ -298,13 +298,17 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
     decode_s = mean_step(batch, context, 0, prompt)
     a = 1 - exp(-rate * decode_s)
     served = rate * prompt * mean_s / room  # the least f that serves rate x P prompt tokens/s
-    prompts, f = 1.0, a
+    prompts, f, carried = 1.0, a, -1.0
     # min() and max() of two spelled out (the same values, ties included): this loop is the hottest in planner
     for _ in range(MIX_ROUNDS):
         # a prefill step carries at least one prompt; on average the rate x mean step prompts of a step,
         # all in the fraction f of steps that carry any
         tokens = prompt * prompts
-        prefill_s = mean_step(batch, context, tokens if tokens < room else room, prompt)
+        tokens = tokens if tokens < room else room
+        if tokens == carried:
+            break  # the round before carried as many: every round from here would repeat its values
+        carried = tokens
+        prefill_s = mean_step(batch, context, tokens, prompt)
         b = 1 - exp(-rate * prefill_s)
         chained = a / (1 - b + a) if rate else 0.0
         f = served if served > chained else chained

@@ -19,7 +19,6 @@ Objective: $/hour.
 
 from __future__ import annotations
 
-import difflib
 import time
 from dataclasses import dataclass, replace
 from math import ceil
@@ -493,6 +492,8 @@ def _known(name: str | None, names: set[str], where: str) -> str | None:
     by_lower = {n.lower(): n for n in names}
     if name.lower() in by_lower:
         return by_lower[name.lower()]
+    import difflib  # only for a name not found: every solve would pay its import
+
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=3)
     hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
     raise PlannerInputError(f"{where}: {name!r} is in no offer of the price catalog{hint}")

@@ -155,7 +155,7 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadlin
     # workload.concurrency, when set above 1, caps the batch a replica may run
     cap = max(space.concurrencies) if max(space.concurrencies) > 1 else None
     one_request = replace(space, concurrencies=(1,))
-    enumeration = enumerate_candidates(one_request, catalog, deadline)
+    enumeration = enumerate_candidates(one_request, catalog, deadline, longest_first=True)
     if enumeration.cut_short:
         raise fleet_out_of_time(deadline, f"workload {workload.name}: {enumeration.cut_short}")
     layouts = []

@@ -106,6 +106,11 @@ class KvLayout:
         """The specs and how many layers share each (a model repeats a few), asked at every length tried."""
         return tuple(Counter(self.specs).items())
 
+    @cached_property
+    def kind_counts(self) -> tuple[Counter[str], Counter[str]]:
+        """(layers, groups) of each kind, for the pool table every budget of this layout explains."""
+        return Counter(spec.kind for spec in self.specs), Counter(group.kind for group in self.groups)
+
 
 def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, block_size: int) -> int:
     """KVCacheSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py)."""
@@ -126,12 +131,14 @@ _SHAPES, _LAYOUTS, _TRANSIENTS = Memo(), Memo(), Memo()
 
 def state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
     """The recurrent state and attention token sizes of the model on one rank (vLLM computes them model-wide:
-    every stage pads its states to the same page), and the block-size multiple of the attention backend."""
-    key = (model.arch, model.request.tp, model.kv_bits, model.activation_bits, gpu.name)
-    return _SHAPES.get(key, (profile,), lambda: _state_shape(model, gpu, profile))
+    every stage pads its states to the same page), and the block-size multiple of the attention backend. The card
+    matters only as one of the FlashInfer head-256 cards or not: the key says which, so every other card shares one."""
+    head256_card = gpu.name in profile.hybrid_head256_gpus.value
+    key = (model.arch, model.request.tp, model.kv_bits, model.activation_bits, head256_card)
+    return _SHAPES.get(key, (profile,), lambda: _state_shape(model, head256_card, profile))
 
 
-def _state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> StateShape:
+def _state_shape(model: ServedModel, head256_card: bool, profile: VllmProfile) -> StateShape:
     layers = model.arch.layers
     # mamba_cache_dtype / mamba_ssm_cache_dtype left "auto": each state part in the dtype the profile's rule gives it
     state = max((model.layer_state_bytes(layer, *model.state_bits(layer, profile.state_dtypes.value)) for layer in layers
@@ -140,7 +147,7 @@ def _state_shape(model: ServedModel, gpu: GpuTarget, profile: VllmProfile) -> St
     token = max((model.layer_bytes_per_token(layer) for layer in attention), default=0)
     if "mla" in model.arch.attention_kinds:
         alignment = profile.hybrid_mla_block_alignment.value
-    elif gpu.name in profile.hybrid_head256_gpus.value and any(layer.attention.k_head_dim == 256 for layer in attention):
+    elif head256_card and any(layer.attention.k_head_dim == 256 for layer in attention):
         alignment = profile.hybrid_head256_block_alignment.value  # FlashInfer on compute capability 10.0
     else:
         alignment = profile.hybrid_block_alignment.value
@@ -176,8 +183,7 @@ def _pool_layout(layout: KvLayout, shape: StateShape, settings: EngineSettings, 
                  default_block: int) -> PoolLayout:
     """What the table explains: the groups, their pages and how many sequences' states the pool holds."""
     batched, block_size = settings.max_num_batched_tokens, settings.block_size
-    kinds = Counter(spec.kind for spec in layout.specs)
-    group_counts = Counter(group.kind for group in layout.groups)
+    kinds, group_counts = layout.kind_counts
     groups = tuple(CacheGroup(kind, kinds[kind], group_counts[kind],
                               layout.group_blocks(next(g for g in layout.groups if g.kind == kind), context, batched,
                                                   block_size))
@@ -346,13 +352,14 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
                         "auto takes it)")
     budgets = {index: requested if pinned is None else use.total + pinned for index, use in uses.items()}
 
+    # every TP rank of a stage holds the same: its pool is sized once per stage
+    capacity = {s: layouts[s].capacity_tokens(layouts[s].num_blocks(available[s]), block_size, context) for s in layouts}
     ranks = tuple(
         RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
                    memory_bytes=visible, budget_bytes=budgets[stage.index], weights_bytes=stage.weights_bytes,
                    activation_bytes=uses[stage.index].activation, non_torch_bytes=uses[stage.index].non_torch,
                    cuda_graph_bytes=graphs, kv_pool_bytes=max(available[stage.index], 0),
-                   kv_capacity_tokens=layouts[stage.index].capacity_tokens(
-                       layouts[stage.index].num_blocks(available[stage.index]), block_size, context))
+                   kv_capacity_tokens=capacity[stage.index])
         for stage in model.stages for tp_rank in range(request.tp))
 
     # unify_kv_cache_configs: every worker uses the smallest worker's block count
