@@ -557,7 +557,12 @@ def run() -> None:
     scenarios/70b-chat.yaml` 1.46-1.51 s with the interpreter's exit, 1.33-1.36 s without, best of 5 each). Every
     output is written and closed before main() returns, and logging's flush is the one exit handler a run
     registers (when a library imported logging), so it is called here; an uncaught exception still takes the
-    interpreter's own way out."""
+    interpreter's own way out.
+
+    pydantic looks up plugins (importlib.metadata over every installed distribution) when the first model class is
+    built; the command validates its inputs with pydantic and wants no plugin, so it skips the lookup unless the
+    user set PYDANTIC_DISABLE_PLUGINS (pydantic's documented switch) themselves."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     code: int = 0
     try:
         main()
