@@ -339,9 +339,12 @@ LONG_PROMPT_TOKENS = 1024
 # Coordinate descent: multiplicative steps tried on each factor, coarse then fine, and the bounds. Two coarse
 # rounds reach at most 4.4x from the start; the reach acts as the fit's regularizer: a third coarse round lets
 # the fixed costs absorb what the mechanisms leave unexplained in a few sources and scores worse at the tail out
-# of sample (TPOT median 14.1%, p90 34.0%, worst 1.61x, against 14.3% / 28.3% / 1.61x with two).
+# of sample (TPOT median 14.1%, p90 34.0%, worst 1.61x, against 14.3% / 28.3% / 1.61x with two; both measured
+# before the read ceilings, with read efficiencies bounded by 1).
 STEPS = ((0.5, 0.7, 0.85, 1.18, 1.4, 2.0), (0.5, 0.7, 0.85, 1.18, 1.4, 2.0), (0.93, 0.97, 1.03, 1.07), (0.97, 1.03))
 EFFICIENCY_BOUNDS = (0.05, 1.0)
+# Fractions of the memory bandwidth: bounded above by the generation's measured read ceiling, not by 1.
+READ_EFFICIENCIES = ("memory_efficiency", "kv_read_efficiency", "latent_read_efficiency")
 OVERHEAD_FLOOR = 0.05  # a fixed cost fitted to ~0 stays searchable multiplicatively
 # Neutral starting values, so that no fold starts from factors fitted on its held-out rows.
 START = {"memory_efficiency": 0.6, "kv_read_efficiency": 0.6, "latent_read_efficiency": 0.6, "compute_efficiency": 0.5,
@@ -449,9 +452,17 @@ def _with(performance: PerformanceCatalog, values: dict[Parameter, float]) -> Pe
     return replace(performance, **sections)
 
 
-def _bounded(p: Parameter, value: float) -> float:
+def _upper_bound(p: Parameter, users: list[_Row], base: PerformanceCatalog) -> float:
+    """A read efficiency stays within the measured read ceiling of every generation its rows run on (the catalog's
+    `read_ceiling`, which performance.py holds every read to); other efficiencies within 1."""
+    if p[2] in READ_EFFICIENCIES:
+        return min(base.generation(r.generation).read_ceiling for r in users)
+    return EFFICIENCY_BOUNDS[1]
+
+
+def _bounded(p: Parameter, value: float, upper: float) -> float:
     if p[2].endswith("efficiency"):
-        return min(max(value, EFFICIENCY_BOUNDS[0]), EFFICIENCY_BOUNDS[1])
+        return min(max(value, EFFICIENCY_BOUNDS[0]), upper)
     return max(value, OVERHEAD_FLOOR)
 
 
@@ -462,6 +473,7 @@ def fit(rows: list[_Row], base: PerformanceCatalog) -> PerformanceCatalog:
     values = {p: (START[p[2]] if p[2] in START else 0.6) for p in params}
     users = {p: [r for r in rows if r.uses(p)] for p in params}
     informed = [p for p in params if users[p]]
+    upper = {p: _upper_bound(p, users[p], base) for p in informed}
 
     def loss(subset: list[_Row], trial: dict[Parameter, float]) -> float:
         catalog = _with(base, trial)
@@ -472,7 +484,7 @@ def fit(rows: list[_Row], base: PerformanceCatalog) -> PerformanceCatalog:
             best, best_loss = values[p], loss(users[p], values)
             for step in steps:
                 trial = dict(values)
-                trial[p] = _bounded(p, values[p] * step)
+                trial[p] = _bounded(p, values[p] * step, upper[p])
                 trial_loss = loss(users[p], trial)
                 if trial_loss < best_loss - 1e-12:
                     best, best_loss = trial[p], trial_loss

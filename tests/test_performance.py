@@ -3,9 +3,11 @@ handful of published measurements within the band bench/throughput_accuracy.py s
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from planner.catalog.load import catalog_dir
 from planner.model.architecture import architecture_from_config
 from planner.errors import PlannerInputError
 from planner.estimator.memory import Request, estimate_memory
@@ -24,7 +26,7 @@ from conftest import DATA
 
 CHAT = Workload(prompt_tokens=512, output_tokens=256)
 # every sample row is within a band above the 90th percentile of the out-of-sample |TPOT error| that
-# bench/throughput_accuracy.py prints (28.3%, each row predicted with its source held out of the fit)
+# bench/throughput_accuracy.py prints (30.9%, each row predicted with its source held out of the fit)
 MEASURED_BAND = 0.50
 
 
@@ -219,6 +221,25 @@ def test_every_factor_names_its_source(perf):
         assert entry.source
     assert perf.generation("volta") == perf.generation("default")  # no measurement: the default
     assert perf.clock_hz("t4") == perf.clock_hz("default")  # clock not listed: the default
+
+
+def test_no_read_is_faster_than_the_measured_ceiling(catalog, perf, tmp_path):
+    """Every read efficiency stays within its generation's measured read ceiling: the catalog refuses a factor
+    above it, and an engine's own streaming fraction (llama.cpp's) is held to it on a generation whose ceiling
+    is lower."""
+    for generation in perf.generations:
+        assert 0 < generation.read_ceiling < 1 and generation.read_ceiling_source and generation.as_of
+        assert max(generation.read_efficiencies.values()) <= generation.read_ceiling
+    mi300x = catalog.gpus.get("mi300x")
+    ceiling = perf.generation(mi300x.generation).read_ceiling
+    assert perf.engine("llama.cpp").memory_efficiency > ceiling  # so that the ceiling is what binds below
+    r = run(catalog, "llama-3.1-8b", gpu="mi300x", precision="fp16", engine="llama.cpp")
+    assert r.memory_efficiency == pytest.approx(ceiling)
+    assert r.weight_read_s == pytest.approx(r.weight_bytes_read / (mi300x.memory_bandwidth_gbps * GB * ceiling))
+    text = (Path(catalog_dir()) / "performance.yaml").read_text()
+    (tmp_path / "performance.yaml").write_text(text.replace("    kv_read_efficiency: 0.84\n", "    kv_read_efficiency: 0.9\n", 1))
+    with pytest.raises(PlannerInputError, match=r"generations\[ampere\]\.kv_read_efficiency 0.9 is above"):
+        load_performance_catalog(str(tmp_path))
 
 
 def test_size_only_model(catalog):

@@ -7,6 +7,8 @@ measurements it was fitted to (bench/throughput_accuracy.py prints predicted aga
 One forward pass of one pipeline stage, on one tensor-parallel rank:
   memory   = weight bytes read / (HBM bandwidth x memory efficiency)
              + KV bytes read / (HBM bandwidth x the attention kernel's read efficiency)
+             every read efficiency at most the generation's read ceiling (the fraction of the datasheet
+             bandwidth streaming benchmarks reach on its GPUs, catalogs/performance.yaml)
              weights: the stage's block tensors as that rank holds them, plus the lm_head on the last
              stage (the embedding is a row lookup, the vision tower idle while decoding text); a MoE
              layer reads only the experts its tokens touch: of E experts with k picked per token,
@@ -90,8 +92,18 @@ class GenerationEfficiency:
     # head scores the one shared latent, so a step reads less and computes more per byte than paged attention)
     latent_read_efficiency: float = bounded(gt=0, le=1)
     compute_efficiency: float = bounded(gt=0, le=1)  # of dense_tflops, on large GEMMs
+    # of memory_bandwidth_gbps, the most streaming benchmarks read on this generation's measured GPUs (the
+    # lowest GPU's best): no read efficiency above may exceed it, nor an engine's own (catalogs/performance.yaml)
+    read_ceiling: float = bounded(gt=0, le=1)
+    read_ceiling_source: str
+    as_of: str  # when read_ceiling was measured
     fitted_to: str
     source: str
+
+    @property
+    def read_efficiencies(self) -> dict[str, float]:
+        return {"memory_efficiency": self.memory_efficiency, "kv_read_efficiency": self.kv_read_efficiency,
+                "latent_read_efficiency": self.latent_read_efficiency}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +198,11 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
                            ("clocks", [c.gpu for c in catalog.clocks])):
         if "default" not in names:
             raise PlannerInputError(f"catalog {path.name}: {section} needs a 'default' entry")
+    for generation in catalog.generations:
+        for field, value in generation.read_efficiencies.items():
+            if value > generation.read_ceiling:
+                raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].{field} {value:g} is above "
+                                        f"its measured read_ceiling {generation.read_ceiling:g}; lower it to at most that")
     return catalog
 
 
@@ -672,7 +689,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     engine_cost = performance.engine(engine)
     link = performance.interconnect(gpu.interconnect.kind)
     wide = _wide_rate(gpu, arch, prec)
-    memory_efficiency = engine_cost.memory_efficiency or generation.memory_efficiency
+    # an engine's own kernels stream at their own fraction, but no GPU reads faster than its generation's ceiling
+    memory_efficiency = min(engine_cost.memory_efficiency or generation.memory_efficiency, generation.read_ceiling)
     return _Hardware(
         bytes_per_s=gpu.memory_bandwidth_gbps * GB * memory_efficiency,
         kv_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.kv_read_efficiency,
