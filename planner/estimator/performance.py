@@ -501,9 +501,6 @@ def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) 
 def _pipeline(totals: list[float], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
     """(time for every microbatch of `tokens` to pass every stage in steady state, the slowest stage's index,
     its idle time), from each stage's forward time."""
-    if len(totals) == 1 and microbatches == 1:  # one stage, one microbatch (the solver's hot path): no wait
-        only_s = totals[0]
-        return only_s, 0, only_s - microbatches * only_s
     slowest_s = max(totals)
     through = sum(totals)
     if len(totals) > 1:
@@ -589,9 +586,15 @@ class ReplicaTimer:
 
     @cached_property
     def _costs(self) -> tuple[_StageCost, ...]:
+        """Per stage; a stage alike to the one before it (an even pipeline split's) is the same object, so that a
+        step times it once (_step)."""
         last = len(self.stages) - 1
-        return tuple(_stage_cost(stage, self.hw, s == last, self.kv_growing[s], self.kv_sliding[s], self.kv_state[s],
-                                 self.kv_latent[s]) for s, stage in enumerate(self.stages))
+        costs: list[_StageCost] = []
+        for s, stage in enumerate(self.stages):
+            cost = _stage_cost(stage, self.hw, s == last, self.kv_growing[s], self.kv_sliding[s], self.kv_state[s],
+                               self.kv_latent[s])
+            costs.append(costs[-1] if costs and costs[-1] == cost else cost)
+        return tuple(costs)
 
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
         """(seconds, the slowest stage's forward term by term, pipeline bubble) for one step. The step's
@@ -612,14 +615,21 @@ class ReplicaTimer:
         prefill_positions = prefill_positions / parts
         tokens = decode + prefill_tokens
         logits = decode + ceil(prefill_seqs / parts)
-        allreduce_s = self.hw.allreduce_s(tokens)
-        times, totals = [], []
+        allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0  # one rank: 2 (tp-1) = 0 ring steps
+        times: list[_Terms] = []
+        alike = None
         for cost in self._costs:
+            if cost is alike:  # the stage before's cost: the same inputs give the same terms
+                times.append(times[-1])
+                continue
+            alike = cost
             attention_flops = 0.0  # _attention_flops inlined (the solver's hot path): attended positions by window
             for per_position, window in cost.attention_by_window:
                 own = decode * (window if window and window < context else context)  # min(), without the call
                 if prefill_tokens and window:
-                    attention_flops += per_position * (own + min(prefill_positions, prefill_tokens * window))
+                    capped = prefill_tokens * window  # min(prefill_positions, capped), without the call
+                    attention_flops += per_position * (own + (capped if capped < prefill_positions
+                                                              else prefill_positions))
                 else:
                     attention_flops += per_position * (own + prefill_positions)
             # the cache one sequence of `context` tokens holds on one rank (as planner.estimator.memory), read once
@@ -627,14 +637,15 @@ class ReplicaTimer:
             if cost.kv_sliding:
                 windowed = 0  # summed first, then added: as sum() over the layers always did
                 for per_token, window in cost.kv_sliding:
-                    windowed += per_token * min(context, window)
+                    windowed += per_token * (window if window < context else context)  # min(), without the call
                 held += windowed
             latent = cost.kv_latent
             terms = _forward(cost, tokens, logits, attention_flops, round(decode * (held + cost.kv_state)), allreduce_s,
                              round(decode * latent * context) if latent else 0)
             times.append(terms)
-            totals.append(terms[7])
-        total, slowest, bubble = _pipeline(totals, self.hw, parts, tokens)
+        if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
+            return times[0][7], times, 0, 0.0
+        total, slowest, bubble = _pipeline([t[7] for t in times], self.hw, parts, tokens)
         return total, times, slowest, bubble
 
     def prefill_s(self, sequences: int, prompt: int) -> float:
