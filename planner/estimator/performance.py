@@ -602,7 +602,9 @@ class ReplicaTimer:
         total, times, slowest, bubble = self._step(shape, microbatches)
         return total, ForwardTime(*times[slowest]), bubble
 
-    def step_s(self, shape: Step) -> float:
+    def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
+        """The step's seconds; `shape` a Step or a plain tuple of its fields in order (StepTimes passes its memo's
+        keys as they are: no Step built per call on the solver's hot path)."""
         return self._step(shape, None)[0]
 
     def _step(self, shape: Step, microbatches: int | None) -> tuple[float, list[_Terms], int, float]:
