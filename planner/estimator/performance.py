@@ -611,12 +611,15 @@ class ReplicaTimer:
         decode_seqs, context, prefill_tokens, prefill_positions, prefill_seqs = shape
         pp = self.pp
         parts = microbatches or (1 if pp == 1 else max(1, min(decode_seqs + prefill_seqs, pp)))
-        # one part: a fractional batch is a mean over steps (the steady state's), timed as it stands
-        decode = decode_seqs if parts == 1 else ceil(decode_seqs / parts)
-        prefill_tokens = ceil(prefill_tokens / parts)
-        prefill_positions = prefill_positions / parts
+        if parts == 1:  # the step as it stands (a fractional batch is a mean over steps, the steady state's)
+            decode = decode_seqs
+            logits = decode + prefill_seqs
+        else:  # per microbatch, whole sequences and tokens
+            decode = ceil(decode_seqs / parts)
+            prefill_tokens = ceil(prefill_tokens / parts)
+            prefill_positions = prefill_positions / parts
+            logits = decode + ceil(prefill_seqs / parts)
         tokens = decode + prefill_tokens
-        logits = decode + ceil(prefill_seqs / parts)
         allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0  # one rank: 2 (tp-1) = 0 ring steps
         times: list[_Terms] = []
         alike = None
