@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineBudget
-from planner.estimator.performance import ReplicaTimer, Step, Workload
+from planner.estimator.performance import ReplicaTimer, Workload
 
 # The fixed point and the search for the largest rate stop at this relative precision (capacity is
 # counted in milli-requests/s: 1e-3 of a rate is below what the fleet model can tell apart above 1 req/s).
@@ -120,12 +120,13 @@ class StepTimes:
         self.timer = timer
         self.pp = timer.pp
         self._seconds: dict[tuple[float, float, int, float, int], float] = {}
+        self._time = timer.step_s  # bound once: most of the memo's lookups miss (fractional batches)
 
     def step_s(self, decode: float, context: float, prefill_tokens: int, positions: float, prefill_seqs: int) -> float:
         key = (decode, context, prefill_tokens, positions, prefill_seqs)
         seconds = self._seconds.get(key)
         if seconds is None:
-            seconds = self._seconds[key] = self.timer.step_s(Step(*key))
+            seconds = self._seconds[key] = self._time(key)  # a Step's fields in order: no Step built per call
         return seconds
 
     def mean_step(self, decode: float, context: float, prefill: float, prompt: int) -> float:
@@ -139,7 +140,7 @@ class StepTimes:
             key = (decode, context, prefill_tokens, positions, prefill_seqs)
             seconds = self._seconds.get(key)
             if seconds is None:
-                seconds = self._seconds[key] = self.timer.step_s(Step(*key))
+                seconds = self._seconds[key] = self._time(key)
             return seconds
         low = int(decode)
         at_low = self.step_s(low, context, prefill_tokens, positions, prefill_seqs)

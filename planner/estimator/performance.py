@@ -216,11 +216,6 @@ class Workload:
     output_tokens: int
 
 
-def _stage_s(memory_s: float, compute_s: float, overhead_s: float, allreduce_s: float) -> float:
-    """One stage's forward from its terms (the header's `stage` line)."""
-    return max(memory_s, compute_s) + overhead_s + allreduce_s
-
-
 @dataclass(frozen=True)
 class ForwardTime:
     """One forward pass of one pipeline stage on one rank, term by term (seconds)."""
@@ -232,14 +227,11 @@ class ForwardTime:
     allreduce_s: float
     weight_bytes: int  # read by one rank
     kv_bytes: int
+    total_s: float  # the header's `stage` line (_forward)
 
     @property
     def memory_s(self) -> float:
         return self.weight_read_s + self.kv_read_s
-
-    @property
-    def total_s(self) -> float:
-        return _stage_s(self.memory_s, self.compute_s, self.per_layer_overhead_s, self.allreduce_s)
 
     @property
     def bound(self) -> DecodeBound:
@@ -307,12 +299,6 @@ class _Stage:
         for per_position, window in self.attention:
             summed[window] = summed.get(window, 0.0) + per_position
         return tuple((flops, window) for window, flops in summed.items())
-
-    def touched_experts(self, tokens: float) -> float:
-        """Distinct experts per MoE layer that `tokens` tokens route to (uniform routing, see the header)."""
-        if not self.experts:
-            return 0.0
-        return self.experts * (1 - (1 - self.experts_per_token / self.experts) ** tokens)
 
 
 def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
@@ -438,34 +424,76 @@ class _Hardware:
         return self.link_latency_s + tokens * self.hidden * ACTIVATION_BYTES / self.link_bytes_per_s
 
 
-# A stage's forward as plain numbers, in ForwardTime's field order: (weight_read_s,
-# kv_read_s, compute_s, per_layer_overhead_s, allreduce_s, weight_bytes, kv_bytes). The step time needs only
-# their sum and is on the solver's hot path, so the ForwardTime is built only for the stage reported.
-_Terms = tuple[float, float, float, float, float, int, int]
+# A stage's forward as plain numbers, in ForwardTime's field order: (weight_read_s, kv_read_s, compute_s,
+# per_layer_overhead_s, allreduce_s, weight_bytes, kv_bytes, total_s). The step time needs only the total and is on
+# the solver's hot path, so the ForwardTime is built only for the stage reported.
+_Terms = tuple[float, float, float, float, float, int, int, float]
 
 
-def _forward(stage: _Stage, hw: _Hardware, tokens: int, logits: int, attention_flops: float, kv_bytes: int,
-             allreduce_s: float, latent_bytes: int, step_s: float) -> _Terms:
+class _StageCost(NamedTuple):
+    """One stage on one rank with the hardware's rates folded in, resolved once per timer: the per-step arithmetic
+    (the solver's hot path) reads plain fields. Every value is the expression _forward evaluated at each pass
+    before, in the same order, so the times are the same to the bit."""
+
+    attention_by_window: tuple[tuple[float, int | None], ...]
+    kv_growing: int  # cache bytes per token of the layers whose KV grows with the context, on one rank
+    kv_sliding: tuple[tuple[int, int], ...]  # (bytes per token, window) of the sliding-window layers
+    kv_state: int  # the constant state of recurrent layers
+    kv_latent: int  # bytes per token of the MLA layers (part of kv_growing)
+    experts: int
+    expert_missed: float  # 1 - k/E: the chance one token's picks miss a given expert (0 when dense)
+    dense_bytes: int
+    expert_bytes: int
+    body_low_bit: float
+    logits_low_bit: float
+    body_wide: float
+    logits_wide: float
+    bytes_per_s: float
+    kv_bytes_per_s: float
+    latent_bytes_per_s: float
+    low_bit_flops_per_s: float
+    wide_flops_per_s: float
+    overhead_s: float  # the fixed GPU time of the pass: per layer, per expert held, per step on the last stage
+    allreduces: int  # all-reduces of the activations per pass
+
+
+def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
+                kv_state: int, kv_latent: int) -> _StageCost:
+    step_s = hw.step_overhead_s if last else 0.0  # the engine's per-step cost, on the stage that ends the step
+    return _StageCost(
+        stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent, stage.experts,
+        1 - stage.experts_per_token / stage.experts if stage.experts else 0.0, stage.dense_bytes, stage.expert_bytes,
+        stage.body_flops.low_bit, stage.logits_flops.low_bit, stage.body_flops.wide, stage.logits_flops.wide,
+        hw.bytes_per_s, hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.low_bit_flops_per_s, hw.wide_flops_per_s,
+        stage.layers * hw.layer_overhead_s + stage.moe_layers * stage.experts * hw.expert_overhead_s + step_s,
+        ALLREDUCES_PER_LAYER * stage.layers)
+
+
+def _forward(cost: _StageCost, tokens: int, logits: int, attention_flops: float, kv_bytes: int,
+             allreduce_s: float, latent_bytes: int) -> _Terms:
     """`attention_flops`: the stage's attention FLOPs over the positions the pass's tokens attend to (see
     _attention_flops); `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents (read by their own
     kernels, at their own rate); `allreduce_s`: one all-reduce of the pass's activations (hw.allreduce_s(tokens),
-    the same on every stage); `step_s`: the engine's per-step cost, on the stage that ends the step (the last)."""
-    touched = stage.touched_experts(tokens) if stage.experts else 0.0  # the call skipped on dense stages (hot path)
-    weight_bytes = stage.dense_bytes + round(touched * stage.expert_bytes)
-    body, logits_flops = stage.body_flops, stage.logits_flops
-    compute_s = ((body.low_bit * tokens + logits_flops.low_bit * logits) / hw.low_bit_flops_per_s
-                 + (body.wide * tokens + logits_flops.wide * logits + attention_flops) / hw.wide_flops_per_s)
-    kv_s = (kv_bytes - latent_bytes) / hw.kv_bytes_per_s + latent_bytes / hw.latent_bytes_per_s if latent_bytes \
-        else kv_bytes / hw.kv_bytes_per_s
-    return (weight_bytes / hw.bytes_per_s, kv_s, compute_s,
-            stage.layers * hw.layer_overhead_s + stage.moe_layers * stage.experts * hw.expert_overhead_s + step_s,
-            (ALLREDUCES_PER_LAYER * stage.layers) * allreduce_s, weight_bytes, kv_bytes)
+    the same on every stage)."""
+    weight_bytes = cost.dense_bytes
+    if cost.experts:  # the distinct experts `tokens` tokens route to per MoE layer: E (1 - (1 - k/E)^t), see the header
+        weight_bytes += round(cost.experts * (1 - cost.expert_missed ** tokens) * cost.expert_bytes)
+    compute_s = ((cost.body_low_bit * tokens + cost.logits_low_bit * logits) / cost.low_bit_flops_per_s
+                 + (cost.body_wide * tokens + cost.logits_wide * logits + attention_flops) / cost.wide_flops_per_s)
+    kv_s = (kv_bytes - latent_bytes) / cost.kv_bytes_per_s + latent_bytes / cost.latent_bytes_per_s if latent_bytes \
+        else kv_bytes / cost.kv_bytes_per_s
+    weight_s = weight_bytes / cost.bytes_per_s
+    allreduces_s = cost.allreduces * allreduce_s
+    # the header's `stage` line: max(memory, compute) + fixed + TP (max() spelled out: the same value, no call)
+    memory_s = weight_s + kv_s
+    total_s = (memory_s if memory_s >= compute_s else compute_s) + cost.overhead_s + allreduces_s
+    return weight_s, kv_s, compute_s, cost.overhead_s, allreduces_s, weight_bytes, kv_bytes, total_s
 
 
-def _attention_flops(stage: _Stage, attended: Callable[[int | None], float]) -> float:
+def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) -> float:
     """`attended(window)`: attended positions summed over the pass's tokens, for a layer with that window."""
     flops = 0.0
-    for per_position, window in stage.attention_by_window:
+    for per_position, window in cost.attention_by_window:
         flops += per_position * attended(window)
     return flops
 
@@ -473,9 +501,6 @@ def _attention_flops(stage: _Stage, attended: Callable[[int | None], float]) -> 
 def _pipeline(totals: list[float], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
     """(time for every microbatch of `tokens` to pass every stage in steady state, the slowest stage's index,
     its idle time), from each stage's forward time."""
-    if len(totals) == 1 and microbatches == 1:  # one stage, one microbatch (the solver's hot path): no wait
-        only_s = totals[0]
-        return only_s, 0, only_s - microbatches * only_s
     slowest_s = max(totals)
     through = sum(totals)
     if len(totals) > 1:
@@ -559,16 +584,17 @@ class ReplicaTimer:
         return replace(self, hw=hw, memory_efficiency=hw.bytes_per_s / (self.gpu.memory_bandwidth_gbps * GB),
                        compute_efficiency=generation.compute_efficiency)
 
-    def kv_bytes_per_sequence(self, stage: int, context: float) -> float:
-        """Cache bytes one sequence of `context` tokens holds on one rank of `stage` (as planner.estimator.memory)."""
-        sliding = self.kv_sliding[stage]
-        growing = self.kv_growing[stage] * context
-        if sliding:
-            windowed = 0  # summed first, then added: as sum() over the layers always did
-            for per_token, window in sliding:
-                windowed += per_token * min(context, window)
-            growing += windowed
-        return growing + self.kv_state[stage]
+    @cached_property
+    def _costs(self) -> tuple[_StageCost, ...]:
+        """Per stage; a stage alike to the one before it (an even pipeline split's) is the same object, so that a
+        step times it once (_step)."""
+        last = len(self.stages) - 1
+        costs: list[_StageCost] = []
+        for s, stage in enumerate(self.stages):
+            cost = _stage_cost(stage, self.hw, s == last, self.kv_growing[s], self.kv_sliding[s], self.kv_state[s],
+                               self.kv_latent[s])
+            costs.append(costs[-1] if costs and costs[-1] == cost else cost)
+        return tuple(costs)
 
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
         """(seconds, the slowest stage's forward term by term, pipeline bubble) for one step. The step's
@@ -576,38 +602,55 @@ class ReplicaTimer:
         total, times, slowest, bubble = self._step(shape, microbatches)
         return total, ForwardTime(*times[slowest]), bubble
 
-    def step_s(self, shape: Step) -> float:
+    def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
+        """The step's seconds; `shape` a Step or a plain tuple of its fields in order (StepTimes passes its memo's
+        keys as they are: no Step built per call on the solver's hot path)."""
         return self._step(shape, None)[0]
 
     def _step(self, shape: Step, microbatches: int | None) -> tuple[float, list[_Terms], int, float]:
         decode_seqs, context, prefill_tokens, prefill_positions, prefill_seqs = shape
         pp = self.pp
         parts = microbatches or (1 if pp == 1 else max(1, min(decode_seqs + prefill_seqs, pp)))
-        # one part: a fractional batch is a mean over steps (the steady state's), timed as it stands
-        decode = decode_seqs if parts == 1 else ceil(decode_seqs / parts)
-        prefill_tokens = ceil(prefill_tokens / parts)
-        prefill_positions = prefill_positions / parts
+        if parts == 1:  # the step as it stands (a fractional batch is a mean over steps, the steady state's)
+            decode = decode_seqs
+            logits = decode + prefill_seqs
+        else:  # per microbatch, whole sequences and tokens
+            decode = ceil(decode_seqs / parts)
+            prefill_tokens = ceil(prefill_tokens / parts)
+            prefill_positions = prefill_positions / parts
+            logits = decode + ceil(prefill_seqs / parts)
         tokens = decode + prefill_tokens
-        logits = decode + ceil(prefill_seqs / parts)
-        hw = self.hw
-        allreduce_s = hw.allreduce_s(tokens)
-        times, totals = [], []
-        last = len(self.stages) - 1
-        for s, stage in enumerate(self.stages):
+        allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0  # one rank: 2 (tp-1) = 0 ring steps
+        times: list[_Terms] = []
+        alike = None
+        for cost in self._costs:
+            if cost is alike:  # the stage before's cost: the same inputs give the same terms
+                times.append(times[-1])
+                continue
+            alike = cost
             attention_flops = 0.0  # _attention_flops inlined (the solver's hot path): attended positions by window
-            for per_position, window in stage.attention_by_window:
+            for per_position, window in cost.attention_by_window:
                 own = decode * (window if window and window < context else context)  # min(), without the call
                 if prefill_tokens and window:
-                    attention_flops += per_position * (own + min(prefill_positions, prefill_tokens * window))
+                    capped = prefill_tokens * window  # min(prefill_positions, capped), without the call
+                    attention_flops += per_position * (own + (capped if capped < prefill_positions
+                                                              else prefill_positions))
                 else:
                     attention_flops += per_position * (own + prefill_positions)
-            latent = self.kv_latent[s]
-            terms = _forward(stage, hw, tokens, logits, attention_flops,
-                             round(decode * self.kv_bytes_per_sequence(s, context)), allreduce_s,
-                             round(decode * latent * context) if latent else 0, hw.step_overhead_s if s == last else 0.0)
+            # the cache one sequence of `context` tokens holds on one rank (as planner.estimator.memory), read once
+            held = cost.kv_growing * context
+            if cost.kv_sliding:
+                windowed = 0  # summed first, then added: as sum() over the layers always did
+                for per_token, window in cost.kv_sliding:
+                    windowed += per_token * (window if window < context else context)  # min(), without the call
+                held += windowed
+            latent = cost.kv_latent
+            terms = _forward(cost, tokens, logits, attention_flops, round(decode * (held + cost.kv_state)), allreduce_s,
+                             round(decode * latent * context) if latent else 0)
             times.append(terms)
-            totals.append(_stage_s(terms[0] + terms[1], terms[2], terms[3], terms[4]))
-        total, slowest, bubble = _pipeline(totals, hw, parts, tokens)
+        if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
+            return times[0][7], times, 0, 0.0
+        total, slowest, bubble = _pipeline([t[7] for t in times], self.hw, parts, tokens)
         return total, times, slowest, bubble
 
     def prefill_s(self, sequences: int, prompt: int) -> float:
@@ -616,12 +659,10 @@ class ReplicaTimer:
         per_part = ceil(sequences / parts)
         tokens = per_part * prompt
         allreduce_s = self.hw.allreduce_s(tokens)
-        last = len(self.stages) - 1
-        times = [_forward(stage, self.hw, tokens, per_part,
-                          _attention_flops(stage, lambda w: per_part * _causal_positions(prompt, w)), 0, allreduce_s,
-                          0, self.hw.step_overhead_s if s == last else 0.0)
-                 for s, stage in enumerate(self.stages)]
-        return _pipeline([_stage_s(t[0] + t[1], t[2], t[3], t[4]) for t in times], self.hw, parts, tokens)[0]
+        times = [_forward(cost, tokens, per_part,
+                          _attention_flops(cost, lambda w: per_part * _causal_positions(prompt, w)), 0, allreduce_s, 0)
+                 for cost in self._costs]
+        return _pipeline([t[7] for t in times], self.hw, parts, tokens)[0]
 
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
