@@ -27,7 +27,6 @@ from planner.model.families.core import (
     UnsupportedArchitecture,
 )
 from planner.model.families.vision import multimodal_tensors
-from planner.model.transformers_fallback import architecture_from_transformers, transformers_available
 
 
 def architecture_from_config(data: dict[str, Any], name: str = "model") -> Architecture:
@@ -82,7 +81,10 @@ def _kept_unquantized(arch: Architecture, where: str) -> Architecture:
 
 
 def _count_with_transformers(data: dict[str, Any], name: str) -> Architecture | None:
-    """The optional exact fallback (planner.model.transformers_fallback) for a model_type no family counts."""
+    """The optional exact fallback (planner.model.transformers_fallback) for a model_type no family counts; its
+    module is imported here, when a config needs it (~0.5 ms of every `planner estimate` otherwise)."""
+    from planner.model.transformers_fallback import architecture_from_transformers, transformers_available
+
     if not transformers_available():
         return None
     try:
