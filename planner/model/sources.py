@@ -102,8 +102,9 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
 
 # An argument starting like this is a path on this machine, never a Hub id or catalog name
 _PATH_STARTS = ("./", "../", "/", "~", ".\\", "..\\")
-# The forms a Hub model page or URL takes, for a message that names the id inside
-_HUB_URL = re.compile(r"^(?:hf://|https?://(?:www\.)?huggingface\.co/)(?:models/)?([^/?#]+/[^/?#]+)")
+# The forms a Hub model page or URL takes, for a message that names the id inside (compiled by re when a Hub id is
+# read, not at every start)
+_HUB_URL = r"^(?:hf://|https?://(?:www\.)?huggingface\.co/)(?:models/)?([^/?#]+/[^/?#]+)"
 # One attempt at the Hub, not huggingface_hub's 5 retries over ~24 s: a command answers within 10 s
 HUB_TIMEOUT_S = 5.0
 
@@ -156,7 +157,7 @@ def fetch_from_hub(repo_id: str) -> tuple[dict, StoredWeights | None]:
         raise PlannerInputError(f"unknown model {repo_id!r}: not in the catalog; to read it from the Hugging Face Hub "
                                 "pip install huggingface_hub, or give a path to its config.json") from None
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    url = _HUB_URL.match(repo_id)
+    url = re.match(_HUB_URL, repo_id)
     try:
         if not repo_id.isascii():  # the Hub's names are ASCII; huggingface_hub >= 1.x lets any word character through
             raise HFValidationError(repo_id)
