@@ -33,6 +33,16 @@ def _arch(name):
     return architecture_from_config(load_config_file(CONFIGS / name), name)
 
 
+def test_every_listed_builder_exists_and_each_model_type_is_listed_once():
+    from planner.model.families.registry import FAMILY_BUILDERS, TOWER_BUILDERS, VISION_TOWERS
+
+    for table, builders in ((FAMILIES, FAMILY_BUILDERS), (VISION_TOWERS, TOWER_BUILDERS)):
+        listed = [model_type for model_type_list in builders.values() for model_type in model_type_list]
+        assert len(listed) == len(set(listed)) == len(table)  # a second listing would silently win
+        assert all(callable(table[model_type]) for model_type in table)
+    assert "llama" in FAMILIES and "no_such_type" not in FAMILIES and FAMILIES.get("no_such_type") is None
+
+
 def test_the_recorded_counts_cover_every_new_family():
     families = {_model_type(n) for n in COUNTED}
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",

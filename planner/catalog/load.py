@@ -219,7 +219,7 @@ class Registry(Generic[R]):
         return len(self.records)
 
 
-_REPO_ID = re.compile(r"[a-z0-9._-]+(/[a-z0-9._-]+)?")
+_REPO_ID = r"[a-z0-9._-]+(/[a-z0-9._-]+)?"  # compiled by re on a name not found, not at every start
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ class Catalog:
             return self.models.get(name), None
         except PlannerInputError as not_found:
             wanted = name.strip().lower()
-            if not _REPO_ID.fullmatch(wanted):  # a URL or a path is not a repo id to match loosely
+            if not re.fullmatch(_REPO_ID, wanted):  # a URL or a path is not a repo id to match loosely
                 raise
             endings = sorted(((s.lower(), p.name) for p in self.precisions for s in p.hf_id_suffixes),
                              key=lambda e: -len(e[0]))

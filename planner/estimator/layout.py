@@ -19,6 +19,8 @@ DEFAULT_GPUS_PER_NODE = 8
 
 @dataclass(frozen=True)
 class ParallelLayout:
+    """Tensor- and pipeline-parallel sizes of one replica."""
+
     tp: int
     pp: int
 

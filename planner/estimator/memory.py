@@ -50,6 +50,8 @@ class GpuTarget:
 
 @dataclass(frozen=True)
 class RankMemory:
+    """What one GPU of the replica holds: its layers, weights, KV cache and overhead."""
+
     rank: int
     tp_rank: int
     pp_stage: int
@@ -64,6 +66,8 @@ class RankMemory:
 
 @dataclass(frozen=True)
 class GpuFit:
+    """Whether the replica fits the target card, and by how much on its fullest GPU."""
+
     name: str
     memory_bytes: int
     fits: bool
@@ -72,6 +76,8 @@ class GpuFit:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
+    """The memory one replica needs (the JSON contract of `planner estimate`), in total and per GPU."""
+
     model: str
     params: int
     precision: str

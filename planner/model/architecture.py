@@ -26,9 +26,7 @@ from planner.model.families.core import (
     Tensor,
     UnsupportedArchitecture,
 )
-from planner.model.families.exclusions import apply_exclusions
 from planner.model.families.vision import multimodal_tensors
-from planner.model.transformers_fallback import architecture_from_transformers, transformers_available
 
 
 def architecture_from_config(data: dict[str, Any], name: str = "model") -> Architecture:
@@ -67,13 +65,26 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
         multimodal = multimodal_tensors(outer, arch.hidden_size, name)
     torch_dtype = text.str("torch_dtype") or outer.str("torch_dtype") or text.str("dtype") or outer.str("dtype")
     quant = data.get("quantization_config") or (text_data or {}).get("quantization_config")
-    return apply_exclusions(replace(arch, multimodal=multimodal, torch_dtype=torch_dtype, quantization_config=quant),
-                            f"{name} config")
+    return _kept_unquantized(replace(arch, multimodal=multimodal, torch_dtype=torch_dtype, quantization_config=quant),
+                             f"{name} config")
 
+
+def _kept_unquantized(arch: Architecture, where: str) -> Architecture:
+    """The checkpoint's exclusions applied (planner.model.families.exclusions), a module imported only for a config
+    with a quantization_config: an unquantized model (most catalog entries) never loads its pattern checks (about
+    1 ms of `planner estimate`, python -X importtime)."""
+    if arch.quantization_config is None:
+        return arch
+    from planner.model.families.exclusions import apply_exclusions
+
+    return apply_exclusions(arch, where)
 
 
 def _count_with_transformers(data: dict[str, Any], name: str) -> Architecture | None:
-    """The optional exact fallback (planner.model.transformers_fallback) for a model_type no family counts."""
+    """The optional exact fallback (planner.model.transformers_fallback) for a model_type no family counts; its
+    module is imported here, when a config needs it (~0.5 ms of every `planner estimate` otherwise)."""
+    from planner.model.transformers_fallback import architecture_from_transformers, transformers_available
+
     if not transformers_available():
         return None
     try:
@@ -81,7 +92,7 @@ def _count_with_transformers(data: dict[str, Any], name: str) -> Architecture | 
     except PlannerInputError:
         return None
     arch = architecture_from_transformers(data, shape)
-    return None if arch is None else apply_exclusions(arch, f"{name} config")
+    return None if arch is None else _kept_unquantized(arch, f"{name} config")
 
 
 def size_only_architecture_from_config(data: dict[str, Any], name: str, params: int) -> Architecture:

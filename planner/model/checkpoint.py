@@ -159,6 +159,8 @@ _ARCH_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # llama.cpp's LLM_ARCH names (
 
 @dataclass(frozen=True)
 class GgufModel:
+    """What a GGUF file's header says of its model: stored weights, architecture and the KV shape."""
+
     weights: StoredWeights
     architecture: str
     file_type: str | None

@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planner.model.architecture import (
     Architecture,
@@ -21,16 +22,13 @@ from planner.model.architecture import (
     size_only_architecture_from_config,
 )
 from planner.catalog.load import Catalog
-from planner.model.checkpoint import (
-    SAFETENSORS_BITS,
-    StoredWeights,
-    architecture_from_gguf,
-    find_safetensors,
-    gguf_file_type_name,
-    read_gguf,
-    safetensors_weights,
-)
 from planner.errors import PlannerInputError
+
+# planner.model.checkpoint (GGUF and safetensors readers, their records and struct) is imported where a .gguf
+# file, a folder's weights files or the Hub's metadata is read: a catalog model never needs it (about 2.5 ms of
+# every `planner estimate` otherwise, python -X importtime)
+if TYPE_CHECKING:
+    from planner.model.checkpoint import StoredWeights
 
 
 def resolve_model(catalog: Catalog, model: str | None, params: int | None = None, layers: int | None = None,
@@ -57,6 +55,8 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
     if path.suffix.lower() == ".gguf":
         if not _exists(path, model):
             raise PlannerInputError(f"model: no file {model!r}")
+        from planner.model.checkpoint import architecture_from_gguf, gguf_file_type_name, read_gguf
+
         gguf = read_gguf(path)
         name = path.stem if path.stem.isprintable() else repr(path.stem)
         arch = architecture_from_gguf(gguf, name, _catalog_precision(catalog, gguf_file_type_name(gguf.file_type)))
@@ -85,6 +85,8 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
         arch = architecture_from_config(config, name)
     except UnsupportedArchitecture:
         if params is None and shards_folder is not None:  # the weights files, read only when they give the count
+            from planner.model.checkpoint import find_safetensors, safetensors_weights
+
             shards = find_safetensors(shards_folder)
             stored = safetensors_weights(shards) if shards else None
         if params is None and stored is None:
@@ -100,8 +102,9 @@ def resolve_model(catalog: Catalog, model: str | None, params: int | None = None
 
 # An argument starting like this is a path on this machine, never a Hub id or catalog name
 _PATH_STARTS = ("./", "../", "/", "~", ".\\", "..\\")
-# The forms a Hub model page or URL takes, for a message that names the id inside
-_HUB_URL = re.compile(r"^(?:hf://|https?://(?:www\.)?huggingface\.co/)(?:models/)?([^/?#]+/[^/?#]+)")
+# The forms a Hub model page or URL takes, for a message that names the id inside (compiled by re when a Hub id is
+# read, not at every start)
+_HUB_URL = r"^(?:hf://|https?://(?:www\.)?huggingface\.co/)(?:models/)?([^/?#]+/[^/?#]+)"
 # One attempt at the Hub, not huggingface_hub's 5 retries over ~24 s: a command answers within 10 s
 HUB_TIMEOUT_S = 5.0
 
@@ -154,7 +157,7 @@ def fetch_from_hub(repo_id: str) -> tuple[dict, StoredWeights | None]:
         raise PlannerInputError(f"unknown model {repo_id!r}: not in the catalog; to read it from the Hugging Face Hub "
                                 "pip install huggingface_hub, or give a path to its config.json") from None
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    url = _HUB_URL.match(repo_id)
+    url = re.match(_HUB_URL, repo_id)
     try:
         if not repo_id.isascii():  # the Hub's names are ASCII; huggingface_hub >= 1.x lets any word character through
             raise HFValidationError(repo_id)
@@ -177,6 +180,8 @@ def fetch_from_hub(repo_id: str) -> tuple[dict, StoredWeights | None]:
     config = load_config_file(config_path)
     stored = None
     if reachable and not offline:
+        from planner.model.checkpoint import SAFETENSORS_BITS, StoredWeights
+
         try:
             counts = get_safetensors_metadata(repo_id).parameter_count  # elements per stored dtype
             by_dtype = {dtype: n * SAFETENSORS_BITS[dtype] // 8 for dtype, n in counts.items() if dtype in SAFETENSORS_BITS}

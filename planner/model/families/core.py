@@ -37,6 +37,8 @@ class UnsupportedArchitecture(PlannerInputError):
 
 @dataclass(frozen=True)
 class Tensor:
+    """One weight tensor (or `count` identical ones) with its shape and how tensor parallelism splits it."""
+
     name: str
     shape: tuple[int, ...]
     role: Role
@@ -117,6 +119,8 @@ class Attention:
 
 @dataclass(frozen=True)
 class Layer:
+    """One decoder layer: what it caches per sequence and the tensors it holds."""
+
     attention: Attention
     tensors: tuple[Tensor, ...] = ()
     is_moe: bool = False
@@ -131,6 +135,8 @@ class Layer:
 
 @dataclass(frozen=True)
 class MoE:
+    """The mixture-of-experts shape of a model: experts, how many serve a token, and their widths."""
+
     num_experts: int
     experts_per_token: int
     expert_intermediate_size: int

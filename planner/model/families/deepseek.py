@@ -11,7 +11,6 @@ from planner.errors import PlannerInputError
 from planner.model.families.blocks import embedding_and_head, gated_mlp, linear, norm
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
-from planner.model.families.registry import family
 
 SPARSE_ATTENTION = {"deepseek_v32", "glm_moe_dsa"}
 GLM_ROUTERS = {"glm4_moe_lite", "glm_moe_dsa"}
@@ -109,7 +108,6 @@ def mtp_modules(c: Config, hidden: int, vocab: int, decoder_layer: list[Tensor])
     return mtp
 
 
-@family("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "mistral4")
 def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     """MLA attention, dense first layers, shared + routed experts, MTP modules counted apart. Mistral Small 4
     (mistral4) builds the same tensors; its Mistral4TopkRouter keeps no score-correction bias."""

@@ -29,7 +29,6 @@ from planner.errors import PlannerInputError
 from planner.model.families.blocks import embedding_and_head, linear, moe_block, norm
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
-from planner.model.families.registry import family
 
 # DeepseekV4Config: compress_ratios entries -> layer types, and the ratio each compressed type pools
 LAYER_TYPE_OF_RATIO = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
@@ -143,7 +142,6 @@ def _mtp(c: Config, layer_types: list[str]) -> list[Tensor]:
     return out
 
 
-@family("deepseek_v4")
 def deepseek_v4(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
     heads, head_dim, vocab = c.int("num_attention_heads"), c.int("head_dim"), c.int("vocab_size")

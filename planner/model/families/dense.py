@@ -6,11 +6,8 @@ from planner.model.families.blocks import (attention_layouts, attention_tensors,
                                            gated_mlp, linear, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer, Tensor
-from planner.model.families.registry import family
 
 
-@family("llama", "mistral", "ministral3", "granite", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gemma3",
-        "phi3", "cohere", "glm4", "phi", "qwen3_vl_text", "mimo")
 def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4 and Phi-2. Ministral 3 (Ministral 3,
     Devstral 2) is Mistral's decoder: its Ministral3Attention only scales the queries, with no tensor of its own."""

@@ -39,6 +39,8 @@ MAX_UNBOUNDED = 2
 
 @dataclass(frozen=True)
 class Exclusions:
+    """The modules a checkpoint keeps unquantized: exact names, and globs or regexes as one pattern."""
+
     names: frozenset[str]
     globs: re.Pattern[str] | None
 

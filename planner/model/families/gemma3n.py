@@ -14,7 +14,6 @@ from planner.model.families.blocks import cache_layers, embedding_and_head, gate
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Tensor, UnsupportedArchitecture
 from planner.model.families.gemma4 import kv_sharing
-from planner.model.families.registry import family, vision_tower
 from planner.model.families.vision import as_vision
 
 
@@ -28,7 +27,6 @@ def _widths(c: Config, num_layers: int) -> list[int]:
     return [c.int("intermediate_size")] * num_layers
 
 
-@family("gemma3n", "gemma3n_text")
 def gemma3n(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
     heads, vocab, head_dim = c.int("num_attention_heads"), c.int("vocab_size"), c.int("head_dim")

@@ -15,7 +15,6 @@ from __future__ import annotations
 from planner.errors import PlannerInputError
 from planner.model.families.config import Config
 from planner.model.families.core import Tensor, UnsupportedArchitecture
-from planner.model.families.registry import vision_tower
 
 _STAGE2_ATTENTION = ["mqa_r1_k3_h12_v2_s1_d64_c640", "uir_r1_a0_k0_s1_e2_c640"]
 _STAGE3_ATTENTION = ["mqa_r1_k3_h16_s1_d96_c1280", "uir_r1_a0_k0_s1_e2_c1280"]
@@ -153,7 +152,6 @@ def _embedder(name: str, vocab: int, width: int, text_hidden: int) -> list[Tenso
             Tensor(f"{name}.embedding_projection.weight", (text_hidden, width), "projector")]
 
 
-@vision_tower("gemma3n")
 def gemma3n_towers(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     audio_data = outer.data.get("audio_config")
     if not isinstance(audio_data, dict):

@@ -14,7 +14,6 @@ from __future__ import annotations
 from planner.model.families.blocks import cache_layers, embedding_and_head, gated_mlp, layer_kinds, linear, norm
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, MoE, Tensor, UnsupportedArchitecture
-from planner.model.families.registry import family, vision_tower
 from planner.model.families.vision import as_vision
 
 
@@ -32,7 +31,6 @@ def kv_sharing(c: Config, kinds: list[str]) -> list[str | None]:
     return modes
 
 
-@family("gemma4_text", "gemma4")
 def gemma4(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
     heads, vocab = c.int("num_attention_heads"), c.int("vocab_size")
@@ -89,7 +87,6 @@ def gemma4(c: Config, model_type: str, name: str) -> Architecture:
     )
 
 
-@vision_tower("gemma4_vision")
 def gemma4_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Gemma4VisionModel: linear patch embedder with a 2-D position table, Gemma-style encoder layers (q/k norms,
     four norms, gated MLP), optional standardisation, and the embed_vision projection into the text width."""

@@ -9,10 +9,8 @@ from planner.model.families.blocks import (attention_layouts, attention_tensors,
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer
 from planner.model.families.deepseek import mtp_modules, routed_experts
-from planner.model.families.registry import family
 
 
-@family("glm4_moe")
 def glm4_moe(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     attn = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=c.bool("attention_bias", False),

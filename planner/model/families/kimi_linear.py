@@ -18,7 +18,6 @@ from planner.model.families.blocks import embedding_and_head, gated_mlp, linear,
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor, UnsupportedArchitecture
 from planner.model.families.deepseek import mla_attention
-from planner.model.families.registry import family, vision_tower
 from planner.model.families.vision import as_vision
 
 
@@ -108,7 +107,6 @@ def _mla(c: Config, hidden: int, heads: int) -> list[Tensor]:
     return t
 
 
-@family("kimi_linear")
 def kimi_linear(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
     heads, vocab = c.int("num_attention_heads"), c.int("vocab_size")
@@ -140,7 +138,6 @@ def kimi_linear(c: Config, model_type: str, name: str) -> Architecture:
     )
 
 
-@vision_tower("kimi_k3")
 def moonvit3d(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Kimi-K3's MoonViT3d (modeling_kimi_k3.py MoonViT3dPretrainedModel): 2-D patch conv, a learned height x width
     position grid (its temporal table is a fixed sin-cos buffer, not stored), pre-norm blocks with a fused qkv of

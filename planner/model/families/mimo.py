@@ -14,7 +14,6 @@ from planner.errors import PlannerInputError
 from planner.model.families.blocks import embedding_and_head, gated_mlp, head_dim_from, linear, moe_block, norm
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
-from planner.model.families.registry import family
 
 
 def _flags(c: Config, key: str, num_layers: int, default: list[int]) -> list[int]:
@@ -26,7 +25,6 @@ def _flags(c: Config, key: str, num_layers: int, default: list[int]) -> list[int
     return values
 
 
-@family("mimo_v2_flash")
 def mimo_v2_flash(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
     heads, vocab = c.int("num_attention_heads"), c.int("vocab_size")

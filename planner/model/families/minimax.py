@@ -11,10 +11,8 @@ from planner.model.families.blocks import (attention_layouts, attention_tensors,
                                            moe_block, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer, MoE, Tensor
-from planner.model.families.registry import family
 
 
-@family("minimax_m2")
 def minimax_m2(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     experts, top_k = c.int("num_local_experts"), c.int("num_experts_per_tok")

@@ -17,7 +17,6 @@ from planner.errors import PlannerInputError
 from planner.model.families.blocks import (decoder_shape, embedding_and_head, gated_mlp, linear, moe_block, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
-from planner.model.families.registry import family, vision_tower
 from planner.model.families.vision import as_vision, vit_layer
 
 SPARSE_LAYER = "minimax_m3_sparse"
@@ -43,7 +42,6 @@ def _sparse_config(c: Config) -> Config:
     return Config(data, f"{c.where} sparse_attention_config")
 
 
-@family("minimax_m3", "minimax_m3_vl", "minimax_m3_vl_text")
 def minimax_m3(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     sparse = _sparse_config(c)
@@ -84,7 +82,6 @@ def minimax_m3(c: Config, model_type: str, name: str) -> Architecture:
     )
 
 
-@vision_tower("minimax_m3_vl")
 def minimax_m3_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """MiniMaxM3VLVisionModel (a 3-D patch conv without bias, a pre-LayerNorm, CLIP-style biased blocks, no final
     norm) and MiniMaxM3VLMultiModalProjector: two biased linears from the ViT width, two more over the 2x2-merged

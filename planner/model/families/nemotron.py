@@ -15,7 +15,6 @@ from planner.model.families.blocks import (cache_layers, embedding_and_head, hea
                                            recurrent_attention)
 from planner.model.families.config import MAX_LAYERS, Config
 from planner.model.families.core import Architecture, Attention, MoE, Tensor
-from planner.model.families.registry import family
 
 PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 # older block names (transformers configuration_utils._LEGACY_LAYER_TYPE_REMAP)
@@ -83,7 +82,6 @@ def _moe(c: Config, hidden: int) -> tuple[MoE, list[Tensor]]:
     return MoE(experts, top_k, inter, shared), t
 
 
-@family("nemotron_h")
 def nemotron_h(c: Config, model_type: str, name: str) -> Architecture:
     hidden, vocab = c.int("hidden_size"), c.int("vocab_size")
     heads = c.int("num_attention_heads")

@@ -15,7 +15,6 @@ from planner.model.families.blocks import (attention_tensors, cache_layers, embe
                                            head_dim_from, linear, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Tensor
-from planner.model.families.registry import family
 
 FFN_ROUNDING = 256  # modeling_decilm._find_multiple(intermediate_size, 256)
 
@@ -27,7 +26,6 @@ def _part(block: object, key: str, where: str) -> Config:
     return Config(part, f"{where} block_configs {key}")
 
 
-@family("nemotron-nas")
 def nemotron_nas(c: Config, model_type: str, name: str) -> Architecture:
     hidden, vocab = c.int("hidden_size"), c.int("vocab_size")
     heads = c.int("num_attention_heads")

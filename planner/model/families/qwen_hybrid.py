@@ -11,7 +11,6 @@ from planner.model.families.blocks import (attention_layouts, decoder_shape, emb
                                            moe_block, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer, MoE, Tensor
-from planner.model.families.registry import family
 
 FUSED_PROJECTIONS = {"qwen3_next"}  # in_proj_qkvz / in_proj_ba; Qwen3.5 splits them into four
 
@@ -63,7 +62,6 @@ def _moe_layers(c: Config, model_type: str, num_layers: int) -> set[int]:
     return {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
 
 
-@family("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 def qwen_hybrid(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     moe: MoE | None = None

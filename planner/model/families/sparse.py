@@ -7,10 +7,8 @@ from planner.model.families.blocks import (attention_layouts, attention_tensors,
                                            gated_mlp, moe_block, norm)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
-from planner.model.families.registry import family
 
 
-@family("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text")
 def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss and Llama 4 text."""
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)

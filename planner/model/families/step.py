@@ -14,7 +14,6 @@ from planner.errors import PlannerInputError
 from planner.model.families.blocks import attention_layouts, embedding_and_head, gated_mlp, linear, norm
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer, MoE, Tensor
-from planner.model.families.registry import family, vision_tower
 from planner.model.families.vision import as_vision, vit_layer
 
 
@@ -92,7 +91,6 @@ def _attention(c: Config, hidden: int, heads: int, kv_heads: int, head_dim: int)
             + linear("self_attn.g_proj", gate, hidden, "column"))
 
 
-@family("step3p5")
 def step3p5(c: Config, model_type: str, name: str) -> Architecture:
     hidden, layers = c.int("hidden_size"), c.int("num_hidden_layers")
     heads, vocab, head_dim = c.int("num_attention_heads"), c.int("vocab_size"), c.int("head_dim")
@@ -123,7 +121,6 @@ def step3p5(c: Config, model_type: str, name: str) -> Architecture:
     )
 
 
-@vision_tower("step3p7")
 def step3p7_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Step3p7VisionModel: bias-free patch conv, a learned position table, a pre-LayerNorm, ViT blocks with two
     layer-scale vectors each (lambda_1/2), then downsampler1/2 (3x3 stride-2 convs doubling the width twice);

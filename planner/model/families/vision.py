@@ -8,7 +8,7 @@ from planner.errors import PlannerInputError
 from planner.model.families.blocks import gated_mlp, linear, norm
 from planner.model.families.config import VISION_CLASS_DEFAULTS, Config
 from planner.model.families.core import Role, Split, Tensor, UnsupportedArchitecture
-from planner.model.families.registry import VISION_TOWERS, vision_tower
+from planner.model.families.registry import VISION_TOWERS
 
 
 def multimodal_tensors(outer: Config, text_hidden: int, name: str) -> tuple[Tensor, ...]:
@@ -49,7 +49,6 @@ def as_vision(tensors: list[Tensor], role: Role = "vision") -> list[Tensor]:
             for t in tensors]
 
 
-@vision_tower("siglip_vision_model")
 def siglip(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Gemma 3's SigLIP tower (no pooling head) and its projector (transformers Gemma3MultiModalProjector)."""
     hidden, inter = v.int("hidden_size"), v.int("intermediate_size")
@@ -65,7 +64,6 @@ def siglip(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     return as_vision(tower) + as_vision(projector, "projector")
 
 
-@vision_tower("pixtral")
 def pixtral(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Mistral 3's Pixtral tower (RMSNorm, gated MLP, 2-D RoPE) and patch-merger projector."""
     hidden, inter = v.int("hidden_size"), v.int("intermediate_size")
@@ -87,7 +85,6 @@ def pixtral(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     return as_vision(tower) + as_vision(projector, "projector")
 
 
-@vision_tower("llama4_vision_model")
 def llama4_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Llama 4's ViT, its pixel-shuffle adapter and the multimodal projector (transformers modeling_llama4)."""
     hidden, inter = v.int("hidden_size"), v.int("intermediate_size")
@@ -105,10 +102,6 @@ def llama4_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     return as_vision(tower) + as_vision(projector, "projector")
 
 
-QWEN3_VISION_TYPES = ("qwen3_vl", "qwen3_vl_vision", "qwen3_vl_moe", "qwen3_vl_moe_vision",
-                      "qwen3_5", "qwen3_5_vision", "qwen3_5_moe", "qwen3_5_moe_vision")
-
-
 def _qwen3_merger(prefix: str, hidden: int, merged: int, out: int, postshuffle: bool) -> list[Tensor]:
     """Qwen3VLVisionPatchMerger: LayerNorm (after the 2x2 shuffle for deepstack mergers), then two biased linears."""
     return (norm(f"{prefix}.norm", merged if postshuffle else hidden, bias=True)
@@ -116,7 +109,6 @@ def _qwen3_merger(prefix: str, hidden: int, merged: int, out: int, postshuffle: 
             + linear(f"{prefix}.linear_fc2", out, merged, "row", True))
 
 
-@vision_tower(*QWEN3_VISION_TYPES)
 def qwen3_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Qwen3-VL / Qwen3.5 ViT (transformers Qwen3VLVisionModel): 3-D patch conv, learned positions, biased
     blocks, a patch merger into the text width and, for Qwen3-VL, one deepstack merger per listed layer."""
@@ -140,7 +132,6 @@ def qwen3_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     return as_vision(tower) + as_vision(projector, "projector")
 
 
-@vision_tower("kimi_k25")
 def moonvit(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Kimi-K2.5's MoonViT (transformers Kimi_K25VisionModel; the checkpoint's remote-code config names its
     sizes vt_*): 2-D patch conv, a learned height x width position grid, biased pre-norm blocks, and the
