@@ -455,8 +455,7 @@ def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout | PackedLa
     for stage, layout in layouts.items():
         needed = layout.needed_bytes(context, batched, block_size)
         if needed > available[stage]:
-            longest = largest_passing(1, context, lambda n: all(
-                layouts[s].needed_bytes(n, batched, block_size) <= available[s] for s in layouts))
+            longest = largest_passing(1, context, lambda n: _holds_one_request(layouts, available, n, settings))
             estimate = (f"Based on the available memory, the estimated maximum model length is {longest}. "
                         if longest else "")
             return (f"To serve at least one request with the models's max seq len ({context}), ({_gib(needed)} GiB KV "
@@ -464,7 +463,6 @@ def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout | PackedLa
                     f"{estimate}Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing "
                     "the engine."), longest
     return None, None
-
 
 
 def _warnings(outside: int, graphs: int, settings: EngineSettings, profile: VllmProfile) -> list[str]:
