@@ -43,9 +43,12 @@ class PerfResult:
             "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "engine": self.engine,
             "batch": p.batch, "ttft_s": p.ttft_s, "tpot_ms": p.tpot_s * 1000, "decode_step_ms": p.decode_step_s * 1000,
             "output_tokens_per_s": p.output_tokens_per_s, "requests_per_s": p.requests_per_s, "bound": p.decode_bound,
-            "weight_read_ms": p.weight_read_s * 1000, "kv_read_ms": p.kv_read_s * 1000,
-            "compute_ms": p.decode_compute_s * 1000, "overhead_ms": p.per_layer_overhead_s * 1000,
-            "allreduce_ms": p.allreduce_s * 1000,
+            # the slowest stage's decode step, every term by name (they add up to its time) and what it reads
+            "decode_terms_ms": {name: seconds * 1000 for name, seconds in p.decode.terms_s().items()},
+            "pp_bubble_ms": p.pp_bubble_s * 1000,
+            "weight_bytes_read": p.decode.weight_bytes, "kv_bytes_read": p.decode.kv_bytes,
+            # the GPU's generation has no kernel measurements: the catalog's `default` generation timed it
+            "constants_borrowed": p.borrowed,
         }
         if self.steady is not None:
             s = self.steady

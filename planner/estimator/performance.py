@@ -1,40 +1,35 @@
 """Serving speed of one replica at a batch: prefill, decode step, TTFT, TPOT, tokens/s and requests/s.
 
-The model follows the mechanisms, so it carries over to models and GPUs it was never fitted to; the
-only fitted numbers are the efficiency factors in catalogs/performance.yaml, each entry naming the
-measurements it was fitted to (bench/throughput_accuracy.py prints predicted against measured).
+A step is the sum of the operations the engine launches, each costed as it runs (bench/SPEED_PROTOCOL.md).
+No constant is fitted to end-to-end runs: catalogs/performance.yaml takes each from measured kernel tables
+(aiconfigurator-core's, per GPU generation) or published kernel benchmarks, and names the file.
 
-One forward pass of one pipeline stage, on one tensor-parallel rank:
-  memory   = weight bytes read / (HBM bandwidth x memory efficiency)
-             + KV bytes read / (HBM bandwidth x the attention kernel's read efficiency)
-             every read efficiency at most the generation's read ceiling (the fraction of the datasheet
-             bandwidth streaming benchmarks reach on its GPUs, catalogs/performance.yaml)
-             weights: the stage's block tensors as that rank holds them, plus the lm_head on the last
-             stage (the embedding is a row lookup, the vision tower idle while decoding text); a MoE
-             layer reads only the experts its tokens touch: of E experts with k picked per token,
-             t tokens touch E (1 - (1 - k/E)^t) on average when routing is uniform (what the
-             routers' load-balancing losses aim for);
-             KV: what each sequence holds at its context (planner.estimator.memory), read once per step,
-             paged attention (full, sliding) at the generation's kv read efficiency and MLA's latent cache at
-             its own (MLA decode kernels score every head against one shared latent: other kernels)
-  compute  = FLOPs / (dense tensor TFLOPS x compute efficiency): 2 per weight of every matmul a token
-             passes through (k of E experts), and attention 2 x heads x (d_k + d_v) per attended
-             position per layer (PaLM, Chowdhery et al. 2022, appendix B: 2N + 4 L H Q T per token);
-             tensors stored in fewer than 16 bits run at the precision's tensor-core rate where the
-             GPU has one (W8A8 / W4A4), everything else at the 16-bit rate (weight-only kernels
-             dequantize to 16 bits)
-  fixed    = GPU time per layer per forward, counted in cycles of the GPU's boost clock (the small
-             kernels and the gaps between kernels are latency-bound), per expert a MoE layer holds (the
-             fused MoE kernels are sized for all E experts: align/pad each expert's tokens to the tile,
-             a grouped-GEMM grid over tokens x k + E x (tile - 1) rows), and once per step on the last
-             stage the engine's own work (the step's graph launch, sampling, scheduling), per engine
-  TP       = 2 all-reduces of the activations per layer (Megatron-LM, Shoeybi et al. 2019, section 3),
-             each a ring: 2 (tp-1) steps of (link latency + bytes/tp / (one-way link bandwidth x
-             efficiency)) (Thakur et al. 2005, "Optimization of collective communication operations
-             in MPICH"; NCCL's bus bandwidth, nccl-tests doc/PERFORMANCE.md)
-  stage    = max(memory, compute) + fixed + TP   (the fixed cost is GPU time, so it adds to the work:
-             graph-replaying engines launch nothing per kernel, and llama.cpp's launches run ahead of
-             the GPU, ggml-org/llama.cpp PR 6766)
+One forward pass of one pipeline stage, on one tensor-parallel rank, with T tokens in the step (d decoding
+sequences plus p prompt tokens):
+  dense GEMMs   per compute format (low-bit tensor-core rate, or the 16-bit rate): max(W / (B x read_eff),
+                2 W_params T / (R x compute_eff(T))) with compute_eff(M) = compute_eff_max x M / (M + m_half)
+                (small-M GEMMs do not reach peak), so the compute side is 2 W_params (T + m_half) / (R x
+                compute_eff_max); the weights of every GEMM of the stage's layers as that rank holds them
+                (the embedding is a row lookup, the vision tower idle while decoding text); the lm_head on
+                the last stage as its own GEMM over the positions whose logits are computed
+  fused MoE     per MoE layer: the weights of the distinct experts the step's tokens route to, E (1 - (1 -
+                k/E)^T) on average when routing is uniform (what the routers' load-balancing losses aim
+                for), at moe_read_eff; its compute 2 W_expert_params x (T k + D m_half) / (R x
+                compute_eff_max) (compute_eff at T k / D rows per expert); nothing per expert merely held
+  attention     decode: the KV the d sequences hold (planner.estimator.memory), read once, paged caches at
+                kv_read_eff, MLA latent caches at latent_read_eff, or its FLOPs if more; prefill: causal
+                FLOPs 2 x heads x (d_k + d_v) per attended position (PaLM, Chowdhery et al. 2022, app. B) at
+                attention_compute_eff of the 16-bit rate
+  fixed         each GEMM kernel's launch (the GEMM tables' intercept), each attention kernel's (the decode
+                attention tables' intercept), each latency-bound small kernel of a layer (norms, rotary,
+                KV-cache write, activation, routing; counted per engine from its model code) at the kernel
+                floor, each fused MoE kernel's launch, and once per step on the last stage the engine's own
+                work (scheduler, input preparation, sampling, graph launch);
+                llama.cpp instead pays its measured cycles per layer (ggml-org/llama.cpp PR 6766)
+  TP            2 all-reduces of the activations per layer (Megatron-LM, Shoeybi et al. 2019, section 3),
+                each latency(tp) + bytes / (link bandwidth x efficiency): the engines' custom all-reduce at
+                decode sizes, measured per interconnect and GPU generation
+  stage         dense GEMMs + fused MoE + attention + fixed + TP
 Pipeline parallelism splits the batch into min(batch, pp) microbatches; all of them advance one step in
 max(sum of stage times + activation hand-offs, microbatches x slowest stage): with fewer microbatches
 than stages, stages wait (the bubble).
@@ -71,8 +66,13 @@ TFLOPS = 1e12
 ACTIVATION_BYTES = UNQUANTIZED_BITS // 8
 # Megatron tensor parallelism: one all-reduce after attention's o_proj, one after the MLP's down_proj.
 ALLREDUCES_PER_LAYER = 2
-# Roles of the 2-D tensors a token is multiplied through (embeddings are row lookups, norms elementwise).
-MATMUL_ROLES = ("linear", "expert", "router", "lm_head")
+# Roles of the dense 2-D tensors a token is multiplied through (embeddings are row lookups, norms elementwise;
+# routed experts run in the fused MoE kernel).
+DENSE_MATMUL_ROLES = ("linear", "router", "lm_head")
+
+# The measurements' key of 16-bit GEMMs, which weight-only and non-native low-bit kernels also stand for (they
+# dequantize to 16 bits and compute there).
+WIDE_FORMAT = "bf16"
 
 DecodeBound = Literal["memory", "compute", "overhead", "communication"]
 
@@ -82,59 +82,109 @@ DecodeBound = Literal["memory", "compute", "overhead", "communication"]
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelRates:
+    """A GEMM or fused-MoE kernel in one compute format, as its measured times fit `launch + max(bytes / (B x
+    read_efficiency), FLOPs / (R x compute_efficiency x M / (M + half_m)))` (bench/kernel_constants.py)."""
+
+    launch_us: float = bounded(ge=0)  # the fixed time of one call: the intercept of its measured times
+    read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, reading weights at small M
+    compute_efficiency: float = bounded(gt=0, le=1)  # of the format's dense_tflops, the most large M reaches
+    half_m: float = bounded(ge=0)  # rows (tokens; for MoE, tokens per touched expert) at half of that
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionRates:
+    """Decode attention over a KV cache of one width, as its measured times fit `launch + bytes / (B x eff)`."""
+
+    launch_us: float = bounded(ge=0)
+    kv_read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, paged GQA / MHA caches
+    latent_read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, MLA's latent cache
+
+
+@dataclass(frozen=True, kw_only=True)
 class GenerationEfficiency:
-    """Achievable fractions of a GPU generation's datasheet peaks."""
+    """Achieved fractions of a GPU generation's datasheet peaks and its kernels' fixed costs, each measured at
+    kernel level (catalogs/performance.yaml names the tables)."""
 
     name: str
-    memory_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, streaming the weights
-    kv_read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, attention reading the paged KV cache
-    # of memory_bandwidth_gbps, MLA decode attention reading the compressed latent cache (its own kernels: every
-    # head scores the one shared latent, so a step reads less and computes more per byte than paged attention)
-    latent_read_efficiency: float = bounded(gt=0, le=1)
-    compute_efficiency: float = bounded(gt=0, le=1)  # of dense_tflops, on large GEMMs
-    # of memory_bandwidth_gbps, the most streaming benchmarks read on this generation's measured GPUs (the
-    # lowest GPU's best): no read efficiency above may exceed it, nor an engine's own (catalogs/performance.yaml)
+    # by compute format: bf16 (16-bit, and weight-only kernels that compute in 16 bits), fp8 (per-tensor W8A8),
+    # fp8-block (block-scaled W8A8), fp4 (W4A4); a format without measurements takes bf16's
+    gemm: dict[str, KernelRates]
+    moe: dict[str, KernelRates]
+    attention: dict[int, AttentionRates]  # by the KV cache's bits per value; a width not listed takes 16's
+    attention_compute_efficiency: float = bounded(gt=0, le=1)  # of the 16-bit dense_tflops, prefill attention
+    kernel_floor_us: float = bounded(ge=0)  # a latency-bound small kernel's time inside a CUDA graph
+    # of memory_bandwidth_gbps, the most streaming benchmarks read on this generation's measured GPUs: no read
+    # efficiency above may exceed it, nor an engine's own
     read_ceiling: float = bounded(gt=0, le=1)
     read_ceiling_source: str
-    as_of: str  # when read_ceiling was measured
-    fitted_to: str
+    as_of: str
+    measured_on: str  # the GPUs and tables the values are the medians of
     source: str
+
+    def gemm_rates(self, kernel_format: str) -> KernelRates:
+        return self.gemm.get(kernel_format) or self.gemm[WIDE_FORMAT]
+
+    def moe_rates(self, kernel_format: str) -> KernelRates:
+        return self.moe.get(kernel_format) or self.moe[WIDE_FORMAT]
+
+    def attention_rates(self, kv_bits: int) -> AttentionRates:
+        return self.attention.get(kv_bits) or self.attention[UNQUANTIZED_BITS]
 
     @property
     def read_efficiencies(self) -> dict[str, float]:
-        return {"memory_efficiency": self.memory_efficiency, "kv_read_efficiency": self.kv_read_efficiency,
-                "latent_read_efficiency": self.latent_read_efficiency}
+        out = {f"gemm.{k}.read_efficiency": r.read_efficiency for k, r in self.gemm.items()}
+        out.update({f"moe.{k}.read_efficiency": r.read_efficiency for k, r in self.moe.items()})
+        for bits, r in self.attention.items():
+            out.update({f"attention.{bits}.kv_read_efficiency": r.kv_read_efficiency,
+                        f"attention.{bits}.latent_read_efficiency": r.latent_read_efficiency})
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngineCost:
     name: str
     aliases: tuple[str, ...] = ()
-    # fixed GPU time per layer per forward pass, in thousands of the GPU's clock cycles: the small kernels
-    # (norms, rotary, activations, cache writes) and the gaps between kernels are latency-bound, so they
-    # take a number of cycles, not of microseconds (catalogs/performance.yaml `clocks`)
-    per_layer_kilocycles: float = bounded(ge=0)
-    # a MoE layer's extra fixed cost per expert it holds, touched or not: the fused MoE kernels are sized for
-    # every expert (moe_align_block_size pads each expert's token list to the tile and the grouped GEMM's grid
-    # spans tokens x k + E x (tile - 1) rows, whose blocks past the padded tokens start and exit), so a MoE
-    # layer of 256 experts pays for 256 at any batch (catalogs/performance.yaml, the entry's source)
-    per_expert_overhead_us: float = bounded(ge=0)
-    # of memory_bandwidth_gbps streaming weights, when the engine's own kernels set it rather than the GPU
-    # generation (llama.cpp's mat-vec kernels dequantizing GGUF blocks); None: the generation's
-    memory_efficiency: float | None = bounded(None, gt=0, le=1)
-    # the engine's own work once per step, outside the layers, that the GPU waits for: launching the step's
-    # CUDA graph (one launch per step, not per layer), sampling, and the scheduler's bookkeeping between steps
+    # the engine's own work once per step that the GPU waits for: scheduling, input preparation, sampling and the
+    # step's graph launch, where not overlapped with the previous step's GPU work
     per_step_us: float = bounded(ge=0)
-    fitted_to: str
+    # latency-bound small kernels a decoder layer launches besides its GEMMs and its attention kernel (norms, rotary,
+    # KV-cache write, the activation), as the engine's model code runs them; a MoE layer's routing kernels and an
+    # MLA layer's extra norms on top
+    layer_kernels: int = bounded(ge=0)
+    moe_layer_kernels: int = bounded(ge=0)
+    mla_layer_kernels: int = bounded(ge=0)
+    # an engine whose fixed costs were measured per layer in clock cycles instead (llama.cpp: its launches run
+    # ahead of the GPU and its kernels are its own), replacing the kernel launches and floors above; 0: none
+    per_layer_kilocycles: float = bounded(0.0, ge=0)
+    # of memory_bandwidth_gbps streaming weights, when the engine's own kernels set it rather than the GPU
+    # generation's GEMM tables (llama.cpp's mat-vec kernels dequantizing GGUF blocks); None: the generation's
+    memory_efficiency: float | None = bounded(None, gt=0, le=1)
     source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllReduceFit:
+    """One all-reduce call at a TP size as its measured times fit, in two regimes (messages up to 1 MiB; 64 MiB
+    and up): `latency + bytes / bandwidth` and `large_latency + 2 (tp-1)/tp x bytes / bus_bandwidth`."""
+
+    tp: int = bounded(gt=1)
+    latency_us: float = bounded(ge=0)
+    bandwidth_gbps: float = bounded(gt=0)  # algorithm bandwidth of decode-sized messages, GB/s
+    large_latency_us: float = bounded(ge=0)
+    bus_bandwidth_gbps: float = bounded(gt=0)  # NCCL's bus bandwidth of large messages, GB/s
 
 
 @dataclass(frozen=True, kw_only=True)
 class InterconnectCost:
     kind: str  # the Gpu interconnect kind: nvlink, pcie, infinity-fabric, ...
-    step_latency_us: float = bounded(ge=0)  # one step of a ring collective (a ring all-reduce takes 2 (tp-1))
-    bandwidth_efficiency: float = bounded(gt=0, le=1)  # of the one-way link bandwidth, on large transfers
+    generation: str | None = None  # the GPU generation these measurements are of; None: the kind's other GPUs
+    allreduce: tuple[AllReduceFit, ...]  # a TP size not listed takes the next larger listed one, or the largest
     source: str
+
+    def fit(self, tp: int) -> AllReduceFit:
+        ordered = sorted(self.allreduce, key=lambda f: f.tp)
+        return next((f for f in ordered if f.tp >= tp), ordered[-1])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +193,7 @@ class PrecisionCompute:
 
     name: str
     tensor_core_format: str  # a key of Gpu.dense_tflops
+    kernel_format: str  # the key of its kernels' measurements (GenerationEfficiency.gemm / moe)
     source: str
 
 
@@ -180,12 +231,16 @@ class PerformanceCatalog:
         known = ", ".join(e.name for e in self.engines)
         raise PlannerInputError(f"engine: no performance factors for {name!r}; use one of {known}")
 
-    def interconnect(self, kind: str) -> InterconnectCost:
-        by_kind = {i.kind: i for i in self.interconnects}
-        return by_kind.get(kind) or by_kind["default"]
+    def interconnect(self, kind: str, generation: str) -> InterconnectCost:
+        """The kind's entry measured on this generation, else the kind's own, else `default`."""
+        for wanted in ((kind, generation), (kind, None), ("default", None)):
+            for entry in self.interconnects:
+                if (entry.kind, entry.generation) == wanted:
+                    return entry
+        raise PlannerInputError("catalog performance.yaml: interconnects needs a 'default' entry")
 
-    def tensor_core_format(self, precision: str) -> str | None:
-        return next((p.tensor_core_format for p in self.precisions if p.name == precision), None)
+    def precision(self, name: str) -> PrecisionCompute | None:
+        return next((p for p in self.precisions if p.name == name), None)
 
 
 @cache
@@ -203,6 +258,18 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
             if value > generation.read_ceiling:
                 raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].{field} {value:g} is above "
                                         f"its measured read_ceiling {generation.read_ceiling:g}; lower it to at most that")
+    for interconnect in catalog.interconnects:
+        if not interconnect.allreduce:
+            raise PlannerInputError(f"catalog {path.name}: interconnects[{interconnect.kind}].allreduce needs at "
+                                    "least one TP size")
+    for generation in catalog.generations:
+        for table in ("gemm", "moe"):
+            if WIDE_FORMAT not in getattr(generation, table):
+                raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].{table} needs a "
+                                        f"'{WIDE_FORMAT}' entry (the formats without measurements take it)")
+        if UNQUANTIZED_BITS not in generation.attention:
+            raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].attention needs a "
+                                    f"{UNQUANTIZED_BITS}-bit entry")
     return catalog
 
 
@@ -218,26 +285,34 @@ class Workload:
 
 @dataclass(frozen=True)
 class ForwardTime:
-    """One forward pass of one pipeline stage on one rank, term by term (seconds)."""
+    """One forward pass of one pipeline stage on one rank, term by term (seconds); the terms add up to total_s."""
 
-    weight_read_s: float
-    kv_read_s: float
-    compute_s: float
-    per_layer_overhead_s: float
+    dense_gemm_s: float  # the dense GEMMs, lm_head included: each the larger of its weight read and its compute
+    moe_s: float  # the fused MoE kernels: the touched experts' read or their compute
+    attention_s: float  # decode attention's cache read (or FLOPs) and prefill attention's FLOPs
+    kernel_launch_s: float  # fixed: GEMM and MoE launches, the small kernels' floors (llama.cpp: its cycles)
+    engine_step_s: float  # fixed: the engine's own work once per step (last stage)
     allreduce_s: float
+    memory_s: float  # of the three above, the time their byte reads would take
+    compute_s: float  # and the time their FLOPs would take
     weight_bytes: int  # read by one rank
     kv_bytes: int
-    total_s: float  # the header's `stage` line (_forward)
-
-    @property
-    def memory_s(self) -> float:
-        return self.weight_read_s + self.kv_read_s
+    total_s: float
 
     @property
     def bound(self) -> DecodeBound:
         terms: dict[DecodeBound, float] = {"memory": self.memory_s, "compute": self.compute_s,
-                                           "overhead": self.per_layer_overhead_s, "communication": self.allreduce_s}
+                                           "overhead": self.kernel_launch_s + self.engine_step_s,
+                                           "communication": self.allreduce_s}
         return max(terms, key=lambda k: terms[k])
+
+    def terms_s(self) -> dict[str, float]:
+        """Every term of the stage's time by name; they add up to total_s."""
+        return {"dense_gemm": self.dense_gemm_s, "moe": self.moe_s, "attention": self.attention_s,
+                "kernel_launch": self.kernel_launch_s, "engine_step": self.engine_step_s, "allreduce": self.allreduce_s}
+
+
+_TOTAL = 10  # total_s's index in a _Terms tuple (ForwardTime's field order)
 
 
 @dataclass(frozen=True)
@@ -251,18 +326,10 @@ class ReplicaPerformance:
     requests_per_s: float
     decode_bound: DecodeBound
     batch_prefill_s: float  # all `batch` prompts
-    # the decode step of the slowest pipeline stage, term by term
-    weight_read_s: float
-    kv_read_s: float
-    decode_compute_s: float
-    per_layer_overhead_s: float
-    allreduce_s: float
+    decode: ForwardTime  # the decode step of the slowest pipeline stage, term by term
     pp_bubble_s: float  # time the slowest stage waits per decode step (pp > batch)
-    weight_bytes_read: int  # per rank per decode step
-    kv_bytes_read: int
     engine: str
-    memory_efficiency: float
-    compute_efficiency: float
+    borrowed: bool  # the GPU's generation has no kernel measurements: the `default` generation's constants
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,27 +337,48 @@ class ReplicaPerformance:
 
 
 @dataclass(frozen=True)
-class _Matmuls:
-    """FLOPs per token split by the rate they run at."""
+class _Gemms:
+    """Dense GEMMs on one rank, split by the rate they compute at: bytes read per pass, FLOPs per row (token)."""
 
-    low_bit: float = 0.0  # stored below 16 bits: the precision's tensor-core rate where native
-    wide: float = 0.0  # 16-bit (or wider) weights, and everything on GPUs without the low-bit format
+    low_bit_bytes: int = 0  # stored below 16 bits: the precision's tensor-core rate where native
+    low_bit_flops: float = 0.0
+    wide_bytes: int = 0  # 16-bit (or wider) weights
+    wide_flops: float = 0.0
+    low_bit_kernels: int = 0  # GEMM kernels launched per pass (fused projections count once)
+    wide_kernels: int = 0
 
-    def __add__(self, other: _Matmuls) -> _Matmuls:
-        return _Matmuls(self.low_bit + other.low_bit, self.wide + other.wide)
+    def __add__(self, other: _Gemms) -> _Gemms:
+        return _Gemms(self.low_bit_bytes + other.low_bit_bytes, self.low_bit_flops + other.low_bit_flops,
+                      self.wide_bytes + other.wide_bytes, self.wide_flops + other.wide_flops,
+                      self.low_bit_kernels + other.low_bit_kernels, self.wide_kernels + other.wide_kernels)
+
+    @property
+    def bytes(self) -> int:
+        return self.low_bit_bytes + self.wide_bytes
+
+
+@dataclass(frozen=True)
+class _Experts:
+    """The routed experts of a stage's MoE layers on one rank: one expert's bytes and FLOPs per routed token, summed
+    over the layers (every MoE layer of a model has the same E and k)."""
+
+    count: int = 0  # E per layer (0: dense)
+    per_token: int = 0  # k
+    layers: int = 0
+    bytes: int = 0
+    flops: float = 0.0
+    low_bit: bool = False  # stored below 16 bits
 
 
 @dataclass(frozen=True)
 class _Stage:
     layers: int
-    dense_bytes: int  # read by every forward pass
-    expert_bytes: int  # one expert of every MoE layer of the stage
-    experts: int  # per MoE layer (0: dense)
-    experts_per_token: int
-    moe_layers: int
-    body_flops: _Matmuls  # per token, logits excluded
-    logits_flops: _Matmuls  # per position whose logits are computed (last stage)
-    attention: tuple[tuple[float, int | None], ...]  # (FLOPs per attended position, window) per layer
+    mla_layers: int
+    body: _Gemms
+    head: _Gemms  # the lm_head on the last stage (its rows are the positions whose logits are computed)
+    experts: _Experts
+    # (FLOPs per attended position, window) per layer
+    attention: tuple[tuple[float, int | None], ...]
 
     @cached_property
     def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
@@ -311,43 +399,63 @@ def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> 
     return 0.0  # linear-attention / Mamba: constant state, no per-position attention
 
 
-def _matmul_flops(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int,
-                  active_experts: int) -> _Matmuls:
-    out = _Matmuls()
+# Projections that read the same input, which the engines run as one GEMM (vLLM QKVParallelLinear,
+# MergedColumnParallelLinear; DeepSeek's fused_qkv_a_proj): the module name of the fused partner they join.
+_FUSED_WITH = {"k_proj": "q_proj", "v_proj": "q_proj", "up_proj": "gate_proj", "kv_a_proj_with_mqa": "q_a_proj"}
+
+
+def _gemm_kernels(tensors: list[Tensor]) -> int:
+    """GEMM kernels a pass launches for these 2-D tensors, fused projections counted once."""
+    modules = set()
     for t in tensors:
-        if t.role not in MATMUL_ROLES or len(t.shape) != 2:
-            continue
-        shard = shard_shape(t, tp, kv_heads)
-        copies = active_experts if t.role == "expert" else t.count
-        flops = 2 * prod(shard) * copies
-        if tensor_bytes(shard, 1, t, precision) < prod(shard) * ACTIVATION_BYTES:
-            out += _Matmuls(low_bit=flops)
-        else:
-            out += _Matmuls(wide=flops)
-    return out
+        module, _, _ = t.name.rpartition(".")
+        parent, _, last = module.rpartition(".")
+        modules.add(f"{parent}.{_FUSED_WITH.get(last, last)}")
+    return len(modules)
 
 
-@dataclass(frozen=True)
-class _Block:
-    """A group of tensors (one layer, or the head) on one rank: bytes and per-token FLOPs."""
-
-    dense_bytes: int
-    expert_bytes: int  # one expert
-    experts: int
-    flops: _Matmuls
+def _is_low_bit(t: Tensor, shard: tuple[int, ...], precision: Precision) -> bool:
+    return tensor_bytes(shard, 1, t, precision) < prod(shard) * ACTIVATION_BYTES
 
 
 @lru_cache(maxsize=4096)
-def _block(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, active_experts: int) -> _Block:
-    """Cached: the layers of a model repeat the same tensors, and the solver asks many times."""
+def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int) -> _Gemms:
+    """The dense matmuls among `tensors` on one rank (embeddings are row lookups, norms elementwise).
+    Cached: the layers of a model repeat the same tensors, and the solver asks many times."""
+    out = _Gemms()
+    low_bit, wide = [], []
+    for t in tensors:
+        if t.role not in DENSE_MATMUL_ROLES or len(t.shape) != 2:
+            continue
+        shard = shard_shape(t, tp, kv_heads)
+        size = tensor_bytes(shard, t.count, t, precision)
+        flops = 2 * prod(shard) * t.count
+        if _is_low_bit(t, shard, precision):
+            out += _Gemms(low_bit_bytes=size, low_bit_flops=flops)
+            low_bit.append(t)
+        else:
+            out += _Gemms(wide_bytes=size, wide_flops=flops)
+            wide.append(t)
+    return replace(out, low_bit_kernels=_gemm_kernels(low_bit), wide_kernels=_gemm_kernels(wide))
+
+
+@lru_cache(maxsize=4096)
+def _experts(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, per_token: int) -> _Experts:
     experts = [t for t in tensors if t.role == "expert"]
-    return _Block(
-        dense_bytes=sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision)
-                        for t in tensors if t.role != "expert"),
-        expert_bytes=sum(tensor_bytes(shard_shape(t, tp, kv_heads), 1, t, precision) for t in experts),
-        experts=experts[0].count if experts else 0,
-        flops=_matmul_flops(tensors, precision, tp, kv_heads, active_experts),
-    )
+    if not experts:
+        return _Experts()
+    shards = [(t, shard_shape(t, tp, kv_heads)) for t in experts]
+    return _Experts(count=experts[0].count, per_token=per_token, layers=1,
+                    bytes=sum(tensor_bytes(shard, 1, t, precision) for t, shard in shards),
+                    flops=sum(2 * prod(shard) for t, shard in shards if len(shard) == 2),
+                    low_bit=_is_low_bit(*shards[0], precision))
+
+
+def _summed_experts(parts: list[_Experts]) -> _Experts:
+    moe = [p for p in parts if p.count]
+    if not moe:
+        return _Experts()
+    return replace(moe[0], layers=len(moe), bytes=sum(p.bytes for p in moe), flops=sum(p.flops for p in moe))
 
 
 @lru_cache(maxsize=1024)
@@ -360,134 +468,191 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
         layers = arch.layers[first:last]
         attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank), layer.attention.window)
                           for layer in layers)
+        mla = sum(1 for layer in layers if layer.attention.kind == "mla")
         if not arch.exact:
-            stages.append(_size_only_stage(arch, precision, tp, len(layers), attention, as_stored))
+            stages.append(_size_only_stage(arch, precision, tp, len(layers), mla, attention, as_stored))
             continue
         head: tuple[Tensor, ...] = ()
         if index == pp - 1:
             head = arch.head + tied_lm_head(arch)
-        blocks = [_block(layer.tensors, precision, tp, kv_heads, k) for layer in layers]
-        logits = _block(head, precision, tp, kv_heads, k)
         stages.append(_Stage(
-            layers=len(layers),
-            dense_bytes=sum(b.dense_bytes for b in blocks) + logits.dense_bytes,
-            expert_bytes=sum(b.expert_bytes for b in blocks),
-            experts=max((b.experts for b in blocks), default=0),
-            experts_per_token=k,
-            moe_layers=sum(1 for b in blocks if b.experts),
-            body_flops=sum((b.flops for b in blocks), _Matmuls()),
-            logits_flops=logits.flops,
+            layers=len(layers), mla_layers=mla,
+            body=sum((_gemms(layer.tensors, precision, tp, kv_heads) for layer in layers), _Gemms()),
+            head=_gemms(head, precision, tp, kv_heads),
+            experts=_summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k) for layer in layers]),
             attention=attention,
         ))
     return tuple(stages)
 
 
-def _size_only_stage(arch: Architecture, precision: Precision, tp: int, layers: int,
+def _size_only_stage(arch: Architecture, precision: Precision, tp: int, layers: int, mla_layers: int,
                      attention: tuple[tuple[float, int | None], ...], as_stored: bool) -> _Stage:
-    """A model known by its weight count: weights and matmuls spread evenly over layers and ranks;
-    the bytes of its weights files when they were read and no other precision is asked (as planner.estimator.memory)."""
+    """A model known by its weight count: weights and matmuls spread evenly over layers and ranks, four GEMMs a
+    layer (a transformer layer's fused QKV, output, gate-up and down projections); the bytes of its weights files
+    when they were read and no other precision is asked (as planner.estimator.memory)."""
     fraction = layers / arch.num_layers / tp
     share = (arch.declared_params or 0) * fraction
-    weight_bytes = arch.stored_bytes * fraction if as_stored and arch.stored_bytes else share * precision.seed_bits / 8
-    flops = _Matmuls(low_bit=2 * share) if precision.seed_bits < UNQUANTIZED_BITS else _Matmuls(wide=2 * share)
-    return _Stage(layers=layers, dense_bytes=ceil(weight_bytes), expert_bytes=0, experts=0,
-                  experts_per_token=0, moe_layers=0, body_flops=flops, logits_flops=_Matmuls(), attention=attention)
+    weight_bytes = ceil(arch.stored_bytes * fraction if as_stored and arch.stored_bytes else share * precision.seed_bits / 8)
+    body = _Gemms(low_bit_bytes=weight_bytes, low_bit_flops=2 * share, low_bit_kernels=4 * layers) \
+        if precision.seed_bits < UNQUANTIZED_BITS else _Gemms(wide_bytes=weight_bytes, wide_flops=2 * share,
+                                                               wide_kernels=4 * layers)
+    return _Stage(layers=layers, mla_layers=mla_layers, body=body, head=_Gemms(), experts=_Experts(),
+                  attention=attention)
 
 
 # ---------------------------------------------------------------------------------------------
 # Timing one forward pass
 
 
+class _Rates(NamedTuple):
+    """One kernel format's measured rates on this GPU: bytes/s reading weights, FLOP/s at most, the rows at half
+    of that, and one call's fixed seconds."""
+
+    bytes_per_s: float
+    flops_per_s: float
+    half_m: float
+    launch_s: float
+
+
+class _AllReduce(NamedTuple):
+    """One all-reduce call at a TP size, in its two measured regimes: decode-sized messages (latency plus bytes
+    over the small messages' bandwidth) and large ones (latency plus 2 (tp-1)/tp of the bytes over the bus
+    bandwidth); a call takes the faster fit, which is the regime it is in."""
+
+    latency_s: float
+    bytes_per_s: float
+    large_latency_s: float
+    bus_bytes_per_s: float
+
+
 @dataclass(frozen=True)
 class _Hardware:
-    bytes_per_s: float  # achievable HBM bandwidth streaming weights
-    kv_bytes_per_s: float  # achievable HBM bandwidth reading the KV cache
-    latent_bytes_per_s: float  # achievable HBM bandwidth reading an MLA latent cache
-    low_bit_flops_per_s: float
-    wide_flops_per_s: float
-    layer_overhead_s: float
-    expert_overhead_s: float
+    low_bit: _Rates  # the dense GEMMs stored below 16 bits
+    wide: _Rates  # the 16-bit dense GEMMs
+    moe: _Rates  # the fused MoE kernel in the experts' format
+    kv_bytes_per_s: float  # decode attention reading the paged KV cache
+    latent_bytes_per_s: float  # MLA decode reading the latent cache
+    attention_flops_per_s: float
+    layer_fixed_s: float  # a decoder layer's small kernels and its attention kernel's launch (or llama.cpp's cycles)
+    moe_layer_fixed_s: float  # a MoE layer's routing kernels
+    mla_layer_fixed_s: float  # an MLA layer's extra kernels
     step_overhead_s: float
-    link_bytes_per_s: float  # one-way, achievable
-    link_latency_s: float
+    allreduce: _AllReduce
+    handoff: _AllReduce  # a point-to-point send between two GPUs: a two-GPU all-reduce's fit, an upper bound
     tp: int
     hidden: int
 
     def allreduce_s(self, tokens: int) -> float:
-        """Ring all-reduce: 2 (tp-1) steps, each a link latency plus 1/tp of the payload."""
-        steps = 2 * (self.tp - 1)
-        payload = tokens * self.hidden * ACTIVATION_BYTES
-        return steps * (self.link_latency_s + payload / self.tp / self.link_bytes_per_s)
+        """One all-reduce of `tokens` activations."""
+        return _collective_s(self.allreduce, tokens * self.hidden * ACTIVATION_BYTES, self.tp)
 
     def handoff_s(self, tokens: int) -> float:
         """Pipeline stage to stage: the activations of `tokens`, point to point."""
-        return self.link_latency_s + tokens * self.hidden * ACTIVATION_BYTES / self.link_bytes_per_s
+        return _collective_s(self.handoff, tokens * self.hidden * ACTIVATION_BYTES, 2)
 
 
-# A stage's forward as plain numbers, in ForwardTime's field order: (weight_read_s, kv_read_s, compute_s,
-# per_layer_overhead_s, allreduce_s, weight_bytes, kv_bytes, total_s). The step time needs only the total and is on
+def _collective_s(fit: _AllReduce, payload: float, ranks: int) -> float:
+    small = fit.latency_s + payload / fit.bytes_per_s
+    large = fit.large_latency_s + 2 * (ranks - 1) / ranks * payload / fit.bus_bytes_per_s
+    return small if small <= large else large
+
+
+# A stage's forward as plain numbers, in ForwardTime's field order. The step time needs only the total and is on
 # the solver's hot path, so the ForwardTime is built only for the stage reported.
-_Terms = tuple[float, float, float, float, float, int, int, float]
+_Terms = tuple[float, float, float, float, float, float, float, float, int, int, float]
 
 
 class _StageCost(NamedTuple):
     """One stage on one rank with the hardware's rates folded in, resolved once per timer: the per-step arithmetic
-    (the solver's hot path) reads plain fields. Every value is the expression _forward evaluated at each pass
-    before, in the same order, so the times are the same to the bit."""
+    (the solver's hot path) reads plain fields."""
 
     attention_by_window: tuple[tuple[float, int | None], ...]
     kv_growing: int  # cache bytes per token of the layers whose KV grows with the context, on one rank
     kv_sliding: tuple[tuple[int, int], ...]  # (bytes per token, window) of the sliding-window layers
     kv_state: int  # the constant state of recurrent layers
     kv_latent: int  # bytes per token of the MLA layers (part of kv_growing)
+    # dense GEMMs by format, and the lm_head: (read seconds per pass, compute seconds per row, rows at half rate)
+    low_read_s: float
+    low_row_s: float
+    low_half_m: float
+    wide_read_s: float
+    wide_row_s: float
+    wide_half_m: float
+    head_read_s: float
+    head_row_s: float
+    head_half_m: float
+    weight_bytes: int  # dense, read every pass
     experts: int
     expert_missed: float  # 1 - k/E: the chance one token's picks miss a given expert (0 when dense)
-    dense_bytes: int
+    per_token: int
     expert_bytes: int
-    body_low_bit: float
-    logits_low_bit: float
-    body_wide: float
-    logits_wide: float
-    bytes_per_s: float
+    expert_read_s: float  # one expert of every MoE layer, read
+    expert_row_s: float  # one routed token through one expert of every MoE layer, computed
+    expert_half_m: float
     kv_bytes_per_s: float
     latent_bytes_per_s: float
-    low_bit_flops_per_s: float
-    wide_flops_per_s: float
-    overhead_s: float  # the fixed GPU time of the pass: per layer, per expert held, per step on the last stage
+    attention_flops_per_s: float
+    launch_s: float  # the fixed GPU time of the pass
+    step_s: float  # the engine's per-step cost (last stage)
     allreduces: int  # all-reduces of the activations per pass
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
                 kv_state: int, kv_latent: int) -> _StageCost:
-    step_s = hw.step_overhead_s if last else 0.0  # the engine's per-step cost, on the stage that ends the step
+    body, head, experts = stage.body, stage.head, stage.experts
+    low, wide = hw.low_bit, hw.wide
+    head_rates = low if head.low_bit_bytes else wide  # the lm_head is one tensor: in one format
+    launch_s = (stage.layers * hw.layer_fixed_s + experts.layers * (hw.moe_layer_fixed_s + hw.moe.launch_s)
+                + stage.mla_layers * hw.mla_layer_fixed_s + body.low_bit_kernels * low.launch_s
+                + body.wide_kernels * wide.launch_s + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
     return _StageCost(
-        stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent, stage.experts,
-        1 - stage.experts_per_token / stage.experts if stage.experts else 0.0, stage.dense_bytes, stage.expert_bytes,
-        stage.body_flops.low_bit, stage.logits_flops.low_bit, stage.body_flops.wide, stage.logits_flops.wide,
-        hw.bytes_per_s, hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.low_bit_flops_per_s, hw.wide_flops_per_s,
-        stage.layers * hw.layer_overhead_s + stage.moe_layers * stage.experts * hw.expert_overhead_s + step_s,
-        ALLREDUCES_PER_LAYER * stage.layers)
+        stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent,
+        body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
+        body.wide_bytes / wide.bytes_per_s, body.wide_flops / wide.flops_per_s, wide.half_m,
+        head.bytes / head_rates.bytes_per_s, (head.low_bit_flops + head.wide_flops) / head_rates.flops_per_s,
+        head_rates.half_m, body.bytes + head.bytes,
+        experts.count, 1 - experts.per_token / experts.count if experts.count else 0.0, experts.per_token,
+        experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
+        hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.attention_flops_per_s,
+        launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers)
 
 
-def _forward(cost: _StageCost, tokens: int, logits: int, attention_flops: float, kv_bytes: int,
-             allreduce_s: float, latent_bytes: int) -> _Terms:
-    """`attention_flops`: the stage's attention FLOPs over the positions the pass's tokens attend to (see
-    _attention_flops); `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents (read by their own
-    kernels, at their own rate); `allreduce_s`: one all-reduce of the pass's activations (hw.allreduce_s(tokens),
-    the same on every stage)."""
-    weight_bytes = cost.dense_bytes
-    if cost.experts:  # the distinct experts `tokens` tokens route to per MoE layer: E (1 - (1 - k/E)^t), see the header
-        weight_bytes += round(cost.experts * (1 - cost.expert_missed ** tokens) * cost.expert_bytes)
-    compute_s = ((cost.body_low_bit * tokens + cost.logits_low_bit * logits) / cost.low_bit_flops_per_s
-                 + (cost.body_wide * tokens + cost.logits_wide * logits + attention_flops) / cost.wide_flops_per_s)
+def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
+             kv_bytes: int, latent_bytes: int, allreduce_s: float) -> _Terms:
+    """`decode_flops` / `prefill_flops`: the stage's attention FLOPs over the positions the decoding sequences and
+    the prompt tokens attend to; `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents;
+    `allreduce_s`: one all-reduce of the pass's activations (the same on every stage)."""
+    # each GEMM group: the larger of its weight read and its compute at compute_eff(M) (rows + half_m, see header)
+    low_c = cost.low_row_s * (tokens + cost.low_half_m) if cost.low_row_s else 0.0
+    wide_c = cost.wide_row_s * (tokens + cost.wide_half_m)
+    head_c = cost.head_row_s * (logits + cost.head_half_m) if cost.head_row_s else 0.0
+    memory_s = cost.low_read_s + cost.wide_read_s + cost.head_read_s
+    compute_s = low_c + wide_c + head_c
+    dense_s = ((cost.low_read_s if cost.low_read_s >= low_c else low_c)
+               + (cost.wide_read_s if cost.wide_read_s >= wide_c else wide_c)
+               + (cost.head_read_s if cost.head_read_s >= head_c else head_c))
+    weight_bytes = cost.weight_bytes
+    moe_s = 0.0
+    if cost.experts:  # the distinct experts the step's tokens route to per MoE layer: E (1 - (1 - k/E)^T)
+        touched = cost.experts * (1 - cost.expert_missed ** tokens)
+        read_s = touched * cost.expert_read_s
+        # compute_eff at T k / touched rows per expert: T k routed rows plus touched x half_m
+        expert_c = cost.expert_row_s * (tokens * cost.per_token + touched * cost.expert_half_m)
+        moe_s = read_s if read_s >= expert_c else expert_c
+        memory_s += read_s
+        compute_s += expert_c
+        weight_bytes += round(touched * cost.expert_bytes)
     kv_s = (kv_bytes - latent_bytes) / cost.kv_bytes_per_s + latent_bytes / cost.latent_bytes_per_s if latent_bytes \
         else kv_bytes / cost.kv_bytes_per_s
-    weight_s = weight_bytes / cost.bytes_per_s
+    decode_c = decode_flops / cost.attention_flops_per_s
+    prefill_c = prefill_flops / cost.attention_flops_per_s
+    attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c
+    memory_s += kv_s
+    compute_s += decode_c + prefill_c
     allreduces_s = cost.allreduces * allreduce_s
-    # the header's `stage` line: max(memory, compute) + fixed + TP (max() spelled out: the same value, no call)
-    memory_s = weight_s + kv_s
-    total_s = (memory_s if memory_s >= compute_s else compute_s) + cost.overhead_s + allreduces_s
-    return weight_s, kv_s, compute_s, cost.overhead_s, allreduces_s, weight_bytes, kv_bytes, total_s
+    total_s = dense_s + moe_s + attention_s + cost.launch_s + cost.step_s + allreduces_s
+    return (dense_s, moe_s, attention_s, cost.launch_s, cost.step_s, allreduces_s, memory_s, compute_s,
+            weight_bytes, kv_bytes, total_s)
 
 
 def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) -> float:
@@ -539,10 +704,13 @@ def _wide_rate(gpu: Gpu, arch: Architecture, precision: Precision) -> float:
     raise PlannerInputError(f"gpu {gpu.name}: the catalog has no {'/'.join(keys)} TFLOPS to time compute with")
 
 
-def _low_bit_rate(gpu: Gpu, precision: Precision, wide: float, performance: PerformanceCatalog) -> float:
-    fmt = performance.tensor_core_format(precision.name)
-    native = fmt is not None and gpu.generation in precision.native
-    return (_rate(gpu, fmt) if native and fmt else None) or wide
+def _low_bit_format(gpu: Gpu, precision: Precision, wide: float, performance: PerformanceCatalog
+                    ) -> tuple[float, str]:
+    """(peak FLOP/s, kernel format) of the GEMMs a low-bit precision stores: its tensor-core format where the GPU
+    has it natively, else the 16-bit rate and kernels (weight-only kernels dequantize and compute in 16 bits)."""
+    compute = performance.precision(precision.name)
+    rate = _rate(gpu, compute.tensor_core_format) if compute and gpu.generation in precision.native else None
+    return (rate, compute.kernel_format) if rate and compute else (wide, WIDE_FORMAT)
 
 
 class Step(NamedTuple):
@@ -571,18 +739,8 @@ class ReplicaTimer:
     kv_latent: tuple[int, ...]  # per stage: bytes per token of its MLA layers (part of kv_growing), on one rank
     pp: int
     engine: str
-    memory_efficiency: float
-    compute_efficiency: float
-    gpu: Gpu
-    arch: Architecture
-    precision: Precision
+    borrowed: bool  # the GPU's generation has no kernel measurements (the `default` generation's constants)
     tp: int
-
-    def with_factors(self, performance: PerformanceCatalog) -> ReplicaTimer:
-        """The same layout timed with another catalog's efficiency factors (for fitting them)."""
-        hw, generation = _hardware(self.gpu, self.arch, self.precision, self.tp, performance, self.engine)
-        return replace(self, hw=hw, memory_efficiency=hw.bytes_per_s / (self.gpu.memory_bandwidth_gbps * GB),
-                       compute_efficiency=generation.compute_efficiency)
 
     @cached_property
     def _costs(self) -> tuple[_StageCost, ...]:
@@ -620,7 +778,7 @@ class ReplicaTimer:
             prefill_positions = prefill_positions / parts
             logits = decode + ceil(prefill_seqs / parts)
         tokens = decode + prefill_tokens
-        allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0  # one rank: 2 (tp-1) = 0 ring steps
+        allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0  # one rank: nothing to reduce
         times: list[_Terms] = []
         alike = None
         for cost in self._costs:
@@ -628,29 +786,28 @@ class ReplicaTimer:
                 times.append(times[-1])
                 continue
             alike = cost
-            attention_flops = 0.0  # _attention_flops inlined (the solver's hot path): attended positions by window
+            decode_flops = prefill_flops = 0.0  # attended positions by window (inlined: the solver's hot path)
             for per_position, window in cost.attention_by_window:
-                own = decode * (window if window and window < context else context)  # min(), without the call
+                decode_flops += per_position * decode * (window if window and window < context else context)
                 if prefill_tokens and window:
-                    capped = prefill_tokens * window  # min(prefill_positions, capped), without the call
-                    attention_flops += per_position * (own + (capped if capped < prefill_positions
-                                                              else prefill_positions))
+                    capped = prefill_tokens * window
+                    prefill_flops += per_position * (capped if capped < prefill_positions else prefill_positions)
                 else:
-                    attention_flops += per_position * (own + prefill_positions)
+                    prefill_flops += per_position * prefill_positions
             # the cache one sequence of `context` tokens holds on one rank (as planner.estimator.memory), read once
             held = cost.kv_growing * context
             if cost.kv_sliding:
-                windowed = 0  # summed first, then added: as sum() over the layers always did
+                windowed = 0
                 for per_token, window in cost.kv_sliding:
-                    windowed += per_token * (window if window < context else context)  # min(), without the call
+                    windowed += per_token * (window if window < context else context)
                 held += windowed
             latent = cost.kv_latent
-            terms = _forward(cost, tokens, logits, attention_flops, round(decode * (held + cost.kv_state)), allreduce_s,
-                             round(decode * latent * context) if latent else 0)
-            times.append(terms)
+            times.append(_forward(cost, tokens, logits, decode_flops, prefill_flops,
+                                  round(decode * (held + cost.kv_state)),
+                                  round(decode * latent * context) if latent else 0, allreduce_s))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
-            return times[0][7], times, 0, 0.0
-        total, slowest, bubble = _pipeline([t[7] for t in times], self.hw, parts, tokens)
+            return times[0][_TOTAL], times, 0, 0.0
+        total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
         return total, times, slowest, bubble
 
     def prefill_s(self, sequences: int, prompt: int) -> float:
@@ -658,11 +815,11 @@ class ReplicaTimer:
         parts = min(sequences, self.pp)
         per_part = ceil(sequences / parts)
         tokens = per_part * prompt
-        allreduce_s = self.hw.allreduce_s(tokens)
-        times = [_forward(cost, tokens, per_part,
-                          _attention_flops(cost, lambda w: per_part * _causal_positions(prompt, w)), 0, allreduce_s, 0)
+        allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0
+        times = [_forward(cost, tokens, per_part, 0.0,
+                          _attention_flops(cost, lambda w: per_part * _causal_positions(prompt, w)), 0, 0, allreduce_s)
                  for cost in self._costs]
-        return _pipeline([t[7] for t in times], self.hw, parts, tokens)[0]
+        return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
@@ -671,14 +828,13 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
-    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name)
-    as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits)
+    as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog))
     return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, growing, sliding, state, latent, pp,
-                        engine_name, hw.bytes_per_s / (gpu.memory_bandwidth_gbps * GB), generation.compute_efficiency,
-                        gpu, arch, prec, tp)
+                        engine_name, generation.name != gpu.generation, tp)
 
 
 class _Same:
@@ -725,27 +881,49 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
-              engine: str) -> tuple[_Hardware, GenerationEfficiency]:
+              engine: str, kv_bits: int) -> tuple[_Hardware, GenerationEfficiency]:
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
-    link = performance.interconnect(gpu.interconnect.kind)
+    link = performance.interconnect(gpu.interconnect.kind, gpu.generation)
     wide = _wide_rate(gpu, arch, prec)
-    # an engine's own kernels stream at their own fraction, but no GPU reads faster than its generation's ceiling
-    memory_efficiency = min(engine_cost.memory_efficiency or generation.memory_efficiency, generation.read_ceiling)
+    low_bit_rate, low_bit_format = _low_bit_format(gpu, prec, wide, performance)
+    bandwidth = gpu.memory_bandwidth_gbps * GB
+    ceiling = generation.read_ceiling
+    # llama.cpp's fixed costs were measured per layer, in cycles: its launches and small kernels are in them
+    cycles = engine_cost.per_layer_kilocycles
+
+    def rates(kernel: KernelRates, peak: float) -> _Rates:
+        # an engine's own kernels stream at their own fraction, but no GPU reads faster than its generation's ceiling
+        read = min(engine_cost.memory_efficiency or kernel.read_efficiency, ceiling)
+        return _Rates(bandwidth * read, peak * kernel.compute_efficiency, kernel.half_m,
+                      0.0 if cycles else kernel.launch_us * US)
+
+    attention = generation.attention_rates(kv_bits)
+    floor_s = generation.kernel_floor_us * US
+    if cycles:
+        layer_s, moe_layer_s, mla_layer_s = cycles * 1e3 / performance.clock_hz(gpu.name), 0.0, 0.0
+    else:
+        layer_s = engine_cost.layer_kernels * floor_s + attention.launch_us * US
+        moe_layer_s, mla_layer_s = engine_cost.moe_layer_kernels * floor_s, engine_cost.mla_layer_kernels * floor_s
+    expert = next((t for layer in arch.layers for t in layer.tensors if t.role == "expert" and len(t.shape) == 2), None)
+    expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
+    fit, pair = link.fit(tp), link.fit(2)
     return _Hardware(
-        bytes_per_s=gpu.memory_bandwidth_gbps * GB * memory_efficiency,
-        kv_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.kv_read_efficiency,
-        latent_bytes_per_s=gpu.memory_bandwidth_gbps * GB * generation.latent_read_efficiency,
-        low_bit_flops_per_s=_low_bit_rate(gpu, prec, wide, performance) * generation.compute_efficiency,
-        wide_flops_per_s=wide * generation.compute_efficiency,
-        layer_overhead_s=engine_cost.per_layer_kilocycles * 1e3 / performance.clock_hz(gpu.name),
-        expert_overhead_s=engine_cost.per_expert_overhead_us * US,
+        low_bit=rates(generation.gemm_rates(low_bit_format), low_bit_rate),
+        wide=rates(generation.gemm_rates(WIDE_FORMAT), wide),
+        moe=rates(generation.moe_rates(low_bit_format if expert_low_bit else WIDE_FORMAT),
+                  low_bit_rate if expert_low_bit else wide),
+        kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
+        latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
+        attention_flops_per_s=wide * generation.attention_compute_efficiency,
+        layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
         step_overhead_s=engine_cost.per_step_us * US,
-        # catalog interconnect bandwidth is bidirectional per GPU; a ring sends one way
-        link_bytes_per_s=gpu.interconnect.bandwidth_gbps / 2 * GB * link.bandwidth_efficiency,
-        link_latency_s=link.step_latency_us * US,
-        tp=tp, hidden=arch.hidden_size,
+        allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
     ), generation
+
+
+def _all_reduce(fit: AllReduceFit) -> _AllReduce:
+    return _AllReduce(fit.latency_us * US, fit.bandwidth_gbps * GB, fit.large_latency_us * US, fit.bus_bandwidth_gbps * GB)
 
 
 def causal_positions(prompt: int, window: int | None = None) -> float:
@@ -779,14 +957,11 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
     return ReplicaPerformance(
         batch=batch, prefill_s=prefill_s, ttft_s=prefill_s, decode_step_s=decode_step_s, tpot_s=tpot_s,
         output_tokens_per_s=batch * output / cycle_s, requests_per_s=batch / cycle_s,
-        decode_bound=slowest.bound, batch_prefill_s=batch_prefill_s,
-        weight_read_s=slowest.weight_read_s, kv_read_s=slowest.kv_read_s, decode_compute_s=slowest.compute_s,
-        per_layer_overhead_s=slowest.per_layer_overhead_s, allreduce_s=slowest.allreduce_s, pp_bubble_s=bubble_s,
-        weight_bytes_read=slowest.weight_bytes, kv_bytes_read=slowest.kv_bytes, engine=timer.engine,
-        memory_efficiency=timer.memory_efficiency, compute_efficiency=timer.compute_efficiency,
+        decode_bound=slowest.bound, batch_prefill_s=batch_prefill_s, decode=slowest, pp_bubble_s=bubble_s,
+        engine=timer.engine, borrowed=timer.borrowed,
     )
 
 
-__all__ = ["EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "PerformanceCatalog",
+__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "load_performance_catalog", "replica_performance", "replica_timer"]
