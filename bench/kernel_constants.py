@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""Kernel-level speed constants for planner's performance model, fitted to measured kernel tables.
+
+Source: NVIDIA aiconfigurator-core 0.12.0 (Apache-2.0), which ships per-GPU / per-op / per-engine
+kernel timings as parquet under systems/data/<gpu>/<op>/<engine>/<version>/.  Every constant printed
+here comes from one of those kernel tables (never from an end-to-end fit).  For every
+(GPU, op, engine) the newest engine version whose table holds the rows a fit needs is used, and its
+path is printed beside the result.
+
+Column meanings (from aiconfigurator's collector and Rust perf_database sources):
+  * latency is milliseconds per kernel call, timed inside a CUDA graph (collector/helper.py
+    benchmark_with_power; vLLM fp8_block GEMMs are timed eagerly).
+  * gemm m, n, k: activations [m, k] x weight [n, k]^T.
+  * moe num_tokens: tokens entering the layer (before top-k); balanced routing gives every token
+    k distinct experts and spreads tokens so min(E, tokens*k) experts are hit.
+  * generation attention / MLA: kv length = isl + step - 1 (Rust generation_attention_sol).
+  * custom all-reduce and NCCL message_size are ELEMENTS (bf16/half = 2 bytes).
+
+Peaks are planner's own catalog (catalogs/gpus.yaml), so every efficiency is a fraction of
+planner's numbers; aiconfigurator's system-yaml peaks are printed beside them.
+
+Standalone: not imported by planner, not run by tests.
+  python bench/kernel_constants.py --data /path/to/aiconfigurator_core
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from packaging.version import InvalidVersion, Version
+from scipy.optimize import least_squares
+
+REPO = Path(__file__).resolve().parents[1]
+WHEEL = "aiconfigurator-core==0.12.0"
+
+# aiconfigurator system name -> planner catalog name (L4 has no kernel tables in the wheel).
+SYSTEMS = {
+    "a100_sxm": "a100-sxm-80gb",
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200-sxm",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200": "gb200",
+    "gb300": "gb300",
+    "rtx_pro_6000_server": "rtx-pro-6000",
+    "l40s": "l40s",
+    "l4": "l4",
+}
+ENGINES = ("vllm", "sglang", "trtllm")
+BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5}
+CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+AIC_PEAK = {"bfloat16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops", "nvfp4": "fp4_tc_flops"}
+MAX_FIT_ROWS = 20000
+
+
+# ----------------------------------------------------------------------------------------- data
+
+
+def fetch_wheel(cache: Path) -> Path:
+    """Download the pinned wheel with pip and unzip it; return the aiconfigurator_core folder."""
+    target = cache / "aiconfigurator_core"
+    if not target.is_dir():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(cache), WHEEL], check=True)
+        with zipfile.ZipFile(next(cache.glob("aiconfigurator_core-*.whl"))) as whl:
+            whl.extractall(cache)
+    return target
+
+
+def version_key(name: str):
+    try:
+        return (1, Version(name))
+    except InvalidVersion:
+        return (0, Version("0"))
+
+
+class Gpu:
+    """Peaks of one GPU: planner's catalog (used for every fraction) and aiconfigurator's yaml."""
+
+    def __init__(self, system: str, catalog: dict, aic_yaml: Path):
+        self.system = system
+        self.name = catalog["name"]
+        self.generation = catalog["generation"]
+        self.bw = catalog["memory_bandwidth_gbps"] * 1e9
+        self.tflops = catalog["dense_tflops"]
+        spec = yaml.safe_load(aic_yaml.read_text())["gpu"] if aic_yaml.exists() else {}
+        self.aic_bw = spec.get("mem_bw", float("nan"))
+        self.aic = spec
+
+    def peak(self, dtype: str) -> float:
+        return self.tflops.get(CATALOG_PEAK[dtype], float("nan")) * 1e12
+
+    def aic_peak(self, dtype: str) -> float:
+        return float(self.aic.get(AIC_PEAK[dtype], float("nan")))
+
+
+class Tables:
+    """Locates the newest engine version of a kernel table that holds the wanted rows."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.data = root / "systems" / "data"
+
+    def latest(self, system: str, op: str, engine: str, filename: str, keep=lambda df: df):
+        folder = self.data / system / op / engine
+        if not folder.is_dir():
+            return None, None
+        for version in sorted((p.name for p in folder.iterdir()), key=version_key, reverse=True):
+            path = folder / version / filename
+            if path.exists():
+                rows = keep(pd.read_parquet(path))
+                if len(rows):
+                    return str(path.relative_to(self.root)), rows
+        return None, None
+
+
+def major_kernel(df: pd.DataFrame, exclude=()) -> pd.DataFrame:
+    """Rows of the kernel_source with the most rows (the engine's primary kernel for that dtype)."""
+    sources = df[~df.kernel_source.isin(exclude)].kernel_source.value_counts()
+    return df[df.kernel_source == sources.index[0]] if len(sources) else df.iloc[:0]
+
+
+# ----------------------------------------------------------------------------------------- fitting
+
+
+def fit_log(model, x0, lower, upper, measured, sample=None):
+    """Least squares on log(pred / measured): every row weighs by its relative error."""
+    idx = sample if sample is not None else slice(None)
+
+    def resid(p):
+        return np.log(model(p, idx) / measured[idx])
+
+    return least_squares(resid, x0, bounds=(lower, upper), x_scale="jac").x
+
+
+def subsample(n: int) -> np.ndarray | None:
+    if n <= MAX_FIT_ROWS:
+        return None
+    return np.sort(np.random.default_rng(0).choice(n, MAX_FIT_ROWS, replace=False))
+
+
+def err_stats(pred, measured, mask=None) -> str:
+    rel = np.abs(pred / measured - 1)
+    if mask is not None:
+        rel = rel[mask]
+    if not len(rel):
+        return "n/a"
+    return f"{np.median(rel) * 100:.0f}%/{np.percentile(rel, 90) * 100:.0f}% (n={len(rel)})"
+
+
+def saturating(form: str, x, emax, half):
+    if form == "hyperbolic":
+        return emax * x / (x + half)
+    return emax * (1 - np.exp(-x / half))
+
+
+# ----------------------------------------------------------------------------------------- ops
+
+
+def gemm(gpu: Gpu, tables: Tables, engine: str, form: str) -> list[dict]:
+    """launch_s + max(bytes / (bw x read_eff), 2MNK / (peak x compute_eff(M)))."""
+    out = []
+    for dtype, bpw in BYTES_PER_WEIGHT.items():
+        if engine == "vllm" and dtype == "fp8_block":
+            continue  # timed eagerly (collector/vllm/collect_gemm.py use_cuda_graph=False): not kernel time
+        path, df = tables.latest(gpu.system, "gemm", engine, "gemm_perf.parquet", lambda d: d[d.gemm_dtype == dtype])
+        if df is None or not np.isfinite(gpu.peak(dtype)):
+            continue
+        df = major_kernel(df)
+        m, n, k = (df[c].to_numpy(float) for c in ("m", "n", "k"))
+        t = df.latency.to_numpy() / 1e3
+        nbytes = n * k * bpw + m * k * 2 + m * n * 2
+        flops = 2 * m * n * k
+        peak = gpu.peak(dtype)
+
+        def model(p, idx):
+            launch, read, emax, half = p
+            eff = saturating(form, m[idx], emax, half)
+            return launch + np.maximum(nbytes[idx] / (gpu.bw * read), flops[idx] / (peak * eff))
+
+        p = fit_log(model, [5e-6, 0.7, 0.7, 64], [0, 0.02, 0.02, 0.01], [1e-3, 2, 2, 1e5], t, subsample(len(t)))
+        pred = model(p, slice(None))
+        out.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, kernel=df.kernel_source.iloc[0],
+                        launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], m_half=p[3],
+                        err_small=err_stats(pred, t, m <= 16), err_large=err_stats(pred, t, m >= 1024),
+                        peak_tflops=peak / 1e12, aic_peak_tflops=gpu.aic_peak(dtype) / 1e12, file=path))
+    return out
+
+
+def moe_distinct(tokens, topk, experts, balanced: bool):
+    """Experts a batch touches: balanced routing hits min(E, T*k); random routing E(1-(1-k/E)^T)."""
+    if balanced:
+        return np.minimum(experts, tokens * topk)
+    return experts * (1 - (1 - topk / experts) ** tokens)
+
+
+def moe_table(gpu: Gpu, tables: Tables, engine: str, dtype: str):
+    """Balanced-routing, single-GPU (tp = ep = 1) rows of the engine's primary gated MoE kernel."""
+
+    def keep(d):
+        d = d[(d.moe_dtype == dtype) & (d.distribution == "balanced") & (d.moe_tp_size == 1) & (d.moe_ep_size == 1)]
+        return major_kernel(d, exclude=("moe_torch_flow_nongated", "moe_torch_flow_min_latency"))
+
+    return tables.latest(gpu.system, "moe", engine, "moe_perf.parquet", keep)
+
+
+def moe_model(p, tokens, hidden, inter, experts, topk, bpw, gpu: Gpu, peak: float, balanced=True):
+    launch, read, emax, half = p
+    distinct = moe_distinct(tokens, topk, experts, balanced)
+    expert_bytes = 3 * hidden * inter * bpw
+    flops = tokens * topk * 3 * 2 * hidden * inter
+    eff = saturating("hyperbolic", tokens * topk / distinct, emax, half)
+    return launch + np.maximum(distinct * expert_bytes / (gpu.bw * read), flops / (peak * eff))
+
+
+def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
+    """Fit launch_s / moe_read_eff / compute_eff(tokens per expert); test a cost per expert held;
+    report t(4 tokens) / t(1 token) for real shapes."""
+    fits, ratios = [], []
+    for dtype, bpw in BYTES_PER_WEIGHT.items():
+        path, df = moe_table(gpu, tables, engine, dtype)
+        if df is None or not np.isfinite(gpu.peak(dtype)):
+            continue
+        cols = {c: df[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "num_experts", "topk")}
+        t = df.latency.to_numpy() / 1e3
+        peak = gpu.peak(dtype)
+
+        def model(p, idx):
+            return moe_model(p, *(cols[c][idx] for c in cols), bpw, gpu, peak)
+
+        p = fit_log(model, [10e-6, 0.5, 0.5, 16], [0, 0.01, 0.01, 0.01], [2e-3, 2, 2, 1e5], t, subsample(len(t)))
+        pred = model(p, slice(None))
+        slope, slope_se, slope_med, n_groups = held_expert_slope(df)
+        fits.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, kernel=df.kernel_source.iloc[0],
+                         launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], x_half=p[3],
+                         err_small=err_stats(pred, t, cols["num_tokens"] <= 16),
+                         err_large=err_stats(pred, t, cols["num_tokens"] >= 1024),
+                         slope_us=slope, slope_se_us=slope_se, slope_median_us=slope_med, groups=n_groups,
+                         file=path))
+        for label, shape in (("DeepSeek-V3 7168x2048 E256 k8", (7168, 2048, 256, 8)),
+                             ("Qwen3-235B 4096x1536 E128 k8", (4096, 1536, 128, 8))):
+            sel = df[(df.hidden_size == shape[0]) & (df.inter_size == shape[1]) & (df.num_experts == shape[2])
+                     & (df.topk == shape[3])].groupby("num_tokens").latency.median()
+            if 1 in sel.index and 4 in sel.index:
+                args = [np.array([1.0, 4.0]), shape[0], shape[1], shape[2], shape[3], bpw, gpu, peak]
+                balanced, random = moe_model(p, *args), moe_model(p, *args, balanced=False)
+                ratios.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, shape=label,
+                                   t1_us=sel[1] * 1e3, t4_us=sel[4] * 1e3, ratio=sel[4] / sel[1],
+                                   model_balanced=balanced[1] / balanced[0], model_random=random[1] / random[0]))
+    return fits, ratios
+
+
+def held_expert_slope(df: pd.DataFrame):
+    """Cost per expert merely held: at fixed (hidden, inter, k, tokens) with tokens*k <= every E of
+    the group, balanced routing touches exactly tokens*k experts whatever E is, so any growth of
+    latency with E is a per-expert-held cost.  Pooled within-group OLS slope (us per expert) with its
+    standard error, and the median of the per-group slopes."""
+    keys = ["hidden_size", "inter_size", "topk", "num_tokens"]
+    d = df[["latency", "num_experts", *keys]].copy()
+    d["min_e"] = d.groupby(keys).num_experts.transform("min")
+    d["n_e"] = d.groupby(keys).num_experts.transform("nunique")
+    d = d[(d.num_tokens * d.topk <= d.min_e) & (d.n_e >= 2)]
+    if len(d) < 4:
+        return float("nan"), float("nan"), float("nan"), 0
+    y = d.latency * 1e3 - d.groupby(keys).latency.transform("mean") * 1e3
+    x = d.num_experts - d.groupby(keys).num_experts.transform("mean")
+    slope = (x * y).sum() / (x * x).sum()
+    groups = d.groupby(keys).ngroups
+    dof = max(len(d) - groups - 1, 1)
+    se = np.sqrt(((y - slope * x) ** 2).sum() / dof / (x * x).sum())
+    per_group = [np.polyfit(g.num_experts, g.latency * 1e3, 1)[0] for _, g in d.groupby(keys)]
+    return slope, se, float(np.median(per_group)), groups
+
+
+def decode_attention(gpu: Gpu, tables: Tables, engine: str) -> list[dict]:
+    """launch_s + kv_bytes / (bw x kv_eff), kv_bytes = batch x kv_len x kv_heads x head_dim x 2 x bytes."""
+    out = []
+    for kv_dtype, kv_b in (("bfloat16", 2), ("fp8", 1)):
+        def keep(d):
+            return major_kernel(d[(d.window_size == 0) & (d.kv_cache_dtype == kv_dtype)]) if "window_size" in d \
+                else major_kernel(d[d.kv_cache_dtype == kv_dtype])
+
+        path, df = tables.latest(gpu.system, "attention", engine, "generation_attention_perf.parquet", keep)
+        if df is None:
+            continue
+        kv_len = (df.isl + df.step - 1).to_numpy(float)
+        kv_bytes = df.batch_size * kv_len * df.num_key_value_heads * df.head_dim * 2 * kv_b
+        kv_bytes = kv_bytes.to_numpy(float)
+        t = df.latency.to_numpy() / 1e3
+
+        def model(p, idx):
+            return p[0] + kv_bytes[idx] / (gpu.bw * p[1])
+
+        p = fit_log(model, [5e-6, 0.5], [0, 0.01], [1e-3, 2], t, subsample(len(t)))
+        pred = model(p, slice(None))
+        out.append(dict(gpu=gpu.system, engine=engine, kv_dtype=kv_dtype, kernel=df.kernel_source.iloc[0],
+                        launch_us=p[0] * 1e6, kv_eff=p[1], err_small=err_stats(pred, t, kv_bytes < 16e6),
+                        err_large=err_stats(pred, t, kv_bytes >= 256e6), file=path))
+    return out
+
+
+def mla_decode(gpu: Gpu, tables: Tables, engine: str) -> list[dict]:
+    """MLA decode: launch_s + max(latent_bytes / (bw x latent_eff), flops / (bf16 peak x compute_eff)),
+    latent_bytes = batch x kv_len x 576 x bytes, flops = 2 x batch x heads x kv_len x (576 + 512)."""
+    out = []
+    for kv_dtype, kv_b in (("bfloat16", 2), ("fp8", 1)):
+        path, df = tables.latest(gpu.system, "mla", engine, "generation_mla_perf.parquet",
+                                 lambda d: d[d.kv_cache_dtype == kv_dtype])
+        if df is None:
+            continue
+        kv_len = (df.isl + df.step - 1).to_numpy(float)
+        latent = (df.batch_size * kv_len * 576 * kv_b).to_numpy(float)
+        flops = (2 * df.batch_size * df.num_heads * kv_len * (576 + 512)).to_numpy(float)
+        t = df.latency.to_numpy() / 1e3
+        peak = gpu.peak("bfloat16")
+
+        def model(p, idx):
+            return p[0] + np.maximum(latent[idx] / (gpu.bw * p[1]), flops[idx] / (peak * p[2]))
+
+        p = fit_log(model, [5e-6, 0.5, 0.5], [0, 0.01, 0.01], [1e-3, 2, 2], t)
+        pred = model(p, slice(None))
+        out.append(dict(gpu=gpu.system, engine=engine, kv_dtype=kv_dtype, launch_us=p[0] * 1e6,
+                        latent_eff=p[1], compute_eff=p[2], err_small=err_stats(pred, t, latent < 16e6),
+                        err_large=err_stats(pred, t, latent >= 256e6), file=path))
+    return out
+
+
+def prefill_attention(gpu: Gpu, tables: Tables, engine: str) -> list[dict]:
+    """launch_s + causal flops / (bf16 peak x compute_eff); flops = 2 x heads x (d_k + d_v) x positions,
+    positions = batch x s(s+1)/2.  MHA/GQA tables (d_k = d_v = head_dim) and MLA tables (192 + 128)."""
+    out = []
+    specs = (
+        ("attention", "context_attention_perf.parquet", "mha/gqa",
+         lambda d: major_kernel(d[(d.window_size == 0) & (d.kv_cache_dtype == "bfloat16") & (d.attn_dtype == "bfloat16")]
+                                if "window_size" in d else d[d.kv_cache_dtype == "bfloat16"])),
+        ("mla", "context_mla_perf.parquet", "mla", lambda d: d[d.kv_cache_dtype == "bfloat16"]),
+    )
+    for op, filename, kind, keep in specs:
+        path, df = tables.latest(gpu.system, op, engine, filename, keep)
+        if df is None:
+            continue
+        s = df.isl.to_numpy(float)
+        dkv = 2 * df.head_dim.to_numpy(float) if kind == "mha/gqa" else np.full(len(df), 192.0 + 128.0)
+        flops = 2 * df.num_heads.to_numpy(float) * dkv * df.batch_size.to_numpy(float) * s * (s + 1) / 2
+        t = df.latency.to_numpy() / 1e3
+        peak = gpu.peak("bfloat16")
+
+        def model(p, idx):
+            return p[0] + flops[idx] / (peak * p[1])
+
+        p = fit_log(model, [10e-6, 0.4], [0, 0.01], [1e-3, 2], t, subsample(len(t)))
+        pred = model(p, slice(None))
+        out.append(dict(gpu=gpu.system, engine=engine, kind=kind, launch_us=p[0] * 1e6, compute_eff=p[1],
+                        err_short=err_stats(pred, t, s <= 512), err_long=err_stats(pred, t, s >= 4096), file=path))
+    return out
+
+
+def all_reduce(gpu: Gpu, tables: Tables) -> tuple[list[dict], list[dict]]:
+    """latency(tp) + bytes / busbw(tp), fitted separately on decode-sized messages (<= 1 MiB) and on
+    large ones (>= 64 MiB); bandwidths are algorithm bandwidth (bytes / time) and ring bus bandwidth
+    2(tp-1)/tp x that.  Also: the message size above which the engine's all-reduce is no faster than
+    plain NCCL (within 5%)."""
+    sources = {"nccl": tables.latest(gpu.system, "comm", "nccl", "nccl_perf.parquet",
+                                     lambda d: d[(d.op_name == "all_reduce") & (d.nccl_dtype == "half")])}
+    for engine in ENGINES:
+        sources[engine] = tables.latest(gpu.system, "comm", engine, "custom_allreduce_perf.parquet",
+                                        lambda d: d[~d.kernel_source.str.contains("eager")])
+    fits, crossover = [], []
+    nccl = sources["nccl"][1]
+    for name, (path, df) in sources.items():
+        if df is None:
+            continue
+        for tp, g in df.groupby("num_gpus"):
+            g = g.groupby("message_size").latency.min()
+            nbytes = g.index.to_numpy(float) * 2
+            t = g.to_numpy() / 1e3
+            row = dict(gpu=gpu.system, impl=name, tp=tp, file=path)
+            for regime, mask in (("small", nbytes <= 2**20), ("large", nbytes >= 64 * 2**20)):
+                if mask.sum() < 3:
+                    continue
+                b, t_r = nbytes[mask], t[mask]
+
+                def model(p, idx):
+                    return p[0] + b[idx] / p[1]
+
+                p = fit_log(model, [10e-6, 1e11], [0, 1e8], [1e-2, 1e13], t_r)
+                row[f"{regime}_lat_us"] = p[0] * 1e6
+                row[f"{regime}_algbw_gbs"] = p[1] / 1e9
+                row[f"{regime}_busbw_gbs"] = p[1] / 1e9 * 2 * (tp - 1) / tp
+                row[f"{regime}_err"] = err_stats(model(p, slice(None)), t_r)
+            fits.append(row)
+            if name != "nccl" and nccl is not None:
+                ref = nccl[nccl.num_gpus == tp].groupby("message_size").latency.min()
+                both = g.to_frame("custom").join(ref.rename("nccl"), how="inner")
+                if both.empty:
+                    continue
+                slower = both.custom >= 0.95 * both.nccl
+                faster_sizes = both.index[~slower]
+                last_faster = faster_sizes.max() * 2 if len(faster_sizes) else float("nan")
+                crossover.append(dict(gpu=gpu.system, engine=name, tp=tp, last_faster_bytes=last_faster,
+                                      max_bytes=both.index.max() * 2,
+                                      ratio_64tok_7168=ratio_at(both, 64 * 7168)))
+    return fits, crossover
+
+
+def ratio_at(both: pd.DataFrame, elements: int) -> float:
+    """custom / NCCL latency at the measured size nearest to `elements` (log distance)."""
+    i = np.argmin(np.abs(np.log(both.index.to_numpy(float) / elements)))
+    return float(both.custom.iloc[i] / both.nccl.iloc[i])
+
+
+def small_kernel_floor(gpu: Gpu, tables: Tables, engine: str) -> dict:
+    """Median of the 10 fastest rows of each small-kernel table: a latency-bound kernel's cost inside
+    a CUDA graph (gemm bf16, fp8 quantize scale_matrix, MLA bmm, decode attention).  The
+    computescale table is left out: vLLM/SGLang store it as a difference of two kernels."""
+    row = dict(gpu=gpu.system, engine=engine)
+    probes = (
+        ("gemm_bf16", "gemm", "gemm_perf.parquet", lambda d: d[d.gemm_dtype == "bfloat16"]),
+        ("quant_apply", "quantize", "scale_matrix_perf.parquet", lambda d: d),
+        ("mla_bmm", "mla_bmm", "mla_bmm_perf.parquet", lambda d: d),
+        ("decode_attn", "attention", "generation_attention_perf.parquet", lambda d: d),
+    )
+    for label, op, filename, keep in probes:
+        path, df = tables.latest(gpu.system, op, engine, filename, keep)
+        if df is not None:
+            row[label] = float(np.median(np.sort(df.latency.to_numpy())[:10]) * 1e3)
+    return row
+
+
+# ----------------------------------------------------------------------------------------- output
+
+
+def table(title: str, rows: list[dict], columns: list[str]) -> None:
+    print(f"\n### {title}\n")
+    if not rows:
+        print("(no data)")
+        return
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for r in rows:
+        print("| " + " | ".join(fmt(r.get(c)) for c in columns) + " |")
+
+
+def fmt(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        if np.isnan(v):
+            return "-"
+        if abs(v) >= 1e4:
+            return f"{v:.3g}"
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+    return "-" if v is None else str(v)
+
+
+def generation_summary(title: str, rows: list[dict], gpus: dict, by: list[str], values: list[str]) -> None:
+    """Median over a generation's GPUs (per engine and the other `by` keys)."""
+    if not rows:
+        return
+    df = pd.DataFrame(rows)
+    df["generation"] = df.gpu.map(lambda s: gpus[s].generation)
+    keys = ["generation", *by]
+    present = [v for v in values if v in df]
+    summary = df.groupby(keys)[present].median().reset_index()
+    summary["gpus"] = df.groupby(keys).gpu.apply(lambda s: ",".join(sorted(set(s)))).to_numpy()
+    table(f"{title} — per generation (median over GPUs)", summary.to_dict("records"), [*keys, *present, "gpus"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, help="unpacked aiconfigurator_core folder (default: pip download the wheel)")
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "planner-aic")
+    ap.add_argument("--compute-form", choices=("hyperbolic", "exponential"), default="hyperbolic",
+                    help="GEMM compute_eff(M): eff_max*M/(M+m_half) or eff_max*(1-exp(-M/m_half))")
+    args = ap.parse_args()
+    root = args.data or fetch_wheel(args.cache)
+    tables = Tables(root)
+    catalog = {g["name"]: g for g in yaml.safe_load((REPO / "catalogs" / "gpus.yaml").read_text())["gpus"]}
+    gpus = {s: Gpu(s, catalog[c], root / "systems" / f"{s}.yaml") for s, c in SYSTEMS.items()}
+    with_data = [g for g in gpus.values() if any((tables.data / g.system).rglob("*.parquet"))]
+    missing = sorted(set(gpus) - {g.system for g in with_data})
+
+    print(f"# Kernel constants from {root}\n\nGPUs without kernel tables in the wheel: {', '.join(missing) or 'none'}")
+    table("Peaks: planner catalog vs aiconfigurator system yaml",
+          [dict(gpu=g.system, catalog=g.name, generation=g.generation, bw_gbs=g.bw / 1e9, aic_bw_gbs=g.aic_bw / 1e9,
+                **{f"{d}_tflops": g.peak(d) / 1e12 for d in ("bfloat16", "fp8", "nvfp4")},
+                **{f"aic_{d}_tflops": g.aic_peak(d) / 1e12 for d in ("bfloat16", "fp8", "nvfp4")}) for g in with_data],
+          ["gpu", "catalog", "generation", "bw_gbs", "aic_bw_gbs", "bfloat16_tflops", "aic_bfloat16_tflops",
+           "fp8_tflops", "aic_fp8_tflops", "nvfp4_tflops", "aic_nvfp4_tflops"])
+
+    gemm_rows = [r for g in with_data for e in ENGINES for r in gemm(g, tables, e, args.compute_form)]
+    table(f"1. GEMM ({args.compute_form} compute_eff); err = median/p90 |rel err|", gemm_rows,
+          ["gpu", "engine", "dtype", "kernel", "launch_us", "read_eff", "eff_max", "m_half", "err_small", "err_large",
+           "peak_tflops", "aic_peak_tflops", "file"])
+    generation_summary("1. GEMM", gemm_rows, gpus, ["engine", "dtype"], ["launch_us", "read_eff", "eff_max", "m_half"])
+
+    moe_rows, ratio_rows = [], []
+    for g in with_data:
+        for e in ENGINES:
+            fits, ratios = moe(g, tables, e)
+            moe_rows += fits
+            ratio_rows += ratios
+    table("2. Fused MoE (balanced routing, tp=ep=1); compute_eff(x = tokens*k/D); slope = us per expert held",
+          moe_rows, ["gpu", "engine", "dtype", "kernel", "launch_us", "read_eff", "eff_max", "x_half", "err_small",
+                     "err_large", "slope_us", "slope_se_us", "slope_median_us", "groups", "file"])
+    generation_summary("2. Fused MoE", moe_rows, gpus, ["engine", "dtype"],
+                       ["launch_us", "read_eff", "eff_max", "x_half", "slope_us", "slope_se_us"])
+    table("2b. MoE t(4 tokens) / t(1 token): measured (balanced routing) vs fitted model", ratio_rows,
+          ["gpu", "engine", "dtype", "shape", "t1_us", "t4_us", "ratio", "model_balanced", "model_random"])
+
+    dec = [r for g in with_data for e in ENGINES for r in decode_attention(g, tables, e)]
+    table("3a. Decode attention (GQA/MHA, window 0); err small = kv < 16 MB, large = kv >= 256 MB", dec,
+          ["gpu", "engine", "kv_dtype", "kernel", "launch_us", "kv_eff", "err_small", "err_large", "file"])
+    generation_summary("3a. Decode attention", dec, gpus, ["engine", "kv_dtype"], ["launch_us", "kv_eff"])
+    mla = [r for g in with_data for e in ENGINES for r in mla_decode(g, tables, e)]
+    table("3b. MLA decode (576-wide latent)", mla,
+          ["gpu", "engine", "kv_dtype", "launch_us", "latent_eff", "compute_eff", "err_small", "err_large", "file"])
+    generation_summary("3b. MLA decode", mla, gpus, ["engine", "kv_dtype"], ["launch_us", "latent_eff", "compute_eff"])
+    pre = [r for g in with_data for e in ENGINES for r in prefill_attention(g, tables, e)]
+    table("3c. Prefill attention (causal, bf16)", pre,
+          ["gpu", "engine", "kind", "launch_us", "compute_eff", "err_short", "err_long", "file"])
+    generation_summary("3c. Prefill attention", pre, gpus, ["engine", "kind"], ["launch_us", "compute_eff"])
+
+    ar_rows, cross_rows = [], []
+    for g in with_data:
+        fits, cross = all_reduce(g, tables)
+        ar_rows += fits
+        cross_rows += cross
+    table("4. All-reduce (CUDA-graph custom AR of each engine; NCCL half); small <= 1 MiB, large >= 64 MiB",
+          ar_rows, ["gpu", "impl", "tp", "small_lat_us", "small_algbw_gbs", "small_busbw_gbs", "small_err",
+                    "large_lat_us", "large_algbw_gbs", "large_busbw_gbs", "large_err", "file"])
+    generation_summary("4. All-reduce", ar_rows, gpus, ["impl", "tp"],
+                       ["small_lat_us", "small_algbw_gbs", "large_lat_us", "large_busbw_gbs"])
+    table("4b. Engine all-reduce vs NCCL: largest size still >5% faster than NCCL; ratio at 64 tok x 7168",
+          cross_rows, ["gpu", "engine", "tp", "last_faster_bytes", "max_bytes", "ratio_64tok_7168"])
+
+    floor = [small_kernel_floor(g, tables, e) for g in with_data for e in ENGINES]
+    table("5. Small-kernel floor, us (median of the 10 fastest rows per table)", floor,
+          ["gpu", "engine", "gemm_bf16", "quant_apply", "mla_bmm", "decode_attn"])
+    generation_summary("5. Small-kernel floor", floor, gpus, ["engine"],
+                       ["gemm_bf16", "quant_apply", "mla_bmm", "decode_attn"])
+
+
+if __name__ == "__main__":
+    main()
