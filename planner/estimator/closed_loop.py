@@ -92,7 +92,8 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
     e2e = concurrency / throughput
     queue = (concurrency - running) / throughput
     ttft = queue + own_steps * prefill_s
-    tpot = (e2e - ttft) / (output - 1) if output > 1 else 0.0
+    # E2E - TTFT is the cycle less its own prefill: computed so, the queue's seconds do not round into it
+    tpot = (cycle_s - own_steps * prefill_s) / (output - 1) if output > 1 else 0.0
     return ClosedLoop(
         concurrency=concurrency, running=running, limit=limit, prefill_steps=prefill_steps, cycle_steps=cycle_steps,
         prefill_step_s=prefill_s, decode_step_s=decode_s, ttft_s=ttft, tpot_s=tpot, itl_s=tpot, e2e_s=e2e,
