@@ -547,6 +547,8 @@ def bench_command(
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
+    # the defaults are vllm bench serve's, the cap planner.estimator.benchmark.MAX_PROMPTS (not imported: it loads
+    # the simulator, which a command line typer reads for --help does not need)
     num_prompts: int = Option(1000, "--num-prompts", help="Requests in the run (at most 20,000)."),
     rate: str = Option("inf", "--request-rate", help="Requests/s (Poisson arrivals), or inf: all sent at t = 0."),
     max_concurrency: Optional[int] = Option(None, "--max-concurrency", help="Requests in flight at most (default: no limit)."),
