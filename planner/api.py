@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from math import isfinite
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -18,7 +19,8 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
-    from planner.api_records import EngineEstimate, PerfResult, ReplicaSimulation, ReplicaSpec
+    from planner.api_records import BenchResult, EngineEstimate, PerfResult, Replica, ReplicaSimulation, ReplicaSpec
+    from planner.estimator.benchmark import BenchmarkRun
     from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
@@ -203,38 +205,85 @@ def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: 
 def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
-         catalog: Catalog | None = None) -> PerfResult:
-    """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state."""
+         concurrency: int | None = None, catalog: Catalog | None = None) -> PerfResult:
+    """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
+    open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
+    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop)."""
     from planner.api_records import PerfResult
-    from planner.estimator.capacity import Scheduler, steady_state
-    from planner.estimator.engines import EngineSettings, engine_budget
-    from planner.estimator.performance import Workload, replica_performance, replica_timer
+    from planner.estimator.performance import Workload, replica_performance
 
-    catalog = catalog or load_catalog()
+    if rate is not None and concurrency is not None:
+        raise PlannerInputError("--rate and --concurrency: give one of them (open-loop arrivals or C clients in a loop)")
+    for flag, value in (("--batch", batch), ("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
+        if value < 1:
+            raise PlannerInputError(f"{flag}: must be at least 1, got {value}")
+    if rate is not None and not (isfinite(rate) and rate >= 0):
+        raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
+    if concurrency is not None and concurrency < 1:
+        raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
+    replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
+                       catalog or load_catalog(), sized=rate is not None or concurrency is not None)
+    shape = Workload(prompt_tokens, output_tokens)
+    result = replica_performance(replica.arch, precision, kv_dtype, replica.card, replica.tp, replica.pp, batch, shape,
+                                 replica.catalog, replica.engine)
+    steady = closed = finite = None
+    if rate is not None:
+        from planner.estimator.benchmark import DEFAULT_PROMPTS, MAX_OUTPUT_TOKENS, BenchmarkRun, run_benchmark
+        from planner.estimator.capacity import steady_state
+
+        steady = steady_state(replica.timer, replica.scheduler, shape, rate)
+        if steady.limit:  # past what it keeps up with: no steady state, so what a finite run at that rate sees
+            prompts = max(1, min(DEFAULT_PROMPTS, MAX_OUTPUT_TOKENS // output_tokens))
+            finite = run_benchmark(replica.timer, replica.scheduler, BenchmarkRun(
+                num_prompts=prompts, request_rate=rate, input_len=prompt_tokens, output_len=output_tokens))
+    if concurrency is not None:
+        from planner.estimator.closed_loop import closed_loop
+
+        closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency)
+    return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
+                      closed, finite)
+
+
+def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
+          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm",
+          catalog: Catalog | None = None) -> BenchResult:
+    """A `vllm bench serve` run (`run`: its random dataset, request rate and max concurrency) replayed on one
+    simulated replica, whose max-model-len is the longest request the run can draw."""
+    from planner.api_records import BenchResult
+    from planner.estimator.benchmark import run_benchmark
+
+    context = run.input_bounds[1] + run.output_bounds[1]
+    replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog or load_catalog(),
+                       sized=True)
+    return BenchResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine,
+                       run_benchmark(replica.timer, replica.scheduler, run))
+
+
+def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
+             engine: str, context: int, catalog: Catalog, sized: bool) -> Replica:
+    """One replica of `planner perf` and `planner bench`: its step timer and, when `sized`, the scheduler the
+    engine's budget gives it at max-model-len `context` (which must hold one request, as vLLM checks at start-up)."""
+    from planner.api_records import Replica
+    from planner.estimator.capacity import Scheduler
+    from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.estimator.performance import replica_timer
+
     if tp is None:
         tp = (gpus or pp) // pp
     if tp < 1 or pp < 1 or (gpus is not None and gpus != tp * pp):
         raise PlannerInputError(f"--gpus/--tp/--pp: {gpus} GPUs cannot be split as tp {tp} x pp {pp}; give --gpus = tp x pp")
-    for flag, value in (("--batch", batch), ("--prompt-tokens", prompt_tokens), ("--output-tokens", output_tokens)):
-        if value < 1:
-            raise PlannerInputError(f"{flag}: must be at least 1, got {value}")
     card = catalog.gpus.get(gpu)
     arch = resolve_model(catalog, model)
-    shape = Workload(prompt_tokens, output_tokens)
     name = "vllm" if engine == "simple" else engine
-    result = replica_performance(arch, precision, kv_dtype, card, tp, pp, batch, shape, catalog, name)
-    steady = None
-    if rate is not None:
-        if rate < 0:
-            raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
-        request = Request(context=prompt_tokens + output_tokens, batch=1, tp=tp, pp=pp, precision=precision,
-                          kv_dtype=kv_dtype)
+    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name)
+    scheduler = None
+    if sized:
+        request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
         budget = engine_budget(arch, request, EngineSettings(name), GpuTarget.from_catalog(card), catalog)
         if not budget.fits:
-            raise PlannerInputError(f"--rate: one request of {request.context:,} tokens does not fit: {budget.message}")
-        timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name)
-        steady = steady_state(timer, Scheduler.of(budget), shape, rate)
-    return PerfResult(arch.name, card.name, tp, pp, name, result, steady)
+            raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
+        scheduler = Scheduler.of(budget)
+    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler)
 
 
 def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
@@ -329,7 +378,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
 
 def __getattr__(name: str) -> Any:
     """The result records of engine_estimate, perf and simulate (planner.api_records), loaded on first use."""
-    if name in ("EngineEstimate", "PerfResult", "ReplicaSimulation"):
+    if name in ("BenchResult", "EngineEstimate", "PerfResult", "ReplicaSimulation"):
         from planner import api_records
 
         return getattr(api_records, name)

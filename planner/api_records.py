@@ -4,15 +4,17 @@ estimate` does not create the ones it never returns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from planner.catalog.load import Gpu
+    from planner.catalog.load import Catalog, Gpu
+    from planner.estimator.benchmark import BenchmarkResult
     from planner.estimator.capacity import Scheduler, SteadyState
+    from planner.estimator.closed_loop import ClosedLoop
     from planner.estimator.engines import EngineBudget
     from planner.estimator.memory import MemoryEstimate
-    from planner.estimator.performance import ReplicaPerformance
+    from planner.estimator.performance import ReplicaPerformance, ReplicaTimer
     from planner.estimator.simulate import SimulationResult
     from planner.model.architecture import Architecture
 
@@ -27,7 +29,8 @@ class EngineEstimate:
 
 @dataclass(frozen=True)
 class PerfResult:
-    """`planner perf`: one replica at a batch, and (with a rate) its steady state under continuous batching."""
+    """`planner perf`: one replica at a batch; with a rate, its steady state under continuous batching (and past
+    what it keeps up with, a finite simulated run at that rate); with a concurrency, its closed loop."""
 
     model: str
     gpu: str
@@ -36,6 +39,8 @@ class PerfResult:
     engine: str
     performance: ReplicaPerformance
     steady: SteadyState | None = None  # at --rate
+    closed_loop: ClosedLoop | None = None  # at --concurrency
+    finite_run: BenchmarkResult | None = None  # at a --rate it does not keep up with
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
@@ -52,13 +57,49 @@ class PerfResult:
         }
         if self.steady is not None:
             s = self.steady
-            data["steady_state"] = {
-                "requests_per_s": s.requests_per_s, "keeps_up": not s.limit, "limit": s.limit or None,
-                "batch": s.batch, "ttft_s": s.ttft_mean_s, "tpot_ms": s.tpot_mean_s * 1000,
-                "output_tokens_per_s": s.output_tokens_per_s, "kv_tokens_mean": s.kv_tokens_mean,
-                "kv_tokens_peak": s.kv_tokens_peak, "pool_tokens": s.pool_tokens,
-                "preemption_free": s.preemption_free}
+            figures = {"batch": s.batch, "ttft_s": s.ttft_mean_s, "tpot_ms": s.tpot_mean_s * 1000,
+                       "output_tokens_per_s": s.output_tokens_per_s, "kv_tokens_mean": s.kv_tokens_mean,
+                       "kv_tokens_peak": s.kv_tokens_peak, "preemption_free": s.preemption_free}
+            if s.limit:  # no steady state past what the replica keeps up with: finite_run has what a run sees
+                figures = dict.fromkeys(figures)
+            data["steady_state"] = {"requests_per_s": s.requests_per_s, "keeps_up": not s.limit,
+                                    "limit": s.limit or None, "pool_tokens": s.pool_tokens, **figures}
+        if self.finite_run is not None:
+            data["finite_run"] = self.finite_run.to_dict()
+        if self.closed_loop is not None:
+            data["closed_loop"] = asdict(self.closed_loop)
         return data
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """`planner bench`: a vllm bench serve run replayed on one simulated replica."""
+
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    engine: str
+    result: BenchmarkResult
+
+    def to_dict(self) -> dict[str, Any]:
+        """vLLM's saved-result keys (planner.estimator.benchmark), then the replica's."""
+        return {**self.result.to_dict(), "model_id": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
+                "engine": self.engine}
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica of `planner perf` and `planner bench`: its layout, step timer and (when sized) scheduler."""
+
+    arch: Architecture
+    card: Gpu
+    tp: int
+    pp: int
+    engine: str
+    catalog: Catalog
+    timer: ReplicaTimer
+    scheduler: Scheduler | None
 
 
 @dataclass(frozen=True)

@@ -465,40 +465,139 @@ def prices_update(
                f"{done.unknown_rows} GPU rows skipped (accelerators planner does not map)")
 
 
+# The replica of `planner perf` and `planner bench`: one declaration each, read by both commands
+REPLICA_MODEL = Argument(..., help="Catalog name or HF id, or a config.json path (as `planner estimate`).")
+REPLICA_GPU = Option(..., "--gpu", help="Catalog GPU (see `planner catalog gpus`).")
+REPLICA_GPUS = Option(None, "--gpus", help="GPUs of the replica (= tp x pp; default tp x pp).")
+REPLICA_TP = Option(None, "--tp", help="Tensor-parallel GPUs (default --gpus / --pp).")
+REPLICA_PP = Option(1, "--pp", help="Pipeline-parallel stages.")
+REPLICA_PRECISION = Option("auto", help="Weight precision; auto = the checkpoint's own.")
+REPLICA_KV_DTYPE = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8.")
+REPLICA_ENGINE = Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs and scheduler).")
+
+
 @command("perf")
 def perf_command(
-    model: str = Argument(..., help="Catalog name or HF id, or a config.json path (as `planner estimate`)."),
-    gpu: str = Option(..., "--gpu", help="Catalog GPU (see `planner catalog gpus`)."),
-    gpus: Optional[int] = Option(None, "--gpus", help="GPUs of the replica (= tp x pp; default tp x pp)."),
-    tp: Optional[int] = Option(None, "--tp", help="Tensor-parallel GPUs (default --gpus / --pp)."),
-    pp: int = Option(1, "--pp", help="Pipeline-parallel stages."),
-    precision: str = Option("auto", help="Weight precision; auto = the checkpoint's own."),
-    kv_dtype: str = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8."),
-    engine: str = Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs)."),
+    model: str = REPLICA_MODEL,
+    gpu: str = REPLICA_GPU,
+    gpus: Optional[int] = REPLICA_GPUS,
+    tp: Optional[int] = REPLICA_TP,
+    pp: int = REPLICA_PP,
+    precision: str = REPLICA_PRECISION,
+    kv_dtype: str = REPLICA_KV_DTYPE,
+    engine: str = REPLICA_ENGINE,
     batch: int = Option(1, "--batch", help="Requests running at once."),
     prompt_tokens: int = Option(1024, "--prompt-tokens", help="Tokens per prompt."),
     output_tokens: int = Option(256, "--output-tokens", help="Tokens generated per request."),
     rate: Optional[float] = Option(None, "--rate", help="Requests/s arriving: the steady state under continuous batching."),
+    concurrency: Optional[int] = Option(None, "--concurrency", help="Clients each sending a request as soon as their "
+                                        "last is answered (vllm bench serve --max-concurrency C): the closed loop."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
     result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, engine=engine,
-                      batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate)
+                      batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
+                      concurrency=concurrency)
     data = result.to_dict()
     if output_format is OutputFormat.json:
-        _echo(json.dumps(data, indent=2))
+        _echo(json.dumps(data, indent=2, allow_nan=False))
         return
     lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} (tp {data['tp']} x pp {data['pp']}, "
              f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens",
              f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
              f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"]
     steady = data.get("steady_state")
-    if steady:
-        verdict = "keeps up" if steady["keeps_up"] else f"cannot keep up ({steady['limit']})"
-        lines.append(f"at {steady['requests_per_s']:g} req/s: {verdict}; {steady['batch']:.1f} requests running, "
+    if steady and steady["keeps_up"]:
+        lines.append(f"at {steady['requests_per_s']:g} req/s: keeps up; {steady['batch']:.1f} requests running, "
                      f"TTFT {steady['ttft_s']:.3f} s, TPOT {steady['tpot_ms']:.1f} ms, KV {steady['kv_tokens_mean']:,.0f} "
                      f"of {steady['pool_tokens']:,} tokens (peak {steady['kv_tokens_peak']:,})")
+    elif steady:
+        run = result.finite_run
+        lines.append(f"at {steady['requests_per_s']:g} req/s: cannot keep up ({steady['limit']}); no steady state: "
+                     "its queue grows while requests come")
+        lines.append(f"  a simulated run of {run.completed:,} requests at that rate: {run.request_throughput:.2f} req/s "
+                     f"served over {run.duration_s:.1f} s")
+        lines.append(f"  TTFT mean {run.ttft.mean_ms / 1000:.3f} s, p99 {run.ttft.p99_ms / 1000:.3f} s · TPOT mean "
+                     f"{run.tpot.mean_ms:.1f} ms · {run.preemptions:,} preemptions")
+    loop = result.closed_loop
+    if loop is not None:
+        capped = f" ({loop.limit} caps it: {loop.concurrency - loop.running} queued)" if loop.limit else ""
+        lines.append(f"{loop.concurrency} clients back to back: {loop.running} running{capped}, "
+                     f"{loop.requests_per_s:.2f} req/s, {loop.output_tokens_per_s:,.0f} output tokens/s")
+        lines.append(f"  TTFT {loop.ttft_s:.3f} s · TPOT {loop.tpot_s * 1000:.1f} ms · E2E {loop.e2e_s:.2f} s · "
+                     f"KV peak {loop.kv_tokens_peak:,} of {loop.pool_tokens:,} tokens")
     _print_lines(lines)
+
+
+def request_rate(text: str) -> float:
+    """--request-rate as vllm bench serve takes it: requests/s, or inf."""
+    try:
+        return float(text)
+    except ValueError:
+        raise PlannerInputError(f"--request-rate: {text!r} is not a number; give requests/s (10, 2.5) or inf") from None
+
+
+@command("bench")
+def bench_command(
+    model: str = REPLICA_MODEL,
+    gpu: str = REPLICA_GPU,
+    gpus: Optional[int] = REPLICA_GPUS,
+    tp: Optional[int] = REPLICA_TP,
+    pp: int = REPLICA_PP,
+    precision: str = REPLICA_PRECISION,
+    kv_dtype: str = REPLICA_KV_DTYPE,
+    engine: str = REPLICA_ENGINE,
+    # the defaults are vllm bench serve's, the cap planner.estimator.benchmark.MAX_PROMPTS (not imported: it loads
+    # the simulator, which a command line typer reads for --help does not need)
+    num_prompts: int = Option(1000, "--num-prompts", help="Requests in the run (at most 20,000)."),
+    rate: str = Option("inf", "--request-rate", help="Requests/s (Poisson arrivals), or inf: all sent at t = 0."),
+    max_concurrency: Optional[int] = Option(None, "--max-concurrency", help="Requests in flight at most (default: no limit)."),
+    input_len: int = Option(1024, "--input-len", help="Prompt tokens (vLLM's --random-input-len)."),
+    output_len: int = Option(128, "--output-len", help="Output tokens (vLLM's --random-output-len)."),
+    range_ratio: float = Option(0.0, "--random-range-ratio", help="Lengths uniform in [len x (1 - r), len x (1 + r)], 0 <= r < 1."),
+    seed: int = Option(0, "--seed", help="Seed of the lengths and arrivals."),
+    output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table, or json (vLLM's saved-result keys)."),
+) -> None:
+    """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics."""
+    from planner.estimator.benchmark import BenchmarkRun
+
+    run = BenchmarkRun(num_prompts=num_prompts, request_rate=request_rate(rate), max_concurrency=max_concurrency,
+                       input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
+    result = api.bench(model, run, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
+                       engine=engine)
+    if output_format is OutputFormat.json:
+        _echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
+        return
+    _print_lines(_bench_lines(result))
+
+
+def _bench_lines(bench: api.BenchResult) -> list[str]:
+    """The result block vllm bench serve prints (vllm/benchmarks/serve.py, v0.34.0), E2EL included."""
+    x = bench.result
+
+    def row(label: str, value: float | int | str) -> str:
+        return f"{label:<40} {value if isinstance(value, (int, str)) else f'{value:.2f}'}"
+
+    lines = [f"simulated: {bench.model} on {bench.tp * bench.pp} x {bench.gpu} (tp {bench.tp} x pp {bench.pp}, "
+             f"{bench.engine}); {x.preemptions:,} preemptions, at most {x.peak_in_flight:,} requests in flight",
+             "{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="),
+             row("Successful requests:", x.completed), row("Failed requests:", 0)]
+    if x.run.max_concurrency is not None:
+        lines.append(row("Maximum request concurrency:", x.run.max_concurrency))
+    if x.run.request_rate != float("inf"):
+        lines.append(row("Request rate configured (RPS):", x.run.request_rate))
+    lines += [row("Benchmark duration (s):", x.duration_s), row("Total input tokens:", x.total_input_tokens),
+              row("Total generated tokens:", x.total_output_tokens),
+              row("Request throughput (req/s):", x.request_throughput),
+              row("Output token throughput (tok/s):", x.output_throughput),
+              row("Total token throughput (tok/s):", x.total_token_throughput)]
+    for stats, name, header in ((x.ttft, "TTFT", "Time to First Token"),
+                                (x.tpot, "TPOT", "Time per Output Token (excl. 1st token)"),
+                                (x.itl, "ITL", "Inter-token Latency"), (x.e2el, "E2EL", "End-to-end Latency")):
+        lines += ["{s:{c}^{n}}".format(s=header, n=50, c="-"), row(f"Mean {name} (ms):", stats.mean_ms),
+                  row(f"Median {name} (ms):", stats.median_ms), row(f"P99 {name} (ms):", stats.p99_ms)]
+    lines.append("=" * 50)
+    return lines
 
 
 @command("simulate")

@@ -208,6 +208,9 @@ PLAIN = [
     ["export", "plan.json", "--to", "vllm", "--plan", "1"],
     ["catalog", "gpus", "--format", "csv"],
     ["perf", "llama-3.1-8b", "--gpu", "h100", "--rate", "3"],
+    ["perf", "llama-3.1-8b", "--gpu", "h100", "--concurrency", "16", "--tp", "2"],
+    ["bench", "llama-3.1-8b", "--gpu", "h100", "--num-prompts", "50", "--request-rate", "inf", "--max-concurrency", "4",
+     "--random-range-ratio", "0.5"],
     ["simulate", "plan.json", "--duration", "60", "--seed", "3"],
     ["serve", "--port", "9000"],
 ]

@@ -14,6 +14,9 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
      that has its output tokens finishes and frees its blocks.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
 it fails when the new blocks exceed the free ones). Prefix caching is off (distinct prompts).
+A client may cap the requests it has in flight (`max_concurrency`, as `vllm bench serve --max-concurrency`:
+an asyncio.Semaphore around each request): a request is then sent when it has arrived and a slot is free,
+in arrival order, and its latencies count from when it was sent, as the benchmark's do.
 Step times are memoised on (decode sequences, prompt tokens rounded to 64, mean context rounded to a block):
 what changes a step's time by well under 1%.
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 import json
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import ceil
 from pathlib import Path
 
@@ -75,6 +78,33 @@ class Percentiles:
 
 
 @dataclass(frozen=True)
+class ServedRequest:
+    """One request as the client saw it: when it went out, its first and last token, and the steps that emitted
+    its tokens as runs of consecutive steps (first, last): one run unless it was preempted."""
+
+    arrival: Arrival
+    sent_s: float  # the later of its arrival and a free slot of the client's max_concurrency
+    first_token_s: float
+    finished_s: float
+    token_steps: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """Everything a run produced, for the summaries (SimulationResult, planner.estimator.benchmark)."""
+
+    served: tuple[ServedRequest, ...]  # in the order they finished
+    step_ends_s: tuple[float, ...]  # when each step ended, by step number
+    end_s: float  # when the last request finished
+    preemptions: int
+    scheduled: int  # requests scheduled, summed over the steps
+    peak_blocks: int  # of the pool, at the fullest step
+    total_blocks: int
+    peak_in_flight: int  # requests sent and not finished (waiting or running), at the most
+    timeline: tuple[tuple[float, float], ...]  # (time s, fraction of the pool's blocks held)
+
+
+@dataclass(frozen=True)
 class SimulationResult:
     duration_s: float  # simulated time until the last request finished
     arrivals: int
@@ -97,8 +127,10 @@ class _Request:
     computed: int = 0  # tokens whose KV is in the pool (while decoding: as of step `since`)
     generated: int = 0  # (while decoding: as of step `since`)
     blocks: int = 0
+    sent_s: float = 0.0
     first_token_s: float | None = None
     finished_s: float | None = None
+    token_steps: list[list[int]] = field(default_factory=list)  # runs [first, last] of the steps that emitted tokens
     decoding: bool = False
     since: int = 0  # the step from which a decoding request advances one token a step
     epoch: int = 0  # bumped when preempted: its scheduled events are stale
@@ -106,6 +138,13 @@ class _Request:
     @property
     def tokens(self) -> int:  # prompt + generated: what must be computed before the next token
         return self.arrival.prompt_tokens + self.generated
+
+    def emitted(self, first: int, last: int) -> None:
+        """Steps first..last each emitted one of its tokens."""
+        if self.token_steps and self.token_steps[-1][1] == first - 1:
+            self.token_steps[-1][1] = last
+        else:
+            self.token_steps.append([first, last])
 
     def settle(self, step: int) -> None:
         """Bring a decoding request's counters to the start of `step`."""
@@ -179,6 +218,15 @@ def simulate(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
              warmup_s: float = 0.0) -> SimulationResult:
     """Run `arrivals` through one replica until every request finished; latencies of requests arriving
     after `warmup_s` (the engine starts empty) are reported."""
+    return _summary(run_engine(timer, scheduler, arrivals), len(arrivals), warmup_s)
+
+
+def run_engine(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
+               max_concurrency: int | None = None) -> EngineRun:
+    """Run `arrivals` (in time order) through one replica until every request finished, at most
+    `max_concurrency` of them in flight at once (None: no limit)."""
+    if max_concurrency is not None and max_concurrency < 1:
+        raise PlannerInputError(f"--max-concurrency: {max_concurrency} must be at least 1")
     for a in arrivals:
         if a.prompt_tokens + a.output_tokens > scheduler.max_model_len:
             raise PlannerInputError(f"--arrivals: a request of {a.prompt_tokens} + {a.output_tokens} tokens is longer "
@@ -187,7 +235,7 @@ def simulate(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
     total_blocks = scheduler.pool_tokens // block
     if total_blocks < ceil(scheduler.max_model_len / block):
         raise PlannerInputError("engine: the KV pool cannot hold one request of max-model-len")
-    return _Engine(timer, scheduler, total_blocks).run(arrivals, warmup_s)
+    return _Engine(timer, scheduler, total_blocks).run(arrivals, max_concurrency)
 
 
 class _Engine:
@@ -226,6 +274,8 @@ class _Engine:
         self.ends.setdefault(last, []).append((request, request.epoch))
 
     def _stop_decoding(self, request: _Request, step: int) -> None:
+        if step > request.since:
+            request.emitted(request.since, step - 1)
         request.settle(step)
         request.decoding = False
         request.epoch += 1
@@ -244,17 +294,25 @@ class _Engine:
         self.preemptions += 1
         return victim
 
-    def run(self, arrivals: list[Arrival], warmup_s: float) -> SimulationResult:
+    def run(self, arrivals: list[Arrival], max_concurrency: int | None) -> EngineRun:
         pending = deque(_Request(a) for a in arrivals)
         finished: list[_Request] = []
-        now, steps, scheduled_total, peak = 0.0, 0, 0, 0
+        step_ends: list[float] = []
+        now, scheduled_total, peak = 0.0, 0, 0
+        slots = max_concurrency or len(arrivals) or 1
+        in_flight, peak_in_flight, slot_freed_s = 0, 0, 0.0
         window = max((a.time_s for a in arrivals), default=0.0)
         sample_every = max(window, 1e-9) / KV_TIMELINE_POINTS
         next_sample = 0.0
         timeline: list[tuple[float, float]] = []
         while pending or self.waiting or self.running:
-            while pending and pending[0].arrival.time_s <= now:
-                self.waiting.append(pending.popleft())
+            while pending and pending[0].arrival.time_s <= now and in_flight < slots:
+                request = pending.popleft()
+                # sent when it arrived, or when a slot came free if every slot was taken then
+                request.sent_s = max(request.arrival.time_s, slot_freed_s)
+                self.waiting.append(request)
+                in_flight += 1
+            peak_in_flight = max(peak_in_flight, in_flight)
             if not self.waiting and not self.running:
                 now = pending[0].arrival.time_s
                 continue
@@ -263,16 +321,23 @@ class _Engine:
             prefill = sum(new for _, new in scheduled)
             positions = sum(new * r.computed + new * (new + 1) / 2 for r, new in scheduled)
             now += self.clock(decode, decode_tokens, prefill, positions, len(scheduled))
-            steps += 1
+            step_ends.append(now)
             scheduled_total += decode + len(scheduled)
             held = self.total_blocks - self.free
             peak = max(peak, held)
             while now >= next_sample and next_sample <= window:
                 timeline.append((round(next_sample, 3), held / self.total_blocks))
                 next_sample += sample_every
-            finished.extend(self._advance(scheduled, now))
-        return _summary(finished, arrivals, warmup_s, now, window, self.preemptions, steps, scheduled_total, peak,
-                        self.total_blocks, timeline)
+            done = self._advance(scheduled, now)
+            if done:
+                if in_flight == slots:
+                    slot_freed_s = now
+                in_flight -= len(done)
+                finished.extend(done)
+        served = tuple(ServedRequest(r.arrival, r.sent_s, r.first_token_s, r.finished_s,
+                                     tuple((first, last) for first, last in r.token_steps)) for r in finished)
+        return EngineRun(served, tuple(step_ends), now, self.preemptions, scheduled_total, peak, self.total_blocks,
+                         peak_in_flight, tuple(timeline))
 
     def _schedule(self) -> tuple[list[tuple[_Request, int]], bool]:
         """One step's decisions: (prefill chunks scheduled, whether anything was preempted)."""
@@ -338,6 +403,7 @@ class _Engine:
             request.computed += new
             if request.computed == request.tokens:
                 request.generated += 1
+                request.emitted(step, step)
                 if request.first_token_s is None:
                     request.first_token_s = now
                 if request.generated == request.arrival.output_tokens:
@@ -352,20 +418,21 @@ class _Engine:
         return done
 
 
-def _summary(finished: list[_Request], arrivals: list[Arrival], warmup_s: float, end: float, window: float,
-             preemptions: int, steps: int, scheduled: int, peak: int, total_blocks: int,
-             timeline: list[tuple[float, float]]) -> SimulationResult:
-    measured = [r for r in finished if r.arrival.time_s >= warmup_s]
-    ttft = [r.first_token_s - r.arrival.time_s for r in measured]
-    e2e = [r.finished_s - r.arrival.time_s for r in measured]
+def _summary(run: EngineRun, arrivals: int, warmup_s: float) -> SimulationResult:
+    measured = [r for r in run.served if r.arrival.time_s >= warmup_s]
+    ttft = [r.first_token_s - r.sent_s for r in measured]
+    e2e = [r.finished_s - r.sent_s for r in measured]
     tpot = [(e - t) / (r.arrival.output_tokens - 1) for r, t, e in zip(measured, ttft, e2e) if r.arrival.output_tokens > 1]
+    window = max((r.arrival.time_s for r in run.served), default=0.0)
     span = max(window - warmup_s, 1e-9)
+    steps = len(run.step_ends_s)
     return SimulationResult(
-        duration_s=end, arrivals=len(arrivals), completed=len(measured), ttft_s=Percentiles.of(ttft),
+        duration_s=run.end_s, arrivals=arrivals, completed=len(measured), ttft_s=Percentiles.of(ttft),
         tpot_s=Percentiles.of(tpot), e2e_s=Percentiles.of(e2e), requests_per_s=len(measured) / span,
-        output_tokens_per_s=sum(r.arrival.output_tokens for r in measured) / span, preemptions=preemptions,
-        steps=steps, kv_peak_fraction=peak / total_blocks, kv_timeline=tuple(timeline),
-        mean_batch=scheduled / steps if steps else 0.0)
+        output_tokens_per_s=sum(r.arrival.output_tokens for r in measured) / span, preemptions=run.preemptions,
+        steps=steps, kv_peak_fraction=run.peak_blocks / run.total_blocks, kv_timeline=run.timeline,
+        mean_batch=run.scheduled / steps if steps else 0.0)
 
 
-__all__ = ["Arrival", "Percentiles", "SimulationResult", "poisson_arrivals", "read_trace", "simulate"]
+__all__ = ["Arrival", "EngineRun", "Percentiles", "ServedRequest", "SimulationResult", "poisson_arrivals", "read_trace",
+           "run_engine", "simulate"]

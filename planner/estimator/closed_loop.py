@@ -1,0 +1,104 @@
+"""A closed loop in steady state: C clients, each sending its next request as soon as its last one is answered
+(`vllm bench serve --max-concurrency C` at an unlimited request rate), against one replica under continuous batching
+with chunked prefill (the scheduler of planner.estimator.capacity and planner.estimator.simulate).
+
+The engine runs R = min(C, max_num_seqs, the requests of P + N tokens its KV pool holds) of them; the other C - R wait
+in its queue (a closed loop has no other queue). A request lives its prefill step and N - 1 decode steps, and its
+client's next request is scheduled in the step after its last: each client repeats itself every N steps, in step
+count, whatever the steps last. The clients start together, so their prompts stay packed into consecutive steps,
+filled in turn (FCFS) to the token budget B beside the requests decoding: each prefilling request takes its prompt
+in place of its decode token, so a full step carries F = (B - R) P / (P - 1) prompt tokens (at most B), and
+k = ceil(R P / F) steps of the N carry prompts, the last the rest; the other N - k steps decode all R. When k exceeds
+N the prompts bound the loop and it repeats every k steps instead.
+  cycle        T = the k prompt-carrying steps + (cycle steps - k) s_decode
+  throughput   X = R / T requests/s, X N output tokens/s
+  E2E          C / X (Little's law on the loop: every client always has one request out)
+  TTFT         its prefill step (steps, for a prompt cut into chunks), after (C - R) / X in the queue (Little's
+               law on the queue)
+  TPOT         (E2E - TTFT) / (N - 1): the cycle's other steps, prompt-carrying ones of the other clients included;
+               the mean ITL is the same (every gap is one step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, floor
+
+from planner.errors import PlannerInputError
+from planner.estimator.capacity import Scheduler, StepTimes, step_times
+from planner.estimator.performance import ReplicaTimer, Workload
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    concurrency: int  # clients (C)
+    running: int  # requests the engine runs at once (R)
+    limit: str  # what holds the running requests below C: "max_num_seqs", "kv pool", or empty
+    prefill_steps: int  # of each cycle, the steps that carry prompt tokens (k)
+    cycle_steps: int  # steps in which every client has one request answered
+    prefill_step_s: float
+    decode_step_s: float
+    ttft_s: float
+    tpot_s: float
+    itl_s: float  # mean
+    e2e_s: float
+    queue_s: float  # of the TTFT, waiting for the engine to run it
+    requests_per_s: float
+    output_tokens_per_s: float
+    kv_tokens_peak: int  # the running requests at their last token, in whole blocks
+    pool_tokens: int
+
+
+def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, concurrency: int) -> ClosedLoop:
+    """The steady state of `concurrency` clients sending requests of `shape` back to back (the module docstring)."""
+    if concurrency < 1:
+        raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
+    prompt, output = shape.prompt_tokens, shape.output_tokens
+    if prompt + output > scheduler.max_model_len:
+        raise PlannerInputError(f"--concurrency: a request of {prompt:,} + {output:,} tokens is longer than "
+                                f"max-model-len {scheduler.max_model_len:,}")
+    held = scheduler.held_tokens(prompt + output)
+    pool_holds = scheduler.pool_tokens // held
+    if pool_holds < 1:
+        raise PlannerInputError(f"--concurrency: the KV pool ({scheduler.pool_tokens:,} tokens) cannot hold one "
+                                f"request of {prompt + output:,} tokens")
+    budget = scheduler.max_num_batched_tokens
+    # vLLM requires max_num_batched_tokens >= max_num_seqs, so every running request decodes each step
+    seqs = min(scheduler.max_num_seqs or budget, budget)
+    running = min(concurrency, seqs, pool_holds)
+    limit = "" if running == concurrency else ("kv pool" if pool_holds < seqs else "max_num_seqs")
+    # a step full of prompt tokens: the budget less the requests decoding beside them, each prefilling request
+    # taking its prompt tokens in place of its decode token (F = (B - R) P / (P - 1)), never more than the budget
+    full = min(budget, (budget - running) * prompt / (prompt - 1)) if prompt > 1 else budget
+    full = max(full, 1.0)
+    full_steps = floor(running * prompt / full)
+    rest = running * prompt - full_steps * full  # FCFS fills the steps in turn: the last one takes the rest
+    prefill_steps = full_steps + (1 if rest > 0 else 0)
+    own_steps = ceil(prompt / full)  # a prompt longer than a full step's tokens is cut into chunks
+    cycle_steps = max(own_steps + output - 1, prefill_steps)
+    times = step_times(timer)
+    context = prompt + output / 2  # the decoding requests' mean context over their N - 1 steps
+
+    def carrying(tokens: float) -> float:
+        """A step with `tokens` prompt tokens beside the running requests not prefilling (at least one is)."""
+        prefilling = min(running, max(1.0, tokens / prompt))
+        return times.mean_step(running - prefilling, context, tokens, prompt)
+
+    prompts_s = full_steps * carrying(full) + (carrying(rest) if rest > 0 else 0.0)
+    prefill_s = prompts_s / prefill_steps
+    decode_s = times.mean_step(running, context, 0, prompt)
+    cycle_s = prompts_s + (cycle_steps - prefill_steps) * decode_s
+    throughput = running / cycle_s
+    e2e = concurrency / throughput
+    queue = (concurrency - running) / throughput
+    ttft = queue + own_steps * prefill_s
+    # E2E - TTFT is the cycle less its own prefill: computed so, the queue's seconds do not round into it
+    tpot = (cycle_s - own_steps * prefill_s) / (output - 1) if output > 1 else 0.0
+    return ClosedLoop(
+        concurrency=concurrency, running=running, limit=limit, prefill_steps=prefill_steps, cycle_steps=cycle_steps,
+        prefill_step_s=prefill_s, decode_step_s=decode_s, ttft_s=ttft, tpot_s=tpot, itl_s=tpot, e2e_s=e2e,
+        queue_s=queue, requests_per_s=throughput, output_tokens_per_s=throughput * output,
+        kv_tokens_peak=running * held, pool_tokens=scheduler.pool_tokens)
+
+
+__all__ = ["ClosedLoop", "closed_loop"]

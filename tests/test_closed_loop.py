@@ -1,0 +1,219 @@
+"""The closed loop (planner perf --concurrency) and the benchmark replay (planner bench) against the simulator."""
+
+import json
+import subprocess
+import sys
+from math import floor, ceil, inf
+
+import pytest
+
+from planner.estimator.benchmark import BenchmarkRun, measure, run_benchmark
+from planner.estimator.closed_loop import closed_loop
+from planner.estimator.performance import Workload
+from planner.estimator.simulate import Arrival, EngineRun, ServedRequest, run_engine
+
+from test_capacity import replica
+
+# The analytic closed loop against the simulated one (vllm bench serve --max-concurrency C at rate inf): measured
+# 0.1-2.4% apart on TPOT and 0.0-0.6% on throughput where the pool holds every client, 7% where it caps them.
+AGREEMENT = 0.10
+
+
+def _no_constants(name):
+    raise AssertionError(f"JSON holds {name}")
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+
+
+def _strict_json(text):
+    return json.loads(text, parse_constant=_no_constants)  # NaN, Infinity and -Infinity are not JSON
+
+
+@pytest.mark.parametrize("model, gpu, prompt, output, clients", [
+    ("llama-3.1-8b", "h100-sxm", 1024, 128, 16),
+    ("llama-3.1-8b", "h100-sxm", 1024, 128, 128),
+    ("llama-3.1-8b", "l40s", 2000, 200, 32),  # prompts cut into chunks: the budget is 2,048 tokens
+    ("qwen3-30b-a3b", "h100-sxm", 1024, 256, 64),
+    ("qwen3-30b-a3b", "h100-sxm", 1024, 256, 160),  # the pool holds 102 of the 160 clients
+])
+def test_the_closed_loop_agrees_with_the_simulated_benchmark(model, gpu, prompt, output, clients):
+    timer, scheduler, _ = replica(model, gpu, context=prompt + output)
+    loop = closed_loop(timer, scheduler, Workload(prompt, output), clients)
+    run = run_benchmark(timer, scheduler, BenchmarkRun(num_prompts=20 * clients, max_concurrency=clients,
+                                                       input_len=prompt, output_len=output))
+    assert loop.requests_per_s == pytest.approx(run.request_throughput, rel=AGREEMENT)
+    assert loop.output_tokens_per_s == pytest.approx(run.output_throughput, rel=AGREEMENT)
+    assert loop.tpot_s * 1000 == pytest.approx(run.tpot.mean_ms, rel=AGREEMENT)
+    assert loop.e2e_s * 1000 == pytest.approx(run.e2el.mean_ms, rel=AGREEMENT)
+    assert run.mean_batch == pytest.approx(loop.running, rel=AGREEMENT)
+
+
+@pytest.mark.parametrize("model, gpu, prompt, output", [("llama-3.1-8b", "a100-pcie-80gb", 1500, 400),
+                                                        ("qwen3-30b-a3b", "h100-sxm", 1024, 256)])
+def test_more_clients_never_lower_throughput_or_tpot_and_the_pool_caps_both(model, gpu, prompt, output):
+    timer, scheduler, _ = replica(model, gpu, context=prompt + output)
+    loops = [closed_loop(timer, scheduler, Workload(prompt, output), c) for c in range(1, 301)]
+    for fewer, more in zip(loops, loops[1:]):
+        assert more.requests_per_s >= fewer.requests_per_s and more.tpot_s >= fewer.tpot_s, more.concurrency
+        assert more.e2e_s >= fewer.e2e_s
+    capped = [loop for loop in loops if loop.limit]
+    assert capped, "the sweep reaches the pool's or max_num_seqs' cap"
+    assert {(loop.running, loop.requests_per_s, loop.tpot_s) for loop in capped} == {
+        (capped[0].running, capped[0].requests_per_s, capped[0].tpot_s)}
+    assert all(loop.kv_tokens_peak <= loop.pool_tokens for loop in loops)
+    # the clients the engine does not run wait in its queue: Little's law on the loop
+    last = loops[-1]
+    assert last.queue_s == pytest.approx((last.concurrency - last.running) / last.requests_per_s)
+    assert last.e2e_s == pytest.approx(last.concurrency / last.requests_per_s)
+
+
+def test_tpot_and_itl_are_measured_as_vllm_bench_serve_does():
+    """Three requests by hand: A streams 4 tokens, B one, C 4 with a preemption between its second and third."""
+    ends = (0.1, 0.2, 0.35, 0.5, 0.6, 0.9, 1.0)  # when steps 0..6 ended
+    served = (
+        ServedRequest(Arrival(0.0, 10, 4), sent_s=0.0, first_token_s=0.1, finished_s=0.5, token_steps=((0, 3),)),
+        ServedRequest(Arrival(0.05, 20, 1), sent_s=0.05, first_token_s=0.2, finished_s=0.2, token_steps=((1, 1),)),
+        ServedRequest(Arrival(0.2, 30, 4), sent_s=0.2, first_token_s=0.35, finished_s=1.0,
+                      token_steps=((2, 3), (5, 6))),
+    )
+    engine = EngineRun(served, ends, end_s=1.0, preemptions=1, scheduled=12, peak_blocks=5, total_blocks=10,
+                       peak_in_flight=3, timeline=())
+    result = measure(BenchmarkRun(num_prompts=3), engine)
+    # TPOT = (latency - TTFT) / (output tokens - 1), over requests with more than one: A 0.4 / 3, C 0.65 / 3
+    tpot_a, tpot_c = (0.5 - 0.1) / 3, ((1.0 - 0.2) - (0.35 - 0.2)) / 3
+    assert result.tpot.mean_ms == pytest.approx((tpot_a + tpot_c) / 2 * 1000)
+    assert result.tpot.p99_ms == pytest.approx((tpot_a + 0.99 * (tpot_c - tpot_a)) * 1000)  # numpy's linear rule
+    # ITL: every gap between two tokens; C's preemption leaves one gap from step 3 to step 5
+    gaps = sorted([0.1, 0.15, 0.15] + [0.15, 0.4, 0.1])
+    assert result.itl.mean_ms == pytest.approx(sum(gaps) / 6 * 1000)
+    assert result.itl.median_ms == pytest.approx(0.15 * 1000)
+    assert result.itl.p99_ms == pytest.approx((gaps[4] + 0.95 * (gaps[5] - gaps[4])) * 1000)
+    assert result.ttft.mean_ms == pytest.approx((0.1 + 0.15 + 0.15) / 3 * 1000)
+    assert result.e2el.median_ms == pytest.approx(0.5 * 1000)
+    assert (result.total_input_tokens, result.total_output_tokens) == (60, 9)
+    assert result.request_throughput == pytest.approx(3.0) and result.total_token_throughput == pytest.approx(69.0)
+
+
+def test_request_rate_inf_sends_every_request_at_t0():
+    timer, scheduler, _ = replica(context=2048)
+    run = BenchmarkRun(num_prompts=64, request_rate=inf, input_len=1000, output_len=100)
+    arrivals = run.arrivals()
+    assert {a.time_s for a in arrivals} == {0.0}
+    by_hand = measure(run, run_engine(timer, scheduler, [Arrival(0.0, 1000, 100) for _ in range(64)]))
+    assert run_benchmark(timer, scheduler, run) == by_hand
+
+
+def test_a_finite_rate_spreads_the_prompts_as_vllm_does():
+    run = BenchmarkRun(num_prompts=500, request_rate=4.0, seed=7)
+    times = [a.time_s for a in run.arrivals()]
+    assert 0 < times[0] and times == sorted(times)
+    assert times[-1] == pytest.approx(500 / 4.0)  # rescaled so that the last goes out at num_prompts / rate
+    assert times != [a.time_s for a in BenchmarkRun(num_prompts=500, request_rate=4.0, seed=8).arrivals()]
+
+
+def test_random_lengths_stay_in_vllms_interval():
+    run = BenchmarkRun(num_prompts=2000, input_len=1000, output_len=101, range_ratio=0.3, seed=1)
+    arrivals = run.arrivals()
+    prompts = {a.prompt_tokens for a in arrivals}
+    outputs = {a.output_tokens for a in arrivals}
+    assert min(prompts) == 700 and max(prompts) == 1300  # [floor(1000 x 0.7), ceil(1000 x 1.3)], both ends drawn
+    assert min(outputs) == floor(101 * 0.7) and max(outputs) == ceil(101 * 1.3)
+    assert run.arrivals() == arrivals  # the seed fixes them
+
+
+@pytest.mark.parametrize("rate", [inf, 30.0])
+def test_max_concurrency_is_never_exceeded(rate):
+    timer, scheduler, _ = replica(context=2048)
+    run = BenchmarkRun(num_prompts=300, request_rate=rate, max_concurrency=8, input_len=1024, output_len=64,
+                       range_ratio=0.5)
+    engine = run_engine(timer, scheduler, run.arrivals(), run.max_concurrency)
+    assert engine.peak_in_flight == 8
+    # sweep the requests' [sent, finished] spans: never more than 8 at once
+    events = sorted([(r.sent_s, 1) for r in engine.served] + [(r.finished_s, -1) for r in engine.served],
+                    key=lambda e: (e[0], e[1]))
+    in_flight, most = 0, 0
+    for _, change in events:
+        in_flight += change
+        most = max(most, in_flight)
+    assert most <= 8 and len(engine.served) == 300
+    assert all(r.sent_s >= r.arrival.time_s for r in engine.served)
+    assert engine.scheduled / len(engine.step_ends_s) <= 8
+
+
+def test_itl_and_tpot_means_agree_when_every_request_streams_alike():
+    timer, scheduler, _ = replica(context=2048)
+    result = run_benchmark(timer, scheduler, BenchmarkRun(num_prompts=200, max_concurrency=32, output_len=100))
+    assert result.preemptions == 0
+    assert result.itl.mean_ms == pytest.approx(result.tpot.mean_ms, rel=1e-9)
+
+
+VLLM_KEYS = {"completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
+             "output_throughput", "total_token_throughput"} | {
+    f"{stat}_{metric}_ms" for stat in ("mean", "median", "std", "p99") for metric in ("ttft", "tpot", "itl", "e2el")}
+
+
+def test_bench_json_has_vllms_saved_result_keys(tmp_path):
+    proc = _cli("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-prompts", "100", "--request-rate", "inf",
+                "--max-concurrency", "8", "--input-len", "512", "--output-len", "64", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = _strict_json(proc.stdout)
+    assert VLLM_KEYS <= set(data)
+    assert data["completed"] == 100 and data["total_input_tokens"] == 51200 and data["total_output_tokens"] == 6400
+    assert data["request_rate"] == "inf" and data["max_concurrency"] == 8 and data["simulated_peak_in_flight"] == 8
+    table = _cli("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-prompts", "100", "--max-concurrency", "8",
+                 "--input-len", "512", "--output-len", "64", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    for label in ("Successful requests:", "Benchmark duration (s):", "Total generated tokens:",
+                  "Request throughput (req/s):", "Output token throughput (tok/s):", "Total token throughput (tok/s):",
+                  "Mean TTFT (ms):", "Median TPOT (ms):", "P99 ITL (ms):", "Mean E2EL (ms):"):
+        assert label in table.stdout
+    assert f"Mean TPOT (ms):{' ' * 26}{data['mean_tpot_ms']:.2f}" in table.stdout
+
+
+def test_perf_concurrency_json_keys(tmp_path):
+    proc = _cli("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--prompt-tokens", "1024", "--output-tokens", "128",
+                "--concurrency", "32", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    loop = _strict_json(proc.stdout)["closed_loop"]
+    assert set(loop) == {"concurrency", "running", "limit", "prefill_steps", "cycle_steps", "prefill_step_s",
+                         "decode_step_s", "ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "requests_per_s",
+                         "output_tokens_per_s", "kv_tokens_peak", "pool_tokens"}
+    assert loop["concurrency"] == loop["running"] == 32 and loop["limit"] == "" and loop["queue_s"] == 0
+    assert loop["output_tokens_per_s"] == pytest.approx(loop["requests_per_s"] * 128)
+
+
+def test_perf_past_capacity_gives_a_finite_run_not_infinity(tmp_path):
+    proc = _cli("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--prompt-tokens", "1024", "--output-tokens", "128",
+                "--rate", "200", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = _strict_json(proc.stdout)
+    steady, run = data["steady_state"], data["finite_run"]
+    assert steady["keeps_up"] is False and steady["limit"] and steady["ttft_s"] is None
+    assert run["completed"] == 1000 and run["request_rate"] == 200
+    assert 0 < run["request_throughput"] < 200  # it serves what it can; the rest queue
+    table = _cli("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "200", cwd=tmp_path)
+    assert "cannot keep up" in table.stdout and "a simulated run of 1,000 requests" in table.stdout
+    assert "inf" not in table.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "2", "--concurrency", "4"), "--rate and --concurrency"),
+    (("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "0"), "--concurrency"),
+    (("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "nan"), "--rate"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-prompts", "20001"), "--num-prompts"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-prompts", "20000", "--output-len", "1000"), "--output-len"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "nan"), "--request-rate"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "0"), "--request-rate"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "soon"), "--request-rate"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--random-range-ratio", "1"), "--random-range-ratio"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--random-range-ratio", "inf"), "--random-range-ratio"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-concurrency", "0"), "--max-concurrency"),
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "0"), "--input-len"),
+])
+def test_bad_options_are_one_line_exit_2(tmp_path, args, needle):
+    proc = _cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.startswith("error:") and needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
