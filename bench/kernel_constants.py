@@ -54,6 +54,13 @@ SYSTEMS = {
     "l4": "l4",
 }
 ENGINES = ("vllm", "sglang", "trtllm")
+# L2 cache per GPU, MB. A weight matrix that fits (or half fits) in L2 is read from it, not from HBM, at a rate no
+# HBM model explains: the GEMM and MoE fits use only rows whose weights are at least twice the L2. Sources: NVIDIA
+# A100 / H100 architecture whitepapers (40 MB; 50 MB, H200 the same GH100 die); Chips and Cheese, "Nvidia's
+# B200: Keeping the CUDA Juggernaut Rolling" (126 MB; B300 / GB200 / GB300 taken as B200's, the same dual-die
+# design); NVIDIA RTX Blackwell whitepaper (GB202: 128 MB); NVIDIA Ada whitepaper (AD102: 96 MB, the L40S's die).
+L2_MB = {"a100_sxm": 40, "h100_sxm": 50, "h200_sxm": 50, "b200_sxm": 126, "b300_sxm": 126, "gb200": 126, "gb300": 126,
+         "rtx_pro_6000_server": 128, "l40s": 96, "l4": 48}
 BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5}
 CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 AIC_PEAK = {"bfloat16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops", "nvfp4": "fp4_tc_flops"}
@@ -174,18 +181,32 @@ def gemm(gpu: Gpu, tables: Tables, engine: str, form: str) -> list[dict]:
         if df is None or not np.isfinite(gpu.peak(dtype)):
             continue
         df = major_kernel(df)
-        m, n, k = (df[c].to_numpy(float) for c in ("m", "n", "k"))
-        t = df.latency.to_numpy() / 1e3
-        nbytes = n * k * bpw + m * k * 2 + m * n * 2
-        flops = 2 * m * n * k
         peak = gpu.peak(dtype)
 
-        def model(p, idx):
-            launch, read, emax, half = p
-            eff = saturating(form, m[idx], emax, half)
-            return launch + np.maximum(nbytes[idx] / (gpu.bw * read), flops[idx] / (peak * eff))
+        def arrays(rows):
+            m, n, k = (rows[c].to_numpy(float) for c in ("m", "n", "k"))
+            return m, n * k * bpw + m * k * 2 + m * n * 2, 2 * m * n * k, rows.latency.to_numpy() / 1e3
 
-        p = fit_log(model, [5e-6, 0.7, 0.7, 64], [0, 0.02, 0.02, 0.01], [1e-3, 2, 2, 1e5], t, subsample(len(t)))
+        def timing(m, nbytes, flops):
+            def model(p, idx):
+                launch, read, emax, half = p
+                eff = saturating(form, m[idx], emax, half)
+                return launch + np.maximum(nbytes[idx] / (gpu.bw * read), flops[idx] / (peak * eff))
+            return model
+
+        # the launch is what the smallest kernels show: the intercept of a fit over every row
+        m, nbytes, flops, t = arrays(df)
+        launch = fit_log(timing(m, nbytes, flops), [5e-6, 0.7, 0.7, 64], [0, 0.02, 0.02, 0.01], [1e-3, 2, 2, 1e5], t,
+                         subsample(len(t)))[0]
+        # the rates are what HBM reads show: rows whose weights are at least twice the L2, the launch held
+        df = df[df.n * df.k * bpw >= 2 * L2_MB[gpu.system] * 2**20]
+        if not len(df):
+            continue
+        m, nbytes, flops, t = arrays(df)
+        model = timing(m, nbytes, flops)
+        rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.7, 0.7, 64], [0.02, 0.02, 0.01], [2, 2, 1e5], t,
+                        subsample(len(t)))
+        p = [launch, *rates]
         pred = model(p, slice(None))
         out.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, kernel=df.kernel_source.iloc[0],
                         launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], m_half=p[3],
@@ -228,14 +249,28 @@ def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
         path, df = moe_table(gpu, tables, engine, dtype)
         if df is None or not np.isfinite(gpu.peak(dtype)):
             continue
-        cols = {c: df[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "num_experts", "topk")}
-        t = df.latency.to_numpy() / 1e3
         peak = gpu.peak(dtype)
 
-        def model(p, idx):
-            return moe_model(p, *(cols[c][idx] for c in cols), bpw, gpu, peak)
+        def arrays(rows):
+            return ({c: rows[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "num_experts",
+                                                          "topk")}, rows.latency.to_numpy() / 1e3)
 
-        p = fit_log(model, [10e-6, 0.5, 0.5, 16], [0, 0.01, 0.01, 0.01], [2e-3, 2, 2, 1e5], t, subsample(len(t)))
+        def timing(cols):
+            return lambda p, idx: moe_model(p, *(cols[c][idx] for c in cols), bpw, gpu, peak)
+
+        # as gemm(): the launch from every row, the rates from rows whose touched experts outgrow the L2
+        cols, t = arrays(df)
+        launch = fit_log(timing(cols), [10e-6, 0.5, 0.5, 16], [0, 0.01, 0.01, 0.01], [2e-3, 2, 2, 1e5], t,
+                         subsample(len(t)))[0]
+        touched = moe_distinct(df.num_tokens, df.topk, df.num_experts, balanced=True)
+        df = df[touched * 3 * df.hidden_size * df.inter_size * bpw >= 2 * L2_MB[gpu.system] * 2**20]
+        if not len(df):
+            continue
+        cols, t = arrays(df)
+        model = timing(cols)
+        rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.5, 0.5, 16], [0.01, 0.01, 0.01], [2, 2, 1e5], t,
+                        subsample(len(t)))
+        p = [launch, *rates]
         pred = model(p, slice(None))
         slope, slope_se, slope_med, n_groups = held_expert_slope(df)
         fits.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, kernel=df.kernel_source.iloc[0],

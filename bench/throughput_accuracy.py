@@ -19,7 +19,7 @@ import math
 import re
 import statistics
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from planner.model.architecture import Architecture, architecture_from_config
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
+from planner.model.precision import resolve_precision
 from planner.estimator.performance import (ReplicaPerformance, ReplicaTimer, Workload, replica_timer,
                                            timer_performance)
 
@@ -237,6 +238,14 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     )
 
 
+def as_checkpoint(catalog: Catalog, m: Measurement) -> Measurement:
+    """A row that says "fp8" of a checkpoint stored in block-scaled FP8 (DeepSeek, Qwen3 FP8, MiniMax) ran that
+    checkpoint: its block-fp8 kernels."""
+    arch = architecture_from_config(catalog.models.get(m.model).config, m.model)
+    native = resolve_precision(catalog, arch, "auto").name
+    return replace(m, precision=native) if m.precision == "fp8" and native == "fp8-block" else m
+
+
 def architecture(catalog: Catalog, m: Measurement) -> Architecture:
     """The model, checked to hold the stated batch at its full context (else the engine ran fewer at once)."""
     arch = architecture_from_config(catalog.models.get(m.model).config, m.model)
@@ -291,7 +300,7 @@ def load_measurements(catalog: Catalog) -> tuple[list[tuple[Measurement, Archite
         total += len(rows)
         for index, raw in enumerate(rows):
             try:
-                m = normalise(f"{prefix}{index}", raw, catalog)
+                m = as_checkpoint(catalog, normalise(f"{prefix}{index}", raw, catalog))
                 usable.append((m, architecture(catalog, m)))
             except Skip as reason:
                 skipped[str(reason)] += 1

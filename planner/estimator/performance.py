@@ -895,8 +895,9 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     def rates(kernel: KernelRates, peak: float) -> _Rates:
         # an engine's own kernels stream at their own fraction, but no GPU reads faster than its generation's ceiling
         read = min(engine_cost.memory_efficiency or kernel.read_efficiency, ceiling)
-        return _Rates(bandwidth * read, peak * kernel.compute_efficiency, kernel.half_m,
-                      0.0 if cycles else kernel.launch_us * US)
+        if cycles:  # llama.cpp decodes through its own mat-vec kernels: no tile of rows to pad, no launch of its own
+            return _Rates(bandwidth * read, peak * kernel.compute_efficiency, 0.0, 0.0)
+        return _Rates(bandwidth * read, peak * kernel.compute_efficiency, kernel.half_m, kernel.launch_us * US)
 
     attention = generation.attention_rates(kv_bits)
     floor_s = generation.kernel_floor_us * US
