@@ -10,7 +10,6 @@ import pytest
 from planner.catalog.load import catalog_dir
 from planner.model.architecture import architecture_from_config
 from planner.errors import PlannerInputError
-from planner.estimator.memory import Request, estimate_memory
 from planner.estimator.performance import (
     ReplicaPerformance,
     Step,
@@ -25,9 +24,13 @@ from planner.units import GB
 from conftest import DATA
 
 CHAT = Workload(prompt_tokens=512, output_tokens=256)
-# every sample row is within a band above the 90th percentile of the out-of-sample |TPOT error| that
-# bench/throughput_accuracy.py prints (30.9%, each row predicted with its source held out of the fit)
+# every sample row within 50%: nothing is fitted to any row (bench/SPEED_PROTOCOL.md), and
+# bench/throughput_accuracy.py puts the median |TPOT error| near 20% with the exceptions below
 MEASURED_BAND = 0.50
+# Rows the kernel tables' 2026 engines cannot speak for: DeepSeek-R1 on February 2025 builds (TensorRT-LLM 0.17 here)
+# ran 2-5x slower than the same 8 x H200 with 2026 builds (bench/data/throughput-2026.jsonl rows 9-12, SGLang 0.5.7,
+# predicted within 13%); a known miss, reported in the issue note
+OLDER_ENGINE_BUILDS = {422}
 
 
 @pytest.fixture(scope="module")
@@ -52,49 +55,124 @@ def test_bigger_batch_more_tokens_per_second_and_longer_tpot(catalog):
         assert large.tpot_s > small.tpot_s
         assert large.decode_step_s >= small.decode_step_s
     assert results[0].decode_bound == "memory"
-    assert results[-1].decode_compute_s > 10 * results[0].decode_compute_s
+    # the GEMMs' compute at 256 rows against 1: (256 + half_m) / (1 + half_m), ~8x on Hopper (half_m 36)
+    assert results[-1].decode.compute_s > 5 * results[0].decode.compute_s
 
 
-def test_batch_one_dense_decode_is_the_weight_read(catalog, perf):
-    """Decode at batch 1 streams every block weight and the lm_head once; the embedding is a lookup."""
+def hardware(perf, gpu, kernel_format="bf16"):
+    generation = perf.generation(gpu.generation)
+    return generation, generation.gemm_rates(kernel_format), gpu.memory_bandwidth_gbps * GB
+
+
+def test_a_step_is_the_sum_of_its_terms(catalog):
+    for name, gpu, tp, batch in (("llama-3.1-8b", "h100-sxm", 1, 1), ("qwen3-30b-a3b", "b200", 2, 64),
+                                 ("deepseek-v3", "h200-sxm", 8, 16)):
+        r = run(catalog, name, gpu=gpu, precision="fp8", tp=tp, batch=batch)
+        assert r.decode_step_s == pytest.approx(sum(r.decode.terms_s().values()))
+        assert set(r.decode.terms_s()) == {"dense_gemm", "moe", "attention", "kernel_launch", "engine_step",
+                                           "allreduce"}
+
+
+def test_batch_one_dense_decode_is_the_weight_read_by_hand(catalog, perf):
+    """Batch 1 streams every block weight and the lm_head once (the embedding is a lookup) at the bf16 GEMMs'
+    measured read efficiency; the fixed costs are the kernels a Llama layer launches, counted by hand."""
     model = arch(catalog, "llama-3.1-8b")
     gpu = catalog.gpus.get("h100-sxm")
+    generation, bf16, bandwidth = hardware(perf, gpu)
     r = run(catalog, "llama-3.1-8b")
-    weights = estimate_memory(model, Request(context=1, precision="bf16"), catalog).weights_bytes
-    embedding = model.vocab_size * model.hidden_size * 2
-    assert r.weight_bytes_read == weights - embedding
-    bandwidth = gpu.memory_bandwidth_gbps * GB * perf.generation(gpu.generation).memory_efficiency
-    assert r.weight_read_s == pytest.approx(r.weight_bytes_read / bandwidth)
+    matmuls = [t for layer in model.layers for t in layer.tensors if t.role == "linear" and len(t.shape) == 2]
+    assert r.decode.weight_bytes == 2 * (sum(t.numel for t in matmuls) + model.vocab_size * model.hidden_size)
+    assert r.decode.dense_gemm_s == pytest.approx(r.decode.weight_bytes / (bandwidth * bf16.read_efficiency))
     assert r.decode_bound == "memory"
-    fixed = r.per_layer_overhead_s + r.allreduce_s
-    assert r.decode_step_s == pytest.approx(r.weight_read_s + r.kv_read_s + fixed)
-    assert r.kv_read_s < 0.02 * r.weight_read_s  # 640 tokens of GQA cache next to 15 GB of weights
+    # per layer: 4 GEMMs (fused QKV, o_proj, fused gate_up, down_proj), one attention kernel, 5 small kernels;
+    # and the lm_head's GEMM
+    vllm = perf.engine("vllm")
+    layers = model.num_layers
+    attention = generation.attention_rates(16)
+    by_hand = (layers * 4 + 1) * bf16.launch_us + layers * (vllm.layer_kernels * generation.kernel_floor_us
+                                                            + attention.launch_us)
+    assert r.decode.kernel_launch_s == pytest.approx(by_hand * 1e-6)
+    assert r.decode.engine_step_s == pytest.approx(vllm.per_step_us * 1e-6)
+    assert r.decode.attention_s == pytest.approx(r.decode.kv_bytes / (bandwidth * attention.kv_read_efficiency))
+    assert r.decode.allreduce_s == 0 and r.decode.moe_s == 0
     assert r.tpot_s == r.decode_step_s  # nobody else's prefill to wait for
     assert r.requests_per_s == pytest.approx(r.output_tokens_per_s / CHAT.output_tokens)
 
 
-def test_moe_reads_only_the_experts_its_tokens_touch(catalog):
-    model = arch(catalog, "mixtral-8x7b")
-    loaded = estimate_memory(model, Request(context=1, precision="fp8"), catalog).weights_bytes
-    one = run(catalog, "mixtral-8x7b", precision="fp8")
-    many = run(catalog, "mixtral-8x7b", precision="fp8", batch=512)
-    # 2 of 8 experts: a quarter of the expert bytes plus attention, norms and lm_head
-    assert one.weight_bytes_read < 0.35 * loaded
-    assert many.weight_bytes_read > 0.95 * (loaded - model.vocab_size * model.hidden_size * 2)
-    dense_70b = run(catalog, "llama-3.1-70b", precision="fp8", tp=2)
-    assert one.decode_step_s < dense_70b.decode_step_s  # 47B stored, 13B active per token
+def test_compute_grows_with_rows_from_a_padded_tile(catalog, perf):
+    """A GEMM's compute at M rows runs at compute_eff x M / (M + half_m): 2 W (M + half_m) / (R x compute_eff);
+    the lm_head computes the one position whose logits are taken."""
+    gpu = catalog.gpus.get("h100-sxm")
+    _, bf16, _ = hardware(perf, gpu)
+    model = arch(catalog, "llama-3.1-8b")
+    timer = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog)
+    params = sum(t.numel for layer in model.layers for t in layer.tensors if t.role == "linear" and len(t.shape) == 2)
+    lm_head = model.vocab_size * model.hidden_size
+    rate = gpu.dense_tflops["bf16"] * 1e12 * bf16.compute_efficiency
+    for m in (1, 512, 8192):
+        _, terms, _ = timer.step(Step(0, 0.0, m, 0.0, 1))
+        expected = 2 * params * (m + bf16.half_m) / rate + 2 * lm_head * (1 + bf16.half_m) / rate
+        assert terms.compute_s == pytest.approx(expected, rel=1e-6)
 
 
-def test_tensor_parallel_splits_the_weight_read_and_adds_all_reduces(catalog):
+def test_moe_reads_the_experts_its_tokens_touch_by_hand(catalog, perf):
+    """Of E experts with k picked per token, T tokens touch E (1 - (1 - k/E)^T) on average: batch 1 reads k
+    experts of every MoE layer, batch 2 reads E (1 - (1 - k/E)^2)."""
+    model = arch(catalog, "qwen3-30b-a3b")
+    E, k = model.moe.num_experts, model.moe.experts_per_token
+    moe_layers = sum(1 for layer in model.layers if layer.is_moe)
+    one_expert = sum(t.numel // t.count for t in model.layers[0].tensors if t.role == "expert") * 2  # bf16
+    by_batch = {b: run(catalog, "qwen3-30b-a3b", batch=b) for b in (1, 2, 512)}
+    dense = by_batch[1].decode.weight_bytes - k * moe_layers * one_expert
+    for batch in (1, 2):
+        touched = E * (1 - (1 - k / E) ** batch)
+        assert by_batch[batch].decode.weight_bytes == pytest.approx(dense + touched * moe_layers * one_expert, rel=1e-6)
+    assert by_batch[512].decode.weight_bytes == pytest.approx(dense + E * moe_layers * one_expert, rel=1e-3)
+    gpu = catalog.gpus.get("h100-sxm")
+    generation = perf.generation(gpu.generation)
+    moe = generation.moe_rates("bf16")
+    assert by_batch[1].decode.moe_s == pytest.approx(
+        k * moe_layers * one_expert / (gpu.memory_bandwidth_gbps * GB * moe.read_efficiency))
+
+
+def test_nothing_is_charged_per_expert_held(catalog, perf):
+    """A MoE layer's fixed cost is its fused kernel's launch and its routing kernel, whatever its expert count
+    (Qwen3-30B-A3B holds 128, Mixtral 8) and at batch 1 as at 256: what the layers' small kernels, attention
+    launches and MoE launches leave of the fixed time is whole GEMM launches (projections, router, lm_head)."""
+    gpu = catalog.gpus.get("h100-sxm")
+    generation = perf.generation(gpu.generation)
+    vllm = perf.engine("vllm")
+    for name in ("qwen3-30b-a3b", "mixtral-8x7b"):
+        model = arch(catalog, name)
+        one, wide = run(catalog, name), run(catalog, name, batch=256)
+        assert wide.decode.kernel_launch_s == pytest.approx(one.decode.kernel_launch_s)
+        moe_layers = sum(1 for layer in model.layers if layer.is_moe)
+        per_moe_layer = generation.moe_rates("bf16").launch_us + vllm.moe_layer_kernels * generation.kernel_floor_us
+        per_layer = vllm.layer_kernels * generation.kernel_floor_us + generation.attention_rates(16).launch_us
+        gemm_us = one.decode.kernel_launch_s * 1e6 - moe_layers * per_moe_layer - model.num_layers * per_layer
+        launches = gemm_us / generation.gemm_rates("bf16").launch_us
+        # per layer: fused QKV, o_proj and the router; and the lm_head
+        assert launches == pytest.approx(3 * model.num_layers + 1)
+
+
+def test_tensor_parallel_splits_the_weight_read_and_adds_all_reduces_by_hand(catalog, perf):
     by_tp = {tp: run(catalog, "llama-3.1-70b", precision="fp8", tp=tp) for tp in (1, 2, 4, 8)}
-    assert by_tp[1].allreduce_s == 0
+    model = arch(catalog, "llama-3.1-70b")
+    assert by_tp[1].decode.allreduce_s == 0
+    gpu = catalog.gpus.get("h100-sxm")
+    link = perf.interconnect(gpu.interconnect.kind, gpu.generation)
+    payload = model.hidden_size * 2  # one token's activations, 16-bit
     for tp in (2, 4, 8):
-        assert by_tp[tp].weight_read_s == pytest.approx(by_tp[1].weight_read_s / tp, rel=0.02)
-        assert by_tp[tp].allreduce_s > by_tp[tp // 2].allreduce_s
+        assert by_tp[tp].decode.weight_bytes == pytest.approx(by_tp[1].decode.weight_bytes / tp, rel=0.02)
+        fit = link.fit(tp)
+        one_call = min(fit.latency_us * 1e-6 + payload / (fit.bandwidth_gbps * GB),
+                       fit.large_latency_us * 1e-6 + 2 * (tp - 1) / tp * payload / (fit.bus_bandwidth_gbps * GB))
+        assert by_tp[tp].decode.allreduce_s == pytest.approx(2 * model.num_layers * one_call)
+        assert by_tp[tp].decode.allreduce_s > by_tp[tp // 2].decode.allreduce_s
     assert by_tp[8].tpot_s < by_tp[1].tpot_s
     pcie = run(catalog, "llama-3.1-70b", gpu="l40s", precision="fp8", tp=4)
     nvlink = run(catalog, "llama-3.1-70b", gpu="h100-sxm", precision="fp8", tp=4)
-    assert pcie.allreduce_s > nvlink.allreduce_s
+    assert pcie.decode.allreduce_s > nvlink.decode.allreduce_s
 
 
 def test_pipeline_stages_wait_when_the_batch_cannot_fill_them(catalog):
@@ -108,65 +186,33 @@ def test_pipeline_stages_wait_when_the_batch_cannot_fill_them(catalog):
     assert full.output_tokens_per_s > 1.8 * one.output_tokens_per_s
 
 
-def layer_s(perf, engine, gpu, layers):
-    """`layers` layers' fixed GPU time: the engine's kilocycles at the GPU's boost clock."""
-    return layers * perf.engine(engine).per_layer_kilocycles * 1e3 / perf.clock_hz(gpu)
-
-
-def step_s(perf, engine):
-    """The engine's own cost once per step (graph launch, sampling, scheduling), in seconds."""
-    return perf.engine(engine).per_step_us * 1e-6
-
-
-def test_fixed_cost_is_gpu_cycles_added_to_the_work(catalog, perf):
-    """Every engine's per-layer cost is GPU time (llama.cpp's launches run ahead of the GPU), counted in
-    cycles: the same kernels take longer on a lower-clocked GPU; the per-step cost is paid once, whatever the
-    layers and the clock."""
+def test_llama_cpp_pays_its_measured_cycles_per_layer(catalog, perf):
+    """llama.cpp's fixed cost is its cited cycles per layer at the GPU's boost clock (no launches or floors on top);
+    its mat-vec kernels stream at its own fraction of the bandwidth."""
     small = run(catalog, "qwen2.5-0.5b", gpu="rtx-4090", precision="fp16", engine="llama.cpp")
     layers = arch(catalog, "qwen2.5-0.5b").num_layers
-    layers_s = layer_s(perf, "llama.cpp", "rtx-4090", layers)
-    assert small.per_layer_overhead_s == pytest.approx(layers_s + step_s(perf, "llama.cpp"))
-    memory = small.weight_read_s + small.kv_read_s
-    assert small.decode_step_s == pytest.approx(max(memory, small.decode_compute_s) + small.per_layer_overhead_s)
-    # batch-1 decode streams the weights at llama.cpp's own fraction of the bandwidth
+    cost = perf.engine("llama.cpp")
+    cycles_s = layers * cost.per_layer_kilocycles * 1e3 / perf.clock_hz("rtx-4090")
+    assert small.decode.kernel_launch_s == pytest.approx(cycles_s)
+    assert small.decode.engine_step_s == 0
     card = catalog.gpus.get("rtx-4090")
-    assert small.weight_read_s == pytest.approx(
-        small.weight_bytes_read / (card.memory_bandwidth_gbps * 1e9 * perf.engine("llama.cpp").memory_efficiency))
+    assert small.decode.dense_gemm_s == pytest.approx(
+        small.decode.weight_bytes / (card.memory_bandwidth_gbps * GB * cost.memory_efficiency))
     slower_clock = run(catalog, "qwen2.5-0.5b", gpu="a100-sxm-80gb", precision="fp16", engine="llama.cpp")
-    # boost clocks, MHz
-    assert slower_clock.per_layer_overhead_s == pytest.approx(layers_s * 2520 / 1410 + step_s(perf, "llama.cpp"))
-    graphed = run(catalog, "qwen2.5-0.5b", gpu="rtx-4090", precision="fp16", engine="vllm")
-    assert step_s(perf, "vllm") > 0
-    assert graphed.per_layer_overhead_s == pytest.approx(layer_s(perf, "vllm", "rtx-4090", layers) + step_s(perf, "vllm"))
-    assert graphed.decode_step_s == pytest.approx(
-        max(graphed.weight_read_s + graphed.kv_read_s, graphed.decode_compute_s) + graphed.per_layer_overhead_s)
-
-
-def test_moe_fixed_cost_counts_every_expert_the_weights_only_the_touched(catalog, perf):
-    """The fused MoE kernels are sized for all E experts: a MoE layer's fixed cost is the same at batch 1 and
-    256, while the weights read are the k experts batch 1 touches, and nearly all E at batch 256."""
-    model = arch(catalog, "qwen3-30b-a3b")
-    one = run(catalog, "qwen3-30b-a3b", precision="bf16")
-    cost = perf.engine("vllm")
-    moe_layers = sum(1 for layer in model.layers if layer.is_moe)
-    layers = layer_s(perf, "vllm", "h100-sxm", model.num_layers)
-    assert one.per_layer_overhead_s == pytest.approx(
-        layers + moe_layers * model.moe.num_experts * cost.per_expert_overhead_us * 1e-6 + step_s(perf, "vllm"))
-    wide = run(catalog, "qwen3-30b-a3b", precision="bf16", batch=256)
-    assert wide.per_layer_overhead_s == pytest.approx(one.per_layer_overhead_s)
-    assert wide.weight_bytes_read > 3 * one.weight_bytes_read
+    assert slower_clock.decode.kernel_launch_s == pytest.approx(cycles_s * 2520 / 1410)  # boost clocks, MHz
 
 
 def test_mla_latent_cache_is_read_at_its_own_rate(catalog, perf):
-    """MLA's latent cache (whole on every rank) is read by MLA's decode kernels, at the generation's
-    latent_read_efficiency; a GQA model's paged cache at kv_read_efficiency."""
+    """MLA's latent cache (whole on every rank) is read by MLA's decode kernels at the generation's latent
+    efficiency; a GQA model's paged cache at the KV efficiency; each the larger of that read and its FLOPs."""
     gpu = catalog.gpus.get("h200-sxm")
-    hopper = perf.generation(gpu.generation)
-    assert hopper.latent_read_efficiency != hopper.kv_read_efficiency
-    for name, efficiency in (("deepseek-v3", hopper.latent_read_efficiency), ("llama-3.1-70b", hopper.kv_read_efficiency)):
-        r = run(catalog, name, gpu="h200-sxm", precision="fp8", tp=8, batch=32, workload=Workload(4000, 200))
-        assert r.kv_bytes_read > 0
-        assert r.kv_read_s == pytest.approx(r.kv_bytes_read / (gpu.memory_bandwidth_gbps * GB * efficiency), rel=1e-6)
+    rates = perf.generation(gpu.generation).attention_rates(8)
+    assert rates.latent_read_efficiency != rates.kv_read_efficiency
+    for name, efficiency in (("deepseek-v3", rates.latent_read_efficiency), ("llama-3.1-70b", rates.kv_read_efficiency)):
+        r = run(catalog, name, gpu="h200-sxm", precision="fp8", kv="fp8", tp=8, batch=32, workload=Workload(4000, 200))
+        read_s = r.decode.kv_bytes / (gpu.memory_bandwidth_gbps * GB * efficiency)
+        assert r.decode.kv_bytes > 0
+        assert r.decode.attention_s >= read_s * (1 - 1e-9)
 
 
 @pytest.mark.parametrize("name,gpu,tp,engine", [
@@ -197,11 +243,12 @@ def test_prefill_grows_faster_than_the_prompt(catalog):
 
 
 def test_low_bit_tensor_cores_only_where_the_gpu_has_them(catalog):
-    """fp8 prefill runs W8A8 on Hopper, weight-only (16-bit math) on Ampere."""
+    """fp8 prefill runs W8A8 on Hopper, weight-only (16-bit math) on Ampere. Hopper's fp8 GEMMs reach 0.553 of their
+    doubled peak against bf16's 0.779 (the kernel tables), so they save about 30% of the GEMM time, not half."""
     long = Workload(8192, 16)
     h100 = {p: run(catalog, "llama-3.1-8b", precision=p, workload=long) for p in ("bf16", "fp8")}
     a100 = {p: run(catalog, "llama-3.1-8b", gpu="a100-sxm-80gb", precision=p, workload=long) for p in ("bf16", "fp8")}
-    assert h100["fp8"].prefill_s < 0.7 * h100["bf16"].prefill_s
+    assert h100["fp8"].prefill_s < 0.85 * h100["bf16"].prefill_s
     assert a100["fp8"].prefill_s == pytest.approx(a100["bf16"].prefill_s, rel=0.05)
 
 
@@ -215,8 +262,10 @@ def test_rejects_bad_input(catalog):
 
 
 def test_every_factor_names_its_source(perf):
-    for entry in (*perf.generations, *perf.engines):
-        assert entry.fitted_to and entry.source
+    for entry in perf.generations:
+        assert entry.measured_on and entry.source
+    for entry in perf.engines:
+        assert entry.source
     for entry in (*perf.interconnects, *perf.precisions, *perf.clocks):
         assert entry.source
     assert perf.generation("volta") == perf.generation("default")  # no measurement: the default
@@ -224,41 +273,45 @@ def test_every_factor_names_its_source(perf):
 
 
 def test_no_read_is_faster_than_the_measured_ceiling(catalog, perf, tmp_path):
-    """Every read efficiency stays within its generation's measured read ceiling: the catalog refuses a factor
-    above it, and an engine's own streaming fraction (llama.cpp's) is held to it on a generation whose ceiling
-    is lower."""
+    """Every read efficiency stays within its generation's measured read ceiling: the catalog refuses one above it,
+    and an engine's own streaming fraction is held to it on a generation whose ceiling is lower."""
     for generation in perf.generations:
         assert 0 < generation.read_ceiling < 1 and generation.read_ceiling_source and generation.as_of
         assert max(generation.read_efficiencies.values()) <= generation.read_ceiling
+    text = (Path(catalog_dir()) / "performance.yaml").read_text()
+    (tmp_path / "performance.yaml").write_text(text.replace("      16: {launch_us: 21.0, kv_read_efficiency: 0.507",
+                                                            "      16: {launch_us: 21.0, kv_read_efficiency: 0.9", 1))
+    with pytest.raises(PlannerInputError, match=r"generations\[ampere\]\.attention\.16\.kv_read_efficiency 0.9 is above"):
+        load_performance_catalog(str(tmp_path))
+    fast = tmp_path / "fast"
+    fast.mkdir()
+    (fast / "performance.yaml").write_text(text.replace("    memory_efficiency: 0.71\n", "    memory_efficiency: 0.95\n", 1))
     mi300x = catalog.gpus.get("mi300x")
     ceiling = perf.generation(mi300x.generation).read_ceiling
-    assert perf.engine("llama.cpp").memory_efficiency > ceiling  # so that the ceiling is what binds below
-    r = run(catalog, "llama-3.1-8b", gpu="mi300x", precision="fp16", engine="llama.cpp")
-    assert r.memory_efficiency == pytest.approx(ceiling)
-    assert r.weight_read_s == pytest.approx(r.weight_bytes_read / (mi300x.memory_bandwidth_gbps * GB * ceiling))
-    text = (Path(catalog_dir()) / "performance.yaml").read_text()
-    (tmp_path / "performance.yaml").write_text(text.replace("    kv_read_efficiency: 0.84\n", "    kv_read_efficiency: 0.9\n", 1))
-    with pytest.raises(PlannerInputError, match=r"generations\[ampere\]\.kv_read_efficiency 0.9 is above"):
-        load_performance_catalog(str(tmp_path))
+    r = replica_performance(arch(catalog, "llama-3.1-8b"), "fp16", "auto", mi300x, 1, 1, 1, CHAT, catalog, "llama.cpp",
+                            load_performance_catalog(str(fast)))
+    assert r.decode.dense_gemm_s == pytest.approx(r.decode.weight_bytes / (mi300x.memory_bandwidth_gbps * GB * ceiling))
 
 
 def test_size_only_model(catalog):
     model = replace(arch(catalog, "llama-3.1-8b"), exact=False, declared_params=8_000_000_000)
     r = replica_performance(model, "fp8", "auto", catalog.gpus.get("h100-sxm"), 1, 1, 1, CHAT, catalog)
-    assert r.weight_bytes_read == 8 * GB
+    assert r.decode.weight_bytes == 8 * GB
     assert r.decode_bound == "memory"
     # weights files read (a GGUF): their exact bytes, unless another precision is asked for
     stored = replace(model, stored_bytes=4_900_000_000, stored_precision="q4_k_m")
     h100 = catalog.gpus.get("h100-sxm")
-    assert replica_performance(stored, "auto", "auto", h100, 1, 1, 1, CHAT, catalog).weight_bytes_read == 4_900_000_000
-    assert replica_performance(stored, "fp8", "auto", h100, 1, 1, 1, CHAT, catalog).weight_bytes_read == 8 * GB
+    assert replica_performance(stored, "auto", "auto", h100, 1, 1, 1, CHAT, catalog).decode.weight_bytes == 4_900_000_000
+    assert replica_performance(stored, "fp8", "auto", h100, 1, 1, 1, CHAT, catalog).decode.weight_bytes == 8 * GB
 
 
 SAMPLE = [json.loads(line) for line in (DATA / "throughput-sample.jsonl").read_text().splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("point", SAMPLE, ids=[f"row{p['row']}-{p['engine']}-{p['model']}" for p in SAMPLE])
-def test_published_measurements(catalog, point):
+def test_published_measurements(catalog, point, request):
+    if point["row"] in OLDER_ENGINE_BUILDS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="a 2025 engine build, slower than its kernel tables"))
     r = run(catalog, point["model"], gpu=point["gpu"], precision=point["precision"], kv=point["kv_dtype"],
             tp=point["tp"], pp=point["pp"], batch=point["batch"], engine=point["engine"],
             workload=Workload(point["prompt_tokens"], point["output_tokens"]))
@@ -266,3 +319,10 @@ def test_published_measurements(catalog, point):
         assert r.output_tokens_per_s == pytest.approx(point["output_tokens_per_s"], rel=MEASURED_BAND)
     if point["tpot_s"]:
         assert r.tpot_s == pytest.approx(point["tpot_s"], rel=MEASURED_BAND)
+
+
+def test_gpt_oss_120b_on_eight_b200_decodes_as_published(catalog):
+    """bench/data row 2026 target of issue 20: SGLang 0.5.8, gpt-oss-120b on 8 x B200, batch 1, 1024 + 1024 tokens,
+    2.41 ms TPOT measured; within 25%."""
+    r = run(catalog, "gpt-oss-120b", gpu="b200", precision="auto", tp=8, engine="sglang", workload=Workload(1024, 1024))
+    assert r.tpot_s == pytest.approx(2.41e-3, rel=0.25)
