@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from planner import api
 from planner.model.architecture import Architecture, architecture_from_config
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
@@ -34,7 +35,8 @@ from planner.estimator.performance import (ReplicaPerformance, ReplicaTimer, Wor
 DATA = Path(__file__).parent / "data"
 # Each file and the prefix its rows are labelled with (a row of the reference set keeps its 0-based line number,
 # the number catalogs and notes quote).
-DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"))
+DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"),
+              ("2026b:", DATA / "throughput-2026b.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
@@ -70,6 +72,10 @@ PRECISIONS: tuple[tuple[str, str | None], ...] = (
     ("int4 awq", "awq"), ("int4 gptq", "gptq"), ("fp16/bf16", "fp16"), ("bf16/fp16", "bf16"),
     ("bf16", "bf16"), ("fp16", "fp16"),
 )
+
+# Engines whose memory profile schedules a closed loop (`planner perf --concurrency`); TensorRT-LLM has none yet
+# (issue 21), so its concurrency rows are timed as a static batch.
+CLOSED_LOOP_ENGINES = ("vllm", "sglang")
 
 # llama-bench's default generation length (`-n 128`, llama.cpp tools/llama-bench README) for the
 # rows that report only its average decode speed.
@@ -265,7 +271,16 @@ def timer(catalog: Catalog, m: Measurement, arch: Architecture) -> ReplicaTimer:
 
 
 def predict(catalog: Catalog, m: Measurement, arch: Architecture) -> ReplicaPerformance:
-    return timer_performance(timer(catalog, m, arch), m.batch, Workload(m.prompt_tokens, m.output_tokens))
+    """A static batch as timer_performance times it; a closed loop (C clients) as `planner perf --concurrency`
+    gives its steady state (bench/SPEED_PROTOCOL.md), where the engine has a memory profile to schedule with."""
+    static = timer_performance(timer(catalog, m, arch), m.batch, Workload(m.prompt_tokens, m.output_tokens))
+    if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES:
+        return static
+    loop = api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, precision=m.precision, kv_dtype=m.kv_dtype, engine=m.engine,
+                    prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens, concurrency=m.batch,
+                    catalog=catalog).closed_loop
+    return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
+                   requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
 
 
 @dataclass(frozen=True)
@@ -344,8 +359,9 @@ def classes(m: Measurement, arch: Architecture, catalog: Catalog) -> list[str]:
     """Every class a row is scored in."""
     generation = catalog.gpus.get(m.gpu).generation
     kind = "MoE" if arch.moe is not None else "dense"
+    prefix, _, _ = m.row.rpartition(":")
     out = [f"{kind}, batch {'<= 4' if m.batch <= 4 else '> 4'}", f"engine {m.engine}", f"generation {generation}",
-           f"form {m.form}"]
+           f"form {m.form}", f"file {prefix or 'reference'}"]
     if generation.startswith("cdna"):
         out.append("AMD")
     return out
