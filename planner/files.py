@@ -5,7 +5,7 @@ file), each kind under a size cap read before anything is parsed, and every way 
 (missing, a broken or looping symbolic link, no permission, a name too long) as one line naming the
 path and the fix.
 
-Writing (`-o`): a regular file (or a new name) is written beside the target and renamed onto it, so
+Writing (`-o`, the prices.yaml `prices update` rewrites: every file planner writes): a regular file (or a new name) is written beside the target and renamed onto it, so
 a failure never leaves half a plan; a symbolic link is written through, and a target that is not a
 regular file (a terminal, /dev/null, a FIFO) is written directly, never replaced.
 """

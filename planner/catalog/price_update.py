@@ -28,6 +28,7 @@ from planner.catalog.load import Catalog, catalog_dir, read_yaml, validate_recor
 from planner.catalog.prices import Offer
 from planner.catalog.skypilot import SkyPilotCatalog
 from planner.errors import PlannerInputError
+from planner.files import write_output
 
 SKYPILOT_SOURCE = "skypilot-org/skypilot-catalog"
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region")
@@ -204,6 +205,4 @@ def _write_prices(path: Path, header: str, rows: list[dict[str, Any]]) -> None:
             lines += ["", f"  # ---- {provider}"]
         dumped = yaml.safe_dump([row], sort_keys=False, width=10_000, allow_unicode=True)
         lines += ["  " + line for line in dumped.rstrip("\n").splitlines()]
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    write_output(str(path), "\n".join(lines) + "\n", "--prices")
