@@ -7,14 +7,21 @@ Each test is a reproducer from the issue that failed before its fix.
 
 import os
 import shutil
+import socketserver
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from test_hostile import one_line_error
 
+
+from planner.catalog import price_update
 from planner.catalog.load import catalog_dir, load_catalog
 from planner.catalog.price_update import update_prices
 from planner.catalog.skypilot import load_skypilot
+from planner.files import SKYPILOT_CSV
 
 REPO = Path(__file__).resolve().parent.parent
 SKYPILOT_FIXTURE = REPO / "tests" / "data" / "skypilot-catalog"
@@ -63,3 +70,72 @@ def test_prices_update_through_a_link_keeps_the_link(prices_copy, tmp_path):
     link.symlink_to(prices_copy)
     update(SKYPILOT_FIXTURE, link)
     assert link.is_symlink() and "1x-H200-32-65536" in prices_copy.read_text()
+
+
+# --- finding 3: every reader has a size cap, network reads an overall deadline ---------------------
+
+def test_prices_that_are_a_fifo_or_a_device_are_refused(prices_copy, tmp_path):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        one_line_error(lambda: update(SKYPILOT_FIXTURE, path), "--prices", str(path))
+
+
+def test_a_vms_csv_past_the_cap_is_refused_before_it_is_read(prices_copy, tmp_path):
+    folder = vast_catalog(tmp_path)
+    with open(folder / "vast" / "vms.csv", "r+b") as handle:
+        handle.truncate(SKYPILOT_CSV.max_bytes + 1)  # sparse: no disk used
+    one_line_error(lambda: update(folder, prices_copy), "--from", "vms.csv")
+
+
+def test_a_vms_csv_fifo_is_refused(prices_copy, tmp_path):
+    folder = vast_catalog(tmp_path)
+    (folder / "vast" / "vms.csv").unlink()
+    os.mkfifo(folder / "vast" / "vms.csv")
+    one_line_error(lambda: update(folder, prices_copy), "--from", "FIFO")
+
+
+@pytest.mark.parametrize("instances", [100, None])
+def test_a_large_vms_csv_is_read_within_the_limits(prices_copy, tmp_path, instances):
+    # 40 MB (a third larger than AWS's, the largest real one): was 25 s and 1.4 GB. As AWS's: 100 instance types
+    # in many zones, read; each row a new instance type: more rows than a prices.yaml planner reads, refused
+    rows = 40 * 2**20 // len(vast_row(instance="1x-H200-100000", region="r10"))
+    folder = vast_catalog(tmp_path, *(vast_row(instance=f"1x-H200-{i % (instances or rows)}", region=f"r{i % 50}")
+                                      for i in range(rows)))
+    started = time.perf_counter()
+    if instances:
+        assert update(folder, prices_copy).added == instances
+    else:
+        one_line_error(lambda: update(folder, prices_copy), "--from", "rows would make prices.yaml larger")
+    assert time.perf_counter() - started < 10
+
+
+class _Silent(socketserver.BaseRequestHandler):
+    def handle(self):
+        time.sleep(3)
+
+
+class _Dripping(socketserver.BaseRequestHandler):
+    def handle(self):
+        for byte in b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + VAST_HEADER.encode():
+            try:
+                self.request.sendall(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("handler", [_Silent, _Dripping])
+def test_a_url_that_never_finishes_stops_at_the_deadline(prices_copy, monkeypatch, handler):
+    monkeypatch.setattr(price_update, "DOWNLOAD_DEADLINE_S", 1.0)
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/catalogs/v8"
+        started = time.perf_counter()
+        one_line_error(lambda: update(url, prices_copy), "--from", "1 s")
+        assert time.perf_counter() - started < 2.5
+    finally:
+        server.shutdown()
+        server.server_close()
