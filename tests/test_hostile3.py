@@ -139,3 +139,16 @@ def test_a_url_that_never_finishes_stops_at_the_deadline(prices_copy, monkeypatc
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- finding 5: tracebacks ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["estimate", "llama-3.1-8b", "--batch", "1" * 4400],
+    ["solve", "scenarios/8b-budget.yaml", "--top", "9" * 5000],
+])
+def test_an_integer_past_pythons_digit_limit_is_a_usage_error(argv):
+    from fuzz import invoke_cli
+
+    outcome = invoke_cli(argv)
+    assert outcome.code == 2 and "Traceback" not in outcome.stderr and "integer" in outcome.stderr, outcome.stderr[-500:]
