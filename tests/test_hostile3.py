@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from test_hostile import one_line_error
+from test_hostile import cli_error, one_line_error
 
 
 from planner.catalog import price_update
@@ -141,6 +142,43 @@ def test_a_url_that_never_finishes_stops_at_the_deadline(prices_copy, monkeypatc
         server.server_close()
 
 
+# --- finding 4: rows are validated as the catalog loader validates them, before anything is written -
+
+@pytest.mark.parametrize("row, named", [
+    (vast_row(count="1e18"), "gpus"),
+    (vast_row(price="inf"), "on_demand_usd_per_hour"),
+    (vast_row(price="1e308"), "on_demand_usd_per_hour"),
+    (vast_row(spot="nan"), "spot_usd_per_hour"),
+    (vast_row(instance="[/x]"), "instance"),
+    (vast_row(region="$x^$"), "region"),
+    (vast_row(instance="=HYPERLINK(1)"), "instance"),
+    (vast_row(price="two dollars"), "Price"),
+    # finding 5: these were tracebacks
+    (vast_row(count="inf"), "AcceleratorCount"),
+    (vast_row(info="\"{'Gpus': [{'Name': 'H200', 'Count': 1, 'MemoryInfo': {'SizeInMiB': 1e999}}]}\""), "GpuInfo"),
+    (vast_row(info='"' + "x" * 200_000 + '"'), "field"),
+])
+def test_a_bad_price_row_is_refused_with_its_line_and_nothing_is_written(prices_copy, tmp_path, row, named):
+    before = prices_copy.read_bytes()
+    folder = vast_catalog(tmp_path, vast_row(instance="1x-H200-ok"), row)
+    message = one_line_error(lambda: update(folder, prices_copy), "line 3", named)
+    assert "vms.csv" in message
+    assert prices_copy.read_bytes() == before
+
+
+def test_an_impossible_as_of_is_refused(prices_copy):
+    one_line_error(lambda: update(SKYPILOT_FIXTURE, prices_copy, as_of="2026-13-45"), "--as-of", "2026-13-45")
+
+
+def test_the_catalog_loader_refuses_the_same_rows(tmp_path):
+    folder = tmp_path / "catalog"
+    shutil.copytree(catalog_dir(), folder, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    data = yaml.safe_load((folder / "prices.yaml").read_text())
+    data["prices"][0]["gpus"] = 10**18
+    (folder / "prices.yaml").write_text(yaml.safe_dump(data))
+    one_line_error(lambda: load_catalog(str(folder)).offers, "prices[0]", "gpus")
+
+
 # --- finding 5: tracebacks ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv", [
@@ -152,3 +190,12 @@ def test_an_integer_past_pythons_digit_limit_is_a_usage_error(argv):
 
     outcome = invoke_cli(argv)
     assert outcome.code == 2 and "Traceback" not in outcome.stderr and "integer" in outcome.stderr, outcome.stderr[-500:]
+
+
+@pytest.mark.parametrize("make", ["missing", "folder"])
+def test_prices_missing_or_a_folder_is_one_line(tmp_path, make):
+    path = tmp_path / "prices.yaml"
+    if make == "folder":
+        path.mkdir()
+    cli_error(["prices", "update", "--from", SKYPILOT_FIXTURE, "--provider", "vast", "--as-of", "2026-11-30",
+               "--prices", path], "--prices", str(path))
