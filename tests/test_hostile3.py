@@ -5,7 +5,9 @@ as something other than text.
 Each test is a reproducer from the issue that failed before its fix.
 """
 
+import json
 import os
+import shlex
 import shutil
 import socketserver
 import threading
@@ -199,3 +201,75 @@ def test_prices_missing_or_a_folder_is_one_line(tmp_path, make):
         path.mkdir()
     cli_error(["prices", "update", "--from", SKYPILOT_FIXTURE, "--provider", "vast", "--as-of", "2026-11-30",
                "--prices", path], "--prices", str(path))
+
+
+# --- finding 2: exports launch only what was checked ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plan_json(tmp_path_factory):
+    from planner import solve
+    from planner.render.records import solve_json
+
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    path.write_text(solve_json(solve({"name": "chat", "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 4},
+                                      "search": {"gpus": ["l40s"], "precisions": ["bf16"]}})))
+    return path
+
+
+def edited_plan(plan_json, tmp_path, **fields) -> Path:
+    data = json.loads(plan_json.read_text())
+    data["best"].update(fields)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("model_id", ["--trust-remote-code", "meta-llama/Llama-3.1-405B-Instruct", "-h", "."])
+@pytest.mark.parametrize("target", ["vllm", "sglang", "kubernetes", "skypilot", "llamacpp"])
+def test_a_plan_whose_model_id_is_not_the_checked_model_is_refused(plan_json, tmp_path, model_id, target):
+    path = edited_plan(plan_json, tmp_path, model_id=model_id)
+    cli_error(["export", path, "--to", target], "model_id", repr(model_id))
+
+
+@pytest.mark.parametrize("checkpoint", ["--trust-remote-code", "-h", ".", "../x", "org/", "meta-llama/Llama-3.1-405B-Instruct"])
+def test_a_checkpoint_that_is_not_a_repository_of_the_checked_model_is_refused(plan_json, checkpoint):
+    cli_error(["export", plan_json, "--to", "vllm", f"--checkpoint={checkpoint}"], "--checkpoint", repr(checkpoint))
+
+
+def test_every_repository_in_a_command_is_an_argument(plan_json):
+    from fuzz import invoke_cli
+
+    for checkpoint in (None, "my-org/Llama-3.1-8B-Instruct-w8a8", "meta-llama/Llama-3.1-8B"):
+        argv = ["export", str(plan_json), "--to", "vllm"] + ([f"--checkpoint={checkpoint}"] if checkpoint else [])
+        outcome = invoke_cli(argv)
+        assert outcome.code == 0, outcome.stderr
+        [line] = [line for line in outcome.stdout.splitlines() if line.startswith("vllm serve ")]
+        assert shlex.split(line)[2] == (checkpoint or "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def test_a_plan_of_a_config_file_needs_the_repository_to_load(tmp_path):
+    from planner import solve
+    from planner.render.records import solve_json
+
+    config = REPO / "tests" / "data" / "configs" / "llama-3.1-8b-instruct" / "config.json"
+    path = tmp_path / "plan.json"
+    path.write_text(solve_json(solve({"model": str(config), "workload": {"context": 8192, "concurrency": 4},
+                                      "search": {"gpus": ["l40s"], "precisions": ["bf16"]}})))
+    cli_error(["export", path, "--to", "vllm"], "model_id", "--checkpoint ORG/NAME")
+    cli_error(["export", path, "--to", "vllm", "--checkpoint", "meta-llama/Llama-3.1-70B-Instruct"], "--checkpoint", "llama-3.1-70b")
+    from fuzz import invoke_cli
+
+    outcome = invoke_cli(["export", str(path), "--to", "vllm", "--checkpoint", "meta-llama/Llama-3.1-8B-Instruct"])
+    assert outcome.code == 0 and "vllm serve meta-llama/Llama-3.1-8B-Instruct " in outcome.stdout, outcome.stderr
+
+
+@pytest.mark.parametrize("checkpoint", ["--trust-remote-code", "-h", "."])
+def test_the_web_export_refuses_the_same_checkpoints(checkpoint):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from planner.serve.app import create_app
+
+    text = (REPO / "scenarios" / "8b-budget.yaml").read_text()
+    answer = TestClient(create_app()).post("/api/export", json={"scenario": text, "target": "vllm", "checkpoint": checkpoint})
+    assert answer.status_code == 400 and "--checkpoint" in answer.json()["error"] and checkpoint in answer.json()["error"]

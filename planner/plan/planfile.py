@@ -30,7 +30,7 @@ from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES
 from planner.estimator.layout import layout_refusal
 from planner.estimator.memory import GpuTarget, MemoryEstimate
 from planner.model.sources import resolve_model
-from planner.plan.configuration import Configuration, check_configuration
+from planner.plan.configuration import Configuration, check_configuration, loaded_model_id
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, MAX_SIZE_BYTES, format_bytes
 
 SCHEMA_VERSION = 2  # 2: plans carry the model, the engine and its resolved settings (1 had neither)
@@ -210,6 +210,10 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
         arch = resolve_model(catalog, configuration.model, configuration.params)
     except PlannerInputError as exc:  # the same message, said of the plan file
         raise PlannerInputError(f"plan: {_name(p)}: {exc}") from None
+    expected = loaded_model_id(catalog, configuration.model)
+    if configuration.model_id != expected:  # an export launches model_id: it must be the model re-checked here
+        raise PlannerInputError(f"plan: {_name(p)}: model_id {configuration.model_id!r} is not what the plan's model "
+                                f"{configuration.model!r} loads ({expected!r}); re-run `planner solve`")
     refusal = layout_refusal(arch, configuration.tp, configuration.pp)
     if refusal:
         raise PlannerInputError(f"plan: {_name(p)}: {refusal.removeprefix('--')}")
