@@ -135,7 +135,7 @@ def context_tokens(text: str) -> int:
 def _console() -> Console:
     from rich.console import Console
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)  # a name holding :smile: prints as it is written
     if not console.is_terminal:
         console.width = 120  # rich assumes 80 columns when piped; the tables need more
     return console

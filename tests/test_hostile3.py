@@ -273,3 +273,73 @@ def test_the_web_export_refuses_the_same_checkpoints(checkpoint):
     text = (REPO / "scenarios" / "8b-budget.yaml").read_text()
     answer = TestClient(create_app()).post("/api/export", json={"scenario": text, "target": "vllm", "checkpoint": checkpoint})
     assert answer.status_code == 400 and "--checkpoint" in answer.json()["error"] and checkpoint in answer.json()["error"]
+
+
+# --- finding 6: names reach the terminal as text ----------------------------------------------------------
+
+HOSTILE_NAMES = ["[/x]", "[bold]x[/bold]", "a\x1b[31mred\x1b[0m", "x\\", ":smile: [link=file:///etc]y[/link]"]
+
+
+def scenario_named(tmp_path, name: str, source: str = "8b-budget.yaml") -> Path:
+    data = yaml.safe_load((REPO / "scenarios" / source).read_text())
+    data["name"] = name
+    path = tmp_path / "named.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    return path
+
+
+def shown(name: str) -> str:
+    """How a name prints: as written, control characters as their escapes."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in name)
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+@pytest.mark.parametrize("source", ["8b-budget.yaml", "multi-model-fleet.yaml"])
+def test_a_scenario_name_prints_as_written(tmp_path, name, source):
+    from fuzz import invoke_cli
+
+    outcome = invoke_cli(["solve", str(scenario_named(tmp_path, name, source)), "--time-limit", "5"])
+    assert outcome.code == 0, outcome.stderr[-2000:]
+    first = outcome.stdout.splitlines()[0]
+    assert first.startswith(shown(name) + " · ") and "\x1b" not in outcome.stdout, first
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_workload_name_prints_as_written(tmp_path, name):
+    from fuzz import invoke_cli
+
+    data = yaml.safe_load((REPO / "scenarios" / "multi-model-fleet.yaml").read_text())
+    data["workloads"][0]["name"] = name
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    outcome = invoke_cli(["solve", str(path), "--time-limit", "5"])
+    assert outcome.code == 0, outcome.stderr[-2000:]
+    assert shown(name) in outcome.stdout and "\x1b" not in outcome.stdout
+
+
+def test_a_model_path_prints_as_written(tmp_path):
+    from fuzz import invoke_cli
+
+    folder = tmp_path / "[bold]m[" / "x]"  # the path holds [bold] and [/x]
+    for model in (folder, tmp_path / "[bold]m"):
+        model.mkdir(parents=True)
+        shutil.copy(REPO / "tests" / "data" / "configs" / "llama-3.1-8b-instruct" / "config.json", model)
+    for argv, printed in ((["estimate", str(tmp_path / "[bold]m")], "[bold]m ·"),
+                          (["compare", str(folder), "--gpus", "l40s", "--time-limit", "5"], str(folder))):
+        outcome = invoke_cli(argv)
+        assert outcome.code == 0 and printed in outcome.stdout, outcome.stderr[-2000:]
+
+
+def test_as_text_escapes_as_rich_escapes():
+    from rich.console import Console
+    from rich.markup import escape
+
+    from planner.render.plain import as_text
+
+    for name in HOSTILE_NAMES + ["\\[b]", "ok", "é", "\ud800"]:
+        if name.isprintable():
+            assert as_text(name) == escape(name)
+        console = Console(width=200, emoji=False, highlight=False, color_system=None)
+        with console.capture() as captured:
+            console.print(f"[bold]{as_text(name)}[/bold]")
+        assert captured.get().rstrip("\n") == shown(name)
