@@ -5,6 +5,7 @@ as something other than text.
 Each test is a reproducer from the issue that failed before its fix.
 """
 
+import html
 import json
 import os
 import shlex
@@ -343,3 +344,27 @@ def test_as_text_escapes_as_rich_escapes():
         with console.capture() as captured:
             console.print(f"[bold]{as_text(name)}[/bold]")
         assert captured.get().rstrip("\n") == shown(name)
+
+
+# --- finding 7: chart labels are plain text ------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["$\\frac{$", "$x^2$", "a\x1bb"])
+def test_a_workload_named_as_math_is_drawn_as_written(tmp_path, name):
+    from fuzz import invoke_cli
+
+    data = yaml.safe_load((REPO / "scenarios" / "multi-model-fleet.yaml").read_text())
+    data["workloads"][1]["name"] = name
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True))
+    page = tmp_path / "page.html"
+    outcome = invoke_cli(["report", str(path), "-o", str(page), "--quiet", "--time-limit", "8"])
+    assert outcome.code == 0, outcome.stderr[-2000:]
+    if name.isprintable():
+        assert html.escape(name, quote=False) + ": " in page.read_text()  # the chart's label, as written
+
+
+def test_chart_labels_are_not_mathtext():
+    from planner.render.charts import MemoryBar, memory_chart
+
+    svg = memory_chart([MemoryBar("$\\frac{$", 1, 1, 1, 1), MemoryBar("$x^2$", 1, 1, 1, 1)])
+    assert "$\\frac{$" in svg and "$x^2$" in svg

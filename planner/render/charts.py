@@ -10,7 +10,9 @@ import matplotlib
 matplotlib.use("Agg")  # no display: render to files only
 import matplotlib.pyplot as plt  # noqa: E402
 
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9})  # keep SVG text as text (searchable, selectable)
+# keep SVG text as text (searchable, selectable); labels are names from files, drawn as written: never parsed as
+# mathtext ($\frac{$ would raise, $x^2$ would be typeset)
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "text.parse_math": False})
 
 SEGMENT_COLOURS = {"weights": "#4C72B0", "KV cache": "#DD8452", "overhead": "#8172B2", "headroom": "#CCCCCC"}
 
