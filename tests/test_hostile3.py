@@ -8,6 +8,7 @@ Each test is a reproducer from the issue that failed before its fix.
 import html
 import json
 import os
+import re
 import shlex
 import shutil
 import socketserver
@@ -368,3 +369,25 @@ def test_chart_labels_are_not_mathtext():
 
     svg = memory_chart([MemoryBar("$\\frac{$", 1, 1, 1, 1), MemoryBar("$x^2$", 1, 1, 1, 1)])
     assert "$\\frac{$" in svg and "$x^2$" in svg
+
+
+# --- finding 9: Kubernetes names are unique and valid --------------------------------------------------
+
+DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+@pytest.mark.parametrize("name", ["x" * 80, "Fleet " * 20, "-" * 70 + "a", "ü" * 70, "a" * 61 + "--b"])
+def test_kubernetes_names_of_a_fleet_stay_distinct_and_valid(tmp_path, name):
+    from fuzz import invoke_cli
+
+    plan = tmp_path / "fleet.json"
+    outcome = invoke_cli(["solve", str(scenario_named(tmp_path, name, "multi-model-fleet.yaml")), "--format", "json",
+                          "-o", str(plan), "--time-limit", "8"])
+    assert outcome.code == 0, outcome.stderr[-2000:]
+    outcome = invoke_cli(["export", str(plan), "--to", "kubernetes"])
+    assert outcome.code == 0, outcome.stderr[-2000:]
+    names = [doc["metadata"]["name"] for doc in yaml.safe_load_all(outcome.stdout)]
+    assert len(names) == len(json.loads(plan.read_text())["assignments"]) > 1
+    assert len(set(names)) == len(names), names
+    for n in names:
+        assert len(n) <= 63 and DNS_1123_LABEL.fullmatch(n), n

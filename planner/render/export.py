@@ -567,9 +567,21 @@ def kubernetes_manifest(plan: ExportPlan, checkpoint: str | None = None) -> str:
     return "".join(line + "\n" for line in notes) + _dump(doc)
 
 
+DNS_LABEL_MAX = 63  # Kubernetes object names and label values: RFC 1123 labels of at most 63 characters
+NAME_DIGEST_CHARS = 8  # a cut name ends in 8 hex digits of its full name's hash: 32 bits, no collision in practice
+
+
 def _slug(text: str) -> str:
-    slug = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower()).strip("-")
-    return slug[:63].strip("-") or "planner"
+    """An RFC 1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit) naming `text`.
+    A name too long is cut and ends in a digest of all of it, so names that differ anywhere (a fleet's
+    assignments differ in their index, at the end) stay different."""
+    slug = re.sub(r"-+", "-", "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower())).strip("-")
+    if len(slug) <= DNS_LABEL_MAX:
+        return slug or "planner"
+    import hashlib
+
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:NAME_DIGEST_CHARS]
+    return f"{slug[:DNS_LABEL_MAX - NAME_DIGEST_CHARS - 1].rstrip('-')}-{digest}"
 
 
 def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
