@@ -391,3 +391,58 @@ def test_kubernetes_names_of_a_fleet_stay_distinct_and_valid(tmp_path, name):
     assert len(set(names)) == len(names), names
     for n in names:
         assert len(n) <= 63 and DNS_1123_LABEL.fullmatch(n), n
+
+
+# --- finding 10: Markdown and CSV hold names as text ---------------------------------------------------
+
+def fleet_with_workload(tmp_path, name: str, description: str | None = None) -> Path:
+    data = yaml.safe_load((REPO / "scenarios" / "multi-model-fleet.yaml").read_text())
+    data["workloads"][1]["name"] = name
+    if description is not None:
+        data["description"] = description
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, width=10_000))
+    return path
+
+
+@pytest.mark.parametrize("name", ["<script>alert(1)</script>", "a | b", "**x**", "# h", "[l](javascript:x)"])
+def test_markdown_names_are_text_not_markup_or_html(tmp_path, name):
+    from fuzz import invoke_cli
+    from markdown_it import MarkdownIt
+
+    for argv in (["solve", str(fleet_with_workload(tmp_path, name)), "--format", "markdown", "--time-limit", "8"],
+                 ["solve", str(scenario_named(tmp_path, name)), "--format", "markdown", "--time-limit", "8"]):
+        outcome = invoke_cli(argv)
+        assert outcome.code == 0, outcome.stderr[-2000:]
+        rendered = MarkdownIt("commonmark").enable("table").render(outcome.stdout)
+        assert "<script>" not in rendered and "<strong>x" not in rendered and "<h1>" not in rendered
+        assert "<a " not in rendered and html.escape(name, quote=False) in rendered, rendered[:3000]
+
+
+def test_a_description_cannot_close_the_reports_code_fence(tmp_path):
+    from fuzz import invoke_cli
+    from markdown_it import MarkdownIt
+
+    scenario = tmp_path / "fenced.yaml"
+    text = (REPO / "scenarios" / "8b-budget.yaml").read_text()
+    scenario.write_text(re.sub(r"(?m)^description: .*$", "description: |\n  closes the fence:\n  ```\n  <script>x</script>\n"
+                               "  # after", text, count=1))
+    report = tmp_path / "report.md"
+    outcome = invoke_cli(["report", str(scenario), "-o", str(report), "--quiet", "--time-limit", "8"])
+    assert outcome.code == 0, outcome.stderr[-2000:]
+    rendered = MarkdownIt("commonmark").enable("table").render(report.read_text())
+    assert "<script>" not in rendered and "<h1>after" not in rendered
+
+
+@pytest.mark.parametrize("name", ["=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2+3", "@SUM(A1)"])
+def test_csv_names_never_start_a_formula(tmp_path, name):
+    import csv
+    import io
+
+    from fuzz import invoke_cli
+
+    outcome = invoke_cli(["solve", str(fleet_with_workload(tmp_path, name)), "--format", "csv", "--time-limit", "8"])
+    assert outcome.code == 0, outcome.stderr[-2000:]
+    cells = [cell for row in csv.reader(io.StringIO(outcome.stdout)) for cell in row]
+    assert "'" + name in cells
+    assert not any(cell.startswith(("=", "+", "@")) for cell in cells)

@@ -33,12 +33,17 @@ _ONE_CELL = frozenset("·×→≥≤…—–")
 Runs = list[tuple[str, tuple[str, ...]]]  # text in pieces, each with the style tags open over it
 
 
+def controls_escaped(value: object) -> str:
+    """Text with every character that does not print (ESC starts a terminal's escape codes, a newline ends a line
+    or a table row) shown as its escape: \\x1b, \\n."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
+
+
 def as_text(value: object) -> str:
-    """Text from a file (a name, a path, a message quoting one) as it must print: literally. A control character
-    (ESC starts a terminal's escape codes) shown as its escape (\\x1b), and markup escaped as rich.markup.escape
-    escapes it ([bold] prints as [bold], [/x] no longer closes a tag)."""
-    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
-    text = _ESCAPE.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", text)
+    """Text from a file (a name, a path, a message quoting one) as it must print: literally. Control characters
+    shown as their escapes, and markup escaped as rich.markup.escape escapes it ([bold] prints as [bold], [/x] no
+    longer closes a tag)."""
+    text = _ESCAPE.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", controls_escaped(value))
     return text + "\\" if text.endswith("\\") and not text.endswith("\\\\") else text
 
 
