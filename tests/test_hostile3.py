@@ -446,3 +446,13 @@ def test_csv_names_never_start_a_formula(tmp_path, name):
     cells = [cell for row in csv.reader(io.StringIO(outcome.stdout)) for cell in row]
     assert "'" + name in cells
     assert not any(cell.startswith(("=", "+", "@")) for cell in cells)
+
+
+def test_csv_cells_and_chart_labels_hold_no_control_characters():
+    # found by bench/fuzz.py's text surface: an ESC in a name reached the terminal a CSV was printed on
+    from planner.render.charts import MemoryBar, memory_chart
+    from planner.render.records import rows_csv
+
+    assert rows_csv([{"name": "a\x1b[31mb\nc", "n": -1}]) == "name,n\r\na\\x1b[31mb\\nc,-1\r\n"
+    svg = memory_chart([MemoryBar("x\ny\r", 1, 1, 1, 1)])
+    assert "x\\ny\\r" in svg
