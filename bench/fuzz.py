@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Fuzz every input planner reads: size strings, config.json, scenario YAML, CLI flags, weights files
 (safetensors headers, GGUF metadata), paths (FIFOs, folders, links, loops, long names, sparse files, as
-inputs and as -o targets), model ids (Hub ids the Hub rejects, URLs, missing paths) and plan files given to
-`export` (a real plan mutated, hostile text in its strings: an export must never let a command out of its word).
+inputs and as -o targets), model ids (Hub ids the Hub rejects, URLs, missing paths), plan files given to
+`export` (a real plan mutated, hostile text in its strings: an export must never let a command out of its word,
+nor launch a model or --checkpoint other than the one checked), price files (`prices update` from a damaged
+vms.csv: what it writes must load as the catalog) and text outputs (names with markup, escape codes, math, HTML,
+code fences and formulas in terminal tables, Markdown, CSV and charts).
 
 The contract under test: whatever a user types or a file holds, planner answers with a result or
 with a one-line error (PlannerInputError in the library; `error: ...` and exit code 2 from the
@@ -17,6 +20,7 @@ the heavy run:
     python bench/fuzz.py --cases 20000 --seed 3    # cases per surface
     python bench/fuzz.py --surface scenario --solve-every 5   # also solve 1 in 5 valid scenarios
     python bench/fuzz.py --surface weights --surface paths --surface model-ids --cases 5000
+    python bench/fuzz.py --surface plans --surface prices --surface text --cases 2000
     python bench/fuzz.py --large                   # the large-input and long-search reproducers: time and peak memory each
     python bench/fuzz.py --large --repeat 3        # each three times: best and worst
 
@@ -27,6 +31,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import csv
+import html
+import io
 import json
 import math
 import os
@@ -81,7 +88,7 @@ CATALOG = load_catalog()
 # a solve of a shipped scenario about two.
 CASE_SECONDS = 10.0
 SOLVE_SECONDS = 20.0
-SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids", "plans")
+SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids", "plans", "prices", "text")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1231,8 +1238,33 @@ EXPORT_TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
 SHELL_TARGETS = ("vllm", "sglang", "llamacpp")
 
 
+# What a model id or --checkpoint could be to launch something that was not checked: an option, a path, another model
+LAUNCH_TEXT = ("--trust-remote-code", "-h", ".", "../x", "org/", "/abs/path", "meta-llama/Llama-3.1-405B-Instruct",
+               "meta-llama/Llama-3.1-8B-Instruct", "my-org/Llama-3.1-8B-Instruct-w8a8", "llama-3.1-8b")
+
+
 def plan_value(rng: random.Random, key: str) -> Any:
+    if key == "model_id" and rng.random() < 0.5:
+        return rng.choice(LAUNCH_TEXT)
     return rng.choice(HOSTILE_TEXT) if rng.random() < 0.5 else odd_value(rng)
+
+
+def launched_repository(outcome: CliOutcome, target: str, allowed: set[str]) -> str | None:
+    """A successful vLLM or SGLang export loads a repository in `allowed` (the checked model's, or the
+    --checkpoint given), never an option or a path."""
+    if outcome.code != 0 or target not in ("vllm", "sglang"):
+        return None
+    for line in outcome.stdout.splitlines():
+        words = shlex.split(line, comments=True) if not line.startswith("#") else []
+        if words[:2] == ["vllm", "serve"]:
+            repo = words[2]
+        elif "sglang.launch_server" in words:
+            repo = words[words.index("--model-path") + 1]
+        else:
+            continue
+        if repo not in allowed:
+            return f"--to {target} launches {shorten(repo, 80)!r}, not the checked model"
+    return None
 
 
 def injected_word(outcome: CliOutcome, target: str) -> str | None:
@@ -1264,14 +1296,32 @@ def fuzz_plans(rng: random.Random, cases: int, tally: Tally, folder: Path) -> No
     plan = json.loads(sample_plan_json())
     vocabulary = sorted({str(path[-1]) for path in key_paths(plan)})
     for index in range(cases):
-        mutated = mutate_tree(rng, plan, vocabulary, lambda key: plan_value(rng, key))
+        if rng.random() < 0.3:  # the plan as written, its model_id changed or not: what is launched is checked
+            mutated = copy.deepcopy(plan)
+            mutated["best"]["model_id"] = rng.choice((plan["best"]["model_id"],) + LAUNCH_TEXT)
+        else:
+            mutated = mutate_tree(rng, plan, vocabulary, lambda key: plan_value(rng, key))
         path = folder / f"plan{index % 4}.json"
         path.write_text(json.dumps(mutated, default=str))
         target = rng.choice(EXPORT_TARGETS)
         argv = ["export", str(path), "--to", target, "--plan", str(rng.choice([0, 0, 0, 1, 2]))]
-        run_case(tally, (target, mutated), lambda: invoke_cli(argv),
-                 lambda outcome, target=target: cli_problem_common(outcome) or injected_word(outcome, target),
+        checkpoint = rng.choice(LAUNCH_TEXT) if rng.random() < 0.2 else None
+        if checkpoint is not None:
+            argv.append(f"--checkpoint={checkpoint}")
+        allowed = {checkpoint} if checkpoint else {plan["best"]["model_id"]} | set(CHECKPOINT_REPOSITORIES)
+        run_case(tally, (target, argv[5:], mutated), lambda: invoke_cli(argv),
+                 lambda outcome, target=target, allowed=allowed: (cli_problem_common(outcome) or injected_word(outcome, target)
+                                                                  or launched_repository(outcome, target, allowed)),
                  is_error=lambda outcome: outcome.code != 0)
+
+
+def _checkpoint_repositories() -> tuple[str, ...]:
+    from planner.catalog.checkpoints import load_checkpoints
+
+    return tuple(c.repo for c in load_checkpoints())
+
+
+CHECKPOINT_REPOSITORIES = _checkpoint_repositories()  # what an export loads for a precision that needs one
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1299,6 +1349,151 @@ def fuzz_model_ids(rng: random.Random, cases: int, tally: Tally, folder: Path) -
         model = random_model_id(rng)
         argv = ["estimate", model, "--format", "json"]
         run_case(tally, argv, lambda: invoke_cli(argv), cli_problem_common, is_error=lambda outcome: outcome.code != 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 9: price files (`planner prices update` from a SkyPilot vms.csv with damaged rows)
+
+SKYPILOT_FIXTURE = REPO / "tests" / "data" / "skypilot-catalog"
+PRICE_CELLS = ("inf", "-inf", "nan", "1e308", "1e999", "1e18", "0", "-1", "", "x", "0.5", "8", "65", "2.65",
+               "[/x]", "$x^$", "=HYPERLINK(1)", "[bold]x[/bold]", "a\x1bb", "x" * 200_000, "2026-13-45", "'", '"')
+GPU_INFO_DAMAGE = ("1e999", "inf", "-5", "x", "1" * 5000, "0")
+
+
+def damaged_vms_csv(rng: random.Random, text: str) -> str:
+    """vast's vms.csv fixture, one to four cells replaced (prices, counts, names, GpuInfo numbers), a line cut short."""
+    rows = list(csv.reader(io.StringIO(text)))
+    for _ in range(rng.randint(1, 4)):
+        row = rows[rng.randrange(1, len(rows))]
+        column = rng.randrange(len(row))
+        if column == 5 and rng.random() < 0.5:  # GpuInfo: a number inside it
+            row[5] = re.sub(r"'SizeInMiB': \d+", f"'SizeInMiB': {rng.choice(GPU_INFO_DAMAGE)}", row[5])
+        else:
+            row[column] = rng.choice(PRICE_CELLS)
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    lines = buffer.getvalue().splitlines(keepends=True)
+    if rng.random() < 0.1:
+        i = rng.randrange(1, len(lines))
+        lines[i] = lines[i][: rng.randrange(len(lines[i]))] + "\n"
+    return "".join(lines)
+
+
+def prices_problem(outcome: Any, prices: Path, before: bytes) -> str | None:
+    """An update wrote a prices.yaml the catalog loader reads back; a refusal wrote nothing."""
+    from planner.catalog.prices import load_offers
+
+    if isinstance(outcome, PlannerInputError):
+        return None if prices.read_bytes() == before else "a refused update changed prices.yaml"
+    try:
+        load_offers(prices, CATALOG.gpus)
+    except PlannerInputError as exc:
+        return f"the updated prices.yaml does not load: {shorten(str(exc), 160)}"
+    return None
+
+
+def fuzz_prices(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """`prices update` in-process, from vast's vms.csv fixture damaged; the result must load as the catalog."""
+    from planner.catalog.price_update import update_prices
+    from planner.catalog.skypilot import load_skypilot
+
+    original = (SKYPILOT_FIXTURE / "vast" / "vms.csv").read_text()
+    shipped = (PACKAGE_DIR.parent / "catalogs" / "prices.yaml").read_bytes()
+    (folder / "v8" / "vast").mkdir(parents=True, exist_ok=True)
+    prices = folder / "prices.yaml"
+    for _ in range(cases):
+        (folder / "v8" / "vast" / "vms.csv").write_text(damaged_vms_csv(rng, original), encoding="utf-8",
+                                                        errors="surrogatepass")
+        prices.write_bytes(shipped)
+        as_of = rng.choice(["2026-11-30", "2026-11-30", "2026-02-30", "2026-13-45", "x"])
+
+        def update() -> Any:
+            try:
+                return update_prices(str(folder / "v8"), ("vast",), CATALOG, load_skypilot(), prices, as_of)
+            except PlannerInputError as exc:
+                return exc
+
+        run_case(tally, as_of, update, lambda outcome: prices_problem(outcome, prices, shipped),
+                 is_error=lambda outcome: isinstance(outcome, PlannerInputError))
+
+
+# ---------------------------------------------------------------------------------------------
+# Surface 10: text outputs (names from files in terminal tables, Markdown, CSV and charts)
+
+NAME_TEXT = ("[/x]", "[bold]x[/bold]", "x\\", "a\x1b[31mb", "\x1b]8;;http://x\x07l", ":smile:", "$\\frac{$", "$x^2$",
+             "<script>alert(1)</script>", "a | b", "**x**", "# h", "- x", "```", "  ```", "=SUM(A1)", "+1", "-1", "@x",
+             "\tx", "\r\nx", "x\ny", "\u202e", "[l](javascript:x)", "&amp;", "\\[b]")
+
+
+def random_name(rng: random.Random) -> str:
+    return "".join(rng.choice(NAME_TEXT + ("ok", " ", "é")) for _ in range(rng.randint(1, 4)))
+
+
+@cache
+def sample_results() -> tuple[Any, Any]:
+    """A solved plan and a solved fleet, whose names each case replaces."""
+    from planner.plan.solver import solve_scenario
+
+    fleet = load_scenario(REPO / "scenarios" / "multi-model-fleet.yaml")
+    return (solve_scenario(load_scenario(REPO / "scenarios" / "8b-budget.yaml"), CATALOG, 5.0, 2),
+            api.plan_fleet(fleet, catalog=CATALOG, time_limit_s=10.0))
+
+
+def text_problem(outputs: dict[str, str], name: str) -> str | None:
+    """The name shows as written in each output, and nothing in it acts as markup, a formula or an escape code."""
+    from markdown_it import MarkdownIt
+
+    from planner.render.plain import controls_escaped
+
+    for kind, text in outputs.items():
+        if "\x1b" in text or "\x07" in text:
+            return f"{kind}: an escape code reached the output"
+    shown = controls_escaped(name)
+    if shown not in outputs["terminal"]:
+        return "terminal: the name does not print as written"
+    rendered = MarkdownIt("commonmark").enable("table").render(outputs["markdown"])
+    if re.search(r"<(?!/?(h2|p|table|thead|tbody|tr|th|td|ul|li|strong|code|pre)\b)", rendered):
+        return f"markdown: markup from the name: {shorten(rendered, 200)!r}"
+    if html.escape(shown, quote=False).strip() not in rendered:
+        return "markdown: the name does not render as written"
+    cells = [cell for row in csv.reader(io.StringIO(outputs["csv"])) for cell in row]
+    if any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in cells):
+        return "csv: a cell starts a formula"
+    if outputs["chart"] and html.escape(shown.strip(), quote=False) not in outputs["chart"]:
+        return "chart: the label is not drawn as written"
+    return None
+
+
+def fuzz_text(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """Names with markup, escape codes, math, HTML, fences and formulas through every text renderer."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from planner.render.charts import MemoryBar, memory_chart
+    from planner.render.markdown import fleet_markdown, solve_markdown
+    from planner.render.records import fleet_rows, rows_csv
+    from planner.render.terminal import fleet_table, solve_table
+
+    result, fleet = sample_results()
+    for index in range(cases):
+        name = random_name(rng)
+
+        def render(name: str = name, as_fleet: bool = index % 2 == 1) -> dict[str, str]:
+            console = Console(file=io.StringIO(), width=100_000, color_system=None, emoji=False, highlight=False)
+            if as_fleet:
+                renamed = replace(fleet, assignments=tuple(replace(a, workload=name) for a in fleet.assignments))
+                fleet_table(name, renamed, console)
+                markdown, rows = fleet_markdown(name, renamed), fleet_rows(renamed)
+            else:
+                renamed = replace(result, scenario=name, model=name)
+                solve_table(renamed, console)
+                markdown, rows = solve_markdown(renamed), renamed.rows()
+                rows = [{**row, "scenario": name} for row in rows]
+            return {"terminal": console.file.getvalue(), "markdown": markdown, "csv": rows_csv(rows),
+                    "chart": memory_chart([MemoryBar(name, 1, 1, 1, 1)]) if index % 10 == 0 else ""}
+
+        run_case(tally, name, render, lambda outputs, name=name: text_problem(outputs, name))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1467,7 +1662,8 @@ def _outside_searches(argv: list[str], folder: Path) -> str:
 
 FUZZERS: dict[str, Callable[..., None]] = {"sizes": fuzz_sizes, "config": fuzz_configs, "scenario": fuzz_scenarios,
                                            "cli": fuzz_cli, "weights": fuzz_weights, "paths": fuzz_paths,
-                                           "model-ids": fuzz_model_ids, "plans": fuzz_plans}
+                                           "model-ids": fuzz_model_ids, "plans": fuzz_plans, "prices": fuzz_prices,
+                                           "text": fuzz_text}
 
 
 def run_surface(surface: str, cases: int, seed: int, folder: Path, **options: Any) -> Tally:

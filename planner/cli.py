@@ -135,7 +135,7 @@ def context_tokens(text: str) -> int:
 def _console() -> Console:
     from rich.console import Console
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)  # a name holding :smile: prints as it is written
     if not console.is_terminal:
         console.width = 120  # rich assumes 80 columns when piped; the tables need more
     return console
@@ -330,7 +330,7 @@ def compare(
 ) -> None:
     """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
     from planner.render.markdown import frame_markdown
-    from planner.render.records import compare_frame
+    from planner.render.records import compare_frame, rows_csv
     from planner.render.terminal import COMPARE_TABLE_COLUMNS, frame_table
 
     def split(text: Optional[str]) -> Optional[list[str]]:
@@ -343,7 +343,7 @@ def compare(
     if output_format is PlanFormat.json:
         _echo(frame.to_json(orient="records", indent=2))
     elif output_format is PlanFormat.csv:
-        _echo(frame.to_csv(index=False), nl=False)
+        _echo(rows_csv(frame.to_dict("records"), list(frame.columns)), nl=False)
     elif output_format is PlanFormat.markdown:
         _echo(frame_markdown(frame))
     else:

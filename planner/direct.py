@@ -200,7 +200,10 @@ def _value(hint: Any, text: str, declared: Parameter) -> Any:
     if hint is str:
         return text
     if hint is int and _INT.fullmatch(text):
-        number: float = int(text)
+        try:
+            number: float = int(text)
+        except ValueError:  # past Python's limit on the digits of an integer (4,300): typer's to refuse
+            raise _NotPlain from None
     elif hint is float and _FLOAT.fullmatch(text):
         number = float(text)
     else:

@@ -3,9 +3,9 @@
 Reading: only regular files (a FIFO would block forever, /dev/zero never ends, a folder is not a
 file), each kind under a size cap read before anything is parsed, and every way opening can fail
 (missing, a broken or looping symbolic link, no permission, a name too long) as one line naming the
-path and the fix.
+path and the fix. A URL is read under the same cap, whole within an overall deadline.
 
-Writing (`-o`): a regular file (or a new name) is written beside the target and renamed onto it, so
+Writing (`-o`, the prices.yaml `prices update` rewrites: every file planner writes): a regular file (or a new name) is written beside the target and renamed onto it, so
 a failure never leaves half a plan; a symbolic link is written through, and a target that is not a
 regular file (a terminal, /dev/null, a FIFO) is written directly, never replaced.
 """
@@ -17,7 +17,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from planner.errors import PlannerInputError
 from planner.units import MiB
@@ -41,6 +41,11 @@ CONFIG = FileKind("model", 4 * MiB, "check the path")
 # 101 plans (best + top 100) of 64 GPUs each come to ~1.7 MB.
 PLAN = FileKind("plan", 16 * MiB, "write one with `planner solve SCENARIO --format json -o PLAN.json`")
 CHECKPOINT = FileKind("model", None, "check the model folder")
+# catalogs/prices.yaml is 38 KB; the GPU rows of every SkyPilot cloud together add well under 1 MB
+PRICES = FileKind("--prices", 4 * MiB, "give a prices.yaml (planner's own is catalogs/prices.yaml)")
+# SkyPilot's vms.csv: AWS's, the largest (one row per instance type and zone), is about 30 MB
+SKYPILOT_CSV = FileKind("--from", 48 * MiB, "give a skypilot-catalog catalogs/v<N> folder (holding <cloud>/vms.csv) "
+                        "or its URL")
 
 _NOT_REGULAR = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -104,6 +109,40 @@ def read_bytes(path: str | Path, kind: FileKind) -> bytes:
             raise _open_failure(Path(path), exc, kind) from None
     if limit is not None and len(data) > limit:
         raise PlannerInputError(f"{kind.field}: {str(path)!r} grew past {limit // MiB} MiB while read; {kind.fix}")
+    return data
+
+
+def read_url(url: str, kind: FileKind, seconds: float) -> bytes:
+    """The body at an http(s) URL under the kind's cap, whole within `seconds` however slowly the server answers
+    (a socket timeout bounds each wait, not a server that sends a byte at a time): the download runs in a daemon
+    thread, given up at the deadline (it ends with the process, or when the server closes)."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    outcome: dict[str, Any] = {}
+    limit = kind.max_bytes
+
+    def fetch() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=seconds) as response:  # noqa: S310 (the caller checks http(s))
+                outcome["data"] = response.read() if limit is None else response.read(limit + 1)
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: a URL urllib cannot parse
+            outcome["error"] = getattr(exc, "reason", exc)
+        except Exception as exc:  # noqa: BLE001 - http.client's own protocol errors (a reply that is not HTTP)
+            outcome["error"] = exc.__class__.__name__
+
+    worker = threading.Thread(target=fetch, name="planner-download", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise PlannerInputError(f"{kind.field}: {url} did not answer in full within {seconds:g} s; {kind.fix}")
+    if "error" in outcome:
+        raise PlannerInputError(f"{kind.field}: cannot fetch {url} ({outcome['error']}); {kind.fix}")
+    data: bytes = outcome["data"]
+    if limit is not None and len(data) > limit:
+        raise PlannerInputError(f"{kind.field}: {url} sends more than any real {kind.field} file (planner reads at "
+                                f"most {limit // MiB} MiB); {kind.fix}")
     return data
 
 

@@ -36,7 +36,8 @@ SEED = int(os.environ.get("PLANNER_FUZZ_SEED", "0"))  # CI may vary it; a failur
 
 # Cases per surface: together about 40 s on a shared 2-core machine (CLI, path and scenario cases cost most).
 BUDGET = {"sizes": 5000, "config": 2000, "scenario": 1000, "cli": 400, "weights": 400, "paths": 80, "model-ids": 60,
-          "plans": 150}
+          "plans": 150, "prices": 150}
+TEXT_CASES = 100  # names through every text renderer: none is refused, so it has no share of errors to meet
 
 def test_the_plan_surface_sees_a_command_that_escapes_its_word():
     """The export check of the plans surface is not vacuous: a marker out of its quoted word is a finding."""
@@ -46,6 +47,30 @@ def test_the_plan_surface_sees_a_command_that_escapes_its_word():
     assert "own word" in fuzz.injected_word(escaped, "vllm")
     assert fuzz.injected_word(quoted, "sglang") is None
     assert "left its string" in fuzz.injected_word(yaml_escaped, "kubernetes")
+
+
+def test_the_plan_surface_sees_a_launch_of_what_was_not_checked():
+    """The export check of the plans surface is not vacuous: an option or another model launched is a finding."""
+    option = fuzz.CliOutcome((), 0, "vllm serve --trust-remote-code --port 8000\n", "")
+    other = fuzz.CliOutcome((), 0, "python3 -m sglang.launch_server --model-path org/other --tp-size 1\n", "")
+    checked = fuzz.CliOutcome((), 0, "# note\nvllm serve org/model --port 8000\n", "")
+    assert "--trust-remote-code" in fuzz.launched_repository(option, "vllm", {"org/model"})
+    assert "org/other" in fuzz.launched_repository(other, "sglang", {"org/model"})
+    assert fuzz.launched_repository(checked, "vllm", {"org/model"}) is None
+
+
+def test_the_text_surface_sees_markup_escapes_and_formulas():
+    """The text check is not vacuous: an escape code, raw HTML, a formula or a restyled name is a finding."""
+    clean = {"terminal": "x · y", "markdown": "## x", "csv": "a\r\nx\r\n", "chart": ""}
+    assert fuzz.text_problem(clean, "x") is None
+    for kind, text in (("terminal", "\x1b[31mx"), ("markdown", "## x <script>"), ("csv", "a\r\n=SUM(1)\r\n"),
+                       ("terminal", "y")):
+        assert fuzz.text_problem({**clean, kind: text}, "x"), (kind, text)
+
+
+def test_every_text_output_shows_names_as_written(tmp_path):
+    tally = fuzz.run_surface("text", TEXT_CASES, SEED, tmp_path)
+    assert not tally.findings and tally.results == TEXT_CASES, tally.summary()
 
 
 @pytest.mark.parametrize("surface", list(BUDGET))

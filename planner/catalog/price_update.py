@@ -10,28 +10,31 @@ the network, subprocess and CSV code only an update uses.
 
 from __future__ import annotations
 
-import ast
 import csv
-import io
+import math
+import os
 import re
 import subprocess
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
-from planner.catalog.load import Catalog, catalog_dir, read_yaml, validate_record
+from planner.catalog.load import Catalog, catalog_dir, validate_record
 from planner.catalog.prices import Offer
 from planner.catalog.skypilot import SkyPilotCatalog
 from planner.errors import PlannerInputError
+from planner.files import PRICES, SKYPILOT_CSV, read_bytes, read_text, read_url, write_output
+from planner.units import MiB
+from planner.yamlfile import parse_yaml
 
 SKYPILOT_SOURCE = "skypilot-org/skypilot-catalog"
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "Region")
-MAX_CSV_BYTES = 200 * 2**20  # aws vms.csv, the largest, is about 30 MB
+# The whole download of one vms.csv: AWS's, the largest (about 30 MB), takes a few seconds on a common link;
+# a server that stalls or sends a byte at a time is given up, as every hostile input is, within 10 s
+DOWNLOAD_DEADLINE_S = 10.0
 
 @dataclass(frozen=True)
 class PriceUpdate:
@@ -47,29 +50,20 @@ class PriceUpdate:
 
 
 def read_csv_text(source: str, cloud: str) -> tuple[str, str, str | None]:
-    """(CSV text, where it came from, its date when the source dates it) for one cloud."""
+    """(CSV text, where it came from, its date when the source dates it) for one cloud: read by planner's file
+    reader (a regular file, under the vms.csv cap), or fetched whole within DOWNLOAD_DEADLINE_S."""
     if re.match(r"^https?://", source):
         url = f"{source.rstrip('/')}/{cloud}/vms.csv"
-        try:
-            with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (http(s) only, checked above)
-                data = response.read(MAX_CSV_BYTES + 1)
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PlannerInputError(f"--from: cannot fetch {url} ({reason}); offline, clone skypilot-org/skypilot-catalog "
-                                    "and pass its catalogs/v<N> folder") from None
-        if len(data) > MAX_CSV_BYTES:
-            raise PlannerInputError(f"--from: {url} is larger than {MAX_CSV_BYTES >> 20} MB; not a SkyPilot vms.csv")
+        data = read_url(url, SKYPILOT_CSV, DOWNLOAD_DEADLINE_S)
         return data.decode("utf-8", errors="replace"), url, datetime.now(timezone.utc).date().isoformat()
     folder = Path(source)
     if not folder.is_dir():
         raise PlannerInputError(f"--from: {source!r} is not a folder or an http(s) URL; give a skypilot-catalog "
                                 "catalogs/v<N> folder (holding <cloud>/vms.csv)")
     path = folder / cloud / "vms.csv"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise PlannerInputError(f"--provider {cloud}: no {cloud}/vms.csv in {source!r}")
-    if path.stat().st_size > MAX_CSV_BYTES:
-        raise PlannerInputError(f"--from: {path} is larger than {MAX_CSV_BYTES >> 20} MB; not a SkyPilot vms.csv")
-    return path.read_text(encoding="utf-8", errors="replace"), str(path), _git_date(path)
+    return read_bytes(path, SKYPILOT_CSV).decode("utf-8", errors="replace"), str(path), _git_date(path)
 
 
 def _git_date(path: Path) -> str | None:
@@ -83,65 +77,129 @@ def _git_date(path: Path) -> str | None:
     return out if done.returncode == 0 and re.fullmatch(r"\d{4}-\d{2}-\d{2}", out) else None
 
 
-def _number(text: str | None) -> float | None:
+class _Row:
+    """One vms.csv row as read: its cells by column name, and the line it ends on (errors name it)."""
+
+    def __init__(self, cells: dict[str, str], origin: str, line: int) -> None:
+        self.cells, self.origin, self.line = cells, origin, line
+
+    def where(self) -> str:
+        return f"--from: {self.origin} line {self.line}"
+
+    def refuse(self, column: str, why: str) -> PlannerInputError:
+        shown = self.cells.get(column) or ""
+        shown = shown if len(shown) <= 60 else shown[:60] + "..."
+        return PlannerInputError(f"{self.where()}: {column} {shown!r} {why}; not a SkyPilot vms.csv row")
+
+    def number(self, column: str) -> float | None:
+        """A price or count as written: None when empty or 0 (SkyPilot writes 0.00 for "no spot price"); the
+        catalog's own checks (finite, in range) follow when the row becomes an offer."""
+        text = self.cells.get(column) or ""
+        try:
+            value = float(text) if text else None
+        except ValueError:
+            raise self.refuse(column, "is not a number") from None
+        return value or None
+
+    def count(self) -> int | None:
+        """AcceleratorCount: None for a share of a GPU (Azure sells 1/6 of an A10); a whole number otherwise."""
+        value = self.number("AcceleratorCount")
+        if value is not None and not math.isfinite(value):
+            raise self.refuse("AcceleratorCount", "is not a number of GPUs")
+        return None if value is None or value < 1 else int(value)
+
+    def gpu_mib(self) -> int | None:
+        """Per-GPU memory from the GpuInfo column (None: not given)."""
+        info = self.cells.get("GpuInfo")
+        found = {key: pattern.search(info) for key, pattern in _GPU_INFO_FIELDS.items()} if info else {}
+        if not found.get("SizeInMiB"):
+            return None
+        try:
+            size = float(found["SizeInMiB"].group(1))
+            count = float(found["Count"].group(1)) if found["Count"] else 1.0
+        except ValueError:
+            raise self.refuse("GpuInfo", "holds a GPU memory or count that is not a number") from None
+        if not (math.isfinite(size) and math.isfinite(count) and size > 0):
+            raise self.refuse("GpuInfo", "holds a GPU memory or count out of range")
+        return int(size) // max(1, int(count))
+
+
+# In GpuInfo (a Python-literal dict per row), the first GPU entry's Count and MemoryInfo.SizeInMiB: read by pattern,
+# as data (never evaluated, nor parsed into a syntax tree: ast.literal_eval took 50 us a row, 11 s of a 40 MB file)
+_GPU_INFO_FIELDS = {key: re.compile(rf"""['"]{key}['"]\s*:\s*([^,}}\]\s]+)""") for key in ("Count", "SizeInMiB")}
+
+
+class _Lines:
+    """The lines of a text, each with its newline, as csv.reader reads them (io.StringIO would copy the text at
+    four bytes a character), counted: `read` is the line a row ends on, or the line csv failed on."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.read = text, 0
+
+    def __iter__(self) -> Iterator[str]:
+        start, text = 0, self.text
+        while start < len(text):
+            end = text.find("\n", start) + 1 or len(text)
+            self.read += 1
+            yield text[start:end]
+            start = end
+
+
+def _rows(text: str, origin: str) -> Iterator[_Row]:
+    lines = _Lines(text)
+    reader = csv.DictReader(lines)
     try:
-        value = float(text) if text not in (None, "") else None
-    except ValueError:
-        return None
-    return value if value is not None and value > 0 else None  # SkyPilot writes 0.00 for "no spot price"
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise PlannerInputError(f"--from: {origin} lacks the column(s) {', '.join(missing)}; not a SkyPilot vms.csv")
+        for cells in reader:
+            yield _Row(cells, origin, lines.read)
+    except csv.Error as exc:  # a field past csv's limit (128 KB: no real cell is near it)
+        raise PlannerInputError(f"--from: {origin} line {lines.read}: {exc}; not a SkyPilot vms.csv") from None
 
 
-def _gpu_mib(info: str | None) -> int | None:
-    """Per-GPU memory from the GpuInfo column (a Python-literal dict; parsed as data, never evaluated)."""
-    try:
-        parsed = ast.literal_eval(info) if info else None
-        return int(parsed["Gpus"][0]["MemoryInfo"]["SizeInMiB"]) // max(1, int(parsed["Gpus"][0].get("Count", 1)))
-    except (ValueError, SyntaxError, KeyError, IndexError, TypeError, MemoryError, RecursionError):
-        return None
-
-
-def offers_from_csv(text: str, cloud: str, origin: str, as_of: str, skypilot: SkyPilotCatalog) -> tuple[list[dict[str, Any]], int]:
-    """prices.yaml rows from one vms.csv: per instance type, the region with the cheapest on-demand price
-    (spot: the cheapest zone of that region), or the cheapest spot region when none is sold on demand."""
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-    if missing:
-        raise PlannerInputError(f"--from: {origin} lacks the column(s) {', '.join(missing)}; not a SkyPilot vms.csv")
-    best: dict[str, dict[str, Any]] = {}
+def offers_from_csv(text: str, cloud: str, origin: str, as_of: str,
+                    skypilot: SkyPilotCatalog) -> tuple[list[tuple[_Row, dict[str, Any]]], int]:
+    """prices.yaml rows from one vms.csv, each with the vms.csv row that set its price: per instance type, the
+    region with the cheapest on-demand price (spot: the cheapest zone of that region), or the cheapest spot
+    region when none is sold on demand."""
+    best: dict[str, tuple[_Row, dict[str, Any]]] = {}
     unknown = 0
-    for row in reader:
+    for line in _rows(text, origin):
+        row = line.cells
         name, instance = row.get("AcceleratorName") or "", row.get("InstanceType") or ""
         if not name or not instance:
             continue  # CPU-only shapes
-        try:
-            count = int(float(row["AcceleratorCount"]))
-        except (TypeError, ValueError):
-            continue
-        gpu = skypilot.gpu_for(cloud, name, instance, _gpu_mib(row.get("GpuInfo")))
-        if gpu is None or count < 1:
+        gpu = skypilot.gpu_for(cloud, name, instance, line.gpu_mib())
+        count = line.count()
+        if gpu is None or count is None:
             unknown += 1
             continue
         region = row.get("Region") or "unspecified"
-        on_demand, spot = _number(row.get("Price")), _number(row.get("SpotPrice"))
+        on_demand, spot = line.number("Price"), line.number("SpotPrice")
         if on_demand is None and spot is None:
             continue
         zone = row.get("AvailabilityZone")
         key = f"{instance}\0{region}"
-        current = best.setdefault(key, {"provider": cloud, "instance": instance, "gpu": gpu, "gpus": count,
-                                         "region": region, "on_demand_usd_per_hour": None, "spot_usd_per_hour": None,
-                                         "as_of": as_of, "source": f"{SKYPILOT_SOURCE} {origin}"})
+        held, current = best.setdefault(key, (line, {
+            "provider": cloud, "instance": instance, "gpu": gpu, "gpus": count, "region": region,
+            "on_demand_usd_per_hour": None, "spot_usd_per_hour": None, "as_of": as_of,
+            "source": f"{SKYPILOT_SOURCE} {origin}"}))
         if on_demand is not None:
             current["on_demand_usd_per_hour"] = on_demand
+            best[key] = line, current
         if spot is not None and (current["spot_usd_per_hour"] is None or spot < current["spot_usd_per_hour"]):
             current["spot_usd_per_hour"] = spot
+            if current["on_demand_usd_per_hour"] is None:
+                best[key] = line, current
             if zone:
                 current["source"] = f"{SKYPILOT_SOURCE} {origin} | spot price is for zone {zone}"
-    per_instance: dict[str, dict[str, Any]] = {}
-    for row in best.values():
+    per_instance: dict[str, tuple[_Row, dict[str, Any]]] = {}
+    for line, row in best.values():
         held = per_instance.get(row["instance"])
-        if held is None or _rank(row) < _rank(held):
-            per_instance[row["instance"]] = row
-    return sorted(per_instance.values(), key=lambda r: (r["gpu"], r["gpus"], r["instance"])), unknown
+        if held is None or _rank(row) < _rank(held[1]):
+            per_instance[row["instance"]] = line, row
+    return sorted(per_instance.values(), key=lambda r: (r[1]["gpu"], r[1]["gpus"], r[1]["instance"])), unknown
 
 
 def _rank(row: dict[str, Any]) -> tuple[int, float, str]:
@@ -160,8 +218,11 @@ def update_prices(source: str, providers: tuple[str, ...], catalog: Catalog, sky
         if cloud not in skypilot.accelerators:
             raise PlannerInputError(f"--provider: {cloud!r} has no GPU names in catalogs/skypilot.yaml; "
                                     f"use one of {', '.join(skypilot.accelerators)}")
-    if as_of is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", as_of):
-        raise PlannerInputError(f"--as-of: {as_of!r} is not a date; write YYYY-MM-DD")
+    if as_of is not None:
+        try:
+            date.fromisoformat(as_of if re.fullmatch(r"\d{4}-\d{2}-\d{2}", as_of) else "")
+        except ValueError:
+            raise PlannerInputError(f"--as-of: {as_of!r} is not a calendar date; write YYYY-MM-DD") from None
     new_rows: list[dict[str, Any]] = []
     unknown, dates, origins = 0, set(), []
     for cloud in clouds:
@@ -171,13 +232,13 @@ def update_prices(source: str, providers: tuple[str, ...], catalog: Catalog, sky
             raise PlannerInputError(f"--as-of: {origin} is not in a git checkout, so its date is unknown; "
                                     "give the snapshot's date with --as-of YYYY-MM-DD")
         rows, skipped = offers_from_csv(text, cloud, origin, stamp, skypilot)
-        new_rows += rows
+        for line, row in rows:  # as the catalog loader checks them, before anything is written
+            validate_record(Offer, row, f"{line.where()}: the prices row")
+            catalog.gpus.get(row["gpu"])
+        new_rows += [row for _, row in rows]
         unknown += skipped
         dates.add(stamp)
         origins.append(origin)
-    for i, row in enumerate(new_rows):
-        validate_record(Offer, row, f"--from row {i}")
-        catalog.gpus.get(row["gpu"])
     header, old_rows = _split_prices_file(path)
     kept = [r for r in old_rows if not (r.get("provider") in clouds and SKYPILOT_SOURCE in str(r.get("source", ""))
                                        and "||" not in str(r.get("source", "")))]
@@ -187,23 +248,28 @@ def update_prices(source: str, providers: tuple[str, ...], catalog: Catalog, sky
 
 
 def _split_prices_file(path: Path) -> tuple[str, list[dict[str, Any]]]:
-    text = path.read_text(encoding="utf-8")
-    rows = read_yaml(path).get("prices")
+    text = read_text(path, PRICES)
+    data = parse_yaml(text, f"--prices {path.name}")
+    rows = data.get("prices") if isinstance(data, dict) else None
     if not isinstance(rows, list):
-        raise PlannerInputError(f"catalog {path.name}: missing the list 'prices'")
+        raise PlannerInputError(f"--prices: {path.name} holds no list 'prices'; {PRICES.fix}")
     header = text.split("\nprices:", 1)[0] + "\n"
     return header, rows
 
 
 def _write_prices(path: Path, header: str, rows: list[dict[str, Any]]) -> None:
+    """prices.yaml as planner reads it back: refused, before anything is written, past the prices cap."""
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's: a tenth of the pure-Python dumper's time
     lines = [header.rstrip("\n"), "prices:"]
-    provider = None
+    provider, size = None, len(header)
     for row in rows:
         if row["provider"] != provider:
             provider = row["provider"]
             lines += ["", f"  # ---- {provider}"]
-        dumped = yaml.safe_dump([row], sort_keys=False, width=10_000, allow_unicode=True)
+        dumped = yaml.dump([row], Dumper=dumper, sort_keys=False, width=10_000, allow_unicode=True)
         lines += ["  " + line for line in dumped.rstrip("\n").splitlines()]
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    temporary.replace(path)
+        size += len(dumped) + 2 * dumped.count("\n")
+        if PRICES.max_bytes is not None and size > PRICES.max_bytes:
+            raise PlannerInputError(f"--from: {len(rows):,} rows would make {path.name} larger than planner reads "
+                                    f"({PRICES.max_bytes // MiB} MiB); not a SkyPilot vms.csv")
+    write_output(str(path), "\n".join(lines) + "\n", "--prices")

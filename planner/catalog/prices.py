@@ -7,11 +7,30 @@ import calendar
 import re
 from datetime import date
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from planner.catalog.load import Gpu, Registry, read_yaml, validate_record
 from planner.errors import PlannerInputError
+
+# Provider, instance and region names as providers spell them (letters of any script, digits, spaces, - _ . , / ( );
+# vast.ai names regions "Bács-Kiskun, HU, EU"), starting with a letter or a digit: never markup ([/x]), math
+# ($x^$), a spreadsheet formula (=...) or a control character
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\w[\w .,/()-]*$")]
+# A price per hour for a whole instance: the dearest shipped is $98 (8 x B200); a hundred times that rents no GPU
+MAX_USD_PER_HOUR = 10_000.0
+# GPUs in one rentable instance, as a scenario's search.max_gpus_per_node
+MAX_INSTANCE_GPUS = 64
+Price = Annotated[float | None, Field(gt=0, le=MAX_USD_PER_HOUR, allow_inf_nan=False)]
+
+
+def one_line(text: str) -> str:
+    """A pydantic check: text that prints as one line (a newline would end a comment line of an export, and a
+    lone surrogate cannot print)."""
+    if not text.isprintable():
+        raise ValueError("holds a line break, a control character or a lone surrogate")
+    return text
 
 
 class Offer(BaseModel):
@@ -19,15 +38,22 @@ class Offer(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    provider: str
-    instance: str
+    provider: Name
+    instance: Name
     gpu: str
-    gpus: int = Field(gt=0)
-    region: str
-    on_demand_usd_per_hour: float | None = Field(default=None, gt=0)
-    spot_usd_per_hour: float | None = Field(default=None, gt=0)
-    as_of: str
-    source: str
+    gpus: int = Field(gt=0, le=MAX_INSTANCE_GPUS)
+    region: Name
+    on_demand_usd_per_hour: Price = None
+    spot_usd_per_hour: Price = None
+    as_of: Annotated[str, StringConstraints(max_length=1000), AfterValidator(one_line)]
+    source: Annotated[str, StringConstraints(max_length=1000), AfterValidator(one_line)]
+
+    @field_validator("as_of")
+    @classmethod
+    def _dated(cls, as_of: str) -> str:
+        for market in ("on-demand", "spot"):
+            period_end(as_of, market)
+        return as_of
 
     def price(self, market: str) -> float | None:
         return self.on_demand_usd_per_hour if market == "on-demand" else self.spot_usd_per_hour
@@ -48,17 +74,16 @@ MAX_PRICE_AGE_DAYS = 90  # issue 12: a plan priced older than this says so
 _PERIOD = re.compile(r"\b(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?\b")
 
 
-def price_date(offer: Offer, market: str) -> date:
-    """The date of `offer`'s `market` price: the end of the period as_of names (2025-06 -> 2025-06-30),
-    so an age is never overstated. as_of may date the markets apart: "on-demand: D1; spot: D2"."""
-    text = offer.as_of
+def period_end(as_of: str, market: str) -> date:
+    """The end of the period `as_of` names for `market` (2025-06 -> 2025-06-30), so an age is never overstated.
+    as_of may date the markets apart: "on-demand: D1; spot: D2". ValueError when it names no calendar date."""
+    text = as_of
     label = "on-demand:" if market == "on-demand" else "spot:"
     if label in text:
         text = text.split(label, 1)[1].split(";", 1)[0]
     match = _PERIOD.search(text)
     if match is None:
-        raise PlannerInputError(f"catalog prices.yaml: {offer.provider} {offer.instance} ({offer.region}): as_of "
-                                f"{offer.as_of!r} holds no date; write YYYY-MM-DD, YYYY-MM or YYYY")
+        raise ValueError("holds no date; write YYYY-MM-DD, YYYY-MM or YYYY")
     year, month, day = int(match.group(1)), match.group(2), match.group(3)
     try:
         if month is None:
@@ -67,8 +92,16 @@ def price_date(offer: Offer, market: str) -> date:
             return date(year, int(month), calendar.monthrange(year, int(month))[1])
         return date(year, int(month), int(day))
     except ValueError:
+        raise ValueError(f"{match.group(0)} is not a calendar date") from None
+
+
+def price_date(offer: Offer, market: str) -> date:
+    """The date of `offer`'s `market` price (period_end of its as_of)."""
+    try:
+        return period_end(offer.as_of, market)
+    except ValueError as exc:
         raise PlannerInputError(f"catalog prices.yaml: {offer.provider} {offer.instance} ({offer.region}): as_of "
-                                f"{offer.as_of!r} is not a calendar date") from None
+                                f"{offer.as_of!r} {exc}") from None
 
 
 def stale_price_warning(offer: Offer, market: str, today: date | None = None) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planner.catalog.load import Catalog
+from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.need import engine_need
 from planner.estimator.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
@@ -56,6 +57,15 @@ class Configuration:
         """The estimator's request for this configuration (the whole batch, on its layout)."""
         return Request(context=self.context, batch=self.concurrency, tp=self.tp, pp=self.pp,
                        precision=self.precision, kv_dtype=self.kv_dtype, overhead_fraction=self.overhead_fraction)
+
+
+def loaded_model_id(catalog: Catalog, reference: str) -> str:
+    """What an engine loads for a model as given: a catalog model's HF id, else the reference itself (a Hub id, or
+    a config path)."""
+    try:
+        return catalog.models.get(reference).hf_id
+    except PlannerInputError:
+        return reference
 
 
 class ConfiguredBy:

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from planner.catalog.load import Catalog, Gpu, validate_record
+from planner.catalog.prices import MAX_INSTANCE_GPUS, one_line
 from planner.errors import PlannerInputError
 from planner.files import PLAN, read_bytes
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings
@@ -29,26 +30,19 @@ from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES
 from planner.estimator.layout import layout_refusal
 from planner.estimator.memory import GpuTarget, MemoryEstimate
 from planner.model.sources import resolve_model
-from planner.plan.configuration import Configuration, check_configuration
+from planner.plan.configuration import Configuration, check_configuration, loaded_model_id
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, MAX_SIZE_BYTES, format_bytes
 
 SCHEMA_VERSION = 2  # 2: plans carry the model, the engine and its resolved settings (1 had neither)
 MAX_REPLICAS = 10_000  # as a scenario's workload.replicas
-MAX_INSTANCE_GPUS = 64  # GPUs in one rentable instance, as a scenario's search.max_gpus_per_node
 WRITE_ONE = "write one with `planner solve SCENARIO --format json -o PLAN.json`"
 
-
-
-def _printable(value: str) -> str:
-    if not value.isprintable():  # a newline would end a comment line of an export; a lone surrogate cannot print
-        raise ValueError("holds a line break, a control character or a lone surrogate")
-    return value
 
 
 # A name from a catalog or a provider: printable ASCII without spaces.
 Token = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
 # A model as given or loaded (an HF id or a path, which may hold spaces), a scenario name: one printable line.
-Line = Annotated[str, StringConstraints(min_length=1, max_length=1000), AfterValidator(_printable)]
+Line = Annotated[str, StringConstraints(min_length=1, max_length=1000), AfterValidator(one_line)]
 
 
 class _Schema(BaseModel):
@@ -216,6 +210,10 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
         arch = resolve_model(catalog, configuration.model, configuration.params)
     except PlannerInputError as exc:  # the same message, said of the plan file
         raise PlannerInputError(f"plan: {_name(p)}: {exc}") from None
+    expected = loaded_model_id(catalog, configuration.model)
+    if configuration.model_id != expected:  # an export launches model_id: it must be the model re-checked here
+        raise PlannerInputError(f"plan: {_name(p)}: model_id {configuration.model_id!r} is not what the plan's model "
+                                f"{configuration.model!r} loads ({expected!r}); re-run `planner solve`")
     refusal = layout_refusal(arch, configuration.tp, configuration.pp)
     if refusal:
         raise PlannerInputError(f"plan: {_name(p)}: {refusal.removeprefix('--')}")

@@ -22,7 +22,7 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.model.architecture import Architecture
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 from planner.model.sources import resolve_model
-from planner.plan.configuration import SIMPLE_ENGINE, Configuration, ConfiguredBy, check_configuration
+from planner.plan.configuration import SIMPLE_ENGINE, Configuration, ConfiguredBy, check_configuration, loaded_model_id
 from planner.plan.deadline import NO_DEADLINE, Deadline
 from planner.plan.rental import Rental, rent
 from planner.plan.scenario import Scenario, model_reference
@@ -172,12 +172,8 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         and (regions is None or o.region.lower() in regions)
     )
     reference = model_reference(scenario)
-    try:
-        model_id = catalog.models.get(reference).hf_id
-    except PlannerInputError:
-        model_id = reference
     return SearchSpace(
-        arch=arch, model=reference, model_id=model_id, model_precision=own.name if arch.exact else None, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
+        arch=arch, model=reference, model_id=loaded_model_id(catalog, reference), model_precision=own.name if arch.exact else None, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
         contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
         replicas=scenario.workload.replicas, max_gpus_per_replica=search.max_gpus_per_replica,
         max_gpus_per_node=search.max_gpus_per_node, offers=offers, overhead=scenario.engine.overhead,

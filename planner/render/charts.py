@@ -10,7 +10,11 @@ import matplotlib
 matplotlib.use("Agg")  # no display: render to files only
 import matplotlib.pyplot as plt  # noqa: E402
 
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9})  # keep SVG text as text (searchable, selectable)
+from planner.render.plain import controls_escaped  # noqa: E402 - a label is one line, as written
+
+# keep SVG text as text (searchable, selectable); labels are names from files, drawn as written: never parsed as
+# mathtext ($\frac{$ would raise, $x^2$ would be typeset)
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "text.parse_math": False})
 
 SEGMENT_COLOURS = {"weights": "#4C72B0", "KV cache": "#DD8452", "overhead": "#8172B2", "headroom": "#CCCCCC"}
 
@@ -35,7 +39,7 @@ def _svg(fig) -> str:
 def memory_chart(bars: list[MemoryBar]) -> str:
     """Stacked per-GPU memory of each plan's fullest GPU: weights, KV, overhead, headroom."""
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(bars) + 1.2))
-    labels = [b.label for b in bars]
+    labels = [controls_escaped(b.label) for b in bars]
     left = [0.0] * len(bars)
     for name, values in (("weights", [b.weights_gb for b in bars]), ("KV cache", [b.kv_gb for b in bars]),
                          ("overhead", [b.overhead_gb for b in bars]), ("headroom", [b.headroom_gb for b in bars])):
@@ -63,15 +67,15 @@ def cost_curve(points: list[tuple[int, float | None]], xlabel: str, title: str) 
     ax.set_xticks([x for x, _ in points], [f"{x:,}" for x, _ in points], rotation=45)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("$ / hour")
-    ax.set_title(title)
+    ax.set_title(controls_escaped(title))
     return _svg(fig)
 
 
 def price_chart(rows: list[tuple[str, float]], title: str) -> str:
     """$/GPU-hour of every offer for one GPU type."""
     fig, ax = plt.subplots(figsize=(7.5, 0.3 * len(rows) + 1.0))
-    ax.barh([label for label, _ in rows], [price for _, price in rows], color="#55A868")
+    ax.barh([controls_escaped(label) for label, _ in rows], [price for _, price in rows], color="#55A868")
     ax.invert_yaxis()
     ax.set_xlabel("$ per GPU-hour")
-    ax.set_title(title)
+    ax.set_title(controls_escaped(title))
     return _svg(fig)

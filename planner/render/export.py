@@ -167,12 +167,49 @@ def _needs_checkpoint(plan: ExportPlan) -> bool:
     return plan.precision.checkpoint and plan.precision.name != plan.checkpoint_precision
 
 
+# A Hugging Face repository id as the Hub allows it: ORG/NAME, each part at most 96 characters starting with a letter
+# or a digit. So a repository placed in a command is always an argument: never an option (--trust-remote-code, -h)
+# nor a path (., ../x).
+_HUB_REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+
+
+def _model_signature(arch: Any) -> tuple[Any, ...]:
+    return arch.model_type, arch.hidden_size, arch.num_layers, arch.vocab_size, arch.loaded_params
+
+
+def _repository(plan: ExportPlan, repo: str, field: str) -> str:
+    """`repo` as an engine loads it: a Hub repository id and, when planner's catalog knows the model behind it
+    (a catalog entry, or a quantized repository of one), the model the plan was checked with. A repository the
+    catalog does not know (your own quantization) cannot be compared offline and is loaded as given."""
+    from planner.model.sources import resolve_model
+
+    if not _HUB_REPOSITORY.fullmatch(repo) or ".." in repo:
+        fix = ("give the repository to load with --checkpoint ORG/NAME" if field == "plan: model_id"
+               else "give a Hugging Face repository id, ORG/NAME")
+        raise PlannerInputError(f"{field}: {repo!r} is not a Hugging Face repository id (ORG/NAME); {fix}")
+    catalog = load_catalog()
+    try:
+        named = catalog.model_and_precision(repo)[0]
+    except PlannerInputError:
+        return repo
+    configuration = plan.configuration
+    try:
+        same = catalog.models.get(configuration.model).name == named.name
+    except PlannerInputError:  # a plan of a config path or a Hub id: the same model is the same architecture
+        checked = resolve_model(catalog, configuration.model, configuration.params)
+        same = _model_signature(checked) == _model_signature(resolve_model(catalog, named.name))
+    if not same:
+        raise PlannerInputError(f"{field}: {repo!r} is {named.name} in planner's catalog, not the model the plan was "
+                                f"checked with ({configuration.model}); give a repository of that model")
+    return repo
+
+
 def weights(plan: ExportPlan, checkpoint: str | None) -> tuple[str, bool]:
     """(the repository the engine loads, whether it is a pre-quantized checkpoint that names its own scheme)."""
-    if checkpoint is not None and not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", checkpoint):
-        raise PlannerInputError(f"--checkpoint: {checkpoint!r} is not a Hugging Face repository id (ORG/NAME)")
+    if checkpoint is not None:
+        _repository(plan, checkpoint, "--checkpoint")
     if not _needs_checkpoint(plan):
-        return (checkpoint or plan.model_id), False
+        return checkpoint or _repository(plan, plan.model_id, "plan: model_id"), False
     repo = checkpoint or known_checkpoint(plan.model_id, plan.precision.name)
     if repo is None:
         raise PlannerInputError(
@@ -389,7 +426,8 @@ def llamacpp_args(plan: ExportPlan) -> list[str]:
         raise PlannerInputError(f"--to llamacpp: no llama.cpp cache type for KV {plan.kv_dtype}")
     _llamacpp_recheck(plan, cache)
     # llama-server's --ctx-size is shared by its --parallel slots: each slot gets ctx-size / parallel
-    args = ["--model", f"{plan.model_id.split('/')[-1]}-{plan.precision.gguf_type}.gguf",
+    repo = _repository(plan, plan.model_id, "plan: model_id")
+    args = ["--model", f"{repo.split('/')[-1]}-{plan.precision.gguf_type}.gguf",
             "--ctx-size", str(plan.context * plan.concurrency), "--parallel", str(plan.concurrency),
             "--n-gpu-layers", "999", "--cache-type-k", cache, "--cache-type-v", cache,
             "--host", "0.0.0.0", "--port", str(LLAMACPP_PORT)]
@@ -529,9 +567,21 @@ def kubernetes_manifest(plan: ExportPlan, checkpoint: str | None = None) -> str:
     return "".join(line + "\n" for line in notes) + _dump(doc)
 
 
+DNS_LABEL_MAX = 63  # Kubernetes object names and label values: RFC 1123 labels of at most 63 characters
+NAME_DIGEST_CHARS = 8  # a cut name ends in 8 hex digits of its full name's hash: 32 bits, no collision in practice
+
+
 def _slug(text: str) -> str:
-    slug = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower()).strip("-")
-    return slug[:63].strip("-") or "planner"
+    """An RFC 1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit) naming `text`.
+    A name too long is cut and ends in a digest of all of it, so names that differ anywhere (a fleet's
+    assignments differ in their index, at the end) stay different."""
+    slug = re.sub(r"-+", "-", "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower())).strip("-")
+    if len(slug) <= DNS_LABEL_MAX:
+        return slug or "planner"
+    import hashlib
+
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:NAME_DIGEST_CHARS]
+    return f"{slug[:DNS_LABEL_MAX - NAME_DIGEST_CHARS - 1].rstrip('-')}-{digest}"
 
 
 def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:

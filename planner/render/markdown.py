@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
+from planner.render.plain import controls_escaped
 from planner.render.summary import fleet_status, memory_line, status_line
 from planner.units import gb
 
@@ -12,26 +14,46 @@ if TYPE_CHECKING:
     from planner.plan.review import Review
     from planner.plan.solver import SolveResult
 
+# What Markdown (CommonMark, GitHub's tables) would read as syntax inside a line: emphasis, links, code, raw HTML
+# (<script>), entities, table cells; a backslash before ASCII punctuation prints it as it is
+_INLINE = re.compile(r"([\\`*_\[\]|~<>&])")
+# ... and at the start of a line or cell: a heading, a list item, a quote, a setext underline
+_LEADING = re.compile(r"^(\s*)([#+=>-])")
+
+
+def md(value: object) -> str:
+    """Text from a file (a name, a path, a message quoting one) as Markdown prints it: as written, on one line
+    (control characters shown as their escapes)."""
+    return _LEADING.sub(r"\1\\\2", _INLINE.sub(r"\\\1", controls_escaped(value)))
+
+
+def _fenced(text: str, info: str) -> list[str]:
+    """A code block holding `text` as it is: its fence longer than any run of backticks inside (CommonMark: a
+    shorter or equal run, indented up to three spaces, would close it)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, text, fence]
+
 
 def solve_markdown(result: SolveResult) -> str:
-    lines = [f"## {result.scenario}: {result.model}", "", status_line(result), ""]
+    lines = [f"## {md(result.scenario)}: {md(result.model)}", "", md(status_line(result)), ""]
     if result.best is None:
         lines.append("**No plan fits.**")
         if result.infeasible:
-            lines += ["", result.infeasible.reason, ""] + [f"- {s}" for s in result.infeasible.suggestions]
+            lines += ["", md(result.infeasible.reason), ""] + [f"- {md(s)}" for s in result.infeasible.suggestions]
         return "\n".join(lines) + "\n"
     best = result.best
     lines += [f"**Best plan: ${best.usd_per_hour:,.2f}/hour** ({best.market}): {best.replicas} x "
               f"{best.gpus_per_replica} x {best.gpu}, tp {best.tp} x pp {best.pp}, {best.precision} weights, "
               f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
-              f"{best.instances} x {best.provider} {best.instance} ({best.region}); {best.sharing}.", "",
-              memory_line(best) + ".", ""]
-    lines += [f"Warning: {w}." for w in best.price_warnings] + ([""] if best.price_warnings else [])
+              f"{best.instances} x {md(best.provider)} {md(best.instance)} ({md(best.region)}); {md(best.sharing)}.", "",
+              md(memory_line(best)) + ".", ""]
+    lines += [f"Warning: {md(w)}." for w in best.price_warnings] + ([""] if best.price_warnings else [])
     header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rank, p in [("best", best), *enumerate(result.alternatives, start=1)]:
         lines.append(f"| {rank} | {p.gpus_per_replica * p.replicas} x {p.gpu} | {p.tp} x {p.pp} | {p.precision} | "
-                     f"{p.kv_dtype} | {p.context:,} | {p.concurrency} | {p.provider} {p.instance} | {p.market} | "
+                     f"{p.kv_dtype} | {p.context:,} | {p.concurrency} | {md(p.provider)} {md(p.instance)} | {p.market} | "
                      f"{p.usd_per_hour:,.2f} |")
     if result.rejected_cheaper:
         lines += ["", "Cheaper options rejected by the estimator:", ""]
@@ -49,27 +71,27 @@ def records_markdown(records: list[dict]) -> str:
 
 
 def frame_markdown(frame) -> str:
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row) + " |"
+    lines = ["| " + " | ".join(md(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(f"{v:,.2f}" if isinstance(v, float) else md(v) for v in row) + " |"
               for row in frame.itertuples(index=False)]
     return "\n".join(lines)
 
 
 def review_markdown(review: Review, scenario_text: str) -> str:
     lines = [solve_markdown(review.result).rstrip(), "", "### Binding constraints", ""]
-    lines += [f"- {b}" for b in review.binding]
+    lines += [f"- {md(b)}" for b in review.binding]
     lines += ["", "### Cost vs context", "", "| context | $/hour |", "|---|---|"]
     lines += [f"| {c:,} | {'no fit' if v is None else f'{v:,.2f}'} |" for c, v in review.context_costs]
     lines += ["", "### Cost vs concurrency", "", "| concurrency | $/hour |", "|---|---|"]
     lines += [f"| {c:,} | {'no fit' if v is None else f'{v:,.2f}'} |" for c, v in review.concurrency_costs]
     if review.cut_short:
-        lines += ["", f"cut short: {review.cut_short}"]
-    lines += ["", "### Scenario", "", "```yaml", scenario_text.rstrip(), "```"]
+        lines += ["", f"cut short: {md(review.cut_short)}"]
+    lines += ["", "### Scenario", "", *_fenced(scenario_text.rstrip(), "yaml")]
     return "\n".join(lines) + "\n"
 
 
 def fleet_markdown(name: str, plan: FleetPlan) -> str:
-    lines = [f"## {name}: fleet", "", fleet_status(plan), ""]
+    lines = [f"## {md(name)}: fleet", "", md(fleet_status(plan)), ""]
     if plan.usd_per_hour is not None:
         lines += [f"**Fleet: ${plan.usd_per_hour:,.2f}/hour**"
                   + (f", ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
@@ -78,10 +100,10 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
               "|---|---|---|---|---|---|---|"]
     for a in plan.assignments:
         c = a.config.candidate
-        lines.append(f"| {a.workload} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
-                     f"| {c.context:,} x {a.config.performance.batch:.1f} | {a.config.capacity_rps:,.2f} | {a.pool.label} |")
-    lines += [""] + [f"- unmet: {u}" for u in plan.unmet] + [f"- binding: {b}" for b in plan.binding]
-    lines += [f"- left out: {x}" for x in plan.left_out]
-    lines += [f"- note: {x}" for x in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}"
+        lines.append(f"| {md(a.workload)} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
+                     f"| {c.context:,} x {a.config.performance.batch:.1f} | {a.config.capacity_rps:,.2f} | {md(a.pool.label)} |")
+    lines += [""] + [f"- unmet: {md(u)}" for u in plan.unmet] + [f"- binding: {md(b)}" for b in plan.binding]
+    lines += [f"- left out: {md(x)}" for x in plan.left_out]
+    lines += [f"- note: {md(x)}" for x in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}"
                                                     for a in plan.assignments for w in a.memory.warnings)]
     return "\n".join(lines) + "\n"

@@ -33,6 +33,23 @@ _ONE_CELL = frozenset("·×→≥≤…—–")
 Runs = list[tuple[str, tuple[str, ...]]]  # text in pieces, each with the style tags open over it
 
 
+def controls_escaped(value: object) -> str:
+    """Text with every character that does not print (ESC starts a terminal's escape codes, a newline ends a line
+    or a table row) shown as its escape: \\x1b, \\n."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
+
+
+def as_text(value: object) -> str:
+    """Text from a file (a name, a path, a message quoting one) as it must print: literally. Control characters
+    shown as their escapes, and markup escaped as rich.markup.escape escapes it ([bold] prints as [bold], [/x] no
+    longer closes a tag)."""
+    text = _ESCAPE.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", controls_escaped(value))
+    return text + "\\" if text.endswith("\\") and not text.endswith("\\\\") else text
+
+
+_ESCAPE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # rich.markup.escape's pattern
+
+
 class NotPlain(Exception):
     """rich does more with this than write it as it is: let rich print it."""
 

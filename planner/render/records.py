@@ -12,6 +12,7 @@ import sys
 from dataclasses import fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from planner.render.plain import controls_escaped
 from planner.units import GiB, gb
 
 if TYPE_CHECKING:
@@ -138,18 +139,29 @@ def catalog_rows(catalog: Catalog, kind: str) -> list[dict[str, Any]]:
             for p in catalog.precisions]
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (OWASP, "CSV Injection"; a leading tab or
+# carriage return, the other two it lists, is written as its escape)
+_FORMULA_STARTS = ("=", "+", "-", "@")
+
+
 def _csv_cell(value: Any) -> Any:
-    """Lists as a;b;c, a nested record (an engine and its settings) as key=value;..., the rest as is."""
+    """Lists as a;b;c, a nested record (an engine and its settings) as key=value;..., numbers as they are, and text
+    that a spreadsheet would run as a formula (a name from a file: =HYPERLINK(...)) after a quote, which it shows;
+    control characters as their escapes."""
     if isinstance(value, list):
-        return ";".join(map(str, value))
-    if isinstance(value, dict):
-        return ";".join(f"{k}={v}" for k, v in value.items() if v is not None)
-    return value
+        value = ";".join(map(str, value))
+    elif isinstance(value, dict):
+        value = ";".join(f"{k}={v}" for k, v in value.items() if v is not None)
+    if not isinstance(value, str):
+        return value
+    value = controls_escaped(value)  # no escape code reaches the terminal a CSV is printed on
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
 
 
-def rows_csv(rows: list[dict[str, Any]]) -> str:
+def rows_csv(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    """Every CSV planner writes (columns: the first row's keys unless given)."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else [])
+    writer = csv.DictWriter(buffer, fieldnames=columns if columns is not None else list(rows[0]) if rows else [])
     writer.writeheader()
     for row in rows:
         writer.writerow({k: _csv_cell(v) for k, v in row.items()})

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
-from planner.render.plain import PlainConsole, PlainTable
+from planner.render.plain import PlainConsole, PlainTable, as_text
 from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
@@ -31,6 +31,11 @@ def _table(console: Console | PlainConsole, **options: Any) -> Table | PlainTabl
     return Table(**options)
 
 
+def _row(table: Table | PlainTable, *cells: str, style: str | None = None) -> None:
+    """A row of text: every cell printed as it is (names from files hold brackets, escape characters ...)."""
+    table.add_row(*(as_text(cell) for cell in cells), style=style)
+
+
 def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
     return [label, f"{n_bytes:,}", f"{gb(n_bytes):,.2f}", f"{gib(n_bytes):,.2f}", note]
 
@@ -39,7 +44,7 @@ def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fi
     """The breakdown; show_fit=False when an engine's own verdict follows (engine_table)."""
     gpus = est.tp * est.pp
     split = f" · tp {est.tp} x pp {est.pp} = {gpus} GPUs" if gpus > 1 else " · 1 GPU"
-    console.print(f"[bold]{est.model}[/bold] · weights {est.precision} · KV {est.kv_dtype} · "
+    console.print(f"[bold]{as_text(est.model)}[/bold] · weights {est.precision} · KV {est.kv_dtype} · "
                   f"context {est.context:,} · batch {est.batch}{split}")
     if est.exact:
         parts = f"language model {format_count(est.language_params)}"
@@ -56,17 +61,17 @@ def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fi
     for col, justify in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     suffix = " (all GPUs)" if gpus > 1 else ""
-    table.add_row(*_bytes_row("weights" + suffix, est.weights_bytes, f"{est.precision}, {est.quality}"))
+    _row(table, *_bytes_row("weights" + suffix, est.weights_bytes, f"{est.precision}, {est.quality}"))
     kv_note = f"{est.kv_bytes_per_token:,} B/token x {est.context:,} x {est.batch} seq"
     if est.kv_sliding_bytes_per_token:
         windows = "/".join(f"{w:,}" for w in est.sliding_windows)
         kv_note += f" + sliding {est.kv_sliding_bytes_per_token:,} B/token x <={windows}"
     if est.kv_state_bytes_per_sequence:
         kv_note += f" + recurrent state {est.kv_state_bytes_per_sequence:,} B/seq"
-    table.add_row(*_bytes_row("KV cache" + suffix, est.kv_cache_bytes, kv_note))
-    table.add_row(*_bytes_row("overhead" + suffix, est.overhead_bytes,
+    _row(table, *_bytes_row("KV cache" + suffix, est.kv_cache_bytes, kv_note))
+    _row(table, *_bytes_row("overhead" + suffix, est.overhead_bytes,
                               f"{est.overhead_fraction:.0%} of weights+KV, >= {est.runtime_reserve_bytes // MiB:,} MiB/GPU"))
-    table.add_row(*_bytes_row("total" + suffix, est.total_bytes), style="bold")
+    _row(table, *_bytes_row("total" + suffix, est.total_bytes), style="bold")
     console.print(table)
 
     if gpus > 1:
@@ -76,7 +81,7 @@ def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fi
         for group in _identical_ranks(est):
             r = group[0]
             ranks = str(r.rank) if len(group) == 1 else f"{r.rank}-{group[-1].rank}"
-            per.add_row(ranks, str(r.pp_stage), f"{r.first_layer}-{r.last_layer - 1}",
+            _row(per, ranks, str(r.pp_stage), f"{r.first_layer}-{r.last_layer - 1}",
                         f"{gb(r.weights_bytes):,.2f}", f"{gb(r.kv_cache_bytes):,.2f}", f"{gb(r.overhead_bytes):,.2f}",
                         f"{gb(r.total_bytes):,.2f}", f"{gib(r.total_bytes):,.2f}")
         console.print(per)
@@ -89,7 +94,7 @@ def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fi
                       f"({fit.memory_bytes // MiB:,} MiB) -> {verdict}; headroom on {which}: "
                       f"{format_bytes(fit.headroom_bytes)}")
     for warning in est.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {as_text(warning)}")
 
 
 def _identical_ranks(est: MemoryEstimate) -> list[list[RankMemory]]:
@@ -119,7 +124,7 @@ def rows_table(rows: Iterable[dict[str, Any]], kind: str, console: Console | Pla
     for col in columns:
         _labelled_column(table, col)
     for row in rows:
-        table.add_row(*(_cell(row[c]) for c in columns))
+        _row(table, *(_cell(row[c]) for c in columns))
     console.print(table)
 
 
@@ -139,25 +144,25 @@ def _cell(value: Any) -> str:
 
 
 def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
-    console.print(f"[bold]{result.scenario}[/bold] · {result.model} · {status_line(result)}")
+    console.print(f"[bold]{as_text(result.scenario)}[/bold] · {as_text(result.model)} · {as_text(status_line(result))}")
     for note in result.skipped:
-        console.print(f"skipped {note}")
+        console.print(f"skipped {as_text(note)}")
     best = result.best
     if best is None:
         _infeasible(result, console)
         return
     console.print(f"\n[bold]Best plan: ${best.usd_per_hour:,.2f}/hour[/bold] ({best.market}"
                   + (f", ${best.usd_per_replica_hour:,.2f} per replica" if best.replicas > 1 else "") + ")")
-    console.print(f"  {best.replicas} replica(s) of {best.gpus_per_replica} x {best.gpu} ({best.gpu_display}): "
+    console.print(f"  {best.replicas} replica(s) of {best.gpus_per_replica} x {best.gpu} ({as_text(best.gpu_display)}): "
                   f"tp {best.tp} x pp {best.pp}, {best.nodes_per_replica} node(s) per replica")
     console.print(f"  weights {best.precision} ({best.memory.quality}) · KV {best.kv_dtype} · context {best.context:,} · "
                   f"concurrency {best.concurrency}")
-    console.print(f"  rent: {best.instances} x {best.provider} {best.instance} ({best.gpus_per_instance} GPUs, "
-                  f"{best.region}); {best.sharing}")
-    console.print(f"  {memory_line(best)} · re-checked by the estimator")
-    console.print(f"  price as of {best.price_as_of}; source: {best.price_source}")
+    console.print(as_text(f"  rent: {best.instances} x {best.provider} {best.instance} ({best.gpus_per_instance} GPUs, "
+                          f"{best.region}); {best.sharing}"))
+    console.print(f"  {as_text(memory_line(best))} · re-checked by the estimator")
+    console.print(as_text(f"  price as of {best.price_as_of}; source: {best.price_source}"))
     for warning in (*best.price_warnings, *best.memory.warnings):
-        console.print(f"  [yellow]warning:[/yellow] {warning}")
+        console.print(f"  [yellow]warning:[/yellow] {as_text(warning)}")
 
     if result.alternatives:
         table = _table(console, title="Alternatives: the best plan on each other GPU type", show_header=True,
@@ -165,7 +170,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
         for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "headroom GB"):
             table.add_column(col, justify="right" if col in ("$/hour", "headroom GB") else "left")
         for i, p in enumerate(result.alternatives, start=1):
-            table.add_row(str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({p.tp} x {p.pp})",
+            _row(table, str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({p.tp} x {p.pp})",
                           f"{p.precision}/{p.kv_dtype}", f"{p.context:,} x {p.concurrency}",
                           f"{p.instances} x {p.provider} {p.instance}" + (" (spot)" if p.market == "spot" else ""),
                           f"{p.usd_per_hour:,.2f}", f"{gb(p.headroom_bytes):.1f}")
@@ -176,7 +181,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
         for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "why not"):
             table.add_column(col)
         for r in result.rejected_cheaper:
-            table.add_row(f"{r.tp * r.pp} x {r.gpu} ({r.tp} x {r.pp})", f"{r.precision}/{r.kv_dtype}",
+            _row(table, f"{r.tp * r.pp} x {r.gpu} ({r.tp} x {r.pp})", f"{r.precision}/{r.kv_dtype}",
                           f"{r.context:,} x {r.concurrency}", f"{r.usd_per_hour:,.2f}",
                           f"needs {gb(r.needed_bytes):.1f} GB per GPU, card holds {gb(r.card_bytes):.1f} GB")
         console.print(table)
@@ -187,11 +192,11 @@ def _infeasible(result: SolveResult, console: Console | PlainConsole) -> None:
     console.print("\n[bold red]No plan fits.[/bold red]")
     if info is None:
         return
-    console.print(f"  {info.reason}")
+    console.print(f"  {as_text(info.reason)}")
     if info.suggestions:
         console.print("  Changes that would make it fit (one at a time):")
         for suggestion in info.suggestions:
-            console.print(f"   - {suggestion}")
+            console.print(f"   - {as_text(suggestion)}")
 
 
 COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "gpus", "tp", "pp", "precision", "kv_dtype", "usd_per_hour",
@@ -201,18 +206,18 @@ COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "gpus", "tp", "pp", "pre
 def frame_table(frame, title: str, console: Console | PlainConsole, columns: list[str] | None = None) -> None:
     """A DataFrame as a terminal table (the widest text columns left to JSON/CSV)."""
     frame = frame[columns] if columns else frame
-    table = _table(console, title=title, show_header=True, header_style="bold")
+    table = _table(console, title=as_text(title), show_header=True, header_style="bold")
     for col in frame.columns:
         _labelled_column(table, col, "right" if frame[col].dtype.kind in "if" else "left")
     for row in frame.itertuples(index=False):
-        table.add_row(*(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row))
+        _row(table, *(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row))
     console.print(table if len(frame) else "no GPU and provider holds this model with these settings")
 
 
 def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> None:
-    console.print(f"[bold]{name}[/bold] · fleet · {fleet_status(plan)}")
+    console.print(f"[bold]{as_text(name)}[/bold] · fleet · {as_text(fleet_status(plan))}")
     if plan.usd_per_hour is None:
-        console.print(f"\n[bold red]{no_fleet(plan)}[/bold red]")
+        console.print(f"\n[bold red]{as_text(no_fleet(plan))}[/bold red]")
     else:
         per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
                  if plan.usd_per_million_output_tokens is not None else "")
@@ -223,7 +228,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
         table.add_column(col, justify="right" if col in ("req/s each", "TTFT s", "TPOT ms") else "left")
     for a in plan.assignments:
         c, perf = a.config.candidate, a.config.performance
-        table.add_row(a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
+        _row(table, a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
                       f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {perf.batch:.1f}",
                       f"{a.config.capacity_rps:,.2f}", f"{perf.ttft_s:.3f}", f"{perf.tpot_s * 1000:.1f}",
                       f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
@@ -233,19 +238,19 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
     for col in ("pool", "instances", "GPUs used / paid", "$/hour", "price as of"):
         pools.add_column(col)
     for u in plan.pools:
-        pools.add_row(u.pool.label, str(u.instances), f"{u.gpus_used} / {u.instances * u.pool.offer.gpus}",
+        _row(pools, u.pool.label, str(u.instances), f"{u.gpus_used} / {u.instances * u.pool.offer.gpus}",
                       f"{u.usd_per_hour:,.2f}", u.pool.offer.as_of)
     if plan.pools:
         console.print(pools)
     for line in plan.unmet:
-        console.print(f"[red]unmet:[/red] {line}")
+        console.print(f"[red]unmet:[/red] {as_text(line)}")
     for line in plan.binding:
-        console.print(f"binding: {line}")
+        console.print(f"binding: {as_text(line)}")
     for line in plan.left_out:
-        console.print(f"left out: {line}", highlight=False, markup=False)
+        console.print(f"left out: {as_text(line)}")
     for line in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}" for a in plan.assignments
                               for w in a.memory.warnings):
-        console.print(f"note: {line}", highlight=False, markup=False)
+        console.print(f"note: {as_text(line)}")
     if plan.assignments:
         console.print("every replica's configuration was re-checked by the estimator")
 
@@ -260,22 +265,22 @@ def engine_table(e: EngineBudget, console: Console | PlainConsole) -> None:
     for name, value in ((label, e.budget_bytes), ("weights", e.weights_bytes), ("activation peak", e.activation_bytes),
                         ("non-torch (CUDA context, NCCL)", e.non_torch_bytes), ("CUDA graphs", e.cuda_graph_bytes),
                         ("KV pool", e.kv_pool_bytes)):
-        table.add_row(*_bytes_row(name, value)[:4])
+        _row(table, *_bytes_row(name, value)[:4])
     console.print(table)
     console.print(f"KV cache capacity {e.kv_cache_capacity_tokens:,} tokens · maximum concurrency for "
                   f"{e.context:,} tokens per request: {e.max_concurrency:,.2f}x")
     for line in _pool_layout_lines(e):
-        console.print(line)
+        console.print(as_text(line))
     if e.host_bytes:
         console.print(f"left in system RAM: {format_bytes(e.host_bytes)} ({e.gpu_layers} of {e.total_layers} layers on the GPUs)")
     verdict = "[green]fits[/green]" if e.fits else "[red]does not fit[/red]"
     console.print(f"{e.batch} request(s) of {e.context:,} tokens: {verdict}")
     if e.message:
-        console.print(f"[red]{e.name} would say:[/red] {e.message}")
+        console.print(f"[red]{e.name} would say:[/red] {as_text(e.message)}")
     if e.max_context_that_fits is not None:
         console.print(f"largest context one request fits: {e.max_context_that_fits:,} tokens")
     for warning in e.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {as_text(warning)}")
 
 
 def _pool_layout_lines(e: EngineBudget) -> list[str]:
@@ -315,7 +320,7 @@ def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int,
         longest = r["largest_context"]
         most = r["most_sequences"]
         fewest = r["fewest_gpus"]
-        table.add_row(
+        _row(table,
             f.engine,
             f"{longest['tokens']:,} (tp {longest['tp']} x pp {longest['pp']})" if longest["tokens"] else "none fits",
             f"{most['sequences']:,} (tp {most['tp']} x pp {most['pp']})",
@@ -326,10 +331,10 @@ def fit_table(fits: tuple[EngineFit, ...], context: int, batch: int,
 
 def what_if_table(name: str, rows, console: Console | PlainConsole) -> None:
     """The scenario and its variants side by side (api.what_if)."""
-    table = _table(console, title=f"{name}: what if", show_header=True, header_style="bold")
+    table = _table(console, title=f"{as_text(name)}: what if", show_header=True, header_style="bold")
     for col, justify in (("variant", "left"), ("status", "left"), ("$/hour", "right"), ("change", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:
-        table.add_row(r.variant, r.status, "-" if r.usd_per_hour is None else f"{r.usd_per_hour:,.2f}",
+        _row(table, r.variant, r.status, "-" if r.usd_per_hour is None else f"{r.usd_per_hour:,.2f}",
                       "-" if r.change_usd_per_hour is None else f"{r.change_usd_per_hour:+,.2f}")
     console.print(table)
