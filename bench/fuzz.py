@@ -69,7 +69,7 @@ from planner.model.architecture import (
 from planner.plan.deadline import FINISHING_S
 from planner.render.html import CHARTS_S
 from planner.plan.search import build_search_space
-from planner.catalog.load import load_catalog
+from planner.catalog.load import catalog_dir, load_catalog
 from planner.cli import main as cli_main
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
@@ -1398,7 +1398,7 @@ def fuzz_prices(rng: random.Random, cases: int, tally: Tally, folder: Path) -> N
     from planner.catalog.skypilot import load_skypilot
 
     original = (SKYPILOT_FIXTURE / "vast" / "vms.csv").read_text()
-    shipped = (PACKAGE_DIR.parent / "catalogs" / "prices.yaml").read_bytes()
+    shipped = (Path(catalog_dir()) / "prices.yaml").read_bytes()  # in the package when installed, not beside it
     (folder / "v8" / "vast").mkdir(parents=True, exist_ok=True)
     prices = folder / "prices.yaml"
     for _ in range(cases):
