@@ -107,6 +107,7 @@ class GenerationEfficiency:
     kernel level (catalogs/performance.yaml names the tables)."""
 
     name: str
+    aliases: tuple[str, ...] = ()  # generations that borrow these measurements (their GPUs have none of their own)
     # by compute format: bf16 (16-bit, and weight-only kernels that compute in 16 bits), fp8 (per-tensor W8A8),
     # fp8-block (block-scaled W8A8), fp4 (W4A4); a format without measurements takes bf16's
     gemm: dict[str, KernelRates]
@@ -220,7 +221,7 @@ class PerformanceCatalog:
 
     def generation(self, name: str) -> GenerationEfficiency:
         """The generation's factors; `default` for a generation no measurement covers."""
-        by_name = {g.name: g for g in self.generations}
+        by_name = {alias: g for g in self.generations for alias in (g.name, *g.aliases)}
         return by_name.get(name) or by_name["default"]
 
     def engine(self, name: str) -> EngineCost:
