@@ -326,3 +326,18 @@ def test_gpt_oss_120b_on_eight_b200_decodes_as_published(catalog):
     2.41 ms TPOT measured; within 25%."""
     r = run(catalog, "gpt-oss-120b", gpu="b200", precision="auto", tp=8, engine="sglang", workload=Workload(1024, 1024))
     assert r.tpot_s == pytest.approx(2.41e-3, rel=0.25)
+
+
+def test_dsa_reads_every_indexer_key_but_only_its_top_k_latents(catalog):
+    """DeepSeek Sparse Attention: the indexer scores every cached token's key, the attention reads at most
+    index_topk latents (hand count over DeepSeek-V3.2's 61 layers on one of 8 ranks, bf16 cache)."""
+    model = arch(catalog, "deepseek-v3.2")
+    attention = model.layers[0].attention
+    assert attention.index_topk == 2048 and attention.indexer_head_dim
+    timer = replica_timer(model, "auto", "bf16", catalog.gpus.get("b200"), 8, 1, catalog)
+    latent = attention.latent_dim * 2
+    for context in (1000, 32768):
+        _, terms, _ = timer.step(Step(1, float(context)))
+        read = sum(layer.attention.indexer_bytes_per_token * context + latent * min(context, 2048)
+                   for layer in model.layers)
+        assert terms.kv_bytes == read

@@ -467,8 +467,8 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
     stages = []
     for index, (first, last) in enumerate(pipeline_stages(arch.num_layers, pp)):
         layers = arch.layers[first:last]
-        attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank), layer.attention.window)
-                          for layer in layers)
+        attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank),
+                           layer.attention.window or layer.attention.index_topk or None) for layer in layers)
         mla = sum(1 for layer in layers if layer.attention.kind == "mla")
         if not arch.exact:
             stages.append(_size_only_stage(arch, precision, tp, len(layers), mla, attention, as_stored))
@@ -571,7 +571,7 @@ class _StageCost(NamedTuple):
     kv_growing: int  # cache bytes per token of the layers whose KV grows with the context, on one rank
     kv_sliding: tuple[tuple[int, int], ...]  # (bytes per token, window) of the sliding-window layers
     kv_state: int  # the constant state of recurrent layers
-    kv_latent: int  # bytes per token of the MLA layers (part of kv_growing)
+    kv_latent: tuple[tuple[int, int], ...]  # (bytes per token, tokens read at most) of the MLA latents
     # dense GEMMs by format, and the lm_head: (read seconds per pass, compute seconds per row, rows at half rate)
     low_read_s: float
     low_row_s: float
@@ -599,7 +599,7 @@ class _StageCost(NamedTuple):
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
-                kv_state: int, kv_latent: int) -> _StageCost:
+                kv_state: int, kv_latent: tuple[tuple[int, int], ...]) -> _StageCost:
     body, head, experts = stage.body, stage.head, stage.experts
     low, wide = hw.low_bit, hw.wide
     head_rates = low if head.low_bit_bytes else wide  # the lm_head is one tensor: in one format
@@ -737,7 +737,8 @@ class ReplicaTimer:
     kv_growing: tuple[int, ...]
     kv_sliding: tuple[tuple[tuple[int, int], ...], ...]
     kv_state: tuple[int, ...]
-    kv_latent: tuple[int, ...]  # per stage: bytes per token of its MLA layers (part of kv_growing), on one rank
+    # per stage: (bytes per token, tokens read at most) of its MLA latents (part of the two above), on one rank
+    kv_latent: tuple[tuple[tuple[int, int], ...], ...]
     pp: int
     engine: str
     borrowed: bool  # the GPU's generation has no kernel measurements (the `default` generation's constants)
@@ -802,10 +803,11 @@ class ReplicaTimer:
                 for per_token, window in cost.kv_sliding:
                     windowed += per_token * (window if window < context else context)
                 held += windowed
-            latent = cost.kv_latent
+            latent = 0  # of it, the MLA latents (read by their own kernels)
+            for per_token, window in cost.kv_latent:
+                latent += per_token * (window if window < context else context)
             times.append(_forward(cost, tokens, logits, decode_flops, prefill_flops,
-                                  round(decode * (held + cost.kv_state)),
-                                  round(decode * latent * context) if latent else 0, allreduce_s))
+                                  round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
             return times[0][_TOTAL], times, 0, 0.0
         total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
@@ -866,18 +868,31 @@ def _recurrent_state(arch: Architecture, precision: str, kv_dtype: str, tp: int,
 
 @lru_cache(maxsize=1024)
 def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
-                  ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...], tuple[int, ...]]:
-    """Per stage, on one rank: cache bytes per token of the layers whose KV grows with the context, (bytes per
-    token, window) of the sliding-window layers, and the MLA layers' share of the first. Cached: every GPU type and
-    precision of a layout shares them."""
+                  ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...], tuple[tuple[tuple[int, int], ...], ...]]:
+    """Per stage, on one rank: cache bytes per token read for every token held (layers whose KV grows with the
+    context, a DSA indexer's keys), (bytes per token, tokens read at most) of the layers that read a window of it
+    (sliding windows; a DSA layer's latent, of which it reads its top-k), and the MLA latents' share of those two as
+    (bytes per token, tokens read at most). Cached: every GPU type and precision of a layout shares them."""
     growing, sliding, latent = [], [], []
     for first, last in pipeline_stages(arch.num_layers, pp):
-        layers = arch.layers[first:last]
-        growing.append(sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers
-                           if l.attention.kind not in ("sliding", "linear", "mamba")))
-        sliding.append(tuple((attention_bytes_per_token(l.attention, tp, kv_bits), l.attention.window or MAX_CONTEXT)
-                             for l in layers if l.attention.kind == "sliding"))
-        latent.append(sum(attention_bytes_per_token(l.attention, tp, kv_bits) for l in layers if l.attention.kind == "mla"))
+        grow, slide, lat = 0, [], []
+        for layer in arch.layers[first:last]:
+            attention = layer.attention
+            per_token = attention_bytes_per_token(attention, tp, kv_bits)
+            if attention.kind == "sliding":
+                slide.append((per_token, attention.window or MAX_CONTEXT))
+            elif attention.kind == "mla" and attention.index_topk:
+                own = attention.latent_dim * kv_bits // 8
+                grow += per_token - own  # the indexer scores every token's key
+                slide.append((own, attention.index_topk))
+                lat.append((own, attention.index_topk))
+            elif attention.kind not in ("linear", "mamba"):
+                grow += per_token
+                if attention.kind == "mla":
+                    lat.append((per_token, MAX_CONTEXT))
+        growing.append(grow)
+        sliding.append(tuple(slide))
+        latent.append(tuple(lat))
     return tuple(growing), tuple(sliding), tuple(latent)
 
 
