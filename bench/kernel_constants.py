@@ -26,6 +26,7 @@ Standalone: not imported by planner, not run by tests.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import zipfile
@@ -95,6 +96,7 @@ class Gpu:
         self.system = system
         self.name = catalog["name"]
         self.generation = catalog["generation"]
+        self.interconnect = catalog["interconnect"]["kind"]
         self.bw = catalog["memory_bandwidth_gbps"] * 1e9
         self.tflops = catalog["dense_tflops"]
         spec = yaml.safe_load(aic_yaml.read_text())["gpu"] if aic_yaml.exists() else {}
@@ -506,14 +508,90 @@ def generation_summary(title: str, rows: list[dict], gpus: dict, by: list[str], 
     table(f"{title} — per generation (median over GPUs)", summary.to_dict("records"), [*keys, *present, "gpus"])
 
 
+# catalogs/performance.yaml's kernel formats and the tables' dtypes; the read ceilings every read is capped at
+CATALOG_FORMAT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "fp4"}
+KV_BITS = {"bfloat16": 16, "fp8": 8}
+READ_CEILING = {"hopper": 0.933, "blackwell": 0.977, "ampere": 0.858, "ada": 0.977}
+
+
+def _per_engine(rows: list[dict], gpus: dict, keys: list[str], values: list[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    df["generation"] = df.gpu.map(lambda s: gpus[s].generation)
+    return df.groupby(["generation", "engine", *keys])[values].median().reset_index()
+
+
+def _number(value: float) -> str:
+    if abs(value) < 1e-3:  # an intercept the fit pinned at its bound
+        return "0"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, ar_rows) -> None:
+    """Each generation's per-engine kernel rates (medians over its GPUs) and each engine's all-reduce fits, in
+    catalogs/performance.yaml's shape: paste under the generation's `engines:` and into `interconnects:`."""
+    gemm_df = _per_engine(gemm_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "m_half"])
+    moe_df = _per_engine(moe_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "x_half"])
+    dec_df = _per_engine(dec, gpus, ["kv_dtype"], ["launch_us", "kv_eff"])
+    mla_df = _per_engine(mla, gpus, ["kv_dtype"], ["latent_eff"])
+    for generation in sorted(set(gemm_df.generation)):
+        ceiling = READ_CEILING[generation]
+        print(f"# {generation}\n    engines:")
+        for engine in ENGINES:
+            print(f"      {engine}:")
+            for table, df, half in (("gemm", gemm_df, "m_half"), ("moe", moe_df, "x_half")):
+                sel = df[(df.generation == generation) & (df.engine == engine)]
+                if len(sel):
+                    print(f"        {table}:")
+                for r in sel.itertuples():
+                    print(f"          {CATALOG_FORMAT[r.dtype]}: {{launch_us: {_number(r.launch_us)}, read_efficiency: "
+                          f"{_number(min(r.read_eff, ceiling))}, compute_efficiency: {_number(r.eff_max)}, "
+                          f"half_m: {_number(getattr(r, half))}}}")
+            sel = dec_df[(dec_df.generation == generation) & (dec_df.engine == engine)]
+            if len(sel):
+                print("        attention:")
+            for r in sel.itertuples():
+                latent = mla_df[(mla_df.generation == generation) & (mla_df.engine == engine) & (mla_df.kv_dtype == r.kv_dtype)]
+                part = f", latent_read_efficiency: {_number(min(latent.latent_eff.iloc[0], ceiling))}" if len(latent) else ""
+                print(f"          {KV_BITS[r.kv_dtype]}: {{launch_us: {_number(r.launch_us)}, kv_read_efficiency: "
+                      f"{_number(min(r.kv_eff, ceiling))}{part}}}")
+    ar = pd.DataFrame(ar_rows)
+    ar = ar[ar.impl.isin(ENGINES)]
+    # an all-reduce is the interconnect's: group by the catalog's kind (RTX PRO 6000 Server is a PCIe Blackwell)
+    ar["kind"] = ar.gpu.map(lambda s: gpus[s].interconnect)
+    ar["generation"] = ar.gpu.map(lambda s: gpus[s].generation)
+    columns = ["small_lat_us", "small_algbw_gbs", "large_lat_us", "large_busbw_gbs"]
+    print("# interconnects")
+    for engine in (None, *ENGINES):  # the engines' median first, then each engine's own
+        rows = ar if engine is None else ar[ar.impl == engine]
+        by_gpu = rows.groupby(["kind", "generation", "gpu", "tp"])[columns].median().reset_index()
+        fits = by_gpu.groupby(["kind", "generation", "tp"])[columns].median().reset_index()
+        systems = by_gpu.groupby(["kind", "generation"]).gpu.apply(lambda s: ",".join(sorted(set(s))))
+        for (kind, generation), sel in fits.groupby(["kind", "generation"]):
+            who = f"comm/{engine}/" if engine else "comm/{vllm,sglang,trtllm}/ (medians over the engines)"
+            print(f"  - kind: {kind}\n    generation: {generation}" + (f"\n    engine: {engine}" if engine else "")
+                  + f"\n    source: \"aiconfigurator-core 0.12.0 systems/data/{{{systems[(kind, generation)]}}}/{who} "
+                  f"(CUDA-graph rows; medians over the GPUs)\"\n    allreduce:")
+            for r in sel.itertuples():
+                if r.tp > 8:
+                    continue
+                print(f"      - {{tp: {r.tp}, latency_us: {_number(r.small_lat_us)}, bandwidth_gbps: "
+                      f"{_number(r.small_algbw_gbs)}, large_latency_us: {_number(r.large_lat_us)}, bus_bandwidth_gbps: "
+                      f"{_number(r.large_busbw_gbs)}}}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, help="unpacked aiconfigurator_core folder (default: pip download the wheel)")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "planner-aic")
     ap.add_argument("--compute-form", choices=("hyperbolic", "exponential"), default="hyperbolic",
                     help="GEMM compute_eff(M): eff_max*M/(M+m_half) or eff_max*(1-exp(-M/m_half))")
+    ap.add_argument("--yaml", action="store_true",
+                    help="print only the per-engine entries of catalogs/performance.yaml (generations' `engines`, "
+                         "interconnects with an `engine`)")
     args = ap.parse_args()
     root = args.data or fetch_wheel(args.cache)
+    if args.yaml:
+        sys.stdout = open(os.devnull, "w")  # the tables go nowhere; the YAML is printed at the end
     tables = Tables(root)
     catalog = {g["name"]: g for g in yaml.safe_load((REPO / "catalogs" / "gpus.yaml").read_text())["gpus"]}
     gpus = {s: Gpu(s, catalog[c], root / "systems" / f"{s}.yaml") for s, c in SYSTEMS.items()}
@@ -573,6 +651,11 @@ def main() -> None:
                        ["small_lat_us", "small_algbw_gbs", "large_lat_us", "large_busbw_gbs"])
     table("4b. Engine all-reduce vs NCCL: largest size still >5% faster than NCCL; ratio at 64 tok x 7168",
           cross_rows, ["gpu", "engine", "tp", "last_faster_bytes", "max_bytes", "ratio_64tok_7168"])
+
+    if args.yaml:
+        sys.stdout = sys.__stdout__
+        print_catalog_yaml(gpus, gemm_rows, moe_rows, dec, mla, ar_rows)
+        return
 
     floor = [small_kernel_floor(g, tables, e) for g in with_data for e in ENGINES]
     table("5. Small-kernel floor, us (median of the 10 fastest rows per table)", floor,

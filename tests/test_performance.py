@@ -59,9 +59,9 @@ def test_bigger_batch_more_tokens_per_second_and_longer_tpot(catalog):
     assert results[-1].decode.compute_s > 5 * results[0].decode.compute_s
 
 
-def hardware(perf, gpu, kernel_format="bf16"):
+def hardware(perf, gpu, kernel_format="bf16", engine="vllm"):
     generation = perf.generation(gpu.generation)
-    return generation, generation.gemm_rates(kernel_format), gpu.memory_bandwidth_gbps * GB
+    return generation, generation.gemm_rates(kernel_format, engine), gpu.memory_bandwidth_gbps * GB
 
 
 def test_a_step_is_the_sum_of_its_terms(catalog):
@@ -88,7 +88,7 @@ def test_batch_one_dense_decode_is_the_weight_read_by_hand(catalog, perf):
     # and the lm_head's GEMM
     vllm = perf.engine("vllm")
     layers = model.num_layers
-    attention = generation.attention_rates(16)
+    attention = generation.attention_rates(16, "vllm")
     by_hand = (layers * 4 + 1) * bf16.launch_us + layers * (vllm.layer_kernels * generation.kernel_floor_us
                                                             + attention.launch_us)
     assert r.decode.kernel_launch_s == pytest.approx(by_hand * 1e-6)
@@ -130,7 +130,7 @@ def test_moe_reads_the_experts_its_tokens_touch_by_hand(catalog, perf):
     assert by_batch[512].decode.weight_bytes == pytest.approx(dense + E * moe_layers * one_expert, rel=1e-3)
     gpu = catalog.gpus.get("h100-sxm")
     generation = perf.generation(gpu.generation)
-    moe = generation.moe_rates("bf16")
+    moe = generation.moe_rates("bf16", "vllm")
     assert by_batch[1].decode.moe_s == pytest.approx(
         k * moe_layers * one_expert / (gpu.memory_bandwidth_gbps * GB * moe.read_efficiency))
 
@@ -147,10 +147,11 @@ def test_nothing_is_charged_per_expert_held(catalog, perf):
         one, wide = run(catalog, name), run(catalog, name, batch=256)
         assert wide.decode.kernel_launch_s == pytest.approx(one.decode.kernel_launch_s)
         moe_layers = sum(1 for layer in model.layers if layer.is_moe)
-        per_moe_layer = generation.moe_rates("bf16").launch_us + vllm.moe_layer_kernels * generation.kernel_floor_us
-        per_layer = vllm.layer_kernels * generation.kernel_floor_us + generation.attention_rates(16).launch_us
+        per_moe_layer = (generation.moe_rates("bf16", "vllm").launch_us
+                         + vllm.moe_layer_kernels * generation.kernel_floor_us)
+        per_layer = vllm.layer_kernels * generation.kernel_floor_us + generation.attention_rates(16, "vllm").launch_us
         gemm_us = one.decode.kernel_launch_s * 1e6 - moe_layers * per_moe_layer - model.num_layers * per_layer
-        launches = gemm_us / generation.gemm_rates("bf16").launch_us
+        launches = gemm_us / generation.gemm_rates("bf16", "vllm").launch_us
         # per layer: fused QKV, o_proj and the router; and the lm_head
         assert launches == pytest.approx(3 * model.num_layers + 1)
 
@@ -160,7 +161,7 @@ def test_tensor_parallel_splits_the_weight_read_and_adds_all_reduces_by_hand(cat
     model = arch(catalog, "llama-3.1-70b")
     assert by_tp[1].decode.allreduce_s == 0
     gpu = catalog.gpus.get("h100-sxm")
-    link = perf.interconnect(gpu.interconnect.kind, gpu.generation)
+    link = perf.interconnect(gpu.interconnect.kind, gpu.generation, "vllm")
     payload = model.hidden_size * 2  # one token's activations, 16-bit
     for tp in (2, 4, 8):
         assert by_tp[tp].decode.weight_bytes == pytest.approx(by_tp[1].decode.weight_bytes / tp, rel=0.02)
@@ -206,7 +207,7 @@ def test_mla_latent_cache_is_read_at_its_own_rate(catalog, perf):
     """MLA's latent cache (whole on every rank) is read by MLA's decode kernels at the generation's latent
     efficiency; a GQA model's paged cache at the KV efficiency; each the larger of that read and its FLOPs."""
     gpu = catalog.gpus.get("h200-sxm")
-    rates = perf.generation(gpu.generation).attention_rates(8)
+    rates = perf.generation(gpu.generation).attention_rates(8, "vllm")
     assert rates.latent_read_efficiency != rates.kv_read_efficiency
     for name, efficiency in (("deepseek-v3", rates.latent_read_efficiency), ("llama-3.1-70b", rates.kv_read_efficiency)):
         r = run(catalog, name, gpu="h200-sxm", precision="fp8", kv="fp8", tp=8, batch=32, workload=Workload(4000, 200))
@@ -341,3 +342,18 @@ def test_dsa_reads_every_indexer_key_but_only_its_top_k_latents(catalog):
         read = sum(layer.attention.indexer_bytes_per_token * context + latent * min(context, 2048)
                    for layer in model.layers)
         assert terms.kv_bytes == read
+
+
+def test_each_engine_is_timed_with_its_own_kernel_tables(catalog, perf):
+    """Where an engine's tables hold a kernel, its measurement replaces the generation's median: vLLM's per-tensor
+    fp8 MoE kernel on Hopper (FlashInfer-CUTLASS) is several times slower at one token than TensorRT-LLM's, and a
+    GPU's all-reduce is its interconnect's (the PCIe RTX PRO 6000 is not timed as an NVLink Blackwell)."""
+    hopper = perf.generation("hopper")
+    assert hopper.moe_rates("fp8", "vllm").launch_us > 2 * hopper.moe_rates("fp8", "trtllm").launch_us
+    assert hopper.moe_rates("fp8", "llama.cpp") == hopper.moe_rates("fp8")  # no tables: the median
+    pcie = perf.interconnect(catalog.gpus.get("rtx-pro-6000").interconnect.kind, "blackwell", "vllm").fit(8)
+    nvlink = perf.interconnect(catalog.gpus.get("b200").interconnect.kind, "blackwell", "vllm").fit(8)
+    assert pcie.latency_us > 2 * nvlink.latency_us
+    by_engine = {e: run(catalog, "llama-3.1-70b", gpu="b200", precision="fp8", tp=8, engine=e).decode.allreduce_s
+                 for e in ("vllm", "sglang", "trtllm")}
+    assert len(set(by_engine.values())) == 3

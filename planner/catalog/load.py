@@ -404,7 +404,8 @@ def _hints(record_type: type) -> dict[str, Any]:
 def _fields(record_type: type) -> tuple[tuple[str, bool, Check, tuple[tuple[str, float], ...]], ...]:
     """Each field: its name, whether it is required, its check and its bounds (metadata gt/ge/le)."""
     hints = _hints(record_type)
-    return tuple((f.name, f.default is MISSING, _check(hints[f.name]), tuple(f.metadata.items()))
+    return tuple((f.name, f.default is MISSING and f.default_factory is MISSING, _check(hints[f.name]),
+                  tuple(f.metadata.items()))
                  for f in fields(record_type))
 
 

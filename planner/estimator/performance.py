@@ -45,7 +45,7 @@ decode steps at the mean context P + N/2:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
 from math import ceil, prod
 from pathlib import Path
@@ -102,6 +102,25 @@ class AttentionRates:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EngineKernels:
+    """One engine's own kernel measurements on a generation, where its tables hold them: they take precedence over
+    the generation's medians (a format or width not listed here takes the generation's)."""
+
+    gemm: dict[str, KernelRates] = field(default_factory=dict)
+    moe: dict[str, KernelRates] = field(default_factory=dict)
+    attention: dict[int, EngineAttention] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineAttention:
+    """An engine's decode attention on one KV width; its MLA latent rate where its tables hold one."""
+
+    launch_us: float = bounded(ge=0)
+    kv_read_efficiency: float = bounded(gt=0, le=1)
+    latent_read_efficiency: float | None = bounded(None, gt=0, le=1)
+
+
+@dataclass(frozen=True, kw_only=True)
 class GenerationEfficiency:
     """Achieved fractions of a GPU generation's datasheet peaks and its kernels' fixed costs, each measured at
     kernel level (catalogs/performance.yaml names the tables)."""
@@ -122,23 +141,34 @@ class GenerationEfficiency:
     as_of: str
     measured_on: str  # the GPUs and tables the values are the medians of
     source: str
+    engines: dict[str, EngineKernels] = field(default_factory=dict)  # each engine's own tables, where it has them
 
-    def gemm_rates(self, kernel_format: str) -> KernelRates:
-        return self.gemm.get(kernel_format) or self.gemm[WIDE_FORMAT]
+    def gemm_rates(self, kernel_format: str, engine: str | None = None) -> KernelRates:
+        own = self.engines.get(engine or "", EngineKernels()).gemm
+        return own.get(kernel_format) or self.gemm.get(kernel_format) or own.get(WIDE_FORMAT) or self.gemm[WIDE_FORMAT]
 
-    def moe_rates(self, kernel_format: str) -> KernelRates:
-        return self.moe.get(kernel_format) or self.moe[WIDE_FORMAT]
+    def moe_rates(self, kernel_format: str, engine: str | None = None) -> KernelRates:
+        own = self.engines.get(engine or "", EngineKernels()).moe
+        return own.get(kernel_format) or self.moe.get(kernel_format) or own.get(WIDE_FORMAT) or self.moe[WIDE_FORMAT]
 
-    def attention_rates(self, kv_bits: int) -> AttentionRates:
-        return self.attention.get(kv_bits) or self.attention[UNQUANTIZED_BITS]
+    def attention_rates(self, kv_bits: int, engine: str | None = None) -> AttentionRates:
+        median = self.attention.get(kv_bits) or self.attention[UNQUANTIZED_BITS]
+        own = self.engines.get(engine or "", EngineKernels()).attention.get(kv_bits)
+        if own is None:
+            return median
+        return AttentionRates(launch_us=own.launch_us, kv_read_efficiency=own.kv_read_efficiency,
+                              latent_read_efficiency=own.latent_read_efficiency or median.latent_read_efficiency)
 
     @property
     def read_efficiencies(self) -> dict[str, float]:
-        out = {f"gemm.{k}.read_efficiency": r.read_efficiency for k, r in self.gemm.items()}
-        out.update({f"moe.{k}.read_efficiency": r.read_efficiency for k, r in self.moe.items()})
-        for bits, r in self.attention.items():
-            out.update({f"attention.{bits}.kv_read_efficiency": r.kv_read_efficiency,
-                        f"attention.{bits}.latent_read_efficiency": r.latent_read_efficiency})
+        out: dict[str, float] = {}
+        for prefix, kernels in (("", self), *((f"engines.{name}.", own) for name, own in self.engines.items())):
+            out.update({f"{prefix}gemm.{k}.read_efficiency": r.read_efficiency for k, r in kernels.gemm.items()})
+            out.update({f"{prefix}moe.{k}.read_efficiency": r.read_efficiency for k, r in kernels.moe.items()})
+            for bits, a in kernels.attention.items():
+                out[f"{prefix}attention.{bits}.kv_read_efficiency"] = a.kv_read_efficiency
+                if a.latent_read_efficiency is not None:
+                    out[f"{prefix}attention.{bits}.latent_read_efficiency"] = a.latent_read_efficiency
         return out
 
 
@@ -180,6 +210,7 @@ class AllReduceFit:
 class InterconnectCost:
     kind: str  # the Gpu interconnect kind: nvlink, pcie, infinity-fabric, ...
     generation: str | None = None  # the GPU generation these measurements are of; None: the kind's other GPUs
+    engine: str | None = None  # the engine whose all-reduce was measured; None: the engines' median
     allreduce: tuple[AllReduceFit, ...]  # a TP size not listed takes the next larger listed one, or the largest
     source: str
 
@@ -232,11 +263,12 @@ class PerformanceCatalog:
         known = ", ".join(e.name for e in self.engines)
         raise PlannerInputError(f"engine: no performance factors for {name!r}; use one of {known}")
 
-    def interconnect(self, kind: str, generation: str) -> InterconnectCost:
-        """The kind's entry measured on this generation, else the kind's own, else `default`."""
-        for wanted in ((kind, generation), (kind, None), ("default", None)):
+    def interconnect(self, kind: str, generation: str, engine: str | None = None) -> InterconnectCost:
+        """The kind's entry measured on this generation with this engine, else on this generation, else the kind's
+        own, else `default`."""
+        for wanted in ((kind, generation, engine), (kind, generation, None), (kind, None, None), ("default", None, None)):
             for entry in self.interconnects:
-                if (entry.kind, entry.generation) == wanted:
+                if (entry.kind, entry.generation, entry.engine) == wanted:
                     return entry
         raise PlannerInputError("catalog performance.yaml: interconnects needs a 'default' entry")
 
@@ -900,7 +932,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
               engine: str, kv_bits: int) -> tuple[_Hardware, GenerationEfficiency]:
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
-    link = performance.interconnect(gpu.interconnect.kind, gpu.generation)
+    link = performance.interconnect(gpu.interconnect.kind, gpu.generation, engine)
     wide = _wide_rate(gpu, arch, prec)
     low_bit_rate, low_bit_format = _low_bit_format(gpu, prec, wide, performance)
     bandwidth = gpu.memory_bandwidth_gbps * GB
@@ -915,7 +947,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
             return _Rates(bandwidth * read, peak * kernel.compute_efficiency, 0.0, 0.0)
         return _Rates(bandwidth * read, peak * kernel.compute_efficiency, kernel.half_m, kernel.launch_us * US)
 
-    attention = generation.attention_rates(kv_bits)
+    attention = generation.attention_rates(kv_bits, engine)
     floor_s = generation.kernel_floor_us * US
     if cycles:
         layer_s, moe_layer_s, mla_layer_s = cycles * 1e3 / performance.clock_hz(gpu.name), 0.0, 0.0
@@ -926,9 +958,9 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
     fit, pair = link.fit(tp), link.fit(2)
     return _Hardware(
-        low_bit=rates(generation.gemm_rates(low_bit_format), low_bit_rate),
-        wide=rates(generation.gemm_rates(WIDE_FORMAT), wide),
-        moe=rates(generation.moe_rates(low_bit_format if expert_low_bit else WIDE_FORMAT),
+        low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
+        wide=rates(generation.gemm_rates(WIDE_FORMAT, engine), wide),
+        moe=rates(generation.moe_rates(low_bit_format if expert_low_bit else WIDE_FORMAT, engine),
                   low_bit_rate if expert_low_bit else wide),
         kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
         latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
