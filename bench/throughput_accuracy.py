@@ -36,7 +36,7 @@ DATA = Path(__file__).parent / "data"
 # Each file and the prefix its rows are labelled with (a row of the reference set keeps its 0-based line number,
 # the number catalogs and notes quote).
 DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"),
-              ("2026b:", DATA / "throughput-2026b.jsonl"))
+              ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
@@ -88,9 +88,11 @@ EXCLUDED = {"370": "flagged 'likely misconfigured' in the reference notes"}
 NOT_REPRESENTATIVE = {str(row) for row in (*range(386, 392), *range(405, 409))}
 
 # Means first; a run that published only medians is compared on its median.
-TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT_ms", "ITL_ms", "Median TPOT (ms)", "median_tpot_ms")
-TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT_ms", "first_token_latency_ms", "Median TTFT (ms)")
-OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_throughput", "output_tok_s", "Throughput_tok_s",
+TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT_ms", "ITL_ms", "Median TPOT (ms)", "median_tpot_ms",
+                "tpot_ms (as printed)")
+TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT_ms", "first_token_latency_ms", "Median TTFT (ms)",
+                "ttft_ms (as printed)")
+OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_tok_s_replica", "output_throughput", "output_tok_s", "Throughput_tok_s",
                     "derived_output_tok_s", "output_token_throughput_tok_s")
 PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu")
 SINGLE_STREAM_DECODE = re.compile(r"^(tg(\d+)_tok_s|avg_eval_tok_s|avg_eval_tok_s_and_prompt)$")
