@@ -329,13 +329,6 @@ def test_bad_settings_are_refused(settings, message, arch, h100, catalog):
         engine_budget(arch("llama-3.1-8b"), Request(context=4096), settings, h100, catalog)
 
 
-def test_llamacpp_refuses_recurrent_layers(catalog, h100):
-    config = json.loads((CONFIGS / "qwen3-next-80b-a3b" / "config.json").read_text())
-    hybrid = size_only_architecture_from_config(config, "qwen3-next", 80 * 10**9)
-    with pytest.raises(PlannerInputError, match="--engine vllm, sglang or simple"):
-        engine_budget(hybrid, Request(context=4096, precision="fp8"), EngineSettings(name="llamacpp"), h100, catalog)
-
-
 def test_every_profile_constant_names_its_source():
     profiles = load_profiles()
     for section in (profiles.cuda, profiles.vllm, profiles.sglang, profiles.llamacpp):
