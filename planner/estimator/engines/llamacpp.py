@@ -18,7 +18,10 @@
      every cell holds an r row of n_embd_r() = (d_conv - 1) x (d_inner + 2 x n_group x d_state) conv values and an s
      row of n_embd_s() = d_state x d_inner state values (src/llama-hparams.cpp; Gated DeltaNet: d_inner = value heads
      x value dim, n_group = key heads, d_state = key dim), on the device holding the layer
-     (src/llama-memory-recurrent.cpp: model.dev_layer(il) when offload_kqv, the default).
+     (src/llama-memory-recurrent.cpp: model.dev_layer(il) when offload_kqv, the default). Read in ggml-org/llama.cpp
+     src/llama-memory-recurrent.cpp @ 0054ee8c, src/llama-hparams.cpp @ 01b77b57, src/llama-model.cpp @ 00342301
+     (commits, not release tags); checked against the 299.25 MiB of pull request #23792's log (bench/accuracy.py).
+     Not modelled: the MTP rollback snapshots (n_rs_seq > 0 multiplies the rows by 1 + n_rs_seq; 0 without MTP).
   3. The worst-case graph for n_ubatch tokens is reserved as each device's compute buffer: without flash
      attention the f32 attention scores (n_ctx x n_ubatch x heads) dominate; with it, the feed-forward
      intermediates or the output logits (n_vocab x n_ubatch floats) on the device holding the output layer.
