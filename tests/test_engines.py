@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.model.architecture import architecture_from_config, size_only_architecture_from_config
+from planner.model.architecture import architecture_from_config
 from planner.catalog.load import catalog_dir
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.profiles import PROFILES_FILE, load_profiles
