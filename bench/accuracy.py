@@ -157,12 +157,13 @@ VARIOUS_POINTS = [
     _various(40, "Llama-3.1-8B Q4_K_M x4", "llamacpp", "llama-3.1-8b", 80.0, 2048, "b4000 (Ollama), 4 sequences of 2048, no flash attention", precision="q4_k_m", batch=4, settings=dict(flash_attn=False)),
     _various(41, "Phi-3-mini Q4 ubatch 256", "llamacpp", "phi-3-mini-4k", 80.0, 4096, "b5500-b6000, no flash attention; the log shows no sliding-window cache for Phi-3", precision="q4_k_m", settings=dict(flash_attn=False, n_batch=256, n_ubatch=256)),
     _various(43, "GLM-4-32B 32K", "llamacpp", GLM_4_32B, 80.0, 32768, "ik_llama.cpp fork; KV only (quant unknown)", precision="q4_k_m", settings=dict(flash_attn=True), metrics=("kv_buffer_mib",)),
+    _various(52, "Qwen3.5-27B 2 seqs recurrent", "llamacpp", "qwen3.5-27b", 80.0, 4096, "2026 master, tensor split; the recurrent memory's total only (it depends on neither context nor card)", precision="q4_k_m", batch=2, metrics=("rs_size_mib",)),
     _various(44, "gpt-oss-120b 2x128K", "llamacpp", "gpt-oss-120b", 200.0, 131072, "Ollama 0.30.2 (2026 llama.cpp); KV only", precision="mxfp4", batch=2, settings=dict(n_batch=1024, n_ubatch=1024)),
 ]
 NOT_REPLAYED = {
     9: "model unidentified", 11: "Qwen1.5 not in the catalog", 13: "LoRA buffers in the weights (Unsloth)",
     21: "LoRA buffers in the weights (Unsloth)", 37: "AMD ROCm with AITER workspace", 42: "two different GPUs",
-    47: "aphrodite fork", 48: "aphrodite fork", 50: "TGI on ROCm",
+    47: "aphrodite fork", 48: "aphrodite fork", 50: "TGI on ROCm", 53: "Qwen3.5-9B not in the catalog",
 }
 
 _PATTERNS = {
@@ -178,6 +179,9 @@ _PATTERNS = {
     "kv_buffer_mib": [r"KV buffer size =\s+([\d.]+) MiB"],
     "kv_self_mib": [r"KV self size\s+=\s+([\d.]+) MiB"],
     "compute_mib": [r"CUDA0 compute buffer size =\s+([\d.]+) MiB"],
+    # llama_memory_recurrent (hybrid / recurrent models): per device, and the total with its R / S parts
+    "rs_buffer_mib": [r"RS buffer size =\s+([\d.]+) MiB"],
+    "rs_size_mib": [r"llama_memory_recurrent: size =\s+([\d.]+) MiB"],
 }
 
 
@@ -201,7 +205,7 @@ def measured_values(record: dict[str, Any]) -> dict[str, float]:
             continue
         if metric == "kv_pool":
             found[metric] = min(values)
-        elif metric == "kv_buffer_mib":
+        elif metric in ("kv_buffer_mib", "rs_buffer_mib"):
             found[metric] = sum(values)
         else:
             found[metric] = values[0]
@@ -251,6 +255,10 @@ class Comparison:
 
 
 def _predicted(budget: EngineBudget, metric: str) -> tuple[str, float] | None:
+    layout = budget.layout
+    # llama.cpp: the recurrent states on the GPUs are part of kv_pool_bytes, and the layout's state pool
+    recurrent_on_gpus = layout.state_pool_bytes if layout else 0
+    recurrent_layers = sum(g.layers for g in layout.groups if g.kind == "state") if layout else 0
     table = {
         "weights": ("GiB", budget.weights_bytes / GiB),
         # a pool the engine found negative is reported as 0; logs that print the negative figure compare with it
@@ -259,7 +267,9 @@ def _predicted(budget: EngineBudget, metric: str) -> tuple[str, float] | None:
         "max_concurrency": ("x", budget.max_concurrency),
         "kv_tokens": ("tokens", budget.kv_cache_capacity_tokens),
         "gpu_weights_mib": ("MiB", sum(r.weights_bytes for r in budget.per_rank) / MiB),
-        "kv_buffer_mib": ("MiB", budget.kv_pool_bytes / MiB),
+        "kv_buffer_mib": ("MiB", (budget.kv_pool_bytes - recurrent_on_gpus) / MiB),
+        "rs_buffer_mib": ("MiB", recurrent_on_gpus / MiB),
+        "rs_size_mib": ("MiB", layout.state_bytes * recurrent_layers * layout.state_slots / MiB if layout else 0.0),
         "compute_mib": ("MiB", budget.per_rank[0].activation_bytes / MiB),
         # the pool's layout, whatever its size: ("GPU KV cache size" / "Maximum concurrency") = the smallest block
         # size x blocks one request takes / KV cache groups

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.model.architecture import architecture_from_config, size_only_architecture_from_config
+from planner.model.architecture import architecture_from_config
 from planner.catalog.load import catalog_dir
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.profiles import PROFILES_FILE, load_profiles
@@ -327,13 +327,6 @@ def test_simple_engine_is_the_seed_margin(arch, h100, catalog):
 def test_bad_settings_are_refused(settings, message, arch, h100, catalog):
     with pytest.raises(PlannerInputError, match=message):
         engine_budget(arch("llama-3.1-8b"), Request(context=4096), settings, h100, catalog)
-
-
-def test_llamacpp_refuses_recurrent_layers(catalog, h100):
-    config = json.loads((CONFIGS / "qwen3-next-80b-a3b" / "config.json").read_text())
-    hybrid = size_only_architecture_from_config(config, "qwen3-next", 80 * 10**9)
-    with pytest.raises(PlannerInputError, match="--engine vllm, sglang or simple"):
-        engine_budget(hybrid, Request(context=4096, precision="fp8"), EngineSettings(name="llamacpp"), h100, catalog)
 
 
 def test_every_profile_constant_names_its_source():

@@ -10,7 +10,7 @@ from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.need import engine_need
 from planner.estimator.layout import layouts_on_gpus, searched_tensor_parallel_sizes, tensor_parallel_refusal
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
-from planner.model.architecture import architecture_from_config, size_only_architecture_from_config
+from planner.model.architecture import architecture_from_config
 from planner.plan.configuration import check_configuration
 from planner.plan.fleet import Pool, _fits_pool
 from planner.plan.rental import footprint, rent
@@ -85,11 +85,11 @@ def test_llamacpp_holds_several_sequences_in_the_search(catalog):
 
 
 def test_engine_need_gives_a_reason_instead_of_raising(catalog, h100):
-    config = json.loads((CONFIGS / "qwen3-next-80b-a3b" / "config.json").read_text())
-    hybrid = size_only_architecture_from_config(config, "qwen3-next", 80 * 10**9)
-    # llama.cpp's recurrent cache is not modelled: a refusal with its reason, not an exception
+    config = json.loads((CONFIGS / "kimi-linear-48b-a3b" / "config.json").read_text())
+    hybrid = architecture_from_config(config, "kimi-linear")
+    # llama.cpp's state of Kimi Delta Attention is not modelled: a refusal with its reason, not an exception
     need = engine_need(hybrid, Request(context=4096, precision="fp8"), EngineSettings("llamacpp"), h100, catalog)
-    assert not need.fits and need.budget is None and "layers" in need.reason
+    assert not need.fits and need.budget is None and "kda layers" in need.reason
     with pytest.raises(PlannerInputError, match="max_num_batched_tokens"):  # a wrong setting stays an input error
         engine_need(arch_of(catalog), Request(context=4096), EngineSettings("vllm", max_num_batched_tokens=8,
                                                                             max_num_seqs=64), h100, catalog)

@@ -23,6 +23,9 @@ KV_CACHE_MEMORY_MODES = ("utilization", "full", "auto")
 MEMO_ENTRIES = 4096
 T = TypeVar("T")
 # llama.cpp --cache-type-k/-v names and ggml block layouts (ggml/src/ggml-common.h): bytes per block of values
+# Recurrent mixers whose llama.cpp state the llamacpp profile sizes (src/llama-hparams.cpp n_embd_r / n_embd_s:
+# Mamba-2's conv and SSM states, which Qwen3-Next / Qwen3.5 Gated DeltaNet layers reuse); see engines/llamacpp.py
+LLAMACPP_RECURRENCES = ("gated_delta_net", "mamba2")
 LLAMACPP_CACHE_TYPES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q5_1": (24, 32),
                         "q5_0": (22, 32), "q4_1": (20, 32), "q4_0": (18, 32), "iq4_nl": (18, 32)}
 
@@ -236,13 +239,16 @@ def estimate_once(arch: Architecture, request: Request, catalog: Catalog) -> Mem
 
 def engine_refusal(arch: Architecture, engine: str) -> str | None:
     """Why the engine profile cannot size this model at all (None when it can). vLLM sizes every layer kind;
-    llama.cpp keeps recurrent layers in a separate recurrent cache (src/llama-memory-recurrent.cpp) its profile
-    does not size; SGLang's token pool is sized per attention-layer token, nothing for an attention-free model."""
+    llama.cpp's recurrent memory (src/llama-memory-recurrent.cpp) is sized for the mixers whose n_embd_r / n_embd_s
+    its profile follows (LLAMACPP_RECURRENCES); SGLang's token pool is sized per attention-layer token, nothing for
+    an attention-free model."""
     kinds = arch.attention_kinds
     recurrent = sorted(kinds & set(RECURRENT_KINDS))
-    if engine == "llamacpp" and recurrent:
-        return (f"--engine llamacpp: {arch.name} has {'/'.join(recurrent)} layers (constant state per sequence), whose "
-                "recurrent cache the llama.cpp profile does not size; use --engine vllm, sglang or simple")
+    unsized = sorted({layer.attention.recurrence or layer.attention.kind for layer in arch.layers
+                      if layer.attention.kind in RECURRENT_KINDS} - set(LLAMACPP_RECURRENCES))
+    if engine == "llamacpp" and unsized:
+        return (f"--engine llamacpp: {arch.name} has {'/'.join(unsized)} layers, whose recurrent state the llama.cpp "
+                f"profile does not size (it sizes {', '.join(LLAMACPP_RECURRENCES)}); use --engine vllm, sglang or simple")
     if engine == "sglang" and recurrent and not kinds - set(RECURRENT_KINDS):
         return (f"--engine sglang: {arch.name} has no attention layers; SGLang's token pool (sized per attention-layer "
                 "token) does not apply to an attention-free model; use --engine vllm")

@@ -11,6 +11,17 @@
      pad(window + n_ubatch) cells per stream. DeepSeek-V4 (llama_kv_cache_dsv4, a later release): that
      windowed raw cache holds K only, and each compressed layer adds per stream K-only caches of pad(ceil(kv_size
      / ratio), 256) cells (CSA or HCA, and the lightning indexer's at ratio 4) and f32 compressor states.
+  2b. Hybrid and recurrent models (Qwen3-Next / Qwen3.5 Gated DeltaNet, Nemotron-H / Jamba / Mamba-2): the attention
+     layers keep the llama_kv_cache above and the recurrent layers a llama_memory_recurrent beside it
+     (src/llama-memory-hybrid.cpp). src/llama-model.cpp create_memory gives it GGML_TYPE_F32 for both type_r and
+     type_s and max(1, n_seq_max) cells: one per --parallel sequence, whatever the context. In each recurrent layer
+     every cell holds an r row of n_embd_r() = (d_conv - 1) x (d_inner + 2 x n_group x d_state) conv values and an s
+     row of n_embd_s() = d_state x d_inner state values (src/llama-hparams.cpp; Gated DeltaNet: d_inner = value heads
+     x value dim, n_group = key heads, d_state = key dim), on the device holding the layer
+     (src/llama-memory-recurrent.cpp: model.dev_layer(il) when offload_kqv, the default). Read in ggml-org/llama.cpp
+     src/llama-memory-recurrent.cpp @ 0054ee8c, src/llama-hparams.cpp @ 01b77b57, src/llama-model.cpp @ 00342301
+     (commits, not release tags); checked against the 299.25 MiB of pull request #23792's log (bench/accuracy.py).
+     Not modelled: the MTP rollback snapshots (n_rs_seq > 0 multiplies the rows by 1 + n_rs_seq; 0 without MTP).
   3. The worst-case graph for n_ubatch tokens is reserved as each device's compute buffer: without flash
      attention the f32 attention scores (n_ctx x n_ubatch x heads) dominate; with it, the feed-forward
      intermediates or the output logits (n_vocab x n_ubatch floats) on the device holding the output layer.
@@ -31,7 +42,7 @@ from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, CacheGroup, En
                                             RankBudget, ServedModel, largest_passing, serve)
 from planner.estimator.engines.profiles import LlamacppProfile, load_profiles
 from planner.estimator.engines.vocabulary import LLAMACPP_CACHE_TYPES_OF_KV_DTYPE
-from planner.estimator.memory import GpuTarget, Request
+from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.model.precision import weights_bytes
 from planner.units import MiB, gib
 
@@ -108,6 +119,16 @@ def compressed_cache_bytes(layer: Layer, stream: int, streams: int, cache_type: 
     return streams * per_stream
 
 
+def recurrent_state_bytes(layer: Layer) -> tuple[int, int]:
+    """One llama_memory_recurrent cell of `layer`: its r row (n_embd_r conv values) and s row (n_embd_s state values)
+    in f32 bytes; (0, 0) for a layer without a recurrent state. Planner's conv_state_elements and the rest of
+    state_elements are those two counts: the same conv and state shapes vLLM gives them (whole, at TP 1)."""
+    a = layer.attention
+    if a.kind not in RECURRENT_KINDS:
+        return 0, 0
+    return a.conv_state_elements * F32_BYTES, (a.state_elements - a.conv_state_elements) * F32_BYTES
+
+
 def _pad(n: int, to: int) -> int:
     return ceil(n / to) * to
 
@@ -120,6 +141,7 @@ class _Sizes:
     output_weights: int
     input_weights: int  # token embeddings: always host memory
     layer_cache: tuple[int, ...]
+    layer_states: tuple[int, ...]  # llama_memory_recurrent: each layer's r + s rows for the n_seq_max cells
     n_ctx: int
 
 
@@ -135,12 +157,13 @@ def _sizes(model: ServedModel, settings: EngineSettings, profile: LlamacppProfil
     cache = tuple(n * _cache_bytes_per_cell(layer, settings.cache_type)
                   + compressed_cache_bytes(layer, stream, request.batch, settings.cache_type, profile)
                   for n, layer in zip(cells, arch.layers))
+    states = tuple(request.batch * sum(recurrent_state_bytes(layer)) for layer in arch.layers)  # one cell a sequence
     if arch.exact:
         layers, head, embedding = _weights(arch, model.precision)
-        return _Sizes(layers, head, embedding, cache, n_ctx)
+        return _Sizes(layers, head, embedding, cache, states, n_ctx)
     # a model known by its size: its weights spread evenly over the blocks
     total = model.stages[0].weights_bytes
-    return _Sizes(tuple(total // arch.num_layers for _ in arch.layers), 0, 0, cache, n_ctx)
+    return _Sizes(tuple(total // arch.num_layers for _ in arch.layers), 0, 0, cache, states, n_ctx)
 
 
 @lru_cache(maxsize=256)
@@ -171,7 +194,7 @@ def compute_buffer(arch: Architecture, n_ctx: int, settings: EngineSettings, wit
 
 @dataclass(frozen=True)
 class _Usage:
-    per_device: tuple[tuple[int, int, int], ...]  # (weights, cache, compute) bytes on each GPU
+    per_device: tuple[tuple[int, int, int, int], ...]  # (weights, KV cache, compute, recurrent states) bytes a GPU
     host_bytes: int
 
 
@@ -179,18 +202,22 @@ def _usage(arch: Architecture, sizes: _Sizes, placement: Placement, devices: int
            request: Request, profile: LlamacppProfile) -> _Usage:
     weights = [0] * devices
     cache = [0] * devices
+    states = [0] * devices
     host = sizes.input_weights + arch.vocab_size * request.batch * F32_BYTES  # + the logits output buffer
     for il, device in enumerate(placement.devices):
-        layer_weights = sizes.layer_weights[il] if il < arch.num_layers else sizes.output_weights
-        layer_cache = sizes.layer_cache[il] if il < arch.num_layers else 0
+        block = il < arch.num_layers
+        layer_weights = sizes.layer_weights[il] if block else sizes.output_weights
+        layer_cache = sizes.layer_cache[il] if block else 0
+        layer_states = sizes.layer_states[il] if block else 0
         if device is None:
-            host += layer_weights + layer_cache
+            host += layer_weights + layer_cache + layer_states
         else:
             weights[device] += layer_weights
             cache[device] += layer_cache
+            states[device] += layer_states
     output_device = placement.devices[-1]
     used = tuple((weights[d], cache[d], compute_buffer(arch, sizes.n_ctx, settings, d == output_device, profile)
-                  if weights[d] else 0) for d in range(devices))
+                  if weights[d] else 0, states[d]) for d in range(devices))
     return _Usage(used, host)
 
 
@@ -248,8 +275,8 @@ def llamacpp_budget(arch: Architecture, request: Request, settings: EngineSettin
     fits = plan.within_margin and (gpu_layers == offloadable or settings.n_gpu_layers is not None)
     ranks = tuple(RankBudget(rank=d, pp_stage=d, layers=plan.placement.devices.count(d), memory_bytes=plan.visible,
                              budget_bytes=plan.budget, weights_bytes=w, activation_bytes=compute, non_torch_bytes=0,
-                             cuda_graph_bytes=0, kv_pool_bytes=c, kv_capacity_tokens=n_ctx)
-                  for d, (w, c, compute) in enumerate(used.per_device))
+                             cuda_graph_bytes=0, kv_pool_bytes=c + states, kv_capacity_tokens=n_ctx)
+                  for d, (w, c, compute, states) in enumerate(used.per_device))
     fullest = max(ranks, key=lambda r: r.weights_bytes + r.kv_pool_bytes + r.activation_bytes)
     message, longest = None, None
     if not fits:
@@ -265,6 +292,9 @@ def llamacpp_budget(arch: Architecture, request: Request, settings: EngineSettin
                        f"less than the {profile.fit_target_mib.value} MiB --fit keeps free; lower -c/--parallel, quantize "
                        "the cache (-ctk/-ctv q8_0) or offload fewer layers (-ngl)")
     compressed = arch.has_compressed_caches
+    recurrent = any(plan.sizes.layer_states)
+    layout = (_deepseek_v4_layout(arch, plan, request, profile) if compressed else
+              _recurrent_layout(arch, plan, request, profile) if recurrent else None)
     return EngineBudget(
         name="llamacpp", release=(f"{profile.release}; DeepSeek-V4 cache as {profile.deepseek_v4_release.value}"
                                   if compressed else profile.release),
@@ -274,14 +304,48 @@ def llamacpp_budget(arch: Architecture, request: Request, settings: EngineSettin
         max_concurrency=n_ctx / request.context, fits=fits, max_context_that_fits=longest, message=message,
         context=request.context, batch=request.batch, settings=replace(plan.settings, n_gpu_layers=gpu_layers),
         per_rank=ranks, host_bytes=used.host_bytes, gpu_layers=gpu_layers, total_layers=offloadable,
-        layout=_deepseek_v4_layout(arch, plan, request, profile) if compressed else None,
-        warnings=(COMPUTE_BUFFER_WARNING,) if compressed else (),
+        layout=layout, warnings=tuple(_compute_buffer_warning(graph) for graph, special in (
+            ("DeepSeek-V4's", compressed), ("the recurrent layers'", recurrent)) if special),
     )
 
 
-# llama.cpp's DeepSeek-V4 graph (compressors, indexer, sparse attention) is not what compute_buffer models
-COMPUTE_BUFFER_WARNING = ("DeepSeek-V4's compute buffer is estimated as for a plain transformer's worst-case graph; "
-                          "llama.cpp's DeepSeek-V4 graph (compressors, lightning indexer) is not modelled or measured here")
+def _compute_buffer_warning(graph: str) -> str:
+    """compute_buffer models a plain transformer's worst-case graph, not llama.cpp's DeepSeek-V4 compressors and
+    lightning indexer, nor its ssm_conv / ssm_scan / delta-rule chunks."""
+    return (f"the compute buffer is estimated as for a plain transformer's worst-case graph; llama.cpp's graph of "
+            f"{graph} own operations is not modelled or measured here")
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:.2f} MiB"
+
+
+def _recurrent_layout(arch: Architecture, plan: _Plan, request: Request, profile: LlamacppProfile) -> PoolLayout:
+    """The attention KV cache and the recurrent memory beside it, as llama-server logs them: src/llama-memory-
+    recurrent.cpp prints "%10s RS buffer size = %8.2f MiB" per buffer and "size = %7.2f MiB (%6u cells, %3d layers,
+    %2u seqs ...), R (%s): %7.2f MiB, S (%s): %7.2f MiB"."""
+    recurrent = [layer for layer in arch.layers if layer.attention.kind in RECURRENT_KINDS]
+    cells = request.batch
+    r_bytes = cells * sum(recurrent_state_bytes(layer)[0] for layer in recurrent)
+    s_bytes = cells * sum(recurrent_state_bytes(layer)[1] for layer in recurrent)
+    on_gpu = [states for *_, states in plan.usage.per_device]
+    buffers = [f"CUDA{d} RS buffer size = {_mib(b)}" for d, b in enumerate(on_gpu) if b]
+    on_host = r_bytes + s_bytes - sum(on_gpu)
+    buffers += [f"CPU RS buffer size = {_mib(on_host)}"] if on_host else []
+    attention = [layer for layer in arch.layers if layer.attention.kind not in RECURRENT_KINDS
+                 and layer.attention.values_per_token]
+    kv = sum(plan.sizes.layer_cache)
+    stream = _pad(request.context, profile.ctx_pad.value)
+    notes = (f"llama_kv_cache: size = {_mib(kv)} ({plan.sizes.n_ctx:,} cells, {len(attention)} attention layers, "
+             f"{cells} stream(s) of {stream:,}), {plan.settings.cache_type}",
+             f"llama_memory_recurrent: size = {_mib(r_bytes + s_bytes)} ({cells} cells, {len(recurrent)} recurrent "
+             f"layers, {cells} seqs: one cell per --parallel sequence, whatever the context), R (f32): {_mib(r_bytes)}, "
+             f"S (f32): {_mib(s_bytes)}",
+             "llama_memory_recurrent: " + "; ".join(buffers))
+    groups = (CacheGroup("full", len(attention), 1, 1), CacheGroup("state", len(recurrent), 1, 1))
+    return PoolLayout(block_size=1, page_bytes=0, layers_per_group=arch.num_layers, groups=groups,
+                      state_bytes=max(sum(recurrent_state_bytes(layer)) for layer in recurrent), state_slots=cells,
+                      state_pool_bytes=sum(on_gpu), notes=notes)
 
 
 def _deepseek_v4_layout(arch: Architecture, plan: _Plan, request: Request, profile: LlamacppProfile) -> PoolLayout:
