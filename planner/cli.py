@@ -474,6 +474,14 @@ REPLICA_PP = Option(1, "--pp", help="Pipeline-parallel stages.")
 REPLICA_PRECISION = Option("auto", help="Weight precision; auto = the checkpoint's own.")
 REPLICA_KV_DTYPE = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8.")
 REPLICA_ENGINE = Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs and scheduler).")
+# a benchmark run as `vllm bench serve` takes it: its defaults, and the cap planner.estimator.benchmark.MAX_PROMPTS (not
+# imported: it loads the simulator, which a command line typer reads for --help does not need)
+BENCH_NUM_PROMPTS = Option(1000, "--num-prompts", help="Requests in the run (at most 20,000).")
+BENCH_REQUEST_RATE = Option("inf", "--request-rate", help="Requests/s (Poisson arrivals), or inf: all sent at t = 0.")
+BENCH_MAX_CONCURRENCY = Option(None, "--max-concurrency", help="Requests in flight at most (default: no limit).")
+BENCH_INPUT_LEN = Option(1024, "--input-len", help="Prompt tokens (vLLM's --random-input-len).")
+BENCH_OUTPUT_LEN = Option(128, "--output-len", help="Output tokens (vLLM's --random-output-len).")
+BENCH_RANGE_RATIO = Option(0.0, "--random-range-ratio", help="Lengths uniform in [len x (1 - r), len x (1 + r)], 0 <= r < 1.")
 
 
 @command("perf")
@@ -547,18 +555,24 @@ def bench_command(
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
-    # the defaults are vllm bench serve's, the cap planner.estimator.benchmark.MAX_PROMPTS (not imported: it loads
-    # the simulator, which a command line typer reads for --help does not need)
-    num_prompts: int = Option(1000, "--num-prompts", help="Requests in the run (at most 20,000)."),
-    rate: str = Option("inf", "--request-rate", help="Requests/s (Poisson arrivals), or inf: all sent at t = 0."),
-    max_concurrency: Optional[int] = Option(None, "--max-concurrency", help="Requests in flight at most (default: no limit)."),
-    input_len: int = Option(1024, "--input-len", help="Prompt tokens (vLLM's --random-input-len)."),
-    output_len: int = Option(128, "--output-len", help="Output tokens (vLLM's --random-output-len)."),
-    range_ratio: float = Option(0.0, "--random-range-ratio", help="Lengths uniform in [len x (1 - r), len x (1 + r)], 0 <= r < 1."),
+    num_prompts: int = BENCH_NUM_PROMPTS,
+    rate: str = BENCH_REQUEST_RATE,
+    max_concurrency: Optional[int] = BENCH_MAX_CONCURRENCY,
+    input_len: int = BENCH_INPUT_LEN,
+    output_len: int = BENCH_OUTPUT_LEN,
+    range_ratio: float = BENCH_RANGE_RATIO,
     seed: int = Option(0, "--seed", help="Seed of the lengths and arrivals."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table, or json (vLLM's saved-result keys)."),
 ) -> None:
-    """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics."""
+    """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics
+    (also `planner simulate --benchmark`)."""
+    _benchmark(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, rate, max_concurrency, input_len,
+               output_len, range_ratio, seed, output_format)
+
+
+def _benchmark(model: str, gpu: str, gpus: Optional[int], tp: Optional[int], pp: int, precision: str, kv_dtype: str,
+               engine: str, num_prompts: int, rate: str, max_concurrency: Optional[int], input_len: int, output_len: int,
+               range_ratio: float, seed: int, output_format: OutputFormat) -> None:
     from planner.estimator.benchmark import BenchmarkRun
 
     run = BenchmarkRun(num_prompts=num_prompts, request_rate=request_rate(rate), max_concurrency=max_concurrency,
@@ -602,15 +616,50 @@ def _bench_lines(bench: api.BenchResult) -> list[str]:
 
 @command("simulate")
 def simulate_command(
-    source: str = Argument(..., help="A scenario with traffic (solved first) or PLAN.json."),
-    duration: float = Option(600.0, "--duration", help="Simulated seconds of arrivals."),
+    source: str = Argument(..., help="A scenario with traffic (solved first) or PLAN.json; with --benchmark, a model."),
+    duration: Optional[float] = Option(None, "--duration", help="Simulated seconds of arrivals (default 600)."),
     rate: Optional[float] = Option(None, "--rate", help="Requests/s at each replica (default: its share of the demand)."),
-    arrivals: str = Option("poisson", "--arrivals", help="poisson, or a JSONL trace of {arrival_s, prompt_tokens, output_tokens}."),
-    seed: int = Option(0, "--seed", help="Seed of the Poisson arrivals."),
-    output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
+    arrivals: Optional[str] = Option(None, "--arrivals", help="poisson (the default), or a JSONL trace of {arrival_s, prompt_tokens, output_tokens}."),
+    seed: int = Option(0, "--seed", help="Seed of the arrivals (and with --benchmark, of the lengths)."),
+    output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json (--benchmark: vLLM's saved-result keys)."),
+    benchmark: bool = Option(False, "--benchmark", help="Replay a `vllm bench serve` run on one replica of MODEL (as `planner bench`)."),
+    gpu: Optional[str] = Option(None, "--gpu", help="--benchmark: catalog GPU (see `planner catalog gpus`)."),
+    gpus: Optional[int] = REPLICA_GPUS,
+    tp: Optional[int] = REPLICA_TP,
+    pp: int = REPLICA_PP,
+    precision: str = REPLICA_PRECISION,
+    kv_dtype: str = REPLICA_KV_DTYPE,
+    engine: str = REPLICA_ENGINE,
+    num_prompts: int = BENCH_NUM_PROMPTS,
+    request_rate_text: str = BENCH_REQUEST_RATE,
+    max_concurrency: Optional[int] = BENCH_MAX_CONCURRENCY,
+    input_len: int = BENCH_INPUT_LEN,
+    output_len: int = BENCH_OUTPUT_LEN,
+    range_ratio: float = BENCH_RANGE_RATIO,
 ) -> None:
-    """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use."""
-    runs = api.simulate(source, duration_s=duration, rate=rate, arrivals=arrivals, seed=seed)
+    """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use;
+    with --benchmark, a `vllm bench serve` run replayed on one replica of a model."""
+    replica_given = {"--gpu": gpu, "--gpus": gpus, "--tp": tp, "--pp": pp != 1, "--precision": precision != "auto",
+                     "--kv-dtype": kv_dtype != "auto", "--engine": engine != "vllm", "--num-prompts": num_prompts != 1000,
+                     "--request-rate": request_rate_text != "inf", "--max-concurrency": max_concurrency,
+                     "--input-len": input_len != 1024, "--output-len": output_len != 128,
+                     "--random-range-ratio": range_ratio != 0.0}
+    if benchmark:
+        fleet_only = next((flag for flag, value in (("--duration", duration), ("--rate", rate),
+                                                    ("--arrivals", arrivals)) if value is not None), None)
+        if fleet_only:
+            raise PlannerInputError(f"{fleet_only}: a fleet simulation's option; --benchmark takes --request-rate, "
+                                    "--num-prompts and --max-concurrency")
+        if gpu is None:
+            raise PlannerInputError("--gpu: --benchmark needs the replica's GPU (see `planner catalog gpus`)")
+        _benchmark(source, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, request_rate_text,
+                   max_concurrency, input_len, output_len, range_ratio, seed, output_format)
+        return
+    unused = next((flag for flag, value in replica_given.items() if value), None)
+    if unused:
+        raise PlannerInputError(f"{unused}: a benchmark replay's option; add --benchmark (SOURCE is then a model)")
+    runs = api.simulate(source, duration_s=600.0 if duration is None else duration, rate=rate,
+                        arrivals=arrivals or "poisson", seed=seed)
     if output_format is OutputFormat.json:
         _echo(json.dumps([asdict(r) for r in runs], indent=2))
         return

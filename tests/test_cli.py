@@ -212,6 +212,8 @@ PLAIN = [
     ["bench", "llama-3.1-8b", "--gpu", "h100", "--num-prompts", "50", "--request-rate", "inf", "--max-concurrency", "4",
      "--random-range-ratio", "0.5"],
     ["simulate", "plan.json", "--duration", "60", "--seed", "3"],
+    ["simulate", "--benchmark", "llama-3.1-8b", "--gpu", "h100", "--num-prompts", "50", "--request-rate", "4",
+     "--max-concurrency", "4", "--input-len", "512"],
     ["serve", "--port", "9000"],
 ]
 
@@ -298,3 +300,19 @@ def test_a_plain_estimate_starts_without_typer_and_prints_without_rich_where_its
     assert proc.returncode == 0, proc.stderr
     assert "per GPU" in proc.stdout and proc.stdout.splitlines()[-1] == str(loaded)
     assert ("\x1b[1mllama-3.1-8b\x1b[0m" in proc.stdout) is bool(env)
+
+
+def test_simulate_benchmark_replays_a_vllm_bench_serve_run(tmp_path):
+    """`planner simulate --benchmark MODEL` is `planner bench MODEL`: the same run, vLLM's saved-result keys; a fleet
+    simulation's options and a benchmark's do not mix (one line, exit 2)."""
+    args = ["llama-3.1-8b", "--gpu", "h100", "--num-prompts", "40", "--request-rate", "inf", "--max-concurrency", "8",
+            "--input-len", "512", "--output-len", "64"]
+    replayed = ok_json("simulate", "--benchmark", *args, cwd=tmp_path)
+    assert replayed == ok_json("bench", *args, cwd=tmp_path)
+    assert replayed["completed"] == 40 and replayed["max_concurrency"] == 8
+    assert {"mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "output_throughput"} <= set(replayed)
+    for bad, flag in ((["simulate", "--benchmark", *args, "--rate", "2"], "--rate"),
+                      (["simulate", "--benchmark", "llama-3.1-8b"], "--gpu"),
+                      (["simulate", "scenarios/70b-chat.yaml", "--max-concurrency", "4"], "--max-concurrency")):
+        proc = run(*bad, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"error: {flag}") and proc.stderr.count("\n") == 1
