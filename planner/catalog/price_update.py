@@ -119,9 +119,9 @@ class _Row:
             count = float(found["Count"].group(1)) if found["Count"] else 1.0
         except ValueError:
             raise self.refuse("GpuInfo", "holds a GPU memory or count that is not a number") from None
-        if not (math.isfinite(size) and math.isfinite(count) and size > 0):
+        if not (math.isfinite(size) and math.isfinite(count)):
             raise self.refuse("GpuInfo", "holds a GPU memory or count out of range")
-        return int(size) // max(1, int(count))
+        return int(size) // max(1, int(count)) if size > 0 else None  # 0: the memory is not listed
 
 
 # In GpuInfo (a Python-literal dict per row), the first GPU entry's Count and MemoryInfo.SizeInMiB: read by pattern,
