@@ -119,9 +119,9 @@ class _Row:
             count = float(found["Count"].group(1)) if found["Count"] else 1.0
         except ValueError:
             raise self.refuse("GpuInfo", "holds a GPU memory or count that is not a number") from None
-        if not (math.isfinite(size) and math.isfinite(count) and size > 0):
+        if not (math.isfinite(size) and math.isfinite(count)):
             raise self.refuse("GpuInfo", "holds a GPU memory or count out of range")
-        return int(size) // max(1, int(count))
+        return int(size) // max(1, int(count)) if size > 0 else None  # 0: the memory is not listed
 
 
 # In GpuInfo (a Python-literal dict per row), the first GPU entry's Count and MemoryInfo.SizeInMiB: read by pattern,
@@ -159,18 +159,23 @@ def _rows(text: str, origin: str) -> Iterator[_Row]:
 
 
 def offers_from_csv(text: str, cloud: str, origin: str, as_of: str,
-                    skypilot: SkyPilotCatalog) -> tuple[list[tuple[_Row, dict[str, Any]]], int]:
-    """prices.yaml rows from one vms.csv, each with the vms.csv row that set its price: per instance type, the
-    region with the cheapest on-demand price (spot: the cheapest zone of that region), or the cheapest spot
-    region when none is sold on demand."""
-    best: dict[str, tuple[_Row, dict[str, Any]]] = {}
+                    skypilot: SkyPilotCatalog) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    """prices.yaml rows from one vms.csv, each with where the vms.csv row that set its price is: per instance type,
+    the region with the cheapest on-demand price (spot: the cheapest zone of that region), or the cheapest spot
+    region when none is sold on demand. More instance types than a prices.yaml planner reads can hold are refused
+    as they are met."""
+    best: dict[str, tuple[str, dict[str, Any]]] = {}
+    instances: set[str] = set()
+    most = _most_rows()
     unknown = 0
+    # GpuInfo is read only for the accelerator names that need it to tell catalog GPUs apart (vast's A100)
+    by_memory = {a.name for a in skypilot.accelerators.get(cloud, ()) if a.gpu_mib is not None}
     for line in _rows(text, origin):
         row = line.cells
         name, instance = row.get("AcceleratorName") or "", row.get("InstanceType") or ""
         if not name or not instance:
             continue  # CPU-only shapes
-        gpu = skypilot.gpu_for(cloud, name, instance, line.gpu_mib())
+        gpu = skypilot.gpu_for(cloud, name, instance, line.gpu_mib() if name in by_memory else None)
         count = line.count()
         if gpu is None or count is None:
             unknown += 1
@@ -181,20 +186,23 @@ def offers_from_csv(text: str, cloud: str, origin: str, as_of: str,
             continue
         zone = row.get("AvailabilityZone")
         key = f"{instance}\0{region}"
-        held, current = best.setdefault(key, (line, {
+        instances.add(instance)
+        if len(instances) > most:
+            raise _too_many(origin, f"more than {most:,} instance types")
+        held, current = best.setdefault(key, (line.where(), {
             "provider": cloud, "instance": instance, "gpu": gpu, "gpus": count, "region": region,
             "on_demand_usd_per_hour": None, "spot_usd_per_hour": None, "as_of": as_of,
             "source": f"{SKYPILOT_SOURCE} {origin}"}))
         if on_demand is not None:
             current["on_demand_usd_per_hour"] = on_demand
-            best[key] = line, current
+            best[key] = line.where(), current
         if spot is not None and (current["spot_usd_per_hour"] is None or spot < current["spot_usd_per_hour"]):
             current["spot_usd_per_hour"] = spot
             if current["on_demand_usd_per_hour"] is None:
-                best[key] = line, current
+                best[key] = line.where(), current
             if zone:
                 current["source"] = f"{SKYPILOT_SOURCE} {origin} | spot price is for zone {zone}"
-    per_instance: dict[str, tuple[_Row, dict[str, Any]]] = {}
+    per_instance: dict[str, tuple[str, dict[str, Any]]] = {}
     for line, row in best.values():
         held = per_instance.get(row["instance"])
         if held is None or _rank(row) < _rank(held[1]):
@@ -223,7 +231,7 @@ def update_prices(source: str, providers: tuple[str, ...], catalog: Catalog, sky
             date.fromisoformat(as_of if re.fullmatch(r"\d{4}-\d{2}-\d{2}", as_of) else "")
         except ValueError:
             raise PlannerInputError(f"--as-of: {as_of!r} is not a calendar date; write YYYY-MM-DD") from None
-    new_rows: list[dict[str, Any]] = []
+    parsed: list[tuple[str, dict[str, Any]]] = []
     unknown, dates, origins = 0, set(), []
     for cloud in clouds:
         text, origin, dated = read_csv_text(source, cloud)
@@ -232,17 +240,19 @@ def update_prices(source: str, providers: tuple[str, ...], catalog: Catalog, sky
             raise PlannerInputError(f"--as-of: {origin} is not in a git checkout, so its date is unknown; "
                                     "give the snapshot's date with --as-of YYYY-MM-DD")
         rows, skipped = offers_from_csv(text, cloud, origin, stamp, skypilot)
-        for line, row in rows:  # as the catalog loader checks them, before anything is written
-            validate_record(Offer, row, f"{line.where()}: the prices row")
-            catalog.gpus.get(row["gpu"])
-        new_rows += [row for _, row in rows]
+        parsed += rows
         unknown += skipped
         dates.add(stamp)
         origins.append(origin)
     header, old_rows = _split_prices_file(path)
     kept = [r for r in old_rows if not (r.get("provider") in clouds and SKYPILOT_SOURCE in str(r.get("source", ""))
                                        and "||" not in str(r.get("source", "")))]
-    _write_prices(path, header, kept + new_rows)
+    new_rows = [row for _, row in parsed]
+    text = _prices_text(path, header, kept + new_rows)  # first: a file past the cap stops here, unchecked
+    for where, row in parsed:  # as the catalog loader checks them, before anything is written
+        validate_record(Offer, row, f"{where}: the prices row")
+        catalog.gpus.get(row["gpu"])
+    write_output(str(path), text, "--prices")
     return PriceUpdate(path, clouds, len(new_rows), len(old_rows) - len(kept), unknown, ", ".join(sorted(dates)),
                        "; ".join(origins))
 
@@ -257,19 +267,32 @@ def _split_prices_file(path: Path) -> tuple[str, list[dict[str, Any]]]:
     return header, rows
 
 
-def _write_prices(path: Path, header: str, rows: list[dict[str, Any]]) -> None:
-    """prices.yaml as planner reads it back: refused, before anything is written, past the prices cap."""
+def _dump(row: dict[str, Any]) -> str:
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's: a tenth of the pure-Python dumper's time
+    return yaml.dump([row], Dumper=dumper, sort_keys=False, width=10_000, allow_unicode=True)
+
+
+def _most_rows() -> int:
+    """The most rows a prices.yaml planner reads back can hold: no row is shorter than one of one-character values."""
+    return (PRICES.max_bytes or 0) // len(_dump({key: "x" for key in Offer.model_fields}))
+
+
+def _too_many(where: str, what: str) -> PlannerInputError:
+    return PlannerInputError(f"--from: {where} holds {what}, more rows than a prices.yaml planner reads can hold "
+                             f"({PRICES.max_bytes // MiB} MiB); not a SkyPilot vms.csv")
+
+
+def _prices_text(path: Path, header: str, rows: list[dict[str, Any]]) -> str:
+    """prices.yaml's text, as planner reads it back: refused past the prices cap."""
     lines = [header.rstrip("\n"), "prices:"]
     provider, size = None, len(header)
     for row in rows:
         if row["provider"] != provider:
             provider = row["provider"]
             lines += ["", f"  # ---- {provider}"]
-        dumped = yaml.dump([row], Dumper=dumper, sort_keys=False, width=10_000, allow_unicode=True)
+        dumped = _dump(row)
         lines += ["  " + line for line in dumped.rstrip("\n").splitlines()]
         size += len(dumped) + 2 * dumped.count("\n")
         if PRICES.max_bytes is not None and size > PRICES.max_bytes:
-            raise PlannerInputError(f"--from: {len(rows):,} rows would make {path.name} larger than planner reads "
-                                    f"({PRICES.max_bytes // MiB} MiB); not a SkyPilot vms.csv")
-    write_output(str(path), "\n".join(lines) + "\n", "--prices")
+            raise _too_many(path.name, f"{len(rows):,} rows with those it keeps")
+    return "\n".join(lines) + "\n"

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from planner.plan.solver import SolveResult
 
 # What Markdown (CommonMark, GitHub's tables) would read as syntax inside a line: emphasis, links, code, raw HTML
-# (<script>), entities, table cells; a backslash before ASCII punctuation prints it as it is
-_INLINE = re.compile(r"([\\`*_\[\]|~<>&])")
+# (<script>), entities, table cells; a backslash before ASCII punctuation prints it as it is. An underscore
+# between two letters or digits (time_limit_s) starts no emphasis in CommonMark, and is left as written.
+_INLINE = re.compile(r"([\\`*\[\]|~<>&]|(?<![^\W_])_|_(?![^\W_]))")
 # ... and at the start of a line or cell: a heading, a list item, a quote, a setext underline
 _LEADING = re.compile(r"^(\s*)([#+=>-])")
 

@@ -42,9 +42,11 @@ def controls_escaped(value: object) -> str:
 def as_text(value: object) -> str:
     """Text from a file (a name, a path, a message quoting one) as it must print: literally. Control characters
     shown as their escapes, and markup escaped as rich.markup.escape escapes it ([bold] prints as [bold], [/x] no
-    longer closes a tag)."""
+    longer closes a tag). Backslashes at the end print as they are whatever follows: doubled before an empty tag
+    (rich prints one of each two before a tag), where rich.markup.escape's extra one would print before text."""
     text = _ESCAPE.sub(lambda m: f"{m.group(1)}{m.group(1)}\\{m.group(2)}", controls_escaped(value))
-    return text + "\\" if text.endswith("\\") and not text.endswith("\\\\") else text
+    trailing = len(text) - len(text.rstrip("\\"))
+    return text + "\\" * trailing + "[bold][/bold]" if trailing else text
 
 
 _ESCAPE = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # rich.markup.escape's pattern
