@@ -223,6 +223,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None)
+    _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
     shape = Workload(prompt_tokens, output_tokens)
     result = replica_performance(replica.arch, precision, kv_dtype, replica.card, replica.tp, replica.pp, batch, shape,
                                  replica.catalog, replica.engine)
@@ -257,6 +258,23 @@ def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, t
                        sized=True)
     return BenchResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine,
                        run_benchmark(replica.timer, replica.scheduler, run))
+
+
+def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_dtype: str) -> None:
+    """`planner perf` times what could run: a request no longer than the model's context, and `batch` of them in
+    the GPUs' memory (else its figures would be printed for a replica that cannot exist)."""
+    longest = replica.arch.max_position_embeddings
+    if longest and context > longest:
+        raise PlannerInputError(f"--prompt-tokens / --output-tokens: {context:,} tokens is longer than "
+                                f"{replica.arch.name}'s context of {longest:,}; ask for at most that")
+    need = estimate_memory(replica.arch, Request(context=context, batch=batch, tp=replica.tp, pp=replica.pp,
+                                                 precision=precision, kv_dtype=kv_dtype),
+                           replica.catalog, GpuTarget.from_catalog(replica.card))
+    if need.gpu is not None and not need.gpu.fits:
+        raise PlannerInputError(f"--batch: {batch:,} requests of {context:,} tokens need "
+                                f"{max(r.total_bytes for r in need.per_gpu) / 1e9:,.1f} GB per GPU, a "
+                                f"{replica.card.name} holds {replica.card.memory_bytes / 1e9:,.1f} GB; lower --batch or "
+                                "add GPUs (--tp / --pp)")
 
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,

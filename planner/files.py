@@ -41,6 +41,8 @@ CONFIG = FileKind("model", 4 * MiB, "check the path")
 # 101 plans (best + top 100) of 64 GPUs each come to ~1.7 MB.
 PLAN = FileKind("plan", 16 * MiB, "write one with `planner solve SCENARIO --format json -o PLAN.json`")
 CHECKPOINT = FileKind("model", None, "check the model folder")
+# a simulate trace: ~60 B a request, so the simulator's 20,000-request cap (planner.estimator.simulate) fits in ~1.2 MB
+TRACE = FileKind("--arrivals", 4 * MiB, "give a JSONL trace of {arrival_s, prompt_tokens, output_tokens}, one a line")
 # catalogs/prices.yaml is 38 KB; the GPU rows of every SkyPilot cloud together add well under 1 MB
 PRICES = FileKind("--prices", 4 * MiB, "give a prices.yaml (planner's own is catalogs/prices.yaml)")
 # SkyPilot's vms.csv: AWS's, the largest (one row per instance type and zone), is about 30 MB

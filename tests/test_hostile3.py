@@ -461,3 +461,44 @@ def test_csv_cells_and_chart_labels_hold_no_control_characters():
     assert rows_csv([{"name": "a\x1b[31mb\nc", "n": -1}]) == "name,n\r\na\\x1b[31mb\\nc,-1\r\n"
     svg = memory_chart([MemoryBar("x\ny\r", 1, 1, 1, 1)])
     assert "x\\ny\\r" in svg
+
+
+# --- finding 3 (simulator bounds) and 8 (no wrong figure printed as a result): simulate and perf ----------------
+
+CHAT = str(Path(__file__).resolve().parents[1] / "scenarios" / "70b-chat.yaml")
+
+
+@pytest.mark.parametrize("flags, names", [
+    (["--duration", "inf"], ["--duration"]), (["--duration", "nan"], ["--duration"]),
+    (["--duration", "1e9"], ["--duration / --rate", "20,000 requests"]), (["--rate", "inf"], ["--rate"]),
+    (["--rate", "1e12"], ["--duration / --rate"]), (["--duration", "0.001"], ["no request arrives"])])
+def test_a_simulation_is_bounded_and_never_prints_an_empty_run(flags, names):
+    cli_error(["simulate", CHAT, *flags], *names)
+
+
+def test_a_trace_is_read_as_a_bounded_regular_file(tmp_path):
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    cli_error(["simulate", CHAT, "--arrivals", fifo], "--arrivals", "FIFO")
+    many = tmp_path / "many.jsonl"
+    many.write_text('{"arrival_s": 1, "prompt_tokens": 10, "output_tokens": 1}\n' * 20_001)
+    cli_error(["simulate", CHAT, "--arrivals", many], "--arrivals", "20,000 requests")
+
+
+def test_a_burst_is_served_at_the_rate_the_engine_finishes_it(tmp_path):
+    """Every request sent at t = 0: the throughput is completed / the run's time (vllm bench serve's), not over a zero
+    arrival window (was 3e9 req/s)."""
+    burst = tmp_path / "burst.jsonl"
+    burst.write_text('{"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 50}\n' * 20)
+    from fuzz import invoke_cli
+
+    outcome = invoke_cli(["simulate", CHAT, "--arrivals", str(burst), "--format", "json"])
+    assert outcome.code == 0, outcome.stderr
+    result = json.loads(outcome.stdout)[0]["result"]
+    assert result["completed"] == 20
+    assert result["requests_per_s"] == pytest.approx(20 / result["duration_s"])
+
+
+def test_perf_times_only_what_could_run():
+    cli_error(["perf", "llama-3.1-8b", "--gpu", "h100", "--prompt-tokens", "10000000"], "--prompt-tokens", "131,072")
+    cli_error(["perf", "llama-3.1-8b", "--gpu", "l4", "--batch", "4096", "--prompt-tokens", "8000"], "--batch", "GB per GPU")

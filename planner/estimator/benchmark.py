@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler
 from planner.estimator.performance import ReplicaTimer
-from planner.estimator.simulate import Arrival, EngineRun, run_engine
+from planner.estimator.simulate import MAX_OUTPUT_TOKENS, MAX_REQUESTS, Arrival, EngineRun, run_engine
 
 if TYPE_CHECKING:
     import numpy
@@ -39,12 +39,8 @@ if TYPE_CHECKING:
 DEFAULT_PROMPTS = 1000
 DEFAULT_INPUT_LEN = 1024
 DEFAULT_OUTPUT_LEN = 128
-# The work one run may ask for: prompts (20 x vLLM's default run), and output tokens over all of them: a step emits
-# at least one token, so they bound the simulated steps. Measured on this project's 2-core machine (Llama 3.1 8B on
-# an H100): 20,000 requests of 1,024 + 128 tokens sent at once simulate in 0.65 s; one request at a time, the slowest
-# case, costs 6.4 us a step, so 2,000,000 output tokens take about 13 s.
-MAX_PROMPTS = 20_000
-MAX_OUTPUT_TOKENS = 2_000_000
+# The work one run may ask for (planner.estimator.simulate's caps: the simulator bounds every run's events)
+MAX_PROMPTS = MAX_REQUESTS
 # serve.py --metric-percentiles: "99" by default
 PERCENTILE = 99
 

@@ -27,15 +27,23 @@ import json
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from math import ceil
+from math import ceil, isfinite
 from pathlib import Path
 
 from planner.errors import PlannerInputError
+from planner.files import TRACE, read_text
 from planner.estimator.capacity import Scheduler
 from planner.estimator.performance import ReplicaTimer, Step, Workload
 
 # Memoisation grain of the step-time cache (see the module docstring).
 PREFILL_GRAIN_TOKENS = 64
+# The work one run may ask for, whoever asks (planner simulate, planner bench, perf past capacity): requests (20 x
+# vLLM bench serve's default run), and output tokens over all of them: a step emits at least one token, so they bound
+# the simulated steps. Measured on this project's 2-core machine (Llama 3.1 8B on an H100): 20,000 requests of
+# 1,024 + 128 tokens sent at once simulate in 0.65 s; one request at a time, the slowest case, costs 6.4 us a step,
+# so 2,000,000 output tokens take about 13 s.
+MAX_REQUESTS = 20_000
+MAX_OUTPUT_TOKENS = 2_000_000
 # Samples of the KV pool's use over the run reported in the timeline.
 KV_TIMELINE_POINTS = 60
 PERCENTILES = (50, 90, 99)
@@ -112,7 +120,7 @@ class SimulationResult:
     ttft_s: Percentiles
     tpot_s: Percentiles
     e2e_s: Percentiles
-    requests_per_s: float  # completed requests / the arrival window
+    requests_per_s: float  # completed requests / the run's time after warm-up, the drain included
     output_tokens_per_s: float
     preemptions: int
     steps: int
@@ -156,10 +164,15 @@ class _Request:
 
 def poisson_arrivals(rate: float, duration_s: float, shape: Workload, seed: int = 0) -> list[Arrival]:
     """Arrivals at `rate` requests/s for `duration_s`: exponential gaps, every request of `shape`."""
-    if rate <= 0:
-        raise PlannerInputError(f"--rate: {rate} must be above 0 requests/s")
-    if duration_s <= 0:
-        raise PlannerInputError(f"--duration: {duration_s} must be above 0 seconds")
+    if not (isfinite(rate) and rate > 0):
+        raise PlannerInputError(f"--rate: {rate} must be a number of requests/s above 0")
+    if not (isfinite(duration_s) and duration_s > 0):
+        raise PlannerInputError(f"--duration: {duration_s} must be a number of seconds above 0")
+    expected = rate * duration_s  # the run's mean count, checked before drawing it
+    if expected > MAX_REQUESTS or expected * shape.output_tokens > MAX_OUTPUT_TOKENS:
+        raise PlannerInputError(f"--duration / --rate: {rate:g} requests/s for {duration_s:g} s of "
+                                f"{shape.output_tokens:,}-token replies is more than a simulated run holds ({MAX_REQUESTS:,} "
+                                f"requests, {MAX_OUTPUT_TOKENS:,} output tokens); shorten --duration or lower --rate")
     rng = random.Random(seed)
     out, t = [], rng.expovariate(rate)
     while t < duration_s:
@@ -170,10 +183,7 @@ def poisson_arrivals(rate: float, duration_s: float, shape: Workload, seed: int 
 
 def read_trace(path: str | Path) -> list[Arrival]:
     """A JSONL trace: one request a line, {"arrival_s": t, "prompt_tokens": P, "output_tokens": N}."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlannerInputError(f"--arrivals: cannot read {path} ({exc})") from None
+    text = read_text(path, TRACE)
     out: list[Arrival] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -194,6 +204,10 @@ def read_trace(path: str | Path) -> list[Arrival]:
         out.append(Arrival(float(t), prompt, output))
     if not out:
         raise PlannerInputError(f"--arrivals: {path} holds no requests")
+    if len(out) > MAX_REQUESTS or sum(a.output_tokens for a in out) > MAX_OUTPUT_TOKENS:
+        raise PlannerInputError(f"--arrivals: {path}'s {len(out):,} requests of {sum(a.output_tokens for a in out):,} "
+                                f"output tokens are more than a simulated run holds ({MAX_REQUESTS:,} requests, "
+                                f"{MAX_OUTPUT_TOKENS:,} output tokens); trim the trace")
     return sorted(out, key=lambda a: a.time_s)
 
 
@@ -218,6 +232,9 @@ def simulate(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
              warmup_s: float = 0.0) -> SimulationResult:
     """Run `arrivals` through one replica until every request finished; latencies of requests arriving
     after `warmup_s` (the engine starts empty) are reported."""
+    if not arrivals:
+        raise PlannerInputError("--duration / --rate: no request arrives in the simulated time; lengthen --duration or "
+                                "raise --rate")
     return _summary(run_engine(timer, scheduler, arrivals), len(arrivals), warmup_s)
 
 
@@ -423,8 +440,9 @@ def _summary(run: EngineRun, arrivals: int, warmup_s: float) -> SimulationResult
     ttft = [r.first_token_s - r.sent_s for r in measured]
     e2e = [r.finished_s - r.sent_s for r in measured]
     tpot = [(e - t) / (r.arrival.output_tokens - 1) for r, t, e in zip(measured, ttft, e2e) if r.arrival.output_tokens > 1]
-    window = max((r.arrival.time_s for r in run.served), default=0.0)
-    span = max(window - warmup_s, 1e-9)
+    # served over the run, its drain included (as vllm bench serve's request_throughput: completed / duration): a
+    # burst of requests all sent at t = 0 is served at the rate the engine finishes them, not over a zero window
+    span = run.end_s - warmup_s
     steps = len(run.step_ends_s)
     return SimulationResult(
         duration_s=run.end_s, arrivals=arrivals, completed=len(measured), ttft_s=Percentiles.of(ttft),
