@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
+    from planner.estimator.performance import PerformanceCatalog
     from planner.plan.deadline import CommandStart, Deadline
     from planner.plan.fleet import FleetPlan
     from planner.plan.review import Review
@@ -208,11 +209,12 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
          concurrency: int | None = None, calibration: Calibration | None = None,
-         catalog: Catalog | None = None) -> PerfResult:
+         catalog: Catalog | None = None, performance: PerformanceCatalog | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); with
-    `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine."""
+    `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
+    `performance`: the speed model's constants to time it with (default catalogs/performance.yaml)."""
     from planner.api_records import PerfResult
     from planner.estimator.performance import Workload, timer_performance
 
@@ -227,7 +229,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
-                       calibration=calibration)
+                       calibration=calibration, performance=performance)
     shape = Workload(prompt_tokens, output_tokens)
     result = timer_performance(replica.timer, batch, shape)
     steady = closed = finite = None
@@ -316,7 +318,8 @@ def _same_model(catalog: Catalog, run: MeasuredRun, model: str) -> None:
 
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
-             engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None) -> Replica:
+             engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
+             performance: PerformanceCatalog | None = None) -> Replica:
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
     of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget gives it at
     max-model-len `context` (which must hold one request, as vLLM checks at start-up)."""
@@ -332,7 +335,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     card = catalog.gpus.get(gpu)
     arch = resolve_model(catalog, model)
     name = "vllm" if engine == "simple" else engine
-    performance = load_performance_catalog()
+    performance = performance or load_performance_catalog()
     profile = performance.engine(name).name  # the engine's speed profile (llamacpp: llama.cpp)
     calibrated = None if calibration is None else calibration.applies_to(card.generation, profile)
     if calibration is not None and calibrated:
