@@ -29,8 +29,8 @@ from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.model.precision import resolve_precision
-from planner.estimator.performance import (ReplicaPerformance, ReplicaTimer, Workload, replica_timer,
-                                           timer_performance)
+from planner.estimator.performance import (PerformanceCatalog, ReplicaPerformance, ReplicaTimer, Workload,
+                                           replica_timer, timer_performance)
 
 DATA = Path(__file__).parent / "data"
 # Each file and the prefix its rows are labelled with (a row of the reference set keeps its 0-based line number,
@@ -268,19 +268,24 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
     return arch
 
 
-def timer(catalog: Catalog, m: Measurement, arch: Architecture) -> ReplicaTimer:
-    return replica_timer(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, catalog, m.engine)
+def timer(catalog: Catalog, m: Measurement, arch: Architecture,
+          performance: PerformanceCatalog | None = None) -> ReplicaTimer:
+    return replica_timer(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, catalog, m.engine,
+                         performance)
 
 
-def predict(catalog: Catalog, m: Measurement, arch: Architecture) -> ReplicaPerformance:
+def predict(catalog: Catalog, m: Measurement, arch: Architecture,
+            performance: PerformanceCatalog | None = None) -> ReplicaPerformance:
     """A static batch as timer_performance times it; a closed loop (C clients) as `planner perf --concurrency`
-    gives its steady state (bench/SPEED_PROTOCOL.md), where the engine has a memory profile to schedule with."""
-    static = timer_performance(timer(catalog, m, arch), m.batch, Workload(m.prompt_tokens, m.output_tokens))
+    gives its steady state (bench/SPEED_PROTOCOL.md), where the engine has a memory profile to schedule with.
+    `performance`: the speed model's constants (default catalogs/performance.yaml; a calibration's, for
+    bench/calibration_accuracy.py)."""
+    static = timer_performance(timer(catalog, m, arch, performance), m.batch, Workload(m.prompt_tokens, m.output_tokens))
     if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES:
         return static
     loop = api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, precision=m.precision, kv_dtype=m.kv_dtype, engine=m.engine,
                     prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens, concurrency=m.batch,
-                    catalog=catalog).closed_loop
+                    catalog=catalog, performance=performance).closed_loop
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
                    requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from math import isfinite
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
@@ -20,10 +20,13 @@ from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.api_records import BenchResult, EngineEstimate, PerfResult, Replica, ReplicaSimulation, ReplicaSpec
+    from planner.calibration.calibrate import Calibration
+    from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
     from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
+    from planner.estimator.performance import PerformanceCatalog
     from planner.plan.deadline import CommandStart, Deadline
     from planner.plan.fleet import FleetPlan
     from planner.plan.review import Review
@@ -205,12 +208,15 @@ def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: 
 def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
-         concurrency: int | None = None, catalog: Catalog | None = None) -> PerfResult:
+         concurrency: int | None = None, calibration: Calibration | None = None,
+         catalog: Catalog | None = None, performance: PerformanceCatalog | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
-    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop)."""
+    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); with
+    `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
+    `performance`: the speed model's constants to time it with (default catalogs/performance.yaml)."""
     from planner.api_records import PerfResult
-    from planner.estimator.performance import Workload, replica_performance
+    from planner.estimator.performance import Workload, timer_performance
 
     if rate is not None and concurrency is not None:
         raise PlannerInputError("--rate and --concurrency: give one of them (open-loop arrivals or C clients in a loop)")
@@ -222,11 +228,11 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     if concurrency is not None and concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
-                       catalog or load_catalog(), sized=rate is not None or concurrency is not None)
+                       catalog or load_catalog(), sized=rate is not None or concurrency is not None,
+                       calibration=calibration, performance=performance)
     _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
     shape = Workload(prompt_tokens, output_tokens)
-    result = replica_performance(replica.arch, precision, kv_dtype, replica.card, replica.tp, replica.pp, batch, shape,
-                                 replica.catalog, replica.engine)
+    result = timer_performance(replica.timer, batch, shape)
     steady = closed = finite = None
     if rate is not None:
         from planner.estimator.benchmark import DEFAULT_PROMPTS, MAX_OUTPUT_TOKENS, BenchmarkRun, run_benchmark
@@ -242,22 +248,74 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
 
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
-                      closed, finite)
+                      closed, finite, replica.calibrated)
 
 
 def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
-          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm",
+          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", calibration: Calibration | None = None,
           catalog: Catalog | None = None) -> BenchResult:
     """A `vllm bench serve` run (`run`: its random dataset, request rate and max concurrency) replayed on one
-    simulated replica, whose max-model-len is the longest request the run can draw."""
+    simulated replica, whose max-model-len is the longest request the run can draw; with `calibration`, timed
+    with its factors when it is of this GPU generation x engine."""
     from planner.api_records import BenchResult
     from planner.estimator.benchmark import run_benchmark
 
     context = run.input_bounds[1] + run.output_bounds[1]
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog or load_catalog(),
-                       sized=True)
+                       sized=True, calibration=calibration)
     return BenchResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine,
-                       run_benchmark(replica.timer, replica.scheduler, run))
+                       run_benchmark(replica.timer, replica.scheduler, run), replica.calibrated)
+
+
+def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None, tp: int | None = None,
+              pp: int = 1, precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm",
+              catalog: Catalog | None = None) -> Calibration:
+    """The named factors (planner.calibration.factors) that make one replica's simulated benchmark runs match the
+    measured `results` (vllm bench serve, SGLang bench_serving or GuideLLM files), with the residuals before and
+    after and each run predicted by a fit on the others."""
+    from planner.calibration.calibrate import FittedOn, ResultFile, calibration_record, fit_runs, replay_run
+    from planner.calibration.factors import Factors, calibrated_catalog
+    from planner.calibration.readers import MeasuredRun, read_results
+    from planner.estimator.benchmark import BenchmarkResult, run_benchmark
+    from planner.estimator.performance import load_performance_catalog, replica_timer
+
+    if not results:
+        raise PlannerInputError("RESULT: give at least one benchmark result file")
+    catalog = catalog or load_catalog()
+    runs = [run for path in results for run in read_results(path)]
+    context = max(replay_run(r).input_len + replay_run(r).output_len for r in runs)
+    replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog, sized=True)
+    for run in runs:
+        _same_model(catalog, run, replica.arch.name)
+    performance = load_performance_catalog()
+    profile = performance.engine(replica.engine).name
+    generation = replica.card.generation
+
+    def replay(factors: Factors, run: MeasuredRun) -> BenchmarkResult:
+        timer = replica_timer(replica.arch, precision, kv_dtype, replica.card, replica.tp, replica.pp, catalog,
+                              replica.engine, calibrated_catalog(performance, generation, profile, factors))
+        return run_benchmark(timer, replica.scheduler, replay_run(run))
+
+    files = {r.file: r.sha256 for r in runs}
+    fitted_on = FittedOn(
+        model=replica.arch.name, gpu=replica.card.name, generation=generation, engine=profile,
+        engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=replica.tp,
+        pp=replica.pp, precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
+        results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()))
+    return calibration_record(fit_runs(runs, replay), runs, fitted_on)
+
+
+def _same_model(catalog: Catalog, run: MeasuredRun, model: str) -> None:
+    """A run whose model_id the catalog knows as another model than --model was not run on it."""
+    if run.model_id is None:
+        return
+    try:
+        named = catalog.models.get(run.model_id).name
+    except PlannerInputError:
+        return  # a model id the catalog does not know (a fine-tune, a local path): --model says what it is
+    if named != model:
+        raise PlannerInputError(f"result: {run.label} ran {run.model_id} ({named}), not --model {model}; calibrate "
+                                "on runs of one model")
 
 
 def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_dtype: str) -> None:
@@ -278,13 +336,15 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
 
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
-             engine: str, context: int, catalog: Catalog, sized: bool) -> Replica:
-    """One replica of `planner perf` and `planner bench`: its step timer and, when `sized`, the scheduler the
-    engine's budget gives it at max-model-len `context` (which must hold one request, as vLLM checks at start-up)."""
+             engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
+             performance: PerformanceCatalog | None = None) -> Replica:
+    """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
+    of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget gives it at
+    max-model-len `context` (which must hold one request, as vLLM checks at start-up)."""
     from planner.api_records import Replica
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
-    from planner.estimator.performance import replica_timer
+    from planner.estimator.performance import load_performance_catalog, replica_timer
 
     if tp is None:
         tp = (gpus or pp) // pp
@@ -293,7 +353,14 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     card = catalog.gpus.get(gpu)
     arch = resolve_model(catalog, model)
     name = "vllm" if engine == "simple" else engine
-    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name)
+    performance = performance or load_performance_catalog()
+    profile = performance.engine(name).name  # the engine's speed profile (llamacpp: llama.cpp)
+    calibrated = None if calibration is None else calibration.applies_to(card.generation, profile)
+    if calibration is not None and calibrated:
+        from planner.calibration.factors import calibrated_catalog
+
+        performance = calibrated_catalog(performance, card.generation, profile, calibration.factors)
+    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance)
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
@@ -301,7 +368,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
         scheduler = Scheduler.of(budget)
-    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler)
+    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated)
 
 
 def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,

@@ -41,6 +41,7 @@ class PerfResult:
     steady: SteadyState | None = None  # at --rate
     closed_loop: ClosedLoop | None = None  # at --concurrency
     finite_run: BenchmarkResult | None = None  # at a --rate it does not keep up with
+    calibrated: bool | None = None  # None: no calibration given; else whether it is of this GPU generation x engine
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
@@ -53,7 +54,7 @@ class PerfResult:
             "pp_bubble_ms": p.pp_bubble_s * 1000,
             "weight_bytes_read": p.decode.weight_bytes, "kv_bytes_read": p.decode.kv_bytes,
             # the GPU's generation has no kernel measurements: the catalog's `default` generation timed it
-            "constants_borrowed": p.borrowed,
+            "constants_borrowed": p.borrowed, "calibrated": self.calibrated,
         }
         if self.steady is not None:
             s = self.steady
@@ -81,11 +82,12 @@ class BenchResult:
     pp: int
     engine: str
     result: BenchmarkResult
+    calibrated: bool | None = None  # None: no calibration given; else whether it is of this GPU generation x engine
 
     def to_dict(self) -> dict[str, Any]:
         """vLLM's saved-result keys (planner.estimator.benchmark), then the replica's."""
         return {**self.result.to_dict(), "model_id": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
-                "engine": self.engine}
+                "engine": self.engine, "calibrated": self.calibrated}
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class Replica:
     catalog: Catalog
     timer: ReplicaTimer
     scheduler: Scheduler | None
+    calibrated: bool | None  # None: no calibration given; else whether the timer took it
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import typer
     from rich.console import Console
 
+    from planner.calibration.calibrate import Calibration
     from planner.plan.deadline import CommandStart
     from planner.render.plain import PlainConsole
 
@@ -481,6 +482,8 @@ BENCH_REQUEST_RATE = Option("inf", "--request-rate", help="Requests/s (Poisson a
 BENCH_MAX_CONCURRENCY = Option(None, "--max-concurrency", help="Requests in flight at most (default: no limit).")
 BENCH_INPUT_LEN = Option(1024, "--input-len", help="Prompt tokens (vLLM's --random-input-len).")
 BENCH_OUTPUT_LEN = Option(128, "--output-len", help="Output tokens (vLLM's --random-output-len).")
+CALIBRATION_FILE = Option(None, "--calibration", help="A file from `planner calibrate`: its factors time the replica "
+                          "when it is of this GPU generation x engine.")
 BENCH_RANGE_RATIO = Option(0.0, "--random-range-ratio", help="Lengths uniform in [len x (1 - r), len x (1 + r)], 0 <= r < 1.")
 
 
@@ -501,11 +504,12 @@ def perf_command(
     concurrency: Optional[int] = Option(None, "--concurrency", help="Clients each sending a request as soon as their "
                                         "last is answered (vllm bench serve --max-concurrency C): the closed loop."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
+    calibration: Optional[str] = CALIBRATION_FILE,
 ) -> None:
     """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
     result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, engine=engine,
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
-                      concurrency=concurrency)
+                      concurrency=concurrency, calibration=_calibration(calibration))
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))
@@ -534,6 +538,67 @@ def perf_command(
                      f"{loop.requests_per_s:.2f} req/s, {loop.output_tokens_per_s:,.0f} output tokens/s")
         lines.append(f"  TTFT {loop.ttft_s:.3f} s · TPOT {loop.tpot_s * 1000:.1f} ms · E2E {loop.e2e_s:.2f} s · "
                      f"KV peak {loop.kv_tokens_peak:,} of {loop.pool_tokens:,} tokens")
+    _print_lines(lines + _calibration_line(calibration, result.calibrated))
+
+
+def _calibration(path: Optional[str]) -> Optional[Calibration]:
+    if path is None:
+        return None
+    from planner.calibration.calibrate import load_calibration
+
+    return load_calibration(path)
+
+
+def _calibration_line(path: Optional[str], calibrated: Optional[bool]) -> list[str]:
+    """What --calibration did: nothing said without one."""
+    if path is None:
+        return []
+    return [f"calibrated ({path})" if calibrated else
+            f"not calibrated ({path} is of another GPU generation x engine: the kernel tables' constants)"]
+
+
+@command("calibrate")
+def calibrate_command(
+    results: list[str] = Argument(..., help="Benchmark results: vllm bench serve --save-result JSON, SGLang "
+                                  "bench_serving JSONL or GuideLLM benchmarks.json (one or more)."),
+    model: str = Option(..., "--model", help="The model the runs served (catalog name, HF id or config.json)."),
+    gpu: str = REPLICA_GPU,
+    gpus: Optional[int] = REPLICA_GPUS,
+    tp: Optional[int] = REPLICA_TP,
+    pp: int = REPLICA_PP,
+    precision: str = REPLICA_PRECISION,
+    kv_dtype: str = REPLICA_KV_DTYPE,
+    engine: str = REPLICA_ENGINE,
+    output: Optional[str] = Option(None, "--output", "-o", help="Write the calibration (YAML) to this file."),
+) -> None:
+    """Fit the speed model's named factors (memory, compute, fixed, communication) for this GPU generation x engine
+    to your own benchmark runs, each replayed on the simulator; residuals before and after, and leave-one-out."""
+    result = api.calibrate(results, model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision,
+                           kv_dtype=kv_dtype, engine=engine)
+    on = result.fitted_on
+    runs = len(result.prompts_per_replay)
+    factors = " · ".join(f"{name} {value:.2f}" for name, value in result.factors.as_dict().items())
+    uninformed = [name for name in result.factors.as_dict() if name not in result.informed]
+    lines = [f"{on.model} on {on.tp * on.pp} x {on.gpu} (tp {on.tp} x pp {on.pp}), {on.generation} x {on.engine}: "
+             f"{runs} run{'s' if runs != 1 else ''} replayed",
+             f"factors (x the time of their terms): {factors}"]
+    if uninformed:
+        lines.append(f"no run informs {', '.join(uninformed)}: left at 1.00")
+    lines += [f"{'run':<36} {'metric':<13} {'measured':>10} {'before':>16} {'after':>16} {'left out':>16}"]
+
+    def shown(value: Optional[float], measured: float) -> str:
+        return "-" if value is None else f"{value:,.2f} ({value / measured - 1:+.0%})"
+
+    for r in result.residuals:
+        lines.append(f"{r.result[:36]:<36} {r.metric:<13} {r.measured:>10,.2f} {shown(r.before, r.measured):>16} "
+                     f"{shown(r.after, r.measured):>16} {shown(r.held_out, r.measured):>16}")
+    e = result.errors
+    held = "-" if e.held_out is None else f"{e.held_out:.3f}"
+    lines.append(f"mean |log(predicted / measured)|: before {e.before:.3f}, after {e.after:.3f}, "
+                 f"each run left out of the fit {held}")
+    if output is not None:
+        write_output(output, result.to_yaml())
+        lines.append(f"wrote {output}")
     _print_lines(lines)
 
 
@@ -563,26 +628,27 @@ def bench_command(
     range_ratio: float = BENCH_RANGE_RATIO,
     seed: int = Option(0, "--seed", help="Seed of the lengths and arrivals."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table, or json (vLLM's saved-result keys)."),
+    calibration: Optional[str] = CALIBRATION_FILE,
 ) -> None:
     """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics
     (also `planner simulate --benchmark`)."""
     _benchmark(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, rate, max_concurrency, input_len,
-               output_len, range_ratio, seed, output_format)
+               output_len, range_ratio, seed, output_format, calibration)
 
 
 def _benchmark(model: str, gpu: str, gpus: Optional[int], tp: Optional[int], pp: int, precision: str, kv_dtype: str,
                engine: str, num_prompts: int, rate: str, max_concurrency: Optional[int], input_len: int, output_len: int,
-               range_ratio: float, seed: int, output_format: OutputFormat) -> None:
+               range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str]) -> None:
     from planner.estimator.benchmark import BenchmarkRun
 
     run = BenchmarkRun(num_prompts=num_prompts, request_rate=request_rate(rate), max_concurrency=max_concurrency,
                        input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
     result = api.bench(model, run, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                       engine=engine)
+                       engine=engine, calibration=_calibration(calibration))
     if output_format is OutputFormat.json:
         _echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return
-    _print_lines(_bench_lines(result))
+    _print_lines(_bench_lines(result) + _calibration_line(calibration, result.calibrated))
 
 
 def _bench_lines(bench: api.BenchResult) -> list[str]:
@@ -636,6 +702,7 @@ def simulate_command(
     input_len: int = BENCH_INPUT_LEN,
     output_len: int = BENCH_OUTPUT_LEN,
     range_ratio: float = BENCH_RANGE_RATIO,
+    calibration: Optional[str] = CALIBRATION_FILE,
 ) -> None:
     """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use;
     with --benchmark, a `vllm bench serve` run replayed on one replica of a model."""
@@ -643,7 +710,7 @@ def simulate_command(
                      "--kv-dtype": kv_dtype != "auto", "--engine": engine != "vllm", "--num-prompts": num_prompts != 1000,
                      "--request-rate": request_rate_text != "inf", "--max-concurrency": max_concurrency,
                      "--input-len": input_len != 1024, "--output-len": output_len != 128,
-                     "--random-range-ratio": range_ratio != 0.0}
+                     "--random-range-ratio": range_ratio != 0.0, "--calibration": calibration}
     if benchmark:
         fleet_only = next((flag for flag, value in (("--duration", duration), ("--rate", rate),
                                                     ("--arrivals", arrivals)) if value is not None), None)
@@ -653,7 +720,7 @@ def simulate_command(
         if gpu is None:
             raise PlannerInputError("--gpu: --benchmark needs the replica's GPU (see `planner catalog gpus`)")
         _benchmark(source, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, request_rate_text,
-                   max_concurrency, input_len, output_len, range_ratio, seed, output_format)
+                   max_concurrency, input_len, output_len, range_ratio, seed, output_format, calibration)
         return
     unused = next((flag for flag, value in replica_given.items() if value), None)
     if unused:

@@ -1,0 +1,192 @@
+"""`planner calibrate`: measured benchmark runs replayed on the simulator, the named factors fitted to them, and the
+calibration file that records both (read back by `--calibration`).
+
+Each run is replayed as `planner bench` replays a `vllm bench serve` run (planner.estimator.benchmark): its request
+rate and max concurrency, its mean prompt and output lengths fixed (the results keep totals, not the draws), and
+fewer prompts where it sent many (replay_prompts): enough waves of its requests in flight to reach the steady state,
+within REPLAY_STEPS steps. Compared: mean TPOT, mean TTFT and output tokens/s, where the run measured them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from math import ceil, inf
+from pathlib import Path
+from typing import Any, Sequence
+
+from planner.calibration.factors import FACTORS, Factors, calibrated_catalog
+from planner.calibration.fit import FitResult, Observation, Residual, fit_factors
+from planner.calibration.readers import MeasuredRun
+from planner.catalog.load import bounded, catalog_record
+from planner.errors import PlannerInputError
+from planner.files import FileKind, read_text
+from planner.units import MiB
+from planner.estimator.benchmark import BenchmarkResult, BenchmarkRun
+from planner.yamlfile import parse_yaml
+
+SCHEMA_VERSION = 1
+# A calibration file is a few KB: a residual row per metric per run (3 x the runs).
+CALIBRATION = FileKind("--calibration", 4 * MiB, "give a file written by `planner calibrate ... -o FILE`")
+# A replay's simulated steps, about: the simulator takes ~3 us a step on this project's 2-core machine (Llama 3.1 8B,
+# H100, one request at a time: 20 prompts of 1,000 + 200 tokens in 12 ms), so a replay costs at most ~6 ms and ten
+# runs' fit and leave-one-out refits (a few hundred new grid points' replays, the rest cached) stay within 10 s.
+REPLAY_STEPS = 2000
+# Waves of a run's requests in flight a replay keeps at least: the first wave arrives together, the second is the
+# steady state's first.
+MIN_WAVES = 2
+METRICS = ("tpot_ms", "ttft_ms", "output_tok_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultFile:
+    name: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FittedOn:
+    """What the factors were fitted on."""
+
+    model: str
+    gpu: str
+    generation: str
+    engine: str
+    engine_versions: tuple[str, ...] = ()  # as the results record them
+    tp: int = bounded(ge=1)
+    pp: int = bounded(ge=1)
+    precision: str
+    kv_dtype: str
+    dates: tuple[str, ...] = ()
+    results: tuple[ResultFile, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResidualRow:
+    result: str  # the run: its file's name (#N for the N-th run of a file)
+    metric: str
+    measured: float
+    before: float
+    after: float
+    held_out: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Errors:
+    """Mean |log(predicted / measured)| over every residual."""
+
+    before: float = bounded(ge=0)
+    after: float = bounded(ge=0)
+    held_out: float | None = bounded(None, ge=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """A calibration file's content."""
+
+    schema_version: int
+    factors: Factors
+    informed: tuple[str, ...]
+    fitted_on: FittedOn
+    prompts_per_replay: tuple[int, ...]
+    errors: Errors
+    residuals: tuple[ResidualRow, ...]
+
+    def applies_to(self, generation: str, engine: str) -> bool:
+        return generation == self.fitted_on.generation and engine == self.fitted_on.engine
+
+    def to_yaml(self) -> str:
+        import yaml
+
+        header = ("# planner calibrate: factors on the speed model's terms (each multiplies the time of its terms) for "
+                  f"{self.fitted_on.generation} x {self.fitted_on.engine}\n")
+        return header + yaml.safe_dump(_plain(asdict(self)), sort_keys=False, allow_unicode=True)
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, for yaml.safe_dump."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """A calibration file, every key known and every factor within its bounds, else one line naming the key."""
+    p = Path(path)
+    data = parse_yaml(read_text(p, CALIBRATION), f"--calibration {p.name}")
+    try:
+        calibration = catalog_record(Calibration, data, f"--calibration {p.name}")
+    except PlannerInputError as exc:
+        raise PlannerInputError(f"{exc}; {CALIBRATION.fix}") from None
+    if calibration.schema_version != SCHEMA_VERSION:
+        raise PlannerInputError(f"--calibration {p.name}: schema_version {calibration.schema_version} is not "
+                                f"{SCHEMA_VERSION}; write it again with this planner's `planner calibrate`")
+    unknown = next((name for name in calibration.informed if name not in FACTORS), None)
+    if unknown is not None:
+        raise PlannerInputError(f"--calibration {p.name}: informed names {unknown!r}; the factors are "
+                                f"{', '.join(FACTORS)}")
+    return calibration
+
+
+def replay_prompts(run: MeasuredRun) -> int:
+    """The prompts a replay of `run` sends: its requests in flight (its max concurrency; at a request rate, its
+    rate x mean E2E latency by Little's law; all of them when sent at once) times the waves REPLAY_STEPS allows,
+    never fewer than MIN_WAVES of them, never more than it completed."""
+    if run.max_concurrency is not None:
+        in_flight = float(run.max_concurrency)
+    elif run.request_rate == inf:
+        in_flight = float(run.completed)
+    else:
+        e2e_ms = run.e2el.mean_ms or ((run.ttft.mean_ms or 0) + (run.tpot.mean_ms or 0) * (run.mean_output_tokens - 1))
+        in_flight = max(1.0, run.request_rate * e2e_ms / 1000)
+    waves = max(MIN_WAVES, REPLAY_STEPS // ceil(run.mean_output_tokens))
+    return max(1, min(run.completed, ceil(in_flight) * waves))
+
+
+def replay_run(run: MeasuredRun) -> BenchmarkRun:
+    return BenchmarkRun(num_prompts=replay_prompts(run), request_rate=run.request_rate,
+                        max_concurrency=run.max_concurrency, input_len=max(1, round(run.mean_input_tokens)),
+                        output_len=max(1, round(run.mean_output_tokens)))
+
+
+def measured_metrics(run: MeasuredRun) -> dict[str, float]:
+    """What the run measured of METRICS (a value of 0 is no measurement: a log cannot compare it)."""
+    values = {"tpot_ms": run.tpot.mean_ms if round(run.mean_output_tokens) > 1 else None,
+              "ttft_ms": run.ttft.mean_ms, "output_tok_s": run.output_throughput}
+    return {k: v for k, v in values.items() if v}
+
+
+def simulated_metrics(result: BenchmarkResult) -> dict[str, float]:
+    return {"tpot_ms": result.tpot.mean_ms, "ttft_ms": result.ttft.mean_ms, "output_tok_s": result.output_throughput}
+
+
+def fit_runs(runs: Sequence[MeasuredRun], replay: Any) -> FitResult:
+    """The factors fitted to `runs`; replay(factors, run) -> BenchmarkResult simulates one."""
+    observations = [Observation(r.label, measured_metrics(r)) for r in runs]
+    empty = next((r.label for r, o in zip(runs, observations) if not o.measured), None)
+    if empty is not None:
+        raise PlannerInputError(f"result: {empty} measured none of mean TPOT, mean TTFT or output throughput; "
+                                "give runs that did")
+
+    def predict(factors: Factors, i: int) -> dict[str, float]:
+        return simulated_metrics(replay(factors, runs[i]))
+
+    return fit_factors(observations, predict)
+
+
+def calibration_record(fit: FitResult, runs: Sequence[MeasuredRun], fitted_on: FittedOn) -> Calibration:
+    return Calibration(
+        schema_version=SCHEMA_VERSION, factors=fit.factors, informed=fit.informed, fitted_on=fitted_on,
+        prompts_per_replay=tuple(replay_prompts(r) for r in runs),
+        errors=Errors(before=fit.error_before, after=fit.error_after, held_out=fit.error_held_out),
+        residuals=tuple(_row(r) for r in fit.residuals))
+
+
+def _row(r: Residual) -> ResidualRow:
+    return ResidualRow(result=r.label, metric=r.metric, measured=r.measured, before=r.before, after=r.after,
+                       held_out=r.held_out)
+
+
+__all__ = ["CALIBRATION", "Calibration", "FittedOn", "ResultFile", "calibrated_catalog", "calibration_record",
+           "fit_runs", "load_calibration", "replay_run"]

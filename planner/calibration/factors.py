@@ -1,0 +1,92 @@
+"""The named factors a calibration fits, and the speed model's catalog with them applied.
+
+Each factor multiplies the time of a group of the speed model's terms (planner.estimator.performance, the
+constants of catalogs/performance.yaml) for one GPU generation x engine; 1.0 leaves the kernel tables' figure:
+  memory         every read: GEMM and fused-MoE weight reads, decode attention's KV and MLA latent reads
+                 (read efficiencies and the generation's read ceiling divided by it; llama.cpp's own efficiency too)
+  compute        every FLOP: GEMM and MoE compute efficiencies, prefill attention's (divided by it)
+  fixed          every fixed time: kernel launches, the small kernels' floor, the engine's per-step work, llama.cpp's
+                 cycles per layer (multiplied by it)
+  communication  the all-reduce: its latencies multiplied, its bandwidths divided
+A calibrated catalog is for timing configurations of that generation x engine only: it scales the generation's
+entry and the engine's, which other pairs share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from planner.catalog.load import bounded
+from planner.estimator.performance import (AllReduceFit, AttentionRates, EngineAttention, EngineKernels,
+                                           GenerationEfficiency, KernelRates, PerformanceCatalog)
+
+FACTORS = ("memory", "compute", "fixed", "communication")
+# The bounds of a fitted factor (the calibration issue: 0.25-4x): beyond 4x the kernel tables would be wrong by
+# more than any engine version or driver changes them, which is a wrong model, GPU or run, not a calibration.
+LOWEST, HIGHEST = 0.25, 4.0
+
+
+@dataclass(frozen=True)
+class Factors:
+    memory: float = bounded(1.0, ge=LOWEST, le=HIGHEST)
+    compute: float = bounded(1.0, ge=LOWEST, le=HIGHEST)
+    fixed: float = bounded(1.0, ge=LOWEST, le=HIGHEST)
+    communication: float = bounded(1.0, ge=LOWEST, le=HIGHEST)
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in FACTORS}
+
+    @property
+    def identity(self) -> bool:
+        return all(getattr(self, f.name) == 1.0 for f in fields(self))
+
+
+def _kernel(rates: KernelRates, f: Factors) -> KernelRates:
+    return replace(rates, launch_us=rates.launch_us * f.fixed, read_efficiency=rates.read_efficiency / f.memory,
+                   compute_efficiency=rates.compute_efficiency / f.compute)
+
+
+def _attention(rates: AttentionRates | EngineAttention, f: Factors) -> AttentionRates | EngineAttention:
+    latent = rates.latent_read_efficiency
+    return replace(rates, launch_us=rates.launch_us * f.fixed, kv_read_efficiency=rates.kv_read_efficiency / f.memory,
+                   latent_read_efficiency=None if latent is None else latent / f.memory)
+
+
+def _kernels(own: EngineKernels, f: Factors) -> EngineKernels:
+    return EngineKernels(gemm={k: _kernel(r, f) for k, r in own.gemm.items()},
+                         moe={k: _kernel(r, f) for k, r in own.moe.items()},
+                         attention={k: _attention(r, f) for k, r in own.attention.items()})  # type: ignore[misc]
+
+
+def _generation(g: GenerationEfficiency, engine: str, f: Factors) -> GenerationEfficiency:
+    return replace(
+        g, gemm={k: _kernel(r, f) for k, r in g.gemm.items()}, moe={k: _kernel(r, f) for k, r in g.moe.items()},
+        attention={k: _attention(r, f) for k, r in g.attention.items()},  # type: ignore[misc]
+        attention_compute_efficiency=g.attention_compute_efficiency / f.compute,
+        kernel_floor_us=g.kernel_floor_us * f.fixed, read_ceiling=g.read_ceiling / f.memory,
+        engines={name: _kernels(own, f) if name == engine else own for name, own in g.engines.items()})
+
+
+def _all_reduce(fit: AllReduceFit, factor: float) -> AllReduceFit:
+    return replace(fit, latency_us=fit.latency_us * factor, bandwidth_gbps=fit.bandwidth_gbps / factor,
+                   large_latency_us=fit.large_latency_us * factor, bus_bandwidth_gbps=fit.bus_bandwidth_gbps / factor)
+
+
+def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine: str,
+                       factors: Factors) -> PerformanceCatalog:
+    """`performance` with `factors` applied to `generation` (the entry its GPUs take) and `engine`."""
+    if factors.identity:
+        return performance
+    entry = performance.generation(generation)
+    name = performance.engine(engine).name
+    costs = tuple(replace(e, per_step_us=e.per_step_us * factors.fixed,
+                          per_layer_kilocycles=e.per_layer_kilocycles * factors.fixed,
+                          memory_efficiency=None if e.memory_efficiency is None else e.memory_efficiency / factors.memory)
+                  if e.name == name else e for e in performance.engines)
+    links = tuple(replace(link, allreduce=tuple(_all_reduce(fit, factors.communication) for fit in link.allreduce))
+                  for link in performance.interconnects)
+    return replace(performance, engines=costs, interconnects=links,
+                   generations=tuple(_generation(g, name, factors) if g is entry else g for g in performance.generations))
+
+
+__all__ = ["FACTORS", "Factors", "HIGHEST", "LOWEST", "calibrated_catalog"]

@@ -1,0 +1,237 @@
+"""planner calibrate: the result readers, the factors, their fit, the calibration file and --calibration."""
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from planner import api
+from planner.calibration.calibrate import load_calibration, replay_prompts
+from planner.calibration.factors import Factors, calibrated_catalog
+from planner.calibration.fit import Observation, fit_factors
+from planner.calibration.readers import read_results
+from planner.errors import PlannerInputError
+from planner.estimator.performance import Step
+from planner.estimator.performance import load_performance_catalog, replica_timer
+
+EXAMPLES = sorted((Path(__file__).parents[1] / "examples" / "calibration").glob("*.json"))
+FIX = "give a `vllm bench serve --save-result` JSON"
+
+
+def sglang_line(**overrides):
+    line = {"tag": None, "backend": "sglang", "dataset_name": "random", "request_rate": float("inf"),
+            "max_concurrency": 16, "random_input_len": 1024, "random_output_len": 256,
+            "server_info": {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "version": "0.5.23"},
+            "duration": 30.0, "completed": 160, "total_input_tokens": 163840, "total_output_tokens": 40960,
+            "request_throughput": 5.33, "output_throughput": 1365.3, "mean_e2e_latency_ms": 2900.0,
+            "median_e2e_latency_ms": 2880.0, "p99_e2e_latency_ms": 3400.0, "mean_ttft_ms": 180.0,
+            "median_ttft_ms": 170.0, "p99_ttft_ms": 400.0, "mean_tpot_ms": 10.7, "median_tpot_ms": 10.6,
+            "p99_tpot_ms": 12.0, "mean_itl_ms": 10.7, "median_itl_ms": 10.1, "p99_itl_ms": 30.0}
+    return {**line, **overrides}
+
+
+def guidellm_benchmark(strategy, tpot_ms=9.0):
+    def summary(mean, p99=None):
+        return {"successful": {"mean": mean, "median": mean, "percentiles": {"p99": p99 or mean}}}
+
+    return {"type_": "generative_benchmark", "config": {"strategy": strategy, "backend": {"model": "llama-3.1-8b"}},
+            "metrics": {"request_totals": {"successful": 40, "errored": 0, "incomplete": 0, "total": 40},
+                        "prompt_token_count": summary(512.0), "output_token_count": summary(128.0),
+                        "time_to_first_token_ms": summary(40.0, 90.0), "inter_token_latency_ms": summary(tpot_ms),
+                        "request_latency": summary(1.2), "requests_per_second": summary(0.8),
+                        "output_tokens_per_second": summary(102.4)}}
+
+
+def test_vllm_result_reads_its_documented_keys():
+    run, = read_results(EXAMPLES[0])
+    data = json.loads(EXAMPLES[0].read_text())
+    assert run.tool == "vllm" and run.model_id == data["model_id"] and run.date == data["date"]
+    assert run.request_rate == math.inf and run.max_concurrency == data["max_concurrency"]
+    assert run.mean_input_tokens == data["total_input_tokens"] / data["completed"]
+    assert run.mean_output_tokens == data["total_output_tokens"] / data["completed"]
+    assert (run.tpot.mean_ms, run.tpot.median_ms, run.tpot.p99_ms) == (data["mean_tpot_ms"], data["median_tpot_ms"],
+                                                                        data["p99_tpot_ms"])
+    assert run.e2el.mean_ms == data["mean_e2el_ms"] and run.output_throughput == data["output_throughput"]
+    assert len(run.sha256) == 64
+
+
+def test_sglang_jsonl_is_one_run_per_line_with_infinity_as_inf(tmp_path):
+    path = tmp_path / "sglang.jsonl"
+    path.write_text(json.dumps(sglang_line()) + "\n" + json.dumps(sglang_line(request_rate=4.0, max_concurrency=None)))
+    first, second = read_results(path)
+    assert first.tool == "sglang" and first.engine_version == "0.5.23" and first.request_rate == math.inf
+    assert first.max_concurrency == 16 and first.mean_input_tokens == 1024 and first.mean_output_tokens == 256
+    assert first.e2el.p99_ms == 3400.0 and first.tpot.mean_ms == 10.7
+    assert second.request_rate == 4.0 and second.max_concurrency is None and second.label == "sglang.jsonl#1"
+
+
+def test_guidellm_report_maps_each_strategy(tmp_path):
+    path = tmp_path / "benchmarks.json"
+    report = {"metadata": {"version": 2, "guidellm_version": "0.8.1"}, "benchmarks": [
+        guidellm_benchmark({"type_": "synchronous"}), guidellm_benchmark({"type_": "concurrent", "streams": 8}),
+        guidellm_benchmark({"type_": "poisson", "rate": 2.5})]}
+    path.write_text(json.dumps(report))
+    synchronous, concurrent, poisson = read_results(path)
+    assert (synchronous.max_concurrency, synchronous.request_rate) == (1, math.inf)
+    assert (concurrent.max_concurrency, poisson.request_rate, poisson.max_concurrency) == (8, 2.5, None)
+    # inter-token latency is vLLM's TPOT; request_latency is in seconds
+    assert concurrent.tpot.mean_ms == 9.0 and concurrent.e2el.mean_ms == 1200.0 and concurrent.ttft.p99_ms == 90.0
+    assert concurrent.mean_input_tokens == 512 and concurrent.completed == 40
+
+
+@pytest.mark.parametrize("text, names", [
+    ("not json at all\nnor this", "not JSON or JSONL"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"hello": 1}', "has none of model_id"),
+    ('{"model_id": "x", "completed": 0, "total_input_tokens": 1, "total_output_tokens": 1}', "completed is 0"),
+    ('{"model_id": "x", "completed": 2, "total_input_tokens": 1, "total_output_tokens": 9}', "at least a token"),
+    ('{"model_id": "x", "completed": 2}', "total_input_tokens is missing"),
+    ('{"model_id": "x", "completed": 1, "total_input_tokens": 5, "total_output_tokens": 5, "mean_tpot_ms": NaN}',
+     "NaN is not a measurement"),
+    ('{"model_id": "x", "completed": 1, "total_input_tokens": 5, "total_output_tokens": 5, "mean_tpot_ms": -3}',
+     "mean_tpot_ms is -3"),
+    ('{"model_id": "x", "completed": 1, "total_input_tokens": 5, "total_output_tokens": 5, "request_rate": 0}',
+     "request_rate is 0"),
+    ("[" * 100_000, "nested too deeply"),
+    ('{"benchmarks": [{"config": {"strategy": {"type_": "sweep"}}, "metrics": {}}]}', "type_ is \"sweep\""),
+])
+def test_a_bad_result_is_one_line_naming_the_problem(tmp_path, text, names):
+    path = tmp_path / "result.json"
+    path.write_text(text)
+    with pytest.raises(PlannerInputError) as info:
+        read_results(path)
+    message = str(info.value)
+    assert message.startswith("result: ") and names in message and "\n" not in message
+
+
+def test_factors_scale_their_terms_and_only_theirs():
+    catalog = api.load_catalog()
+    performance = load_performance_catalog()
+    card, arch = catalog.gpus.get("h100-sxm"), api.resolve_model(catalog, "llama-3.1-8b")
+
+    def decode(factors, tp=1):
+        timer = replica_timer(arch, "auto", "auto", card, tp, 1, catalog, "vllm",
+                              calibrated_catalog(performance, card.generation, "vllm", factors))
+        return timer.step(Step(1, 2048))[0]
+
+    assert calibrated_catalog(performance, "hopper", "vllm", Factors()) is performance
+    assert decode(Factors(communication=2.0)) == decode(Factors())  # tp 1: no all-reduce
+    assert decode(Factors(communication=2.0), tp=2) > decode(Factors(), tp=2)
+    # a single decode step is memory-bound: doubling every read's time nearly doubles it, fixed costs aside
+    assert 1.6 < decode(Factors(memory=2.0)) / decode(Factors()) < 2.0
+    assert decode(Factors(fixed=2.0)) > decode(Factors()) and decode(Factors(fixed=0.5)) < decode(Factors())
+    # another generation's GPUs are untouched by a hopper calibration
+    scaled = calibrated_catalog(performance, "hopper", "vllm", Factors(memory=2.0))
+    assert scaled.generation("ampere") == performance.generation("ampere")
+
+
+def test_fit_recovers_known_factors_and_leaves_the_uninformed_at_one():
+    # two runs, each a sum of a memory-bound and a fixed term in other proportions; truth: memory x 2^(8/16)
+    terms = [(10.0, 1.0), (2.0, 6.0), (5.0, 5.0)]
+
+    def predict(f, i):
+        memory, fixed = terms[i]
+        return {"tpot_ms": memory * f.memory + fixed * f.fixed}
+
+    truth = 2 ** 0.5
+    observations = [Observation(f"run{i}", {"tpot_ms": m * truth + x}) for i, (m, x) in enumerate(terms)]
+    fit = fit_factors(observations, predict)
+    assert fit.informed == ("memory", "fixed")
+    assert fit.factors.memory == pytest.approx(truth) and fit.factors.fixed == 1.0
+    assert fit.factors.compute == fit.factors.communication == 1.0
+    assert fit.error_after == pytest.approx(0, abs=1e-12) and fit.error_before > 0.1
+    assert all(r.held_out == pytest.approx(r.measured) for r in fit.residuals)  # any two runs pin the truth
+
+
+def test_fit_stays_within_bounds():
+    fit = fit_factors([Observation("slow", {"tpot_ms": 100.0})], lambda f, i: {"tpot_ms": f.memory})
+    assert fit.factors.memory == 4.0 and fit.error_held_out is None
+
+
+def test_calibrate_the_examples_and_read_the_file_back(tmp_path):
+    result = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    # the examples were made 10% slower on reads and 30% slower on fixed costs than the kernel tables
+    assert result.errors.after < result.errors.before / 2 and result.errors.held_out < result.errors.before
+    assert result.factors.communication == 1.0 and "communication" not in result.informed
+    assert result.factors.fixed > 1 or result.factors.memory > 1
+    assert result.fitted_on.generation == "hopper" and result.fitted_on.engine == "vllm"
+    assert [f.name for f in result.fitted_on.results] == [p.name for p in EXAMPLES]
+    path = tmp_path / "calibration.yaml"
+    path.write_text(result.to_yaml())
+    assert load_calibration(path) == result
+
+
+def test_ten_results_calibrate_within_ten_seconds(tmp_path):
+    paths = []
+    base = json.loads(EXAMPLES[0].read_text())
+    for i, concurrency in enumerate((1, 2, 4, 8, 12, 16, 24, 32, 48, 64)):
+        path = tmp_path / f"run{i}.json"
+        path.write_text(json.dumps({**base, "max_concurrency": concurrency, "completed": 10 * concurrency,
+                                    "total_input_tokens": 10_000 * concurrency, "total_output_tokens": 2000 * concurrency,
+                                    "mean_tpot_ms": base["mean_tpot_ms"] * (1 + concurrency / 100)}))
+        paths.append(path)
+    started = time.perf_counter()
+    result = api.calibrate(paths, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    assert time.perf_counter() - started < 10
+    assert len(result.prompts_per_replay) == 10 and all(r.held_out is not None for r in result.residuals)
+
+
+def test_replays_are_capped_in_waves_of_the_runs_concurrency():
+    run, = read_results(EXAMPLES[0])
+    long = type(run)(**{**run.__dict__, "completed": 5000, "max_concurrency": 4, "mean_output_tokens": 500.0})
+    assert replay_prompts(long) == 4 * (2000 // 500)
+    assert replay_prompts(run) == run.completed  # a small run is replayed whole
+
+
+@pytest.mark.parametrize("edit, names", [
+    (lambda text: text.replace("schema_version: 1", "schema_version: 1\nsurprise: 2"), "surprise: Extra inputs"),
+    (lambda text: text.replace("  memory: ", "  memory: 40 #"), "factors.memory: Input should be less than"),
+    (lambda text: text.replace("- memory", "- speed"), "informed names 'speed'"),
+    (lambda text: "{not: [yaml", "invalid YAML"),
+])
+def test_a_bad_calibration_file_is_one_line(tmp_path, edit, names):
+    good = api.calibrate(EXAMPLES[:1], model="llama-3.1-8b", gpu="h100-sxm", tp=1).to_yaml()
+    path = tmp_path / "calibration.yaml"
+    path.write_text(edit(good))
+    with pytest.raises(PlannerInputError) as info:
+        load_calibration(path)
+    assert names in str(info.value) and str(info.value).startswith("--calibration")
+
+
+def test_perf_and_bench_take_a_calibration_only_for_its_generation_and_engine(tmp_path):
+    calibration = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    plain = api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1)
+    calibrated = api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, calibration=calibration)
+    assert plain.calibrated is None and calibrated.calibrated is True
+    assert calibrated.performance.tpot_s > plain.performance.tpot_s  # the examples ran slower than the tables
+    elsewhere = api.perf("llama-3.1-8b", gpu="a100-sxm-80gb", tp=1, calibration=calibration)
+    assert elsewhere.calibrated is False
+    assert elsewhere.performance == api.perf("llama-3.1-8b", gpu="a100-sxm-80gb", tp=1).performance
+    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, engine="sglang", calibration=calibration).calibrated is False
+
+
+def cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+
+
+def test_cli_calibrate_then_perf_and_bench_say_whether_they_are_calibrated(tmp_path):
+    out = tmp_path / "calibration.yaml"
+    proc = cli("calibrate", *map(str, EXAMPLES), "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1",
+               "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "before" in proc.stdout and "left out" in proc.stdout and f"wrote {out}" in proc.stdout
+    assert load_calibration(out).fitted_on.model == "llama-3.1-8b"
+    proc = cli("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--calibration", str(out), cwd=tmp_path)
+    assert proc.returncode == 0 and f"calibrated ({out})" in proc.stdout
+    proc = cli("bench", "llama-3.1-8b", "--gpu", "l40s", "--num-prompts", "10", "--calibration", str(out), cwd=tmp_path)
+    assert proc.returncode == 0 and f"not calibrated ({out}" in proc.stdout
+    proc = cli("simulate", "llama-3.1-8b", "--benchmark", "--gpu", "h100-sxm", "--num-prompts", "10",
+               "--calibration", str(out), "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["calibrated"] is True
+    proc = cli("calibrate", str(EXAMPLES[0]), "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: result: ") and "--model llama-3.1-70b" in proc.stderr
