@@ -36,11 +36,12 @@ DATA = Path(__file__).parent / "data"
 # Each file and the prefix its rows are labelled with (a row of the reference set keeps its 0-based line number,
 # the number catalogs and notes quote).
 DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"),
-              ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"))
+              ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"),
+              ("2026d:", DATA / "throughput-2026d.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
-           "llama.cpp": "llama.cpp"}
+           "llama.cpp": "llama.cpp", "llama.cpp (CUDA)": "llama.cpp"}  # llama.cpp's Vulkan backend: no profile
 
 # First match wins (lowercase substring of the row's gpu text -> catalog GPU; None: skip the row).
 # A100/H100 without a stated form factor are taken as SXM, as the reference rows that name the
