@@ -12,7 +12,7 @@ import yaml
 
 from planner.catalog.load import Offer, catalog_dir, load_catalog, validate_record
 from planner.catalog.price_update import update_prices
-from planner.catalog.prices import MAX_PRICE_AGE_DAYS, load_offers, price_date, stale_price_warning
+from planner.catalog.prices import MAX_PRICE_AGE_DAYS, load_offers, price_age, price_date
 from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
 
@@ -53,9 +53,11 @@ def test_undated_price_is_an_error(as_of):
 
 def test_stale_warning_after_90_days():
     today = date(2026, 12, 2)
-    assert stale_price_warning(offer("2026-09-03"), "on-demand", today) is None  # 90 days
-    warning = stale_price_warning(offer("2026-09-02"), "on-demand", today)
-    assert warning and f"{MAX_PRICE_AGE_DAYS + 1} days old" in warning
+    fresh = price_age(offer("2026-09-03"), "on-demand", today=today)  # 90 days
+    assert (fresh.age_days, fresh.stale, fresh.warning) == (MAX_PRICE_AGE_DAYS, False, None)
+    stale = price_age(offer("2026-09-02"), "on-demand", today=today)
+    assert stale.stale and f"{MAX_PRICE_AGE_DAYS + 1} days old" in stale.warning
+    assert not price_age(offer("2026-09-02"), "on-demand", MAX_PRICE_AGE_DAYS + 1, today).stale  # the limit is a setting
 
 
 def test_solve_carries_the_price_warning_as_data():
@@ -65,7 +67,7 @@ def test_solve_carries_the_price_warning_as_data():
                     "search": {"gpus": ["l4"]}, "pricing": {"providers": ["aws"]}})
     age = (date.today() - price_date(CATALOG.offers[0].model_copy(update={"as_of": result.best.price_as_of}),
                                      result.best.market)).days
-    assert bool(result.best.price_warnings) == (age > MAX_PRICE_AGE_DAYS)
+    assert (result.best.price_age.age_days, result.best.price_age.stale) == (age, age > MAX_PRICE_AGE_DAYS)
 
 
 @pytest.fixture

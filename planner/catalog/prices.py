@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Callable, Sequence
@@ -107,7 +108,7 @@ def current_offers(offers: Sequence[Offer], where: Callable[[int], str]) -> tupl
     return tuple(current)
 
 
-MAX_PRICE_AGE_DAYS = 90  # issue 12: a plan priced older than this says so
+MAX_PRICE_AGE_DAYS = 90  # issue 12: a plan priced older than this says so (the default of pricing.max_price_age_days)
 _PERIOD = re.compile(r"\b(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?\b")
 
 
@@ -142,10 +143,23 @@ def price_date(offer: Offer, market: str) -> date:
                                 f"{offer.as_of!r} {exc}") from None
 
 
-def stale_price_warning(offer: Offer, market: str, today: date | None = None) -> str | None:
-    """A warning when the price is older than MAX_PRICE_AGE_DAYS (None when it is recent)."""
+@dataclass(frozen=True)
+class PriceAge:
+    """How old the price a plan pays is: `stale` past the plan's limit (a scenario's pricing.max_price_age_days,
+    the CLI's --max-price-age), with the warning every format prints then."""
+
+    as_of: str
+    age_days: int
+    stale: bool
+    warning: str | None
+
+
+def price_age(offer: Offer, market: str, max_age_days: int = MAX_PRICE_AGE_DAYS, today: date | None = None) -> PriceAge:
+    """The one stale-price rule: a price is stale when more than `max_age_days` have passed since the end of its
+    as_of period (price_date)."""
     age = ((today or date.today()) - price_date(offer, market)).days
-    if age <= MAX_PRICE_AGE_DAYS:
-        return None
-    return (f"the {market} price of {offer.provider} {offer.instance} is {age} days old (as of {offer.as_of}); "
-            "prices move: check the provider, or refresh with `planner prices update`")
+    stale = age > max_age_days
+    warning = (f"the {market} price of {offer.provider} {offer.instance} is {age} days old (as of {offer.as_of}), "
+               f"past the {max_age_days}-day limit; prices move: check the provider, or refresh with "
+               "`planner prices update`") if stale else None
+    return PriceAge(offer.as_of, age, stale, warning)

@@ -26,6 +26,7 @@ from math import ceil
 from planner.plan.cpsat import cp_model
 
 from planner.catalog.load import Catalog, Offer
+from planner.catalog.prices import PriceAge, price_age
 from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
@@ -97,6 +98,7 @@ class PoolUse:
     pool: Pool
     instances: int
     gpus_used: int
+    price_age: PriceAge  # against the strictest pricing.max_price_age_days of the workloads it serves
 
     @property
     def usd_per_hour(self) -> float:
@@ -341,8 +343,12 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
     uses = []
     for pi, var in built.instances.items():
         if solver.value(var):
-            gpus = sum(a.replicas * a.config.candidate.gpus for a in assignments if a.pool == pools[pi])
-            uses.append(PoolUse(pools[pi], solver.value(var), gpus))
+            served = [a for a in assignments if a.pool == pools[pi]]
+            gpus = sum(a.replicas * a.config.candidate.gpus for a in served)
+            limit = min((by_name[a.workload].space.max_price_age_days for a in served),
+                        default=min(w.space.max_price_age_days for w in problem.workloads))
+            uses.append(PoolUse(pools[pi], solver.value(var), gpus,
+                                price_age(pools[pi].offer, pools[pi].market, limit)))
     cost = sum(u.usd_per_hour for u in uses)
     tokens_per_hour = sum(b.requests_per_s * b.output_tokens for w in problem.workloads for b in w.buckets) * 3600
     bound = solver.best_objective_bound
