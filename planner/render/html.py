@@ -6,7 +6,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
-from planner.render.summary import (column_label, fleet_price_warnings, fleet_status, memory_line, no_fleet,
+from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
                                     price_age_text, status_line)
 from planner.units import gb
 
@@ -128,9 +128,7 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
     if plan.usd_per_hour is None:
         parts.append(f"<p class='best'><b>{html.escape(no_fleet(plan))}</b></p>")
     else:
-        per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
-                 if plan.usd_per_million_output_tokens is not None else "")
-        parts.append(f"<div class='best'><b>Fleet: ${plan.usd_per_hour:,.2f}/hour</b>{per_m} · every replica's "
+        parts.append(f"<div class='best'><b>{html.escape(fleet_cost_line(plan))}</b> · every replica's "
                      "configuration re-checked by the estimator</div>")
     rows = fleet_rows(plan)
     if rows:

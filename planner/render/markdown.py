@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.render.plain import controls_escaped
-from planner.render.summary import fleet_price_warnings, fleet_status, memory_line, price_age_text, status_line
+from planner.render.summary import fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, price_age_text, status_line
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -95,9 +95,7 @@ def review_markdown(review: Review, scenario_text: str) -> str:
 def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines = [f"## {md(name)}: fleet", "", md(fleet_status(plan)), ""]
     if plan.usd_per_hour is not None:
-        lines += [f"**Fleet: ${plan.usd_per_hour:,.2f}/hour**"
-                  + (f", ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
-                     if plan.usd_per_million_output_tokens is not None else ""), ""]
+        lines += [f"**{md(fleet_cost_line(plan))}**", ""]
     lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len x running | req/s each | pool |",
               "|---|---|---|---|---|---|---|"]
     for a in plan.assignments:

@@ -87,9 +87,12 @@ def assignment_row(a: Assignment) -> dict[str, Any]:
 
 
 def fleet_json(plan: FleetPlan, scenario: str) -> str:
+    from planner.plan.fleet import TokenCosts
+
     return document("fleet", {
         "scenario": scenario, "status": plan.status, "gap": plan.gap, "solve_seconds": plan.solve_seconds,
-        "usd_per_hour": plan.usd_per_hour, "usd_per_million_output_tokens": plan.usd_per_million_output_tokens,
+        "usd_per_hour": plan.usd_per_hour,  # and per million tokens (TokenCosts' fields, null without a fleet)
+        **(record(plan.token_costs) if plan.token_costs else dict.fromkeys(f.name for f in fields(TokenCosts))),
         "assignments": [assignment_row(a) for a in plan.assignments],
         "pools": [{"provider": u.pool.offer.provider, "instance": u.pool.offer.instance, "region": u.pool.offer.region,
                    "market": u.pool.market, "gpu": u.pool.offer.gpu, "instances": u.instances,

@@ -63,6 +63,17 @@ def fleet_price_warnings(plan: FleetPlan) -> list[str]:
     return [f"{u.pool.label}: {u.price_age.warning}" for u in plan.pools if u.price_age.warning]
 
 
+def fleet_cost_line(plan: FleetPlan) -> str:
+    """The fleet's cost per hour and per million tokens at its planned load (TokenCosts), without markup."""
+    line = f"Fleet: ${plan.usd_per_hour:,.2f}/hour"
+    costs = plan.token_costs
+    if costs is None:
+        return line
+    return (f"{line} · per million tokens: ${costs.usd_per_million_input_tokens:,.3f} input, "
+            f"${costs.usd_per_million_output_tokens:,.3f} output, ${costs.usd_per_million_tokens:,.3f} blended "
+            "at the demand's input/output mix")
+
+
 def fleet_status(plan: FleetPlan) -> str:
     verdict = {OPTIMAL: "OPTIMAL (proven cheapest)", FEASIBLE: f"FEASIBLE (time limit; gap {plan.gap:.1%})"}.get(
         plan.status, plan.status)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
-from planner.render.summary import (column_label, fleet_price_warnings, fleet_status, memory_line, no_fleet,
+from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
                                     price_age_text, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
@@ -220,9 +220,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
     if plan.usd_per_hour is None:
         console.print(f"\n[bold red]{as_text(no_fleet(plan))}[/bold red]")
     else:
-        per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
-                 if plan.usd_per_million_output_tokens is not None else "")
-        console.print(f"\n[bold]Fleet: ${plan.usd_per_hour:,.2f}/hour[/bold]{per_m}")
+        console.print(f"\n[bold]{as_text(fleet_cost_line(plan))}[/bold]")
     table = _table(console, title="Replicas", show_header=True, header_style="bold")
     for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "max-model-len x running", "req/s each", "TTFT s",
                 "TPOT ms", "pool"):
