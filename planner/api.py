@@ -130,11 +130,13 @@ def _deadline(scenario: Scenario, time_limit_s: float | None, started: CommandSt
     return Deadline.for_command(time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s, started)
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """A scenario file, read and validated (the one-line error names the key)."""
+def load_scenario(path: str | Path, max_price_age_days: int | None = None) -> Scenario:
+    """A scenario file, read and validated (the one-line error names the key); `max_price_age_days` (--max-price-age)
+    replaces every pricing section's max_price_age_days."""
     from planner.plan.scenario import load_scenario as load
 
-    return load(path)
+    loaded = load(path)
+    return loaded if max_price_age_days is None else loaded.with_max_price_age(max_price_age_days)
 
 
 def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:
@@ -158,7 +160,7 @@ def what_if(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: f
 
 def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list[str] | None = None,
             providers: list[str] | None = None, precisions: list[str] | None = None, market: str = "on-demand",
-            max_gpus: int = 8, time_limit_s: float | None = None,
+            max_gpus: int = 8, max_price_age_days: int | None = None, time_limit_s: float | None = None,
             catalog: Catalog | None = None, started: CommandStart | None = None) -> tuple[PlanOption, ...]:
     """The cheapest configuration holding MODEL on each GPU type and provider, sorted by $/hour, within
     `time_limit_s` (default: a scenario's solver.time_limit_s)."""
@@ -168,7 +170,8 @@ def compare(model: str, *, context: int = 8192, concurrency: int = 1, gpus: list
     scenario = parse_scenario({
         "name": f"compare {model}", "model": model, "workload": {"context": context, "concurrency": concurrency},
         "search": {"gpus": gpus, "precisions": precisions, "max_gpus_per_replica": max_gpus},
-        "pricing": {"providers": providers, "market": market},
+        "pricing": {"providers": providers, "market": market}
+        | ({"max_price_age_days": max_price_age_days} if max_price_age_days is not None else {}),
     }, "compare")
     return compare_offers(scenario, catalog or load_catalog(), deadline=_deadline(scenario, time_limit_s, started))
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving configurations, CP-SAT and every "
                    "variant together (default: the scenario's solver.time_limit_s, 10).")
+MAX_PRICE_AGE_HELP = "Warn of a price older than this many days (default: the scenario's pricing.max_price_age_days, 90)."
 # when main() began this command (time.perf_counter(), time.thread_time()): its time limit counts from there
 _started: Optional[tuple[float, float]] = None
 COMMANDS: dict[str, Callable[..., None]] = {}  # `planner NAME`, in the order `planner --help` lists them
@@ -267,6 +268,7 @@ def solve(
     time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
     what_if: bool = Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
                            "the busiest GPU type removed: one comparison table."),
+    max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
@@ -274,7 +276,7 @@ def solve(
     from planner.render.records import fleet_json, fleet_rows, rows_csv, solve_json
     from planner.render.terminal import fleet_table, solve_table, what_if_table
 
-    loaded = api.load_scenario(scenario)
+    loaded = api.load_scenario(scenario, max_price_age)
     if what_if:
         rows = api.what_if(loaded, time_limit_s=time_limit, started=_command_start())
         records = [asdict(r) for r in rows]
@@ -328,6 +330,7 @@ def compare(
     max_gpus: int = Option(8, "--max-gpus", help="GPUs per replica at most."),
     time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
     output_format: PlanFormat = Option(PlanFormat.table, "--format", help="table, json, csv or markdown."),
+    max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
 ) -> None:
     """The cheapest way to hold MODEL on each GPU type and provider, sorted by $/hour."""
     from planner.render.markdown import frame_markdown
@@ -340,7 +343,8 @@ def compare(
     tokens = context_tokens(context)
     frame = compare_frame(api.compare(model, context=tokens, concurrency=concurrency, gpus=split(gpus),
                                       providers=split(providers), precisions=split(precisions), market=market,
-                                      max_gpus=max_gpus, time_limit_s=time_limit, started=_command_start()))
+                                      max_gpus=max_gpus, max_price_age_days=max_price_age, time_limit_s=time_limit,
+                                      started=_command_start()))
     if output_format is PlanFormat.json:
         _echo(frame.to_json(orient="records", indent=2))
     elif output_format is PlanFormat.csv:
@@ -358,6 +362,7 @@ def report(
     output: str = Option(..., "--output", "-o", help="report.html (a self-contained page) or report.md."),
     quiet: bool = Option(False, "--quiet", "-q", help="No progress bar."),
     time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
+    max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
     from planner.render.html import CHARTS_S, fleet_html, review_html
@@ -369,7 +374,7 @@ def report(
     started = _command_start()
     if started is not None and suffix != ".md":
         started = started.also_finishing(CHARTS_S)
-    loaded = api.load_scenario(scenario)
+    loaded = api.load_scenario(scenario, max_price_age)
     text = read_text(scenario, SCENARIO)
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=started)

@@ -495,3 +495,25 @@ def test_random_damage_to_a_plan_file_is_refused_or_re_checked(single_node, tmp_
             assert "\n" not in str(exc) and len(str(exc)) < 600, (path, str(exc))
         else:
             assert plan.tp * plan.pp == plan.gpus_per_replica and export(plan, "vllm").startswith(("vllm", "#"))
+
+
+def test_a_fleet_export_runs_as_many_requests_as_the_plan_was_sized_for(tmp_path):
+    from planner import api
+    from planner.render.export import export_all, load_plans
+    from planner.render.records import fleet_json
+
+    scenario = {"name": "chat", "model": "llama-3.1-8b",
+                "workload": {"context": 4096, "concurrency": 32,
+                             "traffic": {"requests_per_s": 4, "prompt_tokens": 1000, "output_tokens": 200},
+                             "slo": {"ttft_s": 2, "tpot_s": 0.05}},
+                "search": {"gpus": ["l40s", "h100-sxm"], "precisions": ["bf16"]},
+                "pricing": {"providers": ["lambda", "runpod"]}}
+    plan = api.plan_fleet(scenario, catalog=CATALOG)
+    path = tmp_path / "fleet.json"
+    path.write_text(fleet_json(plan, "chat"))
+    rows = json.loads(path.read_text())["assignments"]
+    assert rows and all(a.config.scheduler.max_num_seqs == 32 for a in plan.assignments)  # the capacity's cap
+    launches = command_lines(export_all(load_plans(path, CATALOG), "vllm"), "vllm serve")
+    for row, argv in zip(rows, launches, strict=True):
+        assert row["max_num_seqs"] == 32 and row["engine"]["max_num_seqs"] > 32  # the engine's own default is larger
+        assert flags_and_values(argv)["--max-num-seqs"] == "32"

@@ -70,7 +70,7 @@ def test_plan_meets_demand_slo_and_memory():
         assert a.memory.gpu.fits
         assert a.config.performance.tpot_s <= 0.05 and a.config.performance.ttft_s <= 2.0
     assert plan.usd_per_hour == pytest.approx(sum(u.usd_per_hour for u in plan.pools))
-    assert plan.usd_per_million_output_tokens == pytest.approx(plan.usd_per_hour / (25.0 * 200 * 3600) * 1e6, rel=1e-3)
+    assert plan.token_costs.usd_per_million_output_tokens == pytest.approx(plan.usd_per_hour / (25.0 * 200 * 3600) * 1e6, rel=1e-3)
 
 
 def test_redundancy_survives_losing_a_replica():
@@ -224,3 +224,31 @@ def test_a_cheaper_gpu_left_out_says_why():
     dearest = max(u.pool.offer.price(u.pool.market) / u.pool.offer.gpus for u in plan.pools)
     for line in plan.left_out:  # only cards cheaper per GPU-hour than the dearest rented are listed
         assert float(re.search(r"from \$([0-9.]+)/GPU-hour", line).group(1)) < dearest
+
+
+def test_a_fleet_costs_per_million_input_output_and_blended_tokens_at_its_demand():
+    import json
+
+    from planner.render.markdown import fleet_markdown
+    from planner.render.records import fleet_json
+    from planner.render.summary import fleet_cost_line
+
+    scenario = load_scenario(Path(__file__).parents[1] / "scenarios" / "multi-model-fleet.yaml")
+    plan = plan_fleet(fleet_problem(scenario, load_catalog()), load_catalog())
+    demand = [(b.requests_per_s * b.prompt_tokens * 3600, b.requests_per_s * b.output_tokens * 3600)
+              for w in fleet_problem(scenario, load_catalog()).workloads for b in w.buckets]
+    prompt, output = sum(p for p, _ in demand), sum(o for _, o in demand)
+    costs = plan.token_costs
+    assert costs.usd_per_million_input_tokens == pytest.approx(plan.usd_per_hour / prompt * 1e6, abs=1e-4)
+    assert costs.usd_per_million_output_tokens == pytest.approx(plan.usd_per_hour / output * 1e6, abs=1e-4)
+    assert costs.usd_per_million_tokens == pytest.approx(plan.usd_per_hour / (prompt + output) * 1e6, abs=1e-4)
+    # the blended figure weighs input and output at the demand's mix: 1 / blended = 1 / input + 1 / output
+    assert 1 / costs.usd_per_million_tokens == pytest.approx(
+        1 / costs.usd_per_million_input_tokens + 1 / costs.usd_per_million_output_tokens, rel=1e-3)
+    body = json.loads(fleet_json(plan, "x"))
+    assert (body["usd_per_million_input_tokens"], body["usd_per_million_output_tokens"], body["usd_per_million_tokens"]) == (
+        costs.usd_per_million_input_tokens, costs.usd_per_million_output_tokens, costs.usd_per_million_tokens)
+    line = fleet_cost_line(plan)
+    assert (f"${costs.usd_per_million_input_tokens:,.3f} input, ${costs.usd_per_million_output_tokens:,.3f} output, "
+            f"${costs.usd_per_million_tokens:,.3f} blended") in line
+    assert f"**{line}**" in fleet_markdown("x", plan)

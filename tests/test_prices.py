@@ -12,7 +12,7 @@ import yaml
 
 from planner.catalog.load import Offer, catalog_dir, load_catalog, validate_record
 from planner.catalog.price_update import update_prices
-from planner.catalog.prices import MAX_PRICE_AGE_DAYS, price_date, stale_price_warning
+from planner.catalog.prices import MAX_PRICE_AGE_DAYS, load_offers, price_age, price_date
 from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
 
@@ -53,9 +53,11 @@ def test_undated_price_is_an_error(as_of):
 
 def test_stale_warning_after_90_days():
     today = date(2026, 12, 2)
-    assert stale_price_warning(offer("2026-09-03"), "on-demand", today) is None  # 90 days
-    warning = stale_price_warning(offer("2026-09-02"), "on-demand", today)
-    assert warning and f"{MAX_PRICE_AGE_DAYS + 1} days old" in warning
+    fresh = price_age(offer("2026-09-03"), "on-demand", today=today)  # 90 days
+    assert (fresh.age_days, fresh.stale, fresh.warning) == (MAX_PRICE_AGE_DAYS, False, None)
+    stale = price_age(offer("2026-09-02"), "on-demand", today=today)
+    assert stale.stale and f"{MAX_PRICE_AGE_DAYS + 1} days old" in stale.warning
+    assert not price_age(offer("2026-09-02"), "on-demand", MAX_PRICE_AGE_DAYS + 1, today).stale  # the limit is a setting
 
 
 def test_solve_carries_the_price_warning_as_data():
@@ -65,7 +67,7 @@ def test_solve_carries_the_price_warning_as_data():
                     "search": {"gpus": ["l4"]}, "pricing": {"providers": ["aws"]}})
     age = (date.today() - price_date(CATALOG.offers[0].model_copy(update={"as_of": result.best.price_as_of}),
                                      result.best.market)).days
-    assert bool(result.best.price_warnings) == (age > MAX_PRICE_AGE_DAYS)
+    assert (result.best.price_age.age_days, result.best.price_age.stale) == (age, age > MAX_PRICE_AGE_DAYS)
 
 
 @pytest.fixture
@@ -148,3 +150,62 @@ def test_current_rack_and_blackwell_ultra_gpus_are_rentable(gpu):
     offers = [o for o in CATALOG.offers if o.gpu == gpu and o.price("on-demand") is not None]
     assert offers, f"no on-demand price for {gpu}"
     assert all(o.source and price_date(o, "on-demand") >= date(2026, 1, 1) for o in offers)
+
+
+def _row(instance: str, as_of: str, on_demand: float | None, spot: float | None = None) -> dict:
+    return {"provider": "lambda", "instance": instance, "gpu": "gh200", "gpus": 1, "region": "all",
+            "on_demand_usd_per_hour": on_demand, "spot_usd_per_hour": spot, "as_of": as_of, "source": "test"}
+
+
+def _load(tmp_path: Path, rows: list[dict]) -> tuple:
+    path = tmp_path / "prices.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "prices": rows}))
+    return load_offers(path, CATALOG.gpus)
+
+
+def test_the_newest_dated_price_of_an_offer_supersedes_older_rows_per_market(tmp_path):
+    offers = _load(tmp_path, [_row("gpu_1x_gh200", "2025 (year only)", 1.49, spot=0.9),
+                              _row("gpu_1x_gh200", "2026-09-25", 2.29),
+                              _row("other", "2025", 1.0)])
+    # the 2025 row keeps only its spot price (no newer spot row); its on-demand 1.49 is superseded by 2.29
+    assert [(o.instance, o.as_of, o.on_demand_usd_per_hour, o.spot_usd_per_hour) for o in offers] == [
+        ("gpu_1x_gh200", "2025 (year only)", None, 0.9), ("gpu_1x_gh200", "2026-09-25", 2.29, None), ("other", "2025", 1.0, None)]
+    # a row left without a price is dropped
+    offers = _load(tmp_path, [_row("gpu_1x_gh200", "2026-09-25", 2.29), _row("gpu_1x_gh200", "2025-06", 1.49)])
+    assert [o.on_demand_usd_per_hour for o in offers] == [2.29]
+
+
+@pytest.mark.parametrize("older, newer", [("2026-09-25", "2026-09-25"), ("2025", "2025-06-15"), ("2025-06", "2025")])
+def test_one_offer_priced_twice_with_no_newer_date_is_refused(tmp_path, older, newer):
+    with pytest.raises(PlannerInputError, match=r"prices\[0\] and catalog prices.yaml: prices\[1\]: both price the on-demand offer lambda "
+                                                r"gpu_1x_gh200 \(all\).*do not tell which is newer"):
+        _load(tmp_path, [_row("gpu_1x_gh200", older, 1.49), _row("gpu_1x_gh200", newer, 2.29)])
+
+
+def test_the_shipped_catalog_prices_each_offer_once_per_market():
+    seen = [(o.provider, o.instance, o.region, m) for o in CATALOG.offers for m in ("on-demand", "spot") if o.price(m)]
+    assert len(seen) == len(set(seen))
+    gh200 = [o for o in CATALOG.offers if (o.provider, o.instance, o.region) == ("lambda", "gpu_1x_gh200", "all")]
+    assert [(o.on_demand_usd_per_hour, o.as_of) for o in gh200] == [(2.29, "2026-09-25")]  # not 1.49 of "2025"
+
+
+def test_the_70b_chat_fleet_pays_the_current_gh200_price():
+    from planner.api import plan_fleet
+
+    fleet = plan_fleet(Path(__file__).parents[1] / "scenarios" / "70b-chat.yaml")
+    [use] = fleet.pools
+    assert (use.pool.offer.instance, use.pool.offer.as_of, use.pool.offer.on_demand_usd_per_hour) == (
+        "gpu_1x_gh200", "2026-09-25", 2.29)
+    assert fleet.usd_per_hour == pytest.approx(use.instances * 2.29)
+
+
+def test_update_refuses_a_row_that_prices_a_kept_offer_on_the_same_date(prices_copy):
+    rows = yaml.safe_load(prices_copy.read_text())["prices"]
+    rows.append({"provider": "vast", "instance": "1x-RTX_5090-32-65536", "gpu": "rtx-5090", "gpus": 1, "region": "Bács-Kiskun, HU, EU",
+                 "on_demand_usd_per_hour": 0.5, "spot_usd_per_hour": None, "as_of": "2026-11-30", "source": "hand-written"})
+    prices_copy.write_text(yaml.safe_dump({"schema_version": 1, "prices": rows}))
+    before = prices_copy.read_text()
+    with pytest.raises(PlannerInputError, match=rf"--prices prices.yaml: prices\[{len(rows) - 1}\] and --from: .* line \d+: "
+                                                 "the prices row: both price the on-demand offer vast 1x-RTX_5090"):
+        update_prices(str(FIXTURE), ("vast",), CATALOG, SKYPILOT, prices_copy, "2026-11-30")
+    assert prices_copy.read_text() == before  # nothing written

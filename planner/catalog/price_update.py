@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import yaml
 
 from planner.catalog.load import Catalog, catalog_dir, validate_record
-from planner.catalog.prices import Offer
+from planner.catalog.prices import Offer, current_offers
 from planner.catalog.skypilot import SkyPilotCatalog
 from planner.errors import PlannerInputError
 from planner.files import PRICES, SKYPILOT_CSV, read_bytes, read_text, read_url, write_output
@@ -245,13 +245,17 @@ def update_prices(source: str, providers: tuple[str, ...], catalog: Catalog, sky
         dates.add(stamp)
         origins.append(origin)
     header, old_rows = _split_prices_file(path)
-    kept = [r for r in old_rows if not (r.get("provider") in clouds and SKYPILOT_SOURCE in str(r.get("source", ""))
-                                       and "||" not in str(r.get("source", "")))]
+    kept_at = [i for i, r in enumerate(old_rows) if not (r.get("provider") in clouds and SKYPILOT_SOURCE in
+                                                          str(r.get("source", "")) and "||" not in str(r.get("source", "")))]
+    kept = [old_rows[i] for i in kept_at]
     new_rows = [row for _, row in parsed]
     text = _prices_text(path, header, kept + new_rows)  # first: a file past the cap stops here, unchecked
-    for where, row in parsed:  # as the catalog loader checks them, before anything is written
-        validate_record(Offer, row, f"{where}: the prices row")
+    wheres = [f"--prices {path.name}: prices[{i}]" for i in kept_at] + [f"{w}: the prices row" for w, _ in parsed]
+    offers = []
+    for where, row in zip(wheres, kept + new_rows):  # as the catalog loader checks them, before anything is written
+        offers.append(validate_record(Offer, row, where))
         catalog.gpus.get(row["gpu"])
+    current_offers(offers, lambda i: wheres[i])  # one offer priced twice with no newer date is refused
     write_output(str(path), text, "--prices")
     return PriceUpdate(path, clouds, len(new_rows), len(old_rows) - len(kept), unknown, ", ".join(sorted(dates)),
                        "; ".join(origins))

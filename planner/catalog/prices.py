@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import calendar
 import re
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Callable, Sequence
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -22,6 +23,8 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"
 MAX_USD_PER_HOUR = 10_000.0
 # GPUs in one rentable instance, as a scenario's search.max_gpus_per_node
 MAX_INSTANCE_GPUS = 64
+MARKETS = ("on-demand", "spot")
+_PRICE_FIELD = {"on-demand": "on_demand_usd_per_hour", "spot": "spot_usd_per_hour"}
 Price = Annotated[float | None, Field(gt=0, le=MAX_USD_PER_HOUR, allow_inf_nan=False)]
 
 
@@ -51,8 +54,8 @@ class Offer(BaseModel):
     @field_validator("as_of")
     @classmethod
     def _dated(cls, as_of: str) -> str:
-        for market in ("on-demand", "spot"):
-            period_end(as_of, market)
+        for market in MARKETS:
+            period(as_of, market)
         return as_of
 
     def price(self, market: str) -> float | None:
@@ -60,22 +63,57 @@ class Offer(BaseModel):
 
 
 def load_offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:
-    """prices.yaml as offers, each naming a GPU of the GPU catalog."""
+    """prices.yaml as offers, each naming a GPU of the GPU catalog, each market's price the current one
+    (current_offers)."""
     rows = read_yaml(path).get("prices")
     if not isinstance(rows, list):
         raise PlannerInputError(f"catalog {path.name}: missing the list 'prices'")
     offers = tuple(validate_record(Offer, row, f"catalog {path.name}: prices[{i}]") for i, row in enumerate(rows))
     for offer in offers:
         gpus.get(offer.gpu)
-    return offers
+    return current_offers(offers, lambda i: f"catalog {path.name}: prices[{i}]")
 
 
-MAX_PRICE_AGE_DAYS = 90  # issue 12: a plan priced older than this says so
+def current_offers(offers: Sequence[Offer], where: Callable[[int], str]) -> tuple[Offer, ...]:
+    """The offers with only each offer's current price per market: of the rows of one offer (provider, instance,
+    region) that price a market, the newest dated supersedes the others, whose price in that market is dropped (a
+    row left with no price is dropped). Newest means its as_of period starts after every other row's ends: as_of
+    names a period (period), so "2025" (2025-01-01 to 2025-12-31) is older than "2026-09-25" and than "2026", but
+    neither older nor newer than "2025-06" or "2025-06-15", which it contains. Rows whose dates do not tell which is
+    newer (the same as_of, or one period within the other) are refused: `where(index)` names them."""
+    rows: dict[tuple[str, str, str, str], list[int]] = {}
+    for i, offer in enumerate(offers):
+        for market in MARKETS:
+            if offer.price(market) is not None:
+                rows.setdefault((offer.provider, offer.instance, offer.region, market), []).append(i)
+    superseded: dict[int, list[str]] = {}
+    for (provider, instance, region, market), indices in rows.items():
+        periods = {i: period(offers[i].as_of, market) for i in indices}
+        newest = max(indices, key=lambda i: periods[i][1])
+        for i in indices:
+            if i == newest:
+                continue
+            if periods[i][1] >= periods[newest][0]:
+                first, second = sorted((i, newest))
+                raise PlannerInputError(
+                    f"{where(first)} and {where(second)}: both price the {market} offer {provider} {instance} ({region}) "
+                    f"and their dates ({offers[first].as_of!r}, {offers[second].as_of!r}) do not tell which is newer; "
+                    "delete the older row or date the newer one after it")
+            superseded.setdefault(i, []).append(market)
+    current = []
+    for i, offer in enumerate(offers):
+        dropped = superseded.get(i, [])
+        if len(dropped) < sum(offer.price(m) is not None for m in MARKETS):
+            current.append(offer.model_copy(update={_PRICE_FIELD[m]: None for m in dropped}))
+    return tuple(current)
+
+
+MAX_PRICE_AGE_DAYS = 90  # issue 12: a plan priced older than this says so (the default of pricing.max_price_age_days)
 _PERIOD = re.compile(r"\b(\d{4})(?:-(\d{2}))?(?:-(\d{2}))?\b")
 
 
-def period_end(as_of: str, market: str) -> date:
-    """The end of the period `as_of` names for `market` (2025-06 -> 2025-06-30), so an age is never overstated.
+def period(as_of: str, market: str) -> tuple[date, date]:
+    """The first and last day of the period `as_of` names for `market` (2025-06 -> 2025-06-01, 2025-06-30).
     as_of may date the markets apart: "on-demand: D1; spot: D2". ValueError when it names no calendar date."""
     text = as_of
     label = "on-demand:" if market == "on-demand" else "spot:"
@@ -87,27 +125,41 @@ def period_end(as_of: str, market: str) -> date:
     year, month, day = int(match.group(1)), match.group(2), match.group(3)
     try:
         if month is None:
-            return date(year, 12, 31)
+            return date(year, 1, 1), date(year, 12, 31)
         if day is None:
-            return date(year, int(month), calendar.monthrange(year, int(month))[1])
-        return date(year, int(month), int(day))
+            return date(year, int(month), 1), date(year, int(month), calendar.monthrange(year, int(month))[1])
+        day_ = date(year, int(month), int(day))
+        return day_, day_
     except ValueError:
         raise ValueError(f"{match.group(0)} is not a calendar date") from None
 
 
 def price_date(offer: Offer, market: str) -> date:
-    """The date of `offer`'s `market` price (period_end of its as_of)."""
+    """The date of `offer`'s `market` price: the end of its as_of period, so an age is never overstated."""
     try:
-        return period_end(offer.as_of, market)
+        return period(offer.as_of, market)[1]
     except ValueError as exc:
         raise PlannerInputError(f"catalog prices.yaml: {offer.provider} {offer.instance} ({offer.region}): as_of "
                                 f"{offer.as_of!r} {exc}") from None
 
 
-def stale_price_warning(offer: Offer, market: str, today: date | None = None) -> str | None:
-    """A warning when the price is older than MAX_PRICE_AGE_DAYS (None when it is recent)."""
+@dataclass(frozen=True)
+class PriceAge:
+    """How old the price a plan pays is: `stale` past the plan's limit (a scenario's pricing.max_price_age_days,
+    the CLI's --max-price-age), with the warning every format prints then."""
+
+    as_of: str
+    age_days: int
+    stale: bool
+    warning: str | None
+
+
+def price_age(offer: Offer, market: str, max_age_days: int = MAX_PRICE_AGE_DAYS, today: date | None = None) -> PriceAge:
+    """The one stale-price rule: a price is stale when more than `max_age_days` have passed since the end of its
+    as_of period (price_date)."""
     age = ((today or date.today()) - price_date(offer, market)).days
-    if age <= MAX_PRICE_AGE_DAYS:
-        return None
-    return (f"the {market} price of {offer.provider} {offer.instance} is {age} days old (as of {offer.as_of}); "
-            "prices move: check the provider, or refresh with `planner prices update`")
+    stale = age > max_age_days
+    warning = (f"the {market} price of {offer.provider} {offer.instance} is {age} days old (as of {offer.as_of}), "
+               f"past the {max_age_days}-day limit; prices move: check the provider, or refresh with "
+               "`planner prices update`") if stale else None
+    return PriceAge(offer.as_of, age, stale, warning)

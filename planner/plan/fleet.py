@@ -26,6 +26,7 @@ from math import ceil
 from planner.plan.cpsat import cp_model
 
 from planner.catalog.load import Catalog, Offer
+from planner.catalog.prices import PriceAge, price_age
 from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
@@ -97,10 +98,29 @@ class PoolUse:
     pool: Pool
     instances: int
     gpus_used: int
+    price_age: PriceAge  # against the strictest pricing.max_price_age_days of the workloads it serves
 
     @property
     def usd_per_hour(self) -> float:
         return self.instances * self.pool.price_units / COST_UNITS_PER_USD
+
+
+@dataclass(frozen=True)
+class TokenCosts:
+    """What the fleet costs per million tokens at its planned load, the demand it is sized for (each workload's
+    requests/s x tokens per request, not the larger capacity its replicas could serve): cost per hour / (tokens per
+    hour of the demand) x 1e6. Input counts the prompts' tokens, output the replies', and the blended figure both,
+    so it weighs them at the workloads' own mix; the input and output figures each put the whole cost on that kind."""
+
+    usd_per_million_input_tokens: float
+    usd_per_million_output_tokens: float
+    usd_per_million_tokens: float
+
+    @classmethod
+    def of(cls, usd_per_hour: float, workloads: tuple[FleetWorkload, ...]) -> TokenCosts:
+        prompt = sum(b.requests_per_s * b.prompt_tokens for w in workloads for b in w.buckets) * 3600
+        output = sum(b.requests_per_s * b.output_tokens for w in workloads for b in w.buckets) * 3600
+        return cls(*(round(usd_per_hour / tokens * 1e6, 4) for tokens in (prompt, output, prompt + output)))
 
 
 @dataclass(frozen=True)
@@ -109,7 +129,7 @@ class FleetPlan:
     gap: float
     solve_seconds: float
     usd_per_hour: float | None
-    usd_per_million_output_tokens: float | None
+    token_costs: TokenCosts | None  # None without a fleet
     assignments: tuple[Assignment, ...]
     pools: tuple[PoolUse, ...]
     unmet: tuple[str, ...]  # demand that cannot be served, and why
@@ -341,16 +361,19 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
     uses = []
     for pi, var in built.instances.items():
         if solver.value(var):
-            gpus = sum(a.replicas * a.config.candidate.gpus for a in assignments if a.pool == pools[pi])
-            uses.append(PoolUse(pools[pi], solver.value(var), gpus))
+            served = [a for a in assignments if a.pool == pools[pi]]
+            gpus = sum(a.replicas * a.config.candidate.gpus for a in served)
+            limit = min((by_name[a.workload].space.max_price_age_days for a in served),
+                        default=min(w.space.max_price_age_days for w in problem.workloads))
+            uses.append(PoolUse(pools[pi], solver.value(var), gpus,
+                                price_age(pools[pi].offer, pools[pi].market, limit)))
     cost = sum(u.usd_per_hour for u in uses)
-    tokens_per_hour = sum(b.requests_per_s * b.output_tokens for w in problem.workloads for b in w.buckets) * 3600
     bound = solver.best_objective_bound
     objective = solver.objective_value
     gap = 0.0 if status == OPTIMAL or not objective else max(0.0, (objective - bound) / objective)
     return FleetPlan(
         status=status, gap=gap, solve_seconds=time.perf_counter() - started, usd_per_hour=round(cost, 4),
-        usd_per_million_output_tokens=round(cost / tokens_per_hour * 1e6, 4) if tokens_per_hour else None,
+        token_costs=TokenCosts.of(cost, problem.workloads),
         assignments=tuple(sorted(assignments, key=lambda a: (a.workload, a.bucket, a.pool.label))),
         pools=tuple(sorted(uses, key=lambda u: u.pool.label)), unmet=unmet, binding=(),
         configurations=len(configs), variables=len(built.replicas) + len(built.instances),
@@ -378,7 +401,7 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
                 unmet.append(f"{name} bucket {b}: {short:,.3f} req/s unserved; blocked by "
                              + (", ".join(full) if full else "the allowed pools and redundancy rules"))
         plan = _read(problem, relaxed, solver, configs, pools, catalog, INFEASIBLE, started, tuple(unmet))
-        return replace(plan, usd_per_hour=None, usd_per_million_output_tokens=None)
+        return replace(plan, usd_per_hour=None, token_costs=None)
     return FleetPlan(INFEASIBLE, 0.0, time.perf_counter() - started, None, None, (), (), tuple(unmet), (),
                      len(configs), 0)
 

@@ -89,6 +89,9 @@ class PlanRecord(_Schema):
     market: Literal["on-demand", "spot"]
     gpus_per_instance: int = Field(ge=1, le=MAX_INSTANCE_GPUS)
     workload: Line | None = None  # fleet assignments: the workload served
+    # fleet assignments: the requests a replica may run at once, as its capacity was planned (the engine's
+    # max_num_seqs capped by workload.concurrency); None: the engine's own limit (SGLang's follows its pool)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH)
 
     def configuration(self) -> Configuration:
         engine = EngineSettings(**self.engine.model_dump())

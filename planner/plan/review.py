@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from planner.catalog.load import Catalog, Offer
+from planner.catalog.prices import MARKETS, PriceAge, price_age
 from planner.plan.deadline import Deadline, OutOfTime
 from planner.plan.scenario import Scenario
 from planner.plan.solver import SolveResult, solve_scenario
@@ -22,7 +23,7 @@ class Review:
     result: SolveResult
     context_costs: tuple[tuple[int, float | None], ...]  # (context, cheapest $/hour or None)
     concurrency_costs: tuple[tuple[int, float | None], ...]
-    offers: tuple[Offer, ...]  # every offer of the chosen GPU type
+    offers: tuple[tuple[Offer, str, PriceAge], ...]  # every price of the chosen GPU type: offer, market, its age
     binding: tuple[str, ...]
     catalog_counts: dict[str, int]
     cut_short: str | None = None  # the cost-curve points the time limit left out, and the fix
@@ -93,7 +94,8 @@ def review_scenario(scenario: Scenario, catalog: Catalog, progress: Callable[[in
                  + "; raise --time-limit") if left_out else None
     return Review(
         result=result, context_costs=tuple(curves["context"]), concurrency_costs=tuple(curves["concurrency"]),
-        offers=tuple(o for o in catalog.offers if result.best and o.gpu == result.best.gpu),
+        offers=tuple((o, market, price_age(o, market, scenario.pricing.max_price_age_days)) for o in catalog.offers
+                     if result.best and o.gpu == result.best.gpu for market in MARKETS if o.price(market)),
         binding=binding_constraints(result, scenario),
         catalog_counts={"gpus": len(catalog.gpus), "models": len(catalog.models),
                         "precisions": len(catalog.precisions), "offers": len(catalog.offers)},

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.load import Quality
+from planner.catalog.prices import MAX_PRICE_AGE_DAYS
 from planner.errors import PlannerInputError
 from planner.yamlfile import parse_yaml, printable
 from planner.files import SCENARIO, read_text
@@ -192,6 +193,8 @@ class Pricing(_Strict):
     providers: list[str] | None = Field(default=None, min_length=1)
     market: Market = "on-demand"
     regions: list[str] | None = Field(default=None, min_length=1)
+    # a plan paying a price older than this (days since the end of its as_of) warns that it is stale
+    max_price_age_days: int = Field(default=MAX_PRICE_AGE_DAYS, ge=0)
 
 
 class SolverSpec(_Strict):
@@ -282,6 +285,13 @@ class Scenario(_Strict):
     def is_fleet(self) -> bool:
         """Traffic given: size a fleet of replicas rather than pick one configuration."""
         return self.workloads is not None or (self.workload is not None and self.workload.traffic is not None)
+
+    def with_max_price_age(self, days: int) -> Scenario:
+        """The scenario with every pricing section's max_price_age_days set to `days` (--max-price-age)."""
+        workloads = [w.model_copy(update={"pricing": w.pricing.model_copy(update={"max_price_age_days": days})})
+                     if w.pricing else w for w in self.workloads] if self.workloads else self.workloads
+        return self.model_copy(update={"pricing": self.pricing.model_copy(update={"max_price_age_days": days}),
+                                       "workloads": workloads})
 
     def fleet_parts(self) -> list[tuple[str, Scenario]]:
         """Each service of the fleet as a one-service scenario (search / engine / pricing inherited)."""

@@ -49,6 +49,7 @@ class SearchSpace:
     max_gpus_per_replica: int
     max_gpus_per_node: int | None
     offers: tuple[tuple[Offer, str], ...]  # (offer, market) pairs allowed by the pricing section
+    max_price_age_days: int  # pricing.max_price_age_days: a price older than this is stale
     overhead: float | None
     allow_emulated: bool
     engine: EngineSettings | None = None  # None: the seed's margin (engine "simple")
@@ -176,7 +177,8 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         arch=arch, model=reference, model_id=loaded_model_id(catalog, reference), model_precision=own.name if arch.exact else None, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
         contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
         replicas=scenario.workload.replicas, max_gpus_per_replica=search.max_gpus_per_replica,
-        max_gpus_per_node=search.max_gpus_per_node, offers=offers, overhead=scenario.engine.overhead,
+        max_gpus_per_node=search.max_gpus_per_node, offers=offers, max_price_age_days=pricing.max_price_age_days,
+        overhead=scenario.engine.overhead,
         allow_emulated=search.allow_emulated, engine=engine_settings(scenario), params=params,
     )
 

@@ -24,7 +24,7 @@ from typing import Any
 from planner.plan.cpsat import cp_model
 
 from planner.catalog.load import Catalog
-from planner.catalog.prices import stale_price_warning
+from planner.catalog.prices import PriceAge, price_age
 from planner.errors import PlannerInputError
 from planner.estimator.layout import node_gpus
 from planner.estimator.memory import MemoryEstimate
@@ -58,7 +58,7 @@ class PlanOption(ConfiguredBy):
     sharing: str
     headroom_bytes: int
     memory: MemoryEstimate  # the estimator's re-check on this GPU
-    price_warnings: tuple[str, ...] = ()  # e.g. the price is older than catalog.prices.MAX_PRICE_AGE_DAYS
+    price_age: PriceAge  # how old the price is, and whether past the scenario's pricing.max_price_age_days
 
     @property
     def gpu(self) -> str:
@@ -113,6 +113,7 @@ def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
         "per_gpu_overhead_bytes": fullest.overhead_bytes, "per_gpu_total_bytes": fullest.total_bytes,
         "gpu_memory_bytes": p.memory.gpu.memory_bytes if p.memory.gpu else None, "headroom_bytes": p.headroom_bytes,
         "sharing": p.sharing, "price_as_of": p.price_as_of, "price_source": p.price_source,
+        "price_age_days": p.price_age.age_days, "price_stale": p.price_age.stale,
     }
 
 
@@ -221,7 +222,7 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
         replicas_per_instance=r.replicas_per_instance, idle_gpus=r.idle_gpus,
         usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
         sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,
-        price_warnings=tuple(w for w in [stale_price_warning(r.offer, r.market)] if w),
+        price_age=price_age(r.offer, r.market, space.max_price_age_days),
     )
 
 

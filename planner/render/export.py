@@ -63,8 +63,9 @@ class ExportPlan(ConfiguredBy):
     mem_fraction_static: float  # SGLang: likewise
     checkpoint_precision: str | None  # what the model ships in; no re-quantized checkpoint needed for it
     # Requests the engine may run at once. A plan without traffic holds `concurrency` full-context sequences;
-    # a fleet replica was sized by the requests its pool holds in flight, capped by the max_num_seqs the
-    # engine resolved (its configuration's concurrency is the one full-context request vLLM checks at start).
+    # a fleet replica was sized by the requests its pool holds in flight, capped by the max_num_seqs its plan
+    # records (the engine's, capped by workload.concurrency); its configuration's concurrency is only the one
+    # full-context request vLLM checks at start. A fleet file without it (older planner) keeps the engine's.
     max_num_seqs: int
     sized_by_traffic: bool  # a fleet replica: its capacity was planned with admission by the KV pool
 
@@ -135,8 +136,8 @@ def export_plan(plan: CheckedPlan, catalog: Catalog) -> ExportPlan:
         gpus_per_node=min(record.gpus_per_instance, gpus), replicas=record.replicas, provider=record.provider,
         region=record.region, market=record.market, gpu_memory_utilization=fraction, mem_fraction_static=static,
         checkpoint_precision=plan.checkpoint_precision,
-        max_num_seqs=(configuration.engine.max_num_seqs or configuration.concurrency) if record.workload is not None
-        else configuration.concurrency,
+        max_num_seqs=(record.max_num_seqs or configuration.engine.max_num_seqs or configuration.concurrency)
+        if record.workload is not None else configuration.concurrency,
         sized_by_traffic=record.workload is not None,
     )
 

@@ -6,7 +6,8 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
-from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
+from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
+                                    price_age_text, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -44,13 +45,13 @@ def _num(value: float | int) -> str:
 
 
 _PLAN_HEADER = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market",
-                "$/hour", "headroom GB"]
+                "$/hour", "price age", "headroom GB"]
 
 
 def _plan_cells(rank: Any, p: PlanOption) -> list[Any]:
     return [rank, f"{p.gpus_per_replica * p.replicas} x {p.gpu}", f"{p.tp} x {p.pp}", p.precision, p.kv_dtype,
             p.context, p.concurrency, f"{p.instances} x {p.provider} {p.instance}", p.market, p.usd_per_hour,
-            round(gb(p.headroom_bytes), 2)]
+            price_age_text(p.price_age), round(gb(p.headroom_bytes), 2)]
 
 
 def _memory_bar(label: str, p: PlanOption):
@@ -81,7 +82,8 @@ def review_html(review: Review, scenario_text: str) -> str:
             f"concurrency {best.concurrency}; {best.instances} x {html.escape(best.provider)} "
             f"{html.escape(best.instance)} ({html.escape(best.region)}). {html.escape(best.sharing)}.<br>"
             f"{html.escape(memory_line(best))} · re-checked by the estimator</div>")
-        parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in (*best.price_warnings, *best.memory.warnings)]
+        parts += [f"<p class='warn'>warning: {html.escape(w)}</p>"
+                  for w in (*filter(None, [best.price_age.warning]), *best.memory.warnings)]
         parts += ["<h2>Plan and alternatives</h2>", _html_table(
             _PLAN_HEADER, [_plan_cells("best", best)] + [_plan_cells(i, p) for i, p in enumerate(result.alternatives, 1)])]
         bars = [_memory_bar(f"best: {best.gpus_per_replica} x {best.gpu}", best)]
@@ -103,12 +105,12 @@ def review_html(review: Review, scenario_text: str) -> str:
     if review.cut_short:
         parts.append(f"<p class='warn'>cut short: {html.escape(review.cut_short)}</p>")
     if review.offers and best is not None:
-        rows = sorted(((f"{o.provider} {o.instance} ({o.region}, {market})", price / o.gpus, o.as_of)
-                       for o in review.offers for market in ("on-demand", "spot") if (price := o.price(market))),
-                      key=lambda r: r[1])
+        rows = sorted(((f"{o.provider} {o.instance} ({o.region}, {market})", o.price(market) / o.gpus, age)
+                       for o, market, age in review.offers), key=lambda r: r[1])
         parts += [f"<h2>Provider prices for {html.escape(best.gpu)}</h2>",
                   charts.price_chart([(label, price) for label, price, _ in rows], f"{best.gpu}: $ per GPU-hour"),
-                  _html_table(["offer", "$ per GPU-hour", "as of"], [[a, round(b, 4), c] for a, b, c in rows])]
+                  _html_table(["offer", "$ per GPU-hour", "as of", "age"],
+                              [[a, round(b, 4), age.as_of, price_age_text(age)] for a, b, age in rows])]
     counts = ", ".join(f"{n} {k}" for k, n in review.catalog_counts.items())
     parts += ["<h2>Inputs</h2>", f"<p>Catalogs: {html.escape(counts)} (planner's shipped catalogs). "
               + (f"Price of the plan as of {html.escape(best.price_as_of)}; source: {html.escape(best.price_source)}."
@@ -126,9 +128,7 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
     if plan.usd_per_hour is None:
         parts.append(f"<p class='best'><b>{html.escape(no_fleet(plan))}</b></p>")
     else:
-        per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
-                 if plan.usd_per_million_output_tokens is not None else "")
-        parts.append(f"<div class='best'><b>Fleet: ${plan.usd_per_hour:,.2f}/hour</b>{per_m} · every replica's "
+        parts.append(f"<div class='best'><b>{html.escape(fleet_cost_line(plan))}</b> · every replica's "
                      "configuration re-checked by the estimator</div>")
     rows = fleet_rows(plan)
     if rows:
@@ -146,9 +146,10 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
         parts += ["<h2>Memory per GPU</h2>", charts.memory_chart(bars)]
     if plan.pools:
         parts += ["<h2>Rented</h2>", _html_table(
-            ["pool", "instances", "GPUs used", "GPUs paid", "$/hour", "price as of", "source"],
+            ["pool", "instances", "GPUs used", "GPUs paid", "$/hour", "price as of", "price age", "source"],
             [[u.pool.label, u.instances, u.gpus_used, u.instances * u.pool.offer.gpus, u.usd_per_hour,
-              u.pool.offer.as_of, u.pool.offer.source] for u in plan.pools])]
+              u.pool.offer.as_of, price_age_text(u.price_age), u.pool.offer.source] for u in plan.pools])]
+        parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in fleet_price_warnings(plan)]
     if plan.unmet:
         parts += ["<h2>Unmet demand</h2>", "<ul>" + "".join(f"<li>{html.escape(u)}</li>" for u in plan.unmet) + "</ul>"]
     parts += ["<h2>Binding constraints</h2>",

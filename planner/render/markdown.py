@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.render.plain import controls_escaped
-from planner.render.summary import fleet_status, memory_line, status_line
+from planner.render.summary import fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, price_age_text, status_line
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -49,13 +49,14 @@ def solve_markdown(result: SolveResult) -> str:
               f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
               f"{best.instances} x {md(best.provider)} {md(best.instance)} ({md(best.region)}); {md(best.sharing)}.", "",
               md(memory_line(best)) + ".", ""]
-    lines += [f"Warning: {md(w)}." for w in best.price_warnings] + ([""] if best.price_warnings else [])
-    header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour"]
+    lines += [f"Warning: {md(best.price_age.warning)}.", ""] if best.price_age.warning else []
+    header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour",
+              "price age"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rank, p in [("best", best), *enumerate(result.alternatives, start=1)]:
         lines.append(f"| {rank} | {p.gpus_per_replica * p.replicas} x {p.gpu} | {p.tp} x {p.pp} | {p.precision} | "
                      f"{p.kv_dtype} | {p.context:,} | {p.concurrency} | {md(p.provider)} {md(p.instance)} | {p.market} | "
-                     f"{p.usd_per_hour:,.2f} |")
+                     f"{p.usd_per_hour:,.2f} | {price_age_text(p.price_age)} |")
     if result.rejected_cheaper:
         lines += ["", "Cheaper options rejected by the estimator:", ""]
         lines += [f"- {r.tp * r.pp} x {r.gpu} ({r.precision}, KV {r.kv_dtype}, {r.context:,} x {r.concurrency}) at "
@@ -94,9 +95,7 @@ def review_markdown(review: Review, scenario_text: str) -> str:
 def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines = [f"## {md(name)}: fleet", "", md(fleet_status(plan)), ""]
     if plan.usd_per_hour is not None:
-        lines += [f"**Fleet: ${plan.usd_per_hour:,.2f}/hour**"
-                  + (f", ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
-                     if plan.usd_per_million_output_tokens is not None else ""), ""]
+        lines += [f"**{md(fleet_cost_line(plan))}**", ""]
     lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len x running | req/s each | pool |",
               "|---|---|---|---|---|---|---|"]
     for a in plan.assignments:
@@ -105,6 +104,7 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
                      f"| {c.context:,} x {a.config.performance.batch:.1f} | {a.config.capacity_rps:,.2f} | {md(a.pool.label)} |")
     lines += [""] + [f"- unmet: {md(u)}" for u in plan.unmet] + [f"- binding: {md(b)}" for b in plan.binding]
     lines += [f"- left out: {md(x)}" for x in plan.left_out]
+    lines += [f"- warning: {md(w)}" for w in fleet_price_warnings(plan)]
     lines += [f"- note: {md(x)}" for x in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}"
                                                     for a in plan.assignments for w in a.memory.warnings)]
     return "\n".join(lines) + "\n"

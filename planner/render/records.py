@@ -81,20 +81,25 @@ def assignment_row(a: Assignment) -> dict[str, Any]:
             **configuration_record(a.configuration),
             "prompt_tokens": a.config.shape.prompt_tokens, "output_tokens": a.config.shape.output_tokens,
             "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "ttft_s": round(perf.ttft_s, 4),
-            "tpot_s": round(perf.tpot_s, 5), "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
+            "tpot_s": round(perf.tpot_s, 5), "max_num_seqs": a.config.scheduler.max_num_seqs,
+            "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
             "region": a.pool.offer.region, "market": a.pool.market, "gpus_per_instance": a.pool.offer.gpus,
             "headroom_bytes": a.memory.gpu.headroom_bytes if a.memory.gpu else None}
 
 
 def fleet_json(plan: FleetPlan, scenario: str) -> str:
+    from planner.plan.fleet import TokenCosts
+
     return document("fleet", {
         "scenario": scenario, "status": plan.status, "gap": plan.gap, "solve_seconds": plan.solve_seconds,
-        "usd_per_hour": plan.usd_per_hour, "usd_per_million_output_tokens": plan.usd_per_million_output_tokens,
+        "usd_per_hour": plan.usd_per_hour,  # and per million tokens (TokenCosts' fields, null without a fleet)
+        **(record(plan.token_costs) if plan.token_costs else dict.fromkeys(f.name for f in fields(TokenCosts))),
         "assignments": [assignment_row(a) for a in plan.assignments],
         "pools": [{"provider": u.pool.offer.provider, "instance": u.pool.offer.instance, "region": u.pool.offer.region,
                    "market": u.pool.market, "gpu": u.pool.offer.gpu, "instances": u.instances,
                    "gpus_per_instance": u.pool.offer.gpus, "gpus_used": u.gpus_used, "usd_per_hour": u.usd_per_hour,
-                   "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source} for u in plan.pools],
+                   "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source,
+                   "price_age": record(u.price_age)} for u in plan.pools],
         "unmet": list(plan.unmet), "binding": list(plan.binding), "left_out": list(plan.left_out),
         "configurations": plan.configurations,
         "variables": plan.variables})
@@ -175,14 +180,18 @@ def compare_frame(plans: Iterable[PlanOption]):
     rows = [{"gpu": p.gpu, "provider": p.provider, "instance": p.instance, "region": p.region, "market": p.market,
              "gpus": p.gpus_per_replica, "tp": p.tp, "pp": p.pp, "precision": p.precision, "kv_dtype": p.kv_dtype,
              "usd_per_hour": p.usd_per_hour, "usd_per_gpu_hour": round(p.usd_per_hour / (p.instances * p.gpus_per_instance), 4),
-             "headroom_gb": round(gb(p.headroom_bytes), 2), "price_as_of": p.price_as_of} for p in plans]
+             "headroom_gb": round(gb(p.headroom_bytes), 2), "price_as_of": p.price_as_of,
+             "price_age_days": p.price_age.age_days, "price_stale": p.price_age.stale} for p in plans]
     columns = ["gpu", "provider", "instance", "region", "market", "gpus", "tp", "pp", "precision", "kv_dtype",
-               "usd_per_hour", "usd_per_gpu_hour", "headroom_gb", "price_as_of"]
+               "usd_per_hour", "usd_per_gpu_hour", "headroom_gb", "price_as_of", "price_age_days", "price_stale"]
     return pd.DataFrame(rows, columns=columns)
 
 
 def fleet_rows(plan: FleetPlan) -> list[dict[str, Any]]:
-    return [assignment_row(a) for a in plan.assignments]
+    """The assignments as flat rows (CSV), each with the price of the pool it runs on: as of, age, stale."""
+    ages = {u.pool: u.price_age for u in plan.pools}
+    return [assignment_row(a) | {"price_as_of": ages[a.pool].as_of, "price_age_days": ages[a.pool].age_days,
+                                 "price_stale": ages[a.pool].stale} for a in plan.assignments]
 
 
 def fit_record(f: EngineFit) -> dict[str, Any]:

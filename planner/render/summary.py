@@ -9,6 +9,7 @@ from planner.plan.status import FEASIBLE, OPTIMAL, UNKNOWN
 from planner.units import gb, gib
 
 if TYPE_CHECKING:
+    from planner.catalog.prices import PriceAge
     from planner.plan.fleet import FleetPlan
     from planner.plan.solver import PlanOption, SolveResult
 
@@ -21,7 +22,7 @@ LABELS = {
     "fp8_dense_tflops": "FP8 dense TFLOPS", "interconnect": "GPU link", "gpus_per_node": "GPUs per node", "hf_id": "Hugging Face id",
     "params": "parameters", "params_b": "parameters (B)", "native": "native on", "gpus_per_replica": "GPUs per replica",
     "context": "context (tokens)", "concurrency": "batch", "capacity_rps_per_replica": "req/s per replica",
-    "ttft_s": "TTFT s", "tpot_s": "TPOT s",
+    "ttft_s": "TTFT s", "tpot_s": "TPOT s", "price_age_days": "price age (days)", "price_stale": "price stale",
 }
 
 
@@ -50,6 +51,27 @@ def memory_line(p: PlanOption) -> str:
     return (f"per GPU: weights {gb(fullest.weights_bytes):.2f} + KV {gb(fullest.kv_cache_bytes):.2f} + overhead "
             f"{gb(fullest.overhead_bytes):.2f} = {gb(fullest.total_bytes):.2f} GB of {gb(card):.2f} GB "
             f"({gib(card):.2f} GiB); headroom {gb(p.headroom_bytes):.2f} GB ({share:.0%})")
+
+
+def price_age_text(age: PriceAge) -> str:
+    """A price's age as a table cell: "45 d", or "521 d, stale" past the plan's limit."""
+    return f"{age.age_days:,} d" + (", stale" if age.stale else "")
+
+
+def fleet_price_warnings(plan: FleetPlan) -> list[str]:
+    """The stale-price warning of each pool the fleet rents whose price is past the limit."""
+    return [f"{u.pool.label}: {u.price_age.warning}" for u in plan.pools if u.price_age.warning]
+
+
+def fleet_cost_line(plan: FleetPlan) -> str:
+    """The fleet's cost per hour and per million tokens at its planned load (TokenCosts), without markup."""
+    line = f"Fleet: ${plan.usd_per_hour:,.2f}/hour"
+    costs = plan.token_costs
+    if costs is None:
+        return line
+    return (f"{line} · per million tokens: ${costs.usd_per_million_input_tokens:,.3f} input, "
+            f"${costs.usd_per_million_output_tokens:,.3f} output, ${costs.usd_per_million_tokens:,.3f} blended "
+            "at the demand's input/output mix")
 
 
 def fleet_status(plan: FleetPlan) -> str:

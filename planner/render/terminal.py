@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
-from planner.render.summary import column_label, fleet_status, memory_line, no_fleet, status_line
+from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
+                                    price_age_text, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
@@ -161,19 +162,19 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
                           f"{best.region}); {best.sharing}"))
     console.print(f"  {as_text(memory_line(best))} · re-checked by the estimator")
     console.print(as_text(f"  price as of {best.price_as_of}; source: {best.price_source}"))
-    for warning in (*best.price_warnings, *best.memory.warnings):
+    for warning in (*filter(None, [best.price_age.warning]), *best.memory.warnings):
         console.print(f"  [yellow]warning:[/yellow] {as_text(warning)}")
 
     if result.alternatives:
         table = _table(console, title="Alternatives: the best plan on each other GPU type", show_header=True,
                        header_style="bold")
-        for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "headroom GB"):
+        for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "price age", "headroom GB"):
             table.add_column(col, justify="right" if col in ("$/hour", "headroom GB") else "left")
         for i, p in enumerate(result.alternatives, start=1):
             _row(table, str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({p.tp} x {p.pp})",
                           f"{p.precision}/{p.kv_dtype}", f"{p.context:,} x {p.concurrency}",
                           f"{p.instances} x {p.provider} {p.instance}" + (" (spot)" if p.market == "spot" else ""),
-                          f"{p.usd_per_hour:,.2f}", f"{gb(p.headroom_bytes):.1f}")
+                          f"{p.usd_per_hour:,.2f}", price_age_text(p.price_age), f"{gb(p.headroom_bytes):.1f}")
         console.print(table)
     if result.rejected_cheaper:
         table = _table(console, title="Cheaper options the estimator rejected (closest miss per GPU type)",
@@ -219,9 +220,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
     if plan.usd_per_hour is None:
         console.print(f"\n[bold red]{as_text(no_fleet(plan))}[/bold red]")
     else:
-        per_m = (f" · ${plan.usd_per_million_output_tokens:,.3f} per million output tokens"
-                 if plan.usd_per_million_output_tokens is not None else "")
-        console.print(f"\n[bold]Fleet: ${plan.usd_per_hour:,.2f}/hour[/bold]{per_m}")
+        console.print(f"\n[bold]{as_text(fleet_cost_line(plan))}[/bold]")
     table = _table(console, title="Replicas", show_header=True, header_style="bold")
     for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "max-model-len x running", "req/s each", "TTFT s",
                 "TPOT ms", "pool"):
@@ -235,13 +234,15 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
     if plan.assignments:
         console.print(table)
     pools = _table(console, title="Rented", show_header=True, header_style="bold")
-    for col in ("pool", "instances", "GPUs used / paid", "$/hour", "price as of"):
+    for col in ("pool", "instances", "GPUs used / paid", "$/hour", "price as of", "price age"):
         pools.add_column(col)
     for u in plan.pools:
         _row(pools, u.pool.label, str(u.instances), f"{u.gpus_used} / {u.instances * u.pool.offer.gpus}",
-                      f"{u.usd_per_hour:,.2f}", u.pool.offer.as_of)
+                      f"{u.usd_per_hour:,.2f}", u.pool.offer.as_of, price_age_text(u.price_age))
     if plan.pools:
         console.print(pools)
+    for warning in fleet_price_warnings(plan):
+        console.print(f"[yellow]warning:[/yellow] {as_text(warning)}")
     for line in plan.unmet:
         console.print(f"[red]unmet:[/red] {as_text(line)}")
     for line in plan.binding:
