@@ -49,7 +49,7 @@ def gpu_target(catalog: Catalog, gpu: str | None, gpu_memory: str | None) -> Gpu
 
 
 def estimate(model: str | None = None, *, context: int = 8192, batch: int = 1, tp: int = 1, pp: int = 1,
-             precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None, gpu_memory: str | None = None,
+             dp: int = 1, ep: int = 1, precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None, gpu_memory: str | None = None,
              overhead: float | None = None, params: int | str | None = None, layers: int | None = None,
              kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
              catalog: Catalog | None = None) -> MemoryEstimate:
@@ -58,7 +58,7 @@ def estimate(model: str | None = None, *, context: int = 8192, batch: int = 1, t
     count = parse_count(str(params), "--params") if params is not None else None
     arch = resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads)
     request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                      overhead_fraction=overhead)
+                      overhead_fraction=overhead, dp=dp, ep=ep)
     return estimate_memory(arch, request, catalog, gpu_target(catalog, gpu, gpu_memory))
 
 

@@ -169,6 +169,8 @@ def estimate(
     batch: int = Option(1, help="Sequences held in memory at once."),
     tp: int = Option(1, "--tp", help="Tensor-parallel GPUs."),
     pp: int = Option(1, "--pp", help="Pipeline-parallel stages."),
+    dp: int = Option(1, "--dp", help="Data-parallel attention groups among the --tp GPUs (attention at TP = tp / dp)."),
+    ep: int = Option(1, "--ep", help="Expert-parallel size: routed experts split over this many of the --tp GPUs."),
     gpu: Optional[str] = Option(None, help="Check the fit on this catalog GPU (see `planner catalog gpus`)."),
     gpu_memory: Optional[str] = Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 79.19GiB, 81559MiB."),
     overhead: Optional[float] = Option(None, help="Planning margin as a fraction of weights + KV (default 0.10)."),
@@ -194,6 +196,9 @@ def estimate(
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
     if engine is not EngineName.simple:
+        if (dp, ep) != (1, 1):
+            raise PlannerInputError(f"--dp/--ep: the --engine {engine.value} budget has no data-parallel attention or "
+                                    "expert parallelism yet; drop --engine (the simple estimate places them)")
         from planner.estimator.engines import EngineSettings
 
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
@@ -216,7 +221,7 @@ def estimate(
 
             _show(both_tables)
         return
-    result = api.estimate(model, context=context_tokens(context), batch=batch, tp=tp, pp=pp, precision=precision,
+    result = api.estimate(model, context=context_tokens(context), batch=batch, tp=tp, pp=pp, dp=dp, ep=ep, precision=precision,
                           kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, overhead=overhead, params=params, layers=layers,
                           kv_heads=kv_heads, head_dim=head_dim, heads=heads)
     if output_format is OutputFormat.json:

@@ -1,6 +1,13 @@
 """How a model is laid out over GPUs: which tensor-parallel sizes it allows, which layers and tensors each
 pipeline stage holds, what one TP rank keeps of a tensor, and how many GPUs a node offers.
 
+Data-parallel attention and expert parallelism place a replica's `tp` GPUs as SGLang does
+(`--tp T --enable-dp-attention --dp-size D --ep-size E`): attention runs at TP = T / D in each of D
+attention-DP groups, each holding its own requests; the routed experts are split E ways, each expert
+TP-split T / E ways (whole when E = T). vLLM's `-tp t -dp d --enable-expert-parallel` is the same
+placement with T = E = t x d (vllm/model_executor/layers/fused_moe/config.py @ v0.34.0,
+FusedMoEParallelConfig.make: "ep_size = tp_size" after flattening TP across DP, MoE tp_size=1).
+
 Every planner path that proposes or checks a TP x PP layout (the estimate's request check, the candidate
 search, `planner fit`, the plan-file check) asks these functions.
 """
@@ -61,6 +68,56 @@ def layout_refusal(arch: Architecture, tp: int, pp: int) -> str | None:
         return f"--tp: {tp_reason}"
     pp_reason = pipeline_parallel_refusal(arch, pp)
     return f"--pp: {pp_reason}" if pp_reason else None
+
+
+def data_parallel_refusal(arch: Architecture, tp: int, dp: int) -> str | None:
+    """Why `dp` attention-DP groups cannot share `tp` GPUs (None when they can)."""
+    if tp % dp:
+        options = ", ".join(str(d) for d in range(1, tp + 1) if tp % d == 0)
+        # sglang/srt/arg_groups/parallel_hook.py @ v0.5.23: "tp_size must be divisible by attn_dp_size"
+        return f"{dp} does not divide --tp {tp} (attention runs at TP = tp / dp); use one of {options}"
+    if dp > 1 and not arch.exact:
+        return "a model known only by its size has no attention/MLP split to place; give its config.json"
+    return None
+
+
+def expert_parallel_refusal(arch: Architecture, tp: int, ep: int) -> str | None:
+    """Why the routed experts cannot be split `ep` ways over `tp` GPUs (None when they can)."""
+    if ep == 1:
+        return None
+    if arch.moe is None:
+        return f"{arch.name} is a dense model (no routed experts); drop --ep"
+    if tp % ep:
+        # sglang/srt/model_executor/model_runner_components/moe_ep_setup.py @ v0.5.23: "tp_size must be divisible by ep_size"
+        return f"{ep} does not divide --tp {tp} (each expert is TP-split tp / ep ways); use a divisor of {tp}"
+    experts = arch.moe.num_experts
+    if experts % ep:
+        # sglang/srt/layers/moe/token_dispatcher/deepep.py @ v0.5.23: "num_experts % group.size() == 0"
+        options = ", ".join(str(d) for d in range(1, tp + 1) if tp % d == 0 and experts % d == 0)
+        return f"{ep} does not divide the model's {experts} routed experts; use one of {options}"
+    return None
+
+
+def parallel_refusal(arch: Architecture, tp: int, pp: int, dp: int = 1, ep: int = 1) -> str | None:
+    """layout_refusal with data-parallel attention and expert parallelism: the first reason, with its flag."""
+    dp_reason = data_parallel_refusal(arch, tp, dp)
+    if dp_reason:
+        return f"--dp: {dp_reason}"
+    ep_reason = expert_parallel_refusal(arch, tp, ep)
+    if ep_reason:
+        return f"--ep: {ep_reason}"
+    if dp == 1:
+        return layout_refusal(arch, tp, pp)
+    attention_reason = tensor_parallel_refusal(arch, tp // dp)
+    if attention_reason:
+        return f"--tp / --dp: attention TP {tp // dp}: {attention_reason}"
+    return layout_refusal(arch, 1, pp)
+
+
+def layout_name(tp: int, pp: int, dp: int = 1, ep: int = 1) -> str:
+    """`tp 8 x pp 1`, or with DP attention / EP `tp 8 x dp 8 x ep 8 x pp 1`."""
+    parts = [f"tp {tp}"] + [f"{name} {size}" for name, size in (("dp", dp), ("ep", ep)) if size > 1]
+    return " x ".join(parts + [f"pp {pp}"])
 
 
 def searched_tensor_parallel_sizes(arch: Architecture, node: int, limit: int) -> list[int]:
@@ -136,6 +193,31 @@ def shard_shape(tensor: Tensor, tp: int, kv_heads: int) -> tuple[int, ...]:
     return (rows, ceil(rest[0] / tp), *rest[1:])
 
 
-__all__ = ["DEFAULT_GPUS_PER_NODE", "ParallelLayout", "kv_heads_per_rank", "layout_refusal", "layouts_on_gpus",
-           "model_kv_heads", "node_gpus", "pipeline_parallel_refusal", "pipeline_stages",
+def rank_share(tensor: Tensor, tp: int, dp: int = 1, ep: int = 1) -> tuple[int, int]:
+    """(the TP size `tensor` is sharded by, how many of its `count` copies one rank holds) on a replica of `tp` GPUs
+    with `dp` attention-DP groups and `ep`-way expert parallelism; (tp, count) without them. SGLang @ v0.5.23:
+      routed experts: count / ep experts, each TP-split tp / ep ways (moe_ep_setup.py: moe_tp_size = tp_size //
+        moe_ep_size);
+      shared experts: whole on every rank when the DeepEP all-to-all spans the TP group (ep = tp; models/deepseek_v2.py
+        _shared_expert_use_tp1), else TP-split;
+      input embedding: vocab-split over the attention-TP group (layers/vocab_parallel_embedding.py
+        get_embedding_tp_kwargs: use_attn_tp_group = is_dp_attention_enabled());
+      dense MLP, router and lm_head: over the whole TP group (deepseek_v2.py: mlp parallel_group "tp" unless
+        moe_dense_tp_size is 1; ParallelLMHead use_attn_tp_group only with --enable-dp-lm-head);
+      attention and everything else in a layer: over the attention-TP group, tp / dp (deepseek_v2.py:
+        num_local_heads = num_heads // attn_tp_size)."""
+    if tensor.role == "expert":
+        return tp // ep, tensor.count // ep
+    if "shared_expert" in tensor.name:
+        return (1 if ep == tp > 1 else tp), tensor.count
+    if tensor.role == "embedding":
+        return tp // dp, tensor.count
+    if tensor.role in ("lm_head", "router") or tensor.name.startswith("mlp."):
+        return tp, tensor.count
+    return tp // dp, tensor.count
+
+
+__all__ = ["DEFAULT_GPUS_PER_NODE", "ParallelLayout", "data_parallel_refusal", "expert_parallel_refusal",
+           "kv_heads_per_rank", "layout_name", "layout_refusal", "layouts_on_gpus", "model_kv_heads", "node_gpus",
+           "parallel_refusal", "pipeline_parallel_refusal", "pipeline_stages", "rank_share",
            "searched_tensor_parallel_sizes", "shard_shape", "tensor_parallel_refusal", "tied_lm_head"]

@@ -11,6 +11,10 @@ Method (the seed's, made exact):
 Under TP the block weights and KV heads are split across ranks (KV heads replicated once tp
 exceeds them; an MLA latent is whole on every rank); under PP layers are split into stages, the
 first holding the embeddings (and any vision tower), the last the final norm and lm_head.
+With data-parallel attention (dp) and expert parallelism (ep) the tensors are placed as
+layout.rank_share says; each attention-DP group caches only its own share of the batch (its
+attention TP tp / dp splits the KV heads; an MLA latent is whole in each group), and the DeepEP
+all-to-all buffers SGLang allocates for ep = tp are a named part of every GPU's memory.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from math import ceil
 from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Engine, Gpu, Precision
 from planner.errors import PlannerInputError
-from planner.estimator.layout import (kv_heads_per_rank, layout_refusal, model_kv_heads, pipeline_stages, shard_shape,
-                                      tied_lm_head)
+from planner.estimator.layout import (kv_heads_per_rank, layout_name, model_kv_heads, parallel_refusal, pipeline_stages,
+                                      rank_share, shard_shape, tied_lm_head)
 from planner.model.precision import resolve_kv_dtype, resolve_precision, tensor_bytes
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA, format_bytes
 
@@ -62,6 +66,8 @@ class RankMemory:
     kv_cache_bytes: int
     overhead_bytes: int
     total_bytes: int
+    dp_rank: int = 0  # the attention-DP group whose requests this GPU caches
+    buffers_bytes: int = 0  # the expert-parallel all-to-all buffers (DeepEP)
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,13 @@ class MemoryEstimate:
     runtime_reserve_bytes: int = 0
     quality: str = ""
     attention_kinds: tuple[str, ...] = field(default_factory=tuple)
+    dp: int = 1  # attention-DP groups among the tp GPUs
+    ep: int = 1  # expert-parallel size
+    buffers_bytes: int = 0  # all GPUs' expert-parallel all-to-all buffers
+
+    @property
+    def layout(self) -> str:
+        return layout_name(self.tp, self.pp, self.dp, self.ep)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -128,6 +141,8 @@ class Request:
     precision: str | None = None  # None/auto: from the checkpoint
     kv_dtype: str | None = None  # None/auto: the model's activation dtype
     overhead_fraction: float | None = None  # None: the engine default (10%)
+    dp: int = 1  # data-parallel attention groups among the tp GPUs (SGLang --enable-dp-attention --dp-size)
+    ep: int = 1  # expert-parallel size (SGLang --ep-size; vLLM --enable-expert-parallel makes it tp x dp)
 
 
 # --------------------------------------------------------------------------------------------
@@ -136,7 +151,8 @@ class Request:
 
 def validate_request(arch: Architecture, req: Request) -> None:
     checks = (("--context", req.context, MAX_CONTEXT), ("--batch", req.batch, MAX_BATCH),
-              ("--tp", req.tp, MAX_GPUS_PER_REPLICA), ("--pp", req.pp, MAX_GPUS_PER_REPLICA))
+              ("--tp", req.tp, MAX_GPUS_PER_REPLICA), ("--pp", req.pp, MAX_GPUS_PER_REPLICA),
+              ("--dp", req.dp, MAX_GPUS_PER_REPLICA), ("--ep", req.ep, MAX_GPUS_PER_REPLICA))
     for flag, value, limit in checks:
         if isinstance(value, bool) or not isinstance(value, int):
             raise PlannerInputError(f"{flag}: must be a whole number, got {value!r}")
@@ -148,9 +164,86 @@ def validate_request(arch: Architecture, req: Request) -> None:
         raise PlannerInputError(f"--tp x --pp: {req.tp * req.pp} GPUs per replica is beyond the limit of {MAX_GPUS_PER_REPLICA}")
     if req.overhead_fraction is not None and not 0 <= req.overhead_fraction <= 1:
         raise PlannerInputError(f"--overhead: {req.overhead_fraction} must be a fraction between 0 and 1 (0.10 = 10%)")
-    refusal = layout_refusal(arch, req.tp, req.pp)
+    refusal = parallel_refusal(arch, req.tp, req.pp, req.dp, req.ep)
     if refusal:
         raise PlannerInputError(refusal)
+    if req.ep == req.tp > 1 and req.ep not in DEEPEP_CONFIGS:
+        sizes = ", ".join(str(n) for n in DEEPEP_CONFIGS)
+        raise PlannerInputError(f"--ep: DeepEP has all-to-all configs for {sizes} ranks only (deep_ep/buffer.py "
+                                f"get_dispatch_config @ v1.2.1); use one of them")
+
+
+# --------------------------------------------------------------------------------------------
+# Expert-parallel all-to-all buffers: SGLang's DeepEP dispatcher in its default `auto` mode enables both the normal
+# (prefill) and the low-latency (decode) kernels and allocates one NVLink buffer and one RDMA buffer per GPU
+# (sglang/srt/layers/moe/token_dispatcher/deepep.py @ v0.5.23, DeepEPBuffer.get_deepep_buffer: num_nvl_bytes =
+# max of the normal configs' hints, num_rdma_bytes = max of theirs and the low-latency hint), sized by DeepEP
+# (github.com/deepseek-ai/DeepEP @ v1.2.1 csrc/config.hpp Config / LowLatencyLayout).
+
+# deep_ep/buffer.py Buffer.get_dispatch_config / get_combine_config: EP ranks -> (NVL receive tokens, RDMA send
+# tokens, RDMA receive tokens) of the dispatch and the combine Config
+DEEPEP_CONFIGS = {
+    2: ((256, 6, 128), (256, 6, 128)), 4: ((256, 6, 128), (256, 6, 128)), 8: ((256, 6, 128), (256, 6, 128)),
+    16: ((288, 20, 128), (288, 12, 128)), 24: ((288, 32, 128), (288, 8, 128)), 32: ((288, 32, 128), (288, 8, 128)),
+    64: ((288, 28, 128), (288, 20, 128)), 128: ((560, 32, 128), (560, 12, 128)),
+    144: ((720, 12, 128), (720, 8, 128)), 160: ((720, 12, 128), (720, 8, 128)),
+}
+DEEPEP_NUM_SMS = 20  # deep_ep/buffer.py Buffer.num_sms; config.hpp: num_channels = num_sms / 2
+NVL_PEERS = 8  # csrc/kernels/configs.cuh NUM_MAX_NVL_PEERS: ranks beyond 8 are reached over RDMA
+BUFFER_ALIGNMENT = 128  # configs.cuh NUM_BUFFER_ALIGNMENT_BYTES; the hints round to 128 bytes too
+MAX_TOPK = MAX_SCALES = 128  # config.hpp kNumMaxTopK, kNumMaxScales
+SOURCE_META_BYTES = 8  # csrc/kernels/internode.cu SourceMeta: two ints
+INT_BYTES, FLOAT_BYTES, INT64_BYTES, INT4_BYTES, BF16_BYTES = 4, 4, 8, 16, 2  # CUDA int, float, int64_t, int4, bf16
+SCALE_GROUP = 128  # LowLatencyLayout: num_scales = hidden / 128
+# sglang/srt/environ.py @ v0.5.23 SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = EnvInt(128)
+DISPATCH_TOKENS_PER_RANK = 128
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def deepep_normal_bytes(hidden: int, ranks: int) -> tuple[int, int]:
+    """(NVLink, RDMA) buffer bytes of DeepEP's normal kernels on `ranks` EP ranks: config.hpp Config
+    get_nvl_buffer_size_hint / get_rdma_buffer_size_hint over the dispatch and combine configs, the larger of each;
+    hidden states travel in bf16 (deepep.py: self.params_bytes = 2)."""
+    hidden_bytes = hidden * BF16_BYTES
+    channels = DEEPEP_NUM_SMS // 2
+    rdma_ranks, nvl_ranks = max(ranks // NVL_PEERS, 1), min(ranks, NVL_PEERS)
+    per_token_meta = SOURCE_META_BYTES + MAX_TOPK * (INT64_BYTES + FLOAT_BYTES) + MAX_SCALES * FLOAT_BYTES
+    nvl = rdma = 0
+    for nvl_recv, rdma_send, rdma_recv in DEEPEP_CONFIGS[ranks]:
+        nvl = max(nvl, _round_up(channels * nvl_ranks * (2 * rdma_ranks + 3) * INT_BYTES
+                                 + channels * nvl_ranks * nvl_recv * (hidden_bytes + per_token_meta), BUFFER_ALIGNMENT))
+        if ranks > NVL_PEERS:  # within one NVLink domain the normal kernels need no RDMA buffer
+            recv = _round_up(rdma_recv, rdma_send)  # Config(): the RDMA receive size rounds up to the send size
+            rdma = max(rdma, _round_up(channels * rdma_ranks * (NVL_PEERS * 2 + 2) * 2 * INT_BYTES
+                                       + channels * rdma_ranks * recv * (hidden_bytes + per_token_meta + INT4_BYTES) * 2,
+                                       BUFFER_ALIGNMENT))
+    return nvl, rdma
+
+
+def deepep_low_latency_bytes(hidden: int, experts: int, tokens: int = DISPATCH_TOKENS_PER_RANK) -> int:
+    """RDMA buffer bytes of DeepEP's low-latency kernels: LowLatencyLayout's double-buffered send, receive and
+    signalling buffers, via get_low_latency_rdma_size_hint (which rounds up past the next 128 bytes)."""
+    scales = hidden // SCALE_GROUP
+    dispatch_msg = INT4_BYTES + max(hidden * BF16_BYTES, hidden + scales * FLOAT_BYTES)
+    combine_msg = scales * 2 * BF16_BYTES + hidden * BF16_BYTES  # per-128-channel min/max as nv_bfloat162
+    send = max(tokens * dispatch_msg, experts * tokens * combine_msg)
+    receive = max(experts * tokens * dispatch_msg, experts * tokens * combine_msg)
+    signalling = _round_up(experts * INT_BYTES, BUFFER_ALIGNMENT)
+    total = 2 * (send + receive + signalling)
+    return (total + BUFFER_ALIGNMENT) // BUFFER_ALIGNMENT * BUFFER_ALIGNMENT
+
+
+def all_to_all_buffer_bytes(arch: Architecture, tp: int, ep: int) -> int:
+    """Each GPU's DeepEP buffers (NVLink + RDMA) when the all-to-all spans the TP group (ep = tp, SGLang's
+    --moe-a2a-backend deepep sets ep_size = tp_size: arg_groups/overrides.py _a2a_ep_size); 0 otherwise, where the
+    experts' outputs are all-reduced in place."""
+    if ep == 1 or ep != tp or arch.moe is None:
+        return 0
+    nvl, rdma = deepep_normal_bytes(arch.hidden_size, ep)
+    return nvl + max(rdma, deepep_low_latency_bytes(arch.hidden_size, arch.moe.num_experts))
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,12 +252,16 @@ def validate_request(arch: Architecture, req: Request) -> None:
 
 @lru_cache(maxsize=4096)
 def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int, pp: int,
-                   layers: tuple[int, int]) -> int:
+                   layers: tuple[int, int], dp: int = 1, ep: int = 1) -> int:
     """Weight bytes on each TP rank of one pipeline stage (cached: the solver asks many times)."""
     kv_heads = model_kv_heads(arch)
 
+    def on_rank(t: Tensor) -> int:
+        ways, count = rank_share(t, tp, dp, ep)
+        return tensor_bytes(shard_shape(t, ways, kv_heads), count, t, precision)
+
     def total(tensors: Iterable[Tensor]) -> int:
-        return sum(tensor_bytes(shard_shape(t, tp, kv_heads), t.count, t, precision) for t in tensors)
+        return sum(on_rank(t) for t in tensors)
 
     tensors: list[Tensor] = []
     if stage == 0:
@@ -271,23 +368,29 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
     size_only_weights = (arch.stored_bytes if as_stored else
                          ceil(Fraction(arch.declared_params or 0) * Fraction(str(precision.seed_bits)) / 8))
 
+    attention_tp = req.tp // req.dp
+    buffers = all_to_all_buffer_bytes(arch, req.tp, req.ep)
     ranks: list[RankMemory] = []
     for stage, layers in enumerate(stages):
-        per_token, per_sequence = _stage_kv(arch, layers, req.tp, kv_bits, state_bits, req.context)
-        kv = per_sequence * req.batch
+        # the cache is split over each attention-DP group's attention TP
+        per_token, per_sequence = _stage_kv(arch, layers, attention_tp, kv_bits, state_bits, req.context)
         # every TP rank of a stage holds the same shard sizes
         if arch.exact:
-            weights = _stage_weights(arch, precision, req.tp, stage, req.pp, layers)
+            weights = _stage_weights(arch, precision, req.tp, stage, req.pp, layers, req.dp, req.ep)
         else:
             # a size-only model: the weights follow the layers, split evenly over TP ranks
             weights = ceil(size_only_weights * Fraction(layers[1] - layers[0], arch.num_layers) / req.tp)
-        overhead = max(int(margin * (weights + kv)), reserve) if (weights + kv) else 0
         for tp_rank in range(req.tp):
+            # SGLang runtime_context.py @ v0.5.23 derive_attention_ranks: attn_dp_rank = tp_rank // attn_tp_size; the
+            # requests are spread over the DP groups, the first batch % dp groups holding one more
+            dp_rank = tp_rank // attention_tp
+            kv = per_sequence * (req.batch // req.dp + (dp_rank < req.batch % req.dp))
+            overhead = max(int(margin * (weights + kv)), reserve) if (weights + kv) else 0
             ranks.append(RankMemory(
                 rank=stage * req.tp + tp_rank, tp_rank=tp_rank, pp_stage=stage,
                 first_layer=layers[0], last_layer=layers[1], weights_bytes=weights,
                 kv_bytes_per_token=per_token, kv_cache_bytes=kv, overhead_bytes=overhead,
-                total_bytes=weights + kv + overhead,
+                total_bytes=weights + kv + buffers + overhead, dp_rank=dp_rank, buffers_bytes=buffers,
             ))
 
     growing_whole, sliding_per_token, state_per_sequence, sliding_windows = _model_kv(arch, kv_bits, state_bits,
@@ -307,6 +410,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         sliding_windows=sliding_windows,
         overhead_fraction=float(margin), runtime_reserve_bytes=reserve, quality=precision.quality,
         attention_kinds=tuple(sorted(arch.attention_kinds)),
+        dp=req.dp, ep=req.ep, buffers_bytes=sum(r.buffers_bytes for r in ranks),
     )
     return replace(estimate, warnings=tuple(_warnings(arch, estimate, precision, gpu)))
 
@@ -344,5 +448,6 @@ def _warnings(arch: Architecture, est: MemoryEstimate, precision: Precision, gpu
     return out
 
 
-__all__ = ["GpuFit", "GpuTarget", "MemoryEstimate", "RankMemory", "Request", "estimate_memory",
+__all__ = ["GpuFit", "GpuTarget", "MemoryEstimate", "RankMemory", "Request", "all_to_all_buffer_bytes",
+           "deepep_low_latency_bytes", "deepep_normal_bytes", "estimate_memory",
            "pipeline_stages", "shard_shape", "kv_heads_per_rank", "RECURRENT_KINDS", "state_bytes_per_sequence"]

@@ -44,7 +44,7 @@ def _bytes_row(label: str, n_bytes: int, note: str = "") -> list[str]:
 def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fit: bool = True) -> None:
     """The breakdown; show_fit=False when an engine's own verdict follows (engine_table)."""
     gpus = est.tp * est.pp
-    split = f" · tp {est.tp} x pp {est.pp} = {gpus} GPUs" if gpus > 1 else " · 1 GPU"
+    split = f" · {est.layout} = {gpus} GPUs" if gpus > 1 else " · 1 GPU"
     console.print(f"[bold]{as_text(est.model)}[/bold] · weights {est.precision} · KV {est.kv_dtype} · "
                   f"context {est.context:,} · batch {est.batch}{split}")
     if est.exact:
@@ -70,6 +70,9 @@ def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fi
     if est.kv_state_bytes_per_sequence:
         kv_note += f" + recurrent state {est.kv_state_bytes_per_sequence:,} B/seq"
     _row(table, *_bytes_row("KV cache" + suffix, est.kv_cache_bytes, kv_note))
+    if est.buffers_bytes:
+        _row(table, *_bytes_row("all-to-all buffers" + suffix, est.buffers_bytes,
+                                  f"DeepEP normal + low-latency, {est.ep} EP ranks"))
     _row(table, *_bytes_row("overhead" + suffix, est.overhead_bytes,
                               f"{est.overhead_fraction:.0%} of weights+KV, >= {est.runtime_reserve_bytes // MiB:,} MiB/GPU"))
     _row(table, *_bytes_row("total" + suffix, est.total_bytes), style="bold")
@@ -77,14 +80,17 @@ def estimate_table(est: MemoryEstimate, console: Console | PlainConsole, show_fi
 
     if gpus > 1:
         per = _table(console, title="per GPU", show_header=True, header_style="bold")
-        for col in ("ranks", "pp stage", "layers", "weights GB", "KV GB", "overhead GB", "total GB", "total GiB"):
+        buffers = ("buffers GB",) if est.buffers_bytes else ()
+        for col in ("ranks", "pp stage", "layers", "weights GB", "KV GB", *buffers, "overhead GB", "total GB",
+                    "total GiB"):
             per.add_column(col, justify="right")
         for group in _identical_ranks(est):
             r = group[0]
             ranks = str(r.rank) if len(group) == 1 else f"{r.rank}-{group[-1].rank}"
+            buffer_cell = (f"{gb(r.buffers_bytes):,.2f}",) if est.buffers_bytes else ()
             _row(per, ranks, str(r.pp_stage), f"{r.first_layer}-{r.last_layer - 1}",
-                        f"{gb(r.weights_bytes):,.2f}", f"{gb(r.kv_cache_bytes):,.2f}", f"{gb(r.overhead_bytes):,.2f}",
-                        f"{gb(r.total_bytes):,.2f}", f"{gib(r.total_bytes):,.2f}")
+                        f"{gb(r.weights_bytes):,.2f}", f"{gb(r.kv_cache_bytes):,.2f}", *buffer_cell,
+                        f"{gb(r.overhead_bytes):,.2f}", f"{gb(r.total_bytes):,.2f}", f"{gib(r.total_bytes):,.2f}")
         console.print(per)
 
     if est.gpu is not None and show_fit:
