@@ -130,12 +130,15 @@ def _deadline(scenario: Scenario, time_limit_s: float | None, started: CommandSt
     return Deadline.for_command(time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s, started)
 
 
-def load_scenario(path: str | Path, max_price_age_days: int | None = None) -> Scenario:
+def load_scenario(path: str | Path, max_price_age_days: int | None = None, calibration: str | None = None) -> Scenario:
     """A scenario file, read and validated (the one-line error names the key); `max_price_age_days` (--max-price-age)
-    replaces every pricing section's max_price_age_days."""
+    replaces every pricing section's max_price_age_days, `calibration` (--calibration: a path from where the command
+    runs) the scenario's calibration file."""
     from planner.plan.scenario import load_scenario as load
 
     loaded = load(path)
+    if calibration is not None:
+        loaded = loaded.model_copy(update={"calibration": str(Path(calibration).resolve())})
     return loaded if max_price_age_days is None else loaded.with_max_price_age(max_price_age_days)
 
 

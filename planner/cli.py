@@ -274,6 +274,9 @@ def solve(
     what_if: bool = Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
                            "the busiest GPU type removed: one comparison table."),
     max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
+    calibration: Optional[str] = Option(None, "--calibration", metavar="FILE", help="A `planner calibrate` file: a "
+                                        "fleet's speed on the GPU generation x engine it was fitted on (replaces the "
+                                        "scenario's calibration:)."),
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
@@ -281,7 +284,10 @@ def solve(
     from planner.render.records import fleet_json, fleet_rows, rows_csv, solve_json
     from planner.render.terminal import fleet_table, solve_table, what_if_table
 
-    loaded = api.load_scenario(scenario, max_price_age)
+    loaded = api.load_scenario(scenario, max_price_age, calibration)
+    if loaded.calibration is not None and not loaded.is_fleet:
+        raise PlannerInputError("--calibration / calibration: a calibration scales a fleet's speed, and this scenario "
+                                "has no traffic; add workload.traffic or drop it")
     if what_if:
         rows = api.what_if(loaded, time_limit_s=time_limit, started=_command_start())
         records = [asdict(r) for r in rows]

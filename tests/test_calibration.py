@@ -235,3 +235,29 @@ def test_cli_calibrate_then_perf_and_bench_say_whether_they_are_calibrated(tmp_p
     assert proc.returncode == 0 and json.loads(proc.stdout)["calibrated"] is True
     proc = cli("calibrate", str(EXAMPLES[0]), "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("error: result: ") and "--model llama-3.1-70b" in proc.stderr
+
+
+def test_a_fleet_solve_takes_a_calibration_for_the_gpus_it_was_fitted_on(tmp_path):
+    """`calibration:` (or solve --calibration) scales the fleet's speed on the calibrated GPU generation x engine only,
+    and the plan says which replicas it scaled; the examples' fitted fixed-cost factor (~1.76x) slows every H100 step,
+    so an H100 replica serves less, and an L40S replica is timed as before."""
+    calibration = tmp_path / "calibration.yaml"
+    calibration.write_text(api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1).to_yaml())
+
+    def fleet(gpu, calibrated):
+        scenario = {"name": "chat", "model": "llama-3.1-8b", "workload": {
+            "context": 8192, "concurrency": 64,
+            "traffic": {"requests_per_s": 20, "prompt_tokens": 1500, "output_tokens": 400},
+            "slo": {"ttft_s": 2.0, "tpot_s": 0.05}}, "search": {"gpus": [gpu], "precisions": ["bf16"]},
+            "engine": {"name": "vllm"}}
+        return api.plan_fleet({**scenario, "calibration": str(calibration)} if calibrated else scenario)
+
+    plain, scaled = fleet("h100-sxm", False), fleet("h100-sxm", True)
+    assert plain.speed == () and scaled.speed == ("chat: h100-sxm: calibrated (hopper x vllm)",)
+    assert scaled.assignments[0].config.capacity_rps < plain.assignments[0].config.capacity_rps
+    other, other_scaled = fleet("l40s", False), fleet("l40s", True)
+    assert other_scaled.speed == ("chat: l40s: not calibrated (ada x vllm; the calibration is for hopper x vllm)",)
+    assert other_scaled.assignments[0].config.capacity_rps == other.assignments[0].config.capacity_rps
+    with pytest.raises(PlannerInputError, match="calibration"):
+        api.plan_fleet({"model": "llama-3.1-8b", "workload": {"context": 8192, "traffic": {
+            "requests_per_s": 1, "prompt_tokens": 100, "output_tokens": 100}}, "calibration": str(tmp_path / "no.yaml")})

@@ -22,6 +22,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from math import ceil
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planner.plan.cpsat import cp_model
 
@@ -37,6 +39,9 @@ from planner.plan.search import build_search_space, recheck
 from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 from planner.plan.serving import (CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingCache, ServingConfig, Slo,
                                   fleet_out_of_time)
+
+if TYPE_CHECKING:
+    from planner.calibration.calibrate import Calibration
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,7 @@ class FleetPlan:
     variables: int
     candidate_seconds: float = 0.0  # of solve_seconds, spent building serving configurations
     left_out: tuple[str, ...] = ()  # GPU types cheaper per GPU-hour than the fleet's dearest that serve nothing, and why
+    speed: tuple[str, ...] = ()  # per workload and GPU type: whose speed a calibration file scaled, and whose it did not
 
 
 def _footprint(config: ServingConfig, pool: Pool) -> int | None:
@@ -282,11 +288,28 @@ def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: S
         plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status), deadline)
         return replace(plan, candidate_seconds=candidate_seconds)
     plan = _read(problem, built, solver, configs, pools, catalog, status_name(status), started, ())
-    plan = replace(plan, candidate_seconds=candidate_seconds)
+    plan = replace(plan, candidate_seconds=candidate_seconds, speed=_calibrated(problem, plan))
     if explain:
         plan = replace(plan, binding=_binding(problem, plan, catalog, cache, deadline),
                        left_out=_left_out(problem, plan, cache))
     return plan
+
+
+def _calibrated(problem: FleetProblem, plan: FleetPlan) -> tuple[str, ...]:
+    """Which assignments' speed a scenario's calibration file scaled (its GPU generation x engine) and which it did
+    not: a plan says where its capacity rests on the catalog's constants alone."""
+    by_name = {w.name: w for w in problem.workloads}
+    lines = []
+    for a in plan.assignments:
+        workload, gpu = by_name[a.workload], a.config.candidate.gpu
+        calibration = workload.calibration
+        if calibration is None:
+            continue
+        on = f"{calibration.fitted_on.generation} x {calibration.fitted_on.engine}"
+        verdict = f"calibrated ({on})" if calibration.applies_to(gpu.generation, workload.engine) else \
+            f"not calibrated ({gpu.generation} x {workload.engine}; the calibration is for {on})"
+        lines.append(f"{a.workload}: {gpu.name}: {verdict}")
+    return tuple(dict.fromkeys(lines))
 
 
 def _left_out(problem: FleetProblem, plan: FleetPlan, cache: ServingCache, most: int = 3) -> tuple[str, ...]:
@@ -470,6 +493,7 @@ def _resolve(problem: FleetProblem, catalog: Catalog, cache: ServingCache, deadl
 
 def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None) -> FleetProblem:
     """The scenario's workloads (one, or the `workloads:` list) with their traffic, SLOs and the shared quotas."""
+    calibration = _calibration(scenario)
     workloads = []
     for name, part in scenario.fleet_parts():
         traffic = part.workload.traffic
@@ -484,11 +508,23 @@ def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | No
             name=name, space=space, buckets=buckets, slo=Slo(slo.ttft_s, slo.tpot_s, slo.percentile) if slo else Slo(),
             utilisation=part.workload.utilisation, redundancy=part.workload.redundancy,
             min_replicas=part.workload.min_replicas, max_configs=part.workload.max_configs,
-            engine="vllm" if part.engine.name == "simple" else part.engine.name))
+            engine="vllm" if part.engine.name == "simple" else part.engine.name, calibration=calibration))
     fleet = scenario.fleet
     quotas = tuple(_quota(q, i, catalog) for i, q in enumerate(fleet.quotas)) if fleet else ()
     return FleetProblem(tuple(workloads), quotas, fleet.on_demand_share if fleet else None,
                         time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s)
+
+
+def _calibration(scenario: Scenario) -> Calibration | None:
+    """The scenario's `calibration:` file, read relative to the scenario's folder."""
+    if scenario.calibration is None:
+        return None
+    from planner.calibration.calibrate import load_calibration
+
+    path = Path(scenario.calibration)
+    if not path.is_absolute() and scenario.base_dir is not None:
+        path = scenario.base_dir / path
+    return load_calibration(path)
 
 
 def _quota(spec: QuotaSpec, index: int, catalog: Catalog) -> Quota:

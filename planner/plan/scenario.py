@@ -243,6 +243,9 @@ class Scenario(_Strict):
     # for a fleet with fixed demand both rank plans alike; the plan prints both figures
     objective: Literal["cost_per_hour", "cost_per_million_output_tokens"] = "cost_per_hour"
     solver: SolverSpec = SolverSpec()
+    # a `planner calibrate` file (relative to the scenario's folder): the speed model's factors for the GPU generation
+    # x engine it was fitted on
+    calibration: str | None = Field(default=None, min_length=1, max_length=4096)
     # where the file was, so model paths resolve relative to it (not part of the YAML)
     base_dir: Path | None = Field(default=None, exclude=True)
 

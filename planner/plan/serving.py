@@ -16,15 +16,19 @@ replica is worth.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from planner.catalog.load import Catalog
 from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.need import Budgets, known_budget
 from planner.estimator.memory import GpuTarget, Request
-from planner.estimator.performance import Workload, replica_timer
+from planner.estimator.performance import PerformanceCatalog, Workload, load_performance_catalog, replica_timer
 from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
 from planner.plan.search import Candidate, Rejection, SearchSpace, enumerate_candidates
+
+if TYPE_CHECKING:
+    from planner.calibration.calibrate import Calibration
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
 # The bounds that rank a size's layouts (most promising first) are searched to this relative precision only:
@@ -52,6 +56,16 @@ class FleetWorkload:
     min_replicas: int = 1
     max_configs: int | None = None
     engine: str = "vllm"
+    calibration: Calibration | None = None  # `planner calibrate`'s factors, for the GPU generation x engine it names
+
+    def performance(self, generation: str) -> PerformanceCatalog | None:
+        """The speed model's constants for a replica on this GPU generation: calibrated where the calibration was
+        fitted (that generation and this engine), the catalog's elsewhere (None)."""
+        if self.calibration is None or not self.calibration.applies_to(generation, self.engine):
+            return None
+        from planner.calibration.factors import calibrated_catalog
+
+        return calibrated_catalog(load_performance_catalog(), generation, self.engine, self.calibration.factors)
 
 
 @dataclass(frozen=True)
@@ -163,7 +177,8 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadlin
         _within(deadline, workload)
         layouts.append(ReplicaLayout(c, replica_scheduler(space, c, catalog, cap, enumeration.budgets),
                                      StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp,
-                                                             catalog, workload.engine))))
+                                                             catalog, workload.engine,
+                                                             workload.performance(c.gpu.generation)))))
     return ReplicaSearch(layouts, enumeration.rejections, enumeration.skipped)
 
 
@@ -223,7 +238,7 @@ class ServingCache:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self._searches: list[tuple[SearchSpace, str, ReplicaSearch]] = []
+        self._searches: list[tuple[SearchSpace, str, Calibration | None, ReplicaSearch]] = []
         # by id(), holding the object itself: an id is only unique while its object lives
         self._configs: dict[int, tuple[FleetWorkload, list[ServingConfig]]] = {}
 
@@ -237,11 +252,11 @@ class ServingCache:
     def search(self, workload: FleetWorkload, deadline: Deadline = NO_DEADLINE) -> ReplicaSearch:
         # the offers only price replicas: spaces that differ in them alone (another market) share the layouts
         unpriced = replace(workload.space, offers=())
-        for space, engine, found in self._searches:
-            if engine == workload.engine and space == unpriced:
+        for space, engine, calibration, found in self._searches:
+            if engine == workload.engine and calibration is workload.calibration and space == unpriced:
                 return found
         found = replica_layouts(workload, self.catalog, deadline)
-        self._searches.append((unpriced, workload.engine, found))
+        self._searches.append((unpriced, workload.engine, workload.calibration, found))
         return found
 
 

@@ -103,7 +103,7 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
         lines.append(f"| {md(a.workload)} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
                      f"| {c.context:,} x {a.config.performance.batch:.1f} | {a.config.capacity_rps:,.2f} | {md(a.pool.label)} |")
     lines += [""] + [f"- unmet: {md(u)}" for u in plan.unmet] + [f"- binding: {md(b)}" for b in plan.binding]
-    lines += [f"- left out: {md(x)}" for x in plan.left_out]
+    lines += [f"- left out: {md(x)}" for x in plan.left_out] + [f"- speed: {md(x)}" for x in plan.speed]
     lines += [f"- warning: {md(w)}" for w in fleet_price_warnings(plan)]
     lines += [f"- note: {md(x)}" for x in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}"
                                                     for a in plan.assignments for w in a.memory.warnings)]

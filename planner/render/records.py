@@ -101,6 +101,7 @@ def fleet_json(plan: FleetPlan, scenario: str) -> str:
                    "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source,
                    "price_age": record(u.price_age)} for u in plan.pools],
         "unmet": list(plan.unmet), "binding": list(plan.binding), "left_out": list(plan.left_out),
+        "speed": list(plan.speed),
         "configurations": plan.configurations,
         "variables": plan.variables})
 

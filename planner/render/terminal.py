@@ -255,6 +255,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
         console.print(f"binding: {as_text(line)}")
     for line in plan.left_out:
         console.print(f"left out: {as_text(line)}")
+    for line in plan.speed:
+        console.print(f"speed: {as_text(line)}")
     for line in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}" for a in plan.assignments
                               for w in a.memory.warnings):
         console.print(f"note: {as_text(line)}")
