@@ -19,7 +19,8 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
-    from planner.api_records import BenchResult, EngineEstimate, PerfResult, Replica, ReplicaSimulation, ReplicaSpec
+    from planner.api_records import (BenchResult, CheckedRun, EngineEstimate, PerfResult, Replica, ReplicaSimulation,
+                                     ReplicaSpec)
     from planner.calibration.calibrate import Calibration
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
@@ -309,6 +310,57 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
         pp=replica.pp, precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
         results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()))
     return calibration_record(fit_runs(runs, replay), runs, fitted_on)
+
+
+def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog | None = None) -> tuple[CheckedRun, ...]:
+    """A deployed fleet plan (`planner solve --format json`) against what ran: each measured run (vllm bench serve,
+    SGLang bench_serving or GuideLLM files) replayed on the plan's replica of the run's model, predicted against
+    measured mean TTFT, mean TPOT and output throughput."""
+    from planner.api_records import CheckedRun
+    from planner.calibration.calibrate import measured_metrics, replay_run, simulated_metrics
+    from planner.calibration.readers import read_results
+    from planner.estimator.benchmark import run_benchmark
+    from planner.estimator.performance import replica_timer
+
+    if not results:
+        raise PlannerInputError("RESULT: give at least one benchmark result file of the deployed plan")
+    catalog = catalog or load_catalog()
+    specs = _plan_file_replicas(Path(plan), catalog)
+    out = []
+    for run in (run for path in results for run in read_results(path)):
+        spec = _replica_of(catalog, specs, run, plan)
+        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine)
+        replayed = simulated_metrics(run_benchmark(timer, spec.scheduler, replay_run(run)))
+        measured = measured_metrics(run)
+        if not measured:
+            raise PlannerInputError(f"result: {run.label} measured none of mean TPOT, mean TTFT or output throughput")
+        out.append(CheckedRun(run.label, spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.engine, measured,
+                              {m: replayed[m] for m in measured}))
+    return tuple(out)
+
+
+def _replica_of(catalog: Catalog, specs: Sequence[ReplicaSpec], run: MeasuredRun, plan: str | Path) -> ReplicaSpec:
+    """The plan's replica a run measured: the one of the run's model (its model_id as the catalog knows it), or the
+    plan's only model."""
+    models = {spec.arch.name for spec in specs}
+    if run.model_id is not None:
+        try:
+            named = catalog.models.get(run.model_id).name
+        except PlannerInputError:
+            named = None
+        if named is not None and named not in models:
+            raise PlannerInputError(f"result: {run.label} ran {run.model_id} ({named}), which {plan} does not serve "
+                                    f"({', '.join(sorted(models))}); give results of the plan's models")
+        if named is not None:
+            models = {named}
+    if len(models) > 1:
+        raise PlannerInputError(f"result: {run.label} names no model of {plan} ({', '.join(sorted(models))}); give a "
+                                "result whose model_id is one of them")
+    chosen = [spec for spec in specs if spec.arch.name in models]
+    if len({(s.gpu.name, s.tp, s.pp, s.precision) for s in chosen}) > 1:
+        raise PlannerInputError(f"result: {run.label}: {plan} serves {next(iter(models))} on several replica types; "
+                                "check each against a plan file of one")
+    return chosen[0]
 
 
 def _same_model(catalog: Catalog, run: MeasuredRun, model: str) -> None:

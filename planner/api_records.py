@@ -139,3 +139,26 @@ class ReplicaSpec:
     output_tokens: int
     rate_per_replica: float
     share: float
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """`planner check`: one measured benchmark run of a deployed plan against the plan's replica replaying it."""
+
+    result: str  # the run: its file's name (#N for the N-th run of a file)
+    workload: str
+    gpu: str
+    tp: int
+    pp: int
+    engine: str
+    measured: dict[str, float]  # of tpot_ms, ttft_ms, output_tok_s: what the run measured (means)
+    predicted: dict[str, float]  # the same, from the plan's replica replaying the run
+
+    def error(self, metric: str) -> float:
+        """predicted / measured - 1."""
+        return self.predicted[metric] / self.measured[metric] - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"result": self.result, "workload": self.workload, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
+                "engine": self.engine, "measured": self.measured, "predicted": self.predicted,
+                "error": {m: self.error(m) for m in self.measured}}

@@ -618,6 +618,29 @@ def calibrate_command(
     _print_lines(lines)
 
 
+@command("check")
+def check_command(
+    plan: str = Argument(..., help="The deployed fleet plan (`planner solve SCENARIO --format json -o PLAN.json`)."),
+    results: list[str] = Argument(..., help="Benchmark results of it: vllm bench serve --save-result JSON, SGLang "
+                                  "bench_serving JSONL or GuideLLM benchmarks.json (one or more)."),
+    output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
+) -> None:
+    """A deployed plan against what ran: each benchmark run replayed on the plan's replica, predicted against measured
+    mean TTFT, mean TPOT and output throughput."""
+    rows = api.check(plan, results)
+    if output_format is OutputFormat.json:
+        _echo(json.dumps([r.to_dict() for r in rows], indent=2, allow_nan=False))
+        return
+    names = {"ttft_ms": "mean TTFT ms", "tpot_ms": "mean TPOT ms", "output_tok_s": "output tok/s"}
+    lines = [f"{'run':<36} {'replica':<28} {'metric':<13} {'measured':>10} {'predicted':>10} {'error':>7}"]
+    for r in rows:
+        replica = f"{r.workload}: {r.tp * r.pp} x {r.gpu} ({r.engine})"
+        for metric, measured in r.measured.items():
+            lines.append(f"{r.result[:36]:<36} {replica[:28]:<28} {names[metric]:<13} {measured:>10,.2f} "
+                         f"{r.predicted[metric]:>10,.2f} {r.error(metric):>+7.0%}")
+    _print_lines(lines)
+
+
 def request_rate(text: str) -> float:
     """--request-rate as vllm bench serve takes it: requests/s, or inf."""
     try:

@@ -261,3 +261,30 @@ def test_a_fleet_solve_takes_a_calibration_for_the_gpus_it_was_fitted_on(tmp_pat
     with pytest.raises(PlannerInputError, match="calibration"):
         api.plan_fleet({"model": "llama-3.1-8b", "workload": {"context": 8192, "traffic": {
             "requests_per_s": 1, "prompt_tokens": 100, "output_tokens": 100}}, "calibration": str(tmp_path / "no.yaml")})
+
+
+def test_check_compares_a_deployed_plan_with_what_ran(tmp_path):
+    """planner check: each run replayed on the plan's replica of its model; a run of a model the plan does not serve,
+    and a plan without traffic, are one-line errors."""
+    scenario = {"name": "chat", "model": "llama-3.1-8b", "workload": {
+        "context": 8192, "concurrency": 64, "traffic": {"requests_per_s": 5, "prompt_tokens": 1000, "output_tokens": 200},
+        "slo": {"ttft_s": 2.0, "tpot_s": 0.05}}, "search": {"gpus": ["h100-sxm"], "precisions": ["bf16"]},
+        "engine": {"name": "vllm"}}
+    from planner.render.records import fleet_json
+
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(fleet_json(api.plan_fleet(scenario), "chat"))
+    rows = api.check(plan_path, EXAMPLES)
+    assert len(rows) == len(EXAMPLES) and {r.gpu for r in rows} == {"h100-sxm"}
+    for row, path in zip(rows, EXAMPLES):
+        run, = read_results(path)
+        assert row.measured["tpot_ms"] == run.tpot.mean_ms and row.measured["output_tok_s"] == run.output_throughput
+        assert row.predicted["tpot_ms"] > 0 and set(row.to_dict()["error"]) == set(row.measured)
+    other = tmp_path / "other.json"
+    other.write_text(EXAMPLES[0].read_text().replace("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.3-70B-Instruct"))
+    with pytest.raises(PlannerInputError, match="does not serve"):
+        api.check(plan_path, [other])
+    outcome = subprocess.run([sys.executable, "-m", "planner.cli", "check", str(plan_path), str(EXAMPLES[0]), "--format",
+                              "json"], capture_output=True, text=True, cwd=tmp_path)
+    assert outcome.returncode == 0, outcome.stderr
+    assert json.loads(outcome.stdout)[0]["measured"]["tpot_ms"] > 0

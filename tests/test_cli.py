@@ -225,6 +225,7 @@ NOT_PLAIN = [
     ["fit", "x", "--gpus", "0"], ["serve", "--port", "70000"],  # typer's bounds
     ["solve"], ["report", "s.yaml"], ["export", "plan.json"], ["estimate", "x", "--gpu"],  # required value missing
     ["estimate", "x", "--", "--gpu"], ["solve", "s.yaml", "-o=plan.json"], ["estimate", "x", "--tp", " 2"],
+    ["check", "plan.json", "r1.json", "r 2.jsonl"],  # a list argument: typer's to read
 ]
 
 
