@@ -226,3 +226,23 @@ def test_with_the_vllm_engine_the_plan_fits_vllms_own_pool():
                            Request(context=8192, batch=32, tp=best.tp, pp=best.pp, precision="bf16"),
                            EngineSettings("vllm"), GpuTarget.from_catalog(CATALOG.gpus.get(best.gpu)), CATALOG)
     assert budget.fits and budget.max_concurrency >= 32 and best.memory.gpu.fits
+
+
+def test_a_plan_without_traffic_says_its_speed_at_the_full_context(catalog):
+    """A single-configuration plan times its decode step with every request holding the whole context (the speed
+    model's, as replica_timer gives it), and its $/million output tokens busy all hour follows from it."""
+    from planner.estimator.performance import Step, replica_timer
+    from planner.model.architecture import architecture_from_config
+
+    result = solve_scenario(parse_scenario({
+        "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 4},
+        "search": {"gpus": ["h100-sxm"], "precisions": ["bf16"]}, "engine": {"name": "vllm"}}), catalog)
+    best = result.best
+    arch = architecture_from_config(catalog.models.get("llama-3.1-8b").config, "llama-3.1-8b")
+    timer = replica_timer(arch, best.precision, best.kv_dtype, catalog.gpus.get(best.gpu), best.tp, best.pp, catalog,
+                          "vllm")
+    assert best.full_context_step_s == timer.step_s(Step(4, 8192.0))
+    assert best.full_context_output_tokens_per_s == pytest.approx(best.replicas * 4 / best.full_context_step_s)
+    assert best.usd_per_million_output_tokens == pytest.approx(
+        best.usd_per_hour / (best.full_context_output_tokens_per_s * 3600) * 1e6)
+    assert result.rows()[0]["full_context_tpot_s"] == pytest.approx(best.full_context_step_s, rel=1e-4)

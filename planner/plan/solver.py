@@ -59,10 +59,23 @@ class PlanOption(ConfiguredBy):
     headroom_bytes: int
     memory: MemoryEstimate  # the estimator's re-check on this GPU
     price_age: PriceAge  # how old the price is, and whether past the scenario's pricing.max_price_age_days
+    # one decode step of `concurrency` requests that each hold the whole context (the speed model's worst steady
+    # step for this configuration): what a plan without traffic can say of its speed
+    full_context_step_s: float
 
     @property
     def gpu(self) -> str:
         return self.configuration.gpu
+
+    @property
+    def full_context_output_tokens_per_s(self) -> float:
+        """Output tokens/s of every replica together, each running `concurrency` requests at the full context."""
+        return self.replicas * self.concurrency / self.full_context_step_s
+
+    @property
+    def usd_per_million_output_tokens(self) -> float:
+        """At that speed, busy all hour: the cost per hour over the output tokens per hour."""
+        return self.usd_per_hour / (self.full_context_output_tokens_per_s * 3600) * 1e6
 
     @property
     def usd_per_replica_hour(self) -> float:
@@ -114,6 +127,9 @@ def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
         "gpu_memory_bytes": p.memory.gpu.memory_bytes if p.memory.gpu else None, "headroom_bytes": p.headroom_bytes,
         "sharing": p.sharing, "price_as_of": p.price_as_of, "price_source": p.price_source,
         "price_age_days": p.price_age.age_days, "price_stale": p.price_age.stale,
+        "full_context_tpot_s": round(p.full_context_step_s, 6),
+        "full_context_output_tokens_per_s": round(p.full_context_output_tokens_per_s, 2),
+        "usd_per_million_output_tokens": round(p.usd_per_million_output_tokens, 4),
     }
 
 
@@ -223,7 +239,18 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
         usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
         sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,
         price_age=price_age(r.offer, r.market, space.max_price_age_days),
+        full_context_step_s=_full_context_step_s(c, space, catalog),
     )
+
+
+def _full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> float:
+    """The decode step of `concurrency` sequences each holding the whole context, as the engine's speed model times it
+    (the planning margin `simple` is timed as vLLM)."""
+    from planner.estimator.performance import Step, replica_timer
+
+    engine = "vllm" if c.configuration.engine.name == "simple" else c.configuration.engine.name
+    timer = replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine)
+    return timer.step_s(Step(c.concurrency, float(c.context)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.render.plain import controls_escaped
-from planner.render.summary import fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, price_age_text, status_line
+from planner.render.summary import fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, price_age_text, speed_line, status_line
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def solve_markdown(result: SolveResult) -> str:
               f"{best.gpus_per_replica} x {best.gpu}, tp {best.tp} x pp {best.pp}, {best.precision} weights, "
               f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
               f"{best.instances} x {md(best.provider)} {md(best.instance)} ({md(best.region)}); {md(best.sharing)}.", "",
-              md(memory_line(best)) + ".", ""]
+              md(memory_line(best)) + ".", "", md(speed_line(best)) + ".", ""]
     lines += [f"Warning: {md(best.price_age.warning)}.", ""] if best.price_age.warning else []
     header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour",
               "price age"]

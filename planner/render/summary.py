@@ -44,6 +44,13 @@ def status_line(result: SolveResult) -> str:
             f"{result.candidates:,} fit, {result.variables:,} priced options (CP-SAT variables)")
 
 
+def speed_line(p: PlanOption) -> str:
+    """A plan's speed without traffic: its decode step with every request holding the whole context."""
+    return (f"speed at the full context: TPOT {p.full_context_step_s * 1000:,.1f} ms with {p.concurrency} x "
+            f"{p.context:,} tokens held · {p.full_context_output_tokens_per_s:,.0f} output tokens/s · "
+            f"${p.usd_per_million_output_tokens:,.2f} per million output tokens, busy all hour")
+
+
 def memory_line(p: PlanOption) -> str:
     fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
     card = p.memory.gpu.memory_bytes if p.memory.gpu else 0

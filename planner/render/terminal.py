@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
 from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
-                                    price_age_text, status_line)
+                                    price_age_text, speed_line, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
@@ -167,6 +167,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
     console.print(as_text(f"  rent: {best.instances} x {best.provider} {best.instance} ({best.gpus_per_instance} GPUs, "
                           f"{best.region}); {best.sharing}"))
     console.print(f"  {as_text(memory_line(best))} · re-checked by the estimator")
+    console.print(f"  {as_text(speed_line(best))}")
     console.print(as_text(f"  price as of {best.price_as_of}; source: {best.price_source}"))
     for warning in (*filter(None, [best.price_age.warning]), *best.memory.warnings):
         console.print(f"  [yellow]warning:[/yellow] {as_text(warning)}")
