@@ -153,9 +153,12 @@ def _show(draw: Callable[[Console | PlainConsole], None]) -> None:
 
 
 def _print_lines(lines: list[str]) -> None:
+    """Lines of plain text (names from files in them print as text: no markup, control characters escaped)."""
+    from planner.render.plain import as_text
+
     def draw(console: Console | PlainConsole) -> None:
         for line in lines:
-            console.print(line)
+            console.print(as_text(line))
 
     _show(draw)
 

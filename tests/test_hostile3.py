@@ -502,3 +502,17 @@ def test_a_burst_is_served_at_the_rate_the_engine_finishes_it(tmp_path):
 def test_perf_times_only_what_could_run():
     cli_error(["perf", "llama-3.1-8b", "--gpu", "h100", "--prompt-tokens", "10000000"], "--prompt-tokens", "131,072")
     cli_error(["perf", "llama-3.1-8b", "--gpu", "l4", "--batch", "4096", "--prompt-tokens", "8000"], "--batch", "GB per GPU")
+
+
+def test_perf_and_bench_print_names_from_files_as_text(tmp_path):
+    """finding 6 for the commands that print lines (perf, bench, simulate, calibrate, check): a model folder named
+    like markup prints as written, not as styles."""
+    from fuzz import invoke_cli
+
+    folder = tmp_path / "[bold]z[red]"
+    folder.mkdir()
+    source = Path(__file__).parent / "data" / "configs" / "llama-3.1-8b-instruct" / "config.json"
+    (folder / "config.json").write_text(source.read_text())
+    outcome = invoke_cli(["perf", str(folder / "config.json"), "--gpu", "h100"])
+    assert outcome.code == 0, outcome.stderr
+    assert outcome.stdout.startswith("[bold]z[red] on 1 x h100-sxm")
