@@ -112,6 +112,7 @@ class Measurement:
     gpu: str
     tp: int
     pp: int
+    ep: int  # expert parallelism with tensor-parallel attention (the protocol's EP amendment)
     batch: int
     prompt_tokens: int
     output_tokens: int
@@ -184,8 +185,10 @@ def excluded(label: str, raw: dict[str, Any]) -> None:
     if speculative:
         raise Skip("speculative decoding not stated (excluded: may be on)" if str(speculative).startswith("not stated")
                    else "speculative decoding (no draft term yet)")
-    if (raw.get("ep") or 1) > 1 or (raw.get("dp_attention") or 1) > 1:
-        raise Skip("expert parallelism or data-parallel attention (not modelled yet)")
+    if (raw.get("dp_attention") or 1) > 1:
+        raise Skip("data-parallel attention (not modelled yet)")
+    if (raw.get("ep") or 1) > 1 and "deepep" in json.dumps(raw).lower():
+        raise Skip("expert parallelism over a DeepEP all-to-all (not modelled yet)")
     if raw.get("enforce_eager"):
         raise Skip("eager mode (the model times CUDA-graph replay)")
     if raw.get("tp") is None and raw.get("num_gpus") is None:
@@ -241,7 +244,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     return Measurement(
         row=label, engine=engine, model=catalog_model(catalog, raw["model"]),
         precision=first_match(raw["precision"], PRECISIONS, "precision"), kv_dtype=kv_dtype(raw["kv_cache_dtype"]),
-        gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, batch=batch,
+        gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, ep=raw.get("ep") or 1, batch=batch,
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form,
     )
@@ -259,7 +262,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
     """The model, checked to hold the stated batch at its full context (else the engine ran fewer at once)."""
     arch = architecture_from_config(catalog.models.get(m.model).config, m.model)
     request = Request(context=m.prompt_tokens + m.output_tokens, batch=m.batch, tp=m.tp, pp=m.pp,
-                      precision=m.precision, kv_dtype=m.kv_dtype)
+                      precision=m.precision, kv_dtype=m.kv_dtype, ep=m.ep)
     try:
         fit = estimate_memory(arch, request, catalog, GpuTarget.from_catalog(catalog.gpus.get(m.gpu))).gpu
     except PlannerInputError as exc:
@@ -272,7 +275,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
 def timer(catalog: Catalog, m: Measurement, arch: Architecture,
           performance: PerformanceCatalog | None = None) -> ReplicaTimer:
     return replica_timer(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, catalog, m.engine,
-                         performance)
+                         performance, m.ep)
 
 
 def predict(catalog: Catalog, m: Measurement, arch: Architecture,
@@ -284,7 +287,7 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     static = timer_performance(timer(catalog, m, arch, performance), m.batch, Workload(m.prompt_tokens, m.output_tokens))
     if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES:
         return static
-    loop = api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, precision=m.precision, kv_dtype=m.kv_dtype, engine=m.engine,
+    loop = api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, ep=m.ep, precision=m.precision, kv_dtype=m.kv_dtype, engine=m.engine,
                     prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens, concurrency=m.batch,
                     catalog=catalog, performance=performance).closed_loop
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
@@ -372,6 +375,8 @@ def classes(m: Measurement, arch: Architecture, catalog: Catalog) -> list[str]:
            f"form {m.form}", f"file {prefix or 'reference'}"]
     if generation.startswith("cdna"):
         out.append("AMD")
+    if m.ep > 1:
+        out.append("expert parallel (tensor-parallel attention)")
     return out
 
 

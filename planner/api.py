@@ -8,13 +8,15 @@
 
 from __future__ import annotations
 
-from math import isfinite
+from dataclasses import replace
+from math import floor, isfinite
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.model.sources import resolve_model
+from planner.estimator.layout import parallel_refusal
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.units import parse_count, parse_size
 
@@ -24,6 +26,8 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.calibration.calibrate import Calibration
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
+    from planner.estimator.capacity import Scheduler
+    from planner.model.architecture import Architecture
     from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
@@ -212,14 +216,15 @@ def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: 
                    Path(prices_file) if prices_file else None, as_of)
 
 
-def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
+def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1,
          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
          concurrency: int | None = None, calibration: Calibration | None = None,
          catalog: Catalog | None = None, performance: PerformanceCatalog | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
-    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); with
+    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); `ep`:
+    the routed experts dealt over that many of the tp GPUs, attention still tensor-parallel; with
     `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
     `performance`: the speed model's constants to time it with (default catalogs/performance.yaml)."""
     from planner.api_records import PerfResult
@@ -236,7 +241,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
-                       calibration=calibration, performance=performance)
+                       calibration=calibration, performance=performance, ep=ep)
     _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
     shape = Workload(prompt_tokens, output_tokens)
     result = timer_performance(replica.timer, batch, shape)
@@ -255,7 +260,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
 
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
-                      closed, finite, replica.calibrated)
+                      closed, finite, replica.calibrated, replica.ep)
 
 
 def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
@@ -384,7 +389,7 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
         raise PlannerInputError(f"--prompt-tokens / --output-tokens: {context:,} tokens is longer than "
                                 f"{replica.arch.name}'s context of {longest:,}; ask for at most that")
     need = estimate_memory(replica.arch, Request(context=context, batch=batch, tp=replica.tp, pp=replica.pp,
-                                                 precision=precision, kv_dtype=kv_dtype),
+                                                 precision=precision, kv_dtype=kv_dtype, ep=replica.ep),
                            replica.catalog, GpuTarget.from_catalog(replica.card))
     if need.gpu is not None and not need.gpu.fits:
         raise PlannerInputError(f"--batch: {batch:,} requests of {context:,} tokens need "
@@ -395,10 +400,11 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
              engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
-             performance: PerformanceCatalog | None = None) -> Replica:
+             performance: PerformanceCatalog | None = None, ep: int = 1) -> Replica:
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
     of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget gives it at
-    max-model-len `context` (which must hold one request, as vLLM checks at start-up)."""
+    max-model-len `context` (which must hold one request, as vLLM checks at start-up); with `ep`-way expert
+    parallelism, the engine's pool for the TP layout less what the EP layout holds on top of it per rank."""
     from planner.api_records import Replica
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
@@ -418,7 +424,11 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         from planner.calibration.factors import calibrated_catalog
 
         performance = calibrated_catalog(performance, card.generation, profile, calibration.factors)
-    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance)
+    if ep != 1:
+        refusal = parallel_refusal(arch, tp, pp, 1, ep)
+        if refusal:
+            raise PlannerInputError(refusal)
+    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep)
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
@@ -426,7 +436,30 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
         scheduler = Scheduler.of(budget)
-    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated)
+        if ep != 1:
+            scheduler = _expert_parallel_pool(scheduler, budget.kv_pool_bytes, arch, request, catalog, ep, name)
+    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep)
+
+
+def _expert_parallel_pool(scheduler: Scheduler, pool_bytes: int, arch: Architecture, request: Request,
+                          catalog: Catalog, ep: int, engine: str) -> Scheduler:
+    """The engine's pool for the TP layout, less the bytes the EP layout holds on top of it on its fullest rank
+    (a shared expert whole on every rank, the all-to-all buffers): both engines give the KV pool what their budget
+    leaves after the weights, so what the weights grow by the pool loses, in whole tokens."""
+    def held(layout: Request) -> int:
+        return max(r.total_bytes - r.kv_cache_bytes for r in estimate_memory(arch, layout, catalog).per_gpu)
+
+    extra = held(replace(request, ep=ep)) - held(request)
+    if extra <= 0 or pool_bytes <= 0:
+        return scheduler
+    left = pool_bytes - extra
+    block = scheduler.block_tokens
+    tokens = floor(scheduler.pool_tokens * left / pool_bytes) // block * block if left > 0 else 0
+    if tokens < request.context:
+        raise PlannerInputError(f"--ep {ep}: the expert-parallel layout holds {extra / 1e9:,.2f} GB more per GPU, and "
+                                f"the {engine} pool left cannot hold one request of {request.context:,} tokens; "
+                                "use a smaller --ep or more GPUs")
+    return replace(scheduler, pool_tokens=tokens)
 
 
 def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,

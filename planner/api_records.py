@@ -42,11 +42,12 @@ class PerfResult:
     closed_loop: ClosedLoop | None = None  # at --concurrency
     finite_run: BenchmarkResult | None = None  # at a --rate it does not keep up with
     calibrated: bool | None = None  # None: no calibration given; else whether it is of this GPU generation x engine
+    ep: int = 1  # expert-parallel ranks among the tp GPUs
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
         data: dict[str, Any] = {
-            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "engine": self.engine,
+            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "ep": self.ep, "engine": self.engine,
             "batch": p.batch, "ttft_s": p.ttft_s, "tpot_ms": p.tpot_s * 1000, "decode_step_ms": p.decode_step_s * 1000,
             "output_tokens_per_s": p.output_tokens_per_s, "requests_per_s": p.requests_per_s, "bound": p.decode_bound,
             # the slowest stage's decode step, every term by name (they add up to its time) and what it reads
@@ -103,6 +104,7 @@ class Replica:
     timer: ReplicaTimer
     scheduler: Scheduler | None
     calibrated: bool | None  # None: no calibration given; else whether the timer took it
+    ep: int = 1  # expert-parallel ranks among the tp GPUs
 
 
 @dataclass(frozen=True)

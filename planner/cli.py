@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from planner import api
 from planner.direct import Argument, Option, command_name
 from planner.errors import PlannerInputError
+from planner.estimator.layout import layout_name
 from planner.files import SCENARIO, read_text, write_output
 from planner.units import parse_tokens
 
@@ -513,6 +514,8 @@ def perf_command(
     gpus: Optional[int] = REPLICA_GPUS,
     tp: Optional[int] = REPLICA_TP,
     pp: int = REPLICA_PP,
+    ep: int = Option(1, "--ep", help="Expert-parallel size: the routed experts dealt over this many of the --tp GPUs "
+                     "(SGLang --ep-size; vLLM --enable-expert-parallel is --ep = --tp); attention stays tensor-parallel."),
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
@@ -526,14 +529,14 @@ def perf_command(
     calibration: Optional[str] = CALIBRATION_FILE,
 ) -> None:
     """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
-    result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, engine=engine,
+    result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, ep=ep, precision=precision, kv_dtype=kv_dtype, engine=engine,
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
                       concurrency=concurrency, calibration=_calibration(calibration))
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))
         return
-    lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} (tp {data['tp']} x pp {data['pp']}, "
+    lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} ({layout_name(data['tp'], data['pp'], 1, data['ep'])}, "
              f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens",
              f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
              f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"]

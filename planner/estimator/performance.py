@@ -47,15 +47,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
-from math import ceil, prod
+from math import ceil, floor, prod
 from pathlib import Path
 from typing import Callable, Literal, NamedTuple
+
+import numpy as np
 
 
 from planner.model.architecture import Architecture, Attention, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
-from planner.estimator.layout import model_kv_heads, pipeline_stages, shard_shape, tied_lm_head
+from planner.estimator.layout import model_kv_heads, pipeline_stages, rank_share, shard_shape, tied_lm_head
 from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
 from planner.model.precision import UNQUANTIZED_BITS, resolve_kv_dtype, resolve_precision, tensor_bytes
 from planner.units import GB, MAX_CONTEXT
@@ -398,6 +400,7 @@ class _Experts:
     count: int = 0  # E per layer (0: dense)
     per_token: int = 0  # k
     layers: int = 0
+    ranks: int = 1  # the expert-parallel ranks the E experts are dealt over (E / ranks on each)
     bytes: int = 0
     flops: float = 0.0
     low_bit: bool = False  # stored below 16 bits
@@ -452,15 +455,16 @@ def _is_low_bit(t: Tensor, shard: tuple[int, ...], precision: Precision) -> bool
 
 
 @lru_cache(maxsize=4096)
-def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int) -> _Gemms:
-    """The dense matmuls among `tensors` on one rank (embeddings are row lookups, norms elementwise).
+def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, ep: int = 1) -> _Gemms:
+    """The dense matmuls among `tensors` on one rank (embeddings are row lookups, norms elementwise), placed as
+    the memory estimate places them (rank_share: a shared expert is whole on every rank when ep = tp).
     Cached: the layers of a model repeat the same tensors, and the solver asks many times."""
     out = _Gemms()
     low_bit, wide = [], []
     for t in tensors:
         if t.role not in DENSE_MATMUL_ROLES or len(t.shape) != 2:
             continue
-        shard = shard_shape(t, tp, kv_heads)
+        shard = shard_shape(t, rank_share(t, tp, 1, ep)[0], kv_heads)
         size = tensor_bytes(shard, t.count, t, precision)
         flops = 2 * prod(shard) * t.count
         if _is_low_bit(t, shard, precision):
@@ -473,12 +477,15 @@ def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads:
 
 
 @lru_cache(maxsize=4096)
-def _experts(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, per_token: int) -> _Experts:
+def _experts(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, per_token: int,
+             ep: int = 1) -> _Experts:
+    """One expert's part on one rank: with `ep`-way expert parallelism each rank holds E / ep experts, each split
+    tp / ep ways (rank_share)."""
     experts = [t for t in tensors if t.role == "expert"]
     if not experts:
         return _Experts()
-    shards = [(t, shard_shape(t, tp, kv_heads)) for t in experts]
-    return _Experts(count=experts[0].count, per_token=per_token, layers=1,
+    shards = [(t, shard_shape(t, rank_share(t, tp, 1, ep)[0], kv_heads)) for t in experts]
+    return _Experts(count=experts[0].count, per_token=per_token, layers=1, ranks=ep,
                     bytes=sum(tensor_bytes(shard, 1, t, precision) for t, shard in shards),
                     flops=sum(2 * prod(shard) for t, shard in shards if len(shard) == 2),
                     low_bit=_is_low_bit(*shards[0], precision))
@@ -492,7 +499,8 @@ def _summed_experts(parts: list[_Experts]) -> _Experts:
 
 
 @lru_cache(maxsize=1024)
-def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool) -> tuple[_Stage, ...]:
+def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool, ep: int = 1
+            ) -> tuple[_Stage, ...]:
     heads_per_rank = ceil(arch.num_attention_heads / tp)
     kv_heads = model_kv_heads(arch)
     k = arch.moe.experts_per_token if arch.moe else 0
@@ -510,9 +518,9 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
             head = arch.head + tied_lm_head(arch)
         stages.append(_Stage(
             layers=len(layers), mla_layers=mla,
-            body=sum((_gemms(layer.tensors, precision, tp, kv_heads) for layer in layers), _Gemms()),
+            body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep) for layer in layers), _Gemms()),
             head=_gemms(head, precision, tp, kv_heads),
-            experts=_summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k) for layer in layers]),
+            experts=_summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k, ep) for layer in layers]),
             attention=attention,
         ))
     return tuple(stages)
@@ -618,6 +626,7 @@ class _StageCost(NamedTuple):
     experts: int
     expert_missed: float  # 1 - k/E: the chance one token's picks miss a given expert (0 when dense)
     per_token: int
+    expert_ranks: int  # expert-parallel ranks (1: every rank holds a part of every expert)
     expert_bytes: int
     expert_read_s: float  # one expert of every MoE layer, read
     expert_row_s: float  # one routed token through one expert of every MoE layer, computed
@@ -645,7 +654,7 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         head.bytes / head_rates.bytes_per_s, (head.low_bit_flops + head.wide_flops) / head_rates.flops_per_s,
         head_rates.half_m, body.bytes + head.bytes,
         experts.count, 1 - experts.per_token / experts.count if experts.count else 0.0, experts.per_token,
-        experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
+        experts.ranks, experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
         hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.attention_flops_per_s,
         launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers)
 
@@ -667,10 +676,14 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     weight_bytes = cost.weight_bytes
     moe_s = 0.0
     if cost.experts:  # the distinct experts the step's tokens route to per MoE layer: E (1 - (1 - k/E)^T)
-        touched = cost.experts * (1 - cost.expert_missed ** tokens)
+        if cost.expert_ranks == 1:
+            touched = cost.experts * (1 - cost.expert_missed ** tokens)
+            rows = tokens * cost.per_token
+        else:  # the busiest of the EP ranks, which the step waits for
+            touched, rows = busiest_expert_rank(cost.experts, cost.per_token, cost.expert_ranks, tokens)
         read_s = touched * cost.expert_read_s
-        # compute_eff at T k / touched rows per expert: T k routed rows plus touched x half_m
-        expert_c = cost.expert_row_s * (tokens * cost.per_token + touched * cost.expert_half_m)
+        # compute_eff at rows / touched rows per expert: the routed rows plus touched x half_m
+        expert_c = cost.expert_row_s * (rows + touched * cost.expert_half_m)
         moe_s = read_s if read_s >= expert_c else expert_c
         memory_s += read_s
         compute_s += expert_c
@@ -686,6 +699,42 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     total_s = dense_s + moe_s + attention_s + cost.launch_s + cost.step_s + allreduces_s
     return (dense_s, moe_s, attention_s, cost.launch_s, cost.step_s, allreduces_s, memory_s, compute_s,
             weight_bytes, kv_bytes, total_s)
+
+
+@lru_cache(maxsize=65536)
+def _expected_max_binomial(trials: int, chance: float, copies: int) -> float:
+    """E[max of `copies` independent Binomial(trials, chance)] = sum over j >= 1 of 1 - F(j - 1)^copies."""
+    if trials == 0 or chance <= 0.0:
+        return 0.0
+    if chance >= 1.0:
+        return float(trials)
+    j = np.arange(trials, dtype=float)
+    # log pmf by the ratio pmf(j + 1) / pmf(j) = (n - j) / (j + 1) x q / (1 - q), from pmf(0) = (1 - q)^n
+    log_pmf = trials * np.log1p(-chance) + np.concatenate(
+        ([0.0], np.cumsum(np.log((trials - j) / (j + 1)) + np.log(chance) - np.log1p(-chance))))
+    below = np.minimum(np.cumsum(np.exp(log_pmf))[:-1], 1.0)  # F(0) .. F(n - 1)
+    return float(np.sum(1.0 - below ** copies))
+
+
+def _expected_max_smooth(trials: float, chance: float, copies: int) -> float:
+    """_expected_max_binomial at a fractional number of trials (a steady state's mean batch), linear between the
+    whole numbers around it, so that it never falls as the trials grow."""
+    low = floor(trials)
+    at_low = _expected_max_binomial(low, chance, copies)
+    if trials == low:
+        return at_low
+    return at_low + (trials - low) * (_expected_max_binomial(low + 1, chance, copies) - at_low)
+
+
+def busiest_expert_rank(experts: int, per_token: int, ranks: int, tokens: float) -> tuple[float, float]:
+    """(experts touched, rows routed) on the busiest of `ranks` expert-parallel ranks holding experts / ranks
+    experts each, for `tokens` tokens each routed to `per_token` experts uniformly: each expert is touched with
+    p = 1 - (1 - k/E)^T, so one rank's touched experts are Binomial(E / ranks, p) and its routed rows
+    Binomial(T k, 1 / ranks), taken independent (bench/SPEED_PROTOCOL.md, the EP amendment); the expected maximum
+    over the ranks of each. With one rank: E p and T k."""
+    touched_chance = 1 - (1 - per_token / experts) ** tokens
+    return (_expected_max_binomial(experts // ranks, round(touched_chance, 12), ranks),
+            _expected_max_smooth(tokens * per_token, 1 / ranks, ranks))
 
 
 def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) -> float:
@@ -858,8 +907,10 @@ class ReplicaTimer:
 
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
-                  engine: str = "vllm", performance: PerformanceCatalog | None = None) -> ReplicaTimer:
-    """The layout of one replica (tp x pp GPUs) resolved for timing its steps."""
+                  engine: str = "vllm", performance: PerformanceCatalog | None = None, ep: int = 1) -> ReplicaTimer:
+    """The layout of one replica (tp x pp GPUs) resolved for timing its steps; `ep`: its routed experts dealt over
+    that many of the tp ranks (attention stays tensor-parallel, so the experts' outputs are all-reduced as under
+    TP: the engines' path without an all-to-all backend)."""
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
@@ -868,7 +919,7 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog))
-    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, growing, sliding, state, latent, pp,
+    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep), hw, growing, sliding, state, latent, pp,
                         engine_name, generation.name != gpu.generation, tp)
 
 
@@ -1013,4 +1064,4 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
 
 __all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
-           "load_performance_catalog", "replica_performance", "replica_timer"]
+           "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]
