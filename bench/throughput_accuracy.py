@@ -37,7 +37,7 @@ DATA = Path(__file__).parent / "data"
 # the number catalogs and notes quote).
 DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"),
               ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"),
-              ("2026d:", DATA / "throughput-2026d.jsonl"))
+              ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
