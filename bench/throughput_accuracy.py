@@ -28,6 +28,7 @@ from planner.model.architecture import Architecture, architecture_from_config
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
+from planner.estimator.speculative import Speculation, speculation
 from planner.model.precision import resolve_precision
 from planner.estimator.performance import (PerformanceCatalog, ReplicaPerformance, ReplicaTimer, Workload,
                                            replica_timer, timer_performance)
@@ -121,6 +122,7 @@ class Measurement:
     ttft_s: float | None  # single-request rows only
     source: str
     form: str  # how it was run: static batch, closed loop (a concurrency) or a single stream
+    speculation: Speculation | None = None  # the protocol's speculative-decoding amendment
 
 
 class Skip(Exception):
@@ -182,9 +184,8 @@ def excluded(label: str, raw: dict[str, Any]) -> None:
     if label in NOT_REPRESENTATIVE:
         raise Skip("ROCm build 4-7x slower than other rows of the same machine (not representative)")
     speculative = raw.get("speculative")
-    if speculative:
-        raise Skip("speculative decoding not stated (excluded: may be on)" if str(speculative).startswith("not stated")
-                   else "speculative decoding (no draft term yet)")
+    if speculative and str(speculative).startswith("not stated"):
+        raise Skip("speculative decoding not stated (excluded: may be on)")
     if (raw.get("dp_attention") or 1) > 1:
         raise Skip("data-parallel attention (not modelled yet)")
     if (raw.get("ep") or 1) > 1 and "deepep" in json.dumps(raw).lower():
@@ -195,8 +196,30 @@ def excluded(label: str, raw: dict[str, Any]) -> None:
         raise Skip("parallelism not stated")
 
 
+SPEC_STEPS = re.compile(r"--speculative-num-steps\s+(\d+)")
+SPEC_TOPK = re.compile(r"--speculative-eagle-topk\s+(\d+)")
+ACCEPT_KEYS = ("Accept length", "accept_length", "Mean acceptance length")
+
+
+def speculation_of(raw: dict[str, Any]) -> Speculation | None:
+    """A row's speculative decoding as the protocol's amendment times it: a chain draft (top-k 1) of the
+    checkpoint's MTP module (SGLang EAGLE / NEXTN on it) with the acceptance length the row states."""
+    text = str(raw.get("speculative") or "")
+    if not text:
+        return None
+    steps, topk = SPEC_STEPS.search(text), SPEC_TOPK.search(text)
+    accept = next((raw["measured"][k] for k in ACCEPT_KEYS if k in raw["measured"]), None)
+    if accept is None:
+        raise Skip("speculative decoding without a stated acceptance length")
+    if "ngram" in text.lower() or "eagle3" in text.lower().replace("-", "") or steps is None \
+            or (topk is not None and int(topk.group(1)) != 1):
+        raise Skip("speculative decoding other than a chain draft of the MTP module (not modelled yet)")
+    return speculation("mtp", int(steps.group(1)), number(accept))
+
+
 def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     excluded(label, raw)
+    spec = speculation_of(raw)
     engine = ENGINES.get(raw["engine"])
     if engine is None:
         raise Skip("engine without a performance profile")
@@ -241,12 +264,14 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         raise Skip("no TPOT, output tokens/s or single-request TTFT measured")
     if batch == 1:
         form = "single stream"
+    if spec is not None and form == "closed loop":
+        raise Skip("speculative decoding in a closed loop (its scheduler is not modelled yet)")
     return Measurement(
         row=label, engine=engine, model=catalog_model(catalog, raw["model"]),
         precision=first_match(raw["precision"], PRECISIONS, "precision"), kv_dtype=kv_dtype(raw["kv_cache_dtype"]),
         gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, ep=raw.get("ep") or 1, batch=batch,
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
-        output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form,
+        output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
     )
 
 
@@ -284,6 +309,10 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     gives its steady state (bench/SPEED_PROTOCOL.md), where the engine has a memory profile to schedule with.
     `performance`: the speed model's constants (default catalogs/performance.yaml; a calibration's, for
     bench/calibration_accuracy.py)."""
+    if m.speculation is not None:
+        return api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, ep=m.ep, precision=m.precision, kv_dtype=m.kv_dtype,
+                        engine=m.engine, batch=m.batch, prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens,
+                        speculation=m.speculation, catalog=catalog, performance=performance).performance
     static = timer_performance(timer(catalog, m, arch, performance), m.batch, Workload(m.prompt_tokens, m.output_tokens))
     if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES:
         return static
@@ -377,6 +406,8 @@ def classes(m: Measurement, arch: Architecture, catalog: Catalog) -> list[str]:
         out.append("AMD")
     if m.ep > 1:
         out.append("expert parallel (tensor-parallel attention)")
+    if m.speculation is not None:
+        out.append("speculative (MTP)")
     return out
 
 

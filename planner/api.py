@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
     from planner.estimator.capacity import Scheduler
+    from planner.estimator.speculative import Speculation, SpeculativeTimer
     from planner.model.architecture import Architecture
     from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineSettings
@@ -220,11 +221,13 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
          concurrency: int | None = None, calibration: Calibration | None = None,
+         speculation: Speculation | None = None,
          catalog: Catalog | None = None, performance: PerformanceCatalog | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); `ep`:
-    the routed experts dealt over that many of the tp GPUs, attention still tensor-parallel; with
+    the routed experts dealt over that many of the tp GPUs, attention still tensor-parallel; `speculation`: every
+    decode step a speculative cycle of the checkpoint's MTP module (planner.estimator.speculative); with
     `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
     `performance`: the speed model's constants to time it with (default catalogs/performance.yaml)."""
     from planner.api_records import PerfResult
@@ -239,12 +242,24 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     if concurrency is not None and concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
+    if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
+        raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
+                                "--concurrency and --pp (the scheduler under speculative decoding is not modelled yet)")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
                        calibration=calibration, performance=performance, ep=ep)
-    _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
     shape = Workload(prompt_tokens, output_tokens)
-    result = timer_performance(replica.timer, batch, shape)
+    cycle = None
+    if speculation is None:
+        _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
+        result = timer_performance(replica.timer, batch, shape)
+    else:
+        from planner.estimator.speculative import draft_architecture, shared_free, speculative_performance
+
+        draft = draft_architecture(replica.arch)
+        _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype, shared_free(draft))
+        result, cycle = speculative_performance(_speculative_timer(replica, draft, precision, kv_dtype, speculation,
+                                                                   performance), batch, shape)
     steady = closed = finite = None
     if rate is not None:
         from planner.estimator.benchmark import DEFAULT_PROMPTS, MAX_OUTPUT_TOKENS, BenchmarkRun, run_benchmark
@@ -260,7 +275,18 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
 
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
-                      closed, finite, replica.calibrated, replica.ep)
+                      closed, finite, replica.calibrated, replica.ep, speculation, cycle)
+
+
+def _speculative_timer(replica: Replica, draft: Architecture, precision: str, kv_dtype: str, spec: Speculation,
+                       performance: PerformanceCatalog | None) -> SpeculativeTimer:
+    """The target's timer and the MTP draft's, on the same GPUs, layout, engine and constants."""
+    from planner.estimator.performance import replica_timer
+    from planner.estimator.speculative import speculative_timer
+
+    draft_timer = replica_timer(draft, precision, kv_dtype, replica.card, replica.tp, replica.pp, replica.catalog,
+                                replica.engine, performance, replica.ep)
+    return speculative_timer(replica.timer, draft_timer, spec)
 
 
 def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
@@ -381,19 +407,24 @@ def _same_model(catalog: Catalog, run: MeasuredRun, model: str) -> None:
                                 "on runs of one model")
 
 
-def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_dtype: str) -> None:
+def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_dtype: str,
+                draft: Architecture | None = None) -> None:
     """`planner perf` times what could run: a request no longer than the model's context, and `batch` of them in
-    the GPUs' memory (else its figures would be printed for a replica that cannot exist)."""
+    the GPUs' memory (else its figures would be printed for a replica that cannot exist); with a speculative
+    `draft` (its own tensors only), its weights and its cache of the same requests on top."""
     longest = replica.arch.max_position_embeddings
     if longest and context > longest:
         raise PlannerInputError(f"--prompt-tokens / --output-tokens: {context:,} tokens is longer than "
                                 f"{replica.arch.name}'s context of {longest:,}; ask for at most that")
-    need = estimate_memory(replica.arch, Request(context=context, batch=batch, tp=replica.tp, pp=replica.pp,
-                                                 precision=precision, kv_dtype=kv_dtype, ep=replica.ep),
-                           replica.catalog, GpuTarget.from_catalog(replica.card))
-    if need.gpu is not None and not need.gpu.fits:
+    request = Request(context=context, batch=batch, tp=replica.tp, pp=replica.pp, precision=precision,
+                      kv_dtype=kv_dtype, ep=replica.ep)
+    need = estimate_memory(replica.arch, request, replica.catalog, GpuTarget.from_catalog(replica.card))
+    added = 0
+    if draft is not None:
+        added = max(r.weights_bytes + r.kv_cache_bytes for r in estimate_memory(draft, request, replica.catalog).per_gpu)
+    if need.gpu is not None and need.gpu.headroom_bytes < added:
         raise PlannerInputError(f"--batch: {batch:,} requests of {context:,} tokens need "
-                                f"{max(r.total_bytes for r in need.per_gpu) / 1e9:,.1f} GB per GPU, a "
+                                f"{(max(r.total_bytes for r in need.per_gpu) + added) / 1e9:,.1f} GB per GPU, a "
                                 f"{replica.card.name} holds {replica.card.memory_bytes / 1e9:,.1f} GB; lower --batch or "
                                 "add GPUs (--tp / --pp)")
 

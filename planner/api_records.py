@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from planner.estimator.memory import MemoryEstimate
     from planner.estimator.performance import ReplicaPerformance, ReplicaTimer
     from planner.estimator.simulate import SimulationResult
+    from planner.estimator.speculative import Speculation, SpeculativeCycle
     from planner.model.architecture import Architecture
 
 
@@ -43,6 +44,8 @@ class PerfResult:
     finite_run: BenchmarkResult | None = None  # at a --rate it does not keep up with
     calibrated: bool | None = None  # None: no calibration given; else whether it is of this GPU generation x engine
     ep: int = 1  # expert-parallel ranks among the tp GPUs
+    speculation: Speculation | None = None
+    cycle: SpeculativeCycle | None = None  # with speculation: one decode cycle at the batch
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
@@ -70,6 +73,10 @@ class PerfResult:
             data["finite_run"] = self.finite_run.to_dict()
         if self.closed_loop is not None:
             data["closed_loop"] = asdict(self.closed_loop)
+        if self.speculation is not None and self.cycle is not None:
+            # decode_step_ms is the whole cycle: the verify's terms above plus the draft's forwards
+            data["speculative"] = {**asdict(self.speculation), "verify_ms": self.cycle.verify_s * 1000,
+                                   "draft_ms": self.cycle.draft_s * 1000}
         return data
 
 

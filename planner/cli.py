@@ -527,11 +527,19 @@ def perf_command(
                                         "last is answered (vllm bench serve --max-concurrency C): the closed loop."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
+    speculative: Optional[str] = Option(None, "--speculative", help="Speculative decoding: mtp (the checkpoint's own "
+                                        "multi-token-prediction module drafts; SGLang NEXTN/EAGLE, vLLM method mtp)."),
+    speculative_tokens: int = Option(3, "--speculative-tokens", help="Draft tokens a cycle (SGLang "
+                                     "--speculative-num-steps, vLLM num_speculative_tokens)."),
+    acceptance_length: Optional[float] = Option(None, "--acceptance-length", help="Mean tokens a request gains a cycle, "
+                                                "the bonus token included, as the engine logs it (SGLang 'accept len', "
+                                                "vLLM 'Mean acceptance length'); required with --speculative."),
 ) -> None:
     """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
     result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, ep=ep, precision=precision, kv_dtype=kv_dtype, engine=engine,
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
-                      concurrency=concurrency, calibration=_calibration(calibration))
+                      concurrency=concurrency, calibration=_calibration(calibration),
+                      speculation=_speculation(speculative, speculative_tokens, acceptance_length))
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))
@@ -540,6 +548,11 @@ def perf_command(
              f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens",
              f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
              f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"]
+    spec = data.get("speculative")
+    if spec:
+        lines.append(f"speculative {spec['method']}: {spec['draft_tokens']} draft tokens, acceptance length "
+                     f"{spec['acceptance_length']:g} · a cycle {data['decode_step_ms']:.2f} ms (verify "
+                     f"{spec['verify_ms']:.2f} + draft {spec['draft_ms']:.2f})")
     steady = data.get("steady_state")
     if steady and steady["keeps_up"]:
         lines.append(f"at {steady['requests_per_s']:g} req/s: keeps up; {steady['batch']:.1f} requests running, "
@@ -561,6 +574,20 @@ def perf_command(
         lines.append(f"  TTFT {loop.ttft_s:.3f} s · TPOT {loop.tpot_s * 1000:.1f} ms · E2E {loop.e2e_s:.2f} s · "
                      f"KV peak {loop.kv_tokens_peak:,} of {loop.pool_tokens:,} tokens")
     _print_lines(lines + _calibration_line(calibration, result.calibrated))
+
+
+def _speculation(method: Optional[str], tokens: int, acceptance: Optional[float]):
+    """--speculative, --speculative-tokens and --acceptance-length as one setting (None without --speculative)."""
+    if method is None:
+        if acceptance is not None:
+            raise PlannerInputError("--acceptance-length: only with --speculative mtp")
+        return None
+    if acceptance is None:
+        raise PlannerInputError("--acceptance-length: required with --speculative (the mean tokens a request gains a "
+                                "cycle, from the engine's log of a run like yours)")
+    from planner.estimator.speculative import speculation
+
+    return speculation(method, tokens, acceptance)
 
 
 def _calibration(path: Optional[str]) -> Optional[Calibration]:
