@@ -786,12 +786,13 @@ def _wide_rate(gpu: Gpu, arch: Architecture, precision: Precision) -> float:
     raise PlannerInputError(f"gpu {gpu.name}: the catalog has no {'/'.join(keys)} TFLOPS to time compute with")
 
 
-def _low_bit_format(gpu: Gpu, precision: Precision, wide: float, performance: PerformanceCatalog
+def _low_bit_format(gpu: Gpu, precision: Precision, wide: float, performance: PerformanceCatalog, native: bool
                     ) -> tuple[float, str]:
-    """(peak FLOP/s, kernel format) of the GEMMs a low-bit precision stores: its tensor-core format where the GPU
-    has it natively, else the 16-bit rate and kernels (weight-only kernels dequantize and compute in 16 bits)."""
+    """(peak FLOP/s, kernel format) of the GEMMs a low-bit precision stores: its tensor-core format where the engine
+    runs it natively on this GPU (`native`, Catalog.support), else the 16-bit rate and kernels (weight-only kernels
+    dequantize and compute in 16 bits)."""
     compute = performance.precision(precision.name)
-    rate = _rate(gpu, compute.tensor_core_format) if compute and gpu.generation in precision.native else None
+    rate = _rate(gpu, compute.tensor_core_format) if compute and native else None
     return (rate, compute.kernel_format) if rate and compute else (wide, WIDE_FORMAT)
 
 
@@ -915,7 +916,8 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
-    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits)
+    native = catalog.support(engine, prec, gpu).native
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog))
@@ -980,12 +982,12 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
-              engine: str, kv_bits: int) -> tuple[_Hardware, GenerationEfficiency]:
+              engine: str, kv_bits: int, native: bool) -> tuple[_Hardware, GenerationEfficiency]:
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
     link = performance.interconnect(gpu.interconnect.kind, gpu.generation, engine)
     wide = _wide_rate(gpu, arch, prec)
-    low_bit_rate, low_bit_format = _low_bit_format(gpu, prec, wide, performance)
+    low_bit_rate, low_bit_format = _low_bit_format(gpu, prec, wide, performance, native)
     bandwidth = gpu.memory_bandwidth_gbps * GB
     ceiling = generation.read_ceiling
     # llama.cpp's fixed costs were measured per layer, in cycles: its launches and small kernels are in them

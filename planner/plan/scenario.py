@@ -171,7 +171,9 @@ class Search(_Strict):
     exclude_gpus: list[str] = []
     max_gpus_per_replica: int = Field(default=8, ge=1, le=1024)
     max_gpus_per_node: int | None = Field(default=None, ge=1, le=64)
-    allow_emulated: bool = False  # allow precisions the GPU runs only by emulation / dequantization
+    # plan precisions the engine runs only with weight-only kernels (dequantized, 16-bit compute: MXFP4 on Hopper,
+    # FP8 on Ampere; catalogs/precision_support.yaml), timed at the 16-bit rate; false: only native kernels
+    allow_emulated: bool = True
 
 
 class EngineSpec(_Strict):

@@ -211,10 +211,6 @@ def parallel_layouts(arch: Architecture, gpu: Gpu, space: SearchSpace) -> list[t
 # Candidates
 
 
-def _runs_natively(precision: Precision, gpu: Gpu) -> bool:
-    return not precision.native or gpu.generation in precision.native
-
-
 def configuration_count(space: SearchSpace) -> int:
     """How many configurations enumerate_candidates would estimate (at most; "auto" KV may repeat one)."""
     return (sum(len(parallel_layouts(space.arch, gpu, space)) for gpu in space.gpus) * len(space.precisions)
@@ -239,7 +235,7 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
             "search.kv_dtypes or search.max_gpus_per_replica"
         )
     prices = _rental_prices(space)
-    groups, skipped = _groups(space, prices)
+    groups, skipped = _groups(space, prices, catalog)
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
     probe = _Probe(space, catalog, {key: min(usd for usd, _ in by.values()) for key, by in prices.items() if by})
@@ -269,21 +265,31 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
     return Enumeration(tuple(candidates), tuple(rejections), probe.checked, tuple(skipped), cut_short, probe.budgets)
 
 
-def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]]
+def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]], catalog: Catalog
             ) -> tuple[list[tuple[Gpu, int, int, Precision, str]], list[str]]:
     """(GPU, tp, pp, precision, KV dtype) to search, cheapest rental first (unpriced layouts last), and why GPUs
-    were left out: a search the deadline cuts short has tried the cheapest replicas of every type."""
-    groups, skipped = [], []
+    were left out: a search the deadline cuts short has tried the cheapest replicas of every type. A precision the
+    engine cannot run on a GPU is refused there (Catalog.support, with its source); one it runs only with weight-only
+    kernels is searched unless search.allow_emulated is false."""
+    engine = space.engine.name if space.engine is not None else SIMPLE_ENGINE
+    groups = []
+    refused: dict[str, list[str]] = {}  # why, by the GPUs left with no precision for that reason
     for gpu in space.gpus:
-        precisions = [p for p in space.precisions if space.allow_emulated or _runs_natively(p, gpu)]
+        verdicts = [catalog.support(engine, p, gpu) for p in space.precisions]
+        precisions = [p for p, v in zip(space.precisions, verdicts)
+                      if v.runs and (space.allow_emulated or v.level != "weight-only")]
         if not precisions:
-            skipped.append(f"{gpu.name}: none of the allowed precisions runs natively on {gpu.generation} "
-                           "(set search.allow_emulated: true to allow emulation)")
+            for v in verdicts:
+                why = (f"{v.engine} cannot run {v.precision} on {v.generation}: {v.source}" if not v.runs else
+                       f"{v.engine} runs {v.precision} on {v.generation} only with weight-only kernels "
+                       "(search.allow_emulated: true allows them)")
+                refused.setdefault(why, []).append(gpu.name)
             continue
         # "auto" may resolve to a KV dtype also listed: each is searched once
         groups += [(gpu, tp, pp, precision, kv) for tp, pp in parallel_layouts(space.arch, gpu, space)
                    for precision in precisions
                    for kv in dict.fromkeys(resolve_kv_dtype(space.arch, precision, c) for c in space.kv_dtypes)]
+    skipped = [f"{', '.join(gpus)}: {why}" for why, gpus in refused.items()]
 
     def cheapest(group: tuple) -> float:
         gpu, tp, pp = group[:3]
