@@ -217,7 +217,7 @@ def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: 
                    Path(prices_file) if prices_file else None, as_of)
 
 
-def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1,
+def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1, dp: int = 1,
          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
          concurrency: int | None = None, calibration: Calibration | None = None,
@@ -226,7 +226,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); `ep`:
-    the routed experts dealt over that many of the tp GPUs, attention still tensor-parallel; `speculation`: every
+    the routed experts dealt over that many of the tp GPUs; `dp`: data-parallel attention groups among them, each
+    attending to its own requests (at a batch only: the pool under DP attention is not modelled); `speculation`: every
     decode step a speculative cycle of the checkpoint's MTP module (planner.estimator.speculative); with
     `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
     `performance`: the speed model's constants to time it with (default catalogs/performance.yaml)."""
@@ -242,12 +243,15 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     if concurrency is not None and concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
+    if dp > 1 and (rate is not None or concurrency is not None):
+        raise PlannerInputError("--dp: data-parallel attention is timed at a --batch only; drop --rate and --concurrency "
+                                "(the engine's KV pool under DP attention is not modelled yet)")
     if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
         raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
                                 "--concurrency and --pp (the scheduler under speculative decoding is not modelled yet)")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
-                       calibration=calibration, performance=performance, ep=ep)
+                       calibration=calibration, performance=performance, ep=ep, dp=dp)
     shape = Workload(prompt_tokens, output_tokens)
     cycle = None
     if speculation is None:
@@ -275,7 +279,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
 
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
-                      closed, finite, replica.calibrated, replica.ep, speculation, cycle)
+                      closed, finite, replica.calibrated, replica.ep, speculation, cycle, replica.dp)
 
 
 def _speculative_timer(replica: Replica, draft: Architecture, precision: str, kv_dtype: str, spec: Speculation,
@@ -285,7 +289,7 @@ def _speculative_timer(replica: Replica, draft: Architecture, precision: str, kv
     from planner.estimator.speculative import speculative_timer
 
     draft_timer = replica_timer(draft, precision, kv_dtype, replica.card, replica.tp, replica.pp, replica.catalog,
-                                replica.engine, performance, replica.ep)
+                                replica.engine, performance, replica.ep, replica.dp)
     return speculative_timer(replica.timer, draft_timer, spec)
 
 
@@ -417,7 +421,7 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
         raise PlannerInputError(f"--prompt-tokens / --output-tokens: {context:,} tokens is longer than "
                                 f"{replica.arch.name}'s context of {longest:,}; ask for at most that")
     request = Request(context=context, batch=batch, tp=replica.tp, pp=replica.pp, precision=precision,
-                      kv_dtype=kv_dtype, ep=replica.ep)
+                      kv_dtype=kv_dtype, ep=replica.ep, dp=replica.dp)
     need = estimate_memory(replica.arch, request, replica.catalog, GpuTarget.from_catalog(replica.card))
     added = 0
     if draft is not None:
@@ -431,7 +435,7 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
              engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
-             performance: PerformanceCatalog | None = None, ep: int = 1) -> Replica:
+             performance: PerformanceCatalog | None = None, ep: int = 1, dp: int = 1) -> Replica:
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
     of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget gives it at
     max-model-len `context` (which must hold one request, as vLLM checks at start-up); with `ep`-way expert
@@ -455,11 +459,11 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         from planner.calibration.factors import calibrated_catalog
 
         performance = calibrated_catalog(performance, card.generation, profile, calibration.factors)
-    if ep != 1:
-        refusal = parallel_refusal(arch, tp, pp, 1, ep)
+    if (ep, dp) != (1, 1):
+        refusal = parallel_refusal(arch, tp, pp, dp, ep)
         if refusal:
             raise PlannerInputError(refusal)
-    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep)
+    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep, dp)
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
@@ -469,7 +473,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         scheduler = Scheduler.of(budget)
         if ep != 1:
             scheduler = _expert_parallel_pool(scheduler, budget.kv_pool_bytes, arch, request, catalog, ep, name)
-    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep)
+    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp)
 
 
 def _expert_parallel_pool(scheduler: Scheduler, pool_bytes: int, arch: Architecture, request: Request,

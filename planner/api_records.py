@@ -46,11 +46,13 @@ class PerfResult:
     ep: int = 1  # expert-parallel ranks among the tp GPUs
     speculation: Speculation | None = None
     cycle: SpeculativeCycle | None = None  # with speculation: one decode cycle at the batch
+    dp: int = 1  # data-parallel attention groups among the tp GPUs
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
         data: dict[str, Any] = {
-            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "ep": self.ep, "engine": self.engine,
+            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep,
+            "engine": self.engine,
             "batch": p.batch, "ttft_s": p.ttft_s, "tpot_ms": p.tpot_s * 1000, "decode_step_ms": p.decode_step_s * 1000,
             "output_tokens_per_s": p.output_tokens_per_s, "requests_per_s": p.requests_per_s, "bound": p.decode_bound,
             # the slowest stage's decode step, every term by name (they add up to its time) and what it reads
@@ -112,6 +114,7 @@ class Replica:
     scheduler: Scheduler | None
     calibrated: bool | None  # None: no calibration given; else whether the timer took it
     ep: int = 1  # expert-parallel ranks among the tp GPUs
+    dp: int = 1  # data-parallel attention groups among the tp GPUs
 
 
 @dataclass(frozen=True)

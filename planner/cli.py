@@ -516,6 +516,8 @@ def perf_command(
     pp: int = REPLICA_PP,
     ep: int = Option(1, "--ep", help="Expert-parallel size: the routed experts dealt over this many of the --tp GPUs "
                      "(SGLang --ep-size; vLLM --enable-expert-parallel is --ep = --tp); attention stays tensor-parallel."),
+    dp: int = Option(1, "--dp", help="Data-parallel attention groups among the --tp GPUs (SGLang --enable-dp-attention "
+                     "--dp-size): each attends to its own requests at TP = tp / dp; timed at a --batch."),
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
@@ -536,7 +538,7 @@ def perf_command(
                                                 "vLLM 'Mean acceptance length'); required with --speculative."),
 ) -> None:
     """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
-    result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, ep=ep, precision=precision, kv_dtype=kv_dtype, engine=engine,
+    result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, ep=ep, dp=dp, precision=precision, kv_dtype=kv_dtype, engine=engine,
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
                       concurrency=concurrency, calibration=_calibration(calibration),
                       speculation=_speculation(speculative, speculative_tokens, acceptance_length))
@@ -544,7 +546,7 @@ def perf_command(
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))
         return
-    lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} ({layout_name(data['tp'], data['pp'], 1, data['ep'])}, "
+    lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} ({layout_name(data['tp'], data['pp'], data['dp'], data['ep'])}, "
              f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens",
              f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
              f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"]

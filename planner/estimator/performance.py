@@ -57,7 +57,8 @@ import numpy as np
 from planner.model.architecture import Architecture, Attention, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
-from planner.estimator.layout import model_kv_heads, pipeline_stages, rank_share, shard_shape, tied_lm_head
+from planner.estimator.layout import (model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
+                                      tied_lm_head)
 from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
 from planner.model.precision import UNQUANTIZED_BITS, resolve_kv_dtype, resolve_precision, tensor_bytes
 from planner.units import GB, MAX_CONTEXT
@@ -415,6 +416,8 @@ class _Stage:
     experts: _Experts
     # (FLOPs per attended position, window) per layer
     attention: tuple[tuple[float, int | None], ...]
+    # with data-parallel attention, the GEMMs of the attention-TP group (each DP group's own tokens)
+    attention_body: _Gemms = _Gemms()
 
     @cached_property
     def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
@@ -455,16 +458,19 @@ def _is_low_bit(t: Tensor, shard: tuple[int, ...], precision: Precision) -> bool
 
 
 @lru_cache(maxsize=4096)
-def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, ep: int = 1) -> _Gemms:
+def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, ep: int = 1, dp: int = 1,
+           attention_group: bool = False) -> _Gemms:
     """The dense matmuls among `tensors` on one rank (embeddings are row lookups, norms elementwise), placed as
-    the memory estimate places them (rank_share: a shared expert is whole on every rank when ep = tp).
+    the memory estimate places them (rank_share: a shared expert is whole on every rank when ep = tp); with `dp`
+    attention-DP groups, those on the attention-TP group (`attention_group`) or those on every token (not).
     Cached: the layers of a model repeat the same tensors, and the solver asks many times."""
     out = _Gemms()
     low_bit, wide = [], []
     for t in tensors:
-        if t.role not in DENSE_MATMUL_ROLES or len(t.shape) != 2:
+        if t.role not in DENSE_MATMUL_ROLES or len(t.shape) != 2 \
+                or (dp > 1 and on_attention_group(t)) != attention_group:
             continue
-        shard = shard_shape(t, rank_share(t, tp, 1, ep)[0], kv_heads)
+        shard = shard_shape(t, rank_share(t, tp, dp, ep)[0], kv_heads)
         size = tensor_bytes(shard, t.count, t, precision)
         flops = 2 * prod(shard) * t.count
         if _is_low_bit(t, shard, precision):
@@ -499,9 +505,9 @@ def _summed_experts(parts: list[_Experts]) -> _Experts:
 
 
 @lru_cache(maxsize=1024)
-def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool, ep: int = 1
+def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool, ep: int = 1, dp: int = 1
             ) -> tuple[_Stage, ...]:
-    heads_per_rank = ceil(arch.num_attention_heads / tp)
+    heads_per_rank = ceil(arch.num_attention_heads / (tp // dp))
     kv_heads = model_kv_heads(arch)
     k = arch.moe.experts_per_token if arch.moe else 0
     stages = []
@@ -518,10 +524,12 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
             head = arch.head + tied_lm_head(arch)
         stages.append(_Stage(
             layers=len(layers), mla_layers=mla,
-            body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep) for layer in layers), _Gemms()),
+            body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep, dp) for layer in layers), _Gemms()),
             head=_gemms(head, precision, tp, kv_heads),
             experts=_summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k, ep) for layer in layers]),
             attention=attention,
+            attention_body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep, dp, True) for layer in layers),
+                               _Gemms()) if dp > 1 else _Gemms(),
         ))
     return tuple(stages)
 
@@ -582,6 +590,14 @@ class _Hardware:
     handoff: _AllReduce  # a point-to-point send between two GPUs: a two-GPU all-reduce's fit, an upper bound
     tp: int
     hidden: int
+    attention_allreduce: _AllReduce | None = None  # over the attention-TP group, with DP attention and tp / dp > 1
+    attention_tp: int = 1
+
+    def attention_allreduce_s(self, tokens: int) -> float:
+        """One all-reduce of `tokens` activations over the attention-TP group (0 when it is one GPU)."""
+        if self.attention_allreduce is None:
+            return 0.0
+        return _collective_s(self.attention_allreduce, tokens * self.hidden * ACTIVATION_BYTES, self.attention_tp)
 
     def allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations."""
@@ -637,33 +653,44 @@ class _StageCost(NamedTuple):
     launch_s: float  # the fixed GPU time of the pass
     step_s: float  # the engine's per-step cost (last stage)
     allreduces: int  # all-reduces of the activations per pass
+    # data-parallel attention: the attention-TP group's GEMMs on the group's own tokens (0 without DP attention)
+    attention_low_read_s: float = 0.0
+    attention_low_row_s: float = 0.0
+    attention_wide_read_s: float = 0.0
+    attention_wide_row_s: float = 0.0
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
                 kv_state: int, kv_latent: tuple[tuple[int, int], ...]) -> _StageCost:
-    body, head, experts = stage.body, stage.head, stage.experts
+    body, head, experts, attention = stage.body, stage.head, stage.experts, stage.attention_body
     low, wide = hw.low_bit, hw.wide
     head_rates = low if head.low_bit_bytes else wide  # the lm_head is one tensor: in one format
     launch_s = (stage.layers * hw.layer_fixed_s + experts.layers * (hw.moe_layer_fixed_s + hw.moe.launch_s)
-                + stage.mla_layers * hw.mla_layer_fixed_s + body.low_bit_kernels * low.launch_s
-                + body.wide_kernels * wide.launch_s + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
+                + stage.mla_layers * hw.mla_layer_fixed_s + (body.low_bit_kernels + attention.low_bit_kernels) * low.launch_s
+                + (body.wide_kernels + attention.wide_kernels) * wide.launch_s
+                + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
     return _StageCost(
         stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
         body.wide_bytes / wide.bytes_per_s, body.wide_flops / wide.flops_per_s, wide.half_m,
         head.bytes / head_rates.bytes_per_s, (head.low_bit_flops + head.wide_flops) / head_rates.flops_per_s,
-        head_rates.half_m, body.bytes + head.bytes,
+        head_rates.half_m, body.bytes + head.bytes + attention.bytes,
         experts.count, 1 - experts.per_token / experts.count if experts.count else 0.0, experts.per_token,
         experts.ranks, experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
         hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.attention_flops_per_s,
-        launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers)
+        launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
+        attention.low_bit_bytes / low.bytes_per_s, attention.low_bit_flops / low.flops_per_s,
+        attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s)
 
 
 def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
-             kv_bytes: int, latent_bytes: int, allreduce_s: float) -> _Terms:
+             kv_bytes: int, latent_bytes: int, allreduce_s: float, group_tokens: float = 0.0,
+             group_allreduce_s: float = 0.0) -> _Terms:
     """`decode_flops` / `prefill_flops`: the stage's attention FLOPs over the positions the decoding sequences and
     the prompt tokens attend to; `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents;
-    `allreduce_s`: one all-reduce of the pass's activations (the same on every stage)."""
+    `allreduce_s`: one all-reduce of the pass's activations (the same on every stage); with data-parallel attention,
+    `group_tokens` the busiest DP group's tokens through its attention GEMMs and `group_allreduce_s` one all-reduce
+    of them over its attention-TP ranks (once a layer)."""
     # each GEMM group: the larger of its weight read and its compute at compute_eff(M) (rows + half_m, see header)
     low_c = cost.low_row_s * (tokens + cost.low_half_m) if cost.low_row_s else 0.0
     wide_c = cost.wide_row_s * (tokens + cost.wide_half_m)
@@ -673,6 +700,12 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     dense_s = ((cost.low_read_s if cost.low_read_s >= low_c else low_c)
                + (cost.wide_read_s if cost.wide_read_s >= wide_c else wide_c)
                + (cost.head_read_s if cost.head_read_s >= head_c else head_c))
+    if cost.attention_low_read_s or cost.attention_wide_read_s:  # data-parallel attention's own GEMMs
+        group_low_c = cost.attention_low_row_s * (group_tokens + cost.low_half_m) if cost.attention_low_row_s else 0.0
+        group_wide_c = cost.attention_wide_row_s * (group_tokens + cost.wide_half_m) if cost.attention_wide_row_s else 0.0
+        memory_s += cost.attention_low_read_s + cost.attention_wide_read_s
+        compute_s += group_low_c + group_wide_c
+        dense_s += max(cost.attention_low_read_s, group_low_c) + max(cost.attention_wide_read_s, group_wide_c)
     weight_bytes = cost.weight_bytes
     moe_s = 0.0
     if cost.experts:  # the distinct experts the step's tokens route to per MoE layer: E (1 - (1 - k/E)^T)
@@ -695,7 +728,7 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c
     memory_s += kv_s
     compute_s += decode_c + prefill_c
-    allreduces_s = cost.allreduces * allreduce_s
+    allreduces_s = cost.allreduces * allreduce_s + (cost.allreduces // ALLREDUCES_PER_LAYER) * group_allreduce_s
     total_s = dense_s + moe_s + attention_s + cost.launch_s + cost.step_s + allreduces_s
     return (dense_s, moe_s, attention_s, cost.launch_s, cost.step_s, allreduces_s, memory_s, compute_s,
             weight_bytes, kv_bytes, total_s)
@@ -825,6 +858,7 @@ class ReplicaTimer:
     engine: str
     borrowed: bool  # the GPU's generation has no kernel measurements (the `default` generation's constants)
     tp: int
+    dp: int = 1  # data-parallel attention groups: each attends to its own requests
 
     @cached_property
     def _costs(self) -> tuple[_StageCost, ...]:
@@ -863,6 +897,13 @@ class ReplicaTimer:
             logits = decode + ceil(prefill_seqs / parts)
         tokens = decode + prefill_tokens
         allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0  # one rank: nothing to reduce
+        group_tokens, group_allreduce_s = tokens, 0.0
+        if self.dp > 1:  # attention runs on the busiest DP group's own requests (bench/SPEED_PROTOCOL.md)
+            share = ceil(prefill_seqs / self.dp) / prefill_seqs if prefill_seqs else 0.0
+            decode, prefill_tokens, prefill_positions = (ceil(decode / self.dp), ceil(prefill_tokens * share),
+                                                         prefill_positions * share)
+            group_tokens = decode + prefill_tokens
+            group_allreduce_s = self.hw.attention_allreduce_s(group_tokens)
         times: list[_Terms] = []
         alike = None
         for cost in self._costs:
@@ -889,7 +930,8 @@ class ReplicaTimer:
             for per_token, window in cost.kv_latent:
                 latent += per_token * (window if window < context else context)
             times.append(_forward(cost, tokens, logits, decode_flops, prefill_flops,
-                                  round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s))
+                                  round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s,
+                                  group_tokens, group_allreduce_s))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
             return times[0][_TOTAL], times, 0, 0.0
         total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
@@ -901,28 +943,33 @@ class ReplicaTimer:
         per_part = ceil(sequences / parts)
         tokens = per_part * prompt
         allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0
+        own = ceil(per_part / self.dp)  # with DP attention, the busiest group's prompts through attention
+        group_allreduce_s = self.hw.attention_allreduce_s(own * prompt) if self.dp > 1 else 0.0
         times = [_forward(cost, tokens, per_part, 0.0,
-                          _attention_flops(cost, lambda w: per_part * _causal_positions(prompt, w)), 0, 0, allreduce_s)
+                          _attention_flops(cost, lambda w: own * _causal_positions(prompt, w)), 0, 0, allreduce_s,
+                          own * prompt, group_allreduce_s)
                  for cost in self._costs]
         return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
-                  engine: str = "vllm", performance: PerformanceCatalog | None = None, ep: int = 1) -> ReplicaTimer:
+                  engine: str = "vllm", performance: PerformanceCatalog | None = None, ep: int = 1,
+                  dp: int = 1) -> ReplicaTimer:
     """The layout of one replica (tp x pp GPUs) resolved for timing its steps; `ep`: its routed experts dealt over
-    that many of the tp ranks (attention stays tensor-parallel, so the experts' outputs are all-reduced as under
-    TP: the engines' path without an all-to-all backend)."""
+    that many of the tp ranks, the experts' outputs all-reduced as under TP (the engines' path without an
+    all-to-all backend); `dp`: data-parallel attention groups among the tp ranks, each attending to its own
+    requests at tp / dp-way TP (bench/SPEED_PROTOCOL.md)."""
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
     native = catalog.support(engine, prec, gpu).native
-    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native)
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
-    growing, sliding, latent = _kv_per_token(arch, tp, pp, kv_bits)
-    state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog))
-    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep), hw, growing, sliding, state, latent, pp,
-                        engine_name, generation.name != gpu.generation, tp)
+    growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
+    state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
+    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep, dp), hw, growing, sliding, state, latent, pp,
+                        engine_name, generation.name != gpu.generation, tp, dp)
 
 
 class _Same:
@@ -941,12 +988,12 @@ class _Same:
 
 @lru_cache(maxsize=1024)
 def _recurrent_state(arch: Architecture, precision: str, kv_dtype: str, tp: int, pp: int, kv_bits: int,
-                     catalog: _Same) -> tuple[int, ...]:
-    """Per stage, on one rank: the state of recurrent layers, what memory.py holds for a sequence of one token less
-    that token's KV. Cached: every GPU type of a layout shares it."""
-    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype),
-                          catalog.catalog).per_gpu
-    growing, sliding, _ = _kv_per_token(arch, tp, pp, kv_bits)
+                     catalog: _Same, dp: int = 1) -> tuple[int, ...]:
+    """Per stage, on one rank (of the DP group holding the sequence): the state of recurrent layers, what memory.py
+    holds for a sequence of one token less that token's KV. Cached: every GPU type of a layout shares it."""
+    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
+                                        dp=dp), catalog.catalog).per_gpu
+    growing, sliding, _ = _kv_per_token(arch, tp // dp, pp, kv_bits)
     return tuple(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide)
                  for s, (grow, slide) in enumerate(zip(growing, sliding)))
 
@@ -982,7 +1029,9 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
-              engine: str, kv_bits: int, native: bool) -> tuple[_Hardware, GenerationEfficiency]:
+              engine: str, kv_bits: int, native: bool, attention_tp: int | None = None
+              ) -> tuple[_Hardware, GenerationEfficiency]:
+    """`attention_tp`: the attention-TP group's size under data-parallel attention (tp without it)."""
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
     link = performance.interconnect(gpu.interconnect.kind, gpu.generation, engine)
@@ -1021,6 +1070,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
         step_overhead_s=engine_cost.per_step_us * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
+        attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
+        attention_tp=attention_tp or tp,
     ), generation
 
 
