@@ -669,6 +669,7 @@ def bench_command(
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
+    engine_version: Optional[str] = REPLICA_ENGINE_VERSION,
     num_prompts: int = BENCH_NUM_PROMPTS,
     rate: str = BENCH_REQUEST_RATE,
     max_concurrency: Optional[int] = BENCH_MAX_CONCURRENCY,
@@ -682,18 +683,19 @@ def bench_command(
     """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics
     (also `planner simulate --benchmark`)."""
     _benchmark(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, rate, max_concurrency, input_len,
-               output_len, range_ratio, seed, output_format, calibration)
+               output_len, range_ratio, seed, output_format, calibration, engine_version)
 
 
 def _benchmark(model: str, gpu: str, gpus: Optional[int], tp: Optional[int], pp: int, precision: str, kv_dtype: str,
                engine: str, num_prompts: int, rate: str, max_concurrency: Optional[int], input_len: int, output_len: int,
-               range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str]) -> None:
+               range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str],
+               engine_version: Optional[str] = None) -> None:
     from planner.estimator.benchmark import BenchmarkRun
 
     run = BenchmarkRun(num_prompts=num_prompts, request_rate=request_rate(rate), max_concurrency=max_concurrency,
                        input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
     result = api.bench(model, run, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                       engine=engine, calibration=_calibration(calibration))
+                       engine=engine, calibration=_calibration(calibration), engine_version=engine_version)
     if output_format is OutputFormat.json:
         _echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return
