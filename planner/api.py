@@ -222,7 +222,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
          concurrency: int | None = None, calibration: Calibration | None = None,
          speculation: Speculation | None = None,
-         catalog: Catalog | None = None, performance: PerformanceCatalog | None = None) -> PerfResult:
+         catalog: Catalog | None = None, performance: PerformanceCatalog | None = None,
+         engine_version: str | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); `ep`:
@@ -251,7 +252,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
                                 "--concurrency and --pp (the scheduler under speculative decoding is not modelled yet)")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
-                       calibration=calibration, performance=performance, ep=ep, dp=dp)
+                       calibration=calibration, performance=performance, ep=ep, dp=dp,
+                       engine_version=engine_version)
     shape = Workload(prompt_tokens, output_tokens)
     cycle = None
     if speculation is None:
@@ -295,7 +297,7 @@ def _speculative_timer(replica: Replica, draft: Architecture, precision: str, kv
 
 def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
           precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", calibration: Calibration | None = None,
-          catalog: Catalog | None = None) -> BenchResult:
+          catalog: Catalog | None = None, engine_version: str | None = None) -> BenchResult:
     """A `vllm bench serve` run (`run`: its random dataset, request rate and max concurrency) replayed on one
     simulated replica, whose max-model-len is the longest request the run can draw; with `calibration`, timed
     with its factors when it is of this GPU generation x engine."""
@@ -304,7 +306,7 @@ def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, t
 
     context = run.input_bounds[1] + run.output_bounds[1]
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog or load_catalog(),
-                       sized=True, calibration=calibration)
+                       sized=True, calibration=calibration, engine_version=engine_version)
     return BenchResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine,
                        run_benchmark(replica.timer, replica.scheduler, run), replica.calibrated)
 
@@ -435,11 +437,13 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
              engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
-             performance: PerformanceCatalog | None = None, ep: int = 1, dp: int = 1) -> Replica:
+             performance: PerformanceCatalog | None = None, ep: int = 1, dp: int = 1,
+             engine_version: str | None = None) -> Replica:
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
-    of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget gives it at
-    max-model-len `context` (which must hold one request, as vLLM checks at start-up); with `ep`-way expert
-    parallelism, the engine's pool for the TP layout less what the EP layout holds on top of it per rank."""
+    of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget (the profile of
+    `engine_version`, default the current release) gives it at max-model-len `context` (which must hold one request,
+    as vLLM checks at start-up); with `ep`-way expert parallelism, the engine's pool for the TP layout less what the
+    EP layout holds on top of it per rank."""
     from planner.api_records import Replica
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
@@ -467,7 +471,8 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
-        budget = engine_budget(arch, request, EngineSettings(name), GpuTarget.from_catalog(card), catalog)
+        budget = engine_budget(arch, request, EngineSettings(name, version=engine_version), GpuTarget.from_catalog(card),
+                               catalog)
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
         scheduler = Scheduler.of(budget)

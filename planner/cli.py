@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving configurations, CP-SAT and every "
                    "variant together (default: the scenario's solver.time_limit_s, 10).")
 MAX_PRICE_AGE_HELP = "Warn of a price older than this many days (default: the scenario's pricing.max_price_age_days, 90)."
+ENGINE_VERSION_HELP = ("The engine release whose profile sizes the KV pool (vLLM 0.34.0 or 0.19.0, SGLang 0.5.23 or 0.5.9, "
+                       "llama.cpp b7400; default: the current release).")
 # when main() began this command (time.perf_counter(), time.thread_time()): its time limit counts from there
 _started: Optional[tuple[float, float]] = None
 COMMANDS: dict[str, Callable[..., None]] = {}  # `planner NAME`, in the order `planner --help` lists them
@@ -184,6 +186,7 @@ def estimate(
     head_dim: Optional[int] = Option(None, "--head-dim", help="With --params: dimension of one head."),
     heads: Optional[int] = Option(None, "--heads", help="With --params: attention heads (for the --tp check)."),
     engine: EngineName = Option(EngineName.simple, "--engine", help="simple (the seed's margin) or an engine's own budget."),
+    engine_version: Optional[str] = Option(None, "--engine-version", help=ENGINE_VERSION_HELP),
     gpu_memory_utilization: Optional[float] = Option(None, "--gpu-memory-utilization", help="vLLM (default 0.9)."),
     kv_cache_memory_bytes: Optional[int] = Option(None, "--kv-cache-memory-bytes",
                                                   help="vLLM: the KV pool per GPU in bytes, in place of the utilization's budget."),
@@ -199,16 +202,18 @@ def estimate(
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
-    if engine is not EngineName.simple:
+    from planner.estimator.engines import EngineSettings
+
+    if engine is EngineName.simple:
+        EngineSettings("simple", version=engine_version).validate()  # the margin has no release: a version is refused
+    else:
         if (dp, ep) != (1, 1):
             raise PlannerInputError(f"--dp/--ep: the --engine {engine.value} budget has no data-parallel attention or "
                                     "expert parallelism yet; drop --engine (the simple estimate places them)")
-        from planner.estimator.engines import EngineSettings
-
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
                                   block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
                                   n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type,
-                                  kv_cache_memory_bytes=kv_cache_memory_bytes)
+                                  kv_cache_memory_bytes=kv_cache_memory_bytes, version=engine_version)
         both = api.engine_estimate(model, settings, context=context_tokens(context), batch=batch, tp=tp, pp=pp,
                                    precision=precision, kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)
@@ -495,6 +500,7 @@ REPLICA_PP = Option(1, "--pp", help="Pipeline-parallel stages.")
 REPLICA_PRECISION = Option("auto", help="Weight precision; auto = the checkpoint's own.")
 REPLICA_KV_DTYPE = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8.")
 REPLICA_ENGINE = Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs and scheduler).")
+REPLICA_ENGINE_VERSION = Option(None, "--engine-version", help=ENGINE_VERSION_HELP)
 # a benchmark run as `vllm bench serve` takes it: its defaults, and the cap planner.estimator.benchmark.MAX_PROMPTS (not
 # imported: it loads the simulator, which a command line typer reads for --help does not need)
 BENCH_NUM_PROMPTS = Option(1000, "--num-prompts", help="Requests in the run (at most 20,000).")
@@ -521,6 +527,7 @@ def perf_command(
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
+    engine_version: Optional[str] = REPLICA_ENGINE_VERSION,
     batch: int = Option(1, "--batch", help="Requests running at once."),
     prompt_tokens: int = Option(1024, "--prompt-tokens", help="Tokens per prompt."),
     output_tokens: int = Option(256, "--output-tokens", help="Tokens generated per request."),
@@ -540,7 +547,7 @@ def perf_command(
     """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
     result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, ep=ep, dp=dp, precision=precision, kv_dtype=kv_dtype, engine=engine,
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
-                      concurrency=concurrency, calibration=_calibration(calibration),
+                      concurrency=concurrency, calibration=_calibration(calibration), engine_version=engine_version,
                       speculation=_speculation(speculative, speculative_tokens, acceptance_length))
     data = result.to_dict()
     if output_format is OutputFormat.json:
@@ -694,6 +701,7 @@ def bench_command(
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
+    engine_version: Optional[str] = REPLICA_ENGINE_VERSION,
     num_prompts: int = BENCH_NUM_PROMPTS,
     rate: str = BENCH_REQUEST_RATE,
     max_concurrency: Optional[int] = BENCH_MAX_CONCURRENCY,
@@ -707,18 +715,19 @@ def bench_command(
     """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics
     (also `planner simulate --benchmark`)."""
     _benchmark(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, rate, max_concurrency, input_len,
-               output_len, range_ratio, seed, output_format, calibration)
+               output_len, range_ratio, seed, output_format, calibration, engine_version)
 
 
 def _benchmark(model: str, gpu: str, gpus: Optional[int], tp: Optional[int], pp: int, precision: str, kv_dtype: str,
                engine: str, num_prompts: int, rate: str, max_concurrency: Optional[int], input_len: int, output_len: int,
-               range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str]) -> None:
+               range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str],
+               engine_version: Optional[str] = None) -> None:
     from planner.estimator.benchmark import BenchmarkRun
 
     run = BenchmarkRun(num_prompts=num_prompts, request_rate=request_rate(rate), max_concurrency=max_concurrency,
                        input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
     result = api.bench(model, run, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                       engine=engine, calibration=_calibration(calibration))
+                       engine=engine, calibration=_calibration(calibration), engine_version=engine_version)
     if output_format is OutputFormat.json:
         _echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return

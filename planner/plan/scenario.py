@@ -180,6 +180,9 @@ class EngineSpec(_Strict):
     """The memory model that decides what fits: an engine's own budget (vLLM by default) or the seed's margin."""
 
     name: Literal["vllm", "sglang", "llamacpp", "simple"] = "vllm"
+    # the engine release whose profile sizes it (catalogs/engine_profiles.yaml: vLLM 0.34.0 / 0.19.0, SGLang 0.5.23 /
+    # 0.5.9, llama.cpp b7400); default: the engine's current release
+    version: str | None = Field(default=None, min_length=1, max_length=40)
     overhead: float | None = Field(default=None, ge=0, le=1)  # simple only: the margin of weights + KV
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)  # vLLM (default 0.9)
     # vLLM: how the KV pool is sized. auto: gpu_memory_utilization's budget, or where that cannot hold one request of

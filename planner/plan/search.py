@@ -17,6 +17,7 @@ from planner.catalog.load import Catalog, Gpu, Offer, Precision, quality_at_leas
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.need import Budgets, engine_need
+from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.layout import node_gpus, searched_tensor_parallel_sizes
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.model.architecture import Architecture
@@ -186,10 +187,12 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
 def engine_settings(scenario: Scenario) -> EngineSettings | None:
     spec = scenario.engine
     if spec.name == "simple":
+        EngineSettings("simple", version=spec.version).validate()  # the margin has no release: a version is refused
         return None
     return EngineSettings(spec.name, gpu_memory_utilization=spec.gpu_memory_utilization,
                           max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
-                          mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory)
+                          mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory,
+                          version=load_profiles().versions(spec.name).resolve(spec.version, spec.name))
 
 
 # --------------------------------------------------------------------------------------------
