@@ -202,11 +202,14 @@ def estimate(
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
-    from planner.estimator.engines import EngineSettings
-
     if engine is EngineName.simple:
-        EngineSettings("simple", version=engine_version).validate()  # the margin has no release: a version is refused
+        if engine_version is not None:  # the margin has no release: a version is refused (the engines load pydantic)
+            from planner.estimator.engines import EngineSettings
+
+            EngineSettings("simple", version=engine_version).validate()
     else:
+        from planner.estimator.engines import EngineSettings
+
         if (dp, ep) != (1, 1):
             raise PlannerInputError(f"--dp/--ep: the --engine {engine.value} budget has no data-parallel attention or "
                                     "expert parallelism yet; drop --engine (the simple estimate places them)")
