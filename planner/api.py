@@ -139,7 +139,7 @@ def load_scenario(path: str | Path, max_price_age_days: int | None = None, calib
 
     loaded = load(path)
     if calibration is not None:
-        loaded = loaded.model_copy(update={"calibration": str(Path(calibration).resolve())})
+        loaded = loaded.with_calibration(str(Path(calibration).resolve()))
     return loaded if max_price_age_days is None else loaded.with_max_price_age(max_price_age_days)
 
 
@@ -429,11 +429,12 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated)
 
 
-def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
+def simulate(source: str | Path | Scenario, *, duration_s: float = 600.0, rate: float | None = None,
              arrivals: str = "poisson", seed: int = 0, catalog: Catalog | None = None) -> tuple[ReplicaSimulation, ...]:
-    """Simulate a fleet's replicas: SCENARIO (solved first) or PLAN.json; `rate`: requests/s at each replica
-    (default: the scenario's demand split over the replicas by capacity; for a plan file, each replica's
-    planned capacity); `arrivals`: poisson or a JSONL trace (then its requests, not the rate)."""
+    """Simulate a fleet's replicas: a scenario (a file or loaded: solved first, its replicas timed as the solve sized
+    them, with its calibration where it applies) or PLAN.json; `rate`: requests/s at each replica (default: the
+    scenario's demand split over the replicas by capacity; for a plan file, each replica's planned capacity);
+    `arrivals`: poisson or a JSONL trace (then its requests, not the rate)."""
     from planner.api_records import ReplicaSimulation
     from planner.estimator.simulate import poisson_arrivals, read_trace, simulate as run
     from planner.estimator.performance import Workload, replica_timer
@@ -445,21 +446,22 @@ def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | Non
         raise PlannerInputError(f"--rate: {rate} must be above 0 requests/s")
     trace = None if arrivals == "poisson" else read_trace(arrivals)
     out = []
-    for spec in _replicas_to_simulate(Path(source), catalog):
-        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine)
+    for spec in _replicas_to_simulate(source, catalog):
+        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
+                              spec.performance)
         per_replica = rate if rate is not None else spec.rate_per_replica
         shape = Workload(spec.prompt_tokens, spec.output_tokens)
         requests = trace if trace is not None else poisson_arrivals(per_replica, duration_s, shape, seed)
         result = run(timer, spec.scheduler, requests, warmup_s=0.0)
         out.append(ReplicaSimulation(spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.replicas, spec.prompt_tokens,
                                      spec.output_tokens, per_replica if trace is None else result.requests_per_s,
-                                     spec.share, result))
+                                     spec.share, result, spec.speed))
     return tuple(out)
 
 
-def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[ReplicaSpec]:
-    if source.suffix.lower() == ".json":
-        return _plan_file_replicas(source, catalog)
+def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> list[ReplicaSpec]:
+    if isinstance(source, (str, Path)) and Path(source).suffix.lower() == ".json":
+        return _plan_file_replicas(Path(source), catalog)
     from planner.api_records import ReplicaSpec
     from planner.plan.fleet import fleet_problem, plan_fleet as solve_fleet
 
@@ -479,7 +481,8 @@ def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[ReplicaSpec]:
         c = a.config.candidate
         specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
                                   a.config.scheduler, a.replicas, bucket.prompt_tokens, bucket.output_tokens,
-                                  bucket.requests_per_s * share / a.replicas, share))
+                                  bucket.requests_per_s * share / a.replicas, share, w.performance(c.gpu.generation),
+                                  w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None))
     return specs
 
 

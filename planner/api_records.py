@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from planner.estimator.closed_loop import ClosedLoop
     from planner.estimator.engines import EngineBudget
     from planner.estimator.memory import MemoryEstimate
-    from planner.estimator.performance import ReplicaPerformance, ReplicaTimer
+    from planner.estimator.performance import PerformanceCatalog, ReplicaPerformance, ReplicaTimer
     from planner.estimator.simulate import SimulationResult
     from planner.model.architecture import Architecture
 
@@ -119,6 +119,7 @@ class ReplicaSimulation:
     rate_per_replica: float  # requests/s arriving at each replica
     share: float  # of the workload bucket's traffic this assignment takes
     result: SimulationResult
+    speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ class ReplicaSpec:
     output_tokens: int
     rate_per_replica: float
     share: float
+    performance: PerformanceCatalog | None = None  # the speed model's constants (None: the catalog's)
+    speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
 
 
 @dataclass(frozen=True)

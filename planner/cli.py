@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving configurations, CP-SAT and every "
                    "variant together (default: the scenario's solver.time_limit_s, 10).")
+SCENARIO_CALIBRATION = Option(None, "--calibration", metavar="FILE", help="A `planner calibrate` file: a fleet's speed "
+                              "on the GPU generation x engine it was fitted on (replaces the scenario's calibration:).")
 MAX_PRICE_AGE_HELP = "Warn of a price older than this many days (default: the scenario's pricing.max_price_age_days, 90)."
 # when main() began this command (time.perf_counter(), time.thread_time()): its time limit counts from there
 _started: Optional[tuple[float, float]] = None
@@ -277,9 +279,7 @@ def solve(
     what_if: bool = Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
                            "the busiest GPU type removed: one comparison table."),
     max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
-    calibration: Optional[str] = Option(None, "--calibration", metavar="FILE", help="A `planner calibrate` file: a "
-                                        "fleet's speed on the GPU generation x engine it was fitted on (replaces the "
-                                        "scenario's calibration:)."),
+    calibration: Optional[str] = SCENARIO_CALIBRATION,
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
@@ -288,9 +288,6 @@ def solve(
     from planner.render.terminal import fleet_table, solve_table, what_if_table
 
     loaded = api.load_scenario(scenario, max_price_age, calibration)
-    if loaded.calibration is not None and not loaded.is_fleet:
-        raise PlannerInputError("--calibration / calibration: a calibration scales a fleet's speed, and this scenario "
-                                "has no traffic; add workload.traffic or drop it")
     if what_if:
         rows = api.what_if(loaded, time_limit_s=time_limit, started=_command_start())
         records = [asdict(r) for r in rows]
@@ -377,6 +374,7 @@ def report(
     quiet: bool = Option(False, "--quiet", "-q", help="No progress bar."),
     time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
     max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
+    calibration: Optional[str] = SCENARIO_CALIBRATION,
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
     from planner.render.html import CHARTS_S, fleet_html, review_html
@@ -388,13 +386,15 @@ def report(
     started = _command_start()
     if started is not None and suffix != ".md":
         started = started.also_finishing(CHARTS_S)
-    loaded = api.load_scenario(scenario, max_price_age)
+    loaded = api.load_scenario(scenario, max_price_age, calibration)
     text = read_text(scenario, SCENARIO)
+    if calibration is not None:  # the inputs as the plan was made: the file in place of calibration:
+        text += f"\n# planner report --calibration {calibration} (in place of calibration:)\n"
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=started)
         name = loaded.name or "fleet"
         write_output(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
-        _echo(f"wrote {output}")
+        _print_lines([f"speed: {line}" for line in plan.speed] + [f"wrote {output}"])
         return
     if quiet:
         review = api.review(loaded, time_limit_s=time_limit, started=started)
@@ -744,7 +744,9 @@ def simulate_command(
     input_len: int = BENCH_INPUT_LEN,
     output_len: int = BENCH_OUTPUT_LEN,
     range_ratio: float = BENCH_RANGE_RATIO,
-    calibration: Optional[str] = CALIBRATION_FILE,
+    calibration: Optional[str] = Option(None, "--calibration", metavar="FILE", help="A file from `planner calibrate`: "
+                                        "a scenario's replicas (in place of its calibration:) or, with --benchmark, "
+                                        "the replica, timed with it on the GPU generation x engine it was fitted on."),
 ) -> None:
     """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use;
     with --benchmark, a `vllm bench serve` run replayed on one replica of a model."""
@@ -752,7 +754,7 @@ def simulate_command(
                      "--kv-dtype": kv_dtype != "auto", "--engine": engine != "vllm", "--num-prompts": num_prompts != 1000,
                      "--request-rate": request_rate_text != "inf", "--max-concurrency": max_concurrency,
                      "--input-len": input_len != 1024, "--output-len": output_len != 128,
-                     "--random-range-ratio": range_ratio != 0.0, "--calibration": calibration}
+                     "--random-range-ratio": range_ratio != 0.0}
     if benchmark:
         fleet_only = next((flag for flag, value in (("--duration", duration), ("--rate", rate),
                                                     ("--arrivals", arrivals)) if value is not None), None)
@@ -767,8 +769,14 @@ def simulate_command(
     unused = next((flag for flag, value in replica_given.items() if value), None)
     if unused:
         raise PlannerInputError(f"{unused}: a benchmark replay's option; add --benchmark (SOURCE is then a model)")
-    runs = api.simulate(source, duration_s=600.0 if duration is None else duration, rate=rate,
-                        arrivals=arrivals or "poisson", seed=seed)
+    plan_file = Path(source).suffix.lower() == ".json"
+    if plan_file and calibration is not None:
+        raise PlannerInputError("--calibration: a plan file is simulated at the speed it was planned with; simulate "
+                                "its scenario with --calibration FILE, or re-plan it: planner check PLAN.json RESULT... "
+                                "--replan SCENARIO")
+    runs = api.simulate(source if plan_file else api.load_scenario(source, calibration=calibration),
+                        duration_s=600.0 if duration is None else duration, rate=rate, arrivals=arrivals or "poisson",
+                        seed=seed)
     if output_format is OutputFormat.json:
         _echo(json.dumps([asdict(r) for r in runs], indent=2))
         return
@@ -777,6 +785,8 @@ def simulate_command(
         x = r.result
         lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
                      f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
+        if r.speed is not None:
+            lines.append(f"  speed: {r.speed}")
         for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):
             suffix = "ms" if unit == 1000 else "s"
             lines.append(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "

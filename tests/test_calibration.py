@@ -288,3 +288,48 @@ def test_check_compares_a_deployed_plan_with_what_ran(tmp_path):
                               "json"], capture_output=True, text=True, cwd=tmp_path)
     assert outcome.returncode == 0, outcome.stderr
     assert json.loads(outcome.stdout)[0]["measured"]["tpot_ms"] > 0
+
+
+def chat_scenario(gpus, **extra):
+    return {"name": "chat", "model": "llama-3.1-8b", "workload": {
+        "context": 8192, "concurrency": 64, "traffic": {"requests_per_s": 5, "prompt_tokens": 1000, "output_tokens": 200},
+        "slo": {"ttft_s": 2.0, "tpot_s": 0.05}}, "search": {"gpus": gpus, "precisions": ["bf16"]},
+        "engine": {"name": "vllm"}, **extra}
+
+
+def test_report_and_the_scenario_simulation_take_a_calibration_as_solve_does(tmp_path):
+    """report and simulate SCENARIO load the scenario as solve does (api.load_scenario: --calibration in place of
+    calibration:, refused without traffic) and print the plan's speed: lines; the simulation times each replica with
+    the calibrated constants the solve sized it with, so an H100 replica's TPOT is slower with the examples' fit."""
+    import yaml
+
+    calibration = tmp_path / "calibration.yaml"
+    calibration.write_text(api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1).to_yaml())
+    scenario = tmp_path / "chat.yaml"
+    scenario.write_text(yaml.safe_dump(chat_scenario(["h100-sxm"])))
+    plain = api.simulate(api.load_scenario(scenario), duration_s=60)
+    scaled = api.simulate(api.load_scenario(scenario, calibration=str(calibration)), duration_s=60)
+    assert [r.speed for r in plain] == [None] and [r.speed for r in scaled] == ["calibrated (hopper x vllm)"]
+    assert scaled[0].result.tpot_s.p50 > plain[0].result.tpot_s.p50
+    proc = cli("simulate", str(scenario), "--duration", "30", "--calibration", str(calibration), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "  speed: calibrated (hopper x vllm)" in proc.stdout.splitlines()
+    proc = cli("report", str(scenario), "-o", str(tmp_path / "r.md"), "--calibration", str(calibration), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "speed: chat: h100-sxm: calibrated (hopper x vllm)"
+    page = (tmp_path / "r.md").read_text()
+    assert "- speed: chat: h100-sxm: calibrated (hopper x vllm)" in page
+    proc = cli("report", str(scenario), "-o", str(tmp_path / "r.html"), "--calibration", str(calibration), cwd=tmp_path)
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Speed</h2>" in page and f"--calibration {calibration} (in place of calibration:)" in page
+    # the same rule everywhere: no traffic, no calibration; a plan file is simulated as planned
+    single = tmp_path / "single.yaml"
+    single.write_text("model: llama-3.1-8b\nworkload: {context: 8192}\n")
+    for args in (["report", str(single), "-o", "x.md"], ["solve", str(single)], ["simulate", str(single)]):
+        proc = cli(*args, "--calibration", str(calibration), cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith("error: --calibration: ") and "no traffic" in proc.stderr
+    single.write_text(f"model: llama-3.1-8b\nworkload: {{context: 8192}}\ncalibration: {calibration}\n")
+    proc = cli("report", str(single), "-o", "x.md", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: scenario single.yaml: calibration: ")
+    proc = cli("simulate", "plan.json", "--calibration", str(calibration), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --calibration: a plan file")

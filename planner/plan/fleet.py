@@ -302,13 +302,8 @@ def _calibrated(problem: FleetProblem, plan: FleetPlan) -> tuple[str, ...]:
     lines = []
     for a in plan.assignments:
         workload, gpu = by_name[a.workload], a.config.candidate.gpu
-        calibration = workload.calibration
-        if calibration is None:
-            continue
-        on = f"{calibration.fitted_on.generation} x {calibration.fitted_on.engine}"
-        verdict = f"calibrated ({on})" if calibration.applies_to(gpu.generation, workload.engine) else \
-            f"not calibrated ({gpu.generation} x {workload.engine}; the calibration is for {on})"
-        lines.append(f"{a.workload}: {gpu.name}: {verdict}")
+        if workload.calibration is not None:
+            lines.append(f"{a.workload}: {gpu.name}: {workload.calibration.verdict(gpu.generation, workload.engine)}")
     return tuple(dict.fromkeys(lines))
 
 
