@@ -315,9 +315,12 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
 def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog | None = None) -> tuple[CheckedRun, ...]:
     """A deployed fleet plan (`planner solve --format json`) against what ran: each measured run (vllm bench serve,
     SGLang bench_serving or GuideLLM files) replayed on the plan's replica of the run's model, predicted against
-    measured mean TTFT, mean TPOT and output throughput."""
+    measured mean TTFT, mean TPOT and output throughput; and each run against the plan's SLO (at the percentile the
+    scenario states, from the statistics the run reports) and its load against the plan's per-replica load
+    (planner.calibration.check)."""
     from planner.api_records import CheckedRun
     from planner.calibration.calibrate import measured_metrics, replay_run, simulated_metrics
+    from planner.calibration.check import load_check, slo_verdicts
     from planner.calibration.readers import read_results
     from planner.estimator.benchmark import run_benchmark
     from planner.estimator.performance import replica_timer
@@ -335,7 +338,8 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
         if not measured:
             raise PlannerInputError(f"result: {run.label} measured none of mean TPOT, mean TTFT or output throughput")
         out.append(CheckedRun(run.label, spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.engine, measured,
-                              {m: replayed[m] for m in measured}))
+                              {m: replayed[m] for m in measured}, spec.slo,
+                              slo_verdicts(run, spec.slo) if spec.slo else (), load_check(run, spec.rate_per_replica)))
     return tuple(out)
 
 
@@ -491,7 +495,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
     file and re-checks each configuration); each assignment's request shape and planned capacity come from
     its row, and the planned capacity is the rate it is simulated at."""
     from planner.api_records import ReplicaSpec
-    from planner.estimator.capacity import Scheduler
+    from planner.estimator.capacity import Scheduler, Slo
     from planner.estimator.engines import EngineSettings, engine_budget
     from planner.plan.planfile import FleetAssignment, load_plan_file
 
@@ -516,15 +520,16 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         # the `simple` planning margin has no scheduler: it runs vLLM's, as the fleet planned it
         batching = engine_budget(arch, request, EngineSettings("vllm"), target, catalog) if c.engine.name == "simple" else None
         engine = "vllm" if c.engine.name == "simple" else c.engine.name
+        slo = None if row.slo is None else Slo(row.slo.ttft_s, row.slo.tpot_s, row.slo.percentile)
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
                                   engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
-                                  capacity, 1.0))
+                                  capacity, 1.0, slo=slo))
     return specs
 
 
 def __getattr__(name: str) -> Any:
     """The result records of engine_estimate, perf and simulate (planner.api_records), loaded on first use."""
-    if name in ("BenchResult", "EngineEstimate", "PerfResult", "ReplicaSimulation"):
+    if name in ("BenchResult", "CheckedRun", "EngineEstimate", "PerfResult", "ReplicaSimulation"):
         from planner import api_records
 
         return getattr(api_records, name)

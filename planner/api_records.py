@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.catalog.load import Catalog, Gpu
     from planner.estimator.benchmark import BenchmarkResult
-    from planner.estimator.capacity import Scheduler, SteadyState
+    from planner.calibration.check import LoadCheck, SloVerdict
+    from planner.estimator.capacity import Scheduler, Slo, SteadyState
     from planner.estimator.closed_loop import ClosedLoop
     from planner.estimator.engines import EngineBudget
     from planner.estimator.memory import MemoryEstimate
@@ -142,6 +143,7 @@ class ReplicaSpec:
     share: float
     performance: PerformanceCatalog | None = None  # the speed model's constants (None: the catalog's)
     speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
+    slo: Slo | None = None  # a plan file's: its workload's SLO (None: the file carries none)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,9 @@ class CheckedRun:
     engine: str
     measured: dict[str, float]  # of tpot_ms, ttft_ms, output_tok_s: what the run measured (means)
     predicted: dict[str, float]  # the same, from the plan's replica replaying the run
+    slo: Slo | None  # the plan's SLO for the run's workload (None: the plan file carries none)
+    verdicts: tuple[SloVerdict, ...]  # each target of `slo` against the run
+    load: LoadCheck  # the run's load against the plan's per replica
 
     def error(self, metric: str) -> float:
         """predicted / measured - 1."""
@@ -164,4 +169,7 @@ class CheckedRun:
     def to_dict(self) -> dict[str, Any]:
         return {"result": self.result, "workload": self.workload, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
                 "engine": self.engine, "measured": self.measured, "predicted": self.predicted,
-                "error": {m: self.error(m) for m in self.measured}}
+                "error": {m: self.error(m) for m in self.measured},
+                "slo": None if self.slo is None else {**asdict(self.slo), "checks": [
+                    {**asdict(v), "meets": v.meets} for v in self.verdicts]},
+                "load": {**asdict(self.load), "at_or_below_planned": self.load.at_or_below_planned}}

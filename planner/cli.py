@@ -641,7 +641,34 @@ def check_command(
         for metric, measured in r.measured.items():
             lines.append(f"{r.result[:36]:<36} {replica[:28]:<28} {names[metric]:<13} {measured:>10,.2f} "
                          f"{r.predicted[metric]:>10,.2f} {r.error(metric):>+7.0%}")
+        lines += _check_verdict_lines(r)
     _print_lines(lines)
+
+
+def _check_verdict_lines(r: api.CheckedRun) -> list[str]:
+    """A checked run against the plan's SLO and its per-replica load."""
+    if r.slo is None:
+        lines = ["  SLO: the plan carries none (written before plan files recorded it); write the plan again with "
+                 "`planner solve SCENARIO --format json -o PLAN.json`"]
+    elif not r.verdicts:
+        lines = ["  SLO: the scenario sets none"]
+    else:
+        lines = []
+    for v in r.verdicts:
+        target = f"  SLO: {v.metric[:4].upper()} {v.statistic} <= {v.limit_ms:,.2f} ms: "
+        if v.decided_by is None:
+            shown = ", ".join(f"{name} {value:,.2f}" for name, value in v.reported.items())
+            lines.append(target + f"undetermined (the run reports {shown or 'none of it'} ms, not its {v.statistic})")
+        else:
+            value = v.reported[v.decided_by]
+            lines.append(target + f"{'meets' if v.meets else 'misses'} ({v.decided_by} {value:,.2f} ms)")
+    load = r.load
+    if load.measured_rps is None:
+        lines.append(f"  load: the run reports no throughput; the plan loads a replica with {load.planned_rps:,.2f} req/s")
+    else:
+        where = "at or below" if load.at_or_below_planned else "above"
+        lines.append(f"  load: {load.measured_rps:,.2f} req/s, {where} the planned {load.planned_rps:,.2f} req/s per replica")
+    return lines
 
 
 def request_rate(text: str) -> float:

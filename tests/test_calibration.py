@@ -333,3 +333,81 @@ def test_report_and_the_scenario_simulation_take_a_calibration_as_solve_does(tmp
     assert proc.returncode == 2 and proc.stderr.startswith("error: scenario single.yaml: calibration: ")
     proc = cli("simulate", "plan.json", "--calibration", str(calibration), cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("error: --calibration: a plan file")
+
+
+@pytest.mark.parametrize("slo, decided_by, meets", [
+    # the run: TTFT mean 45, p50 40, p99 60 ms
+    ({"ttft_s": 0.044}, "mean", False),  # no percentile: the mean, 45 > 44
+    ({"ttft_s": 0.060, "percentile": 99}, "p99", True),  # its own percentile, 60 <= 60
+    ({"ttft_s": 0.070, "percentile": 90}, "p99", True),  # p90 <= p99 = 60 <= 70
+    ({"ttft_s": 0.030, "percentile": 90}, "p50", False),  # p90 >= p50 = 40 > 30
+    ({"ttft_s": 0.050, "percentile": 90}, None, None),  # 40 <= p90 <= 60: either side of 50
+    ({"ttft_s": 0.070, "percentile": 99.9}, None, None),  # p99.9 >= 60, no bound above
+    ({"ttft_s": 0.045, "percentile": 30}, "p50", True),  # p30 <= p50 = 40 <= 45
+])
+def test_an_slo_target_is_decided_by_the_percentiles_the_run_reports(slo, decided_by, meets):
+    from planner.calibration.check import slo_verdicts
+    from planner.calibration.readers import Latency
+    from planner.estimator.capacity import Slo
+
+    run, = read_results(EXAMPLES[0])
+    run = type(run)(**{**run.__dict__, "ttft": Latency(45.0, 40.0, 60.0)})
+    verdict, = slo_verdicts(run, Slo(**slo))
+    assert (verdict.decided_by, verdict.meets) == (decided_by, meets)
+    assert verdict.statistic == ("mean" if "percentile" not in slo else f"p{slo['percentile']:g}")
+    assert verdict.reported == {"mean": 45.0, "p50": 40.0, "p99": 60.0}
+
+
+def test_a_run_without_request_throughput_is_loaded_by_its_output_throughput():
+    from planner.calibration.check import load_check
+
+    run, = read_results(EXAMPLES[0])
+    run = type(run)(**{**run.__dict__, "request_throughput": None, "output_throughput": 1000.0,
+                       "mean_output_tokens": 200.0})
+    assert load_check(run, 5.0).measured_rps == 5.0 and load_check(run, 5.0).at_or_below_planned is True
+    assert load_check(run, 4.9).at_or_below_planned is False
+
+
+def test_check_holds_each_run_to_the_plan_slo_and_load(tmp_path):
+    """The plan file carries its workload's SLO as the scenario states it; check reads each target off the run's
+    statistics (the examples: p99 TTFT 21.57 and 145.19 ms at 1 and 8 clients, p50 153.29 ms at 32; p99 TPOT 8.26,
+    8.31 and 12.43 ms) and puts its
+    request throughput (0.60, 4.45, 12.17 req/s) against the plan's per-replica capacity. A plan file written before
+    plans carried an SLO is read, and check says it carries none."""
+    from planner.render.records import fleet_json
+
+    scenario = chat_scenario(["h100-sxm"])
+    scenario["workload"]["slo"] = {"ttft_s": 0.15, "tpot_s": 0.05, "percentile": 90}
+    plan = api.plan_fleet(scenario)
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(fleet_json(plan, "chat"))
+    assert json.loads(plan_path.read_text())["assignments"][0]["slo"] == {"ttft_s": 0.15, "tpot_s": 0.05,
+                                                                          "percentile": 90.0}
+    rows = {r.result: r for r in api.check(plan_path, EXAMPLES)}
+    planned = plan.assignments[0].config.capacity_rps
+    c1, c8, c32 = (rows[f"vllm-llama-3.1-8b-h100-c{n}.json"] for n in (1, 8, 32))
+    assert [(v.metric, v.decided_by, v.meets) for v in c1.verdicts] == [("ttft_ms", "p99", True), ("tpot_ms", "p99", True)]
+    assert [(v.metric, v.decided_by, v.meets) for v in c32.verdicts] == [("ttft_ms", "p50", False), ("tpot_ms", "p99", True)]
+    assert c32.verdicts[0].reported["p50"] == 153.293  # the example's median TTFT at 32 clients: p90 is above it
+    assert c8.load.measured_rps == 4.4488 and c8.load.planned_rps == pytest.approx(planned, abs=1e-3)
+    assert [r.load.at_or_below_planned for r in (c1, c8, c32)] == [r.load.measured_rps <= planned for r in (c1, c8, c32)]
+    data = c32.to_dict()
+    assert data["slo"]["percentile"] == 90.0 and data["slo"]["checks"][0]["meets"] is False
+    assert data["load"]["measured_rps"] == c32.load.measured_rps
+    proc = cli("check", str(plan_path), str(EXAMPLES[0]), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "  SLO: TTFT p90 <= 150.00 ms: meets (p99 21.57 ms)" in proc.stdout.splitlines()
+    assert f"  load: 0.60 req/s, at or below the planned {planned:,.2f} req/s per replica" in proc.stdout.splitlines()
+    # a plan written before plan files carried the SLO
+    older = json.loads(plan_path.read_text())
+    for row in older["assignments"]:
+        del row["slo"]
+    plan_path.write_text(json.dumps(older))
+    row, = api.check(plan_path, EXAMPLES[:1])
+    assert row.slo is None and row.verdicts == () and row.to_dict()["slo"] is None
+    proc = cli("check", str(plan_path), str(EXAMPLES[0]), cwd=tmp_path)
+    assert proc.returncode == 0 and "  SLO: the plan carries none" in proc.stdout
+    older["assignments"][0]["slo"] = {"ttft_s": 0.15, "p95": 1}
+    plan_path.write_text(json.dumps(older))
+    proc = cli("check", str(plan_path), str(EXAMPLES[0]), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: plan: plan.json.assignments.0.slo.p95: Extra inputs")

@@ -92,6 +92,7 @@ class Assignment:
     pool: Pool
     replicas: int
     memory: MemoryEstimate  # the estimator's re-check on the GPU
+    slo: Slo = Slo()  # the workload's, as the scenario states it: what a plan file carries for `planner check`
 
     @property
     def configuration(self) -> Configuration:
@@ -375,7 +376,8 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
             memory = recheck(config.candidate, by_name[config.workload].space, catalog)
             if memory.gpu is None or not memory.gpu.fits:
                 raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
-            assignments.append(Assignment(config.workload, config.bucket, config, pools[pi], n, memory))
+            assignments.append(Assignment(config.workload, config.bucket, config, pools[pi], n, memory,
+                                          by_name[config.workload].slo))
     uses = []
     for pi, var in built.instances.items():
         if solver.value(var):

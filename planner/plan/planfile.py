@@ -108,13 +108,25 @@ class PlanFile(_Schema):
     alternatives: list[PlanRecord] = Field(max_length=100)
 
 
+class SloRecord(_Schema):
+    """A workload's SLO as its scenario states it (planner.plan.scenario.SloSpec): each target null when it sets none,
+    percentile null for the mean. Every key is the planner's own: an unknown one is an error."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+    ttft_s: float | None = Field(default=None, gt=0, le=3600)
+    tpot_s: float | None = Field(default=None, gt=0, le=60)
+    percentile: float | None = Field(default=None, gt=0, lt=100)
+
+
 class FleetAssignment(PlanRecord):
     """An assignment of a "fleet" file, with the request shape and capacity its replicas were sized for (what
-    `planner simulate` replays; optional, as deploying needs none of them)."""
+    `planner simulate` replays) and its workload's SLO (what `planner check` holds runs to); optional, as deploying
+    needs none of them, and plans written before them lack them."""
 
     prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     capacity_rps_per_replica: float | None = Field(default=None, gt=0, lt=1e9)
+    slo: SloRecord | None = None
 
 
 class FleetFile(_Schema):
