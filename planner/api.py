@@ -19,8 +19,11 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
-    from planner.api_records import (BenchResult, CheckedRun, EngineEstimate, PerfResult, Replica, ReplicaSimulation,
-                                     ReplicaSpec)
+    from planner.catalog.load import Gpu
+    from planner.estimator.capacity import Scheduler
+    from planner.model.architecture import Architecture
+    from planner.api_records import (BenchResult, CheckedRun, EngineEstimate, PerfResult, Replan, Replica,
+                                     ReplicaSimulation, ReplicaSpec)
     from planner.calibration.calibrate import Calibration
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
@@ -114,15 +117,17 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
 
 
 def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
-               catalog: Catalog | None = None, started: CommandStart | None = None) -> FleetPlan:
-    """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list)."""
+               catalog: Catalog | None = None, started: CommandStart | None = None,
+               calibration: Calibration | None = None) -> FleetPlan:
+    """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list); `calibration` (a
+    `planner calibrate` record) in place of the scenario's calibration: file."""
     from planner.plan.fleet import fleet_problem, plan_fleet as plan
 
     catalog = catalog or load_catalog()
     loaded = _scenario(scenario)
     # the limit covers building the workloads' search spaces too (200 of them take seconds)
     deadline = _deadline(loaded, time_limit_s, started)
-    return plan(fleet_problem(loaded, catalog, time_limit_s), catalog, deadline=deadline)
+    return plan(fleet_problem(loaded, catalog, time_limit_s, calibration), catalog, deadline=deadline)
 
 
 def _deadline(scenario: Scenario, time_limit_s: float | None, started: CommandStart | None) -> Deadline:
@@ -280,11 +285,8 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
     """The named factors (planner.calibration.factors) that make one replica's simulated benchmark runs match the
     measured `results` (vllm bench serve, SGLang bench_serving or GuideLLM files), with the residuals before and
     after and each run predicted by a fit on the others."""
-    from planner.calibration.calibrate import FittedOn, ResultFile, calibration_record, fit_runs, replay_run
-    from planner.calibration.factors import Factors, calibrated_catalog
-    from planner.calibration.readers import MeasuredRun, read_results
-    from planner.estimator.benchmark import BenchmarkResult, run_benchmark
-    from planner.estimator.performance import load_performance_catalog, replica_timer
+    from planner.calibration.calibrate import replay_run
+    from planner.calibration.readers import read_results
 
     if not results:
         raise PlannerInputError("RESULT: give at least one benchmark result file")
@@ -294,20 +296,34 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog, sized=True)
     for run in runs:
         _same_model(catalog, run, replica.arch.name)
+    assert replica.scheduler is not None  # sized
+    return _fit_calibration(runs, replica.arch, replica.card, replica.tp, replica.pp, precision, kv_dtype,
+                            replica.engine, replica.scheduler, catalog)
+
+
+def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu, tp: int, pp: int, precision: str,
+                     kv_dtype: str, engine: str, scheduler: Scheduler, catalog: Catalog) -> Calibration:
+    """The factors fitted to `runs`, each replayed on one replica (this layout, engine and scheduler), and the
+    record of what they were fitted on: `planner calibrate`'s, and `planner check --replan`'s on the plan's replica."""
+    from planner.calibration.calibrate import FittedOn, ResultFile, calibration_record, fit_runs, replay_run
+    from planner.calibration.factors import Factors, calibrated_catalog
+    from planner.estimator.benchmark import BenchmarkResult, run_benchmark
+    from planner.estimator.performance import load_performance_catalog, replica_timer
+
     performance = load_performance_catalog()
-    profile = performance.engine(replica.engine).name
-    generation = replica.card.generation
+    profile = performance.engine(engine).name
+    generation = card.generation
 
     def replay(factors: Factors, run: MeasuredRun) -> BenchmarkResult:
-        timer = replica_timer(replica.arch, precision, kv_dtype, replica.card, replica.tp, replica.pp, catalog,
-                              replica.engine, calibrated_catalog(performance, generation, profile, factors))
-        return run_benchmark(timer, replica.scheduler, replay_run(run))
+        timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, engine,
+                              calibrated_catalog(performance, generation, profile, factors))
+        return run_benchmark(timer, scheduler, replay_run(run))
 
     files = {r.file: r.sha256 for r in runs}
     fitted_on = FittedOn(
-        model=replica.arch.name, gpu=replica.card.name, generation=generation, engine=profile,
-        engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=replica.tp,
-        pp=replica.pp, precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
+        model=arch.name, gpu=card.name, generation=generation, engine=profile,
+        engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=tp, pp=pp,
+        precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
         results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()))
     return calibration_record(fit_runs(runs, replay), runs, fitted_on)
 
@@ -341,6 +357,42 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
                               {m: replayed[m] for m in measured}, spec.slo,
                               slo_verdicts(run, spec.slo) if spec.slo else (), load_check(run, spec.rate_per_replica)))
     return tuple(out)
+
+
+def replan(plan: str | Path, results: Sequence[str | Path], scenario: str | Path | dict[str, Any] | Scenario, *,
+           time_limit_s: float | None = None, catalog: Catalog | None = None) -> Replan:
+    """What the fleet would cost with the measured speed: a calibration fitted on the runs (as `planner calibrate`
+    fits one) on the plan's replica they measured, the plan's scenario re-solved with it (in place of its
+    calibration:) within `time_limit_s` from the end of the fit (default: the scenario's solver.time_limit_s), and
+    the plan file's replicas and cost to put it against."""
+    from planner.api_records import Replan
+    from planner.calibration.readers import read_results
+    from planner.plan.planfile import load_fleet_file
+
+    if not results:
+        raise PlannerInputError("RESULT: give at least one benchmark result file of the deployed plan")
+    catalog = catalog or load_catalog()
+    specs = _plan_file_replicas(Path(plan), catalog)
+    runs = [run for path in results for run in read_results(path)]
+    measured = {id(spec): spec for spec in (_replica_of(catalog, specs, run, plan) for run in runs)}
+    kinds = {(s.arch.name, s.gpu.name, s.tp, s.pp, s.precision, s.kv_dtype, s.engine) for s in measured.values()}
+    if len(kinds) > 1:
+        raise PlannerInputError(f"--replan: the runs measured {len(kinds)} of the plan's replica types; a calibration "
+                                "is fitted on one: give runs of one replica type")
+    spec = next(iter(measured.values()))
+    loaded = _scenario(scenario)
+    if not loaded.is_fleet:
+        raise PlannerInputError("--replan: the scenario has no traffic; give the scenario the fleet plan was solved "
+                                "from")
+    header = load_fleet_file(plan)
+    name = loaded.name or "fleet"
+    if header.scenario is not None and header.scenario != name:
+        raise PlannerInputError(f"--replan: the scenario is named {name!r}, and the plan was solved from "
+                                f"{header.scenario!r}; give that scenario")
+    calibration = _fit_calibration(runs, spec.arch, spec.gpu, spec.tp, spec.pp, spec.precision, spec.kv_dtype,
+                                   spec.engine, spec.scheduler, catalog)
+    fleet = plan_fleet(loaded, time_limit_s=time_limit_s, catalog=catalog, calibration=calibration)
+    return Replan(name, calibration, fleet, sum(a.replicas for a in header.assignments), header.usd_per_hour)
 
 
 def _replica_of(catalog: Catalog, specs: Sequence[ReplicaSpec], run: MeasuredRun, plan: str | Path) -> ReplicaSpec:
@@ -529,7 +581,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
 
 def __getattr__(name: str) -> Any:
     """The result records of engine_estimate, perf and simulate (planner.api_records), loaded on first use."""
-    if name in ("BenchResult", "CheckedRun", "EngineEstimate", "PerfResult", "ReplicaSimulation"):
+    if name in ("BenchResult", "CheckedRun", "EngineEstimate", "PerfResult", "Replan", "ReplicaSimulation"):
         from planner import api_records
 
         return getattr(api_records, name)

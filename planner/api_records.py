@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.catalog.load import Catalog, Gpu
     from planner.estimator.benchmark import BenchmarkResult
+    from planner.calibration.calibrate import Calibration
     from planner.calibration.check import LoadCheck, SloVerdict
     from planner.estimator.capacity import Scheduler, Slo, SteadyState
     from planner.estimator.closed_loop import ClosedLoop
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from planner.estimator.performance import PerformanceCatalog, ReplicaPerformance, ReplicaTimer
     from planner.estimator.simulate import SimulationResult
     from planner.model.architecture import Architecture
+    from planner.plan.fleet import FleetPlan
 
 
 @dataclass(frozen=True)
@@ -173,3 +175,38 @@ class CheckedRun:
                 "slo": None if self.slo is None else {**asdict(self.slo), "checks": [
                     {**asdict(v), "meets": v.meets} for v in self.verdicts]},
                 "load": {**asdict(self.load), "at_or_below_planned": self.load.at_or_below_planned}}
+
+
+@dataclass(frozen=True)
+class Replan:
+    """`planner check --replan SCENARIO`: the scenario re-solved with a calibration fitted on the checked runs, against
+    the plan file as deployed."""
+
+    scenario: str  # its name, as the plan file records it
+    calibration: Calibration  # fitted on the runs, on the plan's replica they measured
+    plan: FleetPlan  # the scenario re-solved with it
+    planned_replicas: int  # the plan file's, over its assignments
+    planned_usd_per_hour: float | None  # the plan file's (None: it records none)
+
+    @property
+    def replicas(self) -> int:
+        return sum(a.replicas for a in self.plan.assignments)
+
+    @property
+    def change(self) -> float | None:
+        """The re-planned fleet's cost / the plan's - 1 (None: either has no cost)."""
+        if self.plan.usd_per_hour is None or not self.planned_usd_per_hour:
+            return None
+        return self.plan.usd_per_hour / self.planned_usd_per_hour - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.calibration
+        return {"scenario": self.scenario, "factors": c.factors.as_dict(), "informed": list(c.informed),
+                "fitted_on": asdict(c.fitted_on), "errors": asdict(c.errors), "status": self.plan.status,
+                "replicas": self.replicas, "usd_per_hour": self.plan.usd_per_hour,
+                "planned_replicas": self.planned_replicas, "planned_usd_per_hour": self.planned_usd_per_hour,
+                "change": self.change, "speed": list(self.plan.speed), "unmet": list(self.plan.unmet),
+                "assignments": [{"workload": a.workload, "gpu": a.config.candidate.gpu.name, "tp": a.config.candidate.tp,
+                                 "pp": a.config.candidate.pp, "replicas": a.replicas,
+                                 "capacity_rps_per_replica": round(a.config.capacity_rps, 3)}
+                                for a in self.plan.assignments]}

@@ -627,12 +627,26 @@ def check_command(
     results: list[str] = Argument(..., help="Benchmark results of it: vllm bench serve --save-result JSON, SGLang "
                                   "bench_serving JSONL or GuideLLM benchmarks.json (one or more)."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
+    replan: Optional[str] = Option(None, "--replan", metavar="SCENARIO", help="The scenario the plan was solved from: "
+                                   "re-solve it with a calibration fitted on the runs and print what the fleet costs."),
+    save_calibration: Optional[str] = Option(None, "--save-calibration", metavar="FILE", help="With --replan: write "
+                                             "the fitted calibration (YAML) for `planner solve SCENARIO --calibration`."),
+    time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help="With --replan: seconds for the re-solve "
+                                         "(after the fit; default: the scenario's solver.time_limit_s, 10)."),
 ) -> None:
     """A deployed plan against what ran: each benchmark run replayed on the plan's replica, predicted against measured
-    mean TTFT, mean TPOT and output throughput."""
+    mean TTFT, mean TPOT and output throughput, held to the plan's SLO at the run's load; with --replan, the fleet
+    re-planned with the measured speed."""
+    if replan is None and (save_calibration is not None or time_limit is not None):
+        raise PlannerInputError(f"{'--save-calibration' if save_calibration else '--time-limit'}: an option of "
+                                "--replan SCENARIO; add it")
     rows = api.check(plan, results)
+    again = None if replan is None else api.replan(plan, results, api.load_scenario(replan), time_limit_s=time_limit)
+    if again is not None and save_calibration is not None:
+        write_output(save_calibration, again.calibration.to_yaml())
     if output_format is OutputFormat.json:
-        _echo(json.dumps([r.to_dict() for r in rows], indent=2, allow_nan=False))
+        _echo(json.dumps({"runs": [r.to_dict() for r in rows], "replan": again.to_dict() if again else None},
+                         indent=2, allow_nan=False))
         return
     names = {"ttft_ms": "mean TTFT ms", "tpot_ms": "mean TPOT ms", "output_tok_s": "output tok/s"}
     lines = [f"{'run':<36} {'replica':<28} {'metric':<13} {'measured':>10} {'predicted':>10} {'error':>7}"]
@@ -642,7 +656,39 @@ def check_command(
             lines.append(f"{r.result[:36]:<36} {replica[:28]:<28} {names[metric]:<13} {measured:>10,.2f} "
                          f"{r.predicted[metric]:>10,.2f} {r.error(metric):>+7.0%}")
         lines += _check_verdict_lines(r)
+    if again is not None:
+        lines += _replan_lines(again)
+        if save_calibration is not None:
+            lines.append(f"wrote {save_calibration}")
     _print_lines(lines)
+
+
+def _replan_lines(again: api.Replan) -> list[str]:
+    """The fitted calibration, the re-planned fleet's speed lines and its cost against the plan's."""
+    c = again.calibration
+    on = c.fitted_on
+    factors = " · ".join(f"{name} {value:.2f}" for name, value in c.factors.as_dict().items())
+    held = "-" if c.errors.held_out is None else f"{c.errors.held_out:.3f}"
+    runs = len(c.prompts_per_replay)
+    lines = [f"re-planned {again.scenario} with a calibration fitted on {runs} run{'s' if runs != 1 else ''} of "
+             f"{on.tp * on.pp} x {on.gpu} ({on.generation} x {on.engine})", f"  factors: {factors}",
+             f"  mean |log(predicted / measured)|: before {c.errors.before:.3f}, after {c.errors.after:.3f}, each run "
+             f"left out of the fit {held}"]
+    lines += [f"speed: {line}" for line in again.plan.speed]
+    planned = (f"the plan's {again.planned_replicas} replicas"
+               + (f", ${again.planned_usd_per_hour:,.2f}/hour" if again.planned_usd_per_hour is not None else ""))
+    fleet = again.plan
+    if fleet.usd_per_hour is None:
+        lines.append(f"with the measured speed {again.scenario} cannot be served against {planned}")
+        lines += [f"  unmet: {line}" for line in fleet.unmet]
+        return lines
+    change = "" if again.change is None else f": {again.change:+.0%} on"
+    lines.append(f"with the measured speed {again.scenario} needs {again.replicas} replicas, "
+                 f"${fleet.usd_per_hour:,.2f}/hour{change or ', against'} {planned}")
+    lines += [f"  {a.workload}: {a.replicas} x {a.config.candidate.gpus} x {a.config.candidate.gpu.name}, "
+              f"{a.config.capacity_rps:,.2f} req/s each" for a in fleet.assignments]
+    lines.append("  prices: the catalog's today; the plan's cost as it was solved")
+    return lines
 
 
 def _check_verdict_lines(r: api.CheckedRun) -> list[str]:

@@ -287,7 +287,7 @@ def test_check_compares_a_deployed_plan_with_what_ran(tmp_path):
     outcome = subprocess.run([sys.executable, "-m", "planner.cli", "check", str(plan_path), str(EXAMPLES[0]), "--format",
                               "json"], capture_output=True, text=True, cwd=tmp_path)
     assert outcome.returncode == 0, outcome.stderr
-    assert json.loads(outcome.stdout)[0]["measured"]["tpot_ms"] > 0
+    assert json.loads(outcome.stdout)["runs"][0]["measured"]["tpot_ms"] > 0
 
 
 def chat_scenario(gpus, **extra):
@@ -411,3 +411,60 @@ def test_check_holds_each_run_to_the_plan_slo_and_load(tmp_path):
     plan_path.write_text(json.dumps(older))
     proc = cli("check", str(plan_path), str(EXAMPLES[0]), cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("error: plan: plan.json.assignments.0.slo.p95: Extra inputs")
+
+
+def test_check_replan_prices_the_fleet_at_the_measured_speed(tmp_path):
+    """--replan fits a calibration on the runs, on the plan's replica they measured (as `planner calibrate` fits one),
+    re-solves the plan's scenario with it and puts its replicas and cost against the plan file's. The examples ran
+    slower than the tables, so an H100 replica serves less and 30 req/s takes ceil(30 / its capacity) replicas; the
+    saved calibration re-solved by `planner solve --calibration` gives the same fleet."""
+    import yaml
+    from math import ceil
+
+    from planner.render.records import fleet_json
+
+    scenario = chat_scenario(["h100-sxm"])
+    scenario["workload"]["traffic"]["requests_per_s"] = 30
+    scenario_path = tmp_path / "chat.yaml"
+    scenario_path.write_text(yaml.safe_dump(scenario))
+    plan = api.plan_fleet(scenario)
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(fleet_json(plan, "chat"))
+    again = api.replan(plan_path, EXAMPLES, scenario_path)
+    on = again.calibration.fitted_on
+    assert (on.model, on.gpu, on.tp, on.precision, on.engine) == ("llama-3.1-8b", "h100-sxm", 1, "bf16", "vllm")
+    assert again.calibration.errors.after < again.calibration.errors.before
+    assert again.plan.speed == ("chat: h100-sxm: calibrated (hopper x vllm)",)
+    assignment, = again.plan.assignments
+    assert assignment.config.capacity_rps < plan.assignments[0].config.capacity_rps
+    assert again.replicas == assignment.replicas == ceil(30 / assignment.config.capacity_rps)
+    assert again.planned_replicas == sum(a.replicas for a in plan.assignments)
+    assert again.planned_usd_per_hour == plan.usd_per_hour
+    assert again.change == pytest.approx(again.plan.usd_per_hour / plan.usd_per_hour - 1)
+    data = again.to_dict()
+    assert (data["replicas"], data["usd_per_hour"], data["planned_usd_per_hour"]) == (
+        again.replicas, again.plan.usd_per_hour, plan.usd_per_hour)
+    saved = tmp_path / "fitted.yaml"
+    proc = cli("check", str(plan_path), *map(str, EXAMPLES), "--replan", str(scenario_path), "--save-calibration",
+               str(saved), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert (f"with the measured speed chat needs {again.replicas} replicas, ${again.plan.usd_per_hour:,.2f}/hour: "
+            f"{again.change:+.0%} on the plan's {again.planned_replicas} replicas, ${plan.usd_per_hour:,.2f}/hour") in lines
+    assert "speed: chat: h100-sxm: calibrated (hopper x vllm)" in lines and f"wrote {saved}" in lines
+    assert load_calibration(saved) == again.calibration
+    resolved = api.plan_fleet(api.load_scenario(scenario_path, calibration=str(saved)))
+    assert resolved.usd_per_hour == again.plan.usd_per_hour
+    proc = cli("check", str(plan_path), str(EXAMPLES[0]), "--replan", str(scenario_path), "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert len(data["runs"]) == 1 and data["replan"]["planned_replicas"] == again.planned_replicas
+    assert json.loads(cli("check", str(plan_path), str(EXAMPLES[0]), "--format", "json", cwd=tmp_path).stdout)[
+        "replan"] is None
+    # the plan's own scenario only; --save-calibration only with --replan
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**scenario, "name": "search"}))
+    for args, start in ((["--replan", str(other)], "error: --replan: the scenario is named 'search'"),
+                        (["--save-calibration", str(saved)], "error: --save-calibration: an option of --replan")):
+        proc = cli("check", str(plan_path), str(EXAMPLES[0]), *args, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(start), proc.stderr

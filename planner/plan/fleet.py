@@ -488,9 +488,11 @@ def _resolve(problem: FleetProblem, catalog: Catalog, cache: ServingCache, deadl
 # Scenario -> fleet problem
 
 
-def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None) -> FleetProblem:
-    """The scenario's workloads (one, or the `workloads:` list) with their traffic, SLOs and the shared quotas."""
-    calibration = _calibration(scenario)
+def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None,
+                  calibration: Calibration | None = None) -> FleetProblem:
+    """The scenario's workloads (one, or the `workloads:` list) with their traffic, SLOs and the shared quotas;
+    `calibration`: in place of the scenario's calibration: file."""
+    calibration = calibration or _calibration(scenario)
     workloads = []
     for name, part in scenario.fleet_parts():
         traffic = part.workload.traffic

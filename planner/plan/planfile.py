@@ -133,6 +133,7 @@ class FleetFile(_Schema):
     schema_version: Literal[SCHEMA_VERSION]  # type: ignore[valid-type]
     kind: Literal["fleet"]
     scenario: Line | None = None
+    usd_per_hour: float | None = Field(default=None, ge=0, lt=1e12)  # None: the fleet was infeasible
     assignments: list[FleetAssignment] = Field(max_length=10_000)
 
 
@@ -168,6 +169,17 @@ def load_plan_file(path: str | Path, catalog: Catalog, plan_index: int = 0,
         raise PlannerInputError(f"plan: {_name(p)} holds no plan (the scenario was infeasible)")
     [(_, record)] = _pick(list(enumerate(records)), plan_index, "--plan", p)
     return (_checked(record, plan.scenario or "planner", plan.model_precision, catalog, p),)
+
+
+def load_fleet_file(path: str | Path) -> FleetFile:
+    """A fleet plan file checked against its schema, for what it was solved from and what it costs (load_plan_file
+    re-checks its assignments)."""
+    p = Path(path)
+    data = _read_json(p)
+    if not isinstance(data, dict) or data.get("kind") != "fleet":
+        raise PlannerInputError(f"plan: {_name(p)} is not a fleet plan; write one with `planner solve SCENARIO "
+                                "--format json -o PLAN.json` for a scenario with traffic")
+    return _validate(FleetFile, data, p)
 
 
 def _assignment_name(scenario: str | None, workload: str | None, index: int) -> str:
