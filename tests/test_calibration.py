@@ -468,3 +468,18 @@ def test_check_replan_prices_the_fleet_at_the_measured_speed(tmp_path):
                         (["--save-calibration", str(saved)], "error: --save-calibration: an option of --replan")):
         proc = cli("check", str(plan_path), str(EXAMPLES[0]), *args, cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith(start), proc.stderr
+
+
+def test_calibration_accuracy_flags_a_series_worse_by_more_than_five_points():
+    """bench/calibration_accuracy.py's per-series verdict on hand-made errors: medians of the other rows, the change
+    in points, WORSE past 5 points, the factors the fit pushed to a bound."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from calibration_accuracy import SeriesResult
+
+    worse = SeriesResult("a", 4, (0.5, 0.0), [(0.10, 0.20), (0.12, 0.15), (0.30, 0.40)], Factors(memory=4.0, fixed=0.25))
+    assert (worse.before, worse.after) == (12.0, 20.0) and worse.change == pytest.approx(8.0) and worse.worse
+    assert worse.at_bounds == ["memory", "fixed"]
+    within = SeriesResult("b", 3, (0.2, 0.0), [(0.10, 0.149), (0.30, 0.10)], Factors(memory=1.5))
+    assert within.change == pytest.approx(-7.55) and not within.worse and within.at_bounds == []
+    edge = SeriesResult("c", 3, (0.2, 0.0), [(0.10, 0.15)], Factors())
+    assert edge.change == pytest.approx(5.0) and not edge.worse  # more than 5 points: 5 is not worse
