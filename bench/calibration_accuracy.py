@@ -4,9 +4,10 @@ Reads the rows bench/throughput_accuracy.py maps (its files, mapping and skip re
 same source (its numbers blanked), model, precision, KV dtype, GPU, engine, TP and PP, and the same way of running: rows that differ only in
 batch / concurrency and lengths), and for every series of at least MIN_ROWS rows with a measured TPOT fits the named
 factors (planner.calibration.fit, as `planner calibrate` fits them) to its lowest-batch row alone, then predicts the
-other rows' TPOT with and without them. Prints the median |TPOT error| of those other rows before and after, per
-series and over every predicted row, against the calibration issue's target: the overall median halved, and no
-series worse by more than WORSE_POINTS points.
+other rows' TPOT with and without them. Prints per series the calibration row's own error before and after the fit,
+the median |TPOT error| of the other rows before and after, the change in points (WORSE past WORSE_POINTS) and the
+factors (starred at a bound); then over every predicted row against the calibration issue's targets: the overall
+median halved, and no series worse by more than WORSE_POINTS points (with each series that misses it).
 
     python bench/calibration_accuracy.py
 """
@@ -17,13 +18,14 @@ import re
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from throughput_accuracy import Measurement, load_measurements, predict  # noqa: E402
 
-from planner.calibration.factors import calibrated_catalog  # noqa: E402
+from planner.calibration.factors import HIGHEST, LOWEST, Factors, calibrated_catalog  # noqa: E402
 from planner.calibration.fit import Observation, fit_factors  # noqa: E402
 from planner.catalog.load import load_catalog  # noqa: E402
 from planner.errors import PlannerInputError  # noqa: E402
@@ -40,6 +42,59 @@ def series_key(m: Measurement) -> tuple[str, ...]:
             m.form)
 
 
+@dataclass(frozen=True)
+class SeriesResult:
+    label: str
+    rows: int
+    fitted_row: tuple[float, float]  # the calibration row's own |TPOT error| before and after the fit
+    errors: list[tuple[float, float]]  # each predicted row's |TPOT error| before and after
+    factors: Factors
+
+    @property
+    def before(self) -> float:
+        return statistics.median(e for e, _ in self.errors) * 100
+
+    @property
+    def after(self) -> float:
+        return statistics.median(e for _, e in self.errors) * 100
+
+    @property
+    def change(self) -> float:
+        """Points of median |TPOT error| the calibration adds (negative: removes)."""
+        return self.after - self.before
+
+    @property
+    def worse(self) -> bool:
+        return self.change > WORSE_POINTS
+
+    @property
+    def at_bounds(self) -> list[str]:
+        """The factors the fit pushed to a bound: the one row asked for more than the bounds allow."""
+        return [name for name, value in self.factors.as_dict().items() if value in (LOWEST, HIGHEST)]
+
+
+def calibrate_series(catalog, performance, rows) -> SeriesResult:
+    """Fit on the series' lowest-batch row, predict the rest with and without the fit."""
+    rows.sort(key=lambda row: (row[0].batch, row[0].prompt_tokens, row[0].output_tokens))
+    (first, first_arch), rest = rows[0], rows[1:]
+    gpu = catalog.gpus.get(first.gpu)
+    profile = performance.engine(first.engine).name
+    assert first.tpot_s is not None
+
+    def tpot_ms(factors):
+        scaled = calibrated_catalog(performance, gpu.generation, profile, factors)
+        return predict(catalog, first, first_arch, scaled).tpot_s * 1000
+
+    fit = fit_factors([Observation(first.row, {"tpot_ms": first.tpot_s * 1000})], lambda f, i: {"tpot_ms": tpot_ms(f)})
+    scaled = calibrated_catalog(performance, gpu.generation, profile, fit.factors)
+    errors = [(abs(predict(catalog, m, arch).tpot_s / m.tpot_s - 1),
+               abs(predict(catalog, m, arch, scaled).tpot_s / m.tpot_s - 1)) for m, arch in rest if m.tpot_s]
+    own, = fit.residuals
+    label = f"{first.row} {first.model} {first.gpu} {first.engine} tp{first.tp} {first.form}"
+    return SeriesResult(label, len(rows), (abs(own.before / own.measured - 1), abs(own.after / own.measured - 1)),
+                        errors, fit.factors)
+
+
 def main() -> None:
     catalog = load_catalog()
     performance = load_performance_catalog()
@@ -51,46 +106,41 @@ def main() -> None:
     series = [rows for rows in groups.values() if len(rows) >= MIN_ROWS]
     print(f"{total} rows read, {len(usable)} mapped, {sum(len(g) for g in groups.values())} with a TPOT, "
           f"{len(series)} series of {MIN_ROWS}+ rows")
-    print(f"{'series':<64} {'rows':>4} {'factors':<34} {'before':>7} {'after':>7}")
-    before_all: list[float] = []
-    after_all: list[float] = []
-    worse = []
+    print("median |TPOT error| of each series' other rows, before and after calibrating on its lowest-batch row")
+    print(f"(fitted: that row's own error before -> after; change in points; WORSE: more than {WORSE_POINTS:g} points "
+          "worse; factors at a bound starred)")
+    print(f"{'series':<58} {'rows':>4} {'fitted':>13} {'before':>7} {'after':>7} {'change':>7}       factors")
+    results = []
     for rows in series:
-        rows.sort(key=lambda row: (row[0].batch, row[0].prompt_tokens, row[0].output_tokens))
-        (first, first_arch), rest = rows[0], rows[1:]
-        gpu = catalog.gpus.get(first.gpu)
-        profile = performance.engine(first.engine).name
-        assert first.tpot_s is not None
-
-        def tpot_ms(factors, m=first, arch=first_arch):
-            scaled = calibrated_catalog(performance, gpu.generation, profile, factors)
-            return predict(catalog, m, arch, scaled).tpot_s * 1000
-
         try:
-            fit = fit_factors([Observation(first.row, {"tpot_ms": first.tpot_s * 1000})], lambda f, i: {"tpot_ms": tpot_ms(f)})
-            scaled = calibrated_catalog(performance, gpu.generation, profile, fit.factors)
-            errors = [(abs(predict(catalog, m, arch).tpot_s / m.tpot_s - 1),
-                       abs(predict(catalog, m, arch, scaled).tpot_s / m.tpot_s - 1)) for m, arch in rest if m.tpot_s]
+            r = calibrate_series(catalog, performance, rows)
         except PlannerInputError as exc:
-            print(f"  skipped {first.row}: {exc}")
+            print(f"  skipped {rows[0][0].row}: {exc}")
             continue
-        before = statistics.median(e for e, _ in errors) * 100
-        after = statistics.median(e for _, e in errors) * 100
-        before_all += [e for e, _ in errors]
-        after_all += [e for _, e in errors]
-        changed = ", ".join(f"{k} {v:.2f}" for k, v in fit.factors.as_dict().items() if v != 1.0) or "none"
-        label = f"{first.row} {first.model} {first.gpu} {first.engine} tp{first.tp} {first.form}"
-        print(f"{label[:64]:<64} {len(rows):>4} {changed[:34]:<34} {before:>6.1f}% {after:>6.1f}%")
-        if after > before + WORSE_POINTS:
-            worse.append(label)
-    if not before_all:
+        results.append(r)
+        factors = ", ".join(f"{k} {v:.2f}{'*' if k in r.at_bounds else ''}" for k, v in r.factors.as_dict().items()
+                            if v != 1.0) or "none"
+        fitted = f"{r.fitted_row[0]:.0%} -> {r.fitted_row[1]:.0%}"
+        print(f"{r.label[:58]:<58} {r.rows:>4} {fitted:>13} {r.before:>6.1f}% {r.after:>6.1f}% {r.change:>+7.1f} "
+              f"{'WORSE' if r.worse else '':<5} {factors}")
+    if not results:
         print("no series to calibrate")
         return
-    before, after = statistics.median(before_all) * 100, statistics.median(after_all) * 100
-    print(f"overall median |TPOT error| of {len(before_all)} predicted rows: before {before:.1f}%, after {after:.1f}% "
+    before = statistics.median(e for r in results for e, _ in r.errors) * 100
+    after = statistics.median(e for r in results for _, e in r.errors) * 100
+    rows = sum(len(r.errors) for r in results)
+    print(f"overall median |TPOT error| of {rows} predicted rows: before {before:.1f}%, after {after:.1f}% "
           f"(target: at most {before / 2:.1f}%: {'met' if after <= before / 2 else 'not met'})")
-    print(f"series worse by more than {WORSE_POINTS:g} points: {len(worse)}"
-          + (": " + "; ".join(worse) if worse else ""))
+    worse = [r for r in results if r.worse]
+    better = sum(r.change < -WORSE_POINTS for r in results)
+    print(f"series: {len(results)}; better by more than {WORSE_POINTS:g} points: {better}; within {WORSE_POINTS:g} "
+          f"points: {len(results) - better - len(worse)}; worse by more than {WORSE_POINTS:g} points: {len(worse)}")
+    print(f"target: no series worse by more than {WORSE_POINTS:g} points: "
+          + ("met" if not worse else f"not met ({len(worse)} of {len(results)} series)"))
+    for r in worse:
+        bounds = f"; at a bound: {', '.join(r.at_bounds)}" if r.at_bounds else ""
+        print(f"  {r.label}: {r.before:.1f}% -> {r.after:.1f}% ({r.change:+.1f} points), its fitted row "
+              f"{r.fitted_row[0]:.0%} -> {r.fitted_row[1]:.0%}{bounds}")
 
 
 if __name__ == "__main__":

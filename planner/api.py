@@ -21,8 +21,11 @@ from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimat
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
-    from planner.api_records import (BenchResult, CheckedRun, EngineEstimate, PerfResult, Replica, ReplicaSimulation,
-                                     ReplicaSpec)
+    from planner.catalog.load import Gpu
+    from planner.estimator.capacity import Scheduler
+    from planner.model.architecture import Architecture
+    from planner.api_records import (BenchResult, CheckedRun, EngineEstimate, PerfResult, Replan, Replica,
+                                     ReplicaSimulation, ReplicaSpec)
     from planner.calibration.calibrate import Calibration
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
@@ -119,15 +122,17 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
 
 
 def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
-               catalog: Catalog | None = None, started: CommandStart | None = None) -> FleetPlan:
-    """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list)."""
+               catalog: Catalog | None = None, started: CommandStart | None = None,
+               calibration: Calibration | None = None) -> FleetPlan:
+    """The cheapest fleet for a scenario with traffic (one service, or a `workloads:` list); `calibration` (a
+    `planner calibrate` record) in place of the scenario's calibration: file."""
     from planner.plan.fleet import fleet_problem, plan_fleet as plan
 
     catalog = catalog or load_catalog()
     loaded = _scenario(scenario)
     # the limit covers building the workloads' search spaces too (200 of them take seconds)
     deadline = _deadline(loaded, time_limit_s, started)
-    return plan(fleet_problem(loaded, catalog, time_limit_s), catalog, deadline=deadline)
+    return plan(fleet_problem(loaded, catalog, time_limit_s, calibration), catalog, deadline=deadline)
 
 
 def _deadline(scenario: Scenario, time_limit_s: float | None, started: CommandStart | None) -> Deadline:
@@ -144,7 +149,7 @@ def load_scenario(path: str | Path, max_price_age_days: int | None = None, calib
 
     loaded = load(path)
     if calibration is not None:
-        loaded = loaded.model_copy(update={"calibration": str(Path(calibration).resolve())})
+        loaded = loaded.with_calibration(str(Path(calibration).resolve()))
     return loaded if max_price_age_days is None else loaded.with_max_price_age(max_price_age_days)
 
 
@@ -317,11 +322,8 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
     """The named factors (planner.calibration.factors) that make one replica's simulated benchmark runs match the
     measured `results` (vllm bench serve, SGLang bench_serving or GuideLLM files), with the residuals before and
     after and each run predicted by a fit on the others."""
-    from planner.calibration.calibrate import FittedOn, ResultFile, calibration_record, fit_runs, replay_run
-    from planner.calibration.factors import Factors, calibrated_catalog
-    from planner.calibration.readers import MeasuredRun, read_results
-    from planner.estimator.benchmark import BenchmarkResult, run_benchmark
-    from planner.estimator.performance import load_performance_catalog, replica_timer
+    from planner.calibration.calibrate import replay_run
+    from planner.calibration.readers import read_results
 
     if not results:
         raise PlannerInputError("RESULT: give at least one benchmark result file")
@@ -331,20 +333,34 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog, sized=True)
     for run in runs:
         _same_model(catalog, run, replica.arch.name)
+    assert replica.scheduler is not None  # sized
+    return _fit_calibration(runs, replica.arch, replica.card, replica.tp, replica.pp, precision, kv_dtype,
+                            replica.engine, replica.scheduler, catalog)
+
+
+def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu, tp: int, pp: int, precision: str,
+                     kv_dtype: str, engine: str, scheduler: Scheduler, catalog: Catalog) -> Calibration:
+    """The factors fitted to `runs`, each replayed on one replica (this layout, engine and scheduler), and the
+    record of what they were fitted on: `planner calibrate`'s, and `planner check --replan`'s on the plan's replica."""
+    from planner.calibration.calibrate import FittedOn, ResultFile, calibration_record, fit_runs, replay_run
+    from planner.calibration.factors import Factors, calibrated_catalog
+    from planner.estimator.benchmark import BenchmarkResult, run_benchmark
+    from planner.estimator.performance import load_performance_catalog, replica_timer
+
     performance = load_performance_catalog()
-    profile = performance.engine(replica.engine).name
-    generation = replica.card.generation
+    profile = performance.engine(engine).name
+    generation = card.generation
 
     def replay(factors: Factors, run: MeasuredRun) -> BenchmarkResult:
-        timer = replica_timer(replica.arch, precision, kv_dtype, replica.card, replica.tp, replica.pp, catalog,
-                              replica.engine, calibrated_catalog(performance, generation, profile, factors))
-        return run_benchmark(timer, replica.scheduler, replay_run(run))
+        timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, engine,
+                              calibrated_catalog(performance, generation, profile, factors))
+        return run_benchmark(timer, scheduler, replay_run(run))
 
     files = {r.file: r.sha256 for r in runs}
     fitted_on = FittedOn(
-        model=replica.arch.name, gpu=replica.card.name, generation=generation, engine=profile,
-        engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=replica.tp,
-        pp=replica.pp, precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
+        model=arch.name, gpu=card.name, generation=generation, engine=profile,
+        engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=tp, pp=pp,
+        precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
         results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()))
     return calibration_record(fit_runs(runs, replay), runs, fitted_on)
 
@@ -352,9 +368,12 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
 def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog | None = None) -> tuple[CheckedRun, ...]:
     """A deployed fleet plan (`planner solve --format json`) against what ran: each measured run (vllm bench serve,
     SGLang bench_serving or GuideLLM files) replayed on the plan's replica of the run's model, predicted against
-    measured mean TTFT, mean TPOT and output throughput."""
+    measured mean TTFT, mean TPOT and output throughput; and each run against the plan's SLO (at the percentile the
+    scenario states, from the statistics the run reports) and its load against the plan's per-replica load
+    (planner.calibration.check)."""
     from planner.api_records import CheckedRun
     from planner.calibration.calibrate import measured_metrics, replay_run, simulated_metrics
+    from planner.calibration.check import load_check, slo_verdicts
     from planner.calibration.readers import read_results
     from planner.estimator.benchmark import run_benchmark
     from planner.estimator.performance import replica_timer
@@ -372,8 +391,45 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
         if not measured:
             raise PlannerInputError(f"result: {run.label} measured none of mean TPOT, mean TTFT or output throughput")
         out.append(CheckedRun(run.label, spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.engine, measured,
-                              {m: replayed[m] for m in measured}))
+                              {m: replayed[m] for m in measured}, spec.slo,
+                              slo_verdicts(run, spec.slo) if spec.slo else (), load_check(run, spec.rate_per_replica)))
     return tuple(out)
+
+
+def replan(plan: str | Path, results: Sequence[str | Path], scenario: str | Path | dict[str, Any] | Scenario, *,
+           time_limit_s: float | None = None, catalog: Catalog | None = None) -> Replan:
+    """What the fleet would cost with the measured speed: a calibration fitted on the runs (as `planner calibrate`
+    fits one) on the plan's replica they measured, the plan's scenario re-solved with it (in place of its
+    calibration:) within `time_limit_s` from the end of the fit (default: the scenario's solver.time_limit_s), and
+    the plan file's replicas and cost to put it against."""
+    from planner.api_records import Replan
+    from planner.calibration.readers import read_results
+    from planner.plan.planfile import load_fleet_file
+
+    if not results:
+        raise PlannerInputError("RESULT: give at least one benchmark result file of the deployed plan")
+    catalog = catalog or load_catalog()
+    specs = _plan_file_replicas(Path(plan), catalog)
+    runs = [run for path in results for run in read_results(path)]
+    measured = {id(spec): spec for spec in (_replica_of(catalog, specs, run, plan) for run in runs)}
+    kinds = {(s.arch.name, s.gpu.name, s.tp, s.pp, s.precision, s.kv_dtype, s.engine) for s in measured.values()}
+    if len(kinds) > 1:
+        raise PlannerInputError(f"--replan: the runs measured {len(kinds)} of the plan's replica types; a calibration "
+                                "is fitted on one: give runs of one replica type")
+    spec = next(iter(measured.values()))
+    loaded = _scenario(scenario)
+    if not loaded.is_fleet:
+        raise PlannerInputError("--replan: the scenario has no traffic; give the scenario the fleet plan was solved "
+                                "from")
+    header = load_fleet_file(plan)
+    name = loaded.name or "fleet"
+    if header.scenario is not None and header.scenario != name:
+        raise PlannerInputError(f"--replan: the scenario is named {name!r}, and the plan was solved from "
+                                f"{header.scenario!r}; give that scenario")
+    calibration = _fit_calibration(runs, spec.arch, spec.gpu, spec.tp, spec.pp, spec.precision, spec.kv_dtype,
+                                   spec.engine, spec.scheduler, catalog)
+    fleet = plan_fleet(loaded, time_limit_s=time_limit_s, catalog=catalog, calibration=calibration)
+    return Replan(name, calibration, fleet, sum(a.replicas for a in header.assignments), header.usd_per_hour)
 
 
 def _replica_of(catalog: Catalog, specs: Sequence[ReplicaSpec], run: MeasuredRun, plan: str | Path) -> ReplicaSpec:
@@ -502,11 +558,12 @@ def _expert_parallel_pool(scheduler: Scheduler, pool_bytes: int, arch: Architect
     return replace(scheduler, pool_tokens=tokens)
 
 
-def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
+def simulate(source: str | Path | Scenario, *, duration_s: float = 600.0, rate: float | None = None,
              arrivals: str = "poisson", seed: int = 0, catalog: Catalog | None = None) -> tuple[ReplicaSimulation, ...]:
-    """Simulate a fleet's replicas: SCENARIO (solved first) or PLAN.json; `rate`: requests/s at each replica
-    (default: the scenario's demand split over the replicas by capacity; for a plan file, each replica's
-    planned capacity); `arrivals`: poisson or a JSONL trace (then its requests, not the rate)."""
+    """Simulate a fleet's replicas: a scenario (a file or loaded: solved first, its replicas timed as the solve sized
+    them, with its calibration where it applies) or PLAN.json; `rate`: requests/s at each replica (default: the
+    scenario's demand split over the replicas by capacity; for a plan file, each replica's planned capacity);
+    `arrivals`: poisson or a JSONL trace (then its requests, not the rate)."""
     from planner.api_records import ReplicaSimulation
     from planner.estimator.simulate import poisson_arrivals, read_trace, simulate as run
     from planner.estimator.performance import Workload, replica_timer
@@ -518,21 +575,22 @@ def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | Non
         raise PlannerInputError(f"--rate: {rate} must be above 0 requests/s")
     trace = None if arrivals == "poisson" else read_trace(arrivals)
     out = []
-    for spec in _replicas_to_simulate(Path(source), catalog):
-        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine)
+    for spec in _replicas_to_simulate(source, catalog):
+        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
+                              spec.performance)
         per_replica = rate if rate is not None else spec.rate_per_replica
         shape = Workload(spec.prompt_tokens, spec.output_tokens)
         requests = trace if trace is not None else poisson_arrivals(per_replica, duration_s, shape, seed)
         result = run(timer, spec.scheduler, requests, warmup_s=0.0)
         out.append(ReplicaSimulation(spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.replicas, spec.prompt_tokens,
                                      spec.output_tokens, per_replica if trace is None else result.requests_per_s,
-                                     spec.share, result))
+                                     spec.share, result, spec.speed))
     return tuple(out)
 
 
-def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[ReplicaSpec]:
-    if source.suffix.lower() == ".json":
-        return _plan_file_replicas(source, catalog)
+def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> list[ReplicaSpec]:
+    if isinstance(source, (str, Path)) and Path(source).suffix.lower() == ".json":
+        return _plan_file_replicas(Path(source), catalog)
     from planner.api_records import ReplicaSpec
     from planner.plan.fleet import fleet_problem, plan_fleet as solve_fleet
 
@@ -552,7 +610,8 @@ def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[ReplicaSpec]:
         c = a.config.candidate
         specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
                                   a.config.scheduler, a.replicas, bucket.prompt_tokens, bucket.output_tokens,
-                                  bucket.requests_per_s * share / a.replicas, share))
+                                  bucket.requests_per_s * share / a.replicas, share, w.performance(c.gpu.generation),
+                                  w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None))
     return specs
 
 
@@ -561,7 +620,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
     file and re-checks each configuration); each assignment's request shape and planned capacity come from
     its row, and the planned capacity is the rate it is simulated at."""
     from planner.api_records import ReplicaSpec
-    from planner.estimator.capacity import Scheduler
+    from planner.estimator.capacity import Scheduler, Slo
     from planner.estimator.engines import EngineSettings, engine_budget
     from planner.plan.planfile import FleetAssignment, load_plan_file
 
@@ -586,15 +645,16 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         # the `simple` planning margin has no scheduler: it runs vLLM's, as the fleet planned it
         batching = engine_budget(arch, request, EngineSettings("vllm"), target, catalog) if c.engine.name == "simple" else None
         engine = "vllm" if c.engine.name == "simple" else c.engine.name
+        slo = None if row.slo is None else Slo(row.slo.ttft_s, row.slo.tpot_s, row.slo.percentile)
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
                                   engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
-                                  capacity, 1.0))
+                                  capacity, 1.0, slo=slo))
     return specs
 
 
 def __getattr__(name: str) -> Any:
     """The result records of engine_estimate, perf and simulate (planner.api_records), loaded on first use."""
-    if name in ("BenchResult", "EngineEstimate", "PerfResult", "ReplicaSimulation"):
+    if name in ("BenchResult", "CheckedRun", "EngineEstimate", "PerfResult", "Replan", "ReplicaSimulation"):
         from planner import api_records
 
         return getattr(api_records, name)

@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.catalog.load import Catalog, Gpu
     from planner.estimator.benchmark import BenchmarkResult
-    from planner.estimator.capacity import Scheduler, SteadyState
+    from planner.calibration.calibrate import Calibration
+    from planner.calibration.check import LoadCheck, SloVerdict
+    from planner.estimator.capacity import Scheduler, Slo, SteadyState
     from planner.estimator.closed_loop import ClosedLoop
     from planner.estimator.engines import EngineBudget
     from planner.estimator.memory import MemoryEstimate
-    from planner.estimator.performance import ReplicaPerformance, ReplicaTimer
+    from planner.estimator.performance import PerformanceCatalog, ReplicaPerformance, ReplicaTimer
     from planner.estimator.simulate import SimulationResult
     from planner.estimator.speculative import Speculation, SpeculativeCycle
     from planner.model.architecture import Architecture
+    from planner.plan.fleet import FleetPlan
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ class ReplicaSimulation:
     rate_per_replica: float  # requests/s arriving at each replica
     share: float  # of the workload bucket's traffic this assignment takes
     result: SimulationResult
+    speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,9 @@ class ReplicaSpec:
     output_tokens: int
     rate_per_replica: float
     share: float
+    performance: PerformanceCatalog | None = None  # the speed model's constants (None: the catalog's)
+    speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
+    slo: Slo | None = None  # a plan file's: its workload's SLO (None: the file carries none)
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,9 @@ class CheckedRun:
     engine: str
     measured: dict[str, float]  # of tpot_ms, ttft_ms, output_tok_s: what the run measured (means)
     predicted: dict[str, float]  # the same, from the plan's replica replaying the run
+    slo: Slo | None  # the plan's SLO for the run's workload (None: the plan file carries none)
+    verdicts: tuple[SloVerdict, ...]  # each target of `slo` against the run
+    load: LoadCheck  # the run's load against the plan's per replica
 
     def error(self, metric: str) -> float:
         """predicted / measured - 1."""
@@ -173,4 +183,42 @@ class CheckedRun:
     def to_dict(self) -> dict[str, Any]:
         return {"result": self.result, "workload": self.workload, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
                 "engine": self.engine, "measured": self.measured, "predicted": self.predicted,
-                "error": {m: self.error(m) for m in self.measured}}
+                "error": {m: self.error(m) for m in self.measured},
+                "slo": None if self.slo is None else {**asdict(self.slo), "checks": [
+                    {**asdict(v), "meets": v.meets} for v in self.verdicts]},
+                "load": {**asdict(self.load), "at_or_below_planned": self.load.at_or_below_planned}}
+
+
+@dataclass(frozen=True)
+class Replan:
+    """`planner check --replan SCENARIO`: the scenario re-solved with a calibration fitted on the checked runs, against
+    the plan file as deployed."""
+
+    scenario: str  # its name, as the plan file records it
+    calibration: Calibration  # fitted on the runs, on the plan's replica they measured
+    plan: FleetPlan  # the scenario re-solved with it
+    planned_replicas: int  # the plan file's, over its assignments
+    planned_usd_per_hour: float | None  # the plan file's (None: it records none)
+
+    @property
+    def replicas(self) -> int:
+        return sum(a.replicas for a in self.plan.assignments)
+
+    @property
+    def change(self) -> float | None:
+        """The re-planned fleet's cost / the plan's - 1 (None: either has no cost)."""
+        if self.plan.usd_per_hour is None or not self.planned_usd_per_hour:
+            return None
+        return self.plan.usd_per_hour / self.planned_usd_per_hour - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.calibration
+        return {"scenario": self.scenario, "factors": c.factors.as_dict(), "informed": list(c.informed),
+                "fitted_on": asdict(c.fitted_on), "errors": asdict(c.errors), "status": self.plan.status,
+                "replicas": self.replicas, "usd_per_hour": self.plan.usd_per_hour,
+                "planned_replicas": self.planned_replicas, "planned_usd_per_hour": self.planned_usd_per_hour,
+                "change": self.change, "speed": list(self.plan.speed), "unmet": list(self.plan.unmet),
+                "assignments": [{"workload": a.workload, "gpu": a.config.candidate.gpu.name, "tp": a.config.candidate.tp,
+                                 "pp": a.config.candidate.pp, "replicas": a.replicas,
+                                 "capacity_rps_per_replica": round(a.config.capacity_rps, 3)}
+                                for a in self.plan.assignments]}

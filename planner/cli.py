@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving configurations, CP-SAT and every "
                    "variant together (default: the scenario's solver.time_limit_s, 10).")
+SCENARIO_CALIBRATION = Option(None, "--calibration", metavar="FILE", help="A `planner calibrate` file: a fleet's speed "
+                              "on the GPU generation x engine it was fitted on (replaces the scenario's calibration:).")
 MAX_PRICE_AGE_HELP = "Warn of a price older than this many days (default: the scenario's pricing.max_price_age_days, 90)."
 ENGINE_VERSION_HELP = ("The engine release whose profile sizes the KV pool (vLLM 0.34.0 or 0.19.0, SGLang 0.5.23 or 0.5.9, "
                        "llama.cpp b7400; default: the current release).")
@@ -286,9 +288,7 @@ def solve(
     what_if: bool = Option(False, "--what-if", help="Also solve traffic x2, context 32K, spot allowed, "
                            "the busiest GPU type removed: one comparison table."),
     max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
-    calibration: Optional[str] = Option(None, "--calibration", metavar="FILE", help="A `planner calibrate` file: a "
-                                        "fleet's speed on the GPU generation x engine it was fitted on (replaces the "
-                                        "scenario's calibration:)."),
+    calibration: Optional[str] = SCENARIO_CALIBRATION,
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
@@ -297,9 +297,6 @@ def solve(
     from planner.render.terminal import fleet_table, solve_table, what_if_table
 
     loaded = api.load_scenario(scenario, max_price_age, calibration)
-    if loaded.calibration is not None and not loaded.is_fleet:
-        raise PlannerInputError("--calibration / calibration: a calibration scales a fleet's speed, and this scenario "
-                                "has no traffic; add workload.traffic or drop it")
     if what_if:
         rows = api.what_if(loaded, time_limit_s=time_limit, started=_command_start())
         records = [asdict(r) for r in rows]
@@ -386,6 +383,7 @@ def report(
     quiet: bool = Option(False, "--quiet", "-q", help="No progress bar."),
     time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help=TIME_LIMIT_HELP),
     max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
+    calibration: Optional[str] = SCENARIO_CALIBRATION,
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
     from planner.render.html import CHARTS_S, fleet_html, review_html
@@ -397,13 +395,15 @@ def report(
     started = _command_start()
     if started is not None and suffix != ".md":
         started = started.also_finishing(CHARTS_S)
-    loaded = api.load_scenario(scenario, max_price_age)
+    loaded = api.load_scenario(scenario, max_price_age, calibration)
     text = read_text(scenario, SCENARIO)
+    if calibration is not None:  # the inputs as the plan was made: the file in place of calibration:
+        text += f"\n# planner report --calibration {calibration} (in place of calibration:)\n"
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=started)
         name = loaded.name or "fleet"
         write_output(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
-        _echo(f"wrote {output}")
+        _print_lines([f"speed: {line}" for line in plan.speed] + [f"wrote {output}"])
         return
     if quiet:
         review = api.review(loaded, time_limit_s=time_limit, started=started)
@@ -669,12 +669,26 @@ def check_command(
     results: list[str] = Argument(..., help="Benchmark results of it: vllm bench serve --save-result JSON, SGLang "
                                   "bench_serving JSONL or GuideLLM benchmarks.json (one or more)."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
+    replan: Optional[str] = Option(None, "--replan", metavar="SCENARIO", help="The scenario the plan was solved from: "
+                                   "re-solve it with a calibration fitted on the runs and print what the fleet costs."),
+    save_calibration: Optional[str] = Option(None, "--save-calibration", metavar="FILE", help="With --replan: write "
+                                             "the fitted calibration (YAML) for `planner solve SCENARIO --calibration`."),
+    time_limit: Optional[float] = Option(None, "--time-limit", min=0.01, help="With --replan: seconds for the re-solve "
+                                         "(after the fit; default: the scenario's solver.time_limit_s, 10)."),
 ) -> None:
     """A deployed plan against what ran: each benchmark run replayed on the plan's replica, predicted against measured
-    mean TTFT, mean TPOT and output throughput."""
+    mean TTFT, mean TPOT and output throughput, held to the plan's SLO at the run's load; with --replan, the fleet
+    re-planned with the measured speed."""
+    if replan is None and (save_calibration is not None or time_limit is not None):
+        raise PlannerInputError(f"{'--save-calibration' if save_calibration else '--time-limit'}: an option of "
+                                "--replan SCENARIO; add it")
     rows = api.check(plan, results)
+    again = None if replan is None else api.replan(plan, results, api.load_scenario(replan), time_limit_s=time_limit)
+    if again is not None and save_calibration is not None:
+        write_output(save_calibration, again.calibration.to_yaml())
     if output_format is OutputFormat.json:
-        _echo(json.dumps([r.to_dict() for r in rows], indent=2, allow_nan=False))
+        _echo(json.dumps({"runs": [r.to_dict() for r in rows], "replan": again.to_dict() if again else None},
+                         indent=2, allow_nan=False))
         return
     names = {"ttft_ms": "mean TTFT ms", "tpot_ms": "mean TPOT ms", "output_tok_s": "output tok/s"}
     lines = [f"{'run':<36} {'replica':<28} {'metric':<13} {'measured':>10} {'predicted':>10} {'error':>7}"]
@@ -683,7 +697,66 @@ def check_command(
         for metric, measured in r.measured.items():
             lines.append(f"{r.result[:36]:<36} {replica[:28]:<28} {names[metric]:<13} {measured:>10,.2f} "
                          f"{r.predicted[metric]:>10,.2f} {r.error(metric):>+7.0%}")
+        lines += _check_verdict_lines(r)
+    if again is not None:
+        lines += _replan_lines(again)
+        if save_calibration is not None:
+            lines.append(f"wrote {save_calibration}")
     _print_lines(lines)
+
+
+def _replan_lines(again: api.Replan) -> list[str]:
+    """The fitted calibration, the re-planned fleet's speed lines and its cost against the plan's."""
+    c = again.calibration
+    on = c.fitted_on
+    factors = " · ".join(f"{name} {value:.2f}" for name, value in c.factors.as_dict().items())
+    held = "-" if c.errors.held_out is None else f"{c.errors.held_out:.3f}"
+    runs = len(c.prompts_per_replay)
+    lines = [f"re-planned {again.scenario} with a calibration fitted on {runs} run{'s' if runs != 1 else ''} of "
+             f"{on.tp * on.pp} x {on.gpu} ({on.generation} x {on.engine})", f"  factors: {factors}",
+             f"  mean |log(predicted / measured)|: before {c.errors.before:.3f}, after {c.errors.after:.3f}, each run "
+             f"left out of the fit {held}"]
+    lines += [f"speed: {line}" for line in again.plan.speed]
+    planned = (f"the plan's {again.planned_replicas} replicas"
+               + (f", ${again.planned_usd_per_hour:,.2f}/hour" if again.planned_usd_per_hour is not None else ""))
+    fleet = again.plan
+    if fleet.usd_per_hour is None:
+        lines.append(f"with the measured speed {again.scenario} cannot be served against {planned}")
+        lines += [f"  unmet: {line}" for line in fleet.unmet]
+        return lines
+    change = "" if again.change is None else f": {again.change:+.0%} on"
+    lines.append(f"with the measured speed {again.scenario} needs {again.replicas} replicas, "
+                 f"${fleet.usd_per_hour:,.2f}/hour{change or ', against'} {planned}")
+    lines += [f"  {a.workload}: {a.replicas} x {a.config.candidate.gpus} x {a.config.candidate.gpu.name}, "
+              f"{a.config.capacity_rps:,.2f} req/s each" for a in fleet.assignments]
+    lines.append("  prices: the catalog's today; the plan's cost as it was solved")
+    return lines
+
+
+def _check_verdict_lines(r: api.CheckedRun) -> list[str]:
+    """A checked run against the plan's SLO and its per-replica load."""
+    if r.slo is None:
+        lines = ["  SLO: the plan carries none (written before plan files recorded it); write the plan again with "
+                 "`planner solve SCENARIO --format json -o PLAN.json`"]
+    elif not r.verdicts:
+        lines = ["  SLO: the scenario sets none"]
+    else:
+        lines = []
+    for v in r.verdicts:
+        target = f"  SLO: {v.metric[:4].upper()} {v.statistic} <= {v.limit_ms:,.2f} ms: "
+        if v.decided_by is None:
+            shown = ", ".join(f"{name} {value:,.2f}" for name, value in v.reported.items())
+            lines.append(target + f"undetermined (the run reports {shown or 'none of it'} ms, not its {v.statistic})")
+        else:
+            value = v.reported[v.decided_by]
+            lines.append(target + f"{'meets' if v.meets else 'misses'} ({v.decided_by} {value:,.2f} ms)")
+    load = r.load
+    if load.measured_rps is None:
+        lines.append(f"  load: the run reports no throughput; the plan loads a replica with {load.planned_rps:,.2f} req/s")
+    else:
+        where = "at or below" if load.at_or_below_planned else "above"
+        lines.append(f"  load: {load.measured_rps:,.2f} req/s, {where} the planned {load.planned_rps:,.2f} req/s per replica")
+    return lines
 
 
 def request_rate(text: str) -> float:
@@ -788,7 +861,9 @@ def simulate_command(
     input_len: int = BENCH_INPUT_LEN,
     output_len: int = BENCH_OUTPUT_LEN,
     range_ratio: float = BENCH_RANGE_RATIO,
-    calibration: Optional[str] = CALIBRATION_FILE,
+    calibration: Optional[str] = Option(None, "--calibration", metavar="FILE", help="A file from `planner calibrate`: "
+                                        "a scenario's replicas (in place of its calibration:) or, with --benchmark, "
+                                        "the replica, timed with it on the GPU generation x engine it was fitted on."),
 ) -> None:
     """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use;
     with --benchmark, a `vllm bench serve` run replayed on one replica of a model."""
@@ -796,7 +871,7 @@ def simulate_command(
                      "--kv-dtype": kv_dtype != "auto", "--engine": engine != "vllm", "--num-prompts": num_prompts != 1000,
                      "--request-rate": request_rate_text != "inf", "--max-concurrency": max_concurrency,
                      "--input-len": input_len != 1024, "--output-len": output_len != 128,
-                     "--random-range-ratio": range_ratio != 0.0, "--calibration": calibration}
+                     "--random-range-ratio": range_ratio != 0.0}
     if benchmark:
         fleet_only = next((flag for flag, value in (("--duration", duration), ("--rate", rate),
                                                     ("--arrivals", arrivals)) if value is not None), None)
@@ -811,8 +886,14 @@ def simulate_command(
     unused = next((flag for flag, value in replica_given.items() if value), None)
     if unused:
         raise PlannerInputError(f"{unused}: a benchmark replay's option; add --benchmark (SOURCE is then a model)")
-    runs = api.simulate(source, duration_s=600.0 if duration is None else duration, rate=rate,
-                        arrivals=arrivals or "poisson", seed=seed)
+    plan_file = Path(source).suffix.lower() == ".json"
+    if plan_file and calibration is not None:
+        raise PlannerInputError("--calibration: a plan file is simulated at the speed it was planned with; simulate "
+                                "its scenario with --calibration FILE, or re-plan it: planner check PLAN.json RESULT... "
+                                "--replan SCENARIO")
+    runs = api.simulate(source if plan_file else api.load_scenario(source, calibration=calibration),
+                        duration_s=600.0 if duration is None else duration, rate=rate, arrivals=arrivals or "poisson",
+                        seed=seed)
     if output_format is OutputFormat.json:
         _echo(json.dumps([asdict(r) for r in runs], indent=2))
         return
@@ -821,6 +902,8 @@ def simulate_command(
         x = r.result
         lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
                      f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
+        if r.speed is not None:
+            lines.append(f"  speed: {r.speed}")
         for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):
             suffix = "ms" if unit == 1000 else "s"
             lines.append(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "

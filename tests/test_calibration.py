@@ -287,4 +287,199 @@ def test_check_compares_a_deployed_plan_with_what_ran(tmp_path):
     outcome = subprocess.run([sys.executable, "-m", "planner.cli", "check", str(plan_path), str(EXAMPLES[0]), "--format",
                               "json"], capture_output=True, text=True, cwd=tmp_path)
     assert outcome.returncode == 0, outcome.stderr
-    assert json.loads(outcome.stdout)[0]["measured"]["tpot_ms"] > 0
+    assert json.loads(outcome.stdout)["runs"][0]["measured"]["tpot_ms"] > 0
+
+
+def chat_scenario(gpus, **extra):
+    return {"name": "chat", "model": "llama-3.1-8b", "workload": {
+        "context": 8192, "concurrency": 64, "traffic": {"requests_per_s": 5, "prompt_tokens": 1000, "output_tokens": 200},
+        "slo": {"ttft_s": 2.0, "tpot_s": 0.05}}, "search": {"gpus": gpus, "precisions": ["bf16"]},
+        "engine": {"name": "vllm"}, **extra}
+
+
+def test_report_and_the_scenario_simulation_take_a_calibration_as_solve_does(tmp_path):
+    """report and simulate SCENARIO load the scenario as solve does (api.load_scenario: --calibration in place of
+    calibration:, refused without traffic) and print the plan's speed: lines; the simulation times each replica with
+    the calibrated constants the solve sized it with, so an H100 replica's TPOT is slower with the examples' fit."""
+    import yaml
+
+    calibration = tmp_path / "calibration.yaml"
+    calibration.write_text(api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1).to_yaml())
+    scenario = tmp_path / "chat.yaml"
+    scenario.write_text(yaml.safe_dump(chat_scenario(["h100-sxm"])))
+    plain = api.simulate(api.load_scenario(scenario), duration_s=60)
+    scaled = api.simulate(api.load_scenario(scenario, calibration=str(calibration)), duration_s=60)
+    assert [r.speed for r in plain] == [None] and [r.speed for r in scaled] == ["calibrated (hopper x vllm)"]
+    assert scaled[0].result.tpot_s.p50 > plain[0].result.tpot_s.p50
+    proc = cli("simulate", str(scenario), "--duration", "30", "--calibration", str(calibration), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "  speed: calibrated (hopper x vllm)" in proc.stdout.splitlines()
+    proc = cli("report", str(scenario), "-o", str(tmp_path / "r.md"), "--calibration", str(calibration), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "speed: chat: h100-sxm: calibrated (hopper x vllm)"
+    page = (tmp_path / "r.md").read_text()
+    assert "- speed: chat: h100-sxm: calibrated (hopper x vllm)" in page
+    proc = cli("report", str(scenario), "-o", str(tmp_path / "r.html"), "--calibration", str(calibration), cwd=tmp_path)
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Speed</h2>" in page and f"--calibration {calibration} (in place of calibration:)" in page
+    # the same rule everywhere: no traffic, no calibration; a plan file is simulated as planned
+    single = tmp_path / "single.yaml"
+    single.write_text("model: llama-3.1-8b\nworkload: {context: 8192}\n")
+    for args in (["report", str(single), "-o", "x.md"], ["solve", str(single)], ["simulate", str(single)]):
+        proc = cli(*args, "--calibration", str(calibration), cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith("error: --calibration: ") and "no traffic" in proc.stderr
+    single.write_text(f"model: llama-3.1-8b\nworkload: {{context: 8192}}\ncalibration: {calibration}\n")
+    proc = cli("report", str(single), "-o", "x.md", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: scenario single.yaml: calibration: ")
+    proc = cli("simulate", "plan.json", "--calibration", str(calibration), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --calibration: a plan file")
+
+
+@pytest.mark.parametrize("slo, decided_by, meets", [
+    # the run: TTFT mean 45, p50 40, p99 60 ms
+    ({"ttft_s": 0.044}, "mean", False),  # no percentile: the mean, 45 > 44
+    ({"ttft_s": 0.060, "percentile": 99}, "p99", True),  # its own percentile, 60 <= 60
+    ({"ttft_s": 0.070, "percentile": 90}, "p99", True),  # p90 <= p99 = 60 <= 70
+    ({"ttft_s": 0.030, "percentile": 90}, "p50", False),  # p90 >= p50 = 40 > 30
+    ({"ttft_s": 0.050, "percentile": 90}, None, None),  # 40 <= p90 <= 60: either side of 50
+    ({"ttft_s": 0.070, "percentile": 99.9}, None, None),  # p99.9 >= 60, no bound above
+    ({"ttft_s": 0.045, "percentile": 30}, "p50", True),  # p30 <= p50 = 40 <= 45
+])
+def test_an_slo_target_is_decided_by_the_percentiles_the_run_reports(slo, decided_by, meets):
+    from planner.calibration.check import slo_verdicts
+    from planner.calibration.readers import Latency
+    from planner.estimator.capacity import Slo
+
+    run, = read_results(EXAMPLES[0])
+    run = type(run)(**{**run.__dict__, "ttft": Latency(45.0, 40.0, 60.0)})
+    verdict, = slo_verdicts(run, Slo(**slo))
+    assert (verdict.decided_by, verdict.meets) == (decided_by, meets)
+    assert verdict.statistic == ("mean" if "percentile" not in slo else f"p{slo['percentile']:g}")
+    assert verdict.reported == {"mean": 45.0, "p50": 40.0, "p99": 60.0}
+
+
+def test_a_run_without_request_throughput_is_loaded_by_its_output_throughput():
+    from planner.calibration.check import load_check
+
+    run, = read_results(EXAMPLES[0])
+    run = type(run)(**{**run.__dict__, "request_throughput": None, "output_throughput": 1000.0,
+                       "mean_output_tokens": 200.0})
+    assert load_check(run, 5.0).measured_rps == 5.0 and load_check(run, 5.0).at_or_below_planned is True
+    assert load_check(run, 4.9).at_or_below_planned is False
+
+
+def test_check_holds_each_run_to_the_plan_slo_and_load(tmp_path):
+    """The plan file carries its workload's SLO as the scenario states it; check reads each target off the run's
+    statistics (the examples: p99 TTFT 21.57 and 145.19 ms at 1 and 8 clients, p50 153.29 ms at 32; p99 TPOT 8.26,
+    8.31 and 12.43 ms) and puts its
+    request throughput (0.60, 4.45, 12.17 req/s) against the plan's per-replica capacity. A plan file written before
+    plans carried an SLO is read, and check says it carries none."""
+    from planner.render.records import fleet_json
+
+    scenario = chat_scenario(["h100-sxm"])
+    scenario["workload"]["slo"] = {"ttft_s": 0.15, "tpot_s": 0.05, "percentile": 90}
+    plan = api.plan_fleet(scenario)
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(fleet_json(plan, "chat"))
+    assert json.loads(plan_path.read_text())["assignments"][0]["slo"] == {"ttft_s": 0.15, "tpot_s": 0.05,
+                                                                          "percentile": 90.0}
+    rows = {r.result: r for r in api.check(plan_path, EXAMPLES)}
+    planned = plan.assignments[0].config.capacity_rps
+    c1, c8, c32 = (rows[f"vllm-llama-3.1-8b-h100-c{n}.json"] for n in (1, 8, 32))
+    assert [(v.metric, v.decided_by, v.meets) for v in c1.verdicts] == [("ttft_ms", "p99", True), ("tpot_ms", "p99", True)]
+    assert [(v.metric, v.decided_by, v.meets) for v in c32.verdicts] == [("ttft_ms", "p50", False), ("tpot_ms", "p99", True)]
+    assert c32.verdicts[0].reported["p50"] == 153.293  # the example's median TTFT at 32 clients: p90 is above it
+    assert c8.load.measured_rps == 4.4488 and c8.load.planned_rps == pytest.approx(planned, abs=1e-3)
+    assert [r.load.at_or_below_planned for r in (c1, c8, c32)] == [r.load.measured_rps <= planned for r in (c1, c8, c32)]
+    data = c32.to_dict()
+    assert data["slo"]["percentile"] == 90.0 and data["slo"]["checks"][0]["meets"] is False
+    assert data["load"]["measured_rps"] == c32.load.measured_rps
+    proc = cli("check", str(plan_path), str(EXAMPLES[0]), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "  SLO: TTFT p90 <= 150.00 ms: meets (p99 21.57 ms)" in proc.stdout.splitlines()
+    assert f"  load: 0.60 req/s, at or below the planned {planned:,.2f} req/s per replica" in proc.stdout.splitlines()
+    # a plan written before plan files carried the SLO
+    older = json.loads(plan_path.read_text())
+    for row in older["assignments"]:
+        del row["slo"]
+    plan_path.write_text(json.dumps(older))
+    row, = api.check(plan_path, EXAMPLES[:1])
+    assert row.slo is None and row.verdicts == () and row.to_dict()["slo"] is None
+    proc = cli("check", str(plan_path), str(EXAMPLES[0]), cwd=tmp_path)
+    assert proc.returncode == 0 and "  SLO: the plan carries none" in proc.stdout
+    older["assignments"][0]["slo"] = {"ttft_s": 0.15, "p95": 1}
+    plan_path.write_text(json.dumps(older))
+    proc = cli("check", str(plan_path), str(EXAMPLES[0]), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: plan: plan.json.assignments.0.slo.p95: Extra inputs")
+
+
+def test_check_replan_prices_the_fleet_at_the_measured_speed(tmp_path):
+    """--replan fits a calibration on the runs, on the plan's replica they measured (as `planner calibrate` fits one),
+    re-solves the plan's scenario with it and puts its replicas and cost against the plan file's. The examples ran
+    slower than the tables, so an H100 replica serves less and 30 req/s takes ceil(30 / its capacity) replicas; the
+    saved calibration re-solved by `planner solve --calibration` gives the same fleet."""
+    import yaml
+    from math import ceil
+
+    from planner.render.records import fleet_json
+
+    scenario = chat_scenario(["h100-sxm"])
+    scenario["workload"]["traffic"]["requests_per_s"] = 30
+    scenario_path = tmp_path / "chat.yaml"
+    scenario_path.write_text(yaml.safe_dump(scenario))
+    plan = api.plan_fleet(scenario)
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(fleet_json(plan, "chat"))
+    again = api.replan(plan_path, EXAMPLES, scenario_path)
+    on = again.calibration.fitted_on
+    assert (on.model, on.gpu, on.tp, on.precision, on.engine) == ("llama-3.1-8b", "h100-sxm", 1, "bf16", "vllm")
+    assert again.calibration.errors.after < again.calibration.errors.before
+    assert again.plan.speed == ("chat: h100-sxm: calibrated (hopper x vllm)",)
+    assignment, = again.plan.assignments
+    assert assignment.config.capacity_rps < plan.assignments[0].config.capacity_rps
+    assert again.replicas == assignment.replicas == ceil(30 / assignment.config.capacity_rps)
+    assert again.planned_replicas == sum(a.replicas for a in plan.assignments)
+    assert again.planned_usd_per_hour == plan.usd_per_hour
+    assert again.change == pytest.approx(again.plan.usd_per_hour / plan.usd_per_hour - 1)
+    data = again.to_dict()
+    assert (data["replicas"], data["usd_per_hour"], data["planned_usd_per_hour"]) == (
+        again.replicas, again.plan.usd_per_hour, plan.usd_per_hour)
+    saved = tmp_path / "fitted.yaml"
+    proc = cli("check", str(plan_path), *map(str, EXAMPLES), "--replan", str(scenario_path), "--save-calibration",
+               str(saved), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert (f"with the measured speed chat needs {again.replicas} replicas, ${again.plan.usd_per_hour:,.2f}/hour: "
+            f"{again.change:+.0%} on the plan's {again.planned_replicas} replicas, ${plan.usd_per_hour:,.2f}/hour") in lines
+    assert "speed: chat: h100-sxm: calibrated (hopper x vllm)" in lines and f"wrote {saved}" in lines
+    assert load_calibration(saved) == again.calibration
+    resolved = api.plan_fleet(api.load_scenario(scenario_path, calibration=str(saved)))
+    assert resolved.usd_per_hour == again.plan.usd_per_hour
+    proc = cli("check", str(plan_path), str(EXAMPLES[0]), "--replan", str(scenario_path), "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert len(data["runs"]) == 1 and data["replan"]["planned_replicas"] == again.planned_replicas
+    assert json.loads(cli("check", str(plan_path), str(EXAMPLES[0]), "--format", "json", cwd=tmp_path).stdout)[
+        "replan"] is None
+    # the plan's own scenario only; --save-calibration only with --replan
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**scenario, "name": "search"}))
+    for args, start in ((["--replan", str(other)], "error: --replan: the scenario is named 'search'"),
+                        (["--save-calibration", str(saved)], "error: --save-calibration: an option of --replan")):
+        proc = cli("check", str(plan_path), str(EXAMPLES[0]), *args, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(start), proc.stderr
+
+
+def test_calibration_accuracy_flags_a_series_worse_by_more_than_five_points():
+    """bench/calibration_accuracy.py's per-series verdict on hand-made errors: medians of the other rows, the change
+    in points, WORSE past 5 points, the factors the fit pushed to a bound."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from calibration_accuracy import SeriesResult
+
+    worse = SeriesResult("a", 4, (0.5, 0.0), [(0.10, 0.20), (0.12, 0.15), (0.30, 0.40)], Factors(memory=4.0, fixed=0.25))
+    assert (worse.before, worse.after) == (12.0, 20.0) and worse.change == pytest.approx(8.0) and worse.worse
+    assert worse.at_bounds == ["memory", "fixed"]
+    within = SeriesResult("b", 3, (0.2, 0.0), [(0.10, 0.149), (0.30, 0.10)], Factors(memory=1.5))
+    assert within.change == pytest.approx(-7.55) and not within.worse and within.at_bounds == []
+    edge = SeriesResult("c", 3, (0.2, 0.0), [(0.10, 0.15)], Factors())
+    assert edge.change == pytest.approx(5.0) and not edge.worse  # more than 5 points: 5 is not worse

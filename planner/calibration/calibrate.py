@@ -94,6 +94,12 @@ class Calibration:
     def applies_to(self, generation: str, engine: str) -> bool:
         return generation == self.fitted_on.generation and engine == self.fitted_on.engine
 
+    def verdict(self, generation: str, engine: str) -> str:
+        """What it does to a replica of this GPU generation x engine, as a fleet plan's speed: line says it."""
+        on = f"{self.fitted_on.generation} x {self.fitted_on.engine}"
+        return f"calibrated ({on})" if self.applies_to(generation, engine) else \
+            f"not calibrated ({generation} x {engine}; the calibration is for {on})"
+
     def to_yaml(self) -> str:
         import yaml
 

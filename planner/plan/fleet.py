@@ -92,6 +92,7 @@ class Assignment:
     pool: Pool
     replicas: int
     memory: MemoryEstimate  # the estimator's re-check on the GPU
+    slo: Slo = Slo()  # the workload's, as the scenario states it: what a plan file carries for `planner check`
 
     @property
     def configuration(self) -> Configuration:
@@ -302,13 +303,8 @@ def _calibrated(problem: FleetProblem, plan: FleetPlan) -> tuple[str, ...]:
     lines = []
     for a in plan.assignments:
         workload, gpu = by_name[a.workload], a.config.candidate.gpu
-        calibration = workload.calibration
-        if calibration is None:
-            continue
-        on = f"{calibration.fitted_on.generation} x {calibration.fitted_on.engine}"
-        verdict = f"calibrated ({on})" if calibration.applies_to(gpu.generation, workload.engine) else \
-            f"not calibrated ({gpu.generation} x {workload.engine}; the calibration is for {on})"
-        lines.append(f"{a.workload}: {gpu.name}: {verdict}")
+        if workload.calibration is not None:
+            lines.append(f"{a.workload}: {gpu.name}: {workload.calibration.verdict(gpu.generation, workload.engine)}")
     return tuple(dict.fromkeys(lines))
 
 
@@ -380,7 +376,8 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
             memory = recheck(config.candidate, by_name[config.workload].space, catalog)
             if memory.gpu is None or not memory.gpu.fits:
                 raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
-            assignments.append(Assignment(config.workload, config.bucket, config, pools[pi], n, memory))
+            assignments.append(Assignment(config.workload, config.bucket, config, pools[pi], n, memory,
+                                          by_name[config.workload].slo))
     uses = []
     for pi, var in built.instances.items():
         if solver.value(var):
@@ -491,9 +488,11 @@ def _resolve(problem: FleetProblem, catalog: Catalog, cache: ServingCache, deadl
 # Scenario -> fleet problem
 
 
-def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None) -> FleetProblem:
-    """The scenario's workloads (one, or the `workloads:` list) with their traffic, SLOs and the shared quotas."""
-    calibration = _calibration(scenario)
+def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | None = None,
+                  calibration: Calibration | None = None) -> FleetProblem:
+    """The scenario's workloads (one, or the `workloads:` list) with their traffic, SLOs and the shared quotas;
+    `calibration`: in place of the scenario's calibration: file."""
+    calibration = calibration or _calibration(scenario)
     workloads = []
     for name, part in scenario.fleet_parts():
         traffic = part.workload.traffic

@@ -109,19 +109,32 @@ class PlanFile(_Schema):
     alternatives: list[PlanRecord] = Field(max_length=100)
 
 
+class SloRecord(_Schema):
+    """A workload's SLO as its scenario states it (planner.plan.scenario.SloSpec): each target null when it sets none,
+    percentile null for the mean. Every key is the planner's own: an unknown one is an error."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+    ttft_s: float | None = Field(default=None, gt=0, le=3600)
+    tpot_s: float | None = Field(default=None, gt=0, le=60)
+    percentile: float | None = Field(default=None, gt=0, lt=100)
+
+
 class FleetAssignment(PlanRecord):
     """An assignment of a "fleet" file, with the request shape and capacity its replicas were sized for (what
-    `planner simulate` replays; optional, as deploying needs none of them)."""
+    `planner simulate` replays) and its workload's SLO (what `planner check` holds runs to); optional, as deploying
+    needs none of them, and plans written before them lack them."""
 
     prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     capacity_rps_per_replica: float | None = Field(default=None, gt=0, lt=1e9)
+    slo: SloRecord | None = None
 
 
 class FleetFile(_Schema):
     schema_version: Literal[SCHEMA_VERSION]  # type: ignore[valid-type]
     kind: Literal["fleet"]
     scenario: Line | None = None
+    usd_per_hour: float | None = Field(default=None, ge=0, lt=1e12)  # None: the fleet was infeasible
     assignments: list[FleetAssignment] = Field(max_length=10_000)
 
 
@@ -157,6 +170,17 @@ def load_plan_file(path: str | Path, catalog: Catalog, plan_index: int = 0,
         raise PlannerInputError(f"plan: {_name(p)} holds no plan (the scenario was infeasible)")
     [(_, record)] = _pick(list(enumerate(records)), plan_index, "--plan", p)
     return (_checked(record, plan.scenario or "planner", plan.model_precision, catalog, p),)
+
+
+def load_fleet_file(path: str | Path) -> FleetFile:
+    """A fleet plan file checked against its schema, for what it was solved from and what it costs (load_plan_file
+    re-checks its assignments)."""
+    p = Path(path)
+    data = _read_json(p)
+    if not isinstance(data, dict) or data.get("kind") != "fleet":
+        raise PlannerInputError(f"plan: {_name(p)} is not a fleet plan; write one with `planner solve SCENARIO "
+                                "--format json -o PLAN.json` for a scenario with traffic")
+    return _validate(FleetFile, data, p)
 
 
 def _assignment_name(scenario: str | None, workload: str | None, index: int) -> str:

@@ -128,6 +128,8 @@ class SloSpec(_Strict):
     percentile: float | None = Field(default=None, gt=0, lt=100)  # the targets hold at this percentile; omit: the mean
 
 
+# a calibration scales the speed a fleet's replicas are sized with; a single configuration is chosen by memory and price
+CALIBRATION_NEEDS_TRAFFIC = "a calibration scales a fleet's speed, and this scenario has no traffic; add workload.traffic"
 _FLEET_ONLY = ("slo", "utilisation", "redundancy", "min_replicas", "max_configs")
 
 
@@ -273,6 +275,8 @@ class Scenario(_Strict):
         if self.fleet is not None and not self.is_fleet:
             raise ValueError("fleet: quotas and on_demand_share shape a fleet, which needs workload.traffic (or a "
                              "workloads list); add traffic or remove fleet")
+        if self.calibration is not None and not self.is_fleet:
+            raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
         self._on_demand_share_applies()
         return self
 
@@ -293,6 +297,13 @@ class Scenario(_Strict):
     def is_fleet(self) -> bool:
         """Traffic given: size a fleet of replicas rather than pick one configuration."""
         return self.workloads is not None or (self.workload is not None and self.workload.traffic is not None)
+
+    def with_calibration(self, path: str) -> Scenario:
+        """The scenario with `path` (--calibration FILE: a path from where the command runs) in place of its
+        calibration:, by the rule the key follows."""
+        if not self.is_fleet:
+            raise PlannerInputError(f"--calibration: {CALIBRATION_NEEDS_TRAFFIC} or drop --calibration")
+        return self.model_copy(update={"calibration": path})
 
     def with_max_price_age(self, days: int) -> Scenario:
         """The scenario with every pricing section's max_price_age_days set to `days` (--max-price-age)."""

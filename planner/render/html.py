@@ -157,6 +157,8 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
     if plan.left_out:
         parts += ["<h2>Cheaper GPUs left out</h2>",
                   "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plan.left_out) + "</ul>"]
+    if plan.speed:
+        parts += ["<h2>Speed</h2>", "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plan.speed) + "</ul>"]
     parts += ["<h2>Inputs</h2>", f"<pre>{html.escape(scenario_text)}</pre>"]
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<title>planner report: {html.escape(name)}</title><style>{_PAGE_STYLE}</style></head><body>"

@@ -81,7 +81,7 @@ def assignment_row(a: Assignment) -> dict[str, Any]:
             **configuration_record(a.configuration),
             "prompt_tokens": a.config.shape.prompt_tokens, "output_tokens": a.config.shape.output_tokens,
             "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "ttft_s": round(perf.ttft_s, 4),
-            "tpot_s": round(perf.tpot_s, 5), "max_num_seqs": a.config.scheduler.max_num_seqs,
+            "tpot_s": round(perf.tpot_s, 5), "max_num_seqs": a.config.scheduler.max_num_seqs, "slo": record(a.slo),
             "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
             "region": a.pool.offer.region, "market": a.pool.market, "gpus_per_instance": a.pool.offer.gpus,
             "headroom_bytes": a.memory.gpu.headroom_bytes if a.memory.gpu else None}
