@@ -10,6 +10,7 @@ invocation so the ratios compare like with like on whatever load the machine has
                                                    (llm-analysis; skipped when absent)
   planner solve scenarios/70b-chat.yaml          <= 2.5 x  python -c "import ortools ... pandas, typer, yaml"
   planner report scenarios/70b-chat.yaml         <= 5 s
+  planner calibrate (ten results, Llama 3.1 8B on H100)  <= 10 s (issue 23)
   bench/solver_scale.py --workloads 50 --pools 40   <= 10 s in total
 
 llm-analysis pins transformers < 5 and huggingface-hub < 0.15, so it lives in its own venv:
@@ -34,6 +35,7 @@ PYTHONPATH (PYTHONPATH=$PWD python bench/cli_speed.py).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -70,6 +72,19 @@ def best_of(label: str, command: list[str], repeat: int, env: dict[str, str]) ->
             raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
         best, best_cpu = min(best, elapsed), min(best_cpu, cpu)
     return Timing(label, best, best_cpu)
+
+
+def ten_results(directory: Path) -> list[str]:
+    """Ten vLLM benchmark result files at concurrencies 1 to 64, made from the shipped example run."""
+    base = json.loads((ROOT / "examples" / "calibration" / "vllm-llama-3.1-8b-h100-c1.json").read_text())
+    paths = []
+    for i, concurrency in enumerate((1, 2, 4, 8, 12, 16, 24, 32, 48, 64)):
+        path = directory / f"run{i}.json"
+        path.write_text(json.dumps({**base, "max_concurrency": concurrency, "completed": 10 * concurrency,
+                                    "total_input_tokens": 10_000 * concurrency, "total_output_tokens": 2000 * concurrency,
+                                    "mean_tpot_ms": base["mean_tpot_ms"] * (1 + concurrency / 100)}))
+        paths.append(str(path))
+    return paths
 
 
 def planner_executable() -> str:
@@ -125,13 +140,15 @@ def main() -> None:
         "estimate": [planner, "estimate", "llama-3.1-8b", "--context", "8192"],
         "solve": [planner, "solve", "scenarios/70b-chat.yaml"],
         "report": [planner, "report", "scenarios/70b-chat.yaml", "-o", str(report_out), "--quiet"],
+        "calibrate": [planner, "calibrate", *ten_results(report_out.parent), "--model", "llama-3.1-8b", "--gpu",
+                      "h100-sxm", "--tp", "1", "-o", str(report_out.parent / "calibration.yaml")],
     }
     subprocess.run(commands["estimate"], cwd=ROOT, env=env, capture_output=True)  # warm the catalog cache
     yaml_import = best_of('python -c "import yaml"', [py, "-c", "import yaml"], args.repeat, env)
     stack_import = best_of("import ortools+pandas+typer+yaml",
                            [py, "-c", "import ortools.sat.python.cp_model, pandas, typer, yaml"], args.repeat, env)
     labels = {"estimate": "planner estimate llama-3.1-8b --context 8192", "solve": "planner solve scenarios/70b-chat.yaml",
-              "report": "planner report scenarios/70b-chat.yaml"}
+              "report": "planner report scenarios/70b-chat.yaml", "calibrate": "planner calibrate (ten results)"}
     timings = {name: best_of(labels[name], cmd, args.repeat, env) for name, cmd in commands.items()}
 
     source = measured_planner(env)
@@ -153,6 +170,7 @@ def main() -> None:
         print("  llm-analysis: not installed (see --peer-python), peer ratio skipped")
     print(ratio_line(timings["solve"], stack_import, 2.5))
     print(limit_line(timings["report"], 5))
+    print(limit_line(timings["calibrate"], 10))
     if not args.skip_scale:
         scale = best_of("bench/solver_scale.py 50 workloads x 40 pools",
                         [py, str(ROOT / "bench" / "solver_scale.py"), "--workloads", "50", "--pools", "40"], 1, env)
