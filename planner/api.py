@@ -8,8 +8,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-from math import floor, isfinite
+from math import isfinite
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -29,9 +28,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.calibration.calibrate import Calibration
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
-    from planner.estimator.capacity import Scheduler
     from planner.estimator.speculative import Speculation, SpeculativeTimer
-    from planner.model.architecture import Architecture
     from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
@@ -58,7 +55,8 @@ def gpu_target(catalog: Catalog, gpu: str | None, gpu_memory: str | None) -> Gpu
 
 
 def estimate(model: str | None = None, *, context: int = 8192, batch: int = 1, tp: int = 1, pp: int = 1,
-             dp: int = 1, ep: int = 1, precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None, gpu_memory: str | None = None,
+             dp: int = 1, ep: int = 1, all_to_all: str | None = None, precision: str = "auto", kv_dtype: str = "auto",
+             gpu: str | None = None, gpu_memory: str | None = None,
              overhead: float | None = None, params: int | str | None = None, layers: int | None = None,
              kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
              catalog: Catalog | None = None) -> MemoryEstimate:
@@ -67,7 +65,7 @@ def estimate(model: str | None = None, *, context: int = 8192, batch: int = 1, t
     count = parse_count(str(params), "--params") if params is not None else None
     arch = resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads)
     request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                      overhead_fraction=overhead, dp=dp, ep=ep)
+                      overhead_fraction=overhead, dp=dp, ep=ep, all_to_all=all_to_all)
     return estimate_memory(arch, request, catalog, gpu_target(catalog, gpu, gpu_memory))
 
 
@@ -498,8 +496,8 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
     of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget (the profile of
     `engine_version`, default the current release) gives it at max-model-len `context` (which must hold one request,
-    as vLLM checks at start-up); with `ep`-way expert parallelism, the engine's pool for the TP layout less what the
-    EP layout holds on top of it per rank."""
+    as vLLM checks at start-up); with `ep`-way expert parallelism (no all-to-all backend) each rank holds the bytes
+    it holds under TP (E/ep whole experts are E/tp of each), so the pool is the TP layout's."""
     from planner.api_records import Replica
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
@@ -531,31 +529,8 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
                                catalog)
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
-        scheduler = Scheduler.of(budget)
-        if ep != 1:
-            scheduler = _expert_parallel_pool(scheduler, budget.kv_pool_bytes, arch, request, catalog, ep, name)
+        scheduler = Scheduler.of(budget)  # an EP layout without an all-to-all holds the TP layout's bytes
     return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp)
-
-
-def _expert_parallel_pool(scheduler: Scheduler, pool_bytes: int, arch: Architecture, request: Request,
-                          catalog: Catalog, ep: int, engine: str) -> Scheduler:
-    """The engine's pool for the TP layout, less the bytes the EP layout holds on top of it on its fullest rank
-    (a shared expert whole on every rank, the all-to-all buffers): both engines give the KV pool what their budget
-    leaves after the weights, so what the weights grow by the pool loses, in whole tokens."""
-    def held(layout: Request) -> int:
-        return max(r.total_bytes - r.kv_cache_bytes for r in estimate_memory(arch, layout, catalog).per_gpu)
-
-    extra = held(replace(request, ep=ep)) - held(request)
-    if extra <= 0 or pool_bytes <= 0:
-        return scheduler
-    left = pool_bytes - extra
-    block = scheduler.block_tokens
-    tokens = floor(scheduler.pool_tokens * left / pool_bytes) // block * block if left > 0 else 0
-    if tokens < request.context:
-        raise PlannerInputError(f"--ep {ep}: the expert-parallel layout holds {extra / 1e9:,.2f} GB more per GPU, and "
-                                f"the {engine} pool left cannot hold one request of {request.context:,} tokens; "
-                                "use a smaller --ep or more GPUs")
-    return replace(scheduler, pool_tokens=tokens)
 
 
 def simulate(source: str | Path | Scenario, *, duration_s: float = 600.0, rate: float | None = None,

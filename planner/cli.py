@@ -179,6 +179,8 @@ def estimate(
     pp: int = Option(1, "--pp", help="Pipeline-parallel stages."),
     dp: int = Option(1, "--dp", help="Data-parallel attention groups among the --tp GPUs (attention at TP = tp / dp)."),
     ep: int = Option(1, "--ep", help="Expert-parallel size: routed experts split over this many of the --tp GPUs."),
+    all_to_all: Optional[str] = Option(None, "--all-to-all", help="The experts' all-to-all backend: deepep (SGLang "
+                                       "--moe-a2a-backend deepep, --ep = --tp; its buffers counted); default none."),
     gpu: Optional[str] = Option(None, help="Check the fit on this catalog GPU (see `planner catalog gpus`)."),
     gpu_memory: Optional[str] = Option(None, "--gpu-memory", help="A custom card's memory: 24GB, 79.19GiB, 81559MiB."),
     overhead: Optional[float] = Option(None, help="Planning margin as a fraction of weights + KV (default 0.10)."),
@@ -212,9 +214,9 @@ def estimate(
     else:
         from planner.estimator.engines import EngineSettings
 
-        if (dp, ep) != (1, 1):
-            raise PlannerInputError(f"--dp/--ep: the --engine {engine.value} budget has no data-parallel attention or "
-                                    "expert parallelism yet; drop --engine (the simple estimate places them)")
+        if (dp, ep) != (1, 1) or all_to_all:
+            raise PlannerInputError(f"--dp/--ep/--all-to-all: the --engine {engine.value} budget has no data-parallel "
+                                    "attention or expert parallelism yet; drop --engine (the simple estimate places them)")
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
                                   block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
                                   n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type,
@@ -235,7 +237,8 @@ def estimate(
 
             _show(both_tables)
         return
-    result = api.estimate(model, context=context_tokens(context), batch=batch, tp=tp, pp=pp, dp=dp, ep=ep, precision=precision,
+    result = api.estimate(model, context=context_tokens(context), batch=batch, tp=tp, pp=pp, dp=dp, ep=ep, all_to_all=all_to_all,
+                          precision=precision,
                           kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, overhead=overhead, params=params, layers=layers,
                           kv_heads=kv_heads, head_dim=head_dim, heads=heads)
     if output_format is OutputFormat.json:

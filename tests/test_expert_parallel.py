@@ -30,7 +30,7 @@ LATENT_PER_TOKEN = 61 * 576 * 2  # (kv_lora_rank + qk_rope_head_dim) x bf16 per 
 
 @pytest.fixture(scope="module")
 def dp_ep():
-    return api.estimate("deepseek-v3", context=CONTEXT, batch=BATCH, tp=16, dp=16, ep=16, gpu=H100)
+    return api.estimate("deepseek-v3", context=CONTEXT, batch=BATCH, tp=16, dp=16, ep=16, all_to_all="deepep", gpu=H100)
 
 
 def test_hand_counts_of_the_pieces():
@@ -95,13 +95,22 @@ def test_uneven_batch_goes_to_the_first_dp_groups():
 def test_ep_below_tp_splits_each_expert_and_has_no_deepep_buffer():
     est = api.estimate("deepseek-v3", context=1024, tp=16, ep=8)
     assert est.buffers_bytes == 0
-    whole = api.estimate("deepseek-v3", context=1024, tp=16, ep=16)
-    # ep 8: 32 experts per GPU, each TP-split 16 / 8 = 2 ways, and the shared expert TP-split 16 ways (no all-to-all
-    # spans the TP group); ep 16: 16 whole experts and the shared expert whole
+    whole = api.estimate("deepseek-v3", context=1024, tp=16, ep=16, all_to_all="deepep")
+    # ep 8: 32 experts per GPU, each TP-split 16 / 8 = 2 ways, and the shared expert TP-split 16 ways (no all-to-all);
+    # ep 16 over DeepEP: 16 whole experts and the shared expert whole
     half_expert = 2 * fp8_block(1024, 7168) + fp8_block(7168, 1024)
     shared_tp16 = 2 * fp8_block(128, 7168) + fp8_block(7168, 128)
     assert 32 * half_expert == 16 * EXPERT
     assert est.per_gpu[0].weights_bytes - whole.per_gpu[0].weights_bytes == 58 * (shared_tp16 - EXPERT)
+
+
+def test_ep_without_an_all_to_all_holds_the_tp_layouts_bytes():
+    # SGLang --tp 16 --ep-size 16 alone: 16 whole experts (the bytes of 1/16 of each), the shared expert TP-split
+    # (deepseek_v2.py _shared_expert_use_tp1 needs an all-to-all backend), no DeepEP buffers
+    ep = api.estimate("deepseek-v3", context=1024, tp=16, ep=16)
+    tp = api.estimate("deepseek-v3", context=1024, tp=16)
+    assert ep.buffers_bytes == 0 and ep.all_to_all is None
+    assert [r.weights_bytes for r in ep.per_gpu] == [r.weights_bytes for r in tp.per_gpu]
 
 
 def test_tp_only_estimate_is_unchanged_by_the_defaults():
@@ -115,6 +124,9 @@ def test_tp_only_estimate_is_unchanged_by_the_defaults():
     (dict(tp=12, ep=12), "--ep: 12 does not divide the model's 256 routed experts"),
     (dict(tp=16, ep=3), "--ep: 3 does not divide --tp 16"),
     (dict(tp=6, ep=6), "--ep: 6 does not divide the model's 256 routed experts"),
+    (dict(tp=16, ep=8, all_to_all="deepep"), "--all-to-all deepep: the all-to-all spans the TP group, so --ep must "
+                                             "equal --tp"),
+    (dict(tp=16, ep=16, all_to_all="nccl"), "--all-to-all: 'nccl' is not modelled"),
 ])
 def test_bad_combinations_are_refused(kwargs, needle):
     with pytest.raises(PlannerInputError, match=needle):
@@ -125,7 +137,9 @@ def test_bad_combinations_are_refused(kwargs, needle):
     (["--tp", "16", "--dp", "3"], "--dp: 3 does not divide --tp 16"),
     (["--tp", "12", "--ep", "12"], "--ep: 12 does not divide the model's 256 routed experts; use one of 1, 2, 4"),
     (["--tp", "8", "--ep", "0"], "--ep: must be at least 1"),
-    (["--tp", "16", "--dp", "16", "--ep", "16", "--engine", "vllm", "--gpu", "h100"], "--dp/--ep: the --engine vllm"),
+    (["--tp", "16", "--dp", "16", "--ep", "16", "--engine", "vllm", "--gpu", "h100"], "--dp/--ep/--all-to-all: the "
+                                                                                       "--engine vllm"),
+    (["--tp", "16", "--ep", "8", "--all-to-all", "deepep"], "--ep must equal --tp (16), got 8"),
 ])
 def test_cli_refusals_are_one_line(tmp_path, args, needle):
     proc = run("estimate", "deepseek-v3", *args, cwd=tmp_path)

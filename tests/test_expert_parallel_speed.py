@@ -69,33 +69,14 @@ def test_step_never_falls_as_the_batch_grows_under_ep():
     assert steps == sorted(steps)
 
 
-def test_closed_loop_pool_loses_what_the_ep_layout_adds():
-    # no shared expert and ep = tp: what EP adds per rank is DeepEP's buffers as the memory estimate counts them
+def test_closed_loop_pool_is_the_tp_layouts():
+    # without an all-to-all the EP layout holds E/EP whole experts, the bytes of 1/TP of each, and no buffer
     tp = api.perf(MODEL, gpu=GPU, tp=8, engine="sglang", concurrency=4, prompt_tokens=1000, output_tokens=1000)
     ep = api.perf(MODEL, gpu=GPU, tp=8, ep=8, engine="sglang", concurrency=4, prompt_tokens=1000, output_tokens=1000)
-    added = _held(8) - _held(1)
-    assert added >= api.estimate(MODEL, context=2000, tp=8, ep=8).per_gpu[0].buffers_bytes > 0
-    assert ep.closed_loop.pool_tokens < tp.closed_loop.pool_tokens
-    # the pool shrinks in proportion to the bytes it loses, in whole tokens (SGLang pages one token)
-    assert tp.closed_loop.pool_tokens - ep.closed_loop.pool_tokens == pytest.approx(
-        tp.closed_loop.pool_tokens * added / _pool_bytes(), rel=1e-3)
-
-
-def _held(ep: int) -> int:
-    """The bytes a rank holds besides its KV cache, on the fullest rank."""
-    return max(r.total_bytes - r.kv_cache_bytes for r in api.estimate(MODEL, context=2000, tp=8, ep=ep).per_gpu)
-
-
-def _pool_bytes() -> int:
-    from planner.catalog.load import load_catalog
-    from planner.estimator.engines import EngineSettings, engine_budget
-    from planner.estimator.memory import GpuTarget, Request
-    from planner.model.sources import resolve_model
-
-    catalog = load_catalog()
-    budget = engine_budget(resolve_model(catalog, MODEL), Request(context=2000, tp=8), EngineSettings("sglang"),
-                           GpuTarget.from_catalog(catalog.gpus.get(GPU)), catalog)
-    return budget.kv_pool_bytes
+    assert ep.closed_loop.pool_tokens == tp.closed_loop.pool_tokens
+    held = [[r.weights_bytes + r.buffers_bytes for r in api.estimate(MODEL, context=2000, tp=8, ep=e).per_gpu]
+            for e in (1, 8)]
+    assert held[0] == held[1]
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -193,13 +193,14 @@ def shard_shape(tensor: Tensor, tp: int, kv_heads: int) -> tuple[int, ...]:
     return (rows, ceil(rest[0] / tp), *rest[1:])
 
 
-def rank_share(tensor: Tensor, tp: int, dp: int = 1, ep: int = 1) -> tuple[int, int]:
+def rank_share(tensor: Tensor, tp: int, dp: int = 1, ep: int = 1, all_to_all: str | None = None) -> tuple[int, int]:
     """(the TP size `tensor` is sharded by, how many of its `count` copies one rank holds) on a replica of `tp` GPUs
-    with `dp` attention-DP groups and `ep`-way expert parallelism; (tp, count) without them. SGLang @ v0.5.23:
+    with `dp` attention-DP groups, `ep`-way expert parallelism and an `all_to_all` backend (None: the experts'
+    outputs all-reduced in place); (tp, count) without them. SGLang @ v0.5.23:
       routed experts: count / ep experts, each TP-split tp / ep ways (moe_ep_setup.py: moe_tp_size = tp_size //
         moe_ep_size);
-      shared experts: whole on every rank when the DeepEP all-to-all spans the TP group (ep = tp; models/deepseek_v2.py
-        _shared_expert_use_tp1), else TP-split;
+      shared experts: whole on every rank with an all-to-all backend (models/deepseek_v2.py _shared_expert_use_tp1:
+        get_moe_a2a_backend().is_deepep() or another a2a backend), else TP-split;
       input embedding: vocab-split over the attention-TP group (layers/vocab_parallel_embedding.py
         get_embedding_tp_kwargs: use_attn_tp_group = is_dp_attention_enabled());
       dense MLP, router and lm_head: over the whole TP group (deepseek_v2.py: mlp parallel_group "tp" unless
@@ -209,7 +210,7 @@ def rank_share(tensor: Tensor, tp: int, dp: int = 1, ep: int = 1) -> tuple[int, 
     if tensor.role == "expert":
         return tp // ep, tensor.count // ep
     if "shared_expert" in tensor.name:
-        return (1 if ep == tp > 1 else tp), tensor.count
+        return (1 if all_to_all else tp), tensor.count
     return (tp // dp if on_attention_group(tensor) else tp), tensor.count
 
 

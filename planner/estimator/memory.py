@@ -13,8 +13,8 @@ exceeds them; an MLA latent is whole on every rank); under PP layers are split i
 first holding the embeddings (and any vision tower), the last the final norm and lm_head.
 With data-parallel attention (dp) and expert parallelism (ep) the tensors are placed as
 layout.rank_share says; each attention-DP group caches only its own share of the batch (its
-attention TP tp / dp splits the KV heads; an MLA latent is whole in each group), and the DeepEP
-all-to-all buffers SGLang allocates for ep = tp are a named part of every GPU's memory.
+attention TP tp / dp splits the KV heads; an MLA latent is whole in each group), and with the DeepEP
+all-to-all (SGLang --moe-a2a-backend deepep) its buffers are a named part of every GPU's memory.
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ class MemoryEstimate:
     dp: int = 1  # attention-DP groups among the tp GPUs
     ep: int = 1  # expert-parallel size
     buffers_bytes: int = 0  # all GPUs' expert-parallel all-to-all buffers
+    all_to_all: str | None = None  # the experts' all-to-all backend (None: outputs all-reduced in place)
 
     @property
     def layout(self) -> str:
@@ -143,6 +144,7 @@ class Request:
     overhead_fraction: float | None = None  # None: the engine default (10%)
     dp: int = 1  # data-parallel attention groups among the tp GPUs (SGLang --enable-dp-attention --dp-size)
     ep: int = 1  # expert-parallel size (SGLang --ep-size; vLLM --enable-expert-parallel makes it tp x dp)
+    all_to_all: str | None = None  # the experts' all-to-all backend: "deepep" (SGLang --moe-a2a-backend), None: none
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,7 +169,14 @@ def validate_request(arch: Architecture, req: Request) -> None:
     refusal = parallel_refusal(arch, req.tp, req.pp, req.dp, req.ep)
     if refusal:
         raise PlannerInputError(refusal)
-    if req.ep == req.tp > 1 and req.ep not in DEEPEP_CONFIGS:
+    if req.all_to_all not in ALL_TO_ALL_BACKENDS:
+        raise PlannerInputError(f"--all-to-all: {req.all_to_all!r} is not modelled; use deepep, or leave it out (the "
+                                "experts' outputs all-reduced)")
+    if req.all_to_all and req.ep != req.tp:
+        # sglang/srt/arg_groups/overrides.py @ v0.5.23 _a2a_ep_size: an all-to-all backend sets ep_size = tp_size
+        raise PlannerInputError(f"--all-to-all {req.all_to_all}: the all-to-all spans the TP group, so --ep must equal "
+                                f"--tp ({req.tp}), got {req.ep}")
+    if req.all_to_all == "deepep" and req.ep not in DEEPEP_CONFIGS:
         sizes = ", ".join(str(n) for n in DEEPEP_CONFIGS)
         raise PlannerInputError(f"--ep: DeepEP has all-to-all configs for {sizes} ranks only (deep_ep/buffer.py "
                                 f"get_dispatch_config @ v1.2.1); use one of them")
@@ -236,11 +245,14 @@ def deepep_low_latency_bytes(hidden: int, experts: int, tokens: int = DISPATCH_T
     return (total + BUFFER_ALIGNMENT) // BUFFER_ALIGNMENT * BUFFER_ALIGNMENT
 
 
-def all_to_all_buffer_bytes(arch: Architecture, tp: int, ep: int) -> int:
-    """Each GPU's DeepEP buffers (NVLink + RDMA) when the all-to-all spans the TP group (ep = tp, SGLang's
-    --moe-a2a-backend deepep sets ep_size = tp_size: arg_groups/overrides.py _a2a_ep_size); 0 otherwise, where the
-    experts' outputs are all-reduced in place."""
-    if ep == 1 or ep != tp or arch.moe is None:
+ALL_TO_ALL_BACKENDS = (None, "deepep")
+
+
+def all_to_all_buffer_bytes(arch: Architecture, ep: int, all_to_all: str | None) -> int:
+    """Each GPU's DeepEP buffers (NVLink + RDMA) with the DeepEP all-to-all over `ep` ranks (SGLang
+    --moe-a2a-backend deepep, which sets ep_size = tp_size: arg_groups/overrides.py _a2a_ep_size); 0 without it,
+    where the experts' outputs are all-reduced in place."""
+    if all_to_all != "deepep" or ep == 1 or arch.moe is None:
         return 0
     nvl, rdma = deepep_normal_bytes(arch.hidden_size, ep)
     return nvl + max(rdma, deepep_low_latency_bytes(arch.hidden_size, arch.moe.num_experts))
@@ -252,12 +264,12 @@ def all_to_all_buffer_bytes(arch: Architecture, tp: int, ep: int) -> int:
 
 @lru_cache(maxsize=4096)
 def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int, pp: int,
-                   layers: tuple[int, int], dp: int = 1, ep: int = 1) -> int:
+                   layers: tuple[int, int], dp: int = 1, ep: int = 1, all_to_all: str | None = None) -> int:
     """Weight bytes on each TP rank of one pipeline stage (cached: the solver asks many times)."""
     kv_heads = model_kv_heads(arch)
 
     def on_rank(t: Tensor) -> int:
-        ways, count = rank_share(t, tp, dp, ep)
+        ways, count = rank_share(t, tp, dp, ep, all_to_all)
         return tensor_bytes(shard_shape(t, ways, kv_heads), count, t, precision)
 
     def total(tensors: Iterable[Tensor]) -> int:
@@ -369,14 +381,14 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
                          ceil(Fraction(arch.declared_params or 0) * Fraction(str(precision.seed_bits)) / 8))
 
     attention_tp = req.tp // req.dp
-    buffers = all_to_all_buffer_bytes(arch, req.tp, req.ep)
+    buffers = all_to_all_buffer_bytes(arch, req.ep, req.all_to_all)
     ranks: list[RankMemory] = []
     for stage, layers in enumerate(stages):
         # the cache is split over each attention-DP group's attention TP
         per_token, per_sequence = _stage_kv(arch, layers, attention_tp, kv_bits, state_bits, req.context)
         # every TP rank of a stage holds the same shard sizes
         if arch.exact:
-            weights = _stage_weights(arch, precision, req.tp, stage, req.pp, layers, req.dp, req.ep)
+            weights = _stage_weights(arch, precision, req.tp, stage, req.pp, layers, req.dp, req.ep, req.all_to_all)
         else:
             # a size-only model: the weights follow the layers, split evenly over TP ranks
             weights = ceil(size_only_weights * Fraction(layers[1] - layers[0], arch.num_layers) / req.tp)
@@ -410,7 +422,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         sliding_windows=sliding_windows,
         overhead_fraction=float(margin), runtime_reserve_bytes=reserve, quality=precision.quality,
         attention_kinds=tuple(sorted(arch.attention_kinds)),
-        dp=req.dp, ep=req.ep, buffers_bytes=sum(r.buffers_bytes for r in ranks),
+        dp=req.dp, ep=req.ep, buffers_bytes=sum(r.buffers_bytes for r in ranks), all_to_all=req.all_to_all,
     )
     return replace(estimate, warnings=tuple(_warnings(arch, estimate, precision, gpu) + _kernels(catalog, engine, precision, gpu)))
 

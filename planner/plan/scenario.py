@@ -7,8 +7,6 @@ catalogs when the scenario is resolved, so the message can suggest the closest n
 
 from __future__ import annotations
 
-import re
-import reprlib
 from pathlib import Path
 from typing import Any, Literal
 

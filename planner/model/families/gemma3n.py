@@ -7,14 +7,12 @@ encoder and timm's MobileNetV5 vision encoder, each with an embedder into the te
 
 from __future__ import annotations
 
-import re
 
 from planner.errors import PlannerInputError
 from planner.model.families.blocks import cache_layers, embedding_and_head, gated_mlp, layer_kinds, linear, norm
 from planner.model.families.config import Config
-from planner.model.families.core import Architecture, Attention, Tensor, UnsupportedArchitecture
+from planner.model.families.core import Architecture, Attention, Tensor
 from planner.model.families.gemma4 import kv_sharing
-from planner.model.families.vision import as_vision
 
 
 def _widths(c: Config, num_layers: int) -> list[int]:
