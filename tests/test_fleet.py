@@ -13,6 +13,7 @@ from planner.catalog.load import load_catalog
 from planner.plan.fleet import FleetProblem, Pool, Quota, _fits_pool, fleet_problem, plan_fleet
 from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, Slo, serving_configs
 from planner.errors import PlannerInputError
+from planner.plan.deadline import Deadline, OutOfTime
 from planner.plan.scenario import load_scenario, parse_scenario
 
 CATALOG = load_catalog()
@@ -169,9 +170,27 @@ def test_traffic_errors_name_the_problem(data, needle):
 def test_a_search_cut_short_by_the_time_limit_is_not_called_infeasible():
     problem = fleet_problem(load_scenario(Path(__file__).parents[1] / "scenarios" / "multi-model-fleet.yaml"), CATALOG,
                             time_limit_s=1e-6)
-    plan = plan_fleet(problem, CATALOG, explain=False)
-    assert plan.status == "UNKNOWN" and plan.usd_per_hour is None
-    assert len(plan.unmet) == 1 and "time limit" in plan.unmet[0] and "raise --time-limit" in plan.unmet[0]
+    with pytest.raises(OutOfTime, match=r"1e-06 s time limit .* after sizing the replicas of 0 of 3 workloads, before "
+                                        r"any fleet was found; raise --time-limit"):
+        plan_fleet(problem, CATALOG, explain=False)
+
+
+class _NoTimeForCpSat(Deadline):
+    """A deadline the serving configurations fit in but CP-SAT gets no time of."""
+
+    def expired(self) -> bool:
+        return False
+
+    def remaining_s(self) -> float:
+        return 0.0
+
+
+def test_cp_sat_cut_short_before_any_fleet_is_out_of_time_not_infeasible():
+    w = workload(space=space(gpus=("l40s",)))
+    configs = len(serving_configs(w, CATALOG))
+    with pytest.raises(OutOfTime, match=rf"after CP-SAT's search of {configs} serving configurations, before any "
+                                        "fleet was found"):
+        plan_fleet(FleetProblem((w,)), CATALOG, explain=False, deadline=_NoTimeForCpSat(1.0, 0.0))
 
 
 def test_unmet_demand_is_explained_at_demands_that_would_overflow_a_weighted_objective():

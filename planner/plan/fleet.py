@@ -258,7 +258,9 @@ def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True,
                cache: ServingCache | None = None, deadline: Deadline | None = None) -> FleetPlan:
     """The cheapest fleet; `explain`: which limits bind (re-solves); `cache`: serving configurations to share
     with the caller (e.g. to price the same configurations another way); `deadline`: the command's, which the
-    explanations' re-solves share (by default problem.time_limit_s from now)."""
+    explanations' re-solves share (by default problem.time_limit_s from now). Raises OutOfTime when the deadline
+    ends the work before any fleet is found: cut short, not proven infeasible, which a command then says as a
+    single-configuration plan does (one line, exit 2); a fleet found but not proven cheapest is FEASIBLE."""
     return _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog),
                        deadline or Deadline.start(problem.time_limit_s))
 
@@ -267,23 +269,16 @@ def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: S
                 deadline: Deadline) -> FleetPlan:
     started = time.perf_counter()
     configs = []
-    try:
-        for done, w in enumerate(problem.workloads):
-            if deadline.expired():
-                raise fleet_out_of_time(deadline, f"sizing the replicas of {done} of {len(problem.workloads)} workloads")
-            configs += cache.configs(w, deadline)
-    except OutOfTime as exc:  # cut short, not proven infeasible: said as when CP-SAT runs out of time
-        return FleetPlan(UNKNOWN, 0.0, time.perf_counter() - started, None, None, (), (), (str(exc),), (), len(configs),
-                         0, time.perf_counter() - started)
+    for done, w in enumerate(problem.workloads):
+        if deadline.expired():
+            raise fleet_out_of_time(deadline, f"sizing the replicas of {done} of {len(problem.workloads)} workloads")
+        configs += cache.configs(w, deadline)
     candidate_seconds = time.perf_counter() - started
     pools = list(dict.fromkeys(Pool(o, m) for w in problem.workloads for o, m in w.space.offers))
     built = _build(problem, configs, pools, allow_unmet=False)
     solver, status = _solve(built, deadline.remaining_s())
     if status_name(status) == UNKNOWN:  # the time limit ended the search before any fleet was found
-        why = (f"no fleet found within the time limit ({deadline.limit_s:g} s); the search was cut short, "
-               "not proven infeasible: raise --time-limit (or solver.time_limit_s)")
-        return FleetPlan(UNKNOWN, 0.0, time.perf_counter() - started, None, None, (), (), (why,), (), len(configs),
-                         len(built.replicas) + len(built.instances), candidate_seconds)
+        raise fleet_out_of_time(deadline, f"CP-SAT's search of {len(configs):,} serving configurations")
     if not solved(status):
         plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status), deadline)
         return replace(plan, candidate_seconds=candidate_seconds)
@@ -482,7 +477,7 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: Se
 def _resolve(problem: FleetProblem, catalog: Catalog, cache: ServingCache, deadline: Deadline) -> FleetPlan:
     """A variant solved within what is left of the deadline; OutOfTime when it cannot be solved in it."""
     result = _plan_fleet(problem, catalog, False, cache, deadline)
-    if result.status == UNKNOWN or deadline.expired():
+    if deadline.expired():
         raise fleet_out_of_time(deadline, "a variant")
     return result
 

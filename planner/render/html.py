@@ -6,7 +6,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
-from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
+from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
                                     price_age_text, status_line)
 from planner.units import gb
 
@@ -126,7 +126,7 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
 
     parts = [f"<h1>{html.escape(name)}: fleet</h1>", f"<p>{html.escape(fleet_status(plan))}</p>"]
     if plan.usd_per_hour is None:
-        parts.append(f"<p class='best'><b>{html.escape(no_fleet(plan))}</b></p>")
+        parts.append(f"<p class='best'><b>{html.escape(NO_FLEET)}</b></p>")
     else:
         parts.append(f"<div class='best'><b>{html.escape(fleet_cost_line(plan))}</b> · every replica's "
                      "configuration re-checked by the estimator</div>")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.plan.status import FEASIBLE, OPTIMAL, UNKNOWN
+from planner.plan.status import FEASIBLE, OPTIMAL
 from planner.units import gb, gib
 
 if TYPE_CHECKING:
@@ -88,8 +88,5 @@ def fleet_status(plan: FleetPlan) -> str:
             f"{plan.variables:,} CP-SAT variables")
 
 
-def no_fleet(plan: FleetPlan) -> str:
-    """The headline of a plan without a fleet: cut short by the time limit, or no fleet serves the traffic."""
-    if plan.status == UNKNOWN:
-        return "No fleet found within the time limit."
-    return "No fleet serves all the traffic."
+# The headline of a plan without a fleet (a search the time limit cut short raises OutOfTime instead: no plan)
+NO_FLEET = "No fleet serves all the traffic."

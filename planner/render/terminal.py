@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
-from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
+from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
                                     price_age_text, speed_line, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
@@ -225,7 +225,7 @@ def frame_table(frame, title: str, console: Console | PlainConsole, columns: lis
 def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> None:
     console.print(f"[bold]{as_text(name)}[/bold] · fleet · {as_text(fleet_status(plan))}")
     if plan.usd_per_hour is None:
-        console.print(f"\n[bold red]{as_text(no_fleet(plan))}[/bold red]")
+        console.print(f"\n[bold red]{as_text(NO_FLEET)}[/bold red]")
     else:
         console.print(f"\n[bold]{as_text(fleet_cost_line(plan))}[/bold]")
     table = _table(console, title="Replicas", show_header=True, header_style="bold")
