@@ -432,8 +432,9 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
 def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
              arrivals: str = "poisson", seed: int = 0, catalog: Catalog | None = None) -> tuple[ReplicaSimulation, ...]:
     """Simulate a fleet's replicas: SCENARIO (solved first) or PLAN.json; `rate`: requests/s at each replica
-    (default: the scenario's demand split over the replicas by capacity; for a plan file, each replica's
-    planned capacity); `arrivals`: poisson or a JSONL trace (then its requests, not the rate)."""
+    (default: the load the fleet expects of each replica, its bucket's demand split over the replicas by
+    capacity, from the scenario's fleet or as the plan file carries it); `arrivals`: poisson or a JSONL trace
+    (then its requests, not the rate)."""
     from planner.api_records import ReplicaSimulation
     from planner.estimator.simulate import poisson_arrivals, read_trace, simulate as run
     from planner.estimator.performance import Workload, replica_timer
@@ -472,21 +473,17 @@ def _replicas_to_simulate(source: Path, catalog: Catalog) -> list[ReplicaSpec]:
     specs = []
     for a in plan.assignments:
         w = by_name[a.workload]
-        bucket = w.buckets[a.bucket]
-        served = sum(x.replicas * x.config.capacity_rps for x in plan.assignments
-                     if x.workload == a.workload and x.bucket == a.bucket)
-        share = a.replicas * a.config.capacity_rps / served
         c = a.config.candidate
         specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
-                                  a.config.scheduler, a.replicas, bucket.prompt_tokens, bucket.output_tokens,
-                                  bucket.requests_per_s * share / a.replicas, share))
+                                  a.config.scheduler, a.replicas, a.config.shape.prompt_tokens,
+                                  a.config.shape.output_tokens, a.expected_rps_per_replica, a.demand_share))
     return specs
 
 
 def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
     """The replicas of a fleet plan written by `planner solve --format json` (planner.plan.planfile checks the
-    file and re-checks each configuration); each assignment's request shape and planned capacity come from
-    its row, and the planned capacity is the rate it is simulated at."""
+    file and re-checks each configuration); each assignment's request shape and expected load come from its row,
+    as the fleet wrote them (the same figures a simulation of its scenario runs at)."""
     from planner.api_records import ReplicaSpec
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
@@ -499,8 +496,9 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         if not isinstance(row, FleetAssignment):
             raise PlannerInputError(f"{path}: a single-configuration plan carries no traffic to simulate; "
                                     "pass a fleet plan or its scenario")
-        prompt, output, capacity = row.prompt_tokens, row.output_tokens, row.capacity_rps_per_replica
-        for key, value in (("prompt_tokens", prompt), ("output_tokens", output), ("capacity_rps_per_replica", capacity)):
+        prompt, output, rate, share = row.prompt_tokens, row.output_tokens, row.expected_rps_per_replica, row.demand_share
+        for key, value in (("prompt_tokens", prompt), ("output_tokens", output), ("expected_rps_per_replica", rate),
+                           ("demand_share", share)):
             if value is None:
                 raise PlannerInputError(f"{path}: assignments[{i}].{key} is missing; write the plan again with this "
                                         "planner or simulate its scenario")
@@ -515,7 +513,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         engine = "vllm" if c.engine.name == "simple" else c.engine.name
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
                                   engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
-                                  capacity, 1.0))
+                                  rate, share))
     return specs
 
 

@@ -775,8 +775,8 @@ def simulate_command(
     lines: list[str] = []
     for r in runs:
         x = r.result
-        lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
-                     f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
+        lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.rate_per_replica:.2f} "
+                     f"req/s per replica, {r.share:.0%} of its {r.prompt_tokens:,} + {r.output_tokens:,}-token requests")
         for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):
             suffix = "ms" if unit == 1000 else "s"
             lines.append(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "

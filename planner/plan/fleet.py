@@ -92,10 +92,34 @@ class Assignment:
     pool: Pool
     replicas: int
     memory: MemoryEstimate  # the estimator's re-check on the GPU
+    # the load it is expected to carry (_expected_loads): its share of its bucket's demand, and the requests/s
+    # that puts on each of its replicas
+    demand_share: float
+    expected_rps_per_replica: float
 
     @property
     def configuration(self) -> Configuration:
         return self.config.candidate.configuration
+
+
+def _expected_loads(workloads: tuple[FleetWorkload, ...],
+                   placed: list[tuple[str, int, ServingConfig, int]]) -> list[tuple[float, float]]:
+    """The load each (workload, bucket, config, replicas) placement of a fleet expects, as (share of its bucket's
+    demand, requests/s per replica): the bucket's demand, up to the capacity its replicas were planned for (less when
+    some is unmet), split over its replicas in proportion to their capacity, so every replica runs as near its
+    utilisation ceiling as the others. The one rule for the expected load: the plan prints it, its JSON carries it,
+    and `planner simulate` runs it from the scenario or the plan file."""
+    by_name = {w.name: w for w in workloads}
+    capacity: dict[tuple[str, int], float] = {}
+    for workload, bucket, config, replicas in placed:
+        capacity[workload, bucket] = capacity.get((workload, bucket), 0.0) + replicas * config.capacity_rps
+    out = []
+    for workload, bucket, config, replicas in placed:
+        total = capacity[workload, bucket]
+        share = replicas * config.capacity_rps / total
+        served = min(by_name[workload].buckets[bucket].requests_per_s, total)
+        out.append((share, served * share / replicas))
+    return out
 
 
 @dataclass(frozen=True)
@@ -367,15 +391,15 @@ def _why_not(workload: FleetWorkload, gpu: str, pools: list[Pool], cache: Servin
 def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, configs: list[ServingConfig],
           pools: list[Pool], catalog: Catalog, status: str, started: float, unmet: tuple[str, ...]) -> FleetPlan:
     by_name = {w.name: w for w in problem.workloads}
+    chosen = [(configs[ci], pools[pi], solver.value(var)) for (ci, pi), var in built.replicas.items()
+              if solver.value(var)]
+    loads = _expected_loads(problem.workloads, [(c.workload, c.bucket, c, n) for c, _, n in chosen])
     assignments = []
-    for (ci, pi), var in built.replicas.items():
-        n = solver.value(var)
-        if n:
-            config = configs[ci]
-            memory = recheck(config.candidate, by_name[config.workload].space, catalog)
-            if memory.gpu is None or not memory.gpu.fits:
-                raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
-            assignments.append(Assignment(config.workload, config.bucket, config, pools[pi], n, memory))
+    for (config, pool, n), (share, rps) in zip(chosen, loads):
+        memory = recheck(config.candidate, by_name[config.workload].space, catalog)
+        if memory.gpu is None or not memory.gpu.fits:
+            raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
+        assignments.append(Assignment(config.workload, config.bucket, config, pool, n, memory, share, rps))
     uses = []
     for pi, var in built.instances.items():
         if solver.value(var):
