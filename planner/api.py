@@ -429,17 +429,20 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated)
 
 
-def simulate(source: str | Path, *, duration_s: float = 600.0, rate: float | None = None,
+def simulate(source: str | Path, *, duration_s: float | None = None, rate: float | None = None,
              arrivals: str = "poisson", seed: int = 0, catalog: Catalog | None = None) -> tuple[ReplicaSimulation, ...]:
-    """Simulate a fleet's replicas: SCENARIO (solved first) or PLAN.json; `rate`: requests/s at each replica
+    """Simulate a fleet's replicas: SCENARIO (solved first) or PLAN.json, for `duration_s` of arrivals (default
+    planner.plan.loads.SIMULATED_S, the run a fleet plan makes of its expected load); `rate`: requests/s at each replica
     (default: the load the fleet expects of each replica, its bucket's demand split over the replicas by
     capacity, from the scenario's fleet or as the plan file carries it); `arrivals`: poisson or a JSONL trace
     (then its requests, not the rate)."""
     from planner.api_records import ReplicaSimulation
     from planner.estimator.simulate import poisson_arrivals, read_trace, simulate as run
     from planner.estimator.performance import Workload, replica_timer
+    from planner.plan.loads import SIMULATED_S
 
     catalog = catalog or load_catalog()
+    duration_s = SIMULATED_S if duration_s is None else duration_s
     if duration_s <= 0:
         raise PlannerInputError(f"--duration: {duration_s} must be above 0 seconds")
     if rate is not None and rate <= 0:

@@ -767,7 +767,7 @@ def simulate_command(
     unused = next((flag for flag, value in replica_given.items() if value), None)
     if unused:
         raise PlannerInputError(f"{unused}: a benchmark replay's option; add --benchmark (SOURCE is then a model)")
-    runs = api.simulate(source, duration_s=600.0 if duration is None else duration, rate=rate,
+    runs = api.simulate(source, duration_s=duration, rate=rate,
                         arrivals=arrivals or "poisson", seed=seed)
     if output_format is OutputFormat.json:
         _echo(json.dumps([asdict(r) for r in runs], indent=2))

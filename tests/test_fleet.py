@@ -271,3 +271,68 @@ def test_a_fleet_costs_per_million_input_output_and_blended_tokens_at_its_demand
     assert (f"${costs.usd_per_million_input_tokens:,.3f} input, ${costs.usd_per_million_output_tokens:,.3f} output, "
             f"${costs.usd_per_million_tokens:,.3f} blended") in line
     assert f"**{line}**" in fleet_markdown("x", plan)
+
+
+CHAT_70B = Path(__file__).parents[1] / "scenarios" / "70b-chat.yaml"
+
+
+def test_a_fleet_row_labels_each_figure_by_its_load():
+    """issue 24: TTFT, TPOT and running were at the SLO limit, req/s at the utilisation ceiling, and the real load
+    (the demand per replica) was nowhere; now one replica is given at each load, named."""
+    from planner import api
+    from planner.render.markdown import fleet_markdown
+    from planner.render.records import assignment_row
+
+    problem = fleet_problem(load_scenario(CHAT_70B), CATALOG)
+    plan = plan_fleet(problem, CATALOG)
+    (a,) = plan.assignments
+    loads, w = a.loads, problem.workloads[0]
+    # at the SLO limit: the capacity search's steady state, TPOT at its limit (mean: the SLO names no percentile)
+    assert loads.statistic == "mean" and loads.slo_limit.requests_per_s == a.config.performance.requests_per_s
+    assert loads.slo_limit.tpot_s == pytest.approx(w.slo.tpot_s, rel=0.01) and loads.slo_limit.ttft_s <= w.slo.ttft_s
+    # planned: 70% of it (workload.utilisation 0.7); expected: 3 req/s over the 4 replicas
+    assert loads.planned.requests_per_s == pytest.approx(0.7 * loads.slo_limit.requests_per_s) == a.config.capacity_rps
+    assert a.replicas == 4 and loads.expected.requests_per_s == a.expected_rps_per_replica == pytest.approx(3 / 4)
+    # less load, fewer requests running, a shorter TPOT
+    assert loads.expected.running < loads.planned.running < loads.slo_limit.running
+    assert loads.expected.tpot_s < loads.planned.tpot_s < loads.slo_limit.tpot_s
+    # the simulator at the expected load: the run `planner simulate SCENARIO` makes (600 s, seed 0)
+    (run,) = api.simulate(CHAT_70B, catalog=CATALOG)
+    assert loads.simulated.ttft_s == run.result.ttft_s and loads.simulated.tpot_s == run.result.tpot_s
+    assert loads.simulated.requests == run.result.completed
+    row = assignment_row(a)
+    assert row["slo_limit_tpot_s"] == round(loads.slo_limit.tpot_s, 5) and row["expected_rps_per_replica"] == 0.75
+    assert row["simulated_tpot_p50_s"] == round(run.result.tpot_s.p50, 5) and "tpot_s" not in row
+    text = fleet_markdown("70b-chat", plan)
+    for level in ("at the SLO limit (mean)", "planned: 70% of the limit (mean)", "expected: the demand (mean)",
+                  "expected, simulated p50", "expected, simulated p99"):
+        assert f"| {level} |" in text
+    assert f"| expected, simulated p50 | 0.75 | - | {run.result.ttft_s.p50:.3f} | {run.result.tpot_s.p50 * 1000:.1f} |" in text
+
+
+def test_an_expected_load_too_large_to_simulate_says_so(monkeypatch):
+    from planner.plan import loads
+    from planner.render.summary import not_simulated_lines
+
+    plan = plan_fleet(fleet_problem(load_scenario(CHAT_70B), CATALOG), CATALOG)
+    (a,) = plan.assignments
+    # 0.75 req/s x 600 s x 400 output tokens over its 10.5 requests running: about 17,000 steps
+    steps = 0.75 * 600 * 400 / a.loads.expected.running
+    assert a.loads.simulated is not None and 16_000 < steps < 18_000
+    monkeypatch.setattr(loads, "MOST_SIMULATED_STEPS", 10_000)
+    plan = plan_fleet(fleet_problem(load_scenario(CHAT_70B), CATALOG), CATALOG)
+    (a,) = plan.assignments
+    assert a.loads.simulated is None and a.loads.expected.requests_per_s == pytest.approx(0.75)
+    assert not_simulated_lines(plan) == [f"70b-chat: 1 x gh200: expected load not simulated: about {steps:,.0f} engine "
+                                         "steps in 600 s, more than the 10,000 a plan simulates; run `planner simulate`"]
+
+
+def test_binding_lines_only_where_the_cost_moves():
+    # 2 req/s of 500 + 100 tokens is one L40S at a loose SLO and at one 20% tighter: the SLO binds nothing
+    loose = {**FLEET_8B, "workload": {**FLEET_8B["workload"], "slo": {"ttft_s": 20.0, "tpot_s": 0.5}}}
+    plan = plan_fleet(fleet_problem(parse_scenario(loose), CATALOG), CATALOG)
+    assert plan.usd_per_hour is not None and plan.binding == ()
+    tight = {**FLEET_8B, "workload": {**FLEET_8B["workload"], "slo": {"ttft_s": 2.0, "tpot_s": 0.05}}}
+    plan = plan_fleet(fleet_problem(parse_scenario(tight), CATALOG), CATALOG)
+    for line in plan.binding:
+        assert "$+0.00" not in line and "$0.00" not in line

@@ -33,6 +33,7 @@ from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
 from planner.plan.deadline import Deadline, OutOfTime
+from planner.plan.loads import ReplicaLoads, replica_loads
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import QuotaSpec, Scenario
 from planner.plan.search import build_search_space, recheck
@@ -96,6 +97,7 @@ class Assignment:
     # that puts on each of its replicas
     demand_share: float
     expected_rps_per_replica: float
+    loads: ReplicaLoads | None = None  # one replica at the SLO limit, planned and expected (plan_fleet)
 
     @property
     def configuration(self) -> Configuration:
@@ -285,8 +287,14 @@ def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True,
     explanations' re-solves share (by default problem.time_limit_s from now). Raises OutOfTime when the deadline
     ends the work before any fleet is found: cut short, not proven infeasible, which a command then says as a
     single-configuration plan does (one line, exit 2); a fleet found but not proven cheapest is FEASIBLE."""
-    return _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog),
-                       deadline or Deadline.start(problem.time_limit_s))
+    deadline = deadline or Deadline.start(problem.time_limit_s)
+    plan = _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog), deadline)
+    by_name = {w.name: w for w in problem.workloads}
+    # the expected load through the simulator only when the plan is explained: a caller that only wants the cost
+    # (a what-if row, `planner simulate`, which runs it itself) does not wait for it
+    return replace(plan, assignments=tuple(
+        replace(a, loads=replica_loads(a.config, by_name[a.workload], a.expected_rps_per_replica, deadline, explain))
+        for a in plan.assignments))
 
 
 def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: ServingCache,
@@ -468,7 +476,7 @@ def _quota_full(quota: Quota, built: _Built, solver: cp_model.CpSolver, pools: l
 def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache,
              deadline: Deadline) -> tuple[str, ...]:
     """Which limits bind, and what one more unit of each would save (a re-solve per binding quota and SLO, each
-    within what is left of the deadline)."""
+    within what is left of the deadline); a limit whose change moves no cost is not listed."""
     out = []
     try:
         for i, quota in enumerate(problem.quotas):
@@ -480,7 +488,8 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: Se
             more[i] = replace(quota, max_gpus=quota.max_gpus + smallest)
             relaxed = _resolve(replace(problem, quotas=tuple(more)), catalog, cache, deadline)
             saving = (plan.usd_per_hour or 0) - (relaxed.usd_per_hour or plan.usd_per_hour or 0)
-            out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
+            if _moves(saving):
+                out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
         for w in problem.workloads:
             if w.slo.tpot_s or w.slo.ttft_s:
                 tighter = replace(w, slo=replace(w.slo, ttft_s=w.slo.ttft_s and w.slo.ttft_s * 0.8,
@@ -489,13 +498,18 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: Se
                 result = _resolve(variant, catalog, cache, deadline)
                 if result.usd_per_hour is None:
                     out.append(f"{w.name}: an SLO 20% tighter cannot be met with these pools")
-                else:
-                    out.append(f"{w.name}: an SLO 20% tighter costs "
-                               f"${result.usd_per_hour - (plan.usd_per_hour or 0):+,.2f}/hour")
+                elif _moves(change := result.usd_per_hour - (plan.usd_per_hour or 0)):
+                    out.append(f"{w.name}: an SLO 20% tighter costs ${change:+,.2f}/hour")
     except OutOfTime:
         out.append(f"(the {deadline.limit_s:g} s time limit ran out before every limit was explained; raise "
                    "--time-limit for the rest)")
     return tuple(out)
+
+
+def _moves(usd_per_hour: float) -> bool:
+    """A change of cost a binding line reports: one that prints as more than $0.00/hour (a limit that does not move
+    the cost does not bind)."""
+    return round(abs(usd_per_hour), 2) > 0
 
 
 def _resolve(problem: FleetProblem, catalog: Catalog, cache: ServingCache, deadline: Deadline) -> FleetPlan:

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
 from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
-                                    price_age_text, status_line)
+                                    load_rows, not_simulated_lines, price_age_text, replica_label, running_text,
+                                    status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -133,9 +134,16 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
     rows = fleet_rows(plan)
     if rows:
         header = ["workload", "bucket", "replicas", "gpu", "gpus_per_replica", "tp", "pp", "precision", "kv_dtype",
-                  "context", "concurrency", "capacity_rps_per_replica", "ttft_s", "tpot_s", "provider", "instance", "market"]
+                  "context", "provider", "instance", "market"]
         parts += ["<h2>Replicas</h2>",
-                  _html_table([column_label(h) for h in header], [[r[h] for h in header] for r in rows])]
+                  _html_table([column_label(h) for h in header], [[r[h] for h in header] for r in rows]),
+                  "<h2>Load per replica</h2>",
+                  _html_table(["replica", "load", "req/s", "running", "TTFT s", "TPOT ms"],
+                              [[replica_label(a), level, round(rps, 2), running_text(running), round(ttft, 3),
+                                round(tpot * 1000, 1)]
+                               for a in plan.assignments for level, rps, running, ttft, tpot in
+                               (load_rows(a.loads) if a.loads else [])])]
+        parts += [f"<p>note: {html.escape(x)}</p>" for x in not_simulated_lines(plan)]
         bars = []
         for a in plan.assignments:
             fullest = max(a.memory.per_gpu, key=lambda r: r.total_bytes)
