@@ -336,3 +336,41 @@ def test_binding_lines_only_where_the_cost_moves():
     plan = plan_fleet(fleet_problem(parse_scenario(tight), CATALOG), CATALOG)
     for line in plan.binding:
         assert "$+0.00" not in line and "$0.00" not in line
+
+
+def test_a_left_out_gpu_names_the_cause_before_the_engines_words():
+    """issue 24: an L40 was left out with vLLM's advice to raise gpu_memory_utilization, though Llama 3.3 70B's fp8
+    weights alone (72.7 GB on one GPU) do not fit its 48.3 GB."""
+    plan = plan_fleet(fleet_problem(load_scenario(CHAT_70B), CATALOG), CATALOG)
+    (l40,) = [line for line in plan.left_out if ": l40 " in line]
+    weights = CATALOG.models.get("llama-3.3-70b").params  # fp8: one byte a parameter, plus the bf16 embeddings
+    assert weights / 1e9 < 72.7 < 1.05 * weights / 1e9
+    assert l40.endswith("1 GPU(s) per replica: weights 72.7 GB per GPU > the l40's "
+                        f"{CATALOG.gpus.get('l40').memory_bytes / 1e9:.1f} GB")
+    assert "gpu_memory_utilization" not in " ".join(plan.left_out)
+
+
+@pytest.mark.parametrize("gpu, utilization, cause", [
+    # the weights fit the card, not the share vLLM budgets of it: raising gpu_memory_utilization is the fix it names
+    ("h100-sxm", 0.5, "weights 72.7 GB per GPU > the {budget} vllm budgets of the h100-sxm's {card}; vllm says: "),
+    # the weights fit the budget; the KV pool they leave does not hold one request of the context
+    ("h100-pcie", None, "the KV pool the weights leave ({pool} per GPU) holds 9,024 tokens of one request, not 32,768; "
+                        "vllm says: To serve at least one request"),
+])
+def test_an_engine_refusal_says_what_does_not_fit_then_the_engine(gpu, utilization, cause):
+    from planner.estimator.engines import EngineSettings
+    from planner.estimator.engines.need import engine_need
+    from planner.estimator.memory import GpuTarget, Request
+    from planner.plan.search import engine_refusal_reason
+
+    card = CATALOG.gpus.get(gpu)
+    from planner.model.sources import resolve_model
+
+    need = engine_need(resolve_model(CATALOG, "llama-3.3-70b"), Request(context=32768, precision="fp8", kv_dtype="fp8"),
+                       EngineSettings("vllm", gpu_memory_utilization=utilization), GpuTarget.from_catalog(card), CATALOG)
+    reason = engine_refusal_reason(need, card, 32768)
+    budget = need.budget
+    assert reason.startswith(cause.format(budget=f"{budget.budget_bytes / 1e9:.1f} GB",
+                                          card=f"{card.memory_bytes / 1e9:.1f} GB",
+                                          pool=f"{budget.kv_pool_bytes / 1e9:.1f} GB"))
+    assert reason.endswith(need.reason)  # the engine's own words, second
