@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.performance import PerformanceCatalog
     from planner.plan.deadline import CommandStart, Deadline
     from planner.plan.fleet import FleetPlan
-    from planner.plan.review import Review
+    from planner.plan.review import FleetReview, Review
     from planner.plan.solver import PlanOption
     from planner.render.export import ExportPlan
     from planner.plan.scenario import Scenario
@@ -190,6 +190,17 @@ def review(scenario: str | Path | dict[str, Any] | Scenario, *, progress: Callab
     loaded = _scenario(scenario)
     deadline = _deadline(loaded, time_limit_s, started)
     return review_scenario(loaded, catalog or load_catalog(), progress, deadline)
+
+
+def review_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
+                 catalog: Catalog | None = None, started: CommandStart | None = None) -> FleetReview:
+    """A fleet plan with its cost against the demand, the prices of the GPU types it rents and the catalogs' sizes
+    (`planner report` of a scenario with traffic), all of it within `time_limit_s` (default: the scenario's
+    solver.time_limit_s)."""
+    from planner.plan.review import review_fleet as review_the_fleet
+
+    loaded = _scenario(scenario)
+    return review_the_fleet(loaded, catalog or load_catalog(), _deadline(loaded, time_limit_s, started))
 
 
 def export_plans(path: str | Path, *, plan_index: int = 0, assignment: int | None = None,

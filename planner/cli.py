@@ -379,8 +379,8 @@ def report(
     max_price_age: Optional[int] = Option(None, "--max-price-age", min=0, metavar="DAYS", help=MAX_PRICE_AGE_HELP),
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
-    from planner.render.html import CHARTS_S, fleet_html, review_html
-    from planner.render.markdown import fleet_markdown, review_markdown
+    from planner.render.html import CHARTS_S, fleet_review_html, review_html
+    from planner.render.markdown import fleet_review_markdown, review_markdown
 
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
@@ -391,9 +391,10 @@ def report(
     loaded = api.load_scenario(scenario, max_price_age)
     text = read_text(scenario, SCENARIO)
     if loaded.is_fleet:
-        plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=started)
+        fleet = api.review_fleet(loaded, time_limit_s=time_limit, started=started)
         name = loaded.name or "fleet"
-        write_output(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
+        write_output(output, fleet_review_markdown(name, fleet, text) if suffix == ".md"
+                     else fleet_review_html(name, fleet, text))
         _echo(f"wrote {output}")
         return
     if quiet:

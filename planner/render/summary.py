@@ -10,6 +10,7 @@ from planner.plan.status import FEASIBLE, OPTIMAL
 from planner.units import gb, gib
 
 if TYPE_CHECKING:
+    from planner.catalog.load import Offer
     from planner.catalog.prices import PriceAge
     from planner.plan.fleet import Assignment, FleetPlan
     from planner.plan.loads import ReplicaLoads
@@ -65,6 +66,14 @@ def memory_line(p: PlanOption) -> str:
 def price_age_text(age: PriceAge) -> str:
     """A price's age as a table cell: "45 d", or "521 d, stale" past the plan's limit."""
     return f"{age.age_days:,} d" + (", stale" if age.stale else "")
+
+
+def offer_rows(offers: tuple[tuple[Offer, str, PriceAge], ...]) -> list[tuple[Offer, str, float, PriceAge]]:
+    """A review's prices as rows, cheapest per GPU-hour first: (offer, "provider instance (region, market)",
+    $ per GPU-hour, age)."""
+    rows = [(o, f"{o.provider} {o.instance} ({o.region}, {market})", o.price(market) / o.gpus, age)
+            for o, market, age in offers]
+    return sorted(rows, key=lambda r: (r[2], r[1]))
 
 
 def fleet_price_warnings(plan: FleetPlan) -> list[str]:
