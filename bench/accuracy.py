@@ -231,10 +231,16 @@ def _gpu(catalog: Catalog, gpu: str | float) -> GpuTarget:
     return GpuTarget(f"{gpu:.2f} GiB card", round(gpu * GiB) + reserved)
 
 
+# The profile each engine's logs are replayed on: the logs in bench/data are of vLLM releases up to 0.19 and SGLang
+# up to 0.5.x, checked against the 0.19.0 and 0.5.9 profiles; none is of vLLM 0.34 or SGLang 0.5.23 (a point may name
+# its own version in settings)
+LOGGED_VERSIONS = {"vllm": "0.19.0", "sglang": "0.5.9"}
+
+
 def predict(point: Point, catalog: Catalog) -> EngineBudget:
     request = Request(context=point.context, batch=point.batch, tp=point.tp, pp=point.pp, precision=point.precision,
                       kv_dtype=point.kv_dtype)
-    settings = EngineSettings(name=point.engine, **point.settings)
+    settings = EngineSettings(name=point.engine, **{"version": LOGGED_VERSIONS.get(point.engine), **point.settings})
     return engine_budget(_architecture(catalog, point.model, point.params), request, settings, _gpu(catalog, point.gpu),
                          catalog)
 

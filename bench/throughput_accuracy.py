@@ -28,6 +28,7 @@ from planner.model.architecture import Architecture, architecture_from_config
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
+from planner.estimator.speculative import Speculation, speculation
 from planner.model.precision import resolve_precision
 from planner.estimator.performance import (PerformanceCatalog, ReplicaPerformance, ReplicaTimer, Workload,
                                            replica_timer, timer_performance)
@@ -37,7 +38,7 @@ DATA = Path(__file__).parent / "data"
 # the number catalogs and notes quote).
 DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"),
               ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"),
-              ("2026d:", DATA / "throughput-2026d.jsonl"))
+              ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
@@ -112,6 +113,7 @@ class Measurement:
     gpu: str
     tp: int
     pp: int
+    ep: int  # expert parallelism with tensor-parallel attention (the protocol's EP amendment)
     batch: int
     prompt_tokens: int
     output_tokens: int
@@ -120,6 +122,7 @@ class Measurement:
     ttft_s: float | None  # single-request rows only
     source: str
     form: str  # how it was run: static batch, closed loop (a concurrency) or a single stream
+    speculation: Speculation | None = None  # the protocol's speculative-decoding amendment
 
 
 class Skip(Exception):
@@ -181,19 +184,42 @@ def excluded(label: str, raw: dict[str, Any]) -> None:
     if label in NOT_REPRESENTATIVE:
         raise Skip("ROCm build 4-7x slower than other rows of the same machine (not representative)")
     speculative = raw.get("speculative")
-    if speculative:
-        raise Skip("speculative decoding not stated (excluded: may be on)" if str(speculative).startswith("not stated")
-                   else "speculative decoding (no draft term yet)")
-    if (raw.get("ep") or 1) > 1 or (raw.get("dp_attention") or 1) > 1:
-        raise Skip("expert parallelism or data-parallel attention (not modelled yet)")
+    if speculative and str(speculative).startswith("not stated"):
+        raise Skip("speculative decoding not stated (excluded: may be on)")
+    if (raw.get("dp_attention") or 1) > 1:
+        raise Skip("data-parallel attention (not modelled yet)")
+    if (raw.get("ep") or 1) > 1 and "deepep" in json.dumps(raw).lower():
+        raise Skip("expert parallelism over a DeepEP all-to-all (not modelled yet)")
     if raw.get("enforce_eager"):
         raise Skip("eager mode (the model times CUDA-graph replay)")
     if raw.get("tp") is None and raw.get("num_gpus") is None:
         raise Skip("parallelism not stated")
 
 
+SPEC_STEPS = re.compile(r"--speculative-num-steps\s+(\d+)")
+SPEC_TOPK = re.compile(r"--speculative-eagle-topk\s+(\d+)")
+ACCEPT_KEYS = ("Accept length", "accept_length", "Mean acceptance length")
+
+
+def speculation_of(raw: dict[str, Any]) -> Speculation | None:
+    """A row's speculative decoding as the protocol's amendment times it: a chain draft (top-k 1) of the
+    checkpoint's MTP module (SGLang EAGLE / NEXTN on it) with the acceptance length the row states."""
+    text = str(raw.get("speculative") or "")
+    if not text:
+        return None
+    steps, topk = SPEC_STEPS.search(text), SPEC_TOPK.search(text)
+    accept = next((raw["measured"][k] for k in ACCEPT_KEYS if k in raw["measured"]), None)
+    if accept is None:
+        raise Skip("speculative decoding without a stated acceptance length")
+    if "ngram" in text.lower() or "eagle3" in text.lower().replace("-", "") or steps is None \
+            or (topk is not None and int(topk.group(1)) != 1):
+        raise Skip("speculative decoding other than a chain draft of the MTP module (not modelled yet)")
+    return speculation("mtp", int(steps.group(1)), number(accept))
+
+
 def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     excluded(label, raw)
+    spec = speculation_of(raw)
     engine = ENGINES.get(raw["engine"])
     if engine is None:
         raise Skip("engine without a performance profile")
@@ -238,12 +264,14 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         raise Skip("no TPOT, output tokens/s or single-request TTFT measured")
     if batch == 1:
         form = "single stream"
+    if spec is not None and form == "closed loop":
+        raise Skip("speculative decoding in a closed loop (its scheduler is not modelled yet)")
     return Measurement(
         row=label, engine=engine, model=catalog_model(catalog, raw["model"]),
         precision=first_match(raw["precision"], PRECISIONS, "precision"), kv_dtype=kv_dtype(raw["kv_cache_dtype"]),
-        gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, batch=batch,
+        gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, ep=raw.get("ep") or 1, batch=batch,
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
-        output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form,
+        output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
     )
 
 
@@ -259,7 +287,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
     """The model, checked to hold the stated batch at its full context (else the engine ran fewer at once)."""
     arch = architecture_from_config(catalog.models.get(m.model).config, m.model)
     request = Request(context=m.prompt_tokens + m.output_tokens, batch=m.batch, tp=m.tp, pp=m.pp,
-                      precision=m.precision, kv_dtype=m.kv_dtype)
+                      precision=m.precision, kv_dtype=m.kv_dtype, ep=m.ep)
     try:
         fit = estimate_memory(arch, request, catalog, GpuTarget.from_catalog(catalog.gpus.get(m.gpu))).gpu
     except PlannerInputError as exc:
@@ -272,7 +300,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
 def timer(catalog: Catalog, m: Measurement, arch: Architecture,
           performance: PerformanceCatalog | None = None) -> ReplicaTimer:
     return replica_timer(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, catalog, m.engine,
-                         performance)
+                         performance, m.ep)
 
 
 def predict(catalog: Catalog, m: Measurement, arch: Architecture,
@@ -281,10 +309,14 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     gives its steady state (bench/SPEED_PROTOCOL.md), where the engine has a memory profile to schedule with.
     `performance`: the speed model's constants (default catalogs/performance.yaml; a calibration's, for
     bench/calibration_accuracy.py)."""
+    if m.speculation is not None:
+        return api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, ep=m.ep, precision=m.precision, kv_dtype=m.kv_dtype,
+                        engine=m.engine, batch=m.batch, prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens,
+                        speculation=m.speculation, catalog=catalog, performance=performance).performance
     static = timer_performance(timer(catalog, m, arch, performance), m.batch, Workload(m.prompt_tokens, m.output_tokens))
     if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES:
         return static
-    loop = api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, precision=m.precision, kv_dtype=m.kv_dtype, engine=m.engine,
+    loop = api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, ep=m.ep, precision=m.precision, kv_dtype=m.kv_dtype, engine=m.engine,
                     prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens, concurrency=m.batch,
                     catalog=catalog, performance=performance).closed_loop
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
@@ -372,6 +404,10 @@ def classes(m: Measurement, arch: Architecture, catalog: Catalog) -> list[str]:
            f"form {m.form}", f"file {prefix or 'reference'}"]
     if generation.startswith("cdna"):
         out.append("AMD")
+    if m.ep > 1:
+        out.append("expert parallel (tensor-parallel attention)")
+    if m.speculation is not None:
+        out.append("speculative (MTP)")
     return out
 
 

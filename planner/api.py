@@ -8,13 +8,15 @@
 
 from __future__ import annotations
 
-from math import isfinite
+from dataclasses import replace
+from math import floor, isfinite
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.model.sources import resolve_model
+from planner.estimator.layout import parallel_refusal
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.units import parse_count, parse_size
 
@@ -24,6 +26,9 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.calibration.calibrate import Calibration
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
+    from planner.estimator.capacity import Scheduler
+    from planner.estimator.speculative import Speculation, SpeculativeTimer
+    from planner.model.architecture import Architecture
     from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
@@ -223,14 +228,19 @@ def update_prices(source: str, *, providers: tuple[str, ...] = (), prices_file: 
                    Path(prices_file) if prices_file else None, as_of)
 
 
-def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
+def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1, ep: int = 1, dp: int = 1,
          precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", batch: int = 1,
          prompt_tokens: int = 1024, output_tokens: int = 256, rate: float | None = None,
          concurrency: int | None = None, calibration: Calibration | None = None,
-         catalog: Catalog | None = None, performance: PerformanceCatalog | None = None) -> PerfResult:
+         speculation: Speculation | None = None,
+         catalog: Catalog | None = None, performance: PerformanceCatalog | None = None,
+         engine_version: str | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
-    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); with
+    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); `ep`:
+    the routed experts dealt over that many of the tp GPUs; `dp`: data-parallel attention groups among them, each
+    attending to its own requests (at a batch only: the pool under DP attention is not modelled); `speculation`: every
+    decode step a speculative cycle of the checkpoint's MTP module (planner.estimator.speculative); with
     `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
     `performance`: the speed model's constants to time it with (default catalogs/performance.yaml)."""
     from planner.api_records import PerfResult
@@ -245,12 +255,28 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     if concurrency is not None and concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
+    if dp > 1 and (rate is not None or concurrency is not None):
+        raise PlannerInputError("--dp: data-parallel attention is timed at a --batch only; drop --rate and --concurrency "
+                                "(the engine's KV pool under DP attention is not modelled yet)")
+    if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
+        raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
+                                "--concurrency and --pp (the scheduler under speculative decoding is not modelled yet)")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
-                       calibration=calibration, performance=performance)
-    _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
+                       calibration=calibration, performance=performance, ep=ep, dp=dp,
+                       engine_version=engine_version)
     shape = Workload(prompt_tokens, output_tokens)
-    result = timer_performance(replica.timer, batch, shape)
+    cycle = None
+    if speculation is None:
+        _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
+        result = timer_performance(replica.timer, batch, shape)
+    else:
+        from planner.estimator.speculative import draft_architecture, shared_free, speculative_performance
+
+        draft = draft_architecture(replica.arch)
+        _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype, shared_free(draft))
+        result, cycle = speculative_performance(_speculative_timer(replica, draft, precision, kv_dtype, speculation,
+                                                                   performance), batch, shape)
     steady = closed = finite = None
     if rate is not None:
         from planner.estimator.benchmark import DEFAULT_PROMPTS, MAX_OUTPUT_TOKENS, BenchmarkRun, run_benchmark
@@ -266,12 +292,23 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
 
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
-                      closed, finite, replica.calibrated)
+                      closed, finite, replica.calibrated, replica.ep, speculation, cycle, replica.dp)
+
+
+def _speculative_timer(replica: Replica, draft: Architecture, precision: str, kv_dtype: str, spec: Speculation,
+                       performance: PerformanceCatalog | None) -> SpeculativeTimer:
+    """The target's timer and the MTP draft's, on the same GPUs, layout, engine and constants."""
+    from planner.estimator.performance import replica_timer
+    from planner.estimator.speculative import speculative_timer
+
+    draft_timer = replica_timer(draft, precision, kv_dtype, replica.card, replica.tp, replica.pp, replica.catalog,
+                                replica.engine, performance, replica.ep, replica.dp)
+    return speculative_timer(replica.timer, draft_timer, spec)
 
 
 def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
           precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", calibration: Calibration | None = None,
-          catalog: Catalog | None = None) -> BenchResult:
+          catalog: Catalog | None = None, engine_version: str | None = None) -> BenchResult:
     """A `vllm bench serve` run (`run`: its random dataset, request rate and max concurrency) replayed on one
     simulated replica, whose max-model-len is the longest request the run can draw; with `calibration`, timed
     with its factors when it is of this GPU generation x engine."""
@@ -280,7 +317,7 @@ def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, t
 
     context = run.input_bounds[1] + run.output_bounds[1]
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog or load_catalog(),
-                       sized=True, calibration=calibration)
+                       sized=True, calibration=calibration, engine_version=engine_version)
     return BenchResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine,
                        run_benchmark(replica.timer, replica.scheduler, run), replica.calibrated)
 
@@ -387,29 +424,37 @@ def _same_model(catalog: Catalog, run: MeasuredRun, model: str) -> None:
                                 "on runs of one model")
 
 
-def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_dtype: str) -> None:
+def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_dtype: str,
+                draft: Architecture | None = None) -> None:
     """`planner perf` times what could run: a request no longer than the model's context, and `batch` of them in
-    the GPUs' memory (else its figures would be printed for a replica that cannot exist)."""
+    the GPUs' memory (else its figures would be printed for a replica that cannot exist); with a speculative
+    `draft` (its own tensors only), its weights and its cache of the same requests on top."""
     longest = replica.arch.max_position_embeddings
     if longest and context > longest:
         raise PlannerInputError(f"--prompt-tokens / --output-tokens: {context:,} tokens is longer than "
                                 f"{replica.arch.name}'s context of {longest:,}; ask for at most that")
-    need = estimate_memory(replica.arch, Request(context=context, batch=batch, tp=replica.tp, pp=replica.pp,
-                                                 precision=precision, kv_dtype=kv_dtype),
-                           replica.catalog, GpuTarget.from_catalog(replica.card))
-    if need.gpu is not None and not need.gpu.fits:
+    request = Request(context=context, batch=batch, tp=replica.tp, pp=replica.pp, precision=precision,
+                      kv_dtype=kv_dtype, ep=replica.ep, dp=replica.dp)
+    need = estimate_memory(replica.arch, request, replica.catalog, GpuTarget.from_catalog(replica.card))
+    added = 0
+    if draft is not None:
+        added = max(r.weights_bytes + r.kv_cache_bytes for r in estimate_memory(draft, request, replica.catalog).per_gpu)
+    if need.gpu is not None and need.gpu.headroom_bytes < added:
         raise PlannerInputError(f"--batch: {batch:,} requests of {context:,} tokens need "
-                                f"{max(r.total_bytes for r in need.per_gpu) / 1e9:,.1f} GB per GPU, a "
+                                f"{(max(r.total_bytes for r in need.per_gpu) + added) / 1e9:,.1f} GB per GPU, a "
                                 f"{replica.card.name} holds {replica.card.memory_bytes / 1e9:,.1f} GB; lower --batch or "
                                 "add GPUs (--tp / --pp)")
 
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
              engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
-             performance: PerformanceCatalog | None = None) -> Replica:
+             performance: PerformanceCatalog | None = None, ep: int = 1, dp: int = 1,
+             engine_version: str | None = None) -> Replica:
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
-    of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget gives it at
-    max-model-len `context` (which must hold one request, as vLLM checks at start-up)."""
+    of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget (the profile of
+    `engine_version`, default the current release) gives it at max-model-len `context` (which must hold one request,
+    as vLLM checks at start-up); with `ep`-way expert parallelism, the engine's pool for the TP layout less what the
+    EP layout holds on top of it per rank."""
     from planner.api_records import Replica
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
@@ -429,15 +474,43 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         from planner.calibration.factors import calibrated_catalog
 
         performance = calibrated_catalog(performance, card.generation, profile, calibration.factors)
-    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance)
+    if (ep, dp) != (1, 1):
+        refusal = parallel_refusal(arch, tp, pp, dp, ep)
+        if refusal:
+            raise PlannerInputError(refusal)
+    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep, dp)
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
-        budget = engine_budget(arch, request, EngineSettings(name), GpuTarget.from_catalog(card), catalog)
+        budget = engine_budget(arch, request, EngineSettings(name, version=engine_version), GpuTarget.from_catalog(card),
+                               catalog)
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
         scheduler = Scheduler.of(budget)
-    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated)
+        if ep != 1:
+            scheduler = _expert_parallel_pool(scheduler, budget.kv_pool_bytes, arch, request, catalog, ep, name)
+    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp)
+
+
+def _expert_parallel_pool(scheduler: Scheduler, pool_bytes: int, arch: Architecture, request: Request,
+                          catalog: Catalog, ep: int, engine: str) -> Scheduler:
+    """The engine's pool for the TP layout, less the bytes the EP layout holds on top of it on its fullest rank
+    (a shared expert whole on every rank, the all-to-all buffers): both engines give the KV pool what their budget
+    leaves after the weights, so what the weights grow by the pool loses, in whole tokens."""
+    def held(layout: Request) -> int:
+        return max(r.total_bytes - r.kv_cache_bytes for r in estimate_memory(arch, layout, catalog).per_gpu)
+
+    extra = held(replace(request, ep=ep)) - held(request)
+    if extra <= 0 or pool_bytes <= 0:
+        return scheduler
+    left = pool_bytes - extra
+    block = scheduler.block_tokens
+    tokens = floor(scheduler.pool_tokens * left / pool_bytes) // block * block if left > 0 else 0
+    if tokens < request.context:
+        raise PlannerInputError(f"--ep {ep}: the expert-parallel layout holds {extra / 1e9:,.2f} GB more per GPU, and "
+                                f"the {engine} pool left cannot hold one request of {request.context:,} tokens; "
+                                "use a smaller --ep or more GPUs")
+    return replace(scheduler, pool_tokens=tokens)
 
 
 def simulate(source: str | Path, *, duration_s: float | None = None, rate: float | None = None,

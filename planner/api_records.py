@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from planner.estimator.memory import MemoryEstimate
     from planner.estimator.performance import ReplicaPerformance, ReplicaTimer
     from planner.estimator.simulate import SimulationResult
+    from planner.estimator.speculative import Speculation, SpeculativeCycle
     from planner.model.architecture import Architecture
 
 
@@ -42,11 +43,16 @@ class PerfResult:
     closed_loop: ClosedLoop | None = None  # at --concurrency
     finite_run: BenchmarkResult | None = None  # at a --rate it does not keep up with
     calibrated: bool | None = None  # None: no calibration given; else whether it is of this GPU generation x engine
+    ep: int = 1  # expert-parallel ranks among the tp GPUs
+    speculation: Speculation | None = None
+    cycle: SpeculativeCycle | None = None  # with speculation: one decode cycle at the batch
+    dp: int = 1  # data-parallel attention groups among the tp GPUs
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
         data: dict[str, Any] = {
-            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "engine": self.engine,
+            "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep,
+            "engine": self.engine,
             "batch": p.batch, "ttft_s": p.ttft_s, "tpot_ms": p.tpot_s * 1000, "decode_step_ms": p.decode_step_s * 1000,
             "output_tokens_per_s": p.output_tokens_per_s, "requests_per_s": p.requests_per_s, "bound": p.decode_bound,
             # the slowest stage's decode step, every term by name (they add up to its time) and what it reads
@@ -69,6 +75,10 @@ class PerfResult:
             data["finite_run"] = self.finite_run.to_dict()
         if self.closed_loop is not None:
             data["closed_loop"] = asdict(self.closed_loop)
+        if self.speculation is not None and self.cycle is not None:
+            # decode_step_ms is the whole cycle: the verify's terms above plus the draft's forwards
+            data["speculative"] = {**asdict(self.speculation), "verify_ms": self.cycle.verify_s * 1000,
+                                   "draft_ms": self.cycle.draft_s * 1000}
         return data
 
 
@@ -103,6 +113,8 @@ class Replica:
     timer: ReplicaTimer
     scheduler: Scheduler | None
     calibrated: bool | None  # None: no calibration given; else whether the timer took it
+    ep: int = 1  # expert-parallel ranks among the tp GPUs
+    dp: int = 1  # data-parallel attention groups among the tp GPUs
 
 
 @dataclass(frozen=True)

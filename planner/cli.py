@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from planner import api
 from planner.direct import Argument, Option, command_name
 from planner.errors import PlannerInputError
+from planner.estimator.layout import layout_name
 from planner.files import SCENARIO, read_text, write_output
 from planner.units import parse_tokens
 
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving configurations, CP-SAT and every "
                    "variant together (default: the scenario's solver.time_limit_s, 10).")
 MAX_PRICE_AGE_HELP = "Warn of a price older than this many days (default: the scenario's pricing.max_price_age_days, 90)."
+ENGINE_VERSION_HELP = ("The engine release whose profile sizes the KV pool (vLLM 0.34.0 or 0.19.0, SGLang 0.5.23 or 0.5.9, "
+                       "llama.cpp b7400; default: the current release).")
 # when main() began this command (time.perf_counter(), time.thread_time()): its time limit counts from there
 _started: Optional[tuple[float, float]] = None
 COMMANDS: dict[str, Callable[..., None]] = {}  # `planner NAME`, in the order `planner --help` lists them
@@ -183,6 +186,7 @@ def estimate(
     head_dim: Optional[int] = Option(None, "--head-dim", help="With --params: dimension of one head."),
     heads: Optional[int] = Option(None, "--heads", help="With --params: attention heads (for the --tp check)."),
     engine: EngineName = Option(EngineName.simple, "--engine", help="simple (the seed's margin) or an engine's own budget."),
+    engine_version: Optional[str] = Option(None, "--engine-version", help=ENGINE_VERSION_HELP),
     gpu_memory_utilization: Optional[float] = Option(None, "--gpu-memory-utilization", help="vLLM (default 0.9)."),
     kv_cache_memory_bytes: Optional[int] = Option(None, "--kv-cache-memory-bytes",
                                                   help="vLLM: the KV pool per GPU in bytes, in place of the utilization's budget."),
@@ -198,16 +202,21 @@ def estimate(
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
-    if engine is not EngineName.simple:
+    if engine is EngineName.simple:
+        if engine_version is not None:  # the margin has no release: a version is refused (the engines load pydantic)
+            from planner.estimator.engines import EngineSettings
+
+            EngineSettings("simple", version=engine_version).validate()
+    else:
+        from planner.estimator.engines import EngineSettings
+
         if (dp, ep) != (1, 1):
             raise PlannerInputError(f"--dp/--ep: the --engine {engine.value} budget has no data-parallel attention or "
                                     "expert parallelism yet; drop --engine (the simple estimate places them)")
-        from planner.estimator.engines import EngineSettings
-
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
                                   block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
                                   n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type,
-                                  kv_cache_memory_bytes=kv_cache_memory_bytes)
+                                  kv_cache_memory_bytes=kv_cache_memory_bytes, version=engine_version)
         both = api.engine_estimate(model, settings, context=context_tokens(context), batch=batch, tp=tp, pp=pp,
                                    precision=precision, kv_dtype=kv_dtype, gpu=gpu, gpu_memory=gpu_memory, params=params, layers=layers,
                                    kv_heads=kv_heads, head_dim=head_dim, heads=heads)
@@ -495,6 +504,7 @@ REPLICA_PP = Option(1, "--pp", help="Pipeline-parallel stages.")
 REPLICA_PRECISION = Option("auto", help="Weight precision; auto = the checkpoint's own.")
 REPLICA_KV_DTYPE = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8.")
 REPLICA_ENGINE = Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs and scheduler).")
+REPLICA_ENGINE_VERSION = Option(None, "--engine-version", help=ENGINE_VERSION_HELP)
 # a benchmark run as `vllm bench serve` takes it: its defaults, and the cap planner.estimator.benchmark.MAX_PROMPTS (not
 # imported: it loads the simulator, which a command line typer reads for --help does not need)
 BENCH_NUM_PROMPTS = Option(1000, "--num-prompts", help="Requests in the run (at most 20,000).")
@@ -514,9 +524,14 @@ def perf_command(
     gpus: Optional[int] = REPLICA_GPUS,
     tp: Optional[int] = REPLICA_TP,
     pp: int = REPLICA_PP,
+    ep: int = Option(1, "--ep", help="Expert-parallel size: the routed experts dealt over this many of the --tp GPUs "
+                     "(SGLang --ep-size; vLLM --enable-expert-parallel is --ep = --tp); attention stays tensor-parallel."),
+    dp: int = Option(1, "--dp", help="Data-parallel attention groups among the --tp GPUs (SGLang --enable-dp-attention "
+                     "--dp-size): each attends to its own requests at TP = tp / dp; timed at a --batch."),
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
+    engine_version: Optional[str] = REPLICA_ENGINE_VERSION,
     batch: int = Option(1, "--batch", help="Requests running at once."),
     prompt_tokens: int = Option(1024, "--prompt-tokens", help="Tokens per prompt."),
     output_tokens: int = Option(256, "--output-tokens", help="Tokens generated per request."),
@@ -525,19 +540,32 @@ def perf_command(
                                         "last is answered (vllm bench serve --max-concurrency C): the closed loop."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
+    speculative: Optional[str] = Option(None, "--speculative", help="Speculative decoding: mtp (the checkpoint's own "
+                                        "multi-token-prediction module drafts; SGLang NEXTN/EAGLE, vLLM method mtp)."),
+    speculative_tokens: int = Option(3, "--speculative-tokens", help="Draft tokens a cycle (SGLang "
+                                     "--speculative-num-steps, vLLM num_speculative_tokens)."),
+    acceptance_length: Optional[float] = Option(None, "--acceptance-length", help="Mean tokens a request gains a cycle, "
+                                                "the bonus token included, as the engine logs it (SGLang 'accept len', "
+                                                "vLLM 'Mean acceptance length'); required with --speculative."),
 ) -> None:
     """Speed of one replica: TTFT, TPOT, tokens/s, requests/s and what bounds the decode step."""
-    result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, engine=engine,
+    result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, ep=ep, dp=dp, precision=precision, kv_dtype=kv_dtype, engine=engine,
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
-                      concurrency=concurrency, calibration=_calibration(calibration))
+                      concurrency=concurrency, calibration=_calibration(calibration), engine_version=engine_version,
+                      speculation=_speculation(speculative, speculative_tokens, acceptance_length))
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))
         return
-    lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} (tp {data['tp']} x pp {data['pp']}, "
+    lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} ({layout_name(data['tp'], data['pp'], data['dp'], data['ep'])}, "
              f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens",
              f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
              f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"]
+    spec = data.get("speculative")
+    if spec:
+        lines.append(f"speculative {spec['method']}: {spec['draft_tokens']} draft tokens, acceptance length "
+                     f"{spec['acceptance_length']:g} · a cycle {data['decode_step_ms']:.2f} ms (verify "
+                     f"{spec['verify_ms']:.2f} + draft {spec['draft_ms']:.2f})")
     steady = data.get("steady_state")
     if steady and steady["keeps_up"]:
         lines.append(f"at {steady['requests_per_s']:g} req/s: keeps up; {steady['batch']:.1f} requests running, "
@@ -559,6 +587,20 @@ def perf_command(
         lines.append(f"  TTFT {loop.ttft_s:.3f} s · TPOT {loop.tpot_s * 1000:.1f} ms · E2E {loop.e2e_s:.2f} s · "
                      f"KV peak {loop.kv_tokens_peak:,} of {loop.pool_tokens:,} tokens")
     _print_lines(lines + _calibration_line(calibration, result.calibrated))
+
+
+def _speculation(method: Optional[str], tokens: int, acceptance: Optional[float]):
+    """--speculative, --speculative-tokens and --acceptance-length as one setting (None without --speculative)."""
+    if method is None:
+        if acceptance is not None:
+            raise PlannerInputError("--acceptance-length: only with --speculative mtp")
+        return None
+    if acceptance is None:
+        raise PlannerInputError("--acceptance-length: required with --speculative (the mean tokens a request gains a "
+                                "cycle, from the engine's log of a run like yours)")
+    from planner.estimator.speculative import speculation
+
+    return speculation(method, tokens, acceptance)
 
 
 def _calibration(path: Optional[str]) -> Optional[Calibration]:
@@ -663,6 +705,7 @@ def bench_command(
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
+    engine_version: Optional[str] = REPLICA_ENGINE_VERSION,
     num_prompts: int = BENCH_NUM_PROMPTS,
     rate: str = BENCH_REQUEST_RATE,
     max_concurrency: Optional[int] = BENCH_MAX_CONCURRENCY,
@@ -676,18 +719,19 @@ def bench_command(
     """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics
     (also `planner simulate --benchmark`)."""
     _benchmark(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, rate, max_concurrency, input_len,
-               output_len, range_ratio, seed, output_format, calibration)
+               output_len, range_ratio, seed, output_format, calibration, engine_version)
 
 
 def _benchmark(model: str, gpu: str, gpus: Optional[int], tp: Optional[int], pp: int, precision: str, kv_dtype: str,
                engine: str, num_prompts: int, rate: str, max_concurrency: Optional[int], input_len: int, output_len: int,
-               range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str]) -> None:
+               range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str],
+               engine_version: Optional[str] = None) -> None:
     from planner.estimator.benchmark import BenchmarkRun
 
     run = BenchmarkRun(num_prompts=num_prompts, request_rate=request_rate(rate), max_concurrency=max_concurrency,
                        input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
     result = api.bench(model, run, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                       engine=engine, calibration=_calibration(calibration))
+                       engine=engine, calibration=_calibration(calibration), engine_version=engine_version)
     if output_format is OutputFormat.json:
         _echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return

@@ -20,22 +20,25 @@ CATALOG = load_catalog()
 CHAT = Workload(1500, 400)
 
 
-def replica(model="llama-3.1-8b", gpu="h100-sxm", tp=1, precision="bf16", context=8192, **settings):
+def replica(model="llama-3.1-8b", gpu="h100-sxm", tp=1, precision="bf16", context=8192, version="0.19.0", **settings):
+    """A vLLM replica; by default of the release these tests were written against (16-token blocks)."""
     arch = resolve_model(CATALOG, model)
     card = CATALOG.gpus.get(gpu)
     budget = engine_budget(arch, Request(context=context, batch=1, tp=tp, pp=1, precision=precision, kv_dtype="auto"),
-                           EngineSettings("vllm", **settings), GpuTarget.from_catalog(card), CATALOG)
+                           EngineSettings("vllm", version=version, **settings), GpuTarget.from_catalog(card), CATALOG)
     return replica_timer(arch, precision, "auto", card, tp, 1, CATALOG), Scheduler.of(budget), budget
 
 
-def test_pool_is_the_engines_blocks_and_requests_hold_whole_blocks():
-    _, scheduler, budget = replica()
+@pytest.mark.parametrize("version, block, held", [("0.19.0", 16, 1904), ("0.34.0", 64, 1920)])
+def test_pool_is_the_engines_blocks_and_requests_hold_whole_blocks(version, block, held):
+    _, scheduler, budget = replica(version=version)
     # Llama 3.1 8B: 32 layers x 8 KV heads x 128 x (K + V) x 2 bytes = 131,072 bytes per token; vLLM pages 16 tokens
-    block_bytes = 16 * 32 * 8 * 128 * 2 * 2
-    assert scheduler.pool_tokens == budget.kv_pool_bytes // block_bytes * 16
-    assert scheduler.block_tokens == 16 and scheduler.max_model_len == 8192
+    # (64 from 0.34.0: config/cache.py DEFAULT_BLOCK_SIZE)
+    block_bytes = block * 32 * 8 * 128 * 2 * 2
+    assert scheduler.pool_tokens == budget.kv_pool_bytes // block_bytes * block
+    assert scheduler.block_tokens == block and scheduler.max_model_len == 8192
     assert scheduler.max_num_batched_tokens == 8192 and scheduler.max_num_seqs == 1024  # vLLM's >= 70 GiB defaults
-    assert scheduler.held_tokens(1900) == 1904 and scheduler.held_tokens(1904) == 1904
+    assert scheduler.held_tokens(1900) == held and scheduler.held_tokens(held) == held
 
 
 def test_kv_in_flight_is_what_the_requests_hold():

@@ -16,6 +16,13 @@ def run(*args, cwd):
     return proc
 
 
+def refused(*args, cwd, needle):
+    """The command fails as bad input must: exit 2, one `error:` line naming `needle`, no traceback."""
+    proc = run(*args, cwd=cwd)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error:") and needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
 def ok_json(*args, cwd):
     proc = run(*args, "--format", "json", cwd=cwd)
     assert proc.returncode == 0, proc.stderr

@@ -28,14 +28,16 @@ def write_plan(tmp_path, scenario: dict) -> Path:
 def single_node(tmp_path_factory):
     return write_plan(tmp_path_factory.mktemp("p"), {
         "name": "chat 8b", "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 16, "replicas": 3},
-        "search": {"gpus": ["l40s", "h100-sxm", "rtx-4090"], "precisions": ["bf16", "fp8"], "kv_dtypes": ["fp8"]}})
+        "search": {"gpus": ["l40s", "h100-sxm", "rtx-4090"], "precisions": ["bf16", "fp8"], "kv_dtypes": ["fp8"]},
+        "engine": {"version": "0.19.0"}})  # the vLLM release these export tests were written against
 
 
 @pytest.fixture(scope="module")
 def multi_node(tmp_path_factory):
     return write_plan(tmp_path_factory.mktemp("p"), {
         "name": "ds", "model": "deepseek-v3", "workload": {"context": 32768, "concurrency": 32},
-        "search": {"gpus": ["h200-sxm"], "precisions": ["fp8-block"], "max_gpus_per_replica": 32}})
+        "search": {"gpus": ["h200-sxm"], "precisions": ["fp8-block"], "max_gpus_per_replica": 32},
+        "engine": {"version": "0.19.0"}})
 
 
 def flags_and_values(argv: list[str]) -> dict[str, str]:
@@ -64,7 +66,10 @@ def test_vllm_command_uses_documented_flags_and_the_plan(single_node):
 
 
 def test_sglang_command(single_node):
-    [argv] = command_lines(export(load_plan(single_node, CATALOG), "sglang"), "python3 -m sglang.launch_server")
+    # 8 sequences: SGLang 0.5.23's pool on the plan's RTX 4090 holds 15.49 of 8K (a 4096-token chunk, 48 decode and 50
+    # prefill CUDA graphs reserved), not the vLLM 0.19 plan's 16
+    plan = changed(load_plan(single_node, CATALOG), concurrency=8)
+    [argv] = command_lines(export(plan, "sglang"), "python3 -m sglang.launch_server")
     flags = flags_and_values(argv)
     assert set(flags) <= set(ENGINE_ARGS["sglang"]["value_flags"])
     assert flags["--kv-cache-dtype"] in ENGINE_ARGS["sglang"]["kv_cache_dtype"]
@@ -76,7 +81,8 @@ def test_llamacpp_needs_a_gguf_precision(single_node, tmp_path):
         with pytest.raises(PlannerInputError, match="GGUF"):
             export(plan, "llamacpp")
     path = write_plan(tmp_path, {"model": "llama-3.1-8b", "workload": {"context": 4096, "concurrency": 4},
-                                 "search": {"gpus": ["rtx-4090"], "precisions": ["q4_k_m"], "allow_emulated": True}})
+                                 "search": {"gpus": ["rtx-4090"], "precisions": ["q4_k_m"], "allow_emulated": True},
+                                 "engine": {"name": "llamacpp"}})  # GGUF: vLLM 0.34.0 has no GGUF method
     [argv] = command_lines(export(load_plan(path, CATALOG), "llamacpp"), "llama-server")
     flags = flags_and_values(argv)
     assert set(flags) <= set(ENGINE_ARGS["llamacpp"]["value_flags"])
@@ -138,7 +144,7 @@ from dataclasses import fields, replace  # noqa: E402
 from planner import api  # noqa: E402
 from planner.estimator.engines import EngineSettings  # noqa: E402
 from planner.plan.configuration import Configuration  # noqa: E402
-from planner.render.export import vllm_image, vllm_version  # noqa: E402
+from planner.render.export import engine_version, vllm_image  # noqa: E402
 
 CONFIGURATION_FIELDS = {f.name for f in fields(Configuration)}
 
@@ -191,7 +197,8 @@ def test_skypilot_refuses_a_gpu_the_clouds_catalog_does_not_list(single_node):
 
 def test_multi_node_skypilot_installs_the_pinned_vllm_and_ray(multi_node):
     task = yaml.safe_load(export(load_plan(multi_node, CATALOG), "skypilot"))
-    assert vllm_version() == "0.19.0"
+    # the plan was checked against the scenario's engine.version: that is the pin
+    assert engine_version(load_plan(multi_node, CATALOG), "vllm") == "0.19.0"
     assert task["setup"] == "pip install vllm==0.19.0 'ray[cgraph]'"
 
 
@@ -200,12 +207,12 @@ def test_amd_plans_run_vllms_rocm_build(single_node):
     task = yaml.safe_load(export(plan, "skypilot"))
     assert task["resources"]["image_id"] == "docker:vllm/vllm-openai-rocm:v0.19.0" and "setup" not in task
     container = yaml.safe_load(export(plan, "kubernetes"))["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == vllm_image("amd") == "vllm/vllm-openai-rocm:v0.19.0"
+    assert container["image"] == vllm_image(plan) == "vllm/vllm-openai-rocm:v0.19.0"
     assert container["resources"]["limits"] == {"amd.com/gpu": 1}
 
 
 def test_int8_exports_the_prequantized_checkpoint(single_node):
-    plan = changed(load_plan(single_node, CATALOG), precision="int8")
+    plan = changed(load_plan(single_node, CATALOG), precision="int8", concurrency=8)  # SGLang 0.5.23: see test_sglang_command
     [argv] = command_lines(export(plan, "vllm"), "vllm serve")
     assert argv[0] == "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8" and "--quantization" not in argv
     [argv] = command_lines(export(plan, "sglang"), "python3 -m sglang.launch_server")
@@ -228,13 +235,14 @@ def test_int8_without_a_known_checkpoint_needs_one(single_node):
 
 def _graph_warning(plan, utilization):
     return any("CUDA graphs" in w for w in api.engine_estimate(
-        plan.model_id, EngineSettings("vllm", gpu_memory_utilization=utilization), context=plan.context,
+        plan.model_id, EngineSettings("vllm", gpu_memory_utilization=utilization, version="0.19.0"), context=plan.context,
         batch=plan.concurrency, precision=plan.precision.name, kv_dtype=plan.kv_dtype, gpu=plan.gpu).engine.warnings)
 
 
 def test_the_cuda_graph_start_up_warning_is_exported_away(single_node):
     plan = on(load_plan(single_node, CATALOG), "rtx-4090", "runpod", precision="fp8", kv_dtype="fp8", context=8192,
-              concurrency=4, tp=1, pp=1, engine=EngineSettings("vllm"), gpu_memory_utilization=0.95)
+              concurrency=4, tp=1, pp=1, engine=EngineSettings("vllm", version="0.19.0"),
+              gpu_memory_utilization=0.95)
     assert _graph_warning(plan, 0.95)  # what the plan itself would start with
     [argv] = command_lines(export(plan, "vllm"), "vllm serve")
     exported = float(flags_and_values(argv)["--gpu-memory-utilization"])
@@ -250,7 +258,8 @@ def test_the_cuda_graph_start_up_warning_is_exported_away(single_node):
 def gguf_plan(tmp_path_factory):
     path = write_plan(tmp_path_factory.mktemp("p"), {
         "model": "llama-3.1-8b", "workload": {"context": 4096, "concurrency": 4},
-        "search": {"gpus": ["rtx-4090"], "precisions": ["q4_k_m"], "kv_dtypes": ["fp8"], "allow_emulated": True}})
+        "search": {"gpus": ["rtx-4090"], "precisions": ["q4_k_m"], "kv_dtypes": ["fp8"], "allow_emulated": True},
+        "engine": {"name": "llamacpp"}})  # GGUF: vLLM 0.34.0 has no GGUF method
     return load_plan(path, CATALOG)
 
 
@@ -259,7 +268,8 @@ def test_llamacpp_quantized_v_cache_turns_flash_attention_on(gguf_plan):
     flags = flags_and_values(argv)
     assert flags["--cache-type-v"] == "q8_0" and flags["--flash-attn"] == "on"
     assert set(flags) <= set(ENGINE_ARGS["llamacpp"]["value_flags"])
-    [argv] = command_lines(export(changed(gguf_plan, kv_dtype="fp16"), "llamacpp"), "llama-server")
+    fp16 = changed(gguf_plan, kv_dtype="fp16", engine=replace(gguf_plan.configuration.engine, cache_type=None))
+    [argv] = command_lines(export(fp16, "llamacpp"), "llama-server")
     assert "--flash-attn" not in argv
 
 
@@ -517,3 +527,17 @@ def test_a_fleet_export_runs_as_many_requests_as_the_plan_was_sized_for(tmp_path
     for row, argv in zip(rows, launches, strict=True):
         assert row["max_num_seqs"] == 32 and row["engine"]["max_num_seqs"] > 32  # the engine's own default is larger
         assert flags_and_values(argv)["--max-num-seqs"] == "32"
+
+
+def test_a_plan_pins_the_engine_release_it_was_checked_against(tmp_path):
+    """A scenario without engine.version is planned with vLLM's current release (0.34.0), and its exports install
+    that release: the pip spec and the image tag; the plan JSON carries the version."""
+    path = write_plan(tmp_path, {"model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 4},
+                                 "search": {"gpus": ["h100-sxm"], "precisions": ["bf16"]}})
+    assert json.loads(path.read_text())["best"]["engine"]["version"] == "0.34.0"
+    plan = load_plan(path, CATALOG)
+    assert "# vLLM 0.34.0 (the release the plan was checked against): pip install vllm==0.34.0" in export(plan, "vllm")
+    container = yaml.safe_load(export(plan, "kubernetes"))["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "vllm/vllm-openai:v0.34.0"
+    # the SGLang export of a vLLM plan pins SGLang's current release
+    assert "pip install \"sglang==0.5.23\"" in export(plan, "sglang")

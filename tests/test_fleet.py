@@ -234,7 +234,8 @@ def test_a_cheaper_gpu_left_out_says_why():
         "workload": {"context": "128K", "traffic": {"requests_per_s": 1, "prompt_tokens": 1500, "output_tokens": 400},
                      "slo": {"ttft_s": 2.0, "tpot_s": 0.05}},
         "search": {"gpus": ["gh200", "h200-sxm"], "precisions": ["fp8"], "kv_dtypes": ["fp8"]},
-        "engine": {"name": "vllm", "kv_cache_memory": "utilization"},
+        # vLLM 0.19.0's budget (0.34.0's extensible cache gives the GH200 the room)
+        "engine": {"name": "vllm", "kv_cache_memory": "utilization", "version": "0.19.0"},
         "pricing": {"providers": ["lambda", "runpod"]}})
     plan = plan_fleet(fleet_problem(scenario, CATALOG), CATALOG)
     assert plan.assignments and {a.config.candidate.gpu.name for a in plan.assignments} == {"h200-sxm"}

@@ -781,7 +781,7 @@ def test_the_bisected_search_finds_what_trying_every_point_finds(catalog, engine
                                           "max_gpus_per_replica": 2,
                                           "kv_dtypes": ["auto", "fp8"]}, "engine": {"name": engine}})
     space = build_search_space(scenario, catalog)
-    groups, _ = _groups(space, _rental_prices(space))
+    groups, _ = _groups(space, _rental_prices(space), catalog)
     probe = _Probe(space, catalog, {})
     found = 0
     for gpu, tp, pp, precision, kv in groups:

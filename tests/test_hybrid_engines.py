@@ -11,7 +11,7 @@ import pytest
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.base import serve
 from planner.estimator.engines.profiles import load_profiles
-from planner.estimator.engines.vllm import STATE, StateShape, kv_layout, state_shape
+from planner.estimator.engines.vllm import STATE, StateShape, kv_layout, state_blocks, state_shape
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, Request
 from planner.model.architecture import Architecture, Attention, Layer, size_only_architecture_from_config
@@ -63,7 +63,7 @@ def test_mamba2_state_on_a_rank_replicates_the_groups_tp_does_not_divide(tp, gro
 
 
 def test_vllm_aligns_the_attention_block_to_hold_a_state(qwen3_next, h100, catalog):
-    budget = engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name="vllm"), h100, catalog)
+    budget = engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name="vllm", version="0.19.0"), h100, catalog)
     state = GDN_STATE // 4 * 2  # bf16 state, heads split over 4 ranks
     token = 1 * 256 * 2 * 2  # 2 KV heads over 4 ranks: 1 per rank
     block = 16 * ceil(state / (16 * token))
@@ -84,8 +84,8 @@ def test_vllm_aligns_the_attention_block_to_hold_a_state(qwen3_next, h100, catal
 
 def test_vllm_keeps_a_larger_block_size_the_user_asked_for(qwen3_next, h100, catalog):
     request = Request(context=8192, tp=4)
-    assert engine_budget(qwen3_next, request, EngineSettings(name="vllm", block_size=16), h100, catalog).settings.block_size == 272
-    larger = engine_budget(qwen3_next, request, EngineSettings(name="vllm", block_size=1024), h100, catalog)
+    assert engine_budget(qwen3_next, request, EngineSettings(name="vllm", version="0.19.0", block_size=16), h100, catalog).settings.block_size == 272
+    larger = engine_budget(qwen3_next, request, EngineSettings(name="vllm", version="0.19.0", block_size=1024), h100, catalog)
     assert larger.settings.block_size == 1024 and larger.layout.page_bytes == 1024 * 1024  # the state padded further
     assert larger.layout.block_size_reason is None  # the user's block size, not vLLM's choice
 
@@ -94,7 +94,7 @@ def test_vllm_replays_the_qwen35_27b_v019_layout(catalog):
     """vllm-project/vllm #40691 (v0.19.0): 48 GDN + 16 attention layers, "GPU KV cache size: 290,864 tokens",
     "Maximum concurrency for 32,768 tokens per request: 33.04x". The state there is 3,207,168 B (48 x 128 x 128
     fp32 SSM + 10,240 x 3 bf16 conv); the layer here carries it in bf16 elements to replay the layout alone."""
-    profile = load_profiles().vllm
+    profile = load_profiles().vllm.get("0.19.0", "vllm")
     layers = tuple(Layer(Attention("full", 4, 256, 256)) if (i + 1) % 4 == 0 else
                    Layer(Attention("linear", state_elements=3_207_168 // 2)) for i in range(64))
     qwen35 = Architecture("qwen3.5-27b-layout", "qwen3_5", 5120, 24, 248320, layers, torch_dtype="bfloat16",
@@ -102,7 +102,8 @@ def test_vllm_replays_the_qwen35_27b_v019_layout(catalog):
     model = serve(qwen35, Request(context=32768), catalog, "vllm")
     shape = state_shape(model, GpuTarget.from_catalog(catalog.gpus.get("h20")), profile)
     assert shape == StateShape(3_207_168, 4096, 16) and shape.block_size() == 784
-    layout = kv_layout(model, model.stages[0], 784, shape, profile)
+    layout = kv_layout(model, model.stages[0], 784, 16384, shape, state_blocks(GpuTarget.from_catalog(catalog.gpus.get("h20")),
+                                                                              profile), profile)
     assert layout.group_size == 16 and len(layout.groups) == 4
     num_blocks = 1487  # the only count the logged 290,864 tokens and 33.04x allow together
     assert layout.capacity_tokens(num_blocks, 784, 32768) == 290_864
@@ -111,7 +112,7 @@ def test_vllm_replays_the_qwen35_27b_v019_layout(catalog):
 
 def test_vllm_sizes_mamba2_hybrids(h100, catalog):
     model = nemotron_h_like()
-    budget = engine_budget(model, Request(context=65536), EngineSettings(name="vllm"), h100, catalog)
+    budget = engine_budget(model, Request(context=65536), EngineSettings(name="vllm", version="0.19.0"), h100, catalog)
     state, token = MAMBA2_STATE * 2, 2 * 128 * 2 * 2
     assert budget.settings.block_size == 16 * ceil(state / (16 * token))
     groups = {g.kind: g for g in budget.layout.groups}
@@ -120,7 +121,7 @@ def test_vllm_sizes_mamba2_hybrids(h100, catalog):
 
 
 def test_state_pages_do_not_grow_with_the_context(qwen3_next, h100, catalog):
-    short, long = (engine_budget(qwen3_next, Request(context=c, tp=4), EngineSettings(name="vllm"), h100, catalog)
+    short, long = (engine_budget(qwen3_next, Request(context=c, tp=4), EngineSettings(name="vllm", version="0.19.0"), h100, catalog)
                    for c in (4096, 131072))
     assert {g.kind: g.blocks_per_request for g in short.layout.groups}[STATE] == 1
     assert {g.kind: g.blocks_per_request for g in long.layout.groups}[STATE] == 1
@@ -128,7 +129,7 @@ def test_state_pages_do_not_grow_with_the_context(qwen3_next, h100, catalog):
 
 
 def test_sglang_splits_a_state_pool_off_by_its_ratio(qwen3_next, h100, catalog):
-    budget = engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name="sglang"), h100, catalog)
+    budget = engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name="sglang", version="0.5.9"), h100, catalog)
     rank = budget.per_rank[0]
     rest = rank.budget_bytes - rank.weights_bytes
     # mamba2_state_dtype: bf16 windows, fp32 recurrent state (Qwen3-Next's config names no mamba_ssm_dtype)
@@ -145,7 +146,7 @@ def test_sglang_splits_a_state_pool_off_by_its_ratio(qwen3_next, h100, catalog):
 
 
 def test_sglang_state_slots_cap_the_concurrency(qwen3_next, h100, catalog):
-    budget = engine_budget(qwen3_next, Request(context=256, tp=4), EngineSettings(name="sglang"), h100, catalog)
+    budget = engine_budget(qwen3_next, Request(context=256, tp=4), EngineSettings(name="sglang", version="0.5.9"), h100, catalog)
     assert budget.max_concurrency == budget.layout.state_slots // 3 == budget.layout.running_requests
 
 
@@ -159,12 +160,12 @@ def test_the_pool_layout_of_attention_only_models_has_no_state(arch, h100, catal
 def test_attention_free_models(h100, catalog):
     """A pure Mamba-2 model: vLLM pools one state block per sequence; SGLang's token pool has nothing to size."""
     model = nemotron_h_like(attention_every=10**6, layers=24)
-    budget = engine_budget(model, Request(context=8192), EngineSettings(name="vllm"), h100, catalog)
+    budget = engine_budget(model, Request(context=8192), EngineSettings(name="vllm", version="0.19.0"), h100, catalog)
     assert budget.settings.block_size == 16 and budget.layout.page_bytes == MAMBA2_STATE * 2
     blocks = budget.kv_pool_bytes // (MAMBA2_STATE * 2 * 24)
     assert budget.max_concurrency == blocks and budget.kv_cache_capacity_tokens == blocks * 8192
     with pytest.raises(PlannerInputError, match="no attention layers"):
-        engine_budget(model, Request(context=8192), EngineSettings(name="sglang"), h100, catalog)
+        engine_budget(model, Request(context=8192), EngineSettings(name="sglang", version="0.5.9"), h100, catalog)
 
 
 def test_the_table_explains_the_hybrid_layout(qwen3_next, h100, catalog):
@@ -175,7 +176,8 @@ def test_the_table_explains_the_hybrid_layout(qwen3_next, h100, catalog):
     for name, expected in (("vllm", ("blocks of 272 tokens", "3 state group(s) x 1 block(s)", "block size 272")),
                            ("sglang", ("separate state pool", "running requests"))):
         console = Console(record=True, width=400)
-        engine_table(engine_budget(qwen3_next, Request(context=32768, tp=4), EngineSettings(name=name), h100, catalog),
+        engine_table(engine_budget(qwen3_next, Request(context=32768, tp=4),
+                                   EngineSettings(name=name, version={"vllm": "0.19.0", "sglang": "0.5.9"}[name]), h100, catalog),
                      console)
         text = console.export_text()
         assert all(phrase in text for phrase in expected), text
@@ -193,7 +195,7 @@ def test_layers_without_a_cache_take_no_pages(h100, catalog):
         budget = engine_budget(hybrid, Request(context=16384), EngineSettings(name=name), h100, catalog)
         layers = {g.kind: g.layers for g in budget.layout.groups}
         assert layers == {STATE: 24, "full": 6}, (name, layers)
-    vllm_layout = engine_budget(hybrid, Request(context=16384), EngineSettings(name="vllm"), h100, catalog).layout
+    vllm_layout = engine_budget(hybrid, Request(context=16384), EngineSettings(name="vllm", version="0.19.0"), h100, catalog).layout
     assert vllm_layout.layers_per_group == 6
 
 
@@ -206,7 +208,7 @@ def test_head_256_on_compute_capability_10_0_aligns_to_32_tokens(catalog):
                          declared_params=10**9)
     token = 2 * 256 * 2 * 2
     assert (16 * ceil(state / (16 * token)), 32 * ceil(state / (32 * token))) == (784, 800)
-    blocks = {name: engine_budget(model, Request(context=8192), EngineSettings(name="vllm"),
+    blocks = {name: engine_budget(model, Request(context=8192), EngineSettings(name="vllm", version="0.19.0"),
                                   GpuTarget.from_catalog(catalog.gpus.get(name)), catalog).settings.block_size
               for name in ("b200", "gb200", "b300", "h100-sxm")}
     assert blocks == {"b200": 800, "gb200": 800, "b300": 784, "h100-sxm": 784}
@@ -214,7 +216,7 @@ def test_head_256_on_compute_capability_10_0_aligns_to_32_tokens(catalog):
 
 def test_profile_gpu_names_are_catalog_gpus(catalog):
     names = {gpu.name for gpu in catalog.gpus}
-    assert set(load_profiles().vllm.hybrid_head256_gpus.value) <= names
+    assert set(load_profiles().vllm.get("0.19.0", "vllm").hybrid_head256_gpus.value) <= names
 
 
 # --- DeepSeek-V4: window, compressed, indexer and compressor-state caches in vLLM's packed pool ---------------------
@@ -245,7 +247,7 @@ def test_vllm_lays_out_a_small_deepseek_v4_by_hand(catalog):
     Packed stride (_get_packed_kv_cache_layout): the compressed group's 2 x 37,440 + 2 x 8,640 + 1,728 = 93,888 B."""
     from planner.estimator.engines.vllm_deepseek_v4 import COMPRESSED, STATE, WINDOW, layer_specs, spec_groups
 
-    profile = load_profiles().vllm
+    profile = load_profiles().vllm.get("0.19.0", "vllm")
     model = _deepseek_v4([0, 0, 4, 128, 4])
     pages = [sorted((s.kind, s.block_tokens, s.window, s.page_bytes) for s in layer_specs(i, layer, 256, profile))
              for i, layer in enumerate(model.layers)]
@@ -259,7 +261,7 @@ def test_vllm_lays_out_a_small_deepseek_v4_by_hand(catalog):
         (STATE, [3], 1)]
 
     gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
-    budget = engine_budget(model, Request(context=32768, kv_dtype="fp8"), EngineSettings(name="vllm"), gpu, catalog)
+    budget = engine_budget(model, Request(context=32768, kv_dtype="fp8"), EngineSettings(name="vllm", version="0.19.0"), gpu, catalog)
     batched = budget.settings.max_num_batched_tokens
     assert budget.settings.block_size == 256 and budget.layout.page_bytes == 93_888
     window_blocks = ceil(min(127 + batched, 32768) / 64) + 1  # SlidingWindowSpec: window - 1 + batched, +1 block
@@ -277,7 +279,7 @@ def test_vllm_deepseek_v4_start_up_check_uses_the_layer_tuple_bytes(catalog):
     distinct pages (37,440 + 8,640 + 1,728 = 47,808 B); vLLM refuses to start below it and estimates the longest."""
     from planner.estimator.engines.vllm_deepseek_v4 import packed_layout
 
-    profile = load_profiles().vllm
+    profile = load_profiles().vllm.get("0.19.0", "vllm")
     model = serve(_deepseek_v4([0, 0, 4, 128, 4]), Request(context=65536, kv_dtype="fp8"), catalog, "vllm")
     layout = packed_layout(model, model.stages[0], 256, 2048, profile)
     blocks = layout.blocks_per_request(65536, 2048, 256)
@@ -293,7 +295,7 @@ def test_vllm_groups_the_published_deepseek_v4_configs(catalog):
     from planner.model.architecture import architecture_from_config, load_config_file
 
     assert approximate_gcd([21, 43, 21, 20], 21) == 22
-    profile = load_profiles().vllm
+    profile = load_profiles().vllm.get("0.19.0", "vllm")
     for name, stride in (("deepseek-v4-flash", 21 * 37_440 + 21 * 8_640 + 20 * 1_728),
                          ("deepseek-v4-pro", 30 * 37_440 + 30 * 8_640 + 31 * 1_728)):
         model = serve(architecture_from_config(load_config_file(CONFIGS / name), name), Request(context=8192, tp=8),
@@ -309,8 +311,8 @@ def test_deepseek_v4_refusals_name_the_engine_and_the_fix(catalog):
         with pytest.raises(PlannerInputError, match="--kv-dtype fp8"):
             engine_budget(model, Request(context=8192, kv_dtype="bf16"), EngineSettings(name=engine), gpu, catalog)
     with pytest.raises(PlannerInputError, match="multiple of 128"):
-        engine_budget(model, Request(context=8192), EngineSettings(name="vllm", block_size=64), gpu, catalog)
-    auto = engine_budget(model, Request(context=8192), EngineSettings(name="vllm"), gpu, catalog)
+        engine_budget(model, Request(context=8192), EngineSettings(name="vllm", version="0.19.0", block_size=64), gpu, catalog)
+    auto = engine_budget(model, Request(context=8192), EngineSettings(name="vllm", version="0.19.0"), gpu, catalog)
     assert any("--kv-cache-dtype fp8" in w for w in auto.warnings)
 
 
@@ -346,7 +348,7 @@ def test_sglang_sizes_a_small_deepseek_v4_by_hand(catalog):
 
     from planner.estimator.engines import sglang_deepseek_v4 as v4
 
-    profile = load_profiles().sglang
+    profile = load_profiles().sglang.get("0.5.9", "sglang")
     model = serve(_deepseek_v4([0, 0, 4, 128, 4]), Request(context=32768), catalog, "sglang")
     stage = model.stages[0]
     assert v4.bytes_per_full_token(stage, profile) == pytest.approx(782.5625, abs=1e-9)
@@ -360,7 +362,7 @@ def test_sglang_sizes_a_small_deepseek_v4_by_hand(catalog):
     assert (sized.c4_state_rows, sized.c128_state_rows) == (swa // 128 * 8, 257 * 128)
 
     gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
-    budget = engine_budget(model.arch, Request(context=32768), EngineSettings(name="sglang"), gpu, catalog)
+    budget = engine_budget(model.arch, Request(context=32768), EngineSettings(name="sglang", version="0.5.9"), gpu, catalog)
     expected = v4.full_tokens(stage, budget.kv_pool_bytes, profile)
     assert budget.kv_cache_capacity_tokens == expected and expected % 256 == 0
     assert budget.max_concurrency == min(expected / 32768, 256)
@@ -374,10 +376,10 @@ def test_sglang_deepseek_v4_without_memory_for_the_c128_states(catalog):
     SGLang's MemoryPoolConfig refuses ("Not enough memory. Please try to increase --mem-fraction-static.")."""
     gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
     model = _deepseek_v4([0, 0, 4, 128, 4])
-    half = engine_budget(model, Request(context=8192), EngineSettings(name="sglang", mem_fraction_static=0.5), gpu,
+    half = engine_budget(model, Request(context=8192), EngineSettings(name="sglang", version="0.5.9", mem_fraction_static=0.5), gpu,
                          catalog)
     fraction = (half.weights_bytes + 2**26) / (2 * half.budget_bytes)  # 64 MiB over the weights
-    budget = engine_budget(model, Request(context=8192), EngineSettings(name="sglang", mem_fraction_static=fraction),
+    budget = engine_budget(model, Request(context=8192), EngineSettings(name="sglang", version="0.5.9", mem_fraction_static=fraction),
                            gpu, catalog)
     assert 0 < budget.kv_pool_bytes < 135_790_592 and budget.kv_cache_capacity_tokens == 0
     assert not budget.fits and "Not enough memory" in budget.message
@@ -389,10 +391,10 @@ def test_sglang_deepseek_v4_pipeline_stages_take_the_smallest(catalog):
     from planner.estimator.engines import sglang_deepseek_v4 as v4
     from planner.model.architecture import architecture_from_config, load_config_file
 
-    profile = load_profiles().sglang
+    profile = load_profiles().sglang.get("0.5.9", "sglang")
     arch = architecture_from_config(load_config_file(CONFIGS / "deepseek-v4-pro"), "deepseek-v4-pro")
     gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
-    budget = engine_budget(arch, Request(context=65536, tp=8, pp=2), EngineSettings(name="sglang"), gpu, catalog)
+    budget = engine_budget(arch, Request(context=65536, tp=8, pp=2), EngineSettings(name="sglang", version="0.5.9"), gpu, catalog)
     model = serve(arch, Request(context=65536, tp=8, pp=2), catalog, "sglang")
     per_stage = [v4.full_tokens(stage, budget.budget_bytes - stage.weights_bytes, profile) for stage in model.stages]
     assert budget.kv_cache_capacity_tokens == min(per_stage)
@@ -432,7 +434,7 @@ def test_llamacpp_sizes_a_small_deepseek_v4_by_hand(catalog):
     65,536 B = 1.31 MiB, hca 20 x 524,288 B = 10.00 MiB, lid 21 x 16,384 B = 0.33 MiB."""
     from planner.estimator.engines.llamacpp import compressed_cache_bytes
 
-    profile = load_profiles().llamacpp
+    profile = load_profiles().llamacpp.get(None, "llamacpp")
     model = _deepseek_v4([0, 0, 4, 128, 4])
     c4, c128 = model.layers[2], model.layers[3]
     assert compressed_cache_bytes(c4, 8192, 2, "f16", profile) == 5_406_720
@@ -481,7 +483,7 @@ def test_sglang_deepseek_v4_pools_replay_a_logged_start_up(catalog):
     from planner.estimator.engines.profiles import Sourced
     from planner.model.architecture import architecture_from_config, load_config_file
 
-    profile = load_profiles().sglang
+    profile = load_profiles().sglang.get("0.5.9", "sglang")
     logged = profile.model_copy(update={
         "deepseek_v4_page_size": Sourced[int](value=128, source="the log's NPU page size"),
         "deepseek_v4_max_running_requests": Sourced[int](value=4, source="the log's max_num_reqs=4")})

@@ -29,6 +29,9 @@ FLEET = {
     "search": {"precisions": ["bf16", "fp8"], "kv_dtypes": ["auto", "fp8"]},
     "pricing": {"providers": ["aws", "gcp", "azure", "lambda", "runpod", "coreweave", "nebius", "crusoe"]},
     "fleet": {"quotas": [{"provider": "aws", "max_gpus": 16}]},
+    # vLLM 0.19.0: --kv-cache-memory-bytes in place of the utilization's budget (0.34's extensible KV cache takes the
+    # free memory itself, and kv_cache_memory pins nothing there)
+    "engine": {"name": "vllm", "version": "0.19.0"},
 }
 
 
@@ -38,7 +41,7 @@ def _arch() -> Architecture:
 
 def _budget(context: int, **settings):
     request = Request(context=context, batch=1, precision="fp8", kv_dtype="fp8")
-    return engine_budget(_arch(), request, EngineSettings("vllm", **settings), GH200, CATALOG)
+    return engine_budget(_arch(), request, EngineSettings("vllm", version="0.19.0", **settings), GH200, CATALOG)
 
 
 def test_full_is_vllms_own_figure_from_the_budgets_parts():
@@ -79,13 +82,13 @@ def test_a_given_kv_cache_memory_past_the_free_memory_runs_out_at_start_up():
     assert not over.fits and over.message.startswith("CUDA out of memory at start-up")
     assert str(full) in over.message
     with pytest.raises(PlannerInputError, match="--kv-cache-memory-bytes"):
-        EngineSettings("vllm", kv_cache_memory_bytes=0).validate()
+        EngineSettings("vllm", version="0.19.0", kv_cache_memory_bytes=0).validate()
     with pytest.raises(PlannerInputError, match="kv_cache_memory"):
-        EngineSettings("vllm", kv_cache_memory="most").validate()
+        EngineSettings("vllm", version="0.19.0", kv_cache_memory="most").validate()
 
 
 def _fleet_cost(context: int, **engine) -> float:
-    scenario = {**FLEET, "workload": {**FLEET["workload"], "context": context}, "engine": {"name": "vllm", **engine}}
+    scenario = {**FLEET, "workload": {**FLEET["workload"], "context": context}, "engine": {"name": "vllm", "version": "0.19.0", **engine}}
     plan = api.plan_fleet(scenario, catalog=CATALOG)
     assert plan.usd_per_hour is not None
     return plan.usd_per_hour

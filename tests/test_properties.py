@@ -370,10 +370,10 @@ def apply_suggestion(data, suggestion):
     ({"model": "llama-3.3-70b", "workload": {"context": 8192, "concurrency": 4},
       "search": {"gpus": ["a100-sxm-80gb"], "precisions": ["bf16"], "max_gpus_per_replica": 1}},
      r"needs [\d.]+ GB .*per GPU; a100-sxm-80gb holds [\d.]+ GB"),
-    # fp8 weights on Ampere only by emulation, which the scenario does not allow
+    # fp8 weights on Ampere only with vLLM's weight-only (Marlin) kernels, which the scenario does not allow
     ({"model": "llama-3.1-8b", "workload": {"context": 8192},
-      "search": {"gpus": ["a100-sxm-80gb", "rtx-3090"], "precisions": ["fp8"]}},
-     r"none of the allowed precisions runs natively"),
+      "search": {"gpus": ["a100-sxm-80gb", "rtx-3090"], "precisions": ["fp8"], "allow_emulated": False}},
+     r"runs fp8 on ampere only with weight-only kernels"),
 ])
 def test_an_infeasible_scenario_names_its_blocker_and_each_suggested_change_works(data, blocker):
     result = solve_scenario(parse_scenario(data), CATALOG)

@@ -44,7 +44,7 @@ def brute_force_cheapest(s) -> float | None:
         layouts = [(t, 1) for t in tps] + [(max(tps), p) for p in range(2, s.search.max_gpus_per_replica // max(tps) + 1)]
         for (tp, pp), precision, kv, ctx, conc in itertools.product(
                 layouts, precisions, s.search.kv_dtypes, s.workload.context, s.workload.concurrency):
-            if precision.native and gpu.generation not in precision.native:
+            if not CATALOG.support(s.engine.name, precision, gpu).runs:
                 continue
             est = estimate_memory(arch, Request(context=ctx, batch=conc, tp=tp, pp=pp, precision=precision.name,
                                                 kv_dtype=resolve_kv_dtype(arch, precision, kv)), CATALOG,

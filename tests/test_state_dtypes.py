@@ -36,7 +36,7 @@ def _arch(name: str):
 
 def _vllm_state(arch, tp: int, gpu: str, catalog) -> StateShape:
     model = serve(arch, Request(context=32768, tp=tp), catalog, "vllm")
-    return state_shape(model, GpuTarget.from_catalog(catalog.gpus.get(gpu)), load_profiles().vllm)
+    return state_shape(model, GpuTarget.from_catalog(catalog.gpus.get(gpu)), load_profiles().vllm.get("0.19.0", "vllm"))
 
 
 def test_vllm_holds_the_kda_recurrent_state_in_fp32(catalog):
@@ -46,7 +46,7 @@ def test_vllm_holds_the_kda_recurrent_state_in_fp32(catalog):
     assert (kda.conv_elements_on_rank(2), kda.state_elements_on_rank(2)) == (576, 576 + 2048)
     state = SMALL_KDA_CONV * 2 + SMALL_KDA_RECURRENT * 4  # bf16 windows, fp32 state: 1,152 + 8,192 B
     assert _vllm_state(arch, 2, "h100-sxm", catalog).state_bytes == state == 9_344
-    budget = engine_budget(arch, Request(context=8192, tp=2), EngineSettings(name="vllm"),
+    budget = engine_budget(arch, Request(context=8192, tp=2), EngineSettings(name="vllm", version="0.19.0"),
                            GpuTarget.from_catalog(catalog.gpus.get("h100-sxm")), catalog)
     assert budget.layout.state_bytes == 9_344
 
@@ -56,7 +56,7 @@ def test_sglang_dtypes_give_the_same_kda_state(catalog):
     state in the config's mamba_ssm_dtype or else float32 (the profile's state_dtypes)."""
     arch = architecture_from_config(SMALL_KDA, "small-kda")
     model = serve(arch, Request(context=8192, tp=2), catalog, "sglang")
-    bits = model.state_bits(arch.layers[0], load_profiles().sglang.state_dtypes.value)
+    bits = model.state_bits(arch.layers[0], load_profiles().sglang.get("0.5.9", "sglang").state_dtypes.value)
     assert model.layer_state_bytes(arch.layers[0], *bits) == SMALL_KDA_CONV * 2 + SMALL_KDA_RECURRENT * 4
 
 

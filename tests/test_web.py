@@ -31,7 +31,7 @@ def test_estimate_gives_bars_that_add_up_and_a_verdict(client):
     assert bar["weights_bytes"] == data["weights_bytes"] and bar["kv_bytes"] == data["kv_cache_bytes"]
     parts = bar["weights_bytes"] + bar["kv_bytes"] + bar["overhead_bytes"] + bar["headroom_bytes"]
     assert parts == bar["memory_bytes"]
-    assert data["verdict"]["fits"] is True and data["engine"]["release"] == "v0.19.0"
+    assert data["verdict"]["fits"] is True and data["engine"]["release"] == "v0.34.0"
 
 
 def test_a_longer_context_grows_the_kv_cache_until_it_no_longer_fits(client):

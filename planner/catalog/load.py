@@ -132,7 +132,6 @@ class Precision(_Record):
     experts: ExpertFormat | None = None  # scope linear: routed experts in this format instead (DeepSeek-V4 fp4)
     seed_bits: float = bounded(gt=0)
     quality: Quality
-    native: tuple[str, ...]
     torch_dtypes: tuple[str, ...] = ()
     hf_quant_methods: tuple[str, ...] = ()
     vllm_flag: str | None = None  # None: vLLM cannot serve it
@@ -142,6 +141,57 @@ class Precision(_Record):
     hf_id_suffixes: tuple[str, ...] = ()  # repo-name endings of checkpoints published in this precision (-FP8 ...)
     source: str
     as_of: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionKernels(_Record):
+    """One precision as an engine runs it (precision_support.yaml): the GPU generations where its kernels compute in
+    the precision's own tensor-core format, and those where they dequantize the weights and compute in 16 bits."""
+
+    native: tuple[str, ...]
+    weight_only: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineKernels(_Record):
+    """An engine's precision support as its code at `release` decides it (precision_support.yaml)."""
+
+    release: str
+    unlisted: str  # why a precision or generation not listed is refused
+    precisions: tuple[PrecisionKernels, ...]
+
+
+SupportLevel = Literal["native", "weight-only", "unsupported", "unchecked"]
+
+
+@dataclass(frozen=True)
+class Support:
+    """Whether and how an engine runs a precision on a GPU: `native` (computes in the format's tensor-core format),
+    `weight-only` (dequantizes, computes in 16 bits), `unsupported` (refused, `source` says why) or `unchecked` (the
+    table has no entry for the engine: planned, timed at the 16-bit rate)."""
+
+    level: SupportLevel
+    engine: str
+    precision: str
+    gpu: str
+    generation: str
+    source: str
+
+    @property
+    def runs(self) -> bool:
+        return self.level != "unsupported"
+
+    @property
+    def native(self) -> bool:
+        return self.level == "native"
+
+    def reason(self, cited: bool = True) -> str:
+        """One line naming the verdict and (`cited`) its source."""
+        how = {"native": "runs {} natively", "weight-only": "runs {} with weight-only kernels (16-bit compute)",
+               "unsupported": "cannot run {}", "unchecked": "is not checked for {} (no kernel table for it)"}
+        where = f"{how[self.level].format(self.precision)} on {self.gpu} ({self.generation})"
+        return f"{self.engine} {where}" + (f": {self.source}" if self.source and cited else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,6 +281,7 @@ class Catalog:
     precisions: Registry[Precision]
     kv_dtypes: Registry[KvDtype]
     engines: Registry[Engine]
+    kernels: Registry[EngineKernels]
     prices_file: Path
 
     @cached_property
@@ -240,6 +291,20 @@ class Catalog:
         from planner.catalog.prices import load_offers
 
         return load_offers(self.prices_file, self.gpus)
+
+    def support(self, engine: str, precision: Precision, gpu: Gpu) -> Support:
+        """How `engine` runs `precision` on `gpu` (precision_support.yaml, the one place that decides it)."""
+        table = self.kernels._index.get(engine.lower())
+        if table is None:
+            return Support("unchecked", engine, precision.name, gpu.name, gpu.generation, "")
+        where = f"{table.name} {table.release}"
+        row = next((r for r in table.precisions if r.name == precision.name), None)
+        if row is not None and gpu.generation in row.native:
+            return Support("native", where, precision.name, gpu.name, gpu.generation, row.source)
+        if row is not None and gpu.generation in row.weight_only:
+            return Support("weight-only", where, precision.name, gpu.name, gpu.generation, row.source)
+        return Support("unsupported", where, precision.name, gpu.name, gpu.generation,
+                       row.source if row is not None else table.unlisted)
 
     def model_and_precision(self, name: str) -> tuple[Model, str | None]:
         """A model by name, alias or HF id; failing that, a quantized repo of a catalog model: a precision's
@@ -492,16 +557,36 @@ def load_catalog(directory: str | None = None) -> Catalog:
     base = Path(directory) if directory else catalog_dir()
     gpus = _records(base / "gpus.yaml", read_yaml(base / "gpus.yaml"), "gpus", Gpu, "gpu")
     models = _records(base / "models.yaml", read_yaml(base / "models.yaml"), "models", Model, "model")
-    precisions = base / "precisions.yaml"
-    both = read_yaml(precisions)  # weights' precisions and KV cache dtypes: one file, read once
+    precisions_file = base / "precisions.yaml"
+    both = read_yaml(precisions_file)  # weights' precisions and KV cache dtypes: one file, read once
+    precisions = _records(precisions_file, both, "precisions", Precision, "precision")
     return Catalog(
         gpus=gpus,
         models=models,
-        precisions=_records(precisions, both, "precisions", Precision, "precision"),
-        kv_dtypes=_records(precisions, both, "kv_dtypes", KvDtype, "kv-dtype"),
+        precisions=precisions,
+        kv_dtypes=_records(precisions_file, both, "kv_dtypes", KvDtype, "kv-dtype"),
         engines=_engines(base),
+        kernels=_kernels(base / "precision_support.yaml", gpus, precisions),
         prices_file=base / "prices.yaml",
     )
+
+
+def _kernels(path: Path, gpus: Registry[Gpu], precisions: Registry[Precision]) -> Registry[EngineKernels]:
+    """precision_support.yaml: every precision a catalog precision, every generation one of a catalog GPU."""
+    tables = _records(path, read_yaml(path), "engines", EngineKernels, "engine")
+    generations = {g.generation for g in gpus}
+    for table in tables:
+        for row in table.precisions:
+            where = f"catalog {path.name}: engines[{table.name}].precisions[{row.name}]"
+            precisions.get(row.name)  # an unknown precision is an error naming it
+            unknown = sorted(set(row.native + row.weight_only) - generations)
+            if unknown:
+                raise PlannerInputError(f"{where}: unknown GPU generation {unknown[0]!r}: one of "
+                                        f"{', '.join(sorted(generations))}")
+            both = set(row.native) & set(row.weight_only)
+            if both:
+                raise PlannerInputError(f"{where}: {sorted(both)[0]} is listed both native and weight_only")
+    return tables
 
 
 def _engines(base: Path) -> Registry[Engine]:

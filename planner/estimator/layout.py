@@ -210,14 +210,18 @@ def rank_share(tensor: Tensor, tp: int, dp: int = 1, ep: int = 1) -> tuple[int, 
         return tp // ep, tensor.count // ep
     if "shared_expert" in tensor.name:
         return (1 if ep == tp > 1 else tp), tensor.count
-    if tensor.role == "embedding":
-        return tp // dp, tensor.count
-    if tensor.role in ("lm_head", "router") or tensor.name.startswith("mlp."):
-        return tp, tensor.count
-    return tp // dp, tensor.count
+    return (tp // dp if on_attention_group(tensor) else tp), tensor.count
+
+
+def on_attention_group(tensor: Tensor) -> bool:
+    """Whether `tensor` runs on the attention-TP group (tp / dp GPUs, each DP group's own tokens) rather than on the
+    whole TP group (every token): rank_share's placement, SGLang @ v0.5.23."""
+    return not (tensor.role in ("expert", "lm_head", "router") or "shared_expert" in tensor.name
+                or tensor.name.startswith("mlp."))
 
 
 __all__ = ["DEFAULT_GPUS_PER_NODE", "ParallelLayout", "data_parallel_refusal", "expert_parallel_refusal",
            "kv_heads_per_rank", "layout_name", "layout_refusal", "layouts_on_gpus", "model_kv_heads", "node_gpus",
+           "on_attention_group",
            "parallel_refusal", "pipeline_parallel_refusal", "pipeline_stages", "rank_share",
            "searched_tensor_parallel_sizes", "shard_shape", "tensor_parallel_refusal", "tied_lm_head"]

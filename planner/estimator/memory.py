@@ -412,7 +412,7 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         attention_kinds=tuple(sorted(arch.attention_kinds)),
         dp=req.dp, ep=req.ep, buffers_bytes=sum(r.buffers_bytes for r in ranks),
     )
-    return replace(estimate, warnings=tuple(_warnings(arch, estimate, precision, gpu)))
+    return replace(estimate, warnings=tuple(_warnings(arch, estimate, precision, gpu) + _kernels(catalog, engine, precision, gpu)))
 
 
 def _fit(ranks: list[RankMemory], gpu: GpuTarget | None) -> GpuFit | None:
@@ -442,10 +442,16 @@ def _warnings(arch: Architecture, est: MemoryEstimate, precision: Precision, gpu
     if arch.max_position_embeddings and est.context > arch.max_position_embeddings:
         out.append(f"context {est.context:,} exceeds the model's max_position_embeddings "
                    f"({arch.max_position_embeddings:,}): it was not trained for that length")
-    if gpu is not None and gpu.generation and precision.native and gpu.generation not in precision.native:
-        out.append(f"{precision.name} is not native on {gpu.name} ({gpu.generation}): engines emulate it "
-                   "(slower) or refuse to load it")
     return out
+
+
+def _kernels(catalog: Catalog, engine: Engine, precision: Precision, gpu: GpuTarget | None) -> list[str]:
+    """How the engine runs the precision on a catalog GPU, where it does not run it natively (Catalog.support)."""
+    card = catalog.gpus._index.get(gpu.name.lower()) if gpu is not None else None
+    support = catalog.support(engine.name, precision, card) if card is not None else None
+    if support is None or support.level not in ("weight-only", "unsupported"):
+        return []
+    return [support.reason(cited=not support.runs)]
 
 
 __all__ = ["GpuFit", "GpuTarget", "MemoryEstimate", "RankMemory", "Request", "all_to_all_buffer_bytes",

@@ -47,15 +47,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
-from math import ceil, prod
+from math import ceil, floor, prod
 from pathlib import Path
 from typing import Callable, Literal, NamedTuple
+
+import numpy as np
 
 
 from planner.model.architecture import Architecture, Attention, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
-from planner.estimator.layout import model_kv_heads, pipeline_stages, shard_shape, tied_lm_head
+from planner.estimator.layout import (model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
+                                      tied_lm_head)
 from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
 from planner.model.precision import UNQUANTIZED_BITS, resolve_kv_dtype, resolve_precision, tensor_bytes
 from planner.units import GB, MAX_CONTEXT
@@ -398,6 +401,7 @@ class _Experts:
     count: int = 0  # E per layer (0: dense)
     per_token: int = 0  # k
     layers: int = 0
+    ranks: int = 1  # the expert-parallel ranks the E experts are dealt over (E / ranks on each)
     bytes: int = 0
     flops: float = 0.0
     low_bit: bool = False  # stored below 16 bits
@@ -412,6 +416,8 @@ class _Stage:
     experts: _Experts
     # (FLOPs per attended position, window) per layer
     attention: tuple[tuple[float, int | None], ...]
+    # with data-parallel attention, the GEMMs of the attention-TP group (each DP group's own tokens)
+    attention_body: _Gemms = _Gemms()
 
     @cached_property
     def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
@@ -452,15 +458,19 @@ def _is_low_bit(t: Tensor, shard: tuple[int, ...], precision: Precision) -> bool
 
 
 @lru_cache(maxsize=4096)
-def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int) -> _Gemms:
-    """The dense matmuls among `tensors` on one rank (embeddings are row lookups, norms elementwise).
+def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, ep: int = 1, dp: int = 1,
+           attention_group: bool = False) -> _Gemms:
+    """The dense matmuls among `tensors` on one rank (embeddings are row lookups, norms elementwise), placed as
+    the memory estimate places them (rank_share: a shared expert is whole on every rank when ep = tp); with `dp`
+    attention-DP groups, those on the attention-TP group (`attention_group`) or those on every token (not).
     Cached: the layers of a model repeat the same tensors, and the solver asks many times."""
     out = _Gemms()
     low_bit, wide = [], []
     for t in tensors:
-        if t.role not in DENSE_MATMUL_ROLES or len(t.shape) != 2:
+        if t.role not in DENSE_MATMUL_ROLES or len(t.shape) != 2 \
+                or (dp > 1 and on_attention_group(t)) != attention_group:
             continue
-        shard = shard_shape(t, tp, kv_heads)
+        shard = shard_shape(t, rank_share(t, tp, dp, ep)[0], kv_heads)
         size = tensor_bytes(shard, t.count, t, precision)
         flops = 2 * prod(shard) * t.count
         if _is_low_bit(t, shard, precision):
@@ -473,12 +483,15 @@ def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads:
 
 
 @lru_cache(maxsize=4096)
-def _experts(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, per_token: int) -> _Experts:
+def _experts(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, per_token: int,
+             ep: int = 1) -> _Experts:
+    """One expert's part on one rank: with `ep`-way expert parallelism each rank holds E / ep experts, each split
+    tp / ep ways (rank_share)."""
     experts = [t for t in tensors if t.role == "expert"]
     if not experts:
         return _Experts()
-    shards = [(t, shard_shape(t, tp, kv_heads)) for t in experts]
-    return _Experts(count=experts[0].count, per_token=per_token, layers=1,
+    shards = [(t, shard_shape(t, rank_share(t, tp, 1, ep)[0], kv_heads)) for t in experts]
+    return _Experts(count=experts[0].count, per_token=per_token, layers=1, ranks=ep,
                     bytes=sum(tensor_bytes(shard, 1, t, precision) for t, shard in shards),
                     flops=sum(2 * prod(shard) for t, shard in shards if len(shard) == 2),
                     low_bit=_is_low_bit(*shards[0], precision))
@@ -492,8 +505,9 @@ def _summed_experts(parts: list[_Experts]) -> _Experts:
 
 
 @lru_cache(maxsize=1024)
-def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool) -> tuple[_Stage, ...]:
-    heads_per_rank = ceil(arch.num_attention_heads / tp)
+def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool, ep: int = 1, dp: int = 1
+            ) -> tuple[_Stage, ...]:
+    heads_per_rank = ceil(arch.num_attention_heads / (tp // dp))
     kv_heads = model_kv_heads(arch)
     k = arch.moe.experts_per_token if arch.moe else 0
     stages = []
@@ -510,10 +524,12 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
             head = arch.head + tied_lm_head(arch)
         stages.append(_Stage(
             layers=len(layers), mla_layers=mla,
-            body=sum((_gemms(layer.tensors, precision, tp, kv_heads) for layer in layers), _Gemms()),
+            body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep, dp) for layer in layers), _Gemms()),
             head=_gemms(head, precision, tp, kv_heads),
-            experts=_summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k) for layer in layers]),
+            experts=_summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k, ep) for layer in layers]),
             attention=attention,
+            attention_body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep, dp, True) for layer in layers),
+                               _Gemms()) if dp > 1 else _Gemms(),
         ))
     return tuple(stages)
 
@@ -574,6 +590,14 @@ class _Hardware:
     handoff: _AllReduce  # a point-to-point send between two GPUs: a two-GPU all-reduce's fit, an upper bound
     tp: int
     hidden: int
+    attention_allreduce: _AllReduce | None = None  # over the attention-TP group, with DP attention and tp / dp > 1
+    attention_tp: int = 1
+
+    def attention_allreduce_s(self, tokens: int) -> float:
+        """One all-reduce of `tokens` activations over the attention-TP group (0 when it is one GPU)."""
+        if self.attention_allreduce is None:
+            return 0.0
+        return _collective_s(self.attention_allreduce, tokens * self.hidden * ACTIVATION_BYTES, self.attention_tp)
 
     def allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations."""
@@ -618,6 +642,7 @@ class _StageCost(NamedTuple):
     experts: int
     expert_missed: float  # 1 - k/E: the chance one token's picks miss a given expert (0 when dense)
     per_token: int
+    expert_ranks: int  # expert-parallel ranks (1: every rank holds a part of every expert)
     expert_bytes: int
     expert_read_s: float  # one expert of every MoE layer, read
     expert_row_s: float  # one routed token through one expert of every MoE layer, computed
@@ -628,33 +653,44 @@ class _StageCost(NamedTuple):
     launch_s: float  # the fixed GPU time of the pass
     step_s: float  # the engine's per-step cost (last stage)
     allreduces: int  # all-reduces of the activations per pass
+    # data-parallel attention: the attention-TP group's GEMMs on the group's own tokens (0 without DP attention)
+    attention_low_read_s: float = 0.0
+    attention_low_row_s: float = 0.0
+    attention_wide_read_s: float = 0.0
+    attention_wide_row_s: float = 0.0
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
                 kv_state: int, kv_latent: tuple[tuple[int, int], ...]) -> _StageCost:
-    body, head, experts = stage.body, stage.head, stage.experts
+    body, head, experts, attention = stage.body, stage.head, stage.experts, stage.attention_body
     low, wide = hw.low_bit, hw.wide
     head_rates = low if head.low_bit_bytes else wide  # the lm_head is one tensor: in one format
     launch_s = (stage.layers * hw.layer_fixed_s + experts.layers * (hw.moe_layer_fixed_s + hw.moe.launch_s)
-                + stage.mla_layers * hw.mla_layer_fixed_s + body.low_bit_kernels * low.launch_s
-                + body.wide_kernels * wide.launch_s + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
+                + stage.mla_layers * hw.mla_layer_fixed_s + (body.low_bit_kernels + attention.low_bit_kernels) * low.launch_s
+                + (body.wide_kernels + attention.wide_kernels) * wide.launch_s
+                + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
     return _StageCost(
         stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
         body.wide_bytes / wide.bytes_per_s, body.wide_flops / wide.flops_per_s, wide.half_m,
         head.bytes / head_rates.bytes_per_s, (head.low_bit_flops + head.wide_flops) / head_rates.flops_per_s,
-        head_rates.half_m, body.bytes + head.bytes,
+        head_rates.half_m, body.bytes + head.bytes + attention.bytes,
         experts.count, 1 - experts.per_token / experts.count if experts.count else 0.0, experts.per_token,
-        experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
+        experts.ranks, experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
         hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.attention_flops_per_s,
-        launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers)
+        launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
+        attention.low_bit_bytes / low.bytes_per_s, attention.low_bit_flops / low.flops_per_s,
+        attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s)
 
 
 def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
-             kv_bytes: int, latent_bytes: int, allreduce_s: float) -> _Terms:
+             kv_bytes: int, latent_bytes: int, allreduce_s: float, group_tokens: float = 0.0,
+             group_allreduce_s: float = 0.0) -> _Terms:
     """`decode_flops` / `prefill_flops`: the stage's attention FLOPs over the positions the decoding sequences and
     the prompt tokens attend to; `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents;
-    `allreduce_s`: one all-reduce of the pass's activations (the same on every stage)."""
+    `allreduce_s`: one all-reduce of the pass's activations (the same on every stage); with data-parallel attention,
+    `group_tokens` the busiest DP group's tokens through its attention GEMMs and `group_allreduce_s` one all-reduce
+    of them over its attention-TP ranks (once a layer)."""
     # each GEMM group: the larger of its weight read and its compute at compute_eff(M) (rows + half_m, see header)
     low_c = cost.low_row_s * (tokens + cost.low_half_m) if cost.low_row_s else 0.0
     wide_c = cost.wide_row_s * (tokens + cost.wide_half_m)
@@ -664,13 +700,23 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     dense_s = ((cost.low_read_s if cost.low_read_s >= low_c else low_c)
                + (cost.wide_read_s if cost.wide_read_s >= wide_c else wide_c)
                + (cost.head_read_s if cost.head_read_s >= head_c else head_c))
+    if cost.attention_low_read_s or cost.attention_wide_read_s:  # data-parallel attention's own GEMMs
+        group_low_c = cost.attention_low_row_s * (group_tokens + cost.low_half_m) if cost.attention_low_row_s else 0.0
+        group_wide_c = cost.attention_wide_row_s * (group_tokens + cost.wide_half_m) if cost.attention_wide_row_s else 0.0
+        memory_s += cost.attention_low_read_s + cost.attention_wide_read_s
+        compute_s += group_low_c + group_wide_c
+        dense_s += max(cost.attention_low_read_s, group_low_c) + max(cost.attention_wide_read_s, group_wide_c)
     weight_bytes = cost.weight_bytes
     moe_s = 0.0
     if cost.experts:  # the distinct experts the step's tokens route to per MoE layer: E (1 - (1 - k/E)^T)
-        touched = cost.experts * (1 - cost.expert_missed ** tokens)
+        if cost.expert_ranks == 1:
+            touched = cost.experts * (1 - cost.expert_missed ** tokens)
+            rows = tokens * cost.per_token
+        else:  # the busiest of the EP ranks, which the step waits for
+            touched, rows = busiest_expert_rank(cost.experts, cost.per_token, cost.expert_ranks, tokens)
         read_s = touched * cost.expert_read_s
-        # compute_eff at T k / touched rows per expert: T k routed rows plus touched x half_m
-        expert_c = cost.expert_row_s * (tokens * cost.per_token + touched * cost.expert_half_m)
+        # compute_eff at rows / touched rows per expert: the routed rows plus touched x half_m
+        expert_c = cost.expert_row_s * (rows + touched * cost.expert_half_m)
         moe_s = read_s if read_s >= expert_c else expert_c
         memory_s += read_s
         compute_s += expert_c
@@ -682,10 +728,46 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c
     memory_s += kv_s
     compute_s += decode_c + prefill_c
-    allreduces_s = cost.allreduces * allreduce_s
+    allreduces_s = cost.allreduces * allreduce_s + (cost.allreduces // ALLREDUCES_PER_LAYER) * group_allreduce_s
     total_s = dense_s + moe_s + attention_s + cost.launch_s + cost.step_s + allreduces_s
     return (dense_s, moe_s, attention_s, cost.launch_s, cost.step_s, allreduces_s, memory_s, compute_s,
             weight_bytes, kv_bytes, total_s)
+
+
+@lru_cache(maxsize=65536)
+def _expected_max_binomial(trials: int, chance: float, copies: int) -> float:
+    """E[max of `copies` independent Binomial(trials, chance)] = sum over j >= 1 of 1 - F(j - 1)^copies."""
+    if trials == 0 or chance <= 0.0:
+        return 0.0
+    if chance >= 1.0:
+        return float(trials)
+    j = np.arange(trials, dtype=float)
+    # log pmf by the ratio pmf(j + 1) / pmf(j) = (n - j) / (j + 1) x q / (1 - q), from pmf(0) = (1 - q)^n
+    log_pmf = trials * np.log1p(-chance) + np.concatenate(
+        ([0.0], np.cumsum(np.log((trials - j) / (j + 1)) + np.log(chance) - np.log1p(-chance))))
+    below = np.minimum(np.cumsum(np.exp(log_pmf))[:-1], 1.0)  # F(0) .. F(n - 1)
+    return float(np.sum(1.0 - below ** copies))
+
+
+def _expected_max_smooth(trials: float, chance: float, copies: int) -> float:
+    """_expected_max_binomial at a fractional number of trials (a steady state's mean batch), linear between the
+    whole numbers around it, so that it never falls as the trials grow."""
+    low = floor(trials)
+    at_low = _expected_max_binomial(low, chance, copies)
+    if trials == low:
+        return at_low
+    return at_low + (trials - low) * (_expected_max_binomial(low + 1, chance, copies) - at_low)
+
+
+def busiest_expert_rank(experts: int, per_token: int, ranks: int, tokens: float) -> tuple[float, float]:
+    """(experts touched, rows routed) on the busiest of `ranks` expert-parallel ranks holding experts / ranks
+    experts each, for `tokens` tokens each routed to `per_token` experts uniformly: each expert is touched with
+    p = 1 - (1 - k/E)^T, so one rank's touched experts are Binomial(E / ranks, p) and its routed rows
+    Binomial(T k, 1 / ranks), taken independent (bench/SPEED_PROTOCOL.md, the EP amendment); the expected maximum
+    over the ranks of each. With one rank: E p and T k."""
+    touched_chance = 1 - (1 - per_token / experts) ** tokens
+    return (_expected_max_binomial(experts // ranks, round(touched_chance, 12), ranks),
+            _expected_max_smooth(tokens * per_token, 1 / ranks, ranks))
 
 
 def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) -> float:
@@ -737,12 +819,13 @@ def _wide_rate(gpu: Gpu, arch: Architecture, precision: Precision) -> float:
     raise PlannerInputError(f"gpu {gpu.name}: the catalog has no {'/'.join(keys)} TFLOPS to time compute with")
 
 
-def _low_bit_format(gpu: Gpu, precision: Precision, wide: float, performance: PerformanceCatalog
+def _low_bit_format(gpu: Gpu, precision: Precision, wide: float, performance: PerformanceCatalog, native: bool
                     ) -> tuple[float, str]:
-    """(peak FLOP/s, kernel format) of the GEMMs a low-bit precision stores: its tensor-core format where the GPU
-    has it natively, else the 16-bit rate and kernels (weight-only kernels dequantize and compute in 16 bits)."""
+    """(peak FLOP/s, kernel format) of the GEMMs a low-bit precision stores: its tensor-core format where the engine
+    runs it natively on this GPU (`native`, Catalog.support), else the 16-bit rate and kernels (weight-only kernels
+    dequantize and compute in 16 bits)."""
     compute = performance.precision(precision.name)
-    rate = _rate(gpu, compute.tensor_core_format) if compute and gpu.generation in precision.native else None
+    rate = _rate(gpu, compute.tensor_core_format) if compute and native else None
     return (rate, compute.kernel_format) if rate and compute else (wide, WIDE_FORMAT)
 
 
@@ -775,6 +858,7 @@ class ReplicaTimer:
     engine: str
     borrowed: bool  # the GPU's generation has no kernel measurements (the `default` generation's constants)
     tp: int
+    dp: int = 1  # data-parallel attention groups: each attends to its own requests
 
     @cached_property
     def _costs(self) -> tuple[_StageCost, ...]:
@@ -813,6 +897,13 @@ class ReplicaTimer:
             logits = decode + ceil(prefill_seqs / parts)
         tokens = decode + prefill_tokens
         allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0  # one rank: nothing to reduce
+        group_tokens, group_allreduce_s = tokens, 0.0
+        if self.dp > 1:  # attention runs on the busiest DP group's own requests (bench/SPEED_PROTOCOL.md)
+            share = ceil(prefill_seqs / self.dp) / prefill_seqs if prefill_seqs else 0.0
+            decode, prefill_tokens, prefill_positions = (ceil(decode / self.dp), ceil(prefill_tokens * share),
+                                                         prefill_positions * share)
+            group_tokens = decode + prefill_tokens
+            group_allreduce_s = self.hw.attention_allreduce_s(group_tokens)
         times: list[_Terms] = []
         alike = None
         for cost in self._costs:
@@ -839,7 +930,8 @@ class ReplicaTimer:
             for per_token, window in cost.kv_latent:
                 latent += per_token * (window if window < context else context)
             times.append(_forward(cost, tokens, logits, decode_flops, prefill_flops,
-                                  round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s))
+                                  round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s,
+                                  group_tokens, group_allreduce_s))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
             return times[0][_TOTAL], times, 0, 0.0
         total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
@@ -851,25 +943,33 @@ class ReplicaTimer:
         per_part = ceil(sequences / parts)
         tokens = per_part * prompt
         allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0
+        own = ceil(per_part / self.dp)  # with DP attention, the busiest group's prompts through attention
+        group_allreduce_s = self.hw.attention_allreduce_s(own * prompt) if self.dp > 1 else 0.0
         times = [_forward(cost, tokens, per_part, 0.0,
-                          _attention_flops(cost, lambda w: per_part * _causal_positions(prompt, w)), 0, 0, allreduce_s)
+                          _attention_flops(cost, lambda w: own * _causal_positions(prompt, w)), 0, 0, allreduce_s,
+                          own * prompt, group_allreduce_s)
                  for cost in self._costs]
         return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
-                  engine: str = "vllm", performance: PerformanceCatalog | None = None) -> ReplicaTimer:
-    """The layout of one replica (tp x pp GPUs) resolved for timing its steps."""
+                  engine: str = "vllm", performance: PerformanceCatalog | None = None, ep: int = 1,
+                  dp: int = 1) -> ReplicaTimer:
+    """The layout of one replica (tp x pp GPUs) resolved for timing its steps; `ep`: its routed experts dealt over
+    that many of the tp ranks, the experts' outputs all-reduced as under TP (the engines' path without an
+    all-to-all backend); `dp`: data-parallel attention groups among the tp ranks, each attending to its own
+    requests at tp / dp-way TP (bench/SPEED_PROTOCOL.md)."""
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
-    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits)
+    native = catalog.support(engine, prec, gpu).native
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
-    growing, sliding, latent = _kv_per_token(arch, tp, pp, kv_bits)
-    state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog))
-    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored), hw, growing, sliding, state, latent, pp,
-                        engine_name, generation.name != gpu.generation, tp)
+    growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
+    state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
+    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep, dp), hw, growing, sliding, state, latent, pp,
+                        engine_name, generation.name != gpu.generation, tp, dp)
 
 
 class _Same:
@@ -888,12 +988,12 @@ class _Same:
 
 @lru_cache(maxsize=1024)
 def _recurrent_state(arch: Architecture, precision: str, kv_dtype: str, tp: int, pp: int, kv_bits: int,
-                     catalog: _Same) -> tuple[int, ...]:
-    """Per stage, on one rank: the state of recurrent layers, what memory.py holds for a sequence of one token less
-    that token's KV. Cached: every GPU type of a layout shares it."""
-    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype),
-                          catalog.catalog).per_gpu
-    growing, sliding, _ = _kv_per_token(arch, tp, pp, kv_bits)
+                     catalog: _Same, dp: int = 1) -> tuple[int, ...]:
+    """Per stage, on one rank (of the DP group holding the sequence): the state of recurrent layers, what memory.py
+    holds for a sequence of one token less that token's KV. Cached: every GPU type of a layout shares it."""
+    one = estimate_memory(arch, Request(context=1, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
+                                        dp=dp), catalog.catalog).per_gpu
+    growing, sliding, _ = _kv_per_token(arch, tp // dp, pp, kv_bits)
     return tuple(one[s * tp].kv_cache_bytes - grow - sum(b for b, _ in slide)
                  for s, (grow, slide) in enumerate(zip(growing, sliding)))
 
@@ -929,12 +1029,14 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
-              engine: str, kv_bits: int) -> tuple[_Hardware, GenerationEfficiency]:
+              engine: str, kv_bits: int, native: bool, attention_tp: int | None = None
+              ) -> tuple[_Hardware, GenerationEfficiency]:
+    """`attention_tp`: the attention-TP group's size under data-parallel attention (tp without it)."""
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
     link = performance.interconnect(gpu.interconnect.kind, gpu.generation, engine)
     wide = _wide_rate(gpu, arch, prec)
-    low_bit_rate, low_bit_format = _low_bit_format(gpu, prec, wide, performance)
+    low_bit_rate, low_bit_format = _low_bit_format(gpu, prec, wide, performance, native)
     bandwidth = gpu.memory_bandwidth_gbps * GB
     ceiling = generation.read_ceiling
     # llama.cpp's fixed costs were measured per layer, in cycles: its launches and small kernels are in them
@@ -968,6 +1070,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
         step_overhead_s=engine_cost.per_step_us * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
+        attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
+        attention_tp=attention_tp or tp,
     ), generation
 
 
@@ -1013,4 +1117,4 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
 
 __all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
-           "load_performance_catalog", "replica_performance", "replica_timer"]
+           "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]

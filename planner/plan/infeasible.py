@@ -34,7 +34,7 @@ def explain_infeasible(scenario: Scenario, space: SearchSpace, catalog: Catalog,
     closest = min(enumeration.rejections, key=lambda r: r.overshoot, default=None)
     if closest is None:
         return Infeasibility("no configuration could be formed: " + "; ".join(enumeration.skipped), None,
-                             ("set search.allow_emulated: true or allow other precisions",))
+                             ("allow other precisions or GPUs, or set search.allow_emulated: true where it is false",))
     largest = max(space.gpus, key=lambda g: g.memory_bytes)
     reason = (f"the closest configuration ({closest.gpu} x {closest.tp * closest.pp}, tp {closest.tp} pp {closest.pp}, "
               f"{closest.precision}, KV {closest.kv_dtype}, context {closest.context:,} x {closest.concurrency}) needs "

@@ -66,6 +66,7 @@ class EngineRecord(_Schema):
     flash_attn: bool | None = None
     kv_cache_memory_bytes: int | None = Field(default=None, ge=1, le=MAX_SIZE_BYTES)
     kv_cache_memory: Literal[KV_CACHE_MEMORY_MODES] = "utilization"  # type: ignore[valid-type]
+    version: Token | None = None  # the engine release the plan was checked against (None: planned with the margin)
 
 
 class PlanRecord(_Schema):

@@ -171,13 +171,18 @@ class Search(_Strict):
     exclude_gpus: list[str] = []
     max_gpus_per_replica: int = Field(default=8, ge=1, le=1024)
     max_gpus_per_node: int | None = Field(default=None, ge=1, le=64)
-    allow_emulated: bool = False  # allow precisions the GPU runs only by emulation / dequantization
+    # plan precisions the engine runs only with weight-only kernels (dequantized, 16-bit compute: MXFP4 on Hopper,
+    # FP8 on Ampere; catalogs/precision_support.yaml), timed at the 16-bit rate; false: only native kernels
+    allow_emulated: bool = True
 
 
 class EngineSpec(_Strict):
     """The memory model that decides what fits: an engine's own budget (vLLM by default) or the seed's margin."""
 
     name: Literal["vllm", "sglang", "llamacpp", "simple"] = "vllm"
+    # the engine release whose profile sizes it (catalogs/engine_profiles.yaml: vLLM 0.34.0 / 0.19.0, SGLang 0.5.23 /
+    # 0.5.9, llama.cpp b7400); default: the engine's current release
+    version: str | None = Field(default=None, min_length=1, max_length=40)
     overhead: float | None = Field(default=None, ge=0, le=1)  # simple only: the margin of weights + KV
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)  # vLLM (default 0.9)
     # vLLM: how the KV pool is sized. auto: gpu_memory_utilization's budget, or where that cannot hold one request of

@@ -17,6 +17,7 @@ from planner.catalog.load import Catalog, Gpu, Offer, Precision, quality_at_leas
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.need import Budgets, EngineNeed, engine_need
+from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.layout import node_gpus, searched_tensor_parallel_sizes
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.model.architecture import Architecture
@@ -186,10 +187,12 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
 def engine_settings(scenario: Scenario) -> EngineSettings | None:
     spec = scenario.engine
     if spec.name == "simple":
+        EngineSettings("simple", version=spec.version).validate()  # the margin has no release: a version is refused
         return None
     return EngineSettings(spec.name, gpu_memory_utilization=spec.gpu_memory_utilization,
                           max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
-                          mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory)
+                          mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory,
+                          version=load_profiles().versions(spec.name).resolve(spec.version, spec.name))
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,10 +212,6 @@ def parallel_layouts(arch: Architecture, gpu: Gpu, space: SearchSpace) -> list[t
 
 # --------------------------------------------------------------------------------------------
 # Candidates
-
-
-def _runs_natively(precision: Precision, gpu: Gpu) -> bool:
-    return not precision.native or gpu.generation in precision.native
 
 
 def configuration_count(space: SearchSpace) -> int:
@@ -239,7 +238,7 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
             "search.kv_dtypes or search.max_gpus_per_replica"
         )
     prices = _rental_prices(space)
-    groups, skipped = _groups(space, prices)
+    groups, skipped = _groups(space, prices, catalog)
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
     probe = _Probe(space, catalog, {key: min(usd for usd, _ in by.values()) for key, by in prices.items() if by})
@@ -269,21 +268,31 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
     return Enumeration(tuple(candidates), tuple(rejections), probe.checked, tuple(skipped), cut_short, probe.budgets)
 
 
-def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]]
+def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]], catalog: Catalog
             ) -> tuple[list[tuple[Gpu, int, int, Precision, str]], list[str]]:
     """(GPU, tp, pp, precision, KV dtype) to search, cheapest rental first (unpriced layouts last), and why GPUs
-    were left out: a search the deadline cuts short has tried the cheapest replicas of every type."""
-    groups, skipped = [], []
+    were left out: a search the deadline cuts short has tried the cheapest replicas of every type. A precision the
+    engine cannot run on a GPU is refused there (Catalog.support, with its source); one it runs only with weight-only
+    kernels is searched unless search.allow_emulated is false."""
+    engine = space.engine.name if space.engine is not None else SIMPLE_ENGINE
+    groups = []
+    refused: dict[str, list[str]] = {}  # why, by the GPUs left with no precision for that reason
     for gpu in space.gpus:
-        precisions = [p for p in space.precisions if space.allow_emulated or _runs_natively(p, gpu)]
+        verdicts = [catalog.support(engine, p, gpu) for p in space.precisions]
+        precisions = [p for p, v in zip(space.precisions, verdicts)
+                      if v.runs and (space.allow_emulated or v.level != "weight-only")]
         if not precisions:
-            skipped.append(f"{gpu.name}: none of the allowed precisions runs natively on {gpu.generation} "
-                           "(set search.allow_emulated: true to allow emulation)")
+            for v in verdicts:
+                why = (f"{v.engine} cannot run {v.precision} on {v.generation}: {v.source}" if not v.runs else
+                       f"{v.engine} runs {v.precision} on {v.generation} only with weight-only kernels "
+                       "(search.allow_emulated: true allows them)")
+                refused.setdefault(why, []).append(gpu.name)
             continue
         # "auto" may resolve to a KV dtype also listed: each is searched once
         groups += [(gpu, tp, pp, precision, kv) for tp, pp in parallel_layouts(space.arch, gpu, space)
                    for precision in precisions
                    for kv in dict.fromkeys(resolve_kv_dtype(space.arch, precision, c) for c in space.kv_dtypes)]
+    skipped = [f"{', '.join(gpus)}: {why}" for why, gpus in refused.items()]
 
     def cheapest(group: tuple) -> float:
         gpu, tp, pp = group[:3]

@@ -285,19 +285,16 @@ def vllm_launch(plan: ExportPlan) -> VllmLaunch:
     return VllmLaunch(plan.gpu_memory_utilization, True, True)
 
 
-def _engine_release(name: str) -> str:
+def engine_version(plan: ExportPlan, engine: str) -> str:
+    """The release the plan was checked against when it was planned for `engine` (its engine.version), else the
+    engine's default release planner models (catalogs/engine_profiles.yaml), e.g. 0.34.0."""
     from planner.estimator.engines.profiles import load_profiles
 
-    return getattr(load_profiles(), name).release
+    return load_profiles().versions(engine).resolve(_settings(plan, engine).version, engine)
 
 
-def vllm_version() -> str:
-    """The vLLM release planner's memory model follows (catalogs/engine_profiles.yaml), e.g. 0.19.0."""
-    return _engine_release("vllm").lstrip("v")
-
-
-def vllm_image(vendor: str) -> str:
-    return f"{VLLM_IMAGES['amd' if vendor == 'amd' else 'nvidia']}:v{vllm_version()}"
+def vllm_image(plan: ExportPlan) -> str:
+    return f"{VLLM_IMAGES['amd' if plan.vendor == 'amd' else 'nvidia']}:v{engine_version(plan, 'vllm')}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,9 +324,10 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
 
 def _vllm_notes(plan: ExportPlan, checkpoint: str | None) -> list[str]:
     repo, prequantized = weights(plan, checkpoint)
-    install = (f"the {vllm_image('amd')} image (the PyPI wheel is the CUDA build)" if plan.vendor == "amd"
-               else f"pip install vllm=={vllm_version()}")
-    notes = [_comment(f"vLLM {vllm_version()} (the release planner's memory model follows): {install}")]
+    version = engine_version(plan, "vllm")
+    install = (f"the {vllm_image(plan)} image (the PyPI wheel is the CUDA build)" if plan.vendor == "amd"
+               else f"pip install vllm=={version}")
+    notes = [_comment(f"vLLM {version} (the release the plan was checked against): {install}")]
     if prequantized:
         notes.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
     launch = vllm_launch(plan)
@@ -400,7 +398,8 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
 
 def sglang_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
     repo, prequantized = weights(plan, checkpoint)
-    lines = [_comment(f"SGLang {_engine_release('sglang')}: the releases planner's SGLang profile follows")]
+    version = engine_version(plan, "sglang")
+    lines = [_comment(f"SGLang {version} (the release the plan was checked against): pip install \"sglang=={version}\"")]
     if prequantized:
         lines.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
     if plan.vendor == "amd" and sglang_fraction(plan) is not None:
@@ -450,7 +449,7 @@ def _llamacpp_recheck(plan: ExportPlan, cache: str) -> None:
 
 
 def llamacpp_command(plan: ExportPlan) -> str:
-    return (_comment(f"llama.cpp {_engine_release('llamacpp')}: the builds planner's llama.cpp profile follows") + "\n"
+    return (_comment(f"llama.cpp {engine_version(plan, 'llamacpp')}+: the builds planner's llama.cpp profile follows") + "\n"
             + _comment(f"the GGUF file: convert {plan.model_id} with llama.cpp's convert_hf_to_gguf.py and llama-quantize "
                        f"to {plan.precision.gguf_type}, or download a published {plan.precision.gguf_type} GGUF") + "\n"
             "llama-server " + shlex.join(llamacpp_args(plan)) + "\n")
@@ -509,9 +508,9 @@ def skypilot_task(plan: ExportPlan, checkpoint: str | None = None) -> str:
         notes.append(_comment(f"{cloud} opens no ports through SkyPilot: reach the server over `ssh -L {VLLM_PORT}:localhost:{VLLM_PORT}`"))
     packages = [RAY_REQUIREMENT] if plan.nodes_per_replica > 1 else []
     if plan.vendor == "amd":
-        resources["image_id"] = f"docker:{vllm_image('amd')}"  # vLLM's ROCm build: the PyPI wheel is the CUDA one
+        resources["image_id"] = f"docker:{vllm_image(plan)}"  # vLLM's ROCm build: the PyPI wheel is the CUDA one
     else:
-        packages.insert(0, f"vllm=={vllm_version()}")
+        packages.insert(0, f"vllm=={engine_version(plan, 'vllm')}")
     notes += _vllm_notes(plan, checkpoint)
     serve = "vllm serve " + shlex.join(vllm_args(plan, checkpoint))
     if plan.nodes_per_replica > 1:
@@ -534,7 +533,7 @@ def skypilot_task(plan: ExportPlan, checkpoint: str | None = None) -> str:
 def kubernetes_manifest(plan: ExportPlan, checkpoint: str | None = None) -> str:
     name = _slug(plan.name)
     resource = "amd.com/gpu" if plan.vendor == "amd" else "nvidia.com/gpu"
-    image = vllm_image(plan.vendor)
+    image = vllm_image(plan)
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
     labels = {"app": name}
     token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {**HF_TOKEN_SECRET, "optional": True}}}

@@ -164,8 +164,19 @@ def catalog_rows(catalog: Catalog, kind: str) -> list[dict[str, Any]]:
              "scales": (f"{p.scales.granularity}"
                         f"{'/' + str(p.scales.group_size) if p.scales.group_size else ''}"
                         f" {p.scales.scale_bits}+{p.scales.zero_bits} bits") if p.scales else "",
-             "quality": p.quality, "native": list(p.native), "aliases": list(p.aliases), "source": p.source}
+             "quality": p.quality, **_kernels(catalog, p.name), "aliases": list(p.aliases), "source": p.source}
             for p in catalog.precisions]
+
+
+def _kernels(catalog: Catalog, precision: str) -> dict[str, str]:
+    """Per engine of precision_support.yaml, the GPU generations it runs the precision on: native, weight-only."""
+    out = {}
+    for table in catalog.kernels:
+        row = next((r for r in table.precisions if r.name == precision), None)
+        parts = [f"{label} {', '.join(gens)}" for label, gens in
+                 (("native", row.native), ("weight-only", row.weight_only)) if gens] if row else []
+        out[table.name] = "; ".join(parts) or "no"
+    return out
 
 
 # A spreadsheet reads a cell starting with one of these as a formula (OWASP, "CSV Injection"; a leading tab or

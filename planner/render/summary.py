@@ -23,7 +23,7 @@ LABELS = {
     "price_as_of": "price as of", "memory_mib": "memory MiB", "memory_gb": "memory GB", "memory_gib": "memory GiB",
     "memory_bandwidth_gbps": "bandwidth GB/s", "bf16_dense_tflops": "BF16 dense TFLOPS",
     "fp8_dense_tflops": "FP8 dense TFLOPS", "interconnect": "GPU link", "gpus_per_node": "GPUs per node", "hf_id": "Hugging Face id",
-    "params": "parameters", "params_b": "parameters (B)", "native": "native on", "gpus_per_replica": "GPUs per replica",
+    "params": "parameters", "params_b": "parameters (B)", "vllm": "vLLM runs it on", "sglang": "SGLang runs it on", "gpus_per_replica": "GPUs per replica",
     "context": "context (tokens)", "concurrency": "batch", "capacity_rps_per_replica": "planned req/s per replica",
     "ttft_s": "TTFT s", "tpot_s": "TPOT s", "price_age_days": "price age (days)", "price_stale": "price stale",
 }

@@ -122,7 +122,7 @@ _TABLE_COLUMNS = {
     "gpus": ("name", "display_name", "memory_mib", "memory_gb", "memory_gib", "memory_bandwidth_gbps",
              "bf16_dense_tflops", "fp8_dense_tflops", "interconnect", "gpus_per_node"),
     "models": ("name", "hf_id", "family", "params", "params_b"),
-    "precisions": ("name", "bits", "scope", "scales", "quality", "native"),
+    "precisions": ("name", "bits", "scope", "scales", "quality", "vllm", "sglang"),
 }
 
 

@@ -6,15 +6,19 @@
   sglang    mem_fraction_static budget and its token pool
   llamacpp  n_ctx cells padded to 256, quantized caches, compute buffers, a free margin per device,
             layers split over GPUs or left in system RAM
-Each profile's constants and their sources are in catalogs/engine_profiles.yaml.
+Each profile's constants and their sources are in catalogs/engine_profiles.yaml, one profile per engine release
+(EngineSettings.version; None: the engine's default, its current release).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from planner.model.architecture import Architecture
 from planner.catalog.load import Catalog
 from planner.estimator.engines.base import ENGINE_NAMES, EngineBudget, EngineSettings, RankBudget
 from planner.estimator.engines.llamacpp import llamacpp_budget
+from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.engines.sglang import sglang_budget
 from planner.estimator.engines.simple import simple_budget
 from planner.estimator.engines.vllm import vllm_budget
@@ -25,8 +29,11 @@ _BUDGETS = {"simple": simple_budget, "vllm": vllm_budget, "sglang": sglang_budge
 
 def engine_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
                   catalog: Catalog) -> EngineBudget:
-    """The KV pool `settings.name` would give `request` on `gpu` (per rank), and whether it fits."""
+    """The KV pool `settings.name` would give `request` on `gpu` (per rank), and whether it fits; the budget's settings
+    name the engine version whose profile sized it."""
     settings.validate()
+    if settings.name != "simple":
+        settings = replace(settings, version=load_profiles().versions(settings.name).resolve(settings.version, settings.name))
     return _BUDGETS[settings.name](arch, request, settings, gpu, catalog)
 
 

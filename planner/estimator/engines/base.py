@@ -9,7 +9,7 @@ from planner.model.architecture import Architecture, Attention, Layer
 from planner.model.families.core import STATE_DTYPE_BITS
 from planner.catalog.load import Catalog, Gpu, Precision
 from planner.errors import PlannerInputError
-from planner.estimator.engines.profiles import StatePartDtypes
+from planner.estimator.engines.profiles import StatePartDtypes, load_profiles
 from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate, Request, attention_bytes_per_token,
                                       estimate_memory, state_bytes_per_sequence)
 from planner.model.precision import resolve_kv_dtype, resolve_precision
@@ -49,10 +49,17 @@ class EngineSettings:
     flash_attn: bool | None = None  # llama.cpp; None = auto (on for CUDA)
     kv_cache_memory_bytes: int | None = None  # vLLM --kv-cache-memory-bytes: the KV pool per GPU (the budget is ignored)
     kv_cache_memory: str = "utilization"  # vLLM, without kv_cache_memory_bytes: one of KV_CACHE_MEMORY_MODES
+    version: str | None = None  # the engine release whose profile sizes it (catalogs/engine_profiles.yaml); None: default
 
     def validate(self) -> None:
         if self.name not in ENGINE_NAMES:
             raise PlannerInputError(f"--engine: unknown engine {self.name!r}; use one of {', '.join(ENGINE_NAMES)}")
+        if self.name == "simple":
+            if self.version is not None:
+                raise PlannerInputError(f"--engine-version / engine.version: {self.version} names an engine release; the "
+                                        "simple planning margin has none: drop it or pick --engine vllm, sglang or llamacpp")
+        else:
+            load_profiles().versions(self.name).resolve(self.version, self.name)
         for flag, value in (("--gpu-memory-utilization", self.gpu_memory_utilization),
                             ("--mem-fraction-static", self.mem_fraction_static)):
             if value is not None and not 0 < value <= 1:

@@ -236,7 +236,7 @@ class _Plan:
 
 def _plan(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget, catalog: Catalog) -> _Plan:
     profiles = load_profiles()
-    profile, cuda = profiles.llamacpp, profiles.cuda
+    profile, cuda = profiles.llamacpp.get(settings.version, "llamacpp"), profiles.cuda
     devices = request.tp * request.pp  # llama.cpp splits by layer (--split-mode layer); tp x pp = the cards
     model = serve(arch, replace(request, tp=1, pp=1), catalog, "llamacpp")
     resolved = resolve_settings(settings, model, profile)
@@ -267,7 +267,7 @@ def _fully_offloaded_fits(arch: Architecture, request: Request, settings: Engine
 
 def llamacpp_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
                     catalog: Catalog) -> EngineBudget:
-    profile = load_profiles().llamacpp
+    profile = load_profiles().llamacpp.get(settings.version, "llamacpp")
     plan = _plan(arch, request, settings, gpu, catalog)
     offloadable = arch.num_layers + 1
     gpu_layers, used, n_ctx = plan.gpu_layers, plan.usage, plan.sizes.n_ctx

@@ -23,6 +23,9 @@ SCHEDULER_CAPPED_BY_MAX_NUM_SEQS = frozenset({"vllm"})  # SGLang's max_num_seqs 
 # live in the rest of the card (what the budget leaves unused), where vLLM's utilization share holds them all
 WORKSPACE_OUTSIDE_BUDGET = frozenset({"sglang"})
 SIZED_BY_PLANNING_MARGIN = frozenset({"simple"})  # the one profile that reads the request's overhead_fraction
+# vLLM's pool is what its budget leaves beside the weights: activations and non-torch memory, and from v0.34 the CUDA
+# graphs (and the extensible KV cache's margin and the CUDA context, its budget being the whole card)
+POOL_IS_BUDGET_REMAINDER = frozenset({"vllm"})
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,12 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
     budget, kv_per_sequence = cached
     batch, context = request.batch, request.context
     reserved = gpu.memory_bytes - budget.budget_bytes  # what the engine leaves unused (1 - utilization)
-    workspace = 0 if settings.name in WORKSPACE_OUTSIDE_BUDGET else budget.activation_bytes + budget.non_torch_bytes
+    if settings.name in WORKSPACE_OUTSIDE_BUDGET:
+        workspace = 0
+    elif settings.name in POOL_IS_BUDGET_REMAINDER:
+        workspace = budget.budget_bytes - budget.weights_bytes - budget.kv_pool_bytes
+    else:
+        workspace = budget.activation_bytes + budget.non_torch_bytes
     used = budget.weights_bytes + workspace + reserved + batch * kv_per_sequence
     max_seqs = budget.settings.max_num_seqs
     if not budget.fits:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.catalog.load import catalog_dir, read_yaml, validate_record
+from planner.errors import PlannerInputError
 from planner.model.families.core import Recurrence
 from planner.units import MiB
 
@@ -50,17 +51,36 @@ class StatePartDtypes(_Strict):
     unset: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
 
+class VllmBatchTier(_Strict):
+    """EngineArgs.get_batch_defaults, OPENAI_API_SERVER: the defaults of a card of at least min_gib as CUDA reports it
+    (an A100 excluded when not_a100)."""
+
+    min_gib: int
+    not_a100: bool
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+
+class ExtensibleKvCache(_Strict):
+    """vLLM's extensible KV cache (vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_bytes): the pool is what is
+    free after warmup and CUDA graph capture, less the transient peak and a margin of max(floor, fraction x peak)."""
+
+    margin_floor_mib: int
+    rocm_margin_floor_mib: int
+    margin_fraction: float
+
+
 class VllmProfile(_Strict):
     release: str
     distributed_init_mib: Sourced[int]
     gpu_memory_utilization: Sourced[float]
+    # None: the KV pool is gpu_memory_utilization's budget less what profiling measured (vLLM up to v0.19 at least)
+    extensible_kv_cache: Sourced[ExtensibleKvCache] | None = None
     block_size: Sourced[int]
     mla_block_size: Sourced[int]
-    large_gpu_min_gib: Sourced[int]
-    large_gpu_max_num_batched_tokens: Sourced[int]
-    large_gpu_max_num_seqs: Sourced[int]
-    other_gpu_max_num_batched_tokens: Sourced[int]
-    other_gpu_max_num_seqs: Sourced[int]
+    batch_defaults: Sourced[tuple[VllmBatchTier, ...]]
+    # "GPU KV cache size: N tokens": blocks per group x the smallest block size, or concurrency x max_model_len
+    kv_cache_size_from_concurrency: Sourced[bool]
     hidden_buffers_in_forward: Sourced[int]
     sampler_fp32_copies: Sourced[int]
     sampler_workspace_rows: Sourced[int]
@@ -79,6 +99,10 @@ class VllmProfile(_Strict):
     hybrid_head256_block_alignment: Sourced[int]
     hybrid_head256_gpus: Sourced[tuple[str, ...]]
     state_dtypes: Sourced[dict[Recurrence, StatePartDtypes]]
+    # blocks one request holds in a recurrent layer's group (mamba_cache_mode "none": 1; "align": 2 + checkpoints)
+    state_blocks_per_request: Sourced[dict[Recurrence, int]]
+    # cards whose Gated DeltaNet prefill runs FlashInfer, which exports one more prefill checkpoint block in "align"
+    gdn_checkpoint_gpus: Sourced[tuple[str, ...]]
     # DeepSeek-V4's window, compressed, indexer and compressor-state caches (a later release than the rest)
     deepseek_v4_release: Sourced[str]
     deepseek_v4_block_size: Sourced[int]
@@ -97,8 +121,25 @@ class SglangGpuBucket(_Strict):
     cuda_graph_max_bs_tp4: int
 
 
+class PrefillCudaGraphs(_Strict):
+    """SGLang's prefill CUDA graphs (arg_groups/memory_hook.py reserve_for_graph_mb): mib_per_size for each captured
+    token count up to chunked_prefill_size (generate_prefill_cuda_graph_batch_sizes: range(start, stop + 1, step) per
+    row), or mla_mib with an MLA backend."""
+
+    sizes: tuple[tuple[int, int, int], ...]
+    mib_per_size: int
+    mla_mib: int
+
+    def reserved_mib(self, max_tokens: int, mla: bool) -> int:
+        if mla:
+            return self.mla_mib
+        return self.mib_per_size * sum(len(range(start, min(stop, max_tokens) + 1, step)) for start, stop, step in self.sizes)
+
+
 class SglangProfile(_Strict):
     release: str
+    # None: no prefill CUDA graphs by default (before the breakable prefill graphs became the CUDA default)
+    prefill_cuda_graphs: Sourced[PrefillCudaGraphs] | None = None
     distributed_init_mib: Sourced[int]
     reserved_base_mib: Sourced[int]
     reserved_per_prefill_token_mib: Sourced[float]
@@ -140,12 +181,60 @@ class LlamacppProfile(_Strict):
     deepseek_v4_overlapping_ratio: Sourced[int]
 
 
+P = TypeVar("P", VllmProfile, SglangProfile, LlamacppProfile)
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp"}
+
+
+class EngineVersions(_Strict, Generic[P]):
+    """One engine's profiles by release: `default` is what planner models when no version is asked for. In the YAML
+    a version may give `based_on: VERSION` and only the constants that changed since that release."""
+
+    default: str
+    versions: dict[str, P]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _based_on(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("versions"), dict):
+            return data
+        versions = dict(data["versions"])
+        for name, entry in versions.items():
+            if isinstance(entry, dict) and "based_on" in entry:
+                base = versions[entry["based_on"]]
+                versions[name] = {**base, **{k: v for k, v in entry.items() if k != "based_on"}}
+        return {**data, "versions": versions}
+
+    @model_validator(mode="after")
+    def _default_known(self) -> EngineVersions:
+        if self.default not in self.versions:
+            raise ValueError(f"default {self.default!r} is not one of the versions")
+        return self
+
+    def resolve(self, version: str | None, engine: str) -> str:
+        """The version planner models for `version` (None: the default; a leading v is dropped); an unknown version is
+        refused in one line naming the known ones."""
+        if version is None:
+            return self.default
+        if version.removeprefix("v") not in self.versions:
+            raise PlannerInputError(
+                f"--engine-version / engine.version: {ENGINE_LABELS[engine]} {version} has no profile in planner; use one "
+                f"of {', '.join(self.versions)} (default {self.default})")
+        return version.removeprefix("v")
+
+    def get(self, version: str | None, engine: str) -> P:
+        """The profile of `version` (None: the default)."""
+        return self.versions[self.resolve(version, engine)]
+
+
 class EngineProfiles(_Strict):
     schema_version: int
     cuda: CudaProfile
-    vllm: VllmProfile
-    sglang: SglangProfile
-    llamacpp: LlamacppProfile
+    vllm: EngineVersions[VllmProfile]
+    sglang: EngineVersions[SglangProfile]
+    llamacpp: EngineVersions[LlamacppProfile]
+
+    def versions(self, engine: str) -> EngineVersions:
+        return getattr(self, engine)
 
 
 @cache

@@ -19,6 +19,9 @@
   the other slots for the states of cached prefixes), which caps the concurrency too.
   Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
   DeepSeek-V4's window, compressed and compressor-state pools (later code) are sized in sglang_deepseek_v4.
+  v0.5.23 (profile "0.5.23", python/sglang/srt/arg_groups/memory_hook.py): A10/4090-class cards default to a 4096-token
+  chunk and decode graphs up to 48 (160 at tp >= 4), and on CUDA the breakable prefill CUDA graphs (on by default)
+  reserve 8 MiB per captured token count up to the chunk (1.5 GiB with MLA) in the fraction's reserve.
   On AMD the aiter attention backend (what `planner export --to sglang` passes there) multiplies the
   fraction, even an explicit one, by 0.85 when the context is above 8K: the pool is sized with that.
 """
@@ -40,19 +43,30 @@ from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
 
 
-def resolve_settings(settings: EngineSettings, gpu: GpuTarget, model: ServedModel, profile: SglangProfile) -> EngineSettings:
+def resolve_settings(settings: EngineSettings, gpu: GpuTarget, model: ServedModel, profile: SglangProfile,
+                     cuda: bool) -> EngineSettings:
     gpu_mib = gpu.memory_bytes // MiB  # get_device_memory_capacity: nvidia-smi memory.total in MiB
     bucket = next(b for b in profile.gpu_buckets.value if gpu_mib < b.below_mib)
     prefill = settings.max_num_batched_tokens or bucket.chunked_prefill_size
     graph_batch = settings.max_num_seqs or (bucket.cuda_graph_max_bs_tp4 if model.request.tp >= 4 else bucket.cuda_graph_max_bs)
     resolved = replace(settings, max_num_batched_tokens=prefill, max_num_seqs=graph_batch)
-    return replace(resolved, mem_fraction_static=settings.mem_fraction_static or default_fraction(resolved, gpu_mib, model, profile))
+    return replace(resolved, mem_fraction_static=(settings.mem_fraction_static
+                                                  or default_fraction(resolved, gpu_mib, model, profile, cuda)))
 
 
-def default_fraction(settings: EngineSettings, gpu_mib: int, model: ServedModel, profile: SglangProfile) -> float:
+def prefill_graph_mib(settings: EngineSettings, model: ServedModel, profile: SglangProfile, cuda: bool) -> int:
+    """The prefill CUDA graphs' reserve (reserve_for_graph_mb): none where the release or the platform captures none."""
+    if profile.prefill_cuda_graphs is None or settings.enforce_eager or not cuda:
+        return 0
+    return profile.prefill_cuda_graphs.value.reserved_mib(settings.max_num_batched_tokens, "mla" in model.arch.attention_kinds)
+
+
+def default_fraction(settings: EngineSettings, gpu_mib: int, model: ServedModel, profile: SglangProfile,
+                     cuda: bool) -> float:
     """mem_fraction_static as _handle_gpu_memory_settings derives it."""
     graph_batch = 0 if settings.enforce_eager else settings.max_num_seqs
-    reserved = _reserved_mib(settings.max_num_batched_tokens, graph_batch, model.gpus, profile)
+    reserved = (_reserved_mib(settings.max_num_batched_tokens, graph_batch, model.gpus, profile)
+                + prefill_graph_mib(settings, model, profile, cuda))
     if gpu_mib > profile.large_gpu_min_mib.value:
         reserved = max(reserved, Fraction(profile.reserved_floor_large_gpu_mib.value))
     if gpu_mib <= reserved:  # the reservations alone fill the card: SGLang keeps nothing for weights or KV
@@ -79,17 +93,19 @@ def _cell_bytes(model: ServedModel, stage: Stage, profile: SglangProfile) -> int
 def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
                   catalog: Catalog) -> EngineBudget:
     profiles = load_profiles()
-    profile, cuda = profiles.sglang, profiles.cuda
+    profile, cuda = profiles.sglang.get(settings.version, "sglang"), profiles.cuda
     model = serve(arch, request, catalog, "sglang")
-    resolved = resolve_settings(settings, gpu, model, profile)
-    fraction = Fraction(str(resolved.mem_fraction_static))
     card = catalog_card(gpu, catalog)
-    if card is not None and card.vendor == "amd" and request.context > profile.aiter_min_context_exclusive.value:
+    amd = card is not None and card.vendor == "amd"
+    resolved = resolve_settings(settings, gpu, model, profile, not amd)
+    fraction = Fraction(str(resolved.mem_fraction_static))
+    if amd and request.context > profile.aiter_min_context_exclusive.value:
         fraction *= Fraction(str(profile.aiter_long_context_factor.value))
     visible = cuda.visible_bytes(gpu.memory_bytes)
     total = visible - cuda.startup_bytes(model.gpus, profile.distributed_init_mib)
     static = floor(max(total, 0) * fraction)  # a card smaller than CUDA's own start-up has nothing to give
-    graphs = 0 if resolved.enforce_eager else profile.reserved_per_graph_batch_mib.value * resolved.max_num_seqs * MiB
+    graphs = (0 if resolved.enforce_eager else profile.reserved_per_graph_batch_mib.value * resolved.max_num_seqs * MiB
+              + prefill_graph_mib(resolved, model, profile, not amd) * MiB)
     activation = floor(Fraction(str(profile.reserved_per_prefill_token_mib.value)) * max(resolved.max_num_batched_tokens, 2048) * MiB)
     non_torch = (profile.reserved_base_mib.value + profile.reserved_per_gpu_mib.value * model.gpus) * MiB
 
@@ -129,7 +145,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
         message = (f"SGLang starts, but max_total_num_tokens={tokens} holds {concurrency:.2f} requests of {context:,} "
                    f"tokens at once, fewer than --batch {request.batch}; the others wait in the queue")
     warnings = []
-    default = default_fraction(resolved, gpu.memory_bytes // MiB, model, profile)
+    default = default_fraction(resolved, gpu.memory_bytes // MiB, model, profile, not amd)
     if resolved.mem_fraction_static > default:
         warnings.append(f"mem_fraction_static {resolved.mem_fraction_static} is above SGLang's own default {default} for "
                         f"this GPU: it leaves {gib(total - static):.2f} GiB for activations, CUDA graphs and metadata, "

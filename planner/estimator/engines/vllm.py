@@ -1,4 +1,5 @@
-"""vLLM (V1 engine) start-up, rank by rank, as v0.19 sizes its KV cache.
+"""vLLM (V1 engine) start-up, rank by rank, as the release of the chosen profile sizes its KV cache (v0.19 below,
+then what v0.34 changed; catalogs/engine_profiles.yaml cites each constant at its release).
 
   1. Worker init (vllm/v1/worker/gpu_worker.py init_device): the CUDA context (and NCCL when the replica
      has several GPUs) is up; requested = gpu_memory_utilization x total memory as CUDA reports it. vLLM
@@ -23,6 +24,15 @@
   to the attention page, so every group shares one page size; a request then takes one block in each state
   group (no prefix caching for these models in v0.19, mamba_cache_mode "none") beside its attention blocks.
   DeepSeek-V4's window, compressed and compressor-state caches (a later release) are laid out in vllm_deepseek_v4.
+
+v0.34 (profile "0.34.0"): the extensible KV cache (on by default on CUDA and ROCm unless --kv-cache-memory-bytes is
+given) sizes the pool after warmup and CUDA graph capture: utilization defaults to 1.0 and KV = min(utilization x
+total - resident, free at start - resident - margin) - activation peak, resident = weights + non-torch + CUDA graphs,
+margin = max(1 GiB, 0.75 x peak) (extensible_kv_cache.py measure_kv_cache_bytes); without it CUDA graph memory is
+subtracted from the budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on). Blocks are 64 tokens, cards of >= 160 GiB
+default to 16384 batched tokens, "GPU KV cache size" is concurrency x max_model_len and concurrency sums whole blocks
+per group. Hybrid models run prefix caching in mamba_cache_mode "align": a request holds 2 state blocks per recurrent
+group (+1 prefill checkpoint for Mamba-2, and for Gated DeltaNet on Hopper), and blocks align to 64 tokens (MLA 128).
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ class LayerSpec:
     kind: str  # full | sliding | state (MLA layers are full-attention pages with a latent instead of K and V)
     window: int | None
     page_bytes: int  # one block of this layer on one rank
+    state_blocks: int = 1  # a state layer: the blocks one request holds (MambaSpec.max_memory_usage_bytes / page)
 
 
 @dataclass(frozen=True)
@@ -79,13 +90,17 @@ class KvLayout:
     group_size: int  # layers per KV cache group (= memory pools shared by one layer of every group)
     groups: tuple[LayerSpec, ...]  # one entry per group: the spec its layers share
     page_bytes: int
+    batched_tokens: int  # max_num_batched_tokens: a sliding window holds that many new tokens
+    per_group: bool  # the release counts a request's blocks group by group and reports concurrency x max_model_len
 
     def num_blocks(self, available: int) -> int:
         return max(0, available // (self.page_bytes * self.group_size))
 
     def capacity_tokens(self, num_blocks: int, block_size: int, max_model_len: int) -> int:
-        """'GPU KV cache size: N tokens' as vLLM logs it: blocks per group x the smallest group block size
-        (a state group's block_size is mamba_block_size = max_model_len)."""
+        """'GPU KV cache size: N tokens' as vLLM logs it: int(concurrency x max_model_len) (`per_group`), else blocks
+        per group x the smallest group block size (a state group's block_size is mamba_block_size = max_model_len)."""
+        if self.per_group:
+            return int(num_blocks / self.blocks_per_request(max_model_len, self.batched_tokens, block_size) * max_model_len)
         smallest = min(max_model_len if g.kind == STATE else block_size for g in self.groups)
         return num_blocks // len(self.groups) * smallest
 
@@ -93,6 +108,10 @@ class KvLayout:
         return ceil(_max_usage_bytes(group, max_model_len, batched_tokens, block_size) / self.page_bytes)
 
     def blocks_per_request(self, max_model_len: int, batched_tokens: int, block_size: int) -> int:
+        """Blocks one request of max_model_len takes (get_max_concurrency_for_kv_cache_config): the whole blocks of
+        every group summed (`per_group`, v0.34), or the summed usage in blocks (v0.19)."""
+        if self.per_group:
+            return sum(self.group_blocks(g, max_model_len, batched_tokens, block_size) for g in self.groups)
         usage = sum(_max_usage_bytes(g, max_model_len, batched_tokens, block_size) for g in self.groups)
         return ceil(usage / self.page_bytes)
 
@@ -115,7 +134,7 @@ class KvLayout:
 def _max_usage_bytes(spec: LayerSpec, max_model_len: int, batched_tokens: int, block_size: int) -> int:
     """KVCacheSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py)."""
     if spec.kind == STATE:
-        return spec.page_bytes  # MambaSpec, mamba_cache_mode "none": the one block holding the state
+        return spec.state_blocks * spec.page_bytes  # MambaSpec: one block ("none"), or 2 + checkpoints ("align")
     if spec.kind == "sliding" and spec.window:
         # the last window - 1 computed tokens plus a chunk of newly scheduled ones, never more than
         # max_model_len; +1 block because the window need not start at a block boundary
@@ -154,16 +173,28 @@ def _state_shape(model: ServedModel, head256_card: bool, profile: VllmProfile) -
     return StateShape(state, token, alignment)
 
 
-def kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateShape, profile: VllmProfile) -> KvLayout:
+def state_blocks(gpu: GpuTarget, profile: VllmProfile) -> tuple[tuple[str, int], ...]:
+    """Blocks one request holds in a recurrent group, by mixer, on this card (Gated DeltaNet exports one more
+    prefill checkpoint where its prefill runs FlashInfer)."""
+    blocks = dict(profile.state_blocks_per_request.value)
+    if gpu.name in profile.gdn_checkpoint_gpus.value and "gated_delta_net" in blocks:
+        blocks["gated_delta_net"] += 1
+    return tuple(sorted(blocks.items()))
+
+
+def kv_layout(model: ServedModel, stage: Stage, block_size: int, batched: int, shape: StateShape,
+              blocks: tuple[tuple[str, int], ...], profile: VllmProfile) -> KvLayout:
     """One worker's KV cache configuration (a stage's layers follow from the model, pp and the stage's index)."""
-    key = (model.arch, model.request.tp, model.request.pp, model.kv_bits, stage.index, block_size, shape)
-    return _LAYOUTS.get(key, (profile,), lambda: _kv_layout(model, stage, block_size, shape, profile))
+    key = (model.arch, model.request.tp, model.request.pp, model.kv_bits, stage.index, block_size, batched, shape, blocks)
+    return _LAYOUTS.get(key, (profile,), lambda: _kv_layout(model, stage, block_size, batched, shape, dict(blocks), profile))
 
 
-def _kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateShape, profile: VllmProfile) -> KvLayout:
+def _kv_layout(model: ServedModel, stage: Stage, block_size: int, batched: int, shape: StateShape,
+               blocks: dict[str, int], profile: VllmProfile) -> KvLayout:
     # mamba_page_size_padded: a state page grows to the attention page (an attention-free model keeps its own)
     state_page = block_size * shape.token_bytes if shape.token_bytes else shape.state_bytes
-    specs = tuple(LayerSpec(STATE, None, state_page) if layer.attention.kind in RECURRENT_KINDS else
+    specs = tuple(LayerSpec(STATE, None, state_page, blocks.get(layer.attention.recurrence or "", 1))
+                  if layer.attention.kind in RECURRENT_KINDS else
                   LayerSpec("sliding" if layer.attention.kind == "sliding" else "full",
                             layer.attention.window if layer.attention.kind == "sliding" else None,
                             block_size * model.layer_bytes_per_token(layer))
@@ -176,7 +207,8 @@ def _kv_layout(model: ServedModel, stage: Stage, block_size: int, shape: StateSh
     groups = tuple(spec for spec, count in counts.items() for _ in range(ceil(count / group_size)))
     # vLLM needs one page size across groups; layer types of one model share head shapes in the
     # families planner counts and states are padded to the attention page, so the largest page is the page
-    return KvLayout(specs, group_size, groups, max(s.page_bytes for s in specs))
+    return KvLayout(specs, group_size, groups, max(s.page_bytes for s in specs), batched,
+                    profile.kv_cache_size_from_concurrency.value)
 
 
 def _pool_layout(layout: KvLayout, shape: StateShape, settings: EngineSettings, context: int, num_blocks: int,
@@ -189,21 +221,27 @@ def _pool_layout(layout: KvLayout, shape: StateShape, settings: EngineSettings, 
                                                   block_size))
                    for kind in kinds)
     state_groups = group_counts[STATE]
+    state_blocks = next((g.state_blocks for g in layout.groups if g.kind == STATE), 1)
     reason = None
     if shape.state_bytes and shape.token_bytes and block_size == shape.block_size() != default_block:
         reason = (f"the smallest multiple of {shape.alignment} tokens whose attention page "
                   f"({shape.token_bytes:,} B per token) holds one {shape.state_bytes:,} B recurrent state")
     return PoolLayout(block_size=block_size, page_bytes=layout.page_bytes, layers_per_group=layout.group_size,
                       groups=groups, state_bytes=shape.state_bytes,
-                      state_slots=min(num_blocks // state_groups, settings.max_num_seqs) if state_groups else 0,
+                      state_slots=(min(num_blocks // (state_groups * state_blocks), settings.max_num_seqs)
+                                   if state_groups else 0),
                       block_size_reason=reason)
 
 
 def _batch_defaults(gpu: GpuTarget, visible_bytes: int, profile: VllmProfile) -> tuple[int, int]:
-    large = visible_bytes >= profile.large_gpu_min_gib.value * GiB and "a100" not in gpu.name.lower()
-    if large:
-        return profile.large_gpu_max_num_batched_tokens.value, profile.large_gpu_max_num_seqs.value
-    return profile.other_gpu_max_num_batched_tokens.value, profile.other_gpu_max_num_seqs.value
+    tier = next(t for t in profile.batch_defaults.value
+                if visible_bytes >= t.min_gib * GiB and not (t.not_a100 and "a100" in gpu.name.lower()))
+    return tier.max_num_batched_tokens, tier.max_num_seqs
+
+
+def extensible(settings: EngineSettings, profile: VllmProfile) -> bool:
+    """The release sizes the pool with its extensible KV cache: on by default unless --kv-cache-memory-bytes is given."""
+    return profile.extensible_kv_cache is not None and settings.kv_cache_memory_bytes is None
 
 
 def default_block_size(arch: Architecture, profile: VllmProfile) -> int:
@@ -222,7 +260,9 @@ def resolve_settings(settings: EngineSettings, gpu: GpuTarget, visible_bytes: in
         block_size = max(block_size, shape.block_size()) if settings.block_size else shape.block_size()
     resolved = replace(
         settings,
-        gpu_memory_utilization=settings.gpu_memory_utilization or profile.gpu_memory_utilization.value,
+        # resolved_gpu_memory_utilization (vllm/config/cache.py @ v0.34.0): 1.0 with the extensible KV cache
+        gpu_memory_utilization=settings.gpu_memory_utilization or (1.0 if extensible(settings, profile)
+                                                                   else profile.gpu_memory_utilization.value),
         max_num_batched_tokens=settings.max_num_batched_tokens or batched_default,
         max_num_seqs=settings.max_num_seqs or seqs_default,
         block_size=block_size,
@@ -316,7 +356,7 @@ class _StageUse:
 def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
                 catalog: Catalog) -> EngineBudget:
     profiles = load_profiles()
-    profile, cuda = profiles.vllm, profiles.cuda
+    profile, cuda = profiles.vllm.get(settings.version, "vllm"), profiles.cuda
     model = serve(arch, request, catalog, "vllm")
     visible = cuda.visible_bytes(gpu.memory_bytes)
     shape = state_shape(model, gpu, profile)
@@ -332,20 +372,29 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
     warnings = [w for w in (check_kv_dtype(model) if compressed else None,) if w]
     layouts: dict[int, KvLayout | PackedLayout] = {
         stage.index: (packed_layout(model, stage, block_size, batched, profile)
-                      if compressed else kv_layout(model, stage, block_size, shape, profile)) for stage in model.stages}
+                      if compressed else kv_layout(model, stage, block_size, batched, shape, state_blocks(gpu, profile),
+                                                   profile))
+        for stage in model.stages}
     uses = {stage.index: _StageUse(stage.weights_bytes, activation_peak(model, stage, resolved, profile),
                                    non_torch_bytes(request.tp, request.pp, custom_all_reduce, profile))
             for stage in model.stages}
     subtracted = graphs if profile.subtract_cuda_graph.value else 0
     available = {index: requested - use.total - subtracted for index, use in uses.items()}
+    grows = extensible(resolved, profile)
+    if grows:
+        card = catalog_card(gpu, catalog)
+        rocm = card is not None and card.vendor == "amd"
+        available = {index: _extensible_pool(use, graphs, requested, free_at_start, rocm, profile)
+                     for index, use in uses.items()}
     # compile_or_warm_up_model's suggestion "to fully utilize gpu memory": one value every worker is given
     full = min(free_at_start - use.total - graphs - profile.redundancy_buffer_mib.value * MiB for use in uses.values())
-    pinned = _kv_cache_memory_bytes(resolved, settings, layouts, available, full, context)
+    # the extensible KV cache already takes what is free after warmup: kv_cache_memory's modes pin nothing there
+    pinned = None if grows else _kv_cache_memory_bytes(resolved, settings, layouts, available, full, context)
     if pinned is not None:
         warnings.append(_pinned_note(pinned, full, available, layouts, resolved, context))
         resolved = replace(resolved, kv_cache_memory_bytes=pinned)
         available = dict.fromkeys(uses, pinned)
-    elif (full > 0 and not _holds_one_request(layouts, available, context, resolved)
+    elif (not grows and full > 0 and not _holds_one_request(layouts, available, context, resolved)
           and _holds_one_request(layouts, dict.fromkeys(layouts, full), context, resolved)):
         warnings.append(f"--kv-cache-memory-bytes {full} ({_gib(full)} GiB), the figure vLLM logs \"to fully utilize "
                         f"gpu memory\", holds one request of {context:,} tokens (a scenario's engine.kv_cache_memory: "
@@ -370,7 +419,8 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
 
     message, longest = _out_of_memory(uses, graphs, free_at_start, pinned, full)
     if message is None:
-        message, longest = _start_up_failure(model, layouts, available, visible, free_at_start, requested, resolved)
+        message, longest = _start_up_failure(model, layouts, available, visible, free_at_start,
+                                             0 if grows else requested, resolved)
     fits = message is None and concurrency >= request.batch
     if message is None and not fits:
         message = (f"vLLM starts, but its KV cache holds {concurrency:.2f} requests of {context:,} tokens at once "
@@ -388,6 +438,19 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
         layout=(pool_layout(layout, block_size, context, num_blocks) if isinstance(layout, PackedLayout) else
                 _pool_layout(layout, shape, resolved, context, num_blocks, default_block_size(arch, profile))),
     )
+
+
+def _extensible_pool(use: _StageUse, graphs: int, requested: int, free_at_start: int, rocm: bool,
+                     profile: VllmProfile) -> int:
+    """measure_kv_cache_bytes (vllm/v1/worker/extensible_kv_cache.py): min(requested - resident, free at start -
+    resident - margin) - transient peak, resident = weights + non-torch + CUDA graphs, margin = max(floor, fraction x
+    peak)."""
+    assert profile.extensible_kv_cache is not None
+    rule = profile.extensible_kv_cache.value
+    resident = use.weights + use.non_torch + graphs
+    floor = rule.rocm_margin_floor_mib if rocm else rule.margin_floor_mib
+    margin = max(floor * MiB, int(use.activation * rule.margin_fraction))
+    return min(requested - resident, free_at_start - resident - margin) - use.activation
 
 
 def _holds_one_request(layouts: dict[int, KvLayout | PackedLayout], available: dict[int, int], context: int,
@@ -443,7 +506,8 @@ def _out_of_memory(uses: dict[int, _StageUse], graphs: int, free: int, pinned: i
 
 def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout | PackedLayout], available: dict[int, int], visible: int,
                       free: int, requested: int, settings: EngineSettings) -> tuple[str | None, int | None]:
-    """vLLM's own error when it cannot start, and the longest max_model_len it would estimate."""
+    """vLLM's own error when it cannot start, and the longest max_model_len it would estimate (`requested` 0: the
+    release does not check the free memory against its budget at start-up, as with the extensible KV cache)."""
     if free < requested:
         return (f"Free memory on device ({_gib(free)}/{_gib(visible)} GiB) on startup is less than desired GPU memory "
                 f"utilization ({settings.gpu_memory_utilization}, {_gib(requested)} GiB). Decrease GPU memory "

@@ -1,0 +1,120 @@
+"""Speculative decoding with the checkpoint's own multi-token-prediction (MTP) module, timed as the engines run one
+cycle (bench/SPEED_PROTOCOL.md, the speculative-decoding amendment).
+
+SGLang speculative/eagle_worker_v2.py @ v0.5.23, with a chain draft (--speculative-eagle-topk 1): `draft_forward`
+runs speculative_num_steps - 1 forwards of the draft over one token per request, the target verifies
+num_draft_tokens = steps + 1 tokens per request, and `draft_extend` runs the draft over the same steps + 1 tokens per
+request; vLLM's MTP proposer has the same three parts. The draft is the MTP layer the checkpoint ships, on the
+target's tensor-parallel ranks, sharing its embedding and lm_head. A request gains the acceptance length L tokens a
+cycle on average (the bonus token included: SGLang's "accept len", vLLM's "Mean acceptance length"), so
+  TPOT = cycle / L        output tokens/s = batch x L / cycle
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from math import isfinite
+
+from planner.errors import PlannerInputError
+from planner.estimator.performance import ForwardTime, ReplicaPerformance, ReplicaTimer, Step, Workload, timer_performance
+from planner.model.families.core import Architecture, Layer
+
+SPECULATIVE_METHODS = ("mtp",)
+# the MTP module's tensors by module: DeepSeek / GLM `mtp0.*`, Qwen3-Next / Qwen3.5 `mtp.layers.0.*`
+_MODULE_INDEX = re.compile(r"^mtp(?:\.layers\.)?(\d+)\.")
+_SHARED_WITH_TARGET = ("embedding", "lm_head")  # the engines point the draft's at the target's (one copy in memory)
+
+
+@dataclass(frozen=True)
+class Speculation:
+    method: str  # "mtp": the checkpoint's multi-token-prediction module drafts
+    draft_tokens: int  # s: tokens the draft proposes a cycle (SGLang --speculative-num-steps, vLLM num_speculative_tokens)
+    acceptance_length: float  # L: tokens a request gains a cycle, the bonus token included (1 <= L <= s + 1)
+
+
+def speculation(method: str, draft_tokens: int, acceptance_length: float) -> Speculation:
+    """A speculative setting, checked: every refusal names its flag."""
+    if method not in SPECULATIVE_METHODS:
+        raise PlannerInputError(f"--speculative: {method!r} is not modelled; use one of {', '.join(SPECULATIVE_METHODS)} "
+                                "(EAGLE-3 and n-gram drafts are not modelled yet)")
+    if not 1 <= draft_tokens <= 16:
+        raise PlannerInputError(f"--speculative-tokens: {draft_tokens} must be 1 to 16 draft tokens a cycle")
+    if not (isfinite(acceptance_length) and 1 <= acceptance_length <= draft_tokens + 1):
+        raise PlannerInputError(f"--acceptance-length: {acceptance_length} must be between 1 and {draft_tokens + 1} "
+                                "(--speculative-tokens + the bonus token): the mean tokens a request gains a cycle, as "
+                                "the engine logs it (SGLang 'accept len', vLLM 'Mean acceptance length')")
+    return Speculation(method, draft_tokens, acceptance_length)
+
+
+def draft_architecture(arch: Architecture) -> Architecture:
+    """The checkpoint's MTP module as a one-layer model: its decoder layer (with the model's attention kind and MLP)
+    and its projection and norms, the target's embedding and lm_head."""
+    tensors = tuple(t for t in arch.unloaded if t.role not in _SHARED_WITH_TARGET)
+    modules = {int(m.group(1)) for t in tensors if (m := _MODULE_INDEX.match(t.name))}
+    if not tensors or not modules:
+        raise PlannerInputError(f"--speculative mtp: {arch.name}'s checkpoint ships no MTP module (planner knows MTP "
+                                "modules of DeepSeek-V3-style, GLM-4.5+ and Qwen3-Next / Qwen3.5 checkpoints)")
+    if len(modules) > 1:
+        raise PlannerInputError(f"--speculative mtp: {arch.name} ships {len(modules)} MTP modules; a chain of several "
+                                "is not modelled yet")
+    attention = next(layer.attention for layer in reversed(arch.layers) if layer.attention.kind not in ("linear", "mamba"))
+    layer = Layer(attention, tensors, is_moe=any(t.role == "expert" for t in tensors))
+    return replace(arch, name=f"{arch.name} MTP", layers=(layer,), unloaded=(), multimodal=())
+
+
+def shared_free(draft: Architecture) -> Architecture:
+    """The draft without the tensors it shares with the target: what it adds to a GPU's memory."""
+    return replace(draft, embedding=(), head=(), tied_embeddings=False)
+
+
+@dataclass(frozen=True)
+class SpeculativeCycle:
+    """One cycle at a batch, in seconds: the target's verify and the draft's forwards (the cycle is their sum)."""
+
+    verify_s: float
+    draft_s: float
+    verify: ForwardTime  # the verify's slowest stage, term by term
+
+    @property
+    def cycle_s(self) -> float:
+        return self.verify_s + self.draft_s
+
+
+@dataclass(frozen=True)
+class SpeculativeTimer:
+    target: ReplicaTimer
+    draft: ReplicaTimer  # without the engine's per-step cost: its forwards run inside the target's step
+    speculation: Speculation
+
+    def cycle(self, batch: int, context: float) -> SpeculativeCycle:
+        """`batch` requests at a mean `context`: each verifies s + 1 tokens (its cache read once, every token's
+        logits computed), the draft runs s - 1 one-token forwards and one over the s + 1 tokens."""
+        drafted = batch * self.speculation.draft_tokens
+        wide = Step(batch, context, drafted, drafted * context, drafted)
+        verify_s, verify, _ = self.target.step(wide)
+        draft_s = (self.speculation.draft_tokens - 1) * self.draft.step_s(Step(batch, context)) + self.draft.step_s(wide)
+        return SpeculativeCycle(verify_s, draft_s, verify)
+
+
+def speculative_timer(target: ReplicaTimer, draft: ReplicaTimer, spec: Speculation) -> SpeculativeTimer:
+    """`draft`: the draft architecture's timer on the target's layout, engine and GPU."""
+    return SpeculativeTimer(target, replace(draft, hw=replace(draft.hw, step_overhead_s=0.0)), spec)
+
+
+def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workload
+                            ) -> tuple[ReplicaPerformance, SpeculativeCycle]:
+    """timer_performance with every decode step a speculative cycle gaining L tokens a request."""
+    plain = timer_performance(timer.target, batch, workload)
+    output = workload.output_tokens
+    cycle = timer.cycle(batch, workload.prompt_tokens + output // 2)
+    per_token_s = cycle.cycle_s / timer.speculation.acceptance_length
+    total_s = plain.batch_prefill_s + (output - 1) * per_token_s
+    others_prefill_s = plain.tpot_s - plain.decode_step_s  # other requests' prefills, spread over the output
+    return replace(plain, decode_step_s=cycle.cycle_s, tpot_s=per_token_s + others_prefill_s,
+                   output_tokens_per_s=batch * output / total_s, requests_per_s=batch / total_s,
+                   decode_bound=cycle.verify.bound, decode=cycle.verify), cycle
+
+
+__all__ = ["SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer", "draft_architecture",
+           "shared_free", "speculation", "speculative_performance", "speculative_timer"]

@@ -1,0 +1,65 @@
+"""Data-parallel attention in the speed model (bench/SPEED_PROTOCOL.md, the DP amendment): each DP group attends to its
+own requests at tp / dp-way TP, the MLP and experts run every token. Hand counts on DeepSeek-V3 (61 layers, every one
+MLA with a 576-value bf16 latent: 70,272 bytes a token over the layers, whole on every rank)."""
+
+import pytest
+
+from planner import api
+
+from test_cli import refused, run
+
+MODEL, GPU = "deepseek-v3", "h200"
+SHAPE = dict(gpu=GPU, tp=8, engine="sglang", batch=64, prompt_tokens=2000, output_tokens=1000)
+LATENT_PER_TOKEN = 61 * 576 * 2
+CONTEXT = 2000 + 1000 // 2  # the decode step's mean context
+
+
+def perf(**layout):
+    return api.perf(MODEL, **{**SHAPE, **layout}).to_dict()
+
+
+def test_each_group_reads_only_its_own_requests_cache():
+    tp, dp8 = perf(), perf(dp=8)
+    assert tp["kv_bytes_read"] == 64 * LATENT_PER_TOKEN * CONTEXT
+    assert dp8["kv_bytes_read"] == 64 // 8 * LATENT_PER_TOKEN * CONTEXT
+    assert dp8["dp"] == 8
+
+
+def test_attention_weights_are_read_whole_when_each_rank_is_a_group():
+    tp, dp8 = perf(), perf(dp=8)
+    assert dp8["decode_terms_ms"]["dense_gemm"] > tp["decode_terms_ms"]["dense_gemm"]
+    assert dp8["weight_bytes_read"] > tp["weight_bytes_read"]
+    # the experts and the all-reduces of every token are those of TP
+    assert dp8["decode_terms_ms"]["moe"] == pytest.approx(tp["decode_terms_ms"]["moe"])
+    assert dp8["decode_terms_ms"]["allreduce"] == pytest.approx(tp["decode_terms_ms"]["allreduce"])
+
+
+def test_an_attention_group_of_several_ranks_adds_its_all_reduce():
+    # dp 2 on tp 8: attention at TP 4 sums its output over its 4 ranks once a layer, beside the two TP all-reduces
+    tp, dp2 = perf(), perf(dp=2)
+    assert dp2["decode_terms_ms"]["allreduce"] > tp["decode_terms_ms"]["allreduce"]
+
+
+def test_uneven_batches_time_the_busiest_group():
+    # 65 requests over 8 groups: the busiest holds 9
+    assert perf(dp=8, batch=65)["kv_bytes_read"] == 9 * LATENT_PER_TOKEN * CONTEXT
+
+
+def test_step_never_falls_as_the_batch_grows_under_dp():
+    steps = [api.perf(MODEL, **{**SHAPE, "dp": 8, "batch": b}).performance.decode_step_s for b in (1, 7, 8, 9, 16, 64)]
+    assert steps == sorted(steps)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "3"], "--dp: 3 does not divide --tp 8"),
+    (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "8", "--concurrency", "4"], "--dp: data-parallel attention is "
+                                                                                    "timed at a --batch only"),
+])
+def test_cli_refusals_are_one_line(tmp_path, args, needle):
+    refused(*args, cwd=tmp_path, needle=needle)
+
+
+def test_cli_names_the_layout(tmp_path):
+    result = run("perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "8", "--ep", "8", "--engine", "sglang", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "tp 8 x dp 8 x ep 8 x pp 1" in result.stdout

@@ -1,0 +1,150 @@
+"""Engine profiles by version (issue 21, item 1): picking a release, refusing an unknown one, and the numbers that
+change between releases, computed by hand from the engines' code at each tag (catalogs/engine_profiles.yaml)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from planner.estimator.engines import EngineSettings, engine_budget
+from planner.estimator.engines.profiles import load_profiles
+from planner.errors import PlannerInputError
+from planner.estimator.memory import GpuTarget, Request
+from planner.plan.scenario import Scenario
+from planner.plan.search import engine_settings
+from planner.units import GiB, MiB
+
+from engine_fixtures import arch, h100  # noqa: F401  (fixtures)
+
+H100_MIB, DRIVER_MIB, CONTEXT_MIB = 81_559, 468, 522  # catalogs: nvidia-smi total, driver reserve, CUDA context
+
+
+def _card(catalog, name: str) -> GpuTarget:
+    return GpuTarget.from_catalog(catalog.gpus.get(name))
+
+
+def test_the_default_is_each_engines_current_release(arch, h100, catalog):
+    vllm = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("vllm"), h100, catalog)
+    sglang = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("sglang"), h100, catalog)
+    assert (vllm.release, vllm.settings.version) == ("v0.34.0", "0.34.0")
+    assert (sglang.release, sglang.settings.version) == ("v0.5.23", "0.5.23")
+
+
+def test_an_older_release_is_selectable_with_or_without_its_v(arch, h100, catalog):
+    for asked in ("0.19.0", "v0.19.0"):
+        budget = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("vllm", version=asked), h100,
+                               catalog)
+        assert (budget.release, budget.settings.version, budget.settings.block_size) == ("v0.19.0", "0.19.0", 16)
+
+
+def test_an_unknown_version_is_refused_naming_the_known_ones(arch, h100, catalog):
+    with pytest.raises(PlannerInputError, match=r"vLLM 0\.20\.0 has no profile.*0\.19\.0, 0\.34\.0 \(default 0\.34\.0\)"):
+        engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("vllm", version="0.20.0"), h100, catalog)
+    with pytest.raises(PlannerInputError, match=r"SGLang 0\.4\.3 has no profile.*0\.5\.9, 0\.5\.23"):
+        engine_settings(Scenario(model="llama-3.1-8b", workload={"context": 8192, "concurrency": 1},
+                                 engine={"name": "sglang", "version": "0.4.3"}))
+    with pytest.raises(PlannerInputError, match="simple planning margin has none"):
+        engine_settings(Scenario(model="llama-3.1-8b", workload={"context": 8192, "concurrency": 1},
+                                 engine={"name": "simple", "version": "0.34.0"}))
+
+
+def test_the_cli_refuses_an_unknown_version_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-m", "planner.cli", "estimate", "llama-3.1-8b", "--engine", "vllm",
+                           "--gpu", "h100-sxm", "--engine-version", "9.9"], cwd=tmp_path, capture_output=True, text=True,
+                          env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("error: --engine-version / engine.version: vLLM 9.9 has no profile")
+
+
+def test_a_scenario_resolves_its_engine_version_for_the_plan():
+    spec = {"model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 1}}
+    assert engine_settings(Scenario(**spec)).version == "0.34.0"
+    assert engine_settings(Scenario(**spec, engine={"name": "vllm", "version": "v0.19.0"})).version == "0.19.0"
+
+
+def test_vllm_034_pool_is_the_memory_free_after_warmup_less_the_peak_and_its_margin(arch, h100, catalog):
+    """extensible_kv_cache.py measure_kv_cache_bytes @ v0.34.0 with utilization 1.0: free at start - (weights +
+    non-torch + CUDA graphs) - margin - peak, margin = max(1 GiB, 0.75 x peak)."""
+    budget = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("vllm"), h100, catalog)
+    peak = budget.activation_bytes
+    assert peak == 2_028_032_000 and int(0.75 * peak) == 1_521_024_000 > GiB  # the fraction sets the margin
+    free_at_start = (H100_MIB - DRIVER_MIB - CONTEXT_MIB) * MiB  # 80,569 MiB
+    resident = 16_060_522_496 + 256 * MiB + 870 * MiB  # bf16 weights, non-torch, CUDA graphs
+    assert budget.kv_pool_bytes == free_at_start - resident - 1_521_024_000 - peak == 63_692_444_672
+    assert budget.gpu_memory_utilization == 1.0
+    # 64-token blocks of 131,072 B/token: 7,592 blocks, 128 a request of 8K; "GPU KV cache size" = 59.3125 x 8,192
+    assert budget.settings.block_size == 64 and budget.max_concurrency == 7_592 / 128
+    assert budget.kv_cache_capacity_tokens == 485_888
+
+
+def test_vllm_019_pool_is_the_utilizations_budget_less_what_profiling_measured(arch, h100, catalog):
+    budget = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("vllm", version="0.19.0"), h100,
+                           catalog)
+    requested = int((H100_MIB - DRIVER_MIB) * MiB * 0.9)
+    assert budget.kv_pool_bytes == requested - 16_060_522_496 - 2_028_032_000 - 256 * MiB  # graphs stay outside
+    blocks = budget.kv_pool_bytes // (16 * 131_072)
+    assert budget.kv_cache_capacity_tokens == blocks * 16  # "GPU KV cache size" = blocks x block size
+
+
+@pytest.mark.parametrize("version, gpu, expected", [
+    ("0.19.0", "b200", (8192, 1024)),  # one tier for every card of >= 70 GiB but the A100
+    ("0.34.0", "b200", (16384, 1024)),  # get_batch_defaults @ v0.34.0: >= 160 GiB
+    ("0.34.0", "h100-sxm", (8192, 1024)),
+    ("0.34.0", "a100-sxm-80gb", (2048, 256)),
+])
+def test_vllm_batch_defaults_by_release_and_card(version, gpu, expected, arch, catalog):
+    budget = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("vllm", version=version),
+                           _card(catalog, gpu), catalog)
+    assert (budget.settings.max_num_batched_tokens, budget.settings.max_num_seqs) == expected
+
+
+@pytest.mark.parametrize("version, gpu, expected", [
+    # 512 + 8192 x 1.5 + 256 x 2 + 128 = 13,440 MiB of 81,559: 0.8352
+    ("0.5.9", "h100-sxm", (8192, 256, 0.835)),
+    # + 58 prefill graph sizes up to 8192 x 8 MiB = 13,904 MiB: 0.8295
+    ("0.5.23", "h100-sxm", (8192, 256, 0.83)),
+    # 512 + 2048 x 1.5 + 24 x 2 + 128 = 3,760 MiB of 24,564: 0.8469
+    ("0.5.9", "rtx-4090", (2048, 24, 0.847)),
+    # 512 + 4096 x 1.5 + 48 x 2 + 128 + 50 prefill graph sizes up to 4096 x 8 MiB = 7,280 MiB: 0.7036
+    ("0.5.23", "rtx-4090", (4096, 48, 0.704)),
+])
+def test_sglang_default_fraction_by_release(version, gpu, expected, arch, catalog):
+    budget = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("sglang", version=version),
+                           _card(catalog, gpu), catalog)
+    settings = budget.settings
+    assert (settings.max_num_batched_tokens, settings.max_num_seqs, settings.mem_fraction_static) == expected
+
+
+def test_sglang_prefill_graphs_are_not_reserved_on_amd(arch, catalog):
+    """default_prefill_backend @ v0.5.23: breakable prefill graphs on CUDA only; MI300X (196,592 MiB here) keeps
+    512 + 16384 x 1.5 + 512 x 2 + 128 = 26,240 MiB."""
+    card = _card(catalog, "mi300x")
+    budget = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("sglang"), card, catalog)
+    gpu_mib = card.memory_bytes // MiB
+    assert budget.settings.mem_fraction_static == round((gpu_mib - 26_240) / gpu_mib, 3)
+
+
+def test_vllm_034_hybrids_hold_align_mode_state_blocks(arch, catalog):
+    """Qwen3.5-27B: 16 attention + 48 Gated DeltaNet layers, a 3,207,168 B state, 4,096 B per attention token.
+    v0.19.0: 16-token alignment, block 784, one state block a request; v0.34.0: 64-token alignment, block 64 x
+    cdiv(3,207,168, 64 x 4,096) = 832, and in "align" mode 2 state blocks + the FlashInfer prefill checkpoint on
+    Hopper (3), 2 on an A100 (Triton prefill)."""
+    model = arch("qwen3.5-27b")
+    request = Request(context=32768)
+
+    def layout(version, gpu):
+        budget = engine_budget(model, request, EngineSettings("vllm", version=version), _card(catalog, gpu), catalog)
+        state = next(g for g in budget.layout.groups if g.kind == "state")
+        return budget, budget.layout.block_size, state.blocks_per_request
+
+    old, block, blocks = layout("0.19.0", "h100-sxm")
+    assert (block, blocks) == (784, 1)
+    new, block, blocks = layout("0.34.0", "h100-sxm")
+    assert (block, blocks) == (832, 3)
+    assert layout("0.34.0", "a100-sxm-80gb")[1:] == (832, 2)
+    # "GPU KV cache size" is concurrency x max_model_len in v0.34.0 (not blocks x block size)
+    assert new.kv_cache_capacity_tokens == int(new.max_concurrency * 32768)
