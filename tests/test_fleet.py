@@ -351,14 +351,16 @@ def test_a_left_out_gpu_names_the_cause_before_the_engines_words():
     assert "gpu_memory_utilization" not in " ".join(plan.left_out)
 
 
-@pytest.mark.parametrize("gpu, utilization, cause", [
+@pytest.mark.parametrize("gpu, utilization, context, cause", [
     # the weights fit the card, not the share vLLM budgets of it: raising gpu_memory_utilization is the fix it names
-    ("h100-sxm", 0.5, "weights 72.7 GB per GPU > the {budget} vllm budgets of the h100-sxm's {card}; vllm says: "),
-    # the weights fit the budget; the KV pool they leave does not hold one request of the context
-    ("h100-pcie", None, "the KV pool the weights leave ({pool} per GPU) holds 9,024 tokens of one request, not 32,768; "
-                        "vllm says: To serve at least one request"),
+    ("h100-sxm", 0.5, 32768, "weights 72.7 GB per GPU > the {budget} vllm budgets of the h100-sxm's {card}; vllm says: "),
+    # the weights fit the budget; the KV pool left beside them does not hold one request of the context: 7.0 GB at
+    # 80 layers x 8 KV heads x 128 x 2 (K and V) x 1 byte (fp8) = 163,840 bytes a token holds 42,432 tokens (16-token
+    # blocks)
+    ("h100-pcie", None, 65536, "the KV pool left beside the weights ({pool} per GPU) holds 42,432 tokens of one "
+                               "request, not 65,536; vllm says: To serve at least one request"),
 ])
-def test_an_engine_refusal_says_what_does_not_fit_then_the_engine(gpu, utilization, cause):
+def test_an_engine_refusal_says_what_does_not_fit_then_the_engine(gpu, utilization, context, cause):
     from planner.estimator.engines import EngineSettings
     from planner.estimator.engines.need import engine_need
     from planner.estimator.memory import GpuTarget, Request
@@ -367,11 +369,13 @@ def test_an_engine_refusal_says_what_does_not_fit_then_the_engine(gpu, utilizati
     card = CATALOG.gpus.get(gpu)
     from planner.model.sources import resolve_model
 
-    need = engine_need(resolve_model(CATALOG, "llama-3.3-70b"), Request(context=32768, precision="fp8", kv_dtype="fp8"),
+    need = engine_need(resolve_model(CATALOG, "llama-3.3-70b"), Request(context=context, precision="fp8", kv_dtype="fp8"),
                        EngineSettings("vllm", gpu_memory_utilization=utilization), GpuTarget.from_catalog(card), CATALOG)
-    reason = engine_refusal_reason(need, card, 32768)
+    reason = engine_refusal_reason(need, card, context)
     budget = need.budget
     assert reason.startswith(cause.format(budget=f"{budget.budget_bytes / 1e9:.1f} GB",
                                           card=f"{card.memory_bytes / 1e9:.1f} GB",
                                           pool=f"{budget.kv_pool_bytes / 1e9:.1f} GB"))
     assert reason.endswith(need.reason)  # the engine's own words, second
+    if budget.max_context_that_fits:
+        assert budget.kv_pool_bytes // (80 * 8 * 128 * 2) // 16 * 16 == budget.max_context_that_fits == 42_432

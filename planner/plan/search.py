@@ -383,7 +383,10 @@ def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates
             configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency, need.budget.settings)
             return Candidate(gpu, configuration, min(need.used_bytes, card))
         configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
-        return configuration, max(need.used_bytes, card + 1), engine_refusal_reason(need, gpu, context)
+        # at least the weights: an engine's count of what it uses stops at the card when they alone outgrow it, and
+        # the closest miss (Rejection.overshoot) is then the configuration with the least to hold
+        weights = need.budget.weights_bytes if need.budget else 0
+        return configuration, max(need.used_bytes, weights, card + 1), engine_refusal_reason(need, gpu, context)
     configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
     est = estimates.get(key)
     if est is None:
@@ -408,7 +411,7 @@ def engine_refusal_reason(need: EngineNeed, gpu: Gpu, context: int) -> str:
         cause = (f"weights {_gb(weights)} per GPU > the {_gb(share)} {engine} budgets of the "
                  f"{gpu.name}'s {_gb(gpu.memory_bytes)}")
     elif budget.max_context_that_fits:
-        cause = (f"the KV pool the weights leave ({_gb(budget.kv_pool_bytes)} per GPU) holds "
+        cause = (f"the KV pool left beside the weights ({_gb(budget.kv_pool_bytes)} per GPU) holds "
                  f"{budget.max_context_that_fits:,} tokens of one request, not {context:,}")
     else:
         cause = (f"the weights ({_gb(weights)} per GPU) and {engine}'s runtime leave no KV pool in the "
