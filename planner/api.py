@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.performance import PerformanceCatalog
     from planner.plan.deadline import CommandStart, Deadline
     from planner.plan.fleet import FleetPlan
-    from planner.plan.review import Review
+    from planner.plan.review import FleetReview, Review
     from planner.plan.solver import PlanOption
     from planner.render.export import ExportPlan
     from planner.plan.scenario import Scenario
@@ -198,6 +198,17 @@ def review(scenario: str | Path | dict[str, Any] | Scenario, *, progress: Callab
     loaded = _scenario(scenario)
     deadline = _deadline(loaded, time_limit_s, started)
     return review_scenario(loaded, catalog or load_catalog(), progress, deadline)
+
+
+def review_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float | None = None,
+                 catalog: Catalog | None = None, started: CommandStart | None = None) -> FleetReview:
+    """A fleet plan with its cost against the demand, the prices of the GPU types it rents and the catalogs' sizes
+    (`planner report` of a scenario with traffic), all of it within `time_limit_s` (default: the scenario's
+    solver.time_limit_s)."""
+    from planner.plan.review import review_fleet as review_the_fleet
+
+    loaded = _scenario(scenario)
+    return review_the_fleet(loaded, catalog or load_catalog(), _deadline(loaded, time_limit_s, started))
 
 
 def export_plans(path: str | Path, *, plan_index: int = 0, assignment: int | None = None,
@@ -390,7 +401,7 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
             raise PlannerInputError(f"result: {run.label} measured none of mean TPOT, mean TTFT or output throughput")
         out.append(CheckedRun(run.label, spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.engine, measured,
                               {m: replayed[m] for m in measured}, spec.slo,
-                              slo_verdicts(run, spec.slo) if spec.slo else (), load_check(run, spec.rate_per_replica)))
+                              slo_verdicts(run, spec.slo) if spec.slo else (), load_check(run, spec.planned_rps)))
     return tuple(out)
 
 
@@ -533,17 +544,21 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp)
 
 
-def simulate(source: str | Path | Scenario, *, duration_s: float = 600.0, rate: float | None = None,
+def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, rate: float | None = None,
              arrivals: str = "poisson", seed: int = 0, catalog: Catalog | None = None) -> tuple[ReplicaSimulation, ...]:
     """Simulate a fleet's replicas: a scenario (a file or loaded: solved first, its replicas timed as the solve sized
-    them, with its calibration where it applies) or PLAN.json; `rate`: requests/s at each replica (default: the
-    scenario's demand split over the replicas by capacity; for a plan file, each replica's planned capacity);
-    `arrivals`: poisson or a JSONL trace (then its requests, not the rate)."""
+    them, with its calibration where it applies) or PLAN.json, for `duration_s` of arrivals (default
+    planner.plan.loads.SIMULATED_S, the run a fleet plan makes of its expected load); `rate`: requests/s at each
+    replica (default: the load the fleet expects of each replica, its bucket's demand split over the replicas by
+    capacity, from the scenario's fleet or as the plan file carries it); `arrivals`: poisson or a JSONL trace (then
+    its requests, not the rate)."""
     from planner.api_records import ReplicaSimulation
     from planner.estimator.simulate import poisson_arrivals, read_trace, simulate as run
     from planner.estimator.performance import Workload, replica_timer
+    from planner.plan.loads import SIMULATED_S
 
     catalog = catalog or load_catalog()
+    duration_s = SIMULATED_S if duration_s is None else duration_s
     if duration_s <= 0:
         raise PlannerInputError(f"--duration: {duration_s} must be above 0 seconds")
     if rate is not None and rate <= 0:
@@ -578,22 +593,20 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
     specs = []
     for a in plan.assignments:
         w = by_name[a.workload]
-        bucket = w.buckets[a.bucket]
-        served = sum(x.replicas * x.config.capacity_rps for x in plan.assignments
-                     if x.workload == a.workload and x.bucket == a.bucket)
-        share = a.replicas * a.config.capacity_rps / served
         c = a.config.candidate
         specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
-                                  a.config.scheduler, a.replicas, bucket.prompt_tokens, bucket.output_tokens,
-                                  bucket.requests_per_s * share / a.replicas, share, w.performance(c.gpu.generation),
-                                  w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None))
+                                  a.config.scheduler, a.replicas, a.config.shape.prompt_tokens,
+                                  a.config.shape.output_tokens, a.expected_rps_per_replica, a.demand_share,
+                                  w.performance(c.gpu.generation),
+                                  w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None,
+                                  planned_rps=a.config.capacity_rps))
     return specs
 
 
 def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
     """The replicas of a fleet plan written by `planner solve --format json` (planner.plan.planfile checks the
-    file and re-checks each configuration); each assignment's request shape and planned capacity come from
-    its row, and the planned capacity is the rate it is simulated at."""
+    file and re-checks each configuration); each assignment's request shape and expected load come from its row,
+    as the fleet wrote them (the same figures a simulation of its scenario runs at)."""
     from planner.api_records import ReplicaSpec
     from planner.estimator.capacity import Scheduler, Slo
     from planner.estimator.engines import EngineSettings, engine_budget
@@ -606,8 +619,9 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         if not isinstance(row, FleetAssignment):
             raise PlannerInputError(f"{path}: a single-configuration plan carries no traffic to simulate; "
                                     "pass a fleet plan or its scenario")
-        prompt, output, capacity = row.prompt_tokens, row.output_tokens, row.capacity_rps_per_replica
-        for key, value in (("prompt_tokens", prompt), ("output_tokens", output), ("capacity_rps_per_replica", capacity)):
+        prompt, output, rate, share = row.prompt_tokens, row.output_tokens, row.expected_rps_per_replica, row.demand_share
+        for key, value in (("prompt_tokens", prompt), ("output_tokens", output), ("expected_rps_per_replica", rate),
+                           ("demand_share", share), ("capacity_rps_per_replica", row.capacity_rps_per_replica)):
             if value is None:
                 raise PlannerInputError(f"{path}: assignments[{i}].{key} is missing; write the plan again with this "
                                         "planner or simulate its scenario")
@@ -623,7 +637,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         slo = None if row.slo is None else Slo(row.slo.ttft_s, row.slo.tpot_s, row.slo.percentile)
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
                                   engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
-                                  capacity, 1.0, slo=slo))
+                                  rate, share, slo=slo, planned_rps=row.capacity_rps_per_replica))
     return specs
 
 

@@ -158,6 +158,7 @@ class ReplicaSpec:
     performance: PerformanceCatalog | None = None  # the speed model's constants (None: the catalog's)
     speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
     slo: Slo | None = None  # a plan file's: its workload's SLO (None: the file carries none)
+    planned_rps: float | None = None  # the capacity the plan sized each replica for (at the SLO x utilisation)
 
 
 @dataclass(frozen=True)

@@ -389,8 +389,8 @@ def report(
     calibration: Optional[str] = SCENARIO_CALIBRATION,
 ) -> None:
     """A review page: the plan, alternatives, memory charts, cost curves, provider prices and the inputs."""
-    from planner.render.html import CHARTS_S, fleet_html, review_html
-    from planner.render.markdown import fleet_markdown, review_markdown
+    from planner.render.html import CHARTS_S, fleet_review_html, review_html
+    from planner.render.markdown import fleet_review_markdown, review_markdown
 
     suffix = Path(output).suffix.lower()
     if suffix not in (".html", ".htm", ".md"):
@@ -403,10 +403,11 @@ def report(
     if calibration is not None:  # the inputs as the plan was made: the file in place of calibration:
         text += f"\n# planner report --calibration {calibration} (in place of calibration:)\n"
     if loaded.is_fleet:
-        plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=started)
+        fleet = api.review_fleet(loaded, time_limit_s=time_limit, started=started)
         name = loaded.name or "fleet"
-        write_output(output, fleet_markdown(name, plan) if suffix == ".md" else fleet_html(name, plan, text))
-        _print_lines([f"speed: {line}" for line in plan.speed] + [f"wrote {output}"])
+        write_output(output, fleet_review_markdown(name, fleet, text) if suffix == ".md"
+                     else fleet_review_html(name, fleet, text))
+        _print_lines([f"speed: {line}" for line in fleet.plan.speed] + [f"wrote {output}"])
         return
     if quiet:
         review = api.review(loaded, time_limit_s=time_limit, started=started)
@@ -895,16 +896,15 @@ def simulate_command(
                                 "its scenario with --calibration FILE, or re-plan it: planner check PLAN.json RESULT... "
                                 "--replan SCENARIO")
     runs = api.simulate(source if plan_file else api.load_scenario(source, calibration=calibration),
-                        duration_s=600.0 if duration is None else duration, rate=rate, arrivals=arrivals or "poisson",
-                        seed=seed)
+                        duration_s=duration, rate=rate, arrivals=arrivals or "poisson", seed=seed)
     if output_format is OutputFormat.json:
         _echo(json.dumps([asdict(r) for r in runs], indent=2))
         return
     lines: list[str] = []
     for r in runs:
         x = r.result
-        lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.share:.0%} of its traffic, "
-                     f"{r.rate_per_replica:.2f} req/s per replica of {r.prompt_tokens:,} + {r.output_tokens:,} tokens")
+        lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.rate_per_replica:.2f} "
+                     f"req/s per replica, {r.share:.0%} of its {r.prompt_tokens:,} + {r.output_tokens:,}-token requests")
         if r.speed is not None:
             lines.append(f"  speed: {r.speed}")
         for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):

@@ -167,24 +167,45 @@ pricing: {providers: [runpod, lambda]}
 """
 
 
-def test_a_fleet_plan_file_simulates_at_its_planned_capacity(tmp_path):
+def test_a_fleet_plan_file_and_its_scenario_simulate_the_same_expected_load(tmp_path):
+    # issue 24: the plan file was simulated at each replica's planned capacity (1.40 req/s), the scenario at its share
+    # of the demand (0.75), both "100% of its traffic"
     (tmp_path / "small.yaml").write_text(SMALL_FLEET)
     solved = _cli("solve", "small.yaml", "--format", "json", "-o", "plan.json", cwd=tmp_path)
     assert solved.returncode == 0, solved.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
-    proc = _cli("simulate", "plan.json", "--duration", "60", "--format", "json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    runs = json.loads(proc.stdout)
-    assert len(runs) == len(plan["assignments"])
-    for run, row in zip(runs, plan["assignments"]):
-        assert run["rate_per_replica"] == row["capacity_rps_per_replica"]
-        assert (run["prompt_tokens"], run["output_tokens"]) == (1000, 200)
-        assert run["result"]["completed"] > 0
-    for row in plan["assignments"]:
-        del row["prompt_tokens"]
+    (row,) = plan["assignments"]
+    # 2 req/s over its replicas, each below the capacity it was planned for
+    assert row["demand_share"] == 1.0 and row["expected_rps_per_replica"] == pytest.approx(2 / row["replicas"])
+    assert row["expected_rps_per_replica"] < row["capacity_rps_per_replica"]
+    runs = {}
+    for source in ("plan.json", "small.yaml"):
+        proc = _cli("simulate", source, "--duration", "60", "--format", "json", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        (runs[source],) = json.loads(proc.stdout)
+    for run in runs.values():
+        assert run["rate_per_replica"] == pytest.approx(2 / row["replicas"], rel=1e-4) and run["share"] == 1.0
+        assert (run["prompt_tokens"], run["output_tokens"]) == (1000, 200) and run["result"]["completed"] > 0
+    assert runs["plan.json"]["result"] == runs["small.yaml"]["result"]  # the same arrivals (seed 0) on the same replica
+    del row["prompt_tokens"]
     (tmp_path / "old.json").write_text(json.dumps(plan))
     broken = _cli("simulate", "old.json", cwd=tmp_path)
     assert broken.returncode == 2 and "prompt_tokens" in broken.stderr and broken.stderr.count("\n") == 1
+
+
+def test_the_expected_load_splits_a_buckets_demand_by_capacity():
+    from types import SimpleNamespace
+
+    from planner.plan.fleet import _expected_loads
+    from planner.plan.serving import Bucket, FleetWorkload
+
+    chat = FleetWorkload("chat", None, (Bucket(1.5, 1000, 200), Bucket(5.0, 100, 20)))
+    big, small = SimpleNamespace(capacity_rps=1.4), SimpleNamespace(capacity_rps=0.6)
+    loads = _expected_loads((chat,), [("chat", 0, big, 2), ("chat", 0, small, 1), ("chat", 1, small, 4)])
+    # bucket 0: capacity 2 x 1.4 + 1 x 0.6 = 3.4 req/s for 1.5 req/s: shares 2.8 / 3.4 and 0.6 / 3.4, each replica
+    # at 1.5 / 3.4 = 44% of its capacity; bucket 1: 5 req/s beyond its 4 x 0.6 = 2.4, so each replica at capacity
+    assert loads == [pytest.approx((2.8 / 3.4, 1.5 * 2.8 / 3.4 / 2)), pytest.approx((0.6 / 3.4, 1.5 * 0.6 / 3.4)),
+                     pytest.approx((1.0, 0.6))]
 
 
 def test_the_step_mix_fixed_point_is_found_where_the_secant_swings_past_a_dip():

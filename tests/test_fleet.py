@@ -13,6 +13,7 @@ from planner.catalog.load import load_catalog
 from planner.plan.fleet import FleetProblem, Pool, Quota, _fits_pool, fleet_problem, plan_fleet
 from planner.plan.serving import CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, Slo, serving_configs
 from planner.errors import PlannerInputError
+from planner.plan.deadline import Deadline, OutOfTime
 from planner.plan.scenario import load_scenario, parse_scenario
 
 CATALOG = load_catalog()
@@ -169,9 +170,27 @@ def test_traffic_errors_name_the_problem(data, needle):
 def test_a_search_cut_short_by_the_time_limit_is_not_called_infeasible():
     problem = fleet_problem(load_scenario(Path(__file__).parents[1] / "scenarios" / "multi-model-fleet.yaml"), CATALOG,
                             time_limit_s=1e-6)
-    plan = plan_fleet(problem, CATALOG, explain=False)
-    assert plan.status == "UNKNOWN" and plan.usd_per_hour is None
-    assert len(plan.unmet) == 1 and "time limit" in plan.unmet[0] and "raise --time-limit" in plan.unmet[0]
+    with pytest.raises(OutOfTime, match=r"1e-06 s time limit .* after sizing the replicas of 0 of 3 workloads, before "
+                                        r"any fleet was found; raise --time-limit"):
+        plan_fleet(problem, CATALOG, explain=False)
+
+
+class _NoTimeForCpSat(Deadline):
+    """A deadline the serving configurations fit in but CP-SAT gets no time of."""
+
+    def expired(self) -> bool:
+        return False
+
+    def remaining_s(self) -> float:
+        return 0.0
+
+
+def test_cp_sat_cut_short_before_any_fleet_is_out_of_time_not_infeasible():
+    w = workload(space=space(gpus=("l40s",)))
+    configs = len(serving_configs(w, CATALOG))
+    with pytest.raises(OutOfTime, match=rf"after CP-SAT's search of {configs} serving configurations, before any "
+                                        "fleet was found"):
+        plan_fleet(FleetProblem((w,)), CATALOG, explain=False, deadline=_NoTimeForCpSat(1.0, 0.0))
 
 
 def test_unmet_demand_is_explained_at_demands_that_would_overflow_a_weighted_objective():
@@ -253,3 +272,110 @@ def test_a_fleet_costs_per_million_input_output_and_blended_tokens_at_its_demand
     assert (f"${costs.usd_per_million_input_tokens:,.3f} input, ${costs.usd_per_million_output_tokens:,.3f} output, "
             f"${costs.usd_per_million_tokens:,.3f} blended") in line
     assert f"**{line}**" in fleet_markdown("x", plan)
+
+
+CHAT_70B = Path(__file__).parents[1] / "scenarios" / "70b-chat.yaml"
+
+
+def test_a_fleet_row_labels_each_figure_by_its_load():
+    """issue 24: TTFT, TPOT and running were at the SLO limit, req/s at the utilisation ceiling, and the real load
+    (the demand per replica) was nowhere; now one replica is given at each load, named."""
+    from planner import api
+    from planner.render.markdown import fleet_markdown
+    from planner.render.records import assignment_row
+
+    problem = fleet_problem(load_scenario(CHAT_70B), CATALOG)
+    plan = plan_fleet(problem, CATALOG)
+    (a,) = plan.assignments
+    loads, w = a.loads, problem.workloads[0]
+    # at the SLO limit: the capacity search's steady state, TPOT at its limit (mean: the SLO names no percentile)
+    assert loads.statistic == "mean" and loads.slo_limit.requests_per_s == a.config.performance.requests_per_s
+    assert loads.slo_limit.tpot_s == pytest.approx(w.slo.tpot_s, rel=0.01) and loads.slo_limit.ttft_s <= w.slo.ttft_s
+    # planned: 70% of it (workload.utilisation 0.7); expected: 3 req/s over the 4 replicas
+    assert loads.planned.requests_per_s == pytest.approx(0.7 * loads.slo_limit.requests_per_s) == a.config.capacity_rps
+    assert a.replicas == 4 and loads.expected.requests_per_s == a.expected_rps_per_replica == pytest.approx(3 / 4)
+    # less load, fewer requests running, a shorter TPOT
+    assert loads.expected.running < loads.planned.running < loads.slo_limit.running
+    assert loads.expected.tpot_s < loads.planned.tpot_s < loads.slo_limit.tpot_s
+    # the simulator at the expected load: the run `planner simulate SCENARIO` makes (600 s, seed 0)
+    (run,) = api.simulate(CHAT_70B, catalog=CATALOG)
+    assert loads.simulated.ttft_s == run.result.ttft_s and loads.simulated.tpot_s == run.result.tpot_s
+    assert loads.simulated.requests == run.result.completed
+    row = assignment_row(a)
+    assert row["slo_limit_tpot_s"] == round(loads.slo_limit.tpot_s, 5) and row["expected_rps_per_replica"] == 0.75
+    assert row["simulated_tpot_p50_s"] == round(run.result.tpot_s.p50, 5) and "tpot_s" not in row
+    text = fleet_markdown("70b-chat", plan)
+    for level in ("at the SLO limit (mean)", "planned: 70% of the limit (mean)", "expected: the demand (mean)",
+                  "expected, simulated p50", "expected, simulated p99"):
+        assert f"| {level} |" in text
+    assert f"| expected, simulated p50 | 0.75 | - | {run.result.ttft_s.p50:.3f} | {run.result.tpot_s.p50 * 1000:.1f} |" in text
+
+
+def test_an_expected_load_too_large_to_simulate_says_so(monkeypatch):
+    from planner.plan import loads
+    from planner.render.summary import not_simulated_lines
+
+    plan = plan_fleet(fleet_problem(load_scenario(CHAT_70B), CATALOG), CATALOG)
+    (a,) = plan.assignments
+    # 0.75 req/s x 600 s x 400 output tokens over its 10.5 requests running: about 17,000 steps
+    steps = 0.75 * 600 * 400 / a.loads.expected.running
+    assert a.loads.simulated is not None and 16_000 < steps < 18_000
+    monkeypatch.setattr(loads, "MOST_SIMULATED_STEPS", 10_000)
+    plan = plan_fleet(fleet_problem(load_scenario(CHAT_70B), CATALOG), CATALOG)
+    (a,) = plan.assignments
+    assert a.loads.simulated is None and a.loads.expected.requests_per_s == pytest.approx(0.75)
+    assert not_simulated_lines(plan) == [f"70b-chat: 1 x gh200: expected load not simulated: about {steps:,.0f} engine "
+                                         "steps in 600 s, more than the 10,000 a plan simulates; run `planner simulate`"]
+
+
+def test_binding_lines_only_where_the_cost_moves():
+    # 2 req/s of 500 + 100 tokens is one L40S at a loose SLO and at one 20% tighter: the SLO binds nothing
+    loose = {**FLEET_8B, "workload": {**FLEET_8B["workload"], "slo": {"ttft_s": 20.0, "tpot_s": 0.5}}}
+    plan = plan_fleet(fleet_problem(parse_scenario(loose), CATALOG), CATALOG)
+    assert plan.usd_per_hour is not None and plan.binding == ()
+    tight = {**FLEET_8B, "workload": {**FLEET_8B["workload"], "slo": {"ttft_s": 2.0, "tpot_s": 0.05}}}
+    plan = plan_fleet(fleet_problem(parse_scenario(tight), CATALOG), CATALOG)
+    for line in plan.binding:
+        assert "$+0.00" not in line and "$0.00" not in line
+
+
+def test_a_left_out_gpu_names_the_cause_before_the_engines_words():
+    """issue 24: an L40 was left out with vLLM's advice to raise gpu_memory_utilization, though Llama 3.3 70B's fp8
+    weights alone (72.7 GB on one GPU) do not fit its 48.3 GB."""
+    plan = plan_fleet(fleet_problem(load_scenario(CHAT_70B), CATALOG), CATALOG)
+    (l40,) = [line for line in plan.left_out if ": l40 " in line]
+    weights = CATALOG.models.get("llama-3.3-70b").params  # fp8: one byte a parameter, plus the bf16 embeddings
+    assert weights / 1e9 < 72.7 < 1.05 * weights / 1e9
+    assert l40.endswith("1 GPU(s) per replica: weights 72.7 GB per GPU > the l40's "
+                        f"{CATALOG.gpus.get('l40').memory_bytes / 1e9:.1f} GB")
+    assert "gpu_memory_utilization" not in " ".join(plan.left_out)
+
+
+@pytest.mark.parametrize("gpu, utilization, context, cause", [
+    # the weights fit the card, not the share vLLM budgets of it: raising gpu_memory_utilization is the fix it names
+    ("h100-sxm", 0.5, 32768, "weights 72.7 GB per GPU > the {budget} vllm budgets of the h100-sxm's {card}; vllm says: "),
+    # the weights fit the budget; the KV pool left beside them does not hold one request of the context: 7.0 GB at
+    # 80 layers x 8 KV heads x 128 x 2 (K and V) x 1 byte (fp8) = 163,840 bytes a token holds 42,432 tokens (16-token
+    # blocks)
+    ("h100-pcie", None, 65536, "the KV pool left beside the weights ({pool} per GPU) holds 42,432 tokens of one "
+                               "request, not 65,536; vllm says: To serve at least one request"),
+])
+def test_an_engine_refusal_says_what_does_not_fit_then_the_engine(gpu, utilization, context, cause):
+    from planner.estimator.engines import EngineSettings
+    from planner.estimator.engines.need import engine_need
+    from planner.estimator.memory import GpuTarget, Request
+    from planner.plan.search import engine_refusal_reason
+
+    card = CATALOG.gpus.get(gpu)
+    from planner.model.sources import resolve_model
+
+    need = engine_need(resolve_model(CATALOG, "llama-3.3-70b"), Request(context=context, precision="fp8", kv_dtype="fp8"),
+                       EngineSettings("vllm", gpu_memory_utilization=utilization), GpuTarget.from_catalog(card), CATALOG)
+    reason = engine_refusal_reason(need, card, context)
+    budget = need.budget
+    assert reason.startswith(cause.format(budget=f"{budget.budget_bytes / 1e9:.1f} GB",
+                                          card=f"{card.memory_bytes / 1e9:.1f} GB",
+                                          pool=f"{budget.kv_pool_bytes / 1e9:.1f} GB"))
+    assert reason.endswith(need.reason)  # the engine's own words, second
+    if budget.max_context_that_fits:
+        assert budget.kv_pool_bytes // (80 * 8 * 128 * 2) // 16 * 16 == budget.max_context_that_fits == 42_432

@@ -590,6 +590,16 @@ def test_a_search_cut_short_before_anything_fits_is_one_line(tmp_path):
                    "0.01 s time limit (--time-limit", "configurations checked", "narrow search.gpus")
 
 
+@pytest.mark.parametrize("scenario, before", [("deepseek-v3-multinode.yaml", "before any plan was found"),
+                                               ("70b-chat.yaml", "before any fleet was found")])
+def test_a_fleet_cut_short_exits_as_a_single_plan_cut_short_does(scenario, before):
+    # issue 24: a fleet cut short by the time limit exited 0 with status UNKNOWN, a single configuration exited 2
+    outcome = fuzz.invoke_cli(["solve", str(Path(__file__).parents[1] / "scenarios" / scenario), "--time-limit", "0.05"])
+    assert outcome.stdout == ""
+    one_error_line(outcome, "0.05 s time limit (--time-limit, solver.time_limit_s) ran out after", before,
+                   "raise --time-limit or narrow")
+
+
 def test_compare_honours_its_time_limit():
     # was 80 s: `planner compare deepseek-v3 --max-gpus 1024 --context 100000000`
     outcome = fuzz.invoke_cli(["compare", "deepseek-v3", "--max-gpus", "1024", "--context", "100000000",
@@ -605,11 +615,10 @@ def test_a_fleet_of_the_most_workloads_stops_at_its_time_limit(tmp_path):
     scenario = tmp_path / "fleet.yaml"
     scenario.write_text(json.dumps({"name": "fleet-200", "workloads": workloads}))
     outcome = fuzz.invoke_cli(["solve", str(scenario), "--time-limit", "0.2", "--format", "json"])
-    assert outcome.code == 0, outcome.stderr  # cut short, not proven infeasible: the form of finding 2
-    plan = json.loads(outcome.stdout)
-    assert plan["status"] == "UNKNOWN" and plan["usd_per_hour"] is None
-    (why,) = plan["unmet"]
-    assert "0.2 s time limit (--time-limit" in why and "before any fleet was found" in why and "workloads" in why
+    # cut short, not proven infeasible: one line and exit 2, as a single-configuration plan cut short before any
+    # plan was found (test_a_search_cut_short_before_anything_fits_is_one_line); no JSON of a plan that is not there
+    assert outcome.stdout == ""
+    one_error_line(outcome, "0.2 s time limit (--time-limit", "before any fleet was found", "workloads")
 
 
 def test_explanations_the_deadline_leaves_no_time_for_say_so(catalog):
@@ -729,11 +738,12 @@ def test_report_shares_its_time_limit_and_says_which_points_it_left_out(tmp_path
         assert "BEST FOUND, not proven" in page
         assert "cut short: the 0.01 s time limit (--time-limit, solver.time_limit_s) ran out before 37 of 37 " in page
         assert "context 1, 2, 4," in page and "concurrency 1, 2, 4," in page
-    # a fleet's report and a plan nothing fits in time: the fleet's own words, and one line with exit 2
+    # a fleet and a plan nothing fits in time: one line with exit 2 each, and no page
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(json.dumps(FLEET))
-    assert fuzz.invoke_cli(["report", str(fleet), "-o", str(tmp_path / "f.md"), "--time-limit", "0.01"]).code == 0
-    assert "0.01 s time limit" in (tmp_path / "f.md").read_text()
+    one_error_line(fuzz.invoke_cli(["report", str(fleet), "-o", str(tmp_path / "f.md"), "--time-limit", "0.01"]),
+                   "0.01 s time limit (--time-limit", "before any fleet was found")
+    assert not (tmp_path / "f.md").exists()
     one_error_line(fuzz.invoke_cli(["report", str(SCENARIO), "-o", str(tmp_path / "b.md"), "--time-limit", "0.01"]),
                    "0.01 s time limit (--time-limit", "before any plan was found")
 

@@ -162,17 +162,25 @@ class _Request:
             self.since = step
 
 
+def run_too_large(rate: float, duration_s: float, shape: Workload) -> str | None:
+    """Why `rate` requests/s of `shape` for `duration_s` is more than one run may ask for (MAX_REQUESTS,
+    MAX_OUTPUT_TOKENS), from the run's mean count before drawing it; None when it is not."""
+    expected = rate * duration_s
+    if expected > MAX_REQUESTS or expected * shape.output_tokens > MAX_OUTPUT_TOKENS:
+        return (f"{rate:g} requests/s for {duration_s:g} s of {shape.output_tokens:,}-token replies is more than a "
+                f"simulated run holds ({MAX_REQUESTS:,} requests, {MAX_OUTPUT_TOKENS:,} output tokens)")
+    return None
+
+
 def poisson_arrivals(rate: float, duration_s: float, shape: Workload, seed: int = 0) -> list[Arrival]:
     """Arrivals at `rate` requests/s for `duration_s`: exponential gaps, every request of `shape`."""
     if not (isfinite(rate) and rate > 0):
         raise PlannerInputError(f"--rate: {rate} must be a number of requests/s above 0")
     if not (isfinite(duration_s) and duration_s > 0):
         raise PlannerInputError(f"--duration: {duration_s} must be a number of seconds above 0")
-    expected = rate * duration_s  # the run's mean count, checked before drawing it
-    if expected > MAX_REQUESTS or expected * shape.output_tokens > MAX_OUTPUT_TOKENS:
-        raise PlannerInputError(f"--duration / --rate: {rate:g} requests/s for {duration_s:g} s of "
-                                f"{shape.output_tokens:,}-token replies is more than a simulated run holds ({MAX_REQUESTS:,} "
-                                f"requests, {MAX_OUTPUT_TOKENS:,} output tokens); shorten --duration or lower --rate")
+    too_large = run_too_large(rate, duration_s, shape)
+    if too_large:
+        raise PlannerInputError(f"--duration / --rate: {too_large}; shorten --duration or lower --rate")
     rng = random.Random(seed)
     out, t = [], rng.expovariate(rate)
     while t < duration_s:

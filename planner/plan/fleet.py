@@ -33,6 +33,7 @@ from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
 from planner.plan.deadline import Deadline, OutOfTime
+from planner.plan.loads import ReplicaLoads, replica_loads
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import QuotaSpec, Scenario
 from planner.plan.search import build_search_space, recheck
@@ -92,11 +93,36 @@ class Assignment:
     pool: Pool
     replicas: int
     memory: MemoryEstimate  # the estimator's re-check on the GPU
+    # the load it is expected to carry (_expected_loads): its share of its bucket's demand, and the requests/s
+    # that puts on each of its replicas
+    demand_share: float
+    expected_rps_per_replica: float
     slo: Slo = Slo()  # the workload's, as the scenario states it: what a plan file carries for `planner check`
+    loads: ReplicaLoads | None = None  # one replica at the SLO limit, planned and expected (plan_fleet)
 
     @property
     def configuration(self) -> Configuration:
         return self.config.candidate.configuration
+
+
+def _expected_loads(workloads: tuple[FleetWorkload, ...],
+                   placed: list[tuple[str, int, ServingConfig, int]]) -> list[tuple[float, float]]:
+    """The load each (workload, bucket, config, replicas) placement of a fleet expects, as (share of its bucket's
+    demand, requests/s per replica): the bucket's demand, up to the capacity its replicas were planned for (less when
+    some is unmet), split over its replicas in proportion to their capacity, so every replica runs as near its
+    utilisation ceiling as the others. The one rule for the expected load: the plan prints it, its JSON carries it,
+    and `planner simulate` runs it from the scenario or the plan file."""
+    by_name = {w.name: w for w in workloads}
+    capacity: dict[tuple[str, int], float] = {}
+    for workload, bucket, config, replicas in placed:
+        capacity[workload, bucket] = capacity.get((workload, bucket), 0.0) + replicas * config.capacity_rps
+    out = []
+    for workload, bucket, config, replicas in placed:
+        total = capacity[workload, bucket]
+        share = replicas * config.capacity_rps / total
+        served = min(by_name[workload].buckets[bucket].requests_per_s, total)
+        out.append((share, served * share / replicas))
+    return out
 
 
 @dataclass(frozen=True)
@@ -259,32 +285,33 @@ def plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool = True,
                cache: ServingCache | None = None, deadline: Deadline | None = None) -> FleetPlan:
     """The cheapest fleet; `explain`: which limits bind (re-solves); `cache`: serving configurations to share
     with the caller (e.g. to price the same configurations another way); `deadline`: the command's, which the
-    explanations' re-solves share (by default problem.time_limit_s from now)."""
-    return _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog),
-                       deadline or Deadline.start(problem.time_limit_s))
+    explanations' re-solves share (by default problem.time_limit_s from now). Raises OutOfTime when the deadline
+    ends the work before any fleet is found: cut short, not proven infeasible, which a command then says as a
+    single-configuration plan does (one line, exit 2); a fleet found but not proven cheapest is FEASIBLE."""
+    deadline = deadline or Deadline.start(problem.time_limit_s)
+    plan = _plan_fleet(problem, catalog, explain, cache or ServingCache(catalog), deadline)
+    by_name = {w.name: w for w in problem.workloads}
+    # the expected load through the simulator only when the plan is explained: a caller that only wants the cost
+    # (a what-if row, `planner simulate`, which runs it itself) does not wait for it
+    return replace(plan, assignments=tuple(
+        replace(a, loads=replica_loads(a.config, by_name[a.workload], a.expected_rps_per_replica, deadline, explain))
+        for a in plan.assignments))
 
 
 def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: ServingCache,
                 deadline: Deadline) -> FleetPlan:
     started = time.perf_counter()
     configs = []
-    try:
-        for done, w in enumerate(problem.workloads):
-            if deadline.expired():
-                raise fleet_out_of_time(deadline, f"sizing the replicas of {done} of {len(problem.workloads)} workloads")
-            configs += cache.configs(w, deadline)
-    except OutOfTime as exc:  # cut short, not proven infeasible: said as when CP-SAT runs out of time
-        return FleetPlan(UNKNOWN, 0.0, time.perf_counter() - started, None, None, (), (), (str(exc),), (), len(configs),
-                         0, time.perf_counter() - started)
+    for done, w in enumerate(problem.workloads):
+        if deadline.expired():
+            raise fleet_out_of_time(deadline, f"sizing the replicas of {done} of {len(problem.workloads)} workloads")
+        configs += cache.configs(w, deadline)
     candidate_seconds = time.perf_counter() - started
     pools = list(dict.fromkeys(Pool(o, m) for w in problem.workloads for o, m in w.space.offers))
     built = _build(problem, configs, pools, allow_unmet=False)
     solver, status = _solve(built, deadline.remaining_s())
     if status_name(status) == UNKNOWN:  # the time limit ended the search before any fleet was found
-        why = (f"no fleet found within the time limit ({deadline.limit_s:g} s); the search was cut short, "
-               "not proven infeasible: raise --time-limit (or solver.time_limit_s)")
-        return FleetPlan(UNKNOWN, 0.0, time.perf_counter() - started, None, None, (), (), (why,), (), len(configs),
-                         len(built.replicas) + len(built.instances), candidate_seconds)
+        raise fleet_out_of_time(deadline, f"CP-SAT's search of {len(configs):,} serving configurations")
     if not solved(status):
         plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status), deadline)
         return replace(plan, candidate_seconds=candidate_seconds)
@@ -368,16 +395,16 @@ def _why_not(workload: FleetWorkload, gpu: str, pools: list[Pool], cache: Servin
 def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, configs: list[ServingConfig],
           pools: list[Pool], catalog: Catalog, status: str, started: float, unmet: tuple[str, ...]) -> FleetPlan:
     by_name = {w.name: w for w in problem.workloads}
+    chosen = [(configs[ci], pools[pi], solver.value(var)) for (ci, pi), var in built.replicas.items()
+              if solver.value(var)]
+    loads = _expected_loads(problem.workloads, [(c.workload, c.bucket, c, n) for c, _, n in chosen])
     assignments = []
-    for (ci, pi), var in built.replicas.items():
-        n = solver.value(var)
-        if n:
-            config = configs[ci]
-            memory = recheck(config.candidate, by_name[config.workload].space, catalog)
-            if memory.gpu is None or not memory.gpu.fits:
-                raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
-            assignments.append(Assignment(config.workload, config.bucket, config, pools[pi], n, memory,
-                                          by_name[config.workload].slo))
+    for (config, pool, n), (share, rps) in zip(chosen, loads):
+        memory = recheck(config.candidate, by_name[config.workload].space, catalog)
+        if memory.gpu is None or not memory.gpu.fits:
+            raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
+        assignments.append(Assignment(config.workload, config.bucket, config, pool, n, memory, share, rps,
+                                      by_name[config.workload].slo))
     uses = []
     for pi, var in built.instances.items():
         if solver.value(var):
@@ -446,7 +473,7 @@ def _quota_full(quota: Quota, built: _Built, solver: cp_model.CpSolver, pools: l
 def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache,
              deadline: Deadline) -> tuple[str, ...]:
     """Which limits bind, and what one more unit of each would save (a re-solve per binding quota and SLO, each
-    within what is left of the deadline)."""
+    within what is left of the deadline); a limit whose change moves no cost is not listed."""
     out = []
     try:
         for i, quota in enumerate(problem.quotas):
@@ -458,7 +485,8 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: Se
             more[i] = replace(quota, max_gpus=quota.max_gpus + smallest)
             relaxed = _resolve(replace(problem, quotas=tuple(more)), catalog, cache, deadline)
             saving = (plan.usd_per_hour or 0) - (relaxed.usd_per_hour or plan.usd_per_hour or 0)
-            out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
+            if _moves(saving):
+                out.append(f"{quota.label} is used up ({used} GPUs): {smallest} more would save ${saving:,.2f}/hour")
         for w in problem.workloads:
             if w.slo.tpot_s or w.slo.ttft_s:
                 tighter = replace(w, slo=replace(w.slo, ttft_s=w.slo.ttft_s and w.slo.ttft_s * 0.8,
@@ -467,19 +495,24 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: Se
                 result = _resolve(variant, catalog, cache, deadline)
                 if result.usd_per_hour is None:
                     out.append(f"{w.name}: an SLO 20% tighter cannot be met with these pools")
-                else:
-                    out.append(f"{w.name}: an SLO 20% tighter costs "
-                               f"${result.usd_per_hour - (plan.usd_per_hour or 0):+,.2f}/hour")
+                elif _moves(change := result.usd_per_hour - (plan.usd_per_hour or 0)):
+                    out.append(f"{w.name}: an SLO 20% tighter costs ${change:+,.2f}/hour")
     except OutOfTime:
         out.append(f"(the {deadline.limit_s:g} s time limit ran out before every limit was explained; raise "
                    "--time-limit for the rest)")
     return tuple(out)
 
 
+def _moves(usd_per_hour: float) -> bool:
+    """A change of cost a binding line reports: one that prints as more than $0.00/hour (a limit that does not move
+    the cost does not bind)."""
+    return round(abs(usd_per_hour), 2) > 0
+
+
 def _resolve(problem: FleetProblem, catalog: Catalog, cache: ServingCache, deadline: Deadline) -> FleetPlan:
     """A variant solved within what is left of the deadline; OutOfTime when it cannot be solved in it."""
     result = _plan_fleet(problem, catalog, False, cache, deadline)
-    if result.status == UNKNOWN or deadline.expired():
+    if deadline.expired():
         raise fleet_out_of_time(deadline, "a variant")
     return result
 

@@ -120,13 +120,16 @@ class SloRecord(_Schema):
 
 
 class FleetAssignment(PlanRecord):
-    """An assignment of a "fleet" file, with the request shape and capacity its replicas were sized for (what
-    `planner simulate` replays) and its workload's SLO (what `planner check` holds runs to); optional, as deploying
-    needs none of them, and plans written before them lack them."""
+    """An assignment of a "fleet" file, with the request shape and capacity its replicas were sized for, the load
+    they are expected to carry (what `planner simulate` replays) and its workload's SLO (what `planner check` holds
+    runs to); optional, as deploying needs none of them, and plans written before them lack them."""
 
     prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     capacity_rps_per_replica: float | None = Field(default=None, gt=0, lt=1e9)
+    # the load the fleet expects of it (planner.plan.fleet: its bucket's demand split by capacity)
+    demand_share: float | None = Field(default=None, gt=0, le=1)
+    expected_rps_per_replica: float | None = Field(default=None, gt=0, lt=1e9)
     slo: SloRecord | None = None
 
 

@@ -16,7 +16,7 @@ from typing import Callable
 from planner.catalog.load import Catalog, Gpu, Offer, Precision, quality_at_least
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
-from planner.estimator.engines.need import Budgets, engine_need
+from planner.estimator.engines.need import Budgets, EngineNeed, engine_need
 from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.layout import node_gpus, searched_tensor_parallel_sizes
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
@@ -27,7 +27,7 @@ from planner.plan.configuration import SIMPLE_ENGINE, Configuration, ConfiguredB
 from planner.plan.deadline import NO_DEADLINE, Deadline
 from planner.plan.rental import Rental, rent
 from planner.plan.scenario import Scenario, model_reference
-from planner.units import format_bytes, parse_count
+from planner.units import format_bytes, gb, parse_count
 
 # The largest search space accepted (every value x every layout). Set when every configuration cost an estimate
 # (about 1-3 ms here); the search now estimates a few per group (bisection) and stops at the deadline, so this
@@ -383,7 +383,10 @@ def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates
             configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency, need.budget.settings)
             return Candidate(gpu, configuration, min(need.used_bytes, card))
         configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
-        return configuration, max(need.used_bytes, card + 1), need.reason or "does not fit"
+        # at least the weights: an engine's count of what it uses stops at the card when they alone outgrow it, and
+        # the closest miss (Rejection.overshoot) is then the configuration with the least to hold
+        weights = need.budget.weights_bytes if need.budget else 0
+        return configuration, max(need.used_bytes, weights, card + 1), engine_refusal_reason(need, gpu, context)
     configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
     est = estimates.get(key)
     if est is None:
@@ -392,6 +395,32 @@ def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates
     if fullest <= card:
         return Candidate(gpu, configuration, fullest)
     return configuration, fullest, f"needs {format_bytes(fullest)} per GPU; {gpu.name} holds {format_bytes(card)}"
+
+
+def engine_refusal_reason(need: EngineNeed, gpu: Gpu, context: int) -> str:
+    """Why an engine refuses a configuration: the cause in planner's words first (what does not fit in what, per GPU),
+    the engine's own message second. When the weights alone outgrow the card no setting of the engine's makes room,
+    so its message (which advises raising gpu_memory_utilization) is left out."""
+    budget, said = need.budget, need.reason or "does not fit"
+    if budget is None or budget.fits:  # the engine cannot run the model, or the batch outgrows the scheduler or the
+        return said  # pool: engine_need says so in planner's words
+    weights, share, engine = budget.weights_bytes, budget.budget_bytes, budget.name
+    if weights > gpu.memory_bytes:
+        return f"weights {_gb(weights)} per GPU > the {gpu.name}'s {_gb(gpu.memory_bytes)}"
+    if weights > share:
+        cause = (f"weights {_gb(weights)} per GPU > the {_gb(share)} {engine} budgets of the "
+                 f"{gpu.name}'s {_gb(gpu.memory_bytes)}")
+    elif budget.max_context_that_fits:
+        cause = (f"the KV pool left beside the weights ({_gb(budget.kv_pool_bytes)} per GPU) holds "
+                 f"{budget.max_context_that_fits:,} tokens of one request, not {context:,}")
+    else:
+        cause = (f"the weights ({_gb(weights)} per GPU) and {engine}'s runtime leave no KV pool in the "
+                 f"{_gb(share)} it budgets of the {gpu.name}'s {_gb(gpu.memory_bytes)}")
+    return f"{cause}; {engine} says: {said}"
+
+
+def _gb(n_bytes: int) -> str:
+    return f"{gb(n_bytes):,.1f} GB"
 
 
 def _rental_prices(space: SearchSpace) -> dict[tuple[str, int, int], dict[str, tuple[float, int]]]:

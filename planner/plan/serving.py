@@ -77,6 +77,7 @@ class ServingConfig:
     scheduler: Scheduler  # the engine's pool and batching limits this replica runs with
     capacity_rps: float  # requests/s one replica takes at the utilisation ceiling
     shape: Workload  # the bucket's request shape
+    times: StepTimes = field(compare=False, repr=False)  # the replica's step times (its layout's)
 
     @property
     def capacity_units(self) -> int:
@@ -224,7 +225,7 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload, layouts
         if state is None:
             continue
         config = ServingConfig(workload.name, index, layout.candidate, state, layout.scheduler,
-                               state.requests_per_s * workload.utilisation, shape)
+                               state.requests_per_s * workload.utilisation, shape, layout.times)
         if config.capacity_units > 0 and (best is None or config.capacity_rps > best.capacity_rps):
             best = config
     return best

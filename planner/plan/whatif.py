@@ -84,8 +84,7 @@ def _cheapest(scenario: Scenario, catalog: Catalog, cache: ServingCache, deadlin
         fleet = plan_fleet(fleet_problem(scenario, catalog), catalog, explain=False, cache=cache,
                            deadline=deadline)  # only the cost shows
         used = max(fleet.pools, key=lambda u: u.instances * u.pool.offer.gpus, default=None)
-        why = fleet.unmet[0] if fleet.status == UNKNOWN and fleet.unmet else not_proven
-        return _Outcome(fleet.status, fleet.usd_per_hour, used.pool.offer.gpu if used else None, why)
+        return _Outcome(fleet.status, fleet.usd_per_hour, used.pool.offer.gpu if used else None, not_proven)
     result = solve_scenario(scenario, catalog, top=0, explain=False, deadline=deadline)
     best = result.best
     why = deadline.out_of_time("CP-SAT's search", "the scenario") if result.status == UNKNOWN else not_proven

@@ -6,13 +6,16 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
-from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
-                                    price_age_text, status_line)
+from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
+                                    load_rows, not_simulated_lines, offer_rows, price_age_text, replica_label,
+                                    running_text, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
     from planner.plan.fleet import FleetPlan
-    from planner.plan.review import Review
+    from planner.catalog.load import Offer
+    from planner.catalog.prices import PriceAge
+    from planner.plan.review import FleetReview, Review
     from planner.plan.solver import PlanOption
 
 # What a page's charts add to a command after its searches end (planner.plan.deadline.CommandStart), with a whole
@@ -104,38 +107,84 @@ def review_html(review: Review, scenario_text: str) -> str:
               _html_table(["concurrency", "$/hour"], [[c, "no fit" if v is None else v] for c, v in review.concurrency_costs])]
     if review.cut_short:
         parts.append(f"<p class='warn'>cut short: {html.escape(review.cut_short)}</p>")
-    if review.offers and best is not None:
-        rows = sorted(((f"{o.provider} {o.instance} ({o.region}, {market})", o.price(market) / o.gpus, age)
-                       for o, market, age in review.offers), key=lambda r: r[1])
-        parts += [f"<h2>Provider prices for {html.escape(best.gpu)}</h2>",
-                  charts.price_chart([(label, price) for label, price, _ in rows], f"{best.gpu}: $ per GPU-hour"),
-                  _html_table(["offer", "$ per GPU-hour", "as of", "age"],
-                              [[a, round(b, 4), age.as_of, price_age_text(age)] for a, b, age in rows])]
-    counts = ", ".join(f"{n} {k}" for k, n in review.catalog_counts.items())
-    parts += ["<h2>Inputs</h2>", f"<p>Catalogs: {html.escape(counts)} (planner's shipped catalogs). "
-              + (f"Price of the plan as of {html.escape(best.price_as_of)}; source: {html.escape(best.price_source)}."
-                 if best else "") + "</p>", f"<pre>{html.escape(scenario_text)}</pre>"]
+    if best is not None:
+        parts += _prices(review.offers)
+    price = (f"Price of the plan as of {html.escape(best.price_as_of)}; source: {html.escape(best.price_source)}."
+             if best else "")
+    return _page(result.scenario, parts + _inputs(review.catalog_counts, price, scenario_text))
+
+
+def _page(title: str, parts: list[str]) -> str:
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>planner report: {html.escape(result.scenario)}</title><style>{_PAGE_STYLE}</style></head><body>"
+            f"<title>planner report: {html.escape(title)}</title><style>{_PAGE_STYLE}</style></head><body>"
             + "\n".join(parts) + "</body></html>\n")
 
 
+def _prices(offers: tuple[tuple[Offer, str, PriceAge], ...]) -> list[str]:
+    """Every price of the GPU types a plan rents: a chart and a table per type, cheapest per GPU-hour first."""
+    from planner.render import charts
+
+    parts = []
+    rows = offer_rows(offers)
+    for gpu in dict.fromkeys(o.gpu for o, *_ in rows):
+        mine = [(label, usd, age) for o, label, usd, age in rows if o.gpu == gpu]
+        parts += [f"<h2>Provider prices for {html.escape(gpu)}</h2>",
+                  charts.price_chart([(label, usd) for label, usd, _ in mine], f"{gpu}: $ per GPU-hour"),
+                  _html_table(["offer", "$ per GPU-hour", "as of", "age"],
+                              [[label, round(usd, 4), age.as_of, price_age_text(age)] for label, usd, age in mine])]
+    return parts
+
+
+def _inputs(counts: dict[str, int], price: str, scenario_text: str) -> list[str]:
+    """The catalogs' sizes, a note on the plan's price, and the scenario as written."""
+    sizes = ", ".join(f"{n} {k}" for k, n in counts.items())
+    return ["<h2>Inputs</h2>", f"<p>Catalogs: {html.escape(sizes)} (planner's shipped catalogs). {price}</p>",
+            f"<pre>{html.escape(scenario_text)}</pre>"]
+
+
 def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
-    """A review page for a fleet: cost, replicas, rented pools, memory per replica, binding limits, inputs."""
+    """A page for a fleet plan: cost, replicas, loads, rented pools, memory per replica, binding limits, inputs."""
+    return _page(name, _fleet_parts(name, plan) + ["<h2>Inputs</h2>", f"<pre>{html.escape(scenario_text)}</pre>"])
+
+
+def fleet_review_html(name: str, review: FleetReview, scenario_text: str) -> str:
+    """`planner report -o report.html` of a fleet: the fleet's page with its cost against the demand, the prices of
+    the GPU types it rents and the catalogs' sizes."""
+    from planner.render import charts
+
+    curve = [(times, cost) for times, cost in review.traffic_costs]
+    parts = _fleet_parts(name, review.plan) + [
+        "<h2>How the cost moves</h2><div class='charts'>",
+        charts.cost_curve(curve, "x the demand (every workload's requests/s)", "cost vs traffic"), "</div>",
+        _html_table(["x the demand", "$/hour"], [[times, "no fleet" if v is None else v] for times, v in curve])]
+    if review.cut_short:
+        parts.append(f"<p class='warn'>cut short: {html.escape(review.cut_short)}</p>")
+    parts += _prices(review.offers)
+    return _page(name, parts + _inputs(review.catalog_counts, "", scenario_text))
+
+
+def _fleet_parts(name: str, plan: FleetPlan) -> list[str]:
     from planner.render import charts
 
     parts = [f"<h1>{html.escape(name)}: fleet</h1>", f"<p>{html.escape(fleet_status(plan))}</p>"]
     if plan.usd_per_hour is None:
-        parts.append(f"<p class='best'><b>{html.escape(no_fleet(plan))}</b></p>")
+        parts.append(f"<p class='best'><b>{html.escape(NO_FLEET)}</b></p>")
     else:
         parts.append(f"<div class='best'><b>{html.escape(fleet_cost_line(plan))}</b> · every replica's "
                      "configuration re-checked by the estimator</div>")
     rows = fleet_rows(plan)
     if rows:
         header = ["workload", "bucket", "replicas", "gpu", "gpus_per_replica", "tp", "pp", "precision", "kv_dtype",
-                  "context", "concurrency", "capacity_rps_per_replica", "ttft_s", "tpot_s", "provider", "instance", "market"]
+                  "context", "provider", "instance", "market"]
         parts += ["<h2>Replicas</h2>",
-                  _html_table([column_label(h) for h in header], [[r[h] for h in header] for r in rows])]
+                  _html_table([column_label(h) for h in header], [[r[h] for h in header] for r in rows]),
+                  "<h2>Load per replica</h2>",
+                  _html_table(["replica", "load", "req/s", "running", "TTFT s", "TPOT ms"],
+                              [[replica_label(a), level, round(rps, 2), running_text(running), round(ttft, 3),
+                                round(tpot * 1000, 1)]
+                               for a in plan.assignments for level, rps, running, ttft, tpot in
+                               (load_rows(a.loads) if a.loads else [])])]
+        parts += [f"<p>note: {html.escape(x)}</p>" for x in not_simulated_lines(plan)]
         bars = []
         for a in plan.assignments:
             fullest = max(a.memory.per_gpu, key=lambda r: r.total_bytes)
@@ -159,7 +208,4 @@ def fleet_html(name: str, plan: FleetPlan, scenario_text: str) -> str:
                   "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plan.left_out) + "</ul>"]
     if plan.speed:
         parts += ["<h2>Speed</h2>", "<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in plan.speed) + "</ul>"]
-    parts += ["<h2>Inputs</h2>", f"<pre>{html.escape(scenario_text)}</pre>"]
-    return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>planner report: {html.escape(name)}</title><style>{_PAGE_STYLE}</style></head><body>"
-            + "\n".join(parts) + "</body></html>\n")
+    return parts

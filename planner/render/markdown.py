@@ -6,12 +6,14 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.render.plain import controls_escaped
-from planner.render.summary import fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, price_age_text, speed_line, status_line
+from planner.render.summary import (fleet_cost_line, fleet_price_warnings, fleet_status, load_rows, memory_line,
+                                    not_simulated_lines, offer_rows, price_age_text, replica_label, running_text,
+                                    speed_line, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
     from planner.plan.fleet import FleetPlan
-    from planner.plan.review import Review
+    from planner.plan.review import FleetReview, Review
     from planner.plan.solver import SolveResult
 
 # What Markdown (CommonMark, GitHub's tables) would read as syntax inside a line: emphasis, links, code, raw HTML
@@ -96,15 +98,40 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines = [f"## {md(name)}: fleet", "", md(fleet_status(plan)), ""]
     if plan.usd_per_hour is not None:
         lines += [f"**{md(fleet_cost_line(plan))}**", ""]
-    lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len x running | req/s each | pool |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len | pool |", "|---|---|---|---|---|---|"]
     for a in plan.assignments:
         c = a.config.candidate
         lines.append(f"| {md(a.workload)} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
-                     f"| {c.context:,} x {a.config.performance.batch:.1f} | {a.config.capacity_rps:,.2f} | {md(a.pool.label)} |")
+                     f"| {c.context:,} | {md(a.pool.label)} |")
+    if any(a.loads for a in plan.assignments):
+        lines += ["", "### Load per replica", "", "| replica | load | req/s | running | TTFT s | TPOT ms |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {md(replica_label(a))} | {md(level)} | {rps:,.2f} | {running_text(running)} | {ttft:.3f} | {tpot * 1000:.1f} |"
+                  for a in plan.assignments for level, rps, running, ttft, tpot in (load_rows(a.loads) if a.loads else [])]
     lines += [""] + [f"- unmet: {md(u)}" for u in plan.unmet] + [f"- binding: {md(b)}" for b in plan.binding]
     lines += [f"- left out: {md(x)}" for x in plan.left_out] + [f"- speed: {md(x)}" for x in plan.speed]
     lines += [f"- warning: {md(w)}" for w in fleet_price_warnings(plan)]
+    lines += [f"- note: {md(x)}" for x in not_simulated_lines(plan)]
     lines += [f"- note: {md(x)}" for x in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}"
                                                     for a in plan.assignments for w in a.memory.warnings)]
+    return "\n".join(lines) + "\n"
+
+
+def fleet_review_markdown(name: str, review: FleetReview, scenario_text: str) -> str:
+    """`planner report -o report.md` of a fleet: the plan, its cost against the demand, the prices of the GPU types it
+    rents, the catalogs' sizes and the scenario."""
+    lines = [fleet_markdown(name, review.plan).rstrip(), "", "### Cost vs traffic", "",
+             "| x the demand | $/hour |", "|---|---|"]
+    lines += [f"| {times:g} | {'no fleet' if cost is None else f'{cost:,.2f}'} |" for times, cost in review.traffic_costs]
+    if review.cut_short:
+        lines += ["", f"cut short: {md(review.cut_short)}"]
+    if review.offers:
+        gpus = sorted({o.gpu for o, _, _ in review.offers})
+        lines += ["", f"### Provider prices for {', '.join(gpus)}", "",
+                  "| GPU | offer | $ per GPU-hour | as of | age |", "|---|---|---|---|---|"]
+        lines += [f"| {o.gpu} | {md(label)} | {usd:,.4f} | {md(age.as_of)} | {price_age_text(age)} |"
+                  for o, label, usd, age in offer_rows(review.offers)]
+    counts = ", ".join(f"{n} {kind}" for kind, n in review.catalog_counts.items())
+    lines += ["", "### Inputs", "", f"Catalogs: {counts} (planner's shipped catalogs).", "",
+              *_fenced(scenario_text.rstrip(), "yaml")]
     return "\n".join(lines) + "\n"

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import Assignment, FleetPlan
+    from planner.plan.loads import ReplicaLoads
     from planner.plan.solver import PlanOption, SolveResult
 
 
@@ -75,16 +76,38 @@ def solve_json(result: SolveResult) -> str:
 
 
 def assignment_row(a: Assignment) -> dict[str, Any]:
-    """One fleet assignment, flat: the workload, the configuration, what one replica serves, where it runs."""
-    perf = a.config.performance
+    """One fleet assignment, flat: the workload, the configuration, what one replica serves at each load, where it
+    runs."""
     return {"workload": a.workload, "bucket": a.bucket, "replicas": a.replicas,
             **configuration_record(a.configuration),
             "prompt_tokens": a.config.shape.prompt_tokens, "output_tokens": a.config.shape.output_tokens,
-            "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "ttft_s": round(perf.ttft_s, 4),
-            "tpot_s": round(perf.tpot_s, 5), "max_num_seqs": a.config.scheduler.max_num_seqs, "slo": record(a.slo),
+            "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "demand_share": round(a.demand_share, 4),
+            "expected_rps_per_replica": round(a.expected_rps_per_replica, 4), **_loads_fields(a.loads),
+            "max_num_seqs": a.config.scheduler.max_num_seqs, "slo": record(a.slo),
             "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
             "region": a.pool.offer.region, "market": a.pool.market, "gpus_per_instance": a.pool.offer.gpus,
             "headroom_bytes": a.memory.gpu.headroom_bytes if a.memory.gpu else None}
+
+
+def _loads_fields(loads: ReplicaLoads | None) -> dict[str, Any]:
+    """planner.plan.loads flat, each figure named by its load: slo_limit_, planned_ (its requests/s are
+    capacity_rps_per_replica), expected_ (expected_rps_per_replica), simulated_; latency_statistic says what the
+    steady states' TTFT and TPOT are (mean, or the SLO's percentile)."""
+    if loads is None:
+        return {}
+    out: dict[str, Any] = {"latency_statistic": loads.statistic, "utilisation": loads.utilisation,
+                           "slo_limit_rps_per_replica": round(loads.slo_limit.requests_per_s, 4)}
+    for name, level in (("slo_limit", loads.slo_limit), ("planned", loads.planned), ("expected", loads.expected)):
+        out |= {f"{name}_running": round(level.running, 2), f"{name}_ttft_s": round(level.ttft_s, 4),
+                f"{name}_tpot_s": round(level.tpot_s, 5)}
+    sim = loads.simulated
+    out["simulated_requests"] = sim.requests if sim else None
+    out["simulated_running_mean"] = round(sim.running, 2) if sim else None
+    for metric in ("ttft", "tpot"):
+        for p in ("p50", "p90", "p99"):
+            out[f"simulated_{metric}_{p}_s"] = round(getattr(getattr(sim, f"{metric}_s"), p), 5) if sim else None
+    out["not_simulated"] = loads.not_simulated or None
+    return out
 
 
 def fleet_json(plan: FleetPlan, scenario: str) -> str:

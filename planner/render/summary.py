@@ -3,14 +3,17 @@ words (with units) that tables print for a record's field names. JSON keeps the 
 
 from __future__ import annotations
 
+from dataclasses import astuple
 from typing import TYPE_CHECKING
 
-from planner.plan.status import FEASIBLE, OPTIMAL, UNKNOWN
+from planner.plan.status import FEASIBLE, OPTIMAL
 from planner.units import gb, gib
 
 if TYPE_CHECKING:
+    from planner.catalog.load import Offer
     from planner.catalog.prices import PriceAge
-    from planner.plan.fleet import FleetPlan
+    from planner.plan.fleet import Assignment, FleetPlan
+    from planner.plan.loads import ReplicaLoads
     from planner.plan.solver import PlanOption, SolveResult
 
 # What a table header says for a record field: a word a reader knows, with its unit.
@@ -21,7 +24,7 @@ LABELS = {
     "memory_bandwidth_gbps": "bandwidth GB/s", "bf16_dense_tflops": "BF16 dense TFLOPS",
     "fp8_dense_tflops": "FP8 dense TFLOPS", "interconnect": "GPU link", "gpus_per_node": "GPUs per node", "hf_id": "Hugging Face id",
     "params": "parameters", "params_b": "parameters (B)", "vllm": "vLLM runs it on", "sglang": "SGLang runs it on", "gpus_per_replica": "GPUs per replica",
-    "context": "context (tokens)", "concurrency": "batch", "capacity_rps_per_replica": "req/s per replica",
+    "context": "context (tokens)", "concurrency": "batch", "capacity_rps_per_replica": "planned req/s per replica",
     "ttft_s": "TTFT s", "tpot_s": "TPOT s", "price_age_days": "price age (days)", "price_stale": "price stale",
 }
 
@@ -65,6 +68,14 @@ def price_age_text(age: PriceAge) -> str:
     return f"{age.age_days:,} d" + (", stale" if age.stale else "")
 
 
+def offer_rows(offers: tuple[tuple[Offer, str, PriceAge], ...]) -> list[tuple[Offer, str, float, PriceAge]]:
+    """A review's prices as rows, cheapest per GPU-hour first: (offer, "provider instance (region, market)",
+    $ per GPU-hour, age)."""
+    rows = [(o, f"{o.provider} {o.instance} ({o.region}, {market})", o.price(market) / o.gpus, age)
+            for o, market, age in offers]
+    return sorted(rows, key=lambda r: (r[2], r[1]))
+
+
 def fleet_price_warnings(plan: FleetPlan) -> list[str]:
     """The stale-price warning of each pool the fleet rents whose price is past the limit."""
     return [f"{u.pool.label}: {u.price_age.warning}" for u in plan.pools if u.price_age.warning]
@@ -88,8 +99,37 @@ def fleet_status(plan: FleetPlan) -> str:
             f"{plan.variables:,} CP-SAT variables")
 
 
-def no_fleet(plan: FleetPlan) -> str:
-    """The headline of a plan without a fleet: cut short by the time limit, or no fleet serves the traffic."""
-    if plan.status == UNKNOWN:
-        return "No fleet found within the time limit."
-    return "No fleet serves all the traffic."
+def load_rows(loads: ReplicaLoads) -> list[tuple[str, float, float | None, float, float]]:
+    """One replica at each load, labelled by its level (planner.plan.loads): (level, requests/s, requests running,
+    TTFT s, TPOT s); the simulator's p50 and p99 at the expected load when it ran (running: None, a percentile of
+    the simulator's latencies is not one of its running requests)."""
+    s = loads.statistic
+    rows = [(f"at the SLO limit ({s})", *astuple(loads.slo_limit)),
+            (f"planned: {loads.utilisation:.0%} of the limit ({s})", *astuple(loads.planned)),
+            (f"expected: the demand ({s})", *astuple(loads.expected))]
+    sim = loads.simulated
+    if sim is not None:
+        rows += [(f"expected, simulated {p}", loads.expected.requests_per_s, None, getattr(sim.ttft_s, p),
+                  getattr(sim.tpot_s, p)) for p in ("p50", "p99")]
+    return rows
+
+
+def running_text(running: float | None) -> str:
+    """A load row's requests running as a cell ("-": not a figure of that row)."""
+    return "-" if running is None else f"{running:,.1f}"
+
+
+def replica_label(a: Assignment) -> str:
+    """An assignment as a reader names it: its workload (and request bucket past the first) and replica."""
+    c = a.config.candidate
+    return f"{a.workload}{f' #{a.bucket}' if a.bucket else ''}: {c.gpus} x {c.gpu.name}"
+
+
+def not_simulated_lines(plan: FleetPlan) -> list[str]:
+    """The assignments whose expected load the plan did not simulate, and why."""
+    return [f"{replica_label(a)}: expected load not simulated: {a.loads.not_simulated}" for a in plan.assignments
+            if a.loads is not None and a.loads.simulated is None]
+
+
+# The headline of a plan without a fleet (a search the time limit cut short raises OutOfTime instead: no plan)
+NO_FLEET = "No fleet serves all the traffic."

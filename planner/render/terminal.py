@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
-from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, no_fleet,
+from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
+                                    load_rows, not_simulated_lines, replica_label, running_text,
                                     price_age_text, speed_line, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
@@ -225,21 +226,28 @@ def frame_table(frame, title: str, console: Console | PlainConsole, columns: lis
 def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> None:
     console.print(f"[bold]{as_text(name)}[/bold] · fleet · {as_text(fleet_status(plan))}")
     if plan.usd_per_hour is None:
-        console.print(f"\n[bold red]{as_text(no_fleet(plan))}[/bold red]")
+        console.print(f"\n[bold red]{as_text(NO_FLEET)}[/bold red]")
     else:
         console.print(f"\n[bold]{as_text(fleet_cost_line(plan))}[/bold]")
     table = _table(console, title="Replicas", show_header=True, header_style="bold")
-    for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "max-model-len x running", "req/s each", "TTFT s",
-                "TPOT ms", "pool"):
-        table.add_column(col, justify="right" if col in ("req/s each", "TTFT s", "TPOT ms") else "left")
+    for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "max-model-len", "pool"):
+        table.add_column(col)
     for a in plan.assignments:
-        c, perf = a.config.candidate, a.config.performance
+        c = a.config.candidate
         _row(table, a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
-                      f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,} x {perf.batch:.1f}",
-                      f"{a.config.capacity_rps:,.2f}", f"{perf.ttft_s:.3f}", f"{perf.tpot_s * 1000:.1f}",
-                      f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
+             f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,}",
+             f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
     if plan.assignments:
         console.print(table)
+    loads = _table(console, title="Load per replica", show_header=True, header_style="bold")
+    for col in ("replica", "load", "req/s", "running", "TTFT s", "TPOT ms"):
+        loads.add_column(col, justify="left" if col in ("replica", "load") else "right")
+    for a in plan.assignments:
+        for i, (level, rps, running, ttft, tpot) in enumerate(load_rows(a.loads) if a.loads else []):
+            _row(loads, replica_label(a) if i == 0 else "", level, f"{rps:,.2f}", running_text(running), f"{ttft:.3f}",
+                 f"{tpot * 1000:.1f}")
+    if any(a.loads for a in plan.assignments):
+        console.print(loads)
     pools = _table(console, title="Rented", show_header=True, header_style="bold")
     for col in ("pool", "instances", "GPUs used / paid", "$/hour", "price as of", "price age"):
         pools.add_column(col)
@@ -258,6 +266,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
         console.print(f"left out: {as_text(line)}")
     for line in plan.speed:
         console.print(f"speed: {as_text(line)}")
+    for line in not_simulated_lines(plan):
+        console.print(f"note: {as_text(line)}")
     for line in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}" for a in plan.assignments
                               for w in a.memory.warnings):
         console.print(f"note: {as_text(line)}")
