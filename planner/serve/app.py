@@ -49,9 +49,9 @@ MAX_RATE = 1e6
 # Every request is answered within this many seconds, body upload included (planner's contract: an answer or
 # one error within 10 s); what is still running then is abandoned to its own time limit, below.
 REQUEST_TIME_LIMIT_S = 9.0
-# A solve, report or export stops its searches in time to render its answer within this many seconds from when
-# its work starts (planner.plan.deadline: the page's charts and the re-checks count too). The CLI takes longer.
-WORK_TIME_LIMIT_S = 7.0
+# A solve, report or export searches for at most this many seconds from when its work starts (a report: less the
+# time its charts take to draw), leaving the rest of the request's limit to re-check and render. The CLI takes longer.
+WORK_TIME_LIMIT_S = 6.0
 # Requests computing at once (estimates take milliseconds, solves seconds): more wait their turn, within the
 # request's time limit. A request whose client has left is dropped from the queue.
 WORKERS = 4
@@ -339,6 +339,7 @@ def _scenario(text: str, catalog: Catalog) -> dict[str, Any]:
 
 # The page's and the API's names for the CLI flags the library's messages name (the rest are the engines' own)
 _FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+_ESTIMATE_ALIASES = {"batch": "sequences"}  # /api/estimate's name for --batch
 _OUT_OF_TIME = ((" (--time-limit, solver.time_limit_s)", ""), ("raise --time-limit or narrow", "narrow"))
 
 
@@ -383,7 +384,7 @@ def _page_warnings(memory, engine) -> list[str]:
 def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_LIMIT_S) -> FastAPI:
     """The API and the pages; `time_limit_s`: what a solve, report or export may take from when its work starts."""
     from planner.estimator.engines import EngineSettings
-    from planner.plan.deadline import CommandStart, OutOfTime
+    from planner.plan.deadline import OutOfTime
     from planner.plan.scenario import parse_scenario
     from planner.render.export import export_all
     from planner.render.records import catalog_rows, engine_estimate_record, fleet_json, record, solve_json
@@ -408,7 +409,7 @@ def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_L
                 message = message.replace(cli, page)
             message = (f"scenario: {message} (the web planner's limit; planner solve on the command line takes "
                        "longer ones)")
-        aliases = {"batch": "sequences"} if request.url.path == "/api/estimate" else {}
+        aliases = _ESTIMATE_ALIASES if request.url.path == "/api/estimate" else {}
         return _error(400, _page_message(message, fields, aliases))
 
     @app.exception_handler(HTTPException)
@@ -443,9 +444,11 @@ def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_L
             else:
                 both = api.engine_estimate(model, EngineSettings(body.engine), **common)
                 memory, data, fits = both.memory, engine_estimate_record(both.memory, both.engine), both.engine.fits
+        message = both.engine.message if both and both.engine.message else None
         data["verdict"] = {"fits": fits, "engine": body.engine, "gpus": body.tp * body.pp,
-                           "message": both.engine.message if both else None,
-                           "warnings": _page_warnings(memory, both.engine if both else None)}
+                           "message": message and _page_message(message, fields, _ESTIMATE_ALIASES),
+                           "warnings": [_page_message(w, fields, _ESTIMATE_ALIASES)
+                                        for w in _page_warnings(memory, both.engine if both else None)]}
         data["bars"] = _rank_bars(both, memory)
         return data
 
@@ -465,12 +468,11 @@ def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_L
 
     def solved(text: str) -> str:
         """The plan JSON of a scenario (a fleet's with traffic), within the time limit from now."""
-        started = CommandStart.now()
         scenario = parse_scenario(_scenario(text, catalog), "scenario")
         if scenario.is_fleet:
-            plan = api.plan_fleet(scenario, time_limit_s=time_limit_s, catalog=catalog, started=started)
-            return fleet_json(plan, scenario.name or "fleet")
-        return solve_json(api.solve(scenario, time_limit_s=time_limit_s, catalog=catalog, started=started))
+            return fleet_json(api.plan_fleet(scenario, time_limit_s=time_limit_s, catalog=catalog),
+                              scenario.name or "fleet")
+        return solve_json(api.solve(scenario, time_limit_s=time_limit_s, catalog=catalog))
 
     @app.post("/api/solve", summary="The cheapest plan for a scenario (the JSON of `planner solve --format json`)")
     async def solve(body: ScenarioBody) -> Response:
@@ -479,12 +481,12 @@ def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_L
     def reviewed(text: str) -> str:
         from planner.render.html import CHARTS_S, fleet_html, review_html
 
-        started = CommandStart.now().also_finishing(CHARTS_S)
+        search_s = max(time_limit_s - CHARTS_S, time_limit_s / 2)  # the charts draw after the search
         scenario = parse_scenario(_scenario(text, catalog), "scenario")
         if scenario.is_fleet:
-            plan = api.plan_fleet(scenario, time_limit_s=time_limit_s, catalog=catalog, started=started)
-            return fleet_html(scenario.name or "fleet", plan, text)
-        return review_html(api.review(scenario, time_limit_s=time_limit_s, catalog=catalog, started=started), text)
+            return fleet_html(scenario.name or "fleet", api.plan_fleet(scenario, time_limit_s=search_s, catalog=catalog),
+                              text)
+        return review_html(api.review(scenario, time_limit_s=search_s, catalog=catalog), text)
 
     @app.post("/api/report", summary="The review page of `planner report` (HTML)", response_class=HTMLResponse)
     async def report(body: ScenarioBody) -> HTMLResponse:
