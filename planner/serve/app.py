@@ -150,9 +150,8 @@ class BodyLimit:
             await asyncio.wait((answer, left), return_when=asyncio.FIRST_COMPLETED)
         finally:
             left.cancel()
-            if not answer.done():
-                answer.cancel()  # the client left, or the Guard's time limit struck: stop the work
-        if not answer.cancelled():
+            answer.cancel()  # unless it is done: the client left, or the Guard's time limit struck; stop the work
+        if answer.done() and not answer.cancelled():
             answer.result()  # the app's own exception, if any
 
 
@@ -260,6 +259,10 @@ class Guard:
         try:
             async with asyncio.timeout(self.limit_s):
                 await self.app(scope, receive_counted, send_guarded)
+        except asyncio.CancelledError:  # SIGTERM, past its grace: uvicorn cancels what is still running
+            if not started:
+                await _error(503, "server: shutting down; try again once it is back")(scope, receive, send_guarded)
+            raise
         except TimeoutError:
             if started:
                 return  # part of the answer is out: uvicorn closes the connection
