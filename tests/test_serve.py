@@ -8,8 +8,6 @@ import json
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -19,6 +17,8 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the web extra is not installed (pip install '.[web]')")
 from fastapi.testclient import TestClient  # noqa: E402
+
+from serve_process import running_server, start_server, stop_server  # noqa: E402
 
 from planner.serve.app import (HEADERS_TIMEOUT_S, REQUEST_TIME_LIMIT_S, BodyLimit, Guard, HostNames,  # noqa: E402
                                create_app)
@@ -229,38 +229,6 @@ def test_the_client_leaving_cancels_the_work():
 # The real server: its folder, its connections, its signals
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start(folder: Path, *options: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", "--port", str(port), *options],
-                               cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "/api/catalog/precisions", timeout=1)
-            return process, url
-        except OSError:
-            if process.poll() is not None:
-                pytest.fail(f"planner serve exited: {process.stderr.read()[-500:]}")
-            time.sleep(0.1)
-    process.kill()
-    pytest.fail("planner serve did not start within 30 s")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def _post(url: str, body: dict, timeout: float = 30) -> tuple[int, dict | str]:
     request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
@@ -282,11 +250,8 @@ def planted(tmp_path_factory):
          "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 64, "vocab_size": 10}))
     (folder / "llama-3.1-70b").symlink_to(folder / "llama-3.1-8b")
     (folder / "qwen3-8b").write_text('{"model_type": "planted-file"}')
-    process, url = _start(folder)
-    try:
+    with running_server(folder) as url:
         yield url
-    finally:
-        _stop(process)
 
 
 def test_catalog_names_are_never_paths_in_the_servers_folder(planted, client):
@@ -345,7 +310,7 @@ def test_a_body_that_never_arrives_gets_408(planted):
 
 
 def test_sigterm_ends_the_server_while_a_report_runs(tmp_path):
-    process, url = _start(tmp_path)
+    process, url = start_server(tmp_path)
     heavy = {"scenario": (SCENARIOS / "moe-qwen3-30b-a3b.yaml").read_text()}  # about 7 s of search and charts
     answers = []
     request = threading.Thread(target=lambda: answers.append(_post(url + "/api/report", heavy)), daemon=True)
@@ -361,9 +326,9 @@ def test_sigterm_ends_the_server_while_a_report_runs(tmp_path):
 
 
 def test_listening_beyond_this_machine_warns_that_there_is_no_authentication(tmp_path):
-    process, _ = _start(tmp_path, "--host", "0.0.0.0")
-    _stop(process)
+    process, _ = start_server(tmp_path, "--host", "0.0.0.0")
+    stop_server(process)
     assert "no authentication" in process.stderr.read()
-    process, _ = _start(tmp_path)
-    _stop(process)
+    process, _ = start_server(tmp_path)
+    stop_server(process)
     assert "no authentication" not in process.stderr.read()
