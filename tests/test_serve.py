@@ -5,12 +5,15 @@ behaviour lives in the process (its folder, its sockets, its signals)."""
 
 import asyncio
 import json
+import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,9 @@ pytest.importorskip("fastapi", reason="the web extra is not installed (pip insta
 from fastapi.testclient import TestClient  # noqa: E402
 
 from serve_process import running_server, start_server, stop_server  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import fuzz  # noqa: E402 - bench/ is not a package
 
 from planner.serve.app import (HEADERS_TIMEOUT_S, REQUEST_TIME_LIMIT_S, BodyLimit, Guard, HostNames,  # noqa: E402
                                create_app)
@@ -323,6 +329,43 @@ def test_sigterm_ends_the_server_while_a_report_runs(tmp_path):
     request.join(5)
     [(status, data)] = answers  # the request in flight is told, not dropped
     assert status == 503 and data["error"].startswith("server: shutting down")
+
+
+def test_a_request_h11_cannot_parse_gets_a_json_400_and_its_body_is_read(planted):
+    host, port = planted.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.sendall(f"POST /api/estimate HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 1e3\r\n\r\n".encode())
+        connection.sendall(b"x" * (1 << 20))  # still sending when the answer comes: no reset before it is read
+        connection.settimeout(10)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 400") and "x-content-type-options: nosniff" in head
+    assert json.loads(body)["error"].startswith("request: not valid HTTP/1.1")
+
+
+def test_a_trailing_slash_is_not_found_rather_than_redirected(client):
+    response = client.get("/api/estimate/", follow_redirects=False)
+    assert response.status_code == 404 and response.json() == {"error": "Not Found"}
+
+
+def test_the_http_fuzz_surface_runs_clean(tmp_path):
+    tally = fuzz.run_surface("http", 150, int(os.environ.get("PLANNER_FUZZ_SEED", "0")), tmp_path)
+    assert not tally.findings and tally.results + tally.errors == 150, tally.summary()
+
+
+def test_the_http_fuzz_surface_sees_what_breaks_the_contract():
+    """Its check is not vacuous: a 5xx, a 3xx, a slow answer, a plain-text error, a missing header are findings."""
+    headers = {"content-type": "application/json", "x-content-type-options": "nosniff",
+               "content-security-policy": "default-src 'none'; frame-ancestors 'none'"}
+    good = fuzz.HttpAnswer("POST", "/api/estimate", 400, headers, b'{"error": "gpu: no such GPU"}', 0.1)
+    assert fuzz.http_problem(good) is None
+    for bad in (replace(good, status=500), replace(good, status=307), replace(good, seconds=11.0),
+                replace(good, body=b"Bad Request"), replace(good, body=b'{"error": "a\nb"}'),
+                replace(good, headers={"content-type": "application/json"}),
+                replace(good, status=200, path="/api/report", headers={**headers, "content-type": "text/plain"})):
+        assert fuzz.http_problem(bad), bad
 
 
 def test_listening_beyond_this_machine_warns_that_there_is_no_authentication(tmp_path):

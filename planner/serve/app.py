@@ -27,6 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Literal, TypeVar
 
+import h11
 from fastapi import FastAPI, Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
@@ -62,6 +63,9 @@ HEADERS_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 64
 # Seconds SIGTERM waits for requests in flight before cancelling them
 SHUTDOWN_GRACE_S = 2.0
+# Seconds a connection stays open after the answer to a request that cannot be parsed, reading what the client
+# still sends (1 MiB on the loopback takes milliseconds)
+LINGER_S = 2.0
 
 _Result = TypeVar("_Result")
 
@@ -172,6 +176,13 @@ API_POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base
              "frame-ancestors 'none'"
 
 
+def security_headers(path: str) -> list[tuple[bytes, bytes]]:
+    """What every response carries: its Content-Security-Policy, no MIME sniffing, no framing, no referrer."""
+    policy = API_POLICY if path.startswith("/api/") else PAGE_POLICY
+    return [(b"content-security-policy", policy.encode()), (b"x-content-type-options", b"nosniff"),
+            (b"x-frame-options", b"DENY"), (b"referrer-policy", b"no-referrer")]
+
+
 @dataclass(frozen=True)
 class HostNames:
     """The Host headers this server answers: its loopback names and the address it listens on, with its port.
@@ -233,16 +244,13 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        policy = API_POLICY if scope["path"].startswith("/api/") else PAGE_POLICY
         started = body_received = False
 
         async def send_guarded(message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                message = {**message, "headers": [*message.get("headers", []), (b"content-security-policy", policy.encode()),
-                                                  (b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"),
-                                                  (b"referrer-policy", b"no-referrer")]}
+                message = {**message, "headers": [*message.get("headers", []), *security_headers(scope["path"])]}
             await send(message)
 
         async def receive_counted():
@@ -308,6 +316,27 @@ class HeaderTimeoutH11(H11Protocol):
     def _headers_late(self) -> None:
         if not self.transport.is_closing():
             self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot parse (a Content-Length that is not a number, a bad header line), answered as the
+        app answers: one JSON error line and the security headers (uvicorn's own answer is plain text)."""
+        body = json.dumps({"error": f"request: not valid HTTP/1.1 ({msg.rstrip('.')}); check its headers"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"), *security_headers("/api/")]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                      h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        # Closing with the client's body unread would reset the connection before it reads the answer: read and drop
+        # what it still sends, for a moment (a lingering close)
+        self.discarding = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+    discarding = False  # after an answer to a request h11 could not parse: what arrives is dropped
+
+    def data_received(self, data: bytes) -> None:
+        if not self.discarding:
+            super().data_received(data)
 
 
 def _architecture_model(body: EstimateBody, catalog: Catalog, folder: Path) -> str:
@@ -395,7 +424,8 @@ def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_L
     catalog = catalog or load_catalog()
     # No /api/docs: Swagger UI is a third-party script; the schema itself is /api/openapi.json
     app = FastAPI(title="planner", description="GPU memory and fleet planning for LLM inference.",
-                  version="0.1.0", docs_url=None, openapi_url="/api/openapi.json", redoc_url=None)
+                  version="0.1.0", docs_url=None, openapi_url="/api/openapi.json", redoc_url=None,
+                  redirect_slashes=False)  # /api/estimate/ is not found (JSON), not a redirect
     fields = {name for body in (EstimateBody, PerfBody, ExportBody) for name in body.model_fields}
     work = ThreadPoolExecutor(WORKERS, thread_name_prefix="planner-web")
 
