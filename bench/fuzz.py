@@ -4,8 +4,9 @@
 inputs and as -o targets), model ids (Hub ids the Hub rejects, URLs, missing paths), plan files given to
 `export` (a real plan mutated, hostile text in its strings: an export must never let a command out of its word,
 nor launch a model or --checkpoint other than the one checked), price files (`prices update` from a damaged
-vms.csv: what it writes must load as the catalog) and text outputs (names with markup, escape codes, math, HTML,
-code fences and formulas in terminal tables, Markdown, CSV and charts).
+vms.csv: what it writes must load as the catalog), text outputs (names with markup, escape codes, math, HTML,
+code fences and formulas in terminal tables, Markdown, CSV and charts) and the HTTP API of `planner serve` (a real
+server on 127.0.0.1: every answer a 2xx or a JSON 4xx within 10 s, with its security headers).
 
 The contract under test: whatever a user types or a file holds, planner answers with a result or
 with a one-line error (PlannerInputError in the library; `error: ...` and exit code 2 from the
@@ -21,6 +22,7 @@ the heavy run:
     python bench/fuzz.py --surface scenario --solve-every 5   # also solve 1 in 5 valid scenarios
     python bench/fuzz.py --surface weights --surface paths --surface model-ids --cases 5000
     python bench/fuzz.py --surface plans --surface prices --surface text --cases 2000
+    python bench/fuzz.py --surface http --cases 500   # hostile requests to a `planner serve` it starts on 127.0.0.1
     python bench/fuzz.py --large                   # the large-input and long-search reproducers: time and peak memory each
     python bench/fuzz.py --large --repeat 3        # each three times: best and worst
 
@@ -88,7 +90,7 @@ CATALOG = load_catalog()
 # a solve of a shipped scenario about two.
 CASE_SECONDS = 10.0
 SOLVE_SECONDS = 20.0
-SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids", "plans", "prices", "text")
+SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids", "plans", "prices", "text", "http")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1497,6 +1499,207 @@ def fuzz_text(rng: random.Random, cases: int, tally: Tally, folder: Path) -> Non
 
 
 # ---------------------------------------------------------------------------------------------
+# Surface 11: the HTTP API of `planner serve`, a real server on 127.0.0.1 given hostile requests
+
+ESTIMATE_BODY = {"model": "llama-3.1-8b", "gpu": "l40s", "context": 8192, "sequences": 1, "tp": 1, "pp": 1,
+                 "precision": "auto", "kv_dtype": "auto", "engine": "vllm"}
+PERF_BODY = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1, "pp": 1, "engine": "vllm", "batch": 8,
+             "prompt_tokens": 1000, "output_tokens": 200, "rate": 2.0}
+HTTP_KEYS = (*ESTIMATE_BODY, *PERF_BODY, "config", "scenario", "target", "plan", "checkpoint")
+EXPORT_TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
+SCENARIO_PATHS = ("/api/solve", "/api/solve", "/api/export", "/api/report")  # a report draws charts: the rarest
+ODD_PATHS = ("/", "/planner", "/static/app.css", "/static/x.js", "/static/../app.py", "/api/catalog/gpus",
+             "/api/catalog/prices", "/api/catalog/%00", "/api/docs", "/api/openapi.json", "/api/estimate/",
+             "/api/nothing", "//api/estimate", "/api/estimate?model=x", "/" + "a" * 5000)
+HOSTILE_HOSTS = ("evil.example:{port}", "evil.example", "127.0.0.1", "127.0.0.1:1", "localhost:{port}.evil.example",
+                 "[::1]x:{port}", "", "a" * 2000, "127.0.0.1:{port}:{port}")
+CONTENT_TYPES = ("application/json", "application/json", "application/json", "text/plain", "application/x-yaml",
+                 "multipart/form-data; boundary=x", "application/json; charset=latin-1", "")
+# Answers that are not JSON when they succeed: the pages, their assets, the report and the exports
+NOT_JSON_OK = {"/": "text/html", "/planner": "text/html", "/static/app.css": "text/css", "/api/report": "text/html",
+               "/api/export": "text/plain"}
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    method: str
+    path: str
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    seconds: float
+
+
+def plausible_http_value(rng: random.Random, key: str) -> Any:
+    """A value of the right kind for a request field (often valid, often just out of range)."""
+    choices: dict[str, list[Any]] = {
+        "model": [m.name for m in CATALOG.models][:20] + ["meta-llama/Llama-3.1-8B-Instruct", "/etc/passwd", "..",
+                                                           "llama-3.1-8b/config.json", "~root", "hf://x/y"],
+        "gpu": [g.name for g in CATALOG.gpus][:10] + ["h900", "../l40s"],
+        "engine": ["vllm", "sglang", "llamacpp", "simple", "tgi"], "target": [*EXPORT_TARGETS, "bash"],
+        "precision": ["auto", "fp8", "int4", "q4_k_m", "int3"], "kv_dtype": ["auto", "fp8", "bf16", "int2"],
+        "checkpoint": [None, "org/name", "--trust-remote-code", "-h", ".", "a/b/c"],
+    }
+    if key in choices:
+        return rng.choice(choices[key])
+    if key in ("context", "prompt_tokens", "output_tokens"):
+        return rng.choice([1, 512, 8192, 131072, 10**6, 10**9])
+    if key in ("sequences", "batch", "tp", "pp", "plan"):
+        return rng.choice([0, 1, 2, 3, 4, 8, 256, 10**6])
+    if key == "rate":
+        return rng.choice([0, 0.5, 2.0, 1e6, 1e7])
+    return odd_value(rng)
+
+
+def random_http_body(rng: random.Random, sentinel: Path) -> tuple[str, bytes]:
+    """The path and the body of one hostile request to the API."""
+    roll = rng.random()
+    if roll < 0.35:
+        return "/api/estimate", json_bytes(mutate_tree(rng, ESTIMATE_BODY, list(HTTP_KEYS),
+                                                       lambda key: plausible_http_value(rng, key)))
+    if roll < 0.45:
+        config = mutate_tree(rng, rng.choice(base_configs()), list(CONFIG_KEYS),
+                             lambda key: plausible_config_value(rng, key)) if rng.random() < 0.7 else odd_value(rng)
+        return "/api/estimate", json_bytes({"config": config, "gpu": plausible_http_value(rng, "gpu"),
+                                            "engine": plausible_http_value(rng, "engine")})
+    if roll < 0.6:
+        return "/api/perf", json_bytes(mutate_tree(rng, PERF_BODY, list(HTTP_KEYS),
+                                                   lambda key: plausible_http_value(rng, key)))
+    if roll < 0.75:
+        path = rng.choice(SCENARIO_PATHS)
+        body: dict[str, Any] = {"scenario": random_scenario_bytes(rng, sentinel).decode("utf-8", "replace")}
+        if path == "/api/export":
+            body.update(target=plausible_http_value(rng, "target"), checkpoint=plausible_http_value(rng, "checkpoint"))
+        return path, json_bytes(mutate_tree(rng, body, list(HTTP_KEYS), lambda key: plausible_http_value(rng, key))
+                                if rng.random() < 0.2 else body)
+    path = rng.choice(("/api/estimate", "/api/perf", "/api/solve", "/api/export"))
+    depth = rng.choice([100, 5000, 200_000])
+    return path, rng.choice([
+        b"", b"{", b"null", b"[]", b'"x"', b"{}", b"\xff\xfe{}", b"[" * depth, b'{"a":' * depth,
+        b'{"context": ' + b"9" * 5000 + b"}", b'{"context": 1e999}', b'{"scenario": "' + b"[" * depth + b'"}',
+        b'{"scenario": "' + b"{a: " * min(depth, 50_000) + b'"}', b"x" * ((1 << 20) + 1),
+        json_bytes({"scenario": hostile_literal(rng, sentinel)}),
+    ])
+
+
+def json_bytes(value: Any) -> bytes:
+    """JSON as Python writes it (NaN and Infinity too: the server must refuse them); too deep to write: {}."""
+    try:
+        return json.dumps(value).encode()
+    except RecursionError:
+        return b"{}"
+
+
+def random_http_request(rng: random.Random, port: int, sentinel: Path) -> tuple[str, str, dict[str, str], bytes]:
+    """(method, path, headers, body): mostly a mutated API body, sometimes an odd method, path, type or Host."""
+    path, body = random_http_body(rng, sentinel)
+    method = "POST"
+    headers = {"Host": f"127.0.0.1:{port}", "Content-Type": rng.choice(CONTENT_TYPES),
+               "Content-Length": str(len(body))}
+    roll = rng.random()
+    if roll < 0.1:
+        method, path, body = rng.choice(("GET", "GET", "HEAD", "PUT", "DELETE", "OPTIONS")), rng.choice(ODD_PATHS), b""
+        headers["Content-Length"] = "0"
+    elif roll < 0.18:
+        headers["Host"] = rng.choice(HOSTILE_HOSTS).format(port=port)
+    elif roll < 0.2:
+        headers["Content-Length"] = rng.choice(["-1", "1e3", "99999999999999999999", str(len(body) + 10)])
+    elif roll < 0.23:
+        headers[rng.choice(["X-Forwarded-Host", "Origin", "Referer", "Transfer-Encoding"])] = \
+            rng.choice([f"http://evil.example:{port}", "null", "chunked", "gzip", "x" * 4000])
+    return method, path, headers, body
+
+
+def http_request(port: int, method: str, path: str, headers: dict[str, str], body: bytes) -> HttpAnswer:
+    """One request on its own connection, answered within CASE_SECONDS or not at all."""
+    import http.client
+
+    started = time.perf_counter()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CASE_SECONDS + 2)
+    try:
+        connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders(body if method != "HEAD" or body else None)
+        response = connection.getresponse()
+        data = response.read()
+        return HttpAnswer(method, path.partition("?")[0], response.status,
+                          {k.lower(): v for k, v in response.getheaders()}, data, time.perf_counter() - started)
+    finally:
+        connection.close()
+
+
+def http_problem(answer: HttpAnswer) -> str | None:
+    """A 2xx or 4xx within CASE_SECONDS with the security headers; a 4xx (and every API 2xx but the report and the
+    exports) is JSON, a 4xx's a one-line {"error": ...}."""
+    if answer.seconds > CASE_SECONDS:
+        return f"answered after {answer.seconds:.1f} s"
+    if not (200 <= answer.status < 300 or 400 <= answer.status < 500):
+        return f"status {answer.status}: {shorten(answer.body.decode('utf-8', 'replace'), 160)}"
+    if answer.headers.get("x-content-type-options") != "nosniff" or \
+            "frame-ancestors 'none'" not in answer.headers.get("content-security-policy", ""):
+        return f"status {answer.status} without the security headers"
+    if answer.method == "HEAD":
+        return None
+    kind = answer.headers.get("content-type", "")
+    if answer.status < 300 and answer.path in NOT_JSON_OK:
+        return None if kind.startswith(NOT_JSON_OK[answer.path]) else f"{answer.path} answered {kind!r}"
+    try:
+        data = json.loads(answer.body)
+    except ValueError:
+        return f"status {answer.status} is not JSON ({kind!r}): {shorten(answer.body.decode('utf-8', 'replace'), 120)}"
+    if answer.status >= 400:
+        error = data.get("error") if isinstance(data, dict) else None
+        if not isinstance(error, str):
+            return f"status {answer.status} without an error: {shorten(answer.body.decode(), 120)}"
+        return one_line_problem(error)
+    return None
+
+
+@contextmanager
+def http_server(folder: Path) -> Iterator[int]:
+    """`planner serve` on a free port of 127.0.0.1, run from `folder`; its port."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", "--port", str(port)], cwd=folder,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/catalog/precisions", timeout=1)
+                break
+            except OSError:
+                if process.poll() is not None:
+                    raise RuntimeError(f"planner serve exited with {process.returncode}") from None
+                time.sleep(0.1)
+        yield port
+        if process.poll() is not None:
+            raise RuntimeError(f"planner serve died during the run (exit code {process.returncode})")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def fuzz_http(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """Hostile requests to a real `planner serve` (bodies, YAML, numbers, methods, paths, Hosts, lengths), one
+    connection each: every answer a 2xx or a JSON 4xx within CASE_SECONDS."""
+    sentinel = folder / "executed"
+    with http_server(folder) as port:
+        for _ in range(cases):
+            method, path, headers, body = random_http_request(rng, port, sentinel)
+            case = {"method": method, "path": path, "headers": headers, "body": body}
+            run_case(tally, case, lambda: http_request(port, method, path, headers, body), http_problem,
+                     is_error=lambda answer: answer.status >= 400)
+            if sentinel.exists():
+                tally.found("executed input", "a YAML tag ran code in the server", case)
+                sentinel.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
 # Large inputs: the issue's memory and time reproducers, each in a forked child measured for time and peak memory
 
 
@@ -1663,7 +1866,7 @@ def _outside_searches(argv: list[str], folder: Path) -> str:
 FUZZERS: dict[str, Callable[..., None]] = {"sizes": fuzz_sizes, "config": fuzz_configs, "scenario": fuzz_scenarios,
                                            "cli": fuzz_cli, "weights": fuzz_weights, "paths": fuzz_paths,
                                            "model-ids": fuzz_model_ids, "plans": fuzz_plans, "prices": fuzz_prices,
-                                           "text": fuzz_text}
+                                           "text": fuzz_text, "http": fuzz_http}
 
 
 def run_surface(surface: str, cases: int, seed: int, folder: Path, **options: Any) -> Tally:

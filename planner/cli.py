@@ -473,7 +473,8 @@ def catalog_command(
 
 @command("serve")
 def serve_command(
-    host: str = Option("127.0.0.1", help="Address to listen on (127.0.0.1: this machine only)."),
+    host: str = Option("127.0.0.1", help="Address to listen on (127.0.0.1: this machine only; any other prints a "
+                       "warning: there is no authentication). Requests are answered under this name or a loopback one."),
     port: int = Option(8000, min=1, max=65535, help="TCP port."),
 ) -> None:
     """A local web calculator (memory per GPU, live) and planner (solve, report, exports); JSON API under /api."""

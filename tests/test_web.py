@@ -2,17 +2,13 @@
 
 import json
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("fastapi", reason="the web extra is not installed (pip install '.[web]')")
 from fastapi.testclient import TestClient  # noqa: E402
+from serve_process import running_server  # noqa: E402
 
 from planner.serve.app import MAX_BODY_BYTES, BodyLimit, create_app  # noqa: E402
 
@@ -139,31 +135,10 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "planner.cli", "serve", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(url + "/api/catalog/precisions", timeout=1)
-                break
-            except OSError:
-                if process.poll() is not None:
-                    pytest.fail(f"planner serve exited: {process.stderr.read().decode()[-500:]}")
-                time.sleep(0.1)
+    with running_server() as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -181,12 +156,13 @@ def page():
 
 
 def test_calculator_page_in_headless_chromium(server, page):
+    expect = pytest.importorskip("playwright.sync_api").expect  # the page's CSP forbids wait_for_function's eval
     page.goto(server + "/")
-    page.wait_for_function("document.getElementById('verdict').textContent === 'Fits'")
+    expect(page.locator("#verdict")).to_have_text("Fits", timeout=30_000)
     kv_before = page.text_content("#kv-total")
     page.fill("#sequences", "8")
     page.fill("#context", "131072")
-    page.wait_for_function("document.getElementById('verdict').textContent === 'Does not fit'")
+    expect(page.locator("#verdict")).to_have_text("Does not fit", timeout=30_000)
     assert page.text_content("#kv-total") != kv_before
     assert page.locator(".bar .kv").count() == 1
     assert "KV cache is" in page.text_content("#warnings")
@@ -195,6 +171,6 @@ def test_calculator_page_in_headless_chromium(server, page):
 def test_planner_page_solves_in_headless_chromium(server, page):
     page.goto(server + "/planner")
     page.click("#solve")
-    page.wait_for_function("document.querySelectorAll('#plans tr').length > 1")
+    page.locator("#plans tr").nth(1).wait_for()
     assert page.text_content("#status").startswith("OPTIMAL")
     assert "l40s" in page.text_content("#plans") or "h100-sxm" in page.text_content("#plans")

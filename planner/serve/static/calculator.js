@@ -1,7 +1,9 @@
 "use strict";
 const $ = (id) => document.getElementById(id);
 const GB = 1e9;
+const GiB = 2 ** 30;
 const fmt = (bytes) => (bytes / GB).toFixed(2) + " GB";
+const both = (bytes) => `${fmt(bytes)} (${(bytes / GiB).toFixed(2)} GiB)`;
 
 async function getJSON(url) {
   const response = await fetch(url);
@@ -12,7 +14,7 @@ async function fillCatalog() {
   const [models, gpus, precisions] = await Promise.all(
     ["models", "gpus", "precisions"].map((kind) => getJSON("/api/catalog/" + kind)));
   for (const m of models) $("models").append(new Option(`${m.hf_id} · ${m.params_b}B`, m.name));
-  for (const g of gpus) $("gpu").append(new Option(`${g.name} · ${g.memory_gib} GiB`, g.name));
+  for (const g of gpus) $("gpu").append(new Option(`${g.name} · ${g.memory_gb} GB (${g.memory_gib} GiB)`, g.name));
   for (const p of precisions) $("precision").append(new Option(`${p.name} (${p.bits} bits)`, p.name));
   $("gpu").value = gpus.some((g) => g.name === "l40s") ? "l40s" : gpus[0].name;
 }
@@ -30,65 +32,85 @@ function request() {
   return body;
 }
 
-function segment(kind, bytes, total, label) {
+function segment(kind, bytes, scale, label) {
   const div = document.createElement("div");
   div.className = kind;
-  div.style.width = Math.max(0, (100 * bytes) / total) + "%";
+  div.style.width = Math.max(0, (100 * bytes) / scale) + "%";
   div.textContent = label;
-  div.title = `${kind}: ${fmt(bytes)}`;
+  div.title = `${kind}: ${both(bytes)}`;
   return div;
+}
+
+// One GPU's bar, against its budget: what fits is stacked up to the budget's edge, headroom fills the rest; when the
+// parts need more than the budget, the bar spans what they need and the part past the budget is hatched.
+function bar(b) {
+  const used = b.weights_bytes + b.kv_bytes + b.overhead_bytes;
+  const scale = Math.max(b.budget_bytes, used);
+  const caption = document.createElement("div");
+  const budget = b.budget_bytes === b.memory_bytes ? `the ${both(b.memory_bytes)} card`
+    : `its ${both(b.budget_bytes)} budget (of the ${both(b.memory_bytes)} CUDA sees on the card)`;
+  caption.textContent = `GPU ${b.rank}: ${fmt(used)} of ${budget}` +
+    (used > b.budget_bytes ? ` · over by ${fmt(used - b.budget_bytes)}` : "");
+  const row = document.createElement("div");
+  row.className = "bar";
+  row.append(segment("weights", b.weights_bytes, scale, "weights " + fmt(b.weights_bytes)),
+    segment("kv", b.kv_bytes, scale, "KV " + fmt(b.kv_bytes)),
+    segment("overhead", b.overhead_bytes, scale, "overhead"));
+  if (used <= b.budget_bytes) {
+    row.append(segment("headroom", b.budget_bytes - used, scale, "headroom " + fmt(b.budget_bytes - used)));
+  } else {
+    row.append(segment("over", used - b.budget_bytes, scale, "over " + fmt(used - b.budget_bytes)));
+  }
+  return [caption, row];
+}
+
+function summary(data) {
+  const engine = data.engine;
+  const kv = Object.assign(document.createElement("b"), {id: "kv-total", textContent: fmt(data.kv_cache_bytes)});
+  const pool = engine ? ` · ${engine.name} ${engine.release} pool holds ${engine.max_concurrency.toFixed(2)} sequences` : "";
+  $("summary").replaceChildren(`${data.model} · ${data.precision} weights, ${data.kv_dtype} KV · KV cache `, kv,
+    ` for ${data.batch} × ${data.context.toLocaleString()} tokens · weights ${fmt(data.weights_bytes)}${pool}`);
 }
 
 function render(data) {
   const v = data.verdict;
   $("verdict").textContent = v.fits ? "Fits" : "Does not fit";
   $("verdict").className = "verdict " + (v.fits ? "fits" : "nofit");
-  const kv = data.kv_cache_bytes;
-  const engine = data.engine;
-  $("summary").innerHTML = `${data.model} · ${data.precision} weights, ${data.kv_dtype} KV · ` +
-    `KV cache <b id="kv-total">${fmt(kv)}</b> for ${data.batch} × ${data.context.toLocaleString()} tokens · ` +
-    `weights ${fmt(data.weights_bytes)}` +
-    (engine ? ` · ${engine.name} ${engine.release} pool holds ${engine.max_concurrency.toFixed(2)} sequences` : "");
-  const bars = $("bars");
-  bars.replaceChildren();
-  for (const b of data.bars) {
-    const total = Math.max(b.memory_bytes, b.memory_bytes - b.headroom_bytes);
-    const caption = document.createElement("div");
-    caption.textContent = `GPU ${b.rank}: ${fmt(b.memory_bytes - b.headroom_bytes)} of ${fmt(b.memory_bytes)}`;
-    const bar = document.createElement("div");
-    bar.className = "bar";
-    bar.append(segment("weights", b.weights_bytes, total, "weights " + fmt(b.weights_bytes)),
-      segment("kv", b.kv_bytes, total, "KV " + fmt(b.kv_bytes)),
-      segment("overhead", b.overhead_bytes, total, "overhead"),
-      b.headroom_bytes >= 0 ? segment("headroom", b.headroom_bytes, total, "headroom " + fmt(b.headroom_bytes))
-        : segment("over", 0, total, ""));
-    bars.append(caption, bar);
-  }
-  const warnings = $("warnings");
-  warnings.replaceChildren(...(v.message ? [v.message] : []).concat(v.warnings).map((text) => {
-    const li = document.createElement("li");
-    li.textContent = text;
-    return li;
-  }));
+  summary(data);
+  $("bars").replaceChildren(...data.bars.flatMap(bar));
+  $("warnings").replaceChildren(...(v.message ? [v.message] : []).concat(v.warnings).map((text) =>
+    Object.assign(document.createElement("li"), {textContent: text})));
+  $("error").textContent = "";
 }
 
-let pending = 0;
+// A bad input leaves nothing of the previous answer on screen: only the error
+function fail(message) {
+  $("verdict").textContent = "—";
+  $("verdict").className = "verdict";
+  for (const id of ["summary", "bars", "warnings"]) $(id).replaceChildren();
+  $("error").textContent = message;
+}
+
+// Each change aborts the request before it; an answer that still arrives late is dropped by its ticket
+let latest = 0;
+let inFlight = null;
 async function update() {
-  const ticket = ++pending;
+  const ticket = ++latest;
+  if (inFlight) inFlight.abort();
   let body;
-  try { body = request(); } catch (e) { $("error").textContent = e.message; return; }
-  const response = await fetch("/api/estimate", {
-    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
-  const data = await response.json();
-  if (ticket !== pending) return;  // a newer request is on its way
-  if (!response.ok) {
-    $("error").textContent = data.error;
-    $("verdict").textContent = "—";
-    $("verdict").className = "verdict";
+  try { body = request(); } catch (e) { fail(e.message); return; }
+  inFlight = new AbortController();
+  let response, data;
+  try {
+    response = await fetch("/api/estimate", {method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify(body), signal: inFlight.signal});
+    data = await response.json();
+  } catch (e) {
+    if (ticket === latest) fail("no answer from the server (" + e.message + ")");  // not aborted: nothing newer
     return;
   }
-  $("error").textContent = "";
-  render(data);
+  if (ticket !== latest) return;  // a newer request is on its way
+  if (!response.ok) fail(data.error); else render(data);
 }
 
 let timer;
