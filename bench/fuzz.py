@@ -1454,7 +1454,7 @@ def text_problem(outputs: dict[str, str], name: str) -> str | None:
     if shown not in outputs["terminal"]:
         return "terminal: the name does not print as written"
     rendered = MarkdownIt("commonmark").enable("table").render(outputs["markdown"])
-    if re.search(r"<(?!/?(h2|p|table|thead|tbody|tr|th|td|ul|li|strong|code|pre)\b)", rendered):
+    if re.search(r"<(?!/?(h2|h3|p|table|thead|tbody|tr|th|td|ul|li|strong|code|pre)\b)", rendered):
         return f"markdown: markup from the name: {shorten(rendered, 200)!r}"
     if html.escape(shown, quote=False).strip() not in rendered:
         return "markdown: the name does not render as written"
