@@ -278,7 +278,7 @@ def test_the_web_export_refuses_the_same_checkpoints(checkpoint):
 
     text = (REPO / "scenarios" / "8b-budget.yaml").read_text()
     answer = TestClient(create_app()).post("/api/export", json={"scenario": text, "target": "vllm", "checkpoint": checkpoint})
-    assert answer.status_code == 400 and "--checkpoint" in answer.json()["error"] and checkpoint in answer.json()["error"]
+    assert answer.status_code == 400 and answer.json()["error"].startswith("checkpoint:") and checkpoint in answer.json()["error"]
 
 
 @pytest.fixture(scope="module")
