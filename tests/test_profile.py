@@ -166,3 +166,10 @@ def test_scale_up_minutes_without_a_profile_is_refused():
     data["fleet"] = {"scale_up_minutes": 90}
     with pytest.raises(PlannerInputError, match="fleet.scale_up_minutes: Input should be less than or equal to 60"):
         parse_scenario(data)
+
+
+def test_traffic_x2_doubles_every_hour_of_a_profile_and_a_single_rate():
+    assert scenario().workload.traffic.scaled(2).profile == tuple(2 * rate for rate in BLOCKS)
+    steady = parse_scenario({"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {
+        "requests_per_s": 1.5, "prompt_tokens": 100, "output_tokens": 10}}}).workload.traffic
+    assert steady.scaled(2).requests_per_s == 3.0 and steady.scaled(2).profile is None
