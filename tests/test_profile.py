@@ -173,3 +173,42 @@ def test_traffic_x2_doubles_every_hour_of_a_profile_and_a_single_rate():
     steady = parse_scenario({"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {
         "requests_per_s": 1.5, "prompt_tokens": 100, "output_tokens": 10}}}).workload.traffic
     assert steady.scaled(2).requests_per_s == 3.0 and steady.scaled(2).profile is None
+
+
+def write_csv(folder, rows):
+    (folder / "rates.csv").write_text("timestamp,requests_per_s\n" + "".join(f"{t},{r}\n" for t, r in rows))
+    path = folder / "s.yaml"
+    path.write_text(yaml.safe_dump({"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {
+        "profile": "rates.csv", "prompt_tokens": 100, "output_tokens": 10}}}))
+    return path
+
+
+def test_a_csv_profile_averages_each_clock_hour_and_keeps_each_hours_busiest_day(tmp_path):
+    rows = [(f"2026-11-02T{h:02d}:{m:02d}:00Z", 1 + m / 30) for h in range(24) for m in (0, 30)]  # 1 and 2: mean 1.5
+    rows += [("2026-11-03T10:15:00Z", 4), ("2026-11-03T10:45:00Z", 6)]  # another day's 10:00, mean 5: the busier
+    rows += [("2026-11-03T13:20:00+02:00", 9)]  # 11:20 UTC, 9 > 1.5
+    rows += [("2026-11-03T05:00:00", 1)]  # no offset: UTC; its mean 1 < 1.5
+    profile = load_scenario(write_csv(tmp_path, rows)).workload.traffic.profile
+    assert profile == (1.5,) * 10 + (5.0, 9.0) + (1.5,) * 12
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ([("yesterday", 1)], "'rates.csv' line 2: 'yesterday' is not an ISO 8601 time"),
+    ([("2026-11-02T00:00:00Z", -1)], "'rates.csv' line 2: -1.0 requests/s must be a number from 0"),
+    ([("2026-11-02T00:00:00Z", "many")], "'rates.csv' line 2: 'many' requests/s must be a number from 0"),
+    ([(f"2026-11-02T{h:02d}:00:00Z", 1) for h in range(23)], "no sample in UTC hour 23; the samples must cover"),
+    ([("2026-11-02T00:00:00Z", 1)], "no sample in UTC hours 1, 2, 3, 4, 5 ...; the samples must cover every hour"),
+])
+def test_a_bad_csv_profile_names_the_line_and_the_fix(tmp_path, rows, needle):
+    proc = run("solve", str(write_csv(tmp_path, rows)), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: scenario s.yaml: workload.traffic.profile: ")
+    assert needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_csv_profile_is_read_only_beside_a_scenario_file(tmp_path):
+    write_csv(tmp_path, [])
+    data = {"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {
+        "profile": str(tmp_path / "rates.csv"), "prompt_tokens": 100, "output_tokens": 10}}}
+    with pytest.raises(PlannerInputError, match="a CSV profile is read from the scenario file's folder, and this "
+                                                "scenario is no file"):
+        parse_scenario(data)  # the Python API's dict, or the web planner's form: no file of the server is read

@@ -7,6 +7,9 @@ catalogs when the scenario is resolved, so the message can suggest the closest n
 
 from __future__ import annotations
 
+import csv
+import io
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,8 +19,8 @@ from planner.catalog.load import Quality
 from planner.catalog.prices import MAX_PRICE_AGE_DAYS
 from planner.errors import PlannerInputError
 from planner.yamlfile import parse_yaml, printable
-from planner.files import SCENARIO, read_text
-from planner.units import MAX_BATCH, MAX_CONTEXT, parse_tokens, shown
+from planner.files import SCENARIO, FileKind, read_text
+from planner.units import MAX_BATCH, MAX_CONTEXT, MiB, parse_tokens, shown
 
 Market = Literal["on-demand", "spot", "any"]
 
@@ -75,13 +78,21 @@ HOURS_PER_DAY = 24
 _PERIOD_KEYS = ("hour", "requests_per_s")
 
 
-def hourly_rates(value: Any) -> tuple[float, ...] | None:
-    """A day profile as requests/s for each UTC hour 0..23: 24 rates, or periods [{hour, requests_per_s}, ...], each
-    period's rate holding from its hour until the next period's (the first at hour 0, hours increasing)."""
+# ~30 B a row: a month of samples a minute apart (43,200 rows) is ~1.3 MB
+PROFILE_CSV = FileKind("the profile's CSV", 4 * MiB, "give a CSV of timestamp,requests_per_s rows beside the scenario")
+
+
+def hourly_rates(value: Any, base_dir: Path | None = None) -> tuple[float, ...] | None:
+    """A day profile as requests/s for each UTC hour 0..23: 24 rates, periods [{hour, requests_per_s}, ...], each
+    period's rate holding from its hour until the next period's (the first at hour 0, hours increasing), or the path
+    of a CSV of samples (csv_hourly_rates) relative to the scenario's folder `base_dir`."""
     if value is None:
         return None
+    if isinstance(value, str):
+        return csv_hourly_rates(value, base_dir)
     if not isinstance(value, list) or not value:
-        raise ValueError("give 24 requests/s, one per UTC hour from 0, or periods [{hour: 0, requests_per_s: 1.5}, ...]")
+        raise ValueError("give 24 requests/s, one per UTC hour from 0, periods [{hour: 0, requests_per_s: 1.5}, ...], "
+                         "or a CSV file of timestamp,requests_per_s rows")
     if not all(isinstance(v, dict) for v in value):
         if any(isinstance(v, dict) for v in value):
             raise ValueError("give either 24 rates or a list of periods {hour, requests_per_s}, not both")
@@ -109,6 +120,43 @@ def hourly_rates(value: Any) -> tuple[float, ...] | None:
         raise ValueError(f"the first period starts at hour {starts[0]}; start it at hour 0 so every hour has a rate")
     ends = starts[1:] + [HOURS_PER_DAY]
     return tuple(rate for start, end, rate in zip(starts, ends, rates) for _ in range(start, end))
+
+
+def csv_hourly_rates(name: str, base_dir: Path | None) -> tuple[float, ...]:
+    """A CSV of `timestamp,requests_per_s` rows under that header (ISO 8601 times, UTC unless they give an offset) as
+    a day profile: the samples of each clock hour averaged, and each UTC hour of the day the highest of its days'
+    averages (the day is sized for its busiest days); every hour 0..23 needs a sample. Read only beside a scenario
+    file: a scenario given as keys (the Python API's dict, the web planner's form) names no folder to read from."""
+    if base_dir is None:
+        raise ValueError(f"{shown(name)}: a CSV profile is read from the scenario file's folder, and this scenario is "
+                         "no file; give the 24 rates, or the scenario as a file")
+    rows = csv.reader(io.StringIO(read_text(base_dir / name, PROFILE_CSV)))
+    if [cell.strip() for cell in next(rows, [])] != ["timestamp", "requests_per_s"]:
+        raise ValueError(f"{shown(name)} line 1: the header must be timestamp,requests_per_s")
+    hours: dict[tuple[date, int], list[float]] = {}
+    for line, row in enumerate(rows, start=2):
+        if not row:
+            continue
+        where = f"{shown(name)} line {line}"
+        if len(row) != 2:
+            raise ValueError(f"{where}: give timestamp,requests_per_s (2 cells, not {len(row)})")
+        try:
+            when = datetime.fromisoformat(row[0].strip())
+        except ValueError:
+            raise ValueError(f"{where}: {shown(row[0])} is not an ISO 8601 time, e.g. 2026-11-02T10:00:00Z") from None
+        when = when.astimezone(timezone.utc) if when.tzinfo else when
+        try:
+            rate = float(row[1])
+        except ValueError:
+            rate = row[1]  # _rate names it
+        hours.setdefault((when.date(), when.hour), []).append(_rate(rate, where))
+    by_hour = [[sum(v) / len(v) for (_, h), v in hours.items() if h == hour] for hour in range(HOURS_PER_DAY)]
+    missing = [hour for hour, means in enumerate(by_hour) if not means]
+    if missing:
+        hours_named = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+        raise ValueError(f"{shown(name)}: no sample in UTC hour{'s' * (len(missing) > 1)} {hours_named}; the samples "
+                         "must cover every hour of a day")
+    return tuple(max(means) for means in by_hour)
 
 
 def _rate(value: Any, where: str) -> float:
@@ -139,8 +187,8 @@ class Traffic(_Strict):
 
     @field_validator("profile", mode="before")
     @classmethod
-    def _hourly(cls, value: Any) -> tuple[float, ...] | None:
-        return hourly_rates(value)
+    def _hourly(cls, value: Any, info: ValidationInfo) -> tuple[float, ...] | None:
+        return hourly_rates(value, (info.context or {}).get("base_dir"))
 
     @model_validator(mode="after")
     def _complete(self) -> Traffic:
@@ -414,7 +462,7 @@ def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = N
     if "base_dir" in data:
         raise PlannerInputError(f"{label}: base_dir: unknown key; remove it")
     try:
-        scenario = Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         # a misspelt key is the root cause of the "field required" error that comes with it
         first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
