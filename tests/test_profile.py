@@ -102,6 +102,15 @@ def test_the_example_scenario_sizes_each_hour_from_its_peak_plan():
     assert day.base_usd_per_day + day.scaled_usd_per_day == pytest.approx(day.usd_per_day)
 
 
+def test_the_api_plans_the_day_of_a_scenario_file():
+    from planner import plan_day as api_plan_day, plan_fleet as api_plan_fleet
+
+    fleet = api_plan_fleet(EXAMPLE)
+    day = api_plan_day(EXAMPLE, fleet)
+    assert len(day.hours) == 24 and day.peak_usd_per_day == pytest.approx(24 * fleet.usd_per_hour)
+    assert max(h.replicas for h in day.hours) == sum(a.replicas for a in fleet.assignments)
+
+
 def test_a_scenario_without_a_profile_has_no_day():
     loaded = parse_scenario({"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {
         "requests_per_s": 1, "prompt_tokens": 100, "output_tokens": 10}}})
