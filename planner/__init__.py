@@ -5,13 +5,13 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__all__ = ["estimate", "load_catalog", "plan_fleet", "solve"]
+__all__ = ["estimate", "load_catalog", "plan_day", "plan_fleet", "solve"]
 
 
 def __getattr__(name: str) -> Any:
     """The API loads on first use, so `planner.cli` imports only the modules its command needs; `planner.api`,
     `planner.catalog` ... load when first named, as `import planner` used to load them."""
-    if name in ("estimate", "plan_fleet", "solve"):
+    if name in ("estimate", "plan_day", "plan_fleet", "solve"):
         return getattr(import_module("planner.api"), name)
     if name == "load_catalog":
         return import_module("planner.catalog.load").load_catalog

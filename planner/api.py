@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.performance import PerformanceCatalog
     from planner.plan.deadline import CommandStart, Deadline
     from planner.plan.fleet import FleetPlan
+    from planner.plan.profile import DayPlan
     from planner.plan.review import FleetReview, Review
     from planner.plan.solver import PlanOption
     from planner.render.export import ExportPlan
@@ -131,6 +132,14 @@ def plan_fleet(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s
     # the limit covers building the workloads' search spaces too (200 of them take seconds)
     deadline = _deadline(loaded, time_limit_s, started)
     return plan(fleet_problem(loaded, catalog, time_limit_s, calibration), catalog, deadline=deadline)
+
+
+def plan_day(scenario: str | Path | dict[str, Any] | Scenario, fleet: FleetPlan) -> DayPlan | None:
+    """With a day profile (workload.traffic.profile) in the scenario, each UTC hour sized from `fleet`, its peak
+    plan (plan_fleet of the same scenario), against running the peak fleet all day; None without one."""
+    from planner.plan.profile import plan_day as day
+
+    return day(_scenario(scenario), fleet)
 
 
 def _deadline(scenario: Scenario, time_limit_s: float | None, started: CommandStart | None) -> Deadline:

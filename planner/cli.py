@@ -295,9 +295,9 @@ def solve(
 ) -> None:
     """The cheapest configuration that fits and serves the scenario, with ranked alternatives;
     with traffic in the scenario, the cheapest fleet that serves it within its SLOs."""
-    from planner.render.markdown import fleet_markdown, records_markdown, solve_markdown
+    from planner.render.markdown import day_markdown, fleet_markdown, records_markdown, solve_markdown
     from planner.render.records import fleet_json, fleet_rows, rows_csv, solve_json
-    from planner.render.terminal import fleet_table, solve_table, what_if_table
+    from planner.render.terminal import day_table, fleet_table, solve_table, what_if_table
 
     loaded = api.load_scenario(scenario, max_price_age, calibration)
     if what_if:
@@ -310,8 +310,16 @@ def solve(
     if loaded.is_fleet:
         plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=_command_start())
         name = loaded.name or "fleet"
-        _emit(output_format, output, lambda console: fleet_table(name, plan, console), {
-            PlanFormat.json: lambda: fleet_json(plan, name), PlanFormat.markdown: lambda: fleet_markdown(name, plan),
+        day = api.plan_day(loaded, plan)
+
+        def table(console: Console | PlainConsole) -> None:
+            fleet_table(name, plan, console)
+            if day:
+                day_table(day, console)
+
+        _emit(output_format, output, table, {
+            PlanFormat.json: lambda: fleet_json(plan, name, day),
+            PlanFormat.markdown: lambda: fleet_markdown(name, plan) + (f"\n{day_markdown(day)}" if day else ""),
             PlanFormat.csv: lambda: rows_csv(fleet_rows(plan))})
         return
     result = api.solve(loaded, time_limit_s=time_limit, top=top, started=_command_start())

@@ -195,7 +195,7 @@ class _Built:
     cost: cp_model.LinearExpr
 
 
-def _demand_units(bucket: Bucket) -> int:
+def demand_units(bucket: Bucket) -> int:
     return ceil(bucket.requests_per_s * CAPACITY_UNITS_PER_RPS)
 
 
@@ -208,7 +208,7 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
     for ci, config in enumerate(configs):
         w = by_name[config.workload]
         bucket = w.buckets[config.bucket]
-        bound = ceil(_demand_units(bucket) / config.capacity_units) + w.redundancy + w.min_replicas
+        bound = ceil(demand_units(bucket) / config.capacity_units) + w.redundancy + w.min_replicas
         for pi, pool in enumerate(pools):
             if pool.offer.gpu == config.candidate.gpu.name and _fits_pool(config, pool):
                 replicas[ci, pi] = model.new_int_var(0, bound, f"n_{ci}_{pi}")
@@ -231,7 +231,7 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
             terms = [(ci, pi, var) for (ci, pi), var in replicas.items()
                      if configs[ci].workload == w.name and configs[ci].bucket == b]
             capacity = sum(var * configs[ci].capacity_units for ci, _, var in terms)
-            demand = _demand_units(bucket)
+            demand = demand_units(bucket)
             if allow_unmet:
                 slack[w.name, b] = model.new_int_var(0, demand, f"unmet_{w.name}_{b}")
                 capacity = capacity + slack[w.name, b]

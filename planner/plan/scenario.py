@@ -7,6 +7,9 @@ catalogs when the scenario is resolved, so the message can suggest the closest n
 
 from __future__ import annotations
 
+import csv
+import io
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,8 +19,8 @@ from planner.catalog.load import Quality
 from planner.catalog.prices import MAX_PRICE_AGE_DAYS
 from planner.errors import PlannerInputError
 from planner.yamlfile import parse_yaml, printable
-from planner.files import SCENARIO, read_text
-from planner.units import MAX_BATCH, MAX_CONTEXT, parse_tokens, shown
+from planner.files import SCENARIO, FileKind, read_text
+from planner.units import MAX_BATCH, MAX_CONTEXT, MiB, parse_tokens, shown
 
 Market = Literal["on-demand", "spot", "any"]
 
@@ -70,6 +73,96 @@ def search_values(value: Any, limit: int = MAX_CONTEXT) -> tuple[int, ...]:
 # The fleet model counts demand in whole milli-requests per second (plan/serving.py CAPACITY_UNITS_PER_RPS):
 # a smaller rate would round to nothing, and $/million tokens over it would print absurd figures.
 MIN_REQUESTS_PER_S = 1e-3
+MAX_REQUESTS_PER_S = 1e7
+HOURS_PER_DAY = 24
+_PERIOD_KEYS = ("hour", "requests_per_s")
+
+
+# ~30 B a row: a month of samples a minute apart (43,200 rows) is ~1.3 MB
+PROFILE_CSV = FileKind("the profile's CSV", 4 * MiB, "give a CSV of timestamp,requests_per_s rows beside the scenario")
+
+
+def hourly_rates(value: Any, base_dir: Path | None = None) -> tuple[float, ...] | None:
+    """A day profile as requests/s for each UTC hour 0..23: 24 rates, periods [{hour, requests_per_s}, ...], each
+    period's rate holding from its hour until the next period's (the first at hour 0, hours increasing), or the path
+    of a CSV of samples (csv_hourly_rates) relative to the scenario's folder `base_dir`."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return csv_hourly_rates(value, base_dir)
+    if not isinstance(value, list) or not value:
+        raise ValueError("give 24 requests/s, one per UTC hour from 0, periods [{hour: 0, requests_per_s: 1.5}, ...], "
+                         "or a CSV file of timestamp,requests_per_s rows")
+    if not all(isinstance(v, dict) for v in value):
+        if any(isinstance(v, dict) for v in value):
+            raise ValueError("give either 24 rates or a list of periods {hour, requests_per_s}, not both")
+        if len(value) != HOURS_PER_DAY:
+            raise ValueError(f"lists {len(value)} rates; a day profile lists {HOURS_PER_DAY}, one per UTC hour from 0 "
+                             "(or give periods [{hour, requests_per_s}, ...])")
+        return tuple(_rate(v, f"hour {h}") for h, v in enumerate(value))
+    starts: list[int] = []
+    rates: list[float] = []
+    for i, period in enumerate(value):
+        unknown = set(period) - set(_PERIOD_KEYS)
+        if unknown:
+            raise ValueError(f"period {i}: unknown key {shown(min(unknown, key=repr))}; a period has hour and "
+                             "requests_per_s")
+        if set(_PERIOD_KEYS) - set(period):
+            raise ValueError(f"period {i}: give hour and requests_per_s, e.g. {{hour: 9, requests_per_s: 2.5}}")
+        hour = period["hour"]
+        if isinstance(hour, bool) or not isinstance(hour, int) or not 0 <= hour < HOURS_PER_DAY:
+            raise ValueError(f"period {i}: hour {shown(hour)} must be a whole UTC hour from 0 to 23")
+        if starts and hour <= starts[-1]:
+            raise ValueError(f"period {i}: hour {hour} must come after the previous period's hour {starts[-1]}")
+        starts.append(hour)
+        rates.append(_rate(period["requests_per_s"], f"period {i}"))
+    if starts[0] != 0:
+        raise ValueError(f"the first period starts at hour {starts[0]}; start it at hour 0 so every hour has a rate")
+    ends = starts[1:] + [HOURS_PER_DAY]
+    return tuple(rate for start, end, rate in zip(starts, ends, rates) for _ in range(start, end))
+
+
+def csv_hourly_rates(name: str, base_dir: Path | None) -> tuple[float, ...]:
+    """A CSV of `timestamp,requests_per_s` rows under that header (ISO 8601 times, UTC unless they give an offset) as
+    a day profile: the samples of each clock hour averaged, and each UTC hour of the day the highest of its days'
+    averages (the day is sized for its busiest days); every hour 0..23 needs a sample. Read only beside a scenario
+    file: a scenario given as keys (the Python API's dict, the web planner's form) names no folder to read from."""
+    if base_dir is None:
+        raise ValueError(f"{shown(name)}: a CSV profile is read from the scenario file's folder, and this scenario is "
+                         "no file; give the 24 rates, or the scenario as a file")
+    rows = csv.reader(io.StringIO(read_text(base_dir / name, PROFILE_CSV)))
+    if [cell.strip() for cell in next(rows, [])] != ["timestamp", "requests_per_s"]:
+        raise ValueError(f"{shown(name)} line 1: the header must be timestamp,requests_per_s")
+    hours: dict[tuple[date, int], list[float]] = {}
+    for line, row in enumerate(rows, start=2):
+        if not row:
+            continue
+        where = f"{shown(name)} line {line}"
+        if len(row) != 2:
+            raise ValueError(f"{where}: give timestamp,requests_per_s (2 cells, not {len(row)})")
+        try:
+            when = datetime.fromisoformat(row[0].strip())
+        except ValueError:
+            raise ValueError(f"{where}: {shown(row[0])} is not an ISO 8601 time, e.g. 2026-11-02T10:00:00Z") from None
+        when = when.astimezone(timezone.utc) if when.tzinfo else when
+        try:
+            rate = float(row[1])
+        except ValueError:
+            rate = row[1]  # _rate names it
+        hours.setdefault((when.date(), when.hour), []).append(_rate(rate, where))
+    by_hour = [[sum(v) / len(v) for (_, h), v in hours.items() if h == hour] for hour in range(HOURS_PER_DAY)]
+    missing = [hour for hour, means in enumerate(by_hour) if not means]
+    if missing:
+        hours_named = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+        raise ValueError(f"{shown(name)}: no sample in UTC hour{'s' * (len(missing) > 1)} {hours_named}; the samples "
+                         "must cover every hour of a day")
+    return tuple(max(means) for means in by_hour)
+
+
+def _rate(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REQUESTS_PER_S:
+        raise ValueError(f"{where}: {shown(value)} requests/s must be a number from 0 to {MAX_REQUESTS_PER_S:g}")
+    return float(value)
 
 
 class TrafficBucket(_Strict):
@@ -83,16 +176,24 @@ class TrafficBucket(_Strict):
 class Traffic(_Strict):
     """Demand: a request rate or an output-token rate, and the request shape (mean, or buckets with shares)."""
 
-    requests_per_s: float | None = Field(default=None, gt=0, le=1e7)
+    requests_per_s: float | None = Field(default=None, gt=0, le=MAX_REQUESTS_PER_S)
     output_tokens_per_s: float | None = Field(default=None, gt=0, le=1e10)
     prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     buckets: list[TrafficBucket] | None = Field(default=None, min_length=1, max_length=16)
+    # requests/s by UTC hour over a day (hourly_rates): the fleet is sized for the peak hour, then hour by hour from
+    # that plan (planner.plan.profile)
+    profile: tuple[float, ...] | None = None
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _hourly(cls, value: Any, info: ValidationInfo) -> tuple[float, ...] | None:
+        return hourly_rates(value, (info.context or {}).get("base_dir"))
 
     @model_validator(mode="after")
     def _complete(self) -> Traffic:
-        if (self.requests_per_s is None) == (self.output_tokens_per_s is None):
-            raise ValueError("give one of requests_per_s or output_tokens_per_s")
+        if sum(rate is not None for rate in (self.requests_per_s, self.output_tokens_per_s, self.profile)) != 1:
+            raise ValueError("give one of requests_per_s, output_tokens_per_s or profile (requests/s by hour)")
         if self.buckets is None and (self.prompt_tokens is None or self.output_tokens is None):
             raise ValueError("give prompt_tokens and output_tokens (the mean request), or buckets")
         if self.buckets is not None:
@@ -102,7 +203,8 @@ class Traffic(_Strict):
             if abs(total - 1) > 1e-6:
                 raise ValueError(f"bucket shares add up to {total:g}; they must add up to 1")
         if self.total_requests_per_s < MIN_REQUESTS_PER_S:
-            raise ValueError(f"{self.total_requests_per_s:.3g} requests/s is below the {MIN_REQUESTS_PER_S:g} the fleet "
+            peak = "the profile's peak hour, " if self.profile is not None else ""
+            raise ValueError(f"{peak}{self.total_requests_per_s:.3g} requests/s is below the {MIN_REQUESTS_PER_S:g} the fleet "
                              "model counts (whole milli-requests per second); a smaller demand is one replica")
         return self
 
@@ -112,8 +214,22 @@ class Traffic(_Strict):
             return [(1.0, self.prompt_tokens or 1, self.output_tokens or 1)]
         return [(b.share, b.prompt_tokens, b.output_tokens) for b in self.buckets]
 
+    def scaled(self, times: float) -> Traffic:
+        """The same traffic with every rate `times` as high."""
+        return self.model_copy(update={
+            "requests_per_s": self.requests_per_s and times * self.requests_per_s,
+            "output_tokens_per_s": self.output_tokens_per_s and times * self.output_tokens_per_s,
+            "profile": self.profile and tuple(times * rate for rate in self.profile)})
+
+    def hour_requests_per_s(self, hour: int) -> float:
+        """The requests/s of a UTC hour: the profile's, or the one rate all day."""
+        return self.profile[hour] if self.profile is not None else self.total_requests_per_s
+
     @property
     def total_requests_per_s(self) -> float:
+        """The requests/s the fleet is sized for: the rate given, or a profile's peak hour's."""
+        if self.profile is not None:
+            return max(self.profile)
         if self.requests_per_s is not None:
             return self.requests_per_s
         mean_output = sum(share * output for share, _, output in self.shapes())
@@ -220,6 +336,9 @@ class QuotaSpec(_Strict):
 class FleetSpec(_Strict):
     quotas: list[QuotaSpec] = Field(default=[], max_length=100)
     on_demand_share: float | None = Field(default=None, ge=0, le=1)  # of each workload's demand, with spot allowed
+    # with a traffic profile: minutes a replica added for an hour takes to serve (start, load weights, warm up); it
+    # starts that long before its hour, which pays for it (planner.plan.profile)
+    scale_up_minutes: float = Field(default=10, ge=0, le=60)
 
 
 class NamedWorkload(_Strict):
@@ -276,6 +395,9 @@ class Scenario(_Strict):
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
         self._on_demand_share_applies()
+        if self.fleet is not None and "scale_up_minutes" in self.fleet.model_fields_set and not self.has_profile:
+            raise ValueError("fleet.scale_up_minutes times the replicas a day profile adds, and no workload has one; "
+                             "add workload.traffic.profile or remove fleet.scale_up_minutes")
         return self
 
     def _on_demand_share_applies(self) -> None:
@@ -295,6 +417,12 @@ class Scenario(_Strict):
     def is_fleet(self) -> bool:
         """Traffic given: size a fleet of replicas rather than pick one configuration."""
         return self.workloads is not None or (self.workload is not None and self.workload.traffic is not None)
+
+    @property
+    def has_profile(self) -> bool:
+        """Some workload's traffic is a day profile: the fleet is also planned hour by hour."""
+        return any(part.workload.traffic is not None and part.workload.traffic.profile is not None
+                   for _, part in self.fleet_parts()) if self.is_fleet else False
 
     def with_calibration(self, path: str) -> Scenario:
         """The scenario with `path` (--calibration FILE: a path from where the command runs) in place of its
@@ -334,7 +462,7 @@ def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = N
     if "base_dir" in data:
         raise PlannerInputError(f"{label}: base_dir: unknown key; remove it")
     try:
-        scenario = Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         # a misspelt key is the root cause of the "field required" error that comes with it
         first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]

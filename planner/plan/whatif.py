@@ -104,9 +104,7 @@ def what_if_variants(scenario: Scenario, busiest_gpu: str | None) -> list[tuple[
         traffic = workload.traffic
         if traffic is None:
             return workload.model_copy(update={"concurrency": tuple(min(2 * n, MAX_BATCH) for n in workload.concurrency)})
-        return workload.model_copy(update={"traffic": traffic.model_copy(update={
-            "requests_per_s": traffic.requests_per_s and 2 * traffic.requests_per_s,
-            "output_tokens_per_s": traffic.output_tokens_per_s and 2 * traffic.output_tokens_per_s})})
+        return workload.model_copy(update={"traffic": traffic.scaled(2)})
 
     variants = [
         ("traffic x2" if scenario.is_fleet else "concurrency x2", each_workload(double)),

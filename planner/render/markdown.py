@@ -6,13 +6,14 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.render.plain import controls_escaped
-from planner.render.summary import (fleet_cost_line, fleet_price_warnings, fleet_status, load_rows, memory_line,
+from planner.render.summary import (DAY_COLUMNS, day_lines, day_rows, fleet_cost_line, fleet_price_warnings, fleet_status, load_rows, memory_line,
                                     not_simulated_lines, offer_rows, price_age_text, replica_label, running_text,
                                     speed_line, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
     from planner.plan.fleet import FleetPlan
+    from planner.plan.profile import DayPlan
     from planner.plan.review import FleetReview, Review
     from planner.plan.solver import SolveResult
 
@@ -114,6 +115,15 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines += [f"- note: {md(x)}" for x in not_simulated_lines(plan)]
     lines += [f"- note: {md(x)}" for x in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}"
                                                     for a in plan.assignments for w in a.memory.warnings)]
+    return "\n".join(lines) + "\n"
+
+
+def day_markdown(day: DayPlan) -> str:
+    """A day plan (planner.plan.profile) as a section after its fleet's."""
+    first, second, note = day_lines(day)
+    lines = ["### Day, hour by hour", "", f"**{md(first)}**", "", f"**{md(second)}**", "", md(note), "",
+             "| " + " | ".join(DAY_COLUMNS) + " |", "|" + "---|" * len(DAY_COLUMNS)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in day_rows(day)]
     return "\n".join(lines) + "\n"
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import Assignment, FleetPlan
     from planner.plan.loads import ReplicaLoads
+    from planner.plan.profile import DayPlan
     from planner.plan.solver import PlanOption, SolveResult
 
 
@@ -110,7 +111,8 @@ def _loads_fields(loads: ReplicaLoads | None) -> dict[str, Any]:
     return out
 
 
-def fleet_json(plan: FleetPlan, scenario: str) -> str:
+def fleet_json(plan: FleetPlan, scenario: str, day: DayPlan | None = None) -> str:
+    """The fleet plan file; with a day plan (planner.plan.profile), its costs and hours under "day"."""
     from planner.plan.fleet import TokenCosts
 
     return document("fleet", {
@@ -126,7 +128,7 @@ def fleet_json(plan: FleetPlan, scenario: str) -> str:
         "unmet": list(plan.unmet), "binding": list(plan.binding), "left_out": list(plan.left_out),
         "speed": list(plan.speed),
         "configurations": plan.configurations,
-        "variables": plan.variables})
+        "variables": plan.variables, **({"day": record(day)} if day else {})})
 
 
 def estimate_json(est: MemoryEstimate) -> str:

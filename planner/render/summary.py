@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from planner.catalog.prices import PriceAge
     from planner.plan.fleet import Assignment, FleetPlan
     from planner.plan.loads import ReplicaLoads
+    from planner.plan.profile import DayPlan
     from planner.plan.solver import PlanOption, SolveResult
 
 # What a table header says for a record field: a word a reader knows, with its unit.
@@ -97,6 +98,28 @@ def fleet_status(plan: FleetPlan) -> str:
         plan.status, plan.status)
     return (f"{verdict} in {plan.solve_seconds:.2f} s · {plan.configurations:,} serving configurations, "
             f"{plan.variables:,} CP-SAT variables")
+
+
+DAY_COLUMNS = ("hour (UTC)", "demand req/s", "replicas", "instances started", "$/hour")
+
+
+def day_lines(day: DayPlan) -> list[str]:
+    """A day plan's costs: scaled hour by hour (base + what scales) against the peak fleet all day."""
+    base = sum(day.base_replicas)
+    share = day.saving_usd_per_day / day.peak_usd_per_day if day.peak_usd_per_day else 0.0
+    return [f"Day, scaled hour by hour: ${day.usd_per_day:,.2f}/day = base ${day.base_usd_per_day:,.2f}/day "
+            f"({base} replica{'s' * (base != 1)} up all day, ${day.base_usd_per_hour:,.2f}/hour) + scaled "
+            f"${day.scaled_usd_per_day:,.2f}/day",
+            f"Sized for the peak all day: ${day.peak_usd_per_day:,.2f}/day (the fleet above x 24); scaling saves "
+            f"${day.saving_usd_per_day:,.2f}/day ({share:.0%})",
+            f"replicas an hour adds start {day.scale_up_minutes:g} min before it (fleet.scale_up_minutes) and are paid "
+            "from then; every replica pays its pool's price (the price catalog has no reserved prices)"]
+
+
+def day_rows(day: DayPlan) -> list[tuple[str, ...]]:
+    """The day's hours as table cells (DAY_COLUMNS)."""
+    return [(f"{h.hour:02d}:00", f"{h.requests_per_s:,.2f}", str(h.replicas), f"+{h.instances_started}" if
+             h.instances_started else "", f"{h.usd_per_hour:,.2f}") for h in day.hours]
 
 
 def load_rows(loads: ReplicaLoads) -> list[tuple[str, float, float | None, float, float]]:

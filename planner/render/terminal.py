@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
-from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
+from planner.render.summary import (DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
                                     load_rows, not_simulated_lines, replica_label, running_text,
                                     price_age_text, speed_line, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
     from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import FleetPlan
+    from planner.plan.profile import DayPlan
     from planner.plan.solver import SolveResult
 
 
@@ -221,6 +222,18 @@ def frame_table(frame, title: str, console: Console | PlainConsole, columns: lis
     for row in frame.itertuples(index=False):
         _row(table, *(f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row))
     console.print(table if len(frame) else "no GPU and provider holds this model with these settings")
+
+
+def day_table(day: DayPlan, console: Console | PlainConsole) -> None:
+    """A day plan (planner.plan.profile): its costs against the peak fleet all day, then its hours."""
+    first, second, note = day_lines(day)
+    console.print(f"\n[bold]{as_text(first)}[/bold]\n[bold]{as_text(second)}[/bold]\n{as_text(note)}")
+    table = _table(console, title="Hour by hour", show_header=True, header_style="bold")
+    for col in DAY_COLUMNS:
+        table.add_column(col, justify="left" if col == DAY_COLUMNS[0] else "right")
+    for cells in day_rows(day):
+        _row(table, *cells)
+    console.print(table)
 
 
 def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> None:
