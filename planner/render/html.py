@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
 from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
-                                    load_rows, not_simulated_lines, offer_rows, price_age_text, replica_label,
-                                    running_text, status_line)
+                                    hosted_lines, load_rows, not_simulated_lines, offer_rows, price_age_text,
+                                    replica_label, running_text, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -172,6 +172,7 @@ def _fleet_parts(name: str, plan: FleetPlan) -> list[str]:
     else:
         parts.append(f"<div class='best'><b>{html.escape(fleet_cost_line(plan))}</b> · every replica's "
                      "configuration re-checked by the estimator</div>")
+        parts += [f"<p>{html.escape(line)}</p>" for line in hosted_lines(plan)]
     rows = fleet_rows(plan)
     if rows:
         header = ["workload", "bucket", "replicas", "gpu", "gpus_per_replica", "tp", "pp", "precision", "kv_dtype",

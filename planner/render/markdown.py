@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from planner.render.plain import controls_escaped
 from planner.render.summary import (fleet_cost_line, fleet_price_warnings, fleet_status, load_rows, memory_line,
-                                    not_simulated_lines, offer_rows, price_age_text, replica_label, running_text,
-                                    speed_line, status_line)
+                                    hosted_lines, not_simulated_lines, offer_rows, price_age_text, replica_label,
+                                    running_text, speed_line, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def review_markdown(review: Review, scenario_text: str) -> str:
 def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines = [f"## {md(name)}: fleet", "", md(fleet_status(plan)), ""]
     if plan.usd_per_hour is not None:
-        lines += [f"**{md(fleet_cost_line(plan))}**", ""]
+        lines += [f"**{md(fleet_cost_line(plan))}**", ""] + [x for line in hosted_lines(plan) for x in (md(line), "")]
     lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len | pool |", "|---|---|---|---|---|---|"]
     for a in plan.assignments:
         c = a.config.candidate
