@@ -172,3 +172,20 @@ def test_a_shared_fleet_splits_its_cost_over_its_workloads():
     for h in plan.hosted:  # each workload's comparison is against its own share of the fleet
         assert h.fleet_usd_per_hour == pytest.approx(costs[h.workload], abs=1e-4)
     assert len(hosted_lines(plan)) == len({h.workload for h in plan.hosted}) >= 2
+
+
+def test_the_fleet_report_lists_each_hosted_price_with_its_source(chat):
+    from planner.plan.review import FleetReview
+    from planner.render.html import fleet_review_html
+    from planner.render.markdown import fleet_review_markdown
+
+    plan = chat[NOTHING_STALE]
+    review = FleetReview(plan=plan, traffic_costs=(), offers=(), catalog_counts={})
+    text = fleet_review_markdown("70b-chat", review, "")
+    assert "### Hosted API list prices" in text
+    for h in plan.hosted:
+        assert (f"| 70b-chat | {md(h.price.label)} | {md(h.price.endpoint)} | {h.price.input_usd_per_million_tokens:g} | "
+                f"{h.price.output_usd_per_million_tokens:g} | {h.usd_per_hour:g} | {h.ratio:g} | 2026-11-20 |") in text
+        assert md(h.price.source) in text
+    page = fleet_review_html("70b-chat", review, "")
+    assert "<h2>Hosted API list prices</h2>" in page and page.count("model_prices_and_context_window_backup.json") == 4

@@ -110,6 +110,17 @@ def fleet_cost_line(plan: FleetPlan) -> str:
             "at the demand's input/output mix")
 
 
+HOSTED_HEADER = ["workload", "provider", "endpoint", "$/M input", "$/M output", "$/hour at this traffic",
+                 "fleet / hosted", "as of", "age", "note", "source"]
+
+
+def hosted_rows(plan: FleetPlan) -> list[list[str | float]]:
+    """The report's table of the hosted-API prices a fleet compares with (HOSTED_HEADER's columns)."""
+    return [[h.workload, h.price.label, h.price.endpoint, h.price.input_usd_per_million_tokens,
+             h.price.output_usd_per_million_tokens, h.usd_per_hour, h.ratio, h.price.as_of,
+             price_age_text(h.price_age), h.price.note or "", h.price.source] for h in plan.hosted]
+
+
 def fleet_status(plan: FleetPlan) -> str:
     verdict = {OPTIMAL: "OPTIMAL (proven cheapest)", FEASIBLE: f"FEASIBLE (time limit; gap {plan.gap:.1%})"}.get(
         plan.status, plan.status)
