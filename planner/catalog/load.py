@@ -284,7 +284,7 @@ class Catalog:
     engines: Registry[Engine]
     kernels: Registry[EngineKernels]
     prices_file: Path
-    hosted_prices_file: Path | None = None  # None: no hosted-API prices to compare with
+    hosted_prices_file: Path
 
     @cached_property
     def offers(self) -> tuple[Offer, ...]:
@@ -298,8 +298,6 @@ class Catalog:
     def hosted_prices(self) -> tuple[HostedPrice, ...]:
         """hosted_prices.yaml, read on first use (a fleet plan compares its cost with them); every row names a
         catalog model."""
-        if self.hosted_prices_file is None:
-            return ()
         from planner.catalog.hosted import load_hosted_prices
 
         return load_hosted_prices(self.hosted_prices_file, self.models)
