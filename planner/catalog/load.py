@@ -21,6 +21,7 @@ from planner.yamlfile import load_yaml_cached
 if TYPE_CHECKING:  # pydantic loads only where a pydantic schema is validated (scenarios, plans, prices)
     from pydantic import BaseModel
 
+    from planner.catalog.hosted import HostedPrice
     from planner.catalog.prices import Offer
 
     M = TypeVar("M", bound=BaseModel)
@@ -283,6 +284,7 @@ class Catalog:
     engines: Registry[Engine]
     kernels: Registry[EngineKernels]
     prices_file: Path
+    hosted_prices_file: Path
 
     @cached_property
     def offers(self) -> tuple[Offer, ...]:
@@ -291,6 +293,14 @@ class Catalog:
         from planner.catalog.prices import load_offers
 
         return load_offers(self.prices_file, self.gpus)
+
+    @cached_property
+    def hosted_prices(self) -> tuple[HostedPrice, ...]:
+        """hosted_prices.yaml, read on first use (a fleet plan compares its cost with them); every row names a
+        catalog model."""
+        from planner.catalog.hosted import load_hosted_prices
+
+        return load_hosted_prices(self.hosted_prices_file, self.models)
 
     def support(self, engine: str, precision: Precision, gpu: Gpu) -> Support:
         """How `engine` runs `precision` on `gpu` (precision_support.yaml, the one place that decides it)."""
@@ -568,6 +578,7 @@ def load_catalog(directory: str | None = None) -> Catalog:
         engines=_engines(base),
         kernels=_kernels(base / "precision_support.yaml", gpus, precisions),
         prices_file=base / "prices.yaml",
+        hosted_prices_file=base / "hosted_prices.yaml",
     )
 
 

@@ -154,12 +154,19 @@ class PriceAge:
     warning: str | None
 
 
-def price_age(offer: Offer, market: str, max_age_days: int = MAX_PRICE_AGE_DAYS, today: date | None = None) -> PriceAge:
-    """The one stale-price rule: a price is stale when more than `max_age_days` have passed since the end of its
-    as_of period (price_date)."""
-    age = ((today or date.today()) - price_date(offer, market)).days
+def age_of(as_of: str, day: date, what: str, refresh: str, max_age_days: int = MAX_PRICE_AGE_DAYS,
+           today: date | None = None) -> PriceAge:
+    """The one stale-price rule, for rental and hosted-API prices alike: a price is stale when more than
+    `max_age_days` have passed since `day`, the end of its as_of period. `what` names the price in the warning,
+    `refresh` says how to renew it."""
+    age = ((today or date.today()) - day).days
     stale = age > max_age_days
-    warning = (f"the {market} price of {offer.provider} {offer.instance} is {age} days old (as of {offer.as_of}), "
-               f"past the {max_age_days}-day limit; prices move: check the provider, or refresh with "
-               "`planner prices update`") if stale else None
-    return PriceAge(offer.as_of, age, stale, warning)
+    warning = (f"{what} is {age} days old (as of {as_of}), past the {max_age_days}-day limit; prices move: "
+               f"{refresh}") if stale else None
+    return PriceAge(as_of, age, stale, warning)
+
+
+def price_age(offer: Offer, market: str, max_age_days: int = MAX_PRICE_AGE_DAYS, today: date | None = None) -> PriceAge:
+    """How old `offer`'s `market` price is (age_of, from the end of its as_of period: price_date)."""
+    return age_of(offer.as_of, price_date(offer, market), f"the {market} price of {offer.provider} {offer.instance}",
+                  "check the provider, or refresh with `planner prices update`", max_age_days, today)

@@ -33,6 +33,7 @@ from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
 from planner.plan.deadline import Deadline, OutOfTime
+from planner.plan.hosted import HostedCost, hosted_costs
 from planner.plan.loads import ReplicaLoads, replica_loads
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import QuotaSpec, Scenario
@@ -150,8 +151,7 @@ class TokenCosts:
 
     @classmethod
     def of(cls, usd_per_hour: float, workloads: tuple[FleetWorkload, ...]) -> TokenCosts:
-        prompt = sum(b.requests_per_s * b.prompt_tokens for w in workloads for b in w.buckets) * 3600
-        output = sum(b.requests_per_s * b.output_tokens for w in workloads for b in w.buckets) * 3600
+        prompt, output = (sum(tokens) for tokens in zip(*(w.tokens_per_hour for w in workloads)))
         return cls(*(round(usd_per_hour / tokens * 1e6, 4) for tokens in (prompt, output, prompt + output)))
 
 
@@ -171,6 +171,7 @@ class FleetPlan:
     candidate_seconds: float = 0.0  # of solve_seconds, spent building serving configurations
     left_out: tuple[str, ...] = ()  # GPU types cheaper per GPU-hour than the fleet's dearest that serve nothing, and why
     speed: tuple[str, ...] = ()  # per workload and GPU type: whose speed a calibration file scaled, and whose it did not
+    hosted: tuple[HostedCost, ...] = ()  # beside token_costs: each workload's cost against hosted APIs' list prices
 
 
 def _footprint(config: ServingConfig, pool: Pool) -> int | None:
@@ -421,6 +422,7 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
     return FleetPlan(
         status=status, gap=gap, solve_seconds=time.perf_counter() - started, usd_per_hour=round(cost, 4),
         token_costs=TokenCosts.of(cost, problem.workloads),
+        hosted=hosted_costs(problem.workloads, tuple(assignments), tuple(uses), catalog),
         assignments=tuple(sorted(assignments, key=lambda a: (a.workload, a.bucket, a.pool.label))),
         pools=tuple(sorted(uses, key=lambda u: u.pool.label)), unmet=unmet, binding=(),
         configurations=len(configs), variables=len(built.replicas) + len(built.instances),
@@ -448,7 +450,7 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
                 unmet.append(f"{name} bucket {b}: {short:,.3f} req/s unserved; blocked by "
                              + (", ".join(full) if full else "the allowed pools and redundancy rules"))
         plan = _read(problem, relaxed, solver, configs, pools, catalog, INFEASIBLE, started, tuple(unmet))
-        return replace(plan, usd_per_hour=None, token_costs=None)
+        return replace(plan, usd_per_hour=None, token_costs=None, hosted=())
     return FleetPlan(INFEASIBLE, 0.0, time.perf_counter() - started, None, None, (), (), tuple(unmet), (),
                      len(configs), 0)
 

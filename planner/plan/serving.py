@@ -58,6 +58,12 @@ class FleetWorkload:
     engine: str = "vllm"
     calibration: Calibration | None = None  # `planner calibrate`'s factors, for the GPU generation x engine it names
 
+    @property
+    def tokens_per_hour(self) -> tuple[float, float]:
+        """The demand in prompt and reply tokens per hour: each bucket's requests/s x its tokens per request."""
+        return (sum(b.requests_per_s * b.prompt_tokens for b in self.buckets) * 3600,
+                sum(b.requests_per_s * b.output_tokens for b in self.buckets) * 3600)
+
     def performance(self, generation: str) -> PerformanceCatalog | None:
         """The speed model's constants for a replica on this GPU generation: calibrated where the calibration was
         fitted (that generation and this engine), the catalog's elsewhere (None)."""

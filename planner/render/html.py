@@ -6,9 +6,9 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
-from planner.render.summary import (column_label, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
-                                    load_rows, not_simulated_lines, offer_rows, price_age_text, replica_label,
-                                    running_text, status_line)
+from planner.render.summary import (HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
+                                    memory_line, NO_FLEET, hosted_lines, hosted_rows, load_rows, not_simulated_lines,
+                                    offer_rows, price_age_text, replica_label, running_text, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -160,6 +160,8 @@ def fleet_review_html(name: str, review: FleetReview, scenario_text: str) -> str
     if review.cut_short:
         parts.append(f"<p class='warn'>cut short: {html.escape(review.cut_short)}</p>")
     parts += _prices(review.offers)
+    if review.plan.hosted:
+        parts += ["<h2>Hosted API list prices</h2>", _html_table(HOSTED_HEADER, hosted_rows(review.plan))]
     return _page(name, parts + _inputs(review.catalog_counts, "", scenario_text))
 
 
@@ -172,6 +174,7 @@ def _fleet_parts(name: str, plan: FleetPlan) -> list[str]:
     else:
         parts.append(f"<div class='best'><b>{html.escape(fleet_cost_line(plan))}</b> · every replica's "
                      "configuration re-checked by the estimator</div>")
+        parts += [f"<p>{html.escape(line)}</p>" for line in hosted_lines(plan)]
     rows = fleet_rows(plan)
     if rows:
         header = ["workload", "bucket", "replicas", "gpu", "gpus_per_replica", "tp", "pp", "precision", "kv_dtype",

@@ -6,9 +6,10 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.render.plain import controls_escaped
-from planner.render.summary import (DAY_COLUMNS, day_lines, day_rows, fleet_cost_line, fleet_price_warnings, fleet_status, load_rows, memory_line,
-                                    not_simulated_lines, offer_rows, price_age_text, replica_label, running_text,
-                                    speed_line, status_line)
+from planner.render.summary import (DAY_COLUMNS, HOSTED_HEADER, day_lines, day_rows, fleet_cost_line,
+                                    fleet_price_warnings, fleet_status, hosted_lines, hosted_rows, load_rows,
+                                    memory_line, not_simulated_lines, offer_rows, price_age_text, replica_label,
+                                    running_text, speed_line, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def review_markdown(review: Review, scenario_text: str) -> str:
 def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines = [f"## {md(name)}: fleet", "", md(fleet_status(plan)), ""]
     if plan.usd_per_hour is not None:
-        lines += [f"**{md(fleet_cost_line(plan))}**", ""]
+        lines += [f"**{md(fleet_cost_line(plan))}**", ""] + [x for line in hosted_lines(plan) for x in (md(line), "")]
     lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len | pool |", "|---|---|---|---|---|---|"]
     for a in plan.assignments:
         c = a.config.candidate
@@ -141,6 +142,11 @@ def fleet_review_markdown(name: str, review: FleetReview, scenario_text: str) ->
                   "| GPU | offer | $ per GPU-hour | as of | age |", "|---|---|---|---|---|"]
         lines += [f"| {o.gpu} | {md(label)} | {usd:,.4f} | {md(age.as_of)} | {price_age_text(age)} |"
                   for o, label, usd, age in offer_rows(review.offers)]
+    if review.plan.hosted:
+        lines += ["", "### Hosted API list prices", "", f"| {' | '.join(HOSTED_HEADER)} |",
+                  f"|{'---|' * len(HOSTED_HEADER)}"]
+        lines += [f"| {' | '.join(md(f'{v:,g}' if isinstance(v, float) else v) for v in row)} |"
+                  for row in hosted_rows(review.plan)]
     counts = ", ".join(f"{n} {kind}" for kind, n in review.catalog_counts.items())
     lines += ["", "### Inputs", "", f"Catalogs: {counts} (planner's shipped catalogs).", "",
               *_fenced(scenario_text.rstrip(), "yaml")]

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import Assignment, FleetPlan
+    from planner.plan.hosted import HostedCost
     from planner.plan.loads import ReplicaLoads
     from planner.plan.profile import DayPlan
     from planner.plan.solver import PlanOption, SolveResult
@@ -127,8 +128,21 @@ def fleet_json(plan: FleetPlan, scenario: str, day: DayPlan | None = None) -> st
                    "price_age": record(u.price_age)} for u in plan.pools],
         "unmet": list(plan.unmet), "binding": list(plan.binding), "left_out": list(plan.left_out),
         "speed": list(plan.speed),
+        "hosted_comparison": [hosted_row(h) for h in plan.hosted],
         "configurations": plan.configurations,
         "variables": plan.variables, **({"day": record(day)} if day else {})})
+
+
+def hosted_row(h: HostedCost) -> dict[str, Any]:
+    """A hosted-API comparison as JSON: the provider's price and date, and the fleet's cost against it."""
+    p = h.price
+    return {"workload": h.workload, "model": p.model, "provider": p.provider, "variant": p.variant,
+            "endpoint": p.endpoint, "input_usd_per_million_tokens": p.input_usd_per_million_tokens,
+            "output_usd_per_million_tokens": p.output_usd_per_million_tokens,
+            "input_tokens_per_hour": h.input_tokens_per_hour, "output_tokens_per_hour": h.output_tokens_per_hour,
+            "usd_per_hour": h.usd_per_hour, "fleet_usd_per_hour": h.fleet_usd_per_hour, "ratio": h.ratio,
+            "as_of": h.price_age.as_of, "age_days": h.price_age.age_days, "stale": h.price_age.stale,
+            "deprecated": p.deprecated, "source": p.source, "note": p.note}
 
 
 def estimate_json(est: MemoryEstimate) -> str:

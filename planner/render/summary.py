@@ -78,8 +78,26 @@ def offer_rows(offers: tuple[tuple[Offer, str, PriceAge], ...]) -> list[tuple[Of
 
 
 def fleet_price_warnings(plan: FleetPlan) -> list[str]:
-    """The stale-price warning of each pool the fleet rents whose price is past the limit."""
-    return [f"{u.pool.label}: {u.price_age.warning}" for u in plan.pools if u.price_age.warning]
+    """The stale-price warning of each pool the fleet rents, and of each hosted-API price it compares with, whose
+    price is past the limit."""
+    return ([f"{u.pool.label}: {u.price_age.warning}" for u in plan.pools if u.price_age.warning]
+            + [f"{h.workload}: {h.price_age.warning}" for h in plan.hosted if h.price_age.warning])
+
+
+def hosted_lines(plan: FleetPlan) -> list[str]:
+    """One line per workload with hosted-API list prices (planner.plan.hosted): the fleet's cost for its traffic as
+    a multiple of each provider's, cheapest provider first."""
+    lines = []
+    for workload in dict.fromkeys(h.workload for h in plan.hosted):
+        rows = [h for h in plan.hosted if h.workload == workload]
+        first = rows[0]
+        each = ", ".join(f"{h.ratio:,.2f}x {h.price.label} (${h.usd_per_hour:,.2f}/h"
+                         + (f", {price_age_text(h.price_age)})" if h.price_age.stale else ")") for h in rows)
+        lines.append(f"Hosted API list prices for {first.price.model} at {workload}'s traffic "
+                     f"({first.input_tokens_per_hour / 1e6:,.2f}M input + {first.output_tokens_per_hour / 1e6:,.2f}M "
+                     f"output tokens/h): self-hosting (${first.fleet_usd_per_hour:,.2f}/h) costs {each}; "
+                     f"as of {'/'.join(sorted({h.price.as_of for h in rows}))}, catalogs/hosted_prices.yaml")
+    return lines
 
 
 def fleet_cost_line(plan: FleetPlan) -> str:
@@ -91,6 +109,17 @@ def fleet_cost_line(plan: FleetPlan) -> str:
     return (f"{line} · per million tokens: ${costs.usd_per_million_input_tokens:,.3f} input, "
             f"${costs.usd_per_million_output_tokens:,.3f} output, ${costs.usd_per_million_tokens:,.3f} blended "
             "at the demand's input/output mix")
+
+
+HOSTED_HEADER = ["workload", "provider", "endpoint", "$/M input", "$/M output", "$/hour at this traffic",
+                 "fleet / hosted", "as of", "age", "note", "source"]
+
+
+def hosted_rows(plan: FleetPlan) -> list[list[str | float]]:
+    """The report's table of the hosted-API prices a fleet compares with (HOSTED_HEADER's columns)."""
+    return [[h.workload, h.price.label, h.price.endpoint, h.price.input_usd_per_million_tokens,
+             h.price.output_usd_per_million_tokens, h.usd_per_hour, h.ratio, h.price.as_of,
+             price_age_text(h.price_age), h.price.note or "", h.price.source] for h in plan.hosted]
 
 
 def fleet_status(plan: FleetPlan) -> str:

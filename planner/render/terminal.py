@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
-from planner.render.summary import (DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line, fleet_price_warnings, fleet_status, memory_line, NO_FLEET,
+from planner.render.summary import (DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line,
+                                    fleet_price_warnings, fleet_status, hosted_lines, memory_line, NO_FLEET,
                                     load_rows, not_simulated_lines, replica_label, running_text,
                                     price_age_text, speed_line, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
@@ -242,6 +243,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
         console.print(f"\n[bold red]{as_text(NO_FLEET)}[/bold red]")
     else:
         console.print(f"\n[bold]{as_text(fleet_cost_line(plan))}[/bold]")
+        for line in hosted_lines(plan):
+            console.print(as_text(line))
     table = _table(console, title="Replicas", show_header=True, header_style="bold")
     for col in ("workload", "replicas x GPUs", "tp x pp", "weights/KV", "max-model-len", "pool"):
         table.add_column(col)
