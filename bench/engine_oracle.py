@@ -23,12 +23,13 @@ Stubs (vLLM needs a GPU and a loaded model to reach these functions; only what t
     CacheConfig), parallel_config, scheduler_config, attention_config, device_config); max_concurrent_batches and
     max_in_flight_tokens are vLLM's own VllmConfig properties (config/vllm.py@v0.34.0).
   - The attention backend: vLLM's FlashAttentionBackend class (v1/attention/backends/flash_attn.py@v0.34.0), the
-    default on Hopper for GQA layers; for MLA models the block size planner resolved is used (FlashMLA's 64).
+    default on Hopper for GQA layers, FlashMLABackend (mla/flashmla.py) for MLA; the platform's block-size choice is
+    Platform.update_block_size_for_backend (platforms/interface.py@v0.34.0) with that backend.
   - ModelRegistry.resolve_model_cls: answers with a class whose two classmethods call MambaStateShapeCalculator /
     MambaStateDtypeCalculator (model_executor/layers/mamba/mamba_utils.py@v0.34.0) with the arguments the model
     file passes (qwen3_next.py / nemotron_h.py get_mamba_state_shape_from_config / _dtype_from_config @v0.34.0), so
     no model (and none of its kernels) is imported.
-  - _find_non_ssm_backends: the FlashAttention backend (the model's attention layers are not built).
+  - _find_non_ssm_backends: that backend (the model's attention layers are not built).
   - get_mamba_prefill_checkpoint_alignment (mamba/abstract.py@v0.34.0, which asks the built layers): Qwen3-Next's
     GatedDeltaNet layers answer FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64 in align mode on Hopper (FlashInfer prefill,
     qwen_gdn_linear_attn.py _resolve_gdn_prefill_backend / __init__ @v0.34.0), MambaMixer2 answers None.
@@ -54,6 +55,7 @@ from vllm.model_executor.models import ModelRegistry
 from vllm.model_executor.models.config import MambaModelConfig, NemotronHForCausalLMConfig
 from vllm.platforms.interface import Platform
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+from vllm.v1.attention.backends.mla.flashmla import FlashMLABackend
 from vllm.v1.attention.backends.gdn_attn import FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
 from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
 from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
@@ -71,8 +73,38 @@ CASES = (("llama-3.1-8b", "h100-sxm", 1, 32768), ("llama-3.1-70b", "h100-sxm", 4
          ("gpt-oss-120b", "h100-sxm", 1, 32768), ("deepseek-v3", "h200-sxm", 8, 32768),
          ("qwen3-next-80b-a3b", "h100-sxm", 4, 32768), ("nemotron-3-nano-30b-a3b", "h100-sxm", 1, 32768))
 
-# Differences whose cause is known, by (model, figure): the text is the explanation column
-EXPLAINED: dict[tuple[str, str], str] = {}
+# Differences whose cause is known (planner follows v0.19.0 where it differs), by (model, figure): the explanation
+# column. Every one is a rule planner's vLLM profile has to take up for v0.34.0; none is a tolerance.
+_BLOCK = ("v0.34.0 CacheConfig.DEFAULT_BLOCK_SIZE = 64 (config/cache.py), kept by update_block_size_for_backend for "
+          "FlashAttention (MultipleOf(16)); planner: 16 (v0.19.0)")
+_PAGE = "follows the block size (page = block x bytes per token)"
+_TOKENS = ("v0.34.0 logs int(max_concurrency x max_model_len) (kv_cache_utils.py get_kv_cache_capacity); planner: "
+           "num_blocks // groups x block size (v0.19.0)")
+_ALIGN = ("_align_hybrid_block_size (platforms/interface.py) aligns to max(smallest kernel block 16, block size 64) "
+          "= 64, lcm'd in align mode (prefix caching on by default: MambaModelConfig sets mamba_cache_mode 'align', "
+          "models/config.py) with the layers' checkpoint alignment")
+_STATE_BLOCKS = ("align mode: MambaSpec.max_memory_usage_bytes = page x (2 + 1 prefill checkpoint block) "
+                 "(kv_cache_interface.py, mamba_mixer2.py / qwen_gdn_linear_attn.py get_kv_cache_spec); planner: 1")
+EXPLAINED: dict[tuple[str, str], str] = {
+    **{(model, figure): text for model in ("llama-3.1-8b", "llama-3.1-70b", "gpt-oss-120b")
+       for figure, text in (("block_size", _BLOCK), ("page_bytes", _PAGE), ("num_blocks", _PAGE + ", x 1/4"),
+                            ("kv_cache_tokens", _TOKENS))},
+    ("gpt-oss-120b", "max_concurrency"): (
+        "SlidingWindowSpec.max_admission_blocks_per_request counts VllmConfig.max_in_flight_tokens = (pp + 1 with "
+        "async scheduling) x max_num_batched_tokens = 16,384 in-flight tokens; planner: 8,192 (v0.19.0); and 64-token blocks"),
+    **{("qwen3-next-80b-a3b", figure): text for figure, text in (
+        ("block_size", _ALIGN + " (64, FLASHINFER_GDN_CHECKPOINT_ALIGNMENT, gdn_attn.py): 64 x ceil(274,432 / "
+                       "(64 x 1,024)) = 320; planner: 16 x ceil(...) = 272"),
+        ("page_bytes", _PAGE), ("num_blocks", _PAGE), ("kv_cache_tokens", _TOKENS),
+        ("max_concurrency", _STATE_BLOCKS))},
+    **{("nemotron-3-nano-30b-a3b", figure): text for figure, text in (
+        ("state_bytes", "v0.34.0 NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE = float32 (models/config.py) "
+                        "when the checkpoint names none; planner's state_dtypes: float16 (v0.19.0)"),
+        ("block_size", _ALIGN + " (none for Mamba-2): 64 x ceil(2,134,016 / (64 x 1,024)) = 2,112; planner: "
+                       "16 x ceil(1,085,440 / (16 x 1,024)) = 1,072"),
+        ("page_bytes", _PAGE), ("num_blocks", _PAGE), ("kv_cache_tokens", _TOKENS),
+        ("max_concurrency", _STATE_BLOCKS + "; and the larger float32 state page"))},
+}
 
 
 @dataclass(frozen=True)
@@ -128,7 +160,12 @@ class _Hopper(Platform):
 
     @classmethod
     def _find_non_ssm_backends(cls, vllm_config):
-        return [FlashAttentionBackend]
+        return [_backend(vllm_config)]
+
+
+def _backend(vllm_config):
+    """The attention backend of the model's attention layers on Hopper: FlashMLA for MLA, else FlashAttention."""
+    return FlashMLABackend if vllm_config.model_config.use_mla else FlashAttentionBackend
 
 
 class _Config(SimpleNamespace):
@@ -137,15 +174,16 @@ class _Config(SimpleNamespace):
 
 
 def _vllm_config(hf, budget, tp: int, context: int) -> _Config:
-    settings = budget.settings
+    settings, use_mla = budget.settings, hasattr(hf, "kv_lora_rank")
     model = SimpleNamespace(
         hf_config=hf, hf_text_config=hf, dtype=torch.bfloat16, max_model_len=context, original_max_model_len=context,
-        use_mla=hasattr(hf, "kv_lora_rank"), architecture=hf.architectures[0], supports_kv_cache_grouping=False,
+        use_mla=use_mla, architecture=hf.architectures[0], supports_kv_cache_grouping=False,
         is_hybrid=hf.model_type in ("qwen3_next", "nemotron_h"),
         get_num_kv_heads=lambda parallel: max(1, hf.num_key_value_heads // parallel.tensor_parallel_size),
         get_head_size=lambda: getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
-    # CacheConfig defaults @v0.34.0: prefix caching on, cache_dtype auto
-    cache = CacheConfig(block_size=settings.block_size)
+    # CacheConfig defaults @v0.34.0: prefix caching on, cache_dtype auto, no --block-size (DEFAULT_BLOCK_SIZE until
+    # Platform.update_block_size_for_backend picks the backends' size and aligns a hybrid's)
+    cache = CacheConfig()
     return _Config(
         model_config=model, cache_config=cache,
         parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1,
@@ -221,16 +259,16 @@ def vllm_side(model: str, config: dict, budget, tp: int, context: int) -> dict[s
         if hf.model_type == "nemotron_h":
             NemotronHForCausalLMConfig.verify_and_update_config(vllm_config)
         MambaModelConfig.verify_and_update_config(vllm_config)
-        original = ModelRegistry.resolve_model_cls, mamba_abstract.get_mamba_prefill_checkpoint_alignment
-        ModelRegistry.resolve_model_cls = lambda *args, **kwargs: (_Hybrid, hf.architectures[0])
-        mamba_abstract.get_mamba_prefill_checkpoint_alignment = lambda config: _checkpoint_alignment(config)
-        try:
-            _Hopper._align_hybrid_block_size(vllm_config, FlashAttentionBackend)
-        finally:
-            ModelRegistry.resolve_model_cls, mamba_abstract.get_mamba_prefill_checkpoint_alignment = original
+    original = ModelRegistry.resolve_model_cls, mamba_abstract.get_mamba_prefill_checkpoint_alignment
+    ModelRegistry.resolve_model_cls = lambda *args, **kwargs: (_Hybrid, hf.architectures[0])
+    mamba_abstract.get_mamba_prefill_checkpoint_alignment = lambda config: _checkpoint_alignment(config)
+    try:
+        _Hopper.update_block_size_for_backend(vllm_config)
+    finally:
+        ModelRegistry.resolve_model_cls, mamba_abstract.get_mamba_prefill_checkpoint_alignment = original
     specs = _layer_specs(hf, vllm_config)
     # the engine core's layout choice (v1/engine/core.py@v0.34.0 _initialize_kv_caches), from the worker's backends
-    layouts = [layout.name for layout in get_supported_kv_cache_layouts([FlashAttentionBackend])]
+    layouts = [layout.name for layout in get_supported_kv_cache_layouts([_backend(vllm_config)])]
     resolve_kv_cache_layout(vllm_config, [layouts], specs.values())
     available = min(rank.kv_pool_bytes for rank in budget.per_rank)
     groups = get_global_kv_cache_groups(vllm_config, [specs])
