@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from math import ceil
 from types import SimpleNamespace
 
 import torch
@@ -132,8 +131,6 @@ def _hf_config(model_config: dict):
 class _Hybrid:
     """ModelRegistry.resolve_model_cls's answer for a hybrid model: the state shape and dtypes its vLLM model file
     (qwen3_next.py / nemotron_h.py @v0.34.0) computes, by the same calculator calls."""
-
-    hf: object = None
 
     @classmethod
     def get_mamba_state_shape_from_config(cls, vllm_config):
@@ -252,7 +249,7 @@ def _layer_specs(hf, vllm_config) -> dict[str, object]:
     return {f"model.layers.{i}.self_attn.attn": full for i in range(hf.num_hidden_layers)}
 
 
-def vllm_side(model: str, config: dict, budget, tp: int, context: int) -> dict[str, float]:
+def vllm_side(config: dict, budget, tp: int, context: int) -> dict[str, float]:
     hf = _hf_config(config)
     vllm_config = _vllm_config(hf, budget, tp, context)
     if vllm_config.model_config.is_hybrid:
@@ -298,7 +295,7 @@ def main() -> int:
         budget = engine_budget(arch, Request(context=context, tp=tp), EngineSettings("vllm"),
                                GpuTarget.from_catalog(catalog.gpus.get(gpu)), catalog)
         config = next(m for m in catalog.models if m.name == model).config
-        ours, theirs = planner_side(budget), vllm_side(model, config, budget, tp, context)
+        ours, theirs = planner_side(budget), vllm_side(config, budget, tp, context)
         print(f"vLLM {model} on {gpu} TP{tp}, max_model_len {context}: {budget.kv_pool_bytes:,} B of KV memory per "
               f"worker ({budget.release})")
         rows += [Row(model, figure, ours[figure], theirs[figure]) for figure in ours]
