@@ -90,7 +90,8 @@ CATALOG = load_catalog()
 # a solve of a shipped scenario about two.
 CASE_SECONDS = 10.0
 SOLVE_SECONDS = 20.0
-SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids", "plans", "prices", "text", "http")
+SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids", "plans", "prices", "text", "http",
+            "traces")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1861,12 +1862,66 @@ def _outside_searches(argv: list[str], folder: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Surface 12: arrival traces (`planner simulate --arrivals trace.jsonl`), read and replayed on one replica
+
+TRACE_VALUES = (0, 1, -1, 0.5, 1e9, 1e308, 10**30, "1", None, True, [], {}, "nan", 2**63, 100_000_000, 100_000_001)
+
+
+def hostile_trace(rng: random.Random) -> str:
+    """A few lines of a valid trace, some damaged: a value replaced, a key dropped or added, deep or huge JSON,
+    a line cut, all arrivals at 0, or many requests."""
+    lines = []
+    for i in range(rng.randint(0, 12)):
+        row: dict[str, Any] = {"arrival_s": i * rng.choice([0, 0.1, 1.0]), "prompt_tokens": rng.choice([1, 128, 2000]),
+                               "output_tokens": rng.choice([1, 16, 400])}
+        roll = rng.random()
+        if roll < 0.3:
+            row[rng.choice(list(row))] = rng.choice(TRACE_VALUES)
+        elif roll < 0.4:
+            row.pop(rng.choice(list(row)))
+        elif roll < 0.45:
+            row["extra"] = 1
+        line = json.dumps(row)
+        if rng.random() < 0.05:
+            line = "[" * rng.choice([10, 10_000]) + "]" * rng.choice([0, 10])
+        elif rng.random() < 0.05:
+            line = line[: rng.randrange(len(line))]
+        lines.append(line)
+    if rng.random() < 0.03:
+        lines += [json.dumps({"arrival_s": 0, "prompt_tokens": 8, "output_tokens": 4})] * 30_000
+    return "\n".join(lines) + rng.choice(["", "\n", "\n\n"])
+
+
+def trace_problem(result: Any) -> str | None:
+    """A replayed trace reports finite figures: no NaN percentile, no rate from a zero-length run."""
+    figures = [result.requests_per_s, result.output_tokens_per_s]
+    figures += [getattr(stat, q) for stat in (result.ttft_s, result.tpot_s, result.e2e_s) for q in ("p50", "p99")]
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in figures):
+        return f"a non-finite figure: {figures}"
+    return None
+
+
+def fuzz_traces(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """Hostile JSONL traces through the trace reader and the simulator of one Llama 3.1 8B replica on an H100."""
+    from planner.api import _replica
+    from planner.estimator.simulate import read_trace, simulate
+
+    replica = _replica("llama-3.1-8b", "h100-sxm", None, 1, 1, "auto", "auto", "vllm", 4096, CATALOG, sized=True)
+    path = folder / "trace.jsonl"
+    for _ in range(cases):
+        text = hostile_trace(rng)
+        path.write_text(text, encoding="utf-8")
+        run_case(tally, shorten(text, 200),
+                 lambda: simulate(replica.timer, replica.scheduler, read_trace(path), warmup_s=0.0), trace_problem)
+
+
+# ---------------------------------------------------------------------------------------------
 # Driver
 
 FUZZERS: dict[str, Callable[..., None]] = {"sizes": fuzz_sizes, "config": fuzz_configs, "scenario": fuzz_scenarios,
                                            "cli": fuzz_cli, "weights": fuzz_weights, "paths": fuzz_paths,
                                            "model-ids": fuzz_model_ids, "plans": fuzz_plans, "prices": fuzz_prices,
-                                           "text": fuzz_text, "http": fuzz_http}
+                                           "text": fuzz_text, "http": fuzz_http, "traces": fuzz_traces}
 
 
 def run_surface(surface: str, cases: int, seed: int, folder: Path, **options: Any) -> Tally:

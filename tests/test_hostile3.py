@@ -26,6 +26,7 @@ from test_hostile import cli_error, one_line_error
 from planner.catalog import price_update
 from planner.catalog.load import catalog_dir, load_catalog
 from planner.catalog.price_update import update_prices
+from planner.errors import PlannerInputError
 from planner.catalog.skypilot import load_skypilot
 from planner.files import SKYPILOT_CSV
 from planner.render.plain import NotPlain
@@ -516,3 +517,28 @@ def test_perf_and_bench_print_names_from_files_as_text(tmp_path):
     outcome = invoke_cli(["perf", str(folder / "config.json"), "--gpu", "h100"])
     assert outcome.code == 0, outcome.stderr
     assert outcome.stdout.startswith("[bold]z[red] on 1 x h100-sxm")
+
+
+def test_a_deeply_nested_trace_line_is_one_line_refused(tmp_path):
+    from planner.estimator.simulate import read_trace
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("[" * 100_000 + "\n")
+    with pytest.raises(PlannerInputError, match=r"line 1: nested too deep"):
+        read_trace(trace)
+
+
+def test_a_trace_of_one_token_replies_reports_tpot_zero_as_vllm_does(tmp_path):
+    """No request generates a second token: TPOT 0, as vllm bench serve reports it (np.mean(tpots or 0)), not NaN."""
+    from planner.api import _replica
+    from planner.catalog.load import load_catalog
+    from planner.estimator.simulate import read_trace, simulate
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": i * 0.1, "prompt_tokens": 100, "output_tokens": 1}) + "\n"
+                             for i in range(5)))
+    replica = _replica("llama-3.1-8b", "h100-sxm", None, 1, 1, "auto", "auto", "vllm", 4096, load_catalog(), sized=True)
+    result = simulate(replica.timer, replica.scheduler, read_trace(trace), warmup_s=0.0)
+    assert result.completed == 5
+    assert (result.tpot_s.mean, result.tpot_s.p50, result.tpot_s.p99) == (0.0, 0.0, 0.0)
+    assert result.ttft_s.p50 > 0

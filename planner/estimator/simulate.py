@@ -201,6 +201,8 @@ def read_trace(path: str | Path) -> list[Arrival]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PlannerInputError(f"{where}: not JSON ({exc.msg}); write one object a line") from None
+        except RecursionError:
+            raise PlannerInputError(f"{where}: nested too deep to be a request; write one flat object a line") from None
         if not isinstance(row, dict) or set(row) != {"arrival_s", "prompt_tokens", "output_tokens"}:
             raise PlannerInputError(f'{where}: needs exactly {{"arrival_s", "prompt_tokens", "output_tokens"}}')
         t, prompt, output = row["arrival_s"], row["prompt_tokens"], row["output_tokens"]
@@ -454,7 +456,10 @@ def _summary(run: EngineRun, arrivals: int, warmup_s: float) -> SimulationResult
     steps = len(run.step_ends_s)
     return SimulationResult(
         duration_s=run.end_s, arrivals=arrivals, completed=len(measured), ttft_s=Percentiles.of(ttft),
-        tpot_s=Percentiles.of(tpot), e2e_s=Percentiles.of(e2e), requests_per_s=len(measured) / span,
+        # no request generated a second token: TPOT 0, as vllm bench serve reports it (vllm/benchmarks/serve.py
+        # @ v0.34.0: np.mean(tpots or 0)), not NaN
+        tpot_s=Percentiles.of(tpot) if tpot else Percentiles(0.0, 0.0, 0.0, 0.0), e2e_s=Percentiles.of(e2e),
+        requests_per_s=len(measured) / span,
         output_tokens_per_s=sum(r.arrival.output_tokens for r in measured) / span, preemptions=run.preemptions,
         steps=steps, kv_peak_fraction=run.peak_blocks / run.total_blocks, kv_timeline=run.timeline,
         mean_batch=run.scheduled / steps if steps else 0.0)
