@@ -51,8 +51,6 @@ from math import ceil, floor, prod
 from pathlib import Path
 from typing import Callable, Literal, NamedTuple
 
-import numpy as np
-
 
 from planner.model.architecture import Architecture, Attention, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
@@ -741,6 +739,8 @@ def _expected_max_binomial(trials: int, chance: float, copies: int) -> float:
         return 0.0
     if chance >= 1.0:
         return float(trials)
+    import numpy as np  # only expert-parallel layouts come here: the solver's start-up does without it
+
     j = np.arange(trials, dtype=float)
     # log pmf by the ratio pmf(j + 1) / pmf(j) = (n - j) / (j + 1) x q / (1 - q), from pmf(0) = (1 - q)^n
     log_pmf = trials * np.log1p(-chance) + np.concatenate(
