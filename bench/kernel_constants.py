@@ -225,22 +225,26 @@ def moe_distinct(tokens, topk, experts, balanced: bool):
 
 
 def moe_table(gpu: Gpu, tables: Tables, engine: str, dtype: str):
-    """Balanced-routing, single-GPU (tp = ep = 1) rows of the engine's primary gated MoE kernel."""
+    """Balanced-routing rows of the engine's primary gated MoE kernel, whole experts (ep = 1) at every moe_tp: the
+    tensor-parallel slices are what a served model runs (bench/SPEED_PROTOCOL.md, the amendment on expert slices)."""
 
     def keep(d):
-        d = d[(d.moe_dtype == dtype) & (d.distribution == "balanced") & (d.moe_tp_size == 1) & (d.moe_ep_size == 1)]
+        d = d[(d.moe_dtype == dtype) & (d.distribution == "balanced") & (d.moe_ep_size == 1)]
         return major_kernel(d, exclude=("moe_torch_flow_nongated", "moe_torch_flow_min_latency"))
 
     return tables.latest(gpu.system, "moe", engine, "moe_perf.parquet", keep)
 
 
 def moe_model(p, tokens, hidden, inter, experts, topk, bpw, gpu: Gpu, peak: float, balanced=True):
-    launch, read, emax, half = p
+    """`inter`: one expert's intermediate size on the rank (inter / moe_tp). Every touched expert's two GEMMs pay
+    `column_ps` per output column (2 inter of gate-up, hidden of down): their tiles' fixed prologue and epilogue."""
+    launch, read, emax, half, column_ps = p
     distinct = moe_distinct(tokens, topk, experts, balanced)
     expert_bytes = 3 * hidden * inter * bpw
     flops = tokens * topk * 3 * 2 * hidden * inter
     eff = saturating("hyperbolic", tokens * topk / distinct, emax, half)
-    return launch + np.maximum(distinct * expert_bytes / (gpu.bw * read), flops / (peak * eff))
+    tiles = distinct * (2 * inter + hidden) * column_ps * 1e-12
+    return launch + np.maximum(distinct * expert_bytes / (gpu.bw * read), flops / (peak * eff)) + tiles
 
 
 def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
@@ -254,29 +258,35 @@ def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
         peak = gpu.peak(dtype)
 
         def arrays(rows):
-            return ({c: rows[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "num_experts",
-                                                          "topk")}, rows.latency.to_numpy() / 1e3)
+            cols = {c: rows[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "num_experts",
+                                                         "topk")}
+            cols["inter_size"] = cols["inter_size"] / rows.moe_tp_size.to_numpy(float)  # one rank's slice
+            return cols, rows.latency.to_numpy() / 1e3
 
         def timing(cols):
             return lambda p, idx: moe_model(p, *(cols[c][idx] for c in cols), bpw, gpu, peak)
 
-        # as gemm(): the launch from every row, the rates from rows whose touched experts outgrow the L2
+        # as gemm(): the launch from every row, the rates from rows whose touched experts outgrow the L2; no GPU
+        # reads faster than its generation's streaming ceiling
+        ceiling = READ_CEILING[gpu.generation]
         cols, t = arrays(df)
-        launch = fit_log(timing(cols), [10e-6, 0.5, 0.5, 16], [0, 0.01, 0.01, 0.01], [2e-3, 2, 2, 1e5], t,
-                         subsample(len(t)))[0]
+        launch = fit_log(timing(cols), [10e-6, 0.5, 0.5, 16, 10], [0, 0.01, 0.01, 0.01, 0],
+                         [2e-3, ceiling, 2, 1e5, 1e3], t, subsample(len(t)))[0]
         touched = moe_distinct(df.num_tokens, df.topk, df.num_experts, balanced=True)
-        df = df[touched * 3 * df.hidden_size * df.inter_size * bpw >= 2 * L2_MB[gpu.system] * 2**20]
+        df = df[touched * 3 * df.hidden_size * df.inter_size / df.moe_tp_size * bpw >= 2 * L2_MB[gpu.system] * 2**20]
         if not len(df):
             continue
         cols, t = arrays(df)
         model = timing(cols)
-        rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.5, 0.5, 16], [0.01, 0.01, 0.01], [2, 2, 1e5], t,
-                        subsample(len(t)))
+        rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.5, 0.5, 16, 10], [0.01, 0.01, 0.01, 0],
+                        [ceiling, 2, 1e5, 1e3], t, subsample(len(t)))
         p = [launch, *rates]
         pred = model(p, slice(None))
         slope, slope_se, slope_med, n_groups = held_expert_slope(df)
+        sliced = df.moe_tp_size.to_numpy() >= 4
         fits.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, kernel=df.kernel_source.iloc[0],
-                         launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], x_half=p[3],
+                         launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], x_half=p[3], column_ps=p[4],
+                         err_sliced=err_stats(pred, t, sliced),
                          err_small=err_stats(pred, t, cols["num_tokens"] <= 16),
                          err_large=err_stats(pred, t, cols["num_tokens"] >= 1024),
                          slope_us=slope, slope_se_us=slope_se, slope_median_us=slope_med, groups=n_groups,
@@ -284,7 +294,7 @@ def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
         for label, shape in (("DeepSeek-V3 7168x2048 E256 k8", (7168, 2048, 256, 8)),
                              ("Qwen3-235B 4096x1536 E128 k8", (4096, 1536, 128, 8))):
             sel = df[(df.hidden_size == shape[0]) & (df.inter_size == shape[1]) & (df.num_experts == shape[2])
-                     & (df.topk == shape[3])].groupby("num_tokens").latency.median()
+                     & (df.topk == shape[3]) & (df.moe_tp_size == 1)].groupby("num_tokens").latency.median()
             if 1 in sel.index and 4 in sel.index:
                 args = [np.array([1.0, 4.0]), shape[0], shape[1], shape[2], shape[3], bpw, gpu, peak]
                 balanced, random = moe_model(p, *args), moe_model(p, *args, balanced=False)
@@ -299,7 +309,7 @@ def held_expert_slope(df: pd.DataFrame):
     the group, balanced routing touches exactly tokens*k experts whatever E is, so any growth of
     latency with E is a per-expert-held cost.  Pooled within-group OLS slope (us per expert) with its
     standard error, and the median of the per-group slopes."""
-    keys = ["hidden_size", "inter_size", "topk", "num_tokens"]
+    keys = ["hidden_size", "inter_size", "moe_tp_size", "topk", "num_tokens"]
     d = df[["latency", "num_experts", *keys]].copy()
     d["min_e"] = d.groupby(keys).num_experts.transform("min")
     d["n_e"] = d.groupby(keys).num_experts.transform("nunique")
@@ -530,12 +540,21 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, ar_rows) -> No
     """Each generation's per-engine kernel rates (medians over its GPUs) and each engine's all-reduce fits, in
     catalogs/performance.yaml's shape: paste under the generation's `engines:` and into `interconnects:`."""
     gemm_df = _per_engine(gemm_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "m_half"])
-    moe_df = _per_engine(moe_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "x_half"])
+    moe_df = _per_engine(moe_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "x_half", "column_ps"])
     dec_df = _per_engine(dec, gpus, ["kv_dtype"], ["launch_us", "kv_eff"])
     mla_df = _per_engine(mla, gpus, ["kv_dtype"], ["latent_eff"])
     for generation in sorted(set(gemm_df.generation)):
         ceiling = READ_CEILING[generation]
-        print(f"# {generation}\n    engines:")
+        # the generation's own fused-MoE entry: the median over the engines of their medians over the GPUs
+        medians = moe_df[moe_df.generation == generation].groupby("dtype")[
+            ["launch_us", "read_eff", "eff_max", "x_half", "column_ps"]].median()
+        print(f"# {generation}\n    moe:")
+        for dtype in (d for d in CATALOG_FORMAT if d in medians.index):
+            r = medians.loc[dtype]
+            print(f"      {CATALOG_FORMAT[dtype]}: {{launch_us: {_number(r.launch_us)}, read_efficiency: "
+                  f"{_number(min(r.read_eff, ceiling))}, compute_efficiency: {_number(r.eff_max)}, "
+                  f"half_m: {_number(r.x_half)}, column_ps: {_number(r.column_ps)}}}")
+        print("    engines:")
         for engine in ENGINES:
             print(f"      {engine}:")
             for table, df, half in (("gemm", gemm_df, "m_half"), ("moe", moe_df, "x_half")):
@@ -543,9 +562,10 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, ar_rows) -> No
                 if len(sel):
                     print(f"        {table}:")
                 for r in sel.itertuples():
+                    column = f", column_ps: {_number(r.column_ps)}" if table == "moe" else ""
                     print(f"          {CATALOG_FORMAT[r.dtype]}: {{launch_us: {_number(r.launch_us)}, read_efficiency: "
                           f"{_number(min(r.read_eff, ceiling))}, compute_efficiency: {_number(r.eff_max)}, "
-                          f"half_m: {_number(getattr(r, half))}}}")
+                          f"half_m: {_number(getattr(r, half))}{column}}}")
             sel = dec_df[(dec_df.generation == generation) & (dec_df.engine == engine)]
             if len(sel):
                 print("        attention:")
@@ -618,11 +638,13 @@ def main() -> None:
             fits, ratios = moe(g, tables, e)
             moe_rows += fits
             ratio_rows += ratios
-    table("2. Fused MoE (balanced routing, tp=ep=1); compute_eff(x = tokens*k/D); slope = us per expert held",
-          moe_rows, ["gpu", "engine", "dtype", "kernel", "launch_us", "read_eff", "eff_max", "x_half", "err_small",
-                     "err_large", "slope_us", "slope_se_us", "slope_median_us", "groups", "file"])
+    table("2. Fused MoE (balanced routing, ep=1, every moe_tp); compute_eff(x = tokens*k/D); column_ps per output "
+          "column of a touched expert; err_sliced: rows at moe_tp >= 4; slope = us per expert held",
+          moe_rows, ["gpu", "engine", "dtype", "kernel", "launch_us", "read_eff", "eff_max", "x_half", "column_ps",
+                     "err_sliced", "err_small", "err_large", "slope_us", "slope_se_us", "slope_median_us", "groups",
+                     "file"])
     generation_summary("2. Fused MoE", moe_rows, gpus, ["engine", "dtype"],
-                       ["launch_us", "read_eff", "eff_max", "x_half", "slope_us", "slope_se_us"])
+                       ["launch_us", "read_eff", "eff_max", "x_half", "column_ps", "slope_us", "slope_se_us"])
     table("2b. MoE t(4 tokens) / t(1 token): measured (balanced routing) vs fitted model", ratio_rows,
           ["gpu", "engine", "dtype", "shape", "t1_us", "t4_us", "ratio", "model_balanced", "model_random"])
 

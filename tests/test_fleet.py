@@ -262,9 +262,12 @@ def test_a_fleet_costs_per_million_input_output_and_blended_tokens_at_its_demand
     assert costs.usd_per_million_input_tokens == pytest.approx(plan.usd_per_hour / prompt * 1e6, abs=1e-4)
     assert costs.usd_per_million_output_tokens == pytest.approx(plan.usd_per_hour / output * 1e6, abs=1e-4)
     assert costs.usd_per_million_tokens == pytest.approx(plan.usd_per_hour / (prompt + output) * 1e6, abs=1e-4)
-    # the blended figure weighs input and output at the demand's mix: 1 / blended = 1 / input + 1 / output
-    assert 1 / costs.usd_per_million_tokens == pytest.approx(
-        1 / costs.usd_per_million_input_tokens + 1 / costs.usd_per_million_output_tokens, rel=1e-3)
+    # the blended figure weighs input and output at the demand's mix: 1 / blended = 1 / input + 1 / output, up to
+    # the figures' rounding to 4 decimals (d(1/x) = dx / x^2, |dx| <= 5e-5 each)
+    blended, inputs, outputs = (costs.usd_per_million_tokens, costs.usd_per_million_input_tokens,
+                                costs.usd_per_million_output_tokens)
+    assert 1 / blended == pytest.approx(1 / inputs + 1 / outputs,
+                                        abs=5e-5 * (1 / blended**2 + 1 / inputs**2 + 1 / outputs**2))
     body = json.loads(fleet_json(plan, "x"))
     assert (body["usd_per_million_input_tokens"], body["usd_per_million_output_tokens"], body["usd_per_million_tokens"]) == (
         costs.usd_per_million_input_tokens, costs.usd_per_million_output_tokens, costs.usd_per_million_tokens)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 
 from planner.catalog.load import bounded
 from planner.estimator.performance import (AllReduceFit, AttentionRates, EngineAttention, EngineKernels,
-                                           GenerationEfficiency, KernelRates, PerformanceCatalog)
+                                           GenerationEfficiency, KernelRates, MoeRates, PerformanceCatalog)
 
 FACTORS = ("memory", "compute", "fixed", "communication")
 # The bounds of a fitted factor (the calibration issue: 0.25-4x): beyond 4x the kernel tables would be wrong by
@@ -42,8 +42,11 @@ class Factors:
 
 
 def _kernel(rates: KernelRates, f: Factors) -> KernelRates:
-    return replace(rates, launch_us=rates.launch_us * f.fixed, read_efficiency=rates.read_efficiency / f.memory,
-                   compute_efficiency=rates.compute_efficiency / f.compute)
+    scaled = replace(rates, launch_us=rates.launch_us * f.fixed, read_efficiency=rates.read_efficiency / f.memory,
+                     compute_efficiency=rates.compute_efficiency / f.compute)
+    if isinstance(scaled, MoeRates):  # the tiles' fixed time is SM time: the speed model counts it as compute
+        return replace(scaled, column_ps=scaled.column_ps * f.compute)
+    return scaled
 
 
 def _attention(rates: AttentionRates | EngineAttention, f: Factors) -> AttentionRates | EngineAttention:

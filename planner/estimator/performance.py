@@ -15,7 +15,8 @@ sequences plus p prompt tokens):
   fused MoE     per MoE layer: the weights of the distinct experts the step's tokens route to, E (1 - (1 -
                 k/E)^T) on average when routing is uniform (what the routers' load-balancing losses aim
                 for), at moe_read_eff; its compute 2 W_expert_params x (T k + D m_half) / (R x
-                compute_eff_max) (compute_eff at T k / D rows per expert); nothing per expert merely held
+                compute_eff_max) (compute_eff at T k / D rows per expert); plus column_ps per output column of
+                each touched expert's GEMMs on the rank (their tiles' fixed cost); nothing per expert merely held
   attention     decode: the KV the d sequences hold (planner.estimator.memory), read once, paged caches at
                 kv_read_eff, MLA latent caches at latent_read_eff, or its FLOPs if more; prefill: causal
                 FLOPs 2 x heads x (d_k + d_v) per attended position (PaLM, Chowdhery et al. 2022, app. B) at
@@ -94,6 +95,15 @@ class KernelRates:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoeRates(KernelRates):
+    """The fused MoE kernel: a GEMM's rates, plus `column_ps` for every output column of each touched expert's
+    GEMMs as the rank holds them (a grouped GEMM cuts each expert's output into tiles that each pay a fixed
+    prologue and epilogue; bench/SPEED_PROTOCOL.md, the amendment on expert slices)."""
+
+    column_ps: float = bounded(ge=0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class AttentionRates:
     """Decode attention over a KV cache of one width, as its measured times fit `launch + bytes / (B x eff)`."""
 
@@ -108,7 +118,7 @@ class EngineKernels:
     the generation's medians (a format or width not listed here takes the generation's)."""
 
     gemm: dict[str, KernelRates] = field(default_factory=dict)
-    moe: dict[str, KernelRates] = field(default_factory=dict)
+    moe: dict[str, MoeRates] = field(default_factory=dict)
     attention: dict[int, EngineAttention] = field(default_factory=dict)
 
 
@@ -131,7 +141,7 @@ class GenerationEfficiency:
     # by compute format: bf16 (16-bit, and weight-only kernels that compute in 16 bits), fp8 (per-tensor W8A8),
     # fp8-block (block-scaled W8A8), fp4 (W4A4); a format without measurements takes bf16's
     gemm: dict[str, KernelRates]
-    moe: dict[str, KernelRates]
+    moe: dict[str, MoeRates]
     attention: dict[int, AttentionRates]  # by the KV cache's bits per value; a width not listed takes 16's
     attention_compute_efficiency: float = bounded(gt=0, le=1)  # of the 16-bit dense_tflops, prefill attention
     kernel_floor_us: float = bounded(ge=0)  # a latency-bound small kernel's time inside a CUDA graph
@@ -148,7 +158,7 @@ class GenerationEfficiency:
         own = self.engines.get(engine or "", EngineKernels()).gemm
         return own.get(kernel_format) or self.gemm.get(kernel_format) or own.get(WIDE_FORMAT) or self.gemm[WIDE_FORMAT]
 
-    def moe_rates(self, kernel_format: str, engine: str | None = None) -> KernelRates:
+    def moe_rates(self, kernel_format: str, engine: str | None = None) -> MoeRates:
         own = self.engines.get(engine or "", EngineKernels()).moe
         return own.get(kernel_format) or self.moe.get(kernel_format) or own.get(WIDE_FORMAT) or self.moe[WIDE_FORMAT]
 
@@ -402,6 +412,7 @@ class _Experts:
     ranks: int = 1  # the expert-parallel ranks the E experts are dealt over (E / ranks on each)
     bytes: int = 0
     flops: float = 0.0
+    columns: int = 0  # output columns of one expert's GEMMs (the sum of their output dimensions on the rank)
     low_bit: bool = False  # stored below 16 bits
 
 
@@ -492,6 +503,7 @@ def _experts(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_head
     return _Experts(count=experts[0].count, per_token=per_token, layers=1, ranks=ep,
                     bytes=sum(tensor_bytes(shard, 1, t, precision) for t, shard in shards),
                     flops=sum(2 * prod(shard) for t, shard in shards if len(shard) == 2),
+                    columns=sum(shard[0] for t, shard in shards if len(shard) == 2),
                     low_bit=_is_low_bit(*shards[0], precision))
 
 
@@ -499,7 +511,8 @@ def _summed_experts(parts: list[_Experts]) -> _Experts:
     moe = [p for p in parts if p.count]
     if not moe:
         return _Experts()
-    return replace(moe[0], layers=len(moe), bytes=sum(p.bytes for p in moe), flops=sum(p.flops for p in moe))
+    return replace(moe[0], layers=len(moe), bytes=sum(p.bytes for p in moe), flops=sum(p.flops for p in moe),
+                   columns=sum(p.columns for p in moe))
 
 
 @lru_cache(maxsize=1024)
@@ -577,6 +590,7 @@ class _Hardware:
     low_bit: _Rates  # the dense GEMMs stored below 16 bits
     wide: _Rates  # the 16-bit dense GEMMs
     moe: _Rates  # the fused MoE kernel in the experts' format
+    moe_column_s: float  # and its fixed seconds per output column of a touched expert's GEMMs
     kv_bytes_per_s: float  # decode attention reading the paged KV cache
     latent_bytes_per_s: float  # MLA decode reading the latent cache
     attention_flops_per_s: float
@@ -645,6 +659,7 @@ class _StageCost(NamedTuple):
     expert_read_s: float  # one expert of every MoE layer, read
     expert_row_s: float  # one routed token through one expert of every MoE layer, computed
     expert_half_m: float
+    expert_tiles_s: float  # one touched expert's tiles' fixed cost, every MoE layer
     kv_bytes_per_s: float
     latent_bytes_per_s: float
     attention_flops_per_s: float
@@ -675,6 +690,7 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         head_rates.half_m, body.bytes + head.bytes + attention.bytes,
         experts.count, 1 - experts.per_token / experts.count if experts.count else 0.0, experts.per_token,
         experts.ranks, experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
+        experts.columns * hw.moe_column_s,
         hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.attention_flops_per_s,
         launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
         attention.low_bit_bytes / low.bytes_per_s, attention.low_bit_flops / low.flops_per_s,
@@ -715,9 +731,10 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
         read_s = touched * cost.expert_read_s
         # compute_eff at rows / touched rows per expert: the routed rows plus touched x half_m
         expert_c = cost.expert_row_s * (rows + touched * cost.expert_half_m)
-        moe_s = read_s if read_s >= expert_c else expert_c
+        tiles_s = touched * cost.expert_tiles_s  # the SMs' fixed time on each touched expert's output tiles
+        moe_s = (read_s if read_s >= expert_c else expert_c) + tiles_s
         memory_s += read_s
-        compute_s += expert_c
+        compute_s += expert_c + tiles_s
         weight_bytes += round(touched * cost.expert_bytes)
     kv_s = (kv_bytes - latent_bytes) / cost.kv_bytes_per_s + latent_bytes / cost.latent_bytes_per_s if latent_bytes \
         else kv_bytes / cost.kv_bytes_per_s
@@ -1058,12 +1075,14 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe_layer_s, mla_layer_s = engine_cost.moe_layer_kernels * floor_s, engine_cost.mla_layer_kernels * floor_s
     expert = next((t for layer in arch.layers for t in layer.tensors if t.role == "expert" and len(t.shape) == 2), None)
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
+    moe = generation.moe_rates(low_bit_format if expert_low_bit else WIDE_FORMAT, engine)
     fit, pair = link.fit(tp), link.fit(2)
     return _Hardware(
         low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
         wide=rates(generation.gemm_rates(WIDE_FORMAT, engine), wide),
-        moe=rates(generation.moe_rates(low_bit_format if expert_low_bit else WIDE_FORMAT, engine),
-                  low_bit_rate if expert_low_bit else wide),
+        moe=rates(moe, low_bit_rate if expert_low_bit else wide),
+        # llama.cpp's cycles hold its MoE mat-vec kernels' fixed costs, as they hold its launches
+        moe_column_s=0.0 if cycles else moe.column_ps * 1e-12,
         kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
         latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
         attention_flops_per_s=wide * generation.attention_compute_efficiency,
@@ -1115,6 +1134,6 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
     )
 
 
-__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "PerformanceCatalog",
+__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "MoeRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]
