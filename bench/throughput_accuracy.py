@@ -38,7 +38,8 @@ DATA = Path(__file__).parent / "data"
 # the number catalogs and notes quote).
 DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"),
               ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"),
-              ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"))
+              ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"),
+              ("2026f:", DATA / "throughput-2026f.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
@@ -90,13 +91,13 @@ EXCLUDED = {"370": "flagged 'likely misconfigured' in the reference notes"}
 NOT_REPRESENTATIVE = {str(row) for row in (*range(386, 392), *range(405, 409))}
 
 # Means first; a run that published only medians is compared on its median.
-TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT_ms", "ITL_ms", "Median TPOT (ms)", "median_tpot_ms",
-                "tpot_ms (as printed)")
-TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT_ms", "first_token_latency_ms", "Median TTFT (ms)",
-                "ttft_ms (as printed)")
+TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT ms (mean)", "TPOT_ms", "ITL_ms", "Median TPOT (ms)",
+                "median_tpot_ms", "tpot_ms (as printed)", "TPOT (ms, as printed; mean or median not stated)")
+TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "first_token_latency_ms",
+                "Median TTFT (ms)", "ttft_ms (as printed)")
 OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_tok_s_replica", "output_throughput", "output_tok_s", "Throughput_tok_s",
                     "derived_output_tok_s", "output_token_throughput_tok_s")
-PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu")
+PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu", "Output tok/s/GPU", "Out tok/GPU")
 SINGLE_STREAM_DECODE = re.compile(r"^(tg(\d+)_tok_s|avg_eval_tok_s|avg_eval_tok_s_and_prompt)$")
 SINGLE_STREAM_PREFILL = re.compile(r"^pp(\d+)_tok_s$")
 
@@ -362,8 +363,17 @@ def load_measurements(catalog: Catalog) -> tuple[list[tuple[Measurement, Archite
     return usable, skipped, total
 
 
-def compare(catalog: Catalog, usable: list[tuple[Measurement, Architecture]]) -> list[Comparison]:
-    return [Comparison(m, predict(catalog, m, arch)) for m, arch in usable]
+def compare(catalog: Catalog, usable: list[tuple[Measurement, Architecture]], skipped: Counter[str]
+            ) -> list[Comparison]:
+    """Every usable row predicted; one whose engine cannot hold a single request at its layout (the closed loop
+    schedules with the engine's memory budget) is counted as skipped with that reason."""
+    out = []
+    for m, arch in usable:
+        try:
+            out.append(Comparison(m, predict(catalog, m, arch)))
+        except PlannerInputError:
+            skipped["the engine's memory budget does not hold one request at the stated layout"] += 1
+    return out
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -470,7 +480,7 @@ def main() -> None:
     args = parser.parse_args()
     catalog = load_catalog()
     usable, skipped, total = load_measurements(catalog)
-    comparisons = compare(catalog, usable)
+    comparisons = compare(catalog, usable, skipped)
     if not args.summary:
         print_table(comparisons)
     print_summary(comparisons, usable, catalog, skipped, total)
