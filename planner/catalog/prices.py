@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Callable, Sequence
+from typing import Annotated, Callable, Literal, Sequence, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -26,6 +26,11 @@ MAX_INSTANCE_GPUS = 64
 MARKETS = ("on-demand", "spot")
 _PRICE_FIELD = {"on-demand": "on_demand_usd_per_hour", "spot": "spot_usd_per_hour"}
 Price = Annotated[float | None, Field(gt=0, le=MAX_USD_PER_HOUR, allow_inf_nan=False)]
+# What a price is: `list` the provider's published rate, `marketplace` a "from" / "starting at" / median price on a
+# marketplace of hosts (what one pays depends on the host), `quote` a figure someone reports or was quoted (a sales
+# quote, a research note, a blog) and no published rate confirms
+PriceKind = Literal["list", "marketplace", "quote"]
+PRICE_KINDS: tuple[str, ...] = get_args(PriceKind)
 
 
 def one_line(text: str) -> str:
@@ -46,6 +51,7 @@ class Offer(BaseModel):
     gpu: str
     gpus: int = Field(gt=0, le=MAX_INSTANCE_GPUS)
     region: Name
+    kind: PriceKind
     on_demand_usd_per_hour: Price = None
     spot_usd_per_hour: Price = None
     as_of: Annotated[str, StringConstraints(max_length=1000), AfterValidator(one_line)]
@@ -60,6 +66,16 @@ class Offer(BaseModel):
 
     def price(self, market: str) -> float | None:
         return self.on_demand_usd_per_hour if market == "on-demand" else self.spot_usd_per_hour
+
+
+def price_terms(market: str, kind: str) -> str:
+    """How a plan says what it pays: the market and the kind of price ("on-demand, list price")."""
+    return f"{market}, {kind} price"
+
+
+def offer_label(offer: Offer, market: str) -> str:
+    """An offer's price in one market as plans name it: "lambda gpu_1x_gh200 (all, on-demand, list price)"."""
+    return f"{offer.provider} {offer.instance} ({offer.region}, {price_terms(market, offer.kind)})"
 
 
 def load_offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:

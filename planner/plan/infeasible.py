@@ -29,8 +29,9 @@ def explain_infeasible(scenario: Scenario, space: SearchSpace, catalog: Catalog,
         return Infeasibility(
             f"no rentable offer for the allowed GPUs ({', '.join(g.name for g in space.gpus) or 'none'}) "
             f"with the pricing filters (market {market}, providers {scenario.pricing.providers or 'all'}, "
-            f"regions {scenario.pricing.regions or 'all'})", None,
-            ("widen pricing.providers / pricing.regions, set pricing.market: any, or allow more search.gpus",))
+            f"regions {scenario.pricing.regions or 'all'}, price kinds {', '.join(scenario.pricing.kinds)})", None,
+            ("widen pricing.providers / pricing.regions / pricing.kinds, set pricing.market: any, or allow more "
+             "search.gpus",))
     closest = min(enumeration.rejections, key=lambda r: r.overshoot, default=None)
     if closest is None:
         return Infeasibility("no configuration could be formed: " + "; ".join(enumeration.skipped), None,

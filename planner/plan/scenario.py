@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.load import Quality
-from planner.catalog.prices import MAX_PRICE_AGE_DAYS
+from planner.catalog.prices import MAX_PRICE_AGE_DAYS, PRICE_KINDS, PriceKind
 from planner.errors import PlannerInputError
 from planner.yamlfile import parse_yaml, printable
 from planner.files import SCENARIO, FileKind, read_text
@@ -314,6 +314,9 @@ class Pricing(_Strict):
     providers: list[str] | None = Field(default=None, min_length=1)
     market: Market = "on-demand"
     regions: list[str] | None = Field(default=None, min_length=1)
+    # which kinds of price count (catalogs/prices.yaml's kind): every kind by default, since list prices alone leave
+    # shipped scenarios without an offer (glm-5-nvfp4-b200's 8 x B200 is priced only by a quote); plans say the kind
+    kinds: list[PriceKind] = Field(default=list(PRICE_KINDS), min_length=1)
     # a plan paying a price older than this (days since the end of its as_of) warns that it is stale
     max_price_age_days: int = Field(default=MAX_PRICE_AGE_DAYS, ge=0)
 

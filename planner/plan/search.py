@@ -171,7 +171,7 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         (o, market) for o in catalog.offers for market in markets
         if o.gpu in gpu_names and o.price(market) is not None
         and (providers is None or o.provider in providers)
-        and (regions is None or o.region.lower() in regions)
+        and (regions is None or o.region.lower() in regions) and o.kind in pricing.kinds
     )
     reference = model_reference(scenario)
     return SearchSpace(

@@ -24,7 +24,7 @@ from typing import Any
 from planner.plan.cpsat import cp_model
 
 from planner.catalog.load import Catalog
-from planner.catalog.prices import PriceAge, price_age
+from planner.catalog.prices import PriceAge, price_age, price_terms
 from planner.errors import PlannerInputError
 from planner.estimator.layout import node_gpus
 from planner.estimator.memory import MemoryEstimate
@@ -48,6 +48,7 @@ class PlanOption(ConfiguredBy):
     instance: str
     region: str
     market: str
+    price_kind: str  # catalogs/prices.yaml's kind of the price paid: list, marketplace or quote
     gpus_per_instance: int
     instances: int
     replicas_per_instance: int
@@ -76,6 +77,11 @@ class PlanOption(ConfiguredBy):
     def usd_per_million_output_tokens(self) -> float:
         """At that speed, busy all hour: the cost per hour over the output tokens per hour."""
         return self.usd_per_hour / (self.full_context_output_tokens_per_s * 3600) * 1e6
+
+    @property
+    def price_terms(self) -> str:
+        """The market and the kind of the price paid, as plans print it."""
+        return price_terms(self.market, self.price_kind)
 
     @property
     def usd_per_replica_hour(self) -> float:
@@ -120,7 +126,8 @@ def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
         "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
         "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
         "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
-        "instance": p.instance, "region": p.region, "market": p.market, "gpus_per_instance": p.gpus_per_instance,
+        "instance": p.instance, "region": p.region, "market": p.market, "price_kind": p.price_kind,
+        "gpus_per_instance": p.gpus_per_instance,
         "instances": p.instances, "usd_per_hour": p.usd_per_hour, "usd_per_replica_hour": round(p.usd_per_replica_hour, 4),
         "per_gpu_weights_bytes": fullest.weights_bytes, "per_gpu_kv_cache_bytes": fullest.kv_cache_bytes,
         "per_gpu_overhead_bytes": fullest.overhead_bytes, "per_gpu_total_bytes": fullest.total_bytes,
@@ -234,7 +241,7 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
         sharing = f"replica fills {r.instances} x {r.offer.gpus}-GPU {r.offer.instance}"
     return PlanOption(
         configuration=c.configuration, gpu_display=c.gpu.display_name, nodes_per_replica=nodes, replicas=space.replicas, provider=r.offer.provider, instance=r.offer.instance,
-        region=r.offer.region, market=r.market, gpus_per_instance=r.offer.gpus, instances=r.instances,
+        region=r.offer.region, market=r.market, price_kind=r.offer.kind, gpus_per_instance=r.offer.gpus, instances=r.instances,
         replicas_per_instance=r.replicas_per_instance, idle_gpus=r.idle_gpus,
         usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
         sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,

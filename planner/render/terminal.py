@@ -161,7 +161,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
     if best is None:
         _infeasible(result, console)
         return
-    console.print(f"\n[bold]Best plan: ${best.usd_per_hour:,.2f}/hour[/bold] ({best.market}"
+    console.print(f"\n[bold]Best plan: ${best.usd_per_hour:,.2f}/hour[/bold] ({best.price_terms}"
                   + (f", ${best.usd_per_replica_hour:,.2f} per replica" if best.replicas > 1 else "") + ")")
     console.print(f"  {best.replicas} replica(s) of {best.gpus_per_replica} x {best.gpu} ({as_text(best.gpu_display)}): "
                   f"tp {best.tp} x pp {best.pp}, {best.nodes_per_replica} node(s) per replica")
@@ -210,7 +210,7 @@ def _infeasible(result: SolveResult, console: Console | PlainConsole) -> None:
             console.print(f"   - {as_text(suggestion)}")
 
 
-COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "gpus", "tp", "pp", "precision", "kv_dtype", "usd_per_hour",
+COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "price_kind", "gpus", "tp", "pp", "precision", "kv_dtype", "usd_per_hour",
                          "usd_per_gpu_hour", "headroom_gb"]
 
 
