@@ -186,7 +186,8 @@ def test_one_offer_priced_twice_with_no_newer_date_is_refused(tmp_path, older, n
 
 
 def test_the_shipped_catalog_prices_each_offer_once_per_market():
-    seen = [(o.provider, o.instance, o.region, m) for o in CATALOG.offers for m in ("on-demand", "spot") if o.price(m)]
+    seen = [(o.provider, o.instance, o.region, m, o.term) for o in CATALOG.offers for m in ("on-demand", "spot")
+            if o.price(m)]
     assert len(seen) == len(set(seen))
     gh200 = [o for o in CATALOG.offers if (o.provider, o.instance, o.region) == ("lambda", "gpu_1x_gh200", "all")]
     assert [(o.on_demand_usd_per_hour, o.as_of) for o in gh200] == [(2.29, "2026-09-25")]  # not 1.49 of "2025"

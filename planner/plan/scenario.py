@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.load import Quality
-from planner.catalog.prices import MAX_PRICE_AGE_DAYS, PRICE_KINDS, PriceKind
+from planner.catalog.prices import MAX_PRICE_AGE_DAYS, PRICE_KINDS, PriceKind, Term
 from planner.errors import PlannerInputError
 from planner.yamlfile import parse_yaml, printable
 from planner.files import SCENARIO, FileKind, read_text
@@ -317,6 +317,16 @@ class Pricing(_Strict):
     # which kinds of price count (catalogs/prices.yaml's kind): every kind by default, since list prices alone leave
     # shipped scenarios without an offer (glm-5-nvfp4-b200's 8 x B200 is priced only by a quote); plans say the kind
     kinds: list[PriceKind] = Field(default=list(PRICE_KINDS), min_length=1)
+    # the commitments whose prices count beside on-demand ones (1m, 1y, 3y); none by default: a commitment is a business
+    # decision, paid every hour of its term used or not
+    terms: list[Term] = []
+
+    @model_validator(mode="after")
+    def _terms_are_on_demand(self) -> Pricing:
+        if self.terms and self.market == "spot":
+            raise ValueError("terms: a commitment is priced as on-demand capacity, and market is spot; set market: "
+                             "on-demand or any, or remove terms")
+        return self
     # a plan paying a price older than this (days since the end of its as_of) warns that it is stale
     max_price_age_days: int = Field(default=MAX_PRICE_AGE_DAYS, ge=0)
 

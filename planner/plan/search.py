@@ -172,6 +172,7 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         if o.gpu in gpu_names and o.price(market) is not None
         and (providers is None or o.provider in providers)
         and (regions is None or o.region.lower() in regions) and o.kind in pricing.kinds
+        and (o.term is None or o.term in pricing.terms)
     )
     reference = model_reference(scenario)
     return SearchSpace(

@@ -49,6 +49,7 @@ class PlanOption(ConfiguredBy):
     region: str
     market: str
     price_kind: str  # catalogs/prices.yaml's kind of the price paid: list, marketplace or quote
+    price_term: str | None  # the commitment the price binds to (1m, 1y, 3y); None: pay as you go
     gpus_per_instance: int
     instances: int
     replicas_per_instance: int
@@ -81,7 +82,7 @@ class PlanOption(ConfiguredBy):
     @property
     def price_terms(self) -> str:
         """The market and the kind of the price paid, as plans print it."""
-        return price_terms(self.market, self.price_kind)
+        return price_terms(self.market, self.price_kind, self.price_term)
 
     @property
     def usd_per_replica_hour(self) -> float:
@@ -126,7 +127,7 @@ def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
         "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
         "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
         "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
-        "instance": p.instance, "region": p.region, "market": p.market, "price_kind": p.price_kind,
+        "instance": p.instance, "region": p.region, "market": p.market, "price_kind": p.price_kind, "price_term": p.price_term,
         "gpus_per_instance": p.gpus_per_instance,
         "instances": p.instances, "usd_per_hour": p.usd_per_hour, "usd_per_replica_hour": round(p.usd_per_replica_hour, 4),
         "per_gpu_weights_bytes": fullest.weights_bytes, "per_gpu_kv_cache_bytes": fullest.kv_cache_bytes,
@@ -219,7 +220,7 @@ def _ordered(pairs: list[Pair]) -> list[Pair]:
     def key(p: Pair) -> tuple:
         c, r = p.candidate, p.rental
         return (c.gpu.name, c.precision, c.kv_dtype, c.tp, c.pp, c.context, c.concurrency,
-                r.offer.provider, r.offer.instance, r.offer.region, r.market)
+                r.offer.provider, r.offer.instance, r.offer.region, r.market, r.offer.term or "")
     return sorted(pairs, key=key)
 
 
@@ -241,7 +242,8 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
         sharing = f"replica fills {r.instances} x {r.offer.gpus}-GPU {r.offer.instance}"
     return PlanOption(
         configuration=c.configuration, gpu_display=c.gpu.display_name, nodes_per_replica=nodes, replicas=space.replicas, provider=r.offer.provider, instance=r.offer.instance,
-        region=r.offer.region, market=r.market, price_kind=r.offer.kind, gpus_per_instance=r.offer.gpus, instances=r.instances,
+        region=r.offer.region, market=r.market, price_kind=r.offer.kind, price_term=r.offer.term,
+        gpus_per_instance=r.offer.gpus, instances=r.instances,
         replicas_per_instance=r.replicas_per_instance, idle_gpus=r.idle_gpus,
         usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
         sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,

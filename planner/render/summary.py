@@ -144,7 +144,8 @@ def day_lines(day: DayPlan) -> list[str]:
             f"Sized for the peak all day: ${day.peak_usd_per_day:,.2f}/day (the fleet above x 24); scaling saves "
             f"${day.saving_usd_per_day:,.2f}/day ({share:.0%})",
             f"replicas an hour adds start {day.scale_up_minutes:g} min before it (fleet.scale_up_minutes) and are paid "
-            "from then; every replica pays its pool's price (the price catalog has no reserved prices)"]
+            "from then; every replica pays its pool's price, and a pool priced by a commitment (pricing.terms) is paid "
+            "every hour"]
 
 
 def day_rows(day: DayPlan) -> list[tuple[str, ...]]:
