@@ -258,6 +258,9 @@ class WorkloadSpec(_Strict):
     redundancy: int = Field(default=0, ge=0, le=100)  # N+k: spare replicas' worth of capacity
     min_replicas: int = Field(default=1, ge=0, le=10_000)
     max_configs: int | None = Field(default=None, ge=1, le=100)  # distinct configurations at most
+    # a single configuration (no traffic): the least output tokens/s one replica must make running `concurrency`
+    # requests that each hold the whole context (the plan's "speed at the full context"); slower ones are left out
+    min_tokens_per_s: float | None = Field(default=None, gt=0, le=1e9)
 
     @field_validator("context", "concurrency", mode="before")
     @classmethod
@@ -272,6 +275,9 @@ class WorkloadSpec(_Strict):
             if given:
                 raise ValueError(f"{given[0]} sizes a fleet under load and needs traffic (requests_per_s or "
                                  f"output_tokens_per_s); add workload.traffic or remove {given[0]}")
+        elif self.min_tokens_per_s is not None:
+            raise ValueError("min_tokens_per_s: with traffic, speed is the SLO's (workload.slo.tpot_s) and the "
+                             "replicas follow from demand; remove min_tokens_per_s")
         elif "replicas" in self.model_fields_set:
             raise ValueError("replicas: with traffic the replica count follows from demand; remove replicas "
                              "(min_replicas sets a floor)")

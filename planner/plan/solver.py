@@ -33,8 +33,8 @@ from planner.plan.deadline import Deadline
 from planner.plan.infeasible import Infeasibility, explain_infeasible
 from planner.plan.rental import COST_UNITS_PER_USD, Rental
 from planner.plan.scenario import Scenario
-from planner.plan.search import (Candidate, Enumeration, Rejection, SearchSpace, build_search_space,
-                                 enumerate_candidates, recheck, rentals_for)
+from planner.plan.search import (Candidate, Enumeration, Rejection, SearchSpace, TooSlow, build_search_space,
+                                 enumerate_candidates, full_context_step_s, recheck, rentals_for)
 from planner.plan.status import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 
 
@@ -108,6 +108,8 @@ class SolveResult:
     infeasible: Infeasibility | None
     skipped: tuple[str, ...]
     search_cut_short: str | None = None  # the time limit stopped the candidate search: the plan is the best found
+    # configurations left out below workload.min_tokens_per_s: the fastest of each GPU type at most the plan's price
+    too_slow: tuple[TooSlow, ...] = ()
 
     def rows(self) -> list[dict[str, Any]]:
         """The best plan and the alternatives as flat records."""
@@ -248,18 +250,8 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
         usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
         sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,
         price_age=price_age(r.offer, r.market, space.max_price_age_days),
-        full_context_step_s=_full_context_step_s(c, space, catalog),
+        full_context_step_s=full_context_step_s(c, space, catalog),
     )
-
-
-def _full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> float:
-    """The decode step of `concurrency` sequences each holding the whole context, as the engine's speed model times it
-    (the planning margin `simple` is timed as vLLM)."""
-    from planner.estimator.performance import Step, replica_timer
-
-    engine = "vllm" if c.configuration.engine.name == "simple" else c.configuration.engine.name
-    timer = replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine)
-    return timer.step_s(Step(c.concurrency, float(c.context)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,7 +303,20 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
         configurations_checked=enumeration.configurations_checked, candidates=len(enumeration.candidates),
         variables=len(pairs), best=best, alternatives=tuple(alternatives), rejected_cheaper=rejected,
         infeasible=infeasible, skipped=enumeration.skipped, search_cut_short=enumeration.cut_short,
+        too_slow=_too_slow_cheaper(enumeration, best),
     )
+
+
+def _too_slow_cheaper(enumeration: Enumeration, best: PlanOption | None, limit: int = 5) -> tuple[TooSlow, ...]:
+    """Configurations left out below workload.min_tokens_per_s that rent for no more than the plan (what it would
+    have been without the floor): the fastest on each GPU type, cheapest first."""
+    fastest: dict[str, TooSlow] = {}
+    for s in enumeration.too_slow:
+        if s.usd_per_hour is None or (best is not None and s.usd_per_hour > best.usd_per_hour):
+            continue
+        if s.gpu not in fastest or s.output_tokens_per_s > fastest[s.gpu].output_tokens_per_s:
+            fastest[s.gpu] = s
+    return tuple(sorted(fastest.values(), key=lambda s: (s.usd_per_hour, s.gpu))[:limit])
 
 
 def _rejected_cheaper(enumeration: Enumeration, best: PlanOption | None, limit: int = 5) -> tuple[Rejection, ...]:

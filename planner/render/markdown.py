@@ -66,6 +66,11 @@ def solve_markdown(result: SolveResult) -> str:
         lines += [f"- {r.tp * r.pp} x {r.gpu} ({r.precision}, KV {r.kv_dtype}, {r.context:,} x {r.concurrency}) at "
                   f"${r.usd_per_hour:,.2f}/hour: needs {gb(r.needed_bytes):.1f} GB per GPU, card holds "
                   f"{gb(r.card_bytes):.1f} GB" for r in result.rejected_cheaper]
+    if result.too_slow:
+        lines += ["", "Options at most the plan's price left out below workload.min_tokens_per_s:", ""]
+        lines += [f"- {s.tp * s.pp} x {s.gpu} ({s.precision}, KV {s.kv_dtype}, {s.context:,} x {s.concurrency}) at "
+                  f"${s.usd_per_hour:,.2f}/hour: {s.output_tokens_per_s:,.0f} output tokens/s per replica at the full "
+                  "context" for s in result.too_slow]
     return "\n".join(lines) + "\n"
 
 
