@@ -149,7 +149,7 @@ def test_a_stale_hosted_price_warns_in_every_format(chat):
 
 def test_hosted_and_rental_prices_age_by_one_rule():
     hosted = CATALOG.hosted_prices[0]
-    offer = Offer(provider="x", instance="y", gpu="h100-sxm", gpus=1, region="all", on_demand_usd_per_hour=1.0,
+    offer = Offer(provider="x", instance="y", gpu="h100-sxm", gpus=1, region="all", kind="list", on_demand_usd_per_hour=1.0,
                   as_of=hosted.as_of, source="test")
     for today in (date(2027, 2, 18), date(2027, 2, 19)):  # 90 and 91 days after 2026-11-20
         rental, listed = price_age(offer, "on-demand", 90, today), hosted.age(90, today)

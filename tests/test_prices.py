@@ -22,7 +22,7 @@ SKYPILOT = load_skypilot()
 
 
 def offer(as_of: str) -> Offer:
-    return Offer(provider="aws", instance="x", gpu="l4", gpus=1, region="r", on_demand_usd_per_hour=1.0,
+    return Offer(provider="aws", instance="x", gpu="l4", gpus=1, region="r", kind="list", on_demand_usd_per_hour=1.0,
                  spot_usd_per_hour=0.5, as_of=as_of, source="test")
 
 
@@ -88,6 +88,9 @@ def test_update_from_a_local_skypilot_catalog(prices_copy):
     assert vast["1x-H100_NVL-32-65536"]["gpu"] == "h100-nvl" and vast["1x-H100_SXM-32-65536"]["gpu"] == "h100-sxm"
     assert vast["1x-A100_SXM4-32-65536"]["gpu"] == "a100-40gb" and vast["1x-A100_PCIE-32-65536"]["gpu"] == "a100-pcie-80gb"
     assert all(r["spot_usd_per_hour"] is None for r in vast.values())  # SpotPrice 0.00 = none
+    # the kind is skypilot.yaml's for the cloud: vast's prices are marketplace offers, lambda's its list prices
+    assert {r["kind"] for r in vast.values()} == {"marketplace"}
+    assert {r["kind"] for r in rows if r["provider"] == "lambda" and str(FIXTURE) in r["source"]} == {"list"}
     lam = {r["instance"]: r for r in rows if r["provider"] == "lambda" and str(FIXTURE) in r["source"]}
     assert lam["gpu_1x_a6000"]["gpu"] == "rtx-a6000" and lam["gpu_8x_v100"]["gpus"] == 8
     assert all(r["as_of"] == "2026-11-30" and "skypilot-org/skypilot-catalog" in r["source"] for r in lam.values())
@@ -153,7 +156,7 @@ def test_current_rack_and_blackwell_ultra_gpus_are_rentable(gpu):
 
 
 def _row(instance: str, as_of: str, on_demand: float | None, spot: float | None = None) -> dict:
-    return {"provider": "lambda", "instance": instance, "gpu": "gh200", "gpus": 1, "region": "all",
+    return {"provider": "lambda", "instance": instance, "gpu": "gh200", "gpus": 1, "region": "all", "kind": "list",
             "on_demand_usd_per_hour": on_demand, "spot_usd_per_hour": spot, "as_of": as_of, "source": "test"}
 
 
@@ -183,7 +186,8 @@ def test_one_offer_priced_twice_with_no_newer_date_is_refused(tmp_path, older, n
 
 
 def test_the_shipped_catalog_prices_each_offer_once_per_market():
-    seen = [(o.provider, o.instance, o.region, m) for o in CATALOG.offers for m in ("on-demand", "spot") if o.price(m)]
+    seen = [(o.provider, o.instance, o.region, m, o.term) for o in CATALOG.offers for m in ("on-demand", "spot")
+            if o.price(m)]
     assert len(seen) == len(set(seen))
     gh200 = [o for o in CATALOG.offers if (o.provider, o.instance, o.region) == ("lambda", "gpu_1x_gh200", "all")]
     assert [(o.on_demand_usd_per_hour, o.as_of) for o in gh200] == [(2.29, "2026-09-25")]  # not 1.49 of "2025"
@@ -202,7 +206,7 @@ def test_the_70b_chat_fleet_pays_the_current_gh200_price():
 def test_update_refuses_a_row_that_prices_a_kept_offer_on_the_same_date(prices_copy):
     rows = yaml.safe_load(prices_copy.read_text())["prices"]
     rows.append({"provider": "vast", "instance": "1x-RTX_5090-32-65536", "gpu": "rtx-5090", "gpus": 1, "region": "Bács-Kiskun, HU, EU",
-                 "on_demand_usd_per_hour": 0.5, "spot_usd_per_hour": None, "as_of": "2026-11-30", "source": "hand-written"})
+                 "kind": "marketplace", "on_demand_usd_per_hour": 0.5, "spot_usd_per_hour": None, "as_of": "2026-11-30", "source": "hand-written"})
     prices_copy.write_text(yaml.safe_dump({"schema_version": 1, "prices": rows}))
     before = prices_copy.read_text()
     with pytest.raises(PlannerInputError, match=rf"--prices prices.yaml: prices\[{len(rows) - 1}\] and --from: .* line \d+: "

@@ -191,7 +191,7 @@ def offers_from_csv(text: str, cloud: str, origin: str, as_of: str,
             raise _too_many(origin, f"more than {most:,} instance types")
         held, current = best.setdefault(key, (line.where(), {
             "provider": cloud, "instance": instance, "gpu": gpu, "gpus": count, "region": region,
-            "on_demand_usd_per_hour": None, "spot_usd_per_hour": None, "as_of": as_of,
+            "kind": skypilot.clouds[cloud].price_kind, "on_demand_usd_per_hour": None, "spot_usd_per_hour": None, "as_of": as_of,
             "source": f"{SKYPILOT_SOURCE} {origin}"}))
         if on_demand is not None:
             current["on_demand_usd_per_hour"] = on_demand

@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Callable, Sequence
+from typing import Annotated, Callable, Literal, Sequence, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from planner.catalog.load import Gpu, Registry, read_yaml, validate_record
 from planner.errors import PlannerInputError
@@ -26,6 +26,14 @@ MAX_INSTANCE_GPUS = 64
 MARKETS = ("on-demand", "spot")
 _PRICE_FIELD = {"on-demand": "on_demand_usd_per_hour", "spot": "spot_usd_per_hour"}
 Price = Annotated[float | None, Field(gt=0, le=MAX_USD_PER_HOUR, allow_inf_nan=False)]
+# What a price is: `list` the provider's published rate, `marketplace` a "from" / "starting at" / median price on a
+# marketplace of hosts (what one pays depends on the host), `quote` a figure someone reports or was quoted (a sales
+# quote, a research note, a blog) and no published rate confirms
+PriceKind = Literal["list", "marketplace", "quote"]
+PRICE_KINDS: tuple[str, ...] = get_args(PriceKind)
+# A commitment: the price is paid every hour of a month, a year or three years (reserved instances, committed-use
+# discounts), used or not. A row without a term is pay-as-you-go
+Term = Literal["1m", "1y", "3y"]
 
 
 def one_line(text: str) -> str:
@@ -46,6 +54,8 @@ class Offer(BaseModel):
     gpu: str
     gpus: int = Field(gt=0, le=MAX_INSTANCE_GPUS)
     region: Name
+    kind: PriceKind
+    term: Term | None = None  # with a term, on_demand_usd_per_hour is the committed hourly rate
     on_demand_usd_per_hour: Price = None
     spot_usd_per_hour: Price = None
     as_of: Annotated[str, StringConstraints(max_length=1000), AfterValidator(one_line)]
@@ -58,8 +68,31 @@ class Offer(BaseModel):
             period(as_of, market)
         return as_of
 
+    @model_validator(mode="after")
+    def _committed(self) -> Offer:
+        if self.term is not None and (self.spot_usd_per_hour is not None or self.on_demand_usd_per_hour is None):
+            raise ValueError(f"a {self.term} commitment is priced by on_demand_usd_per_hour (its hourly rate) alone; "
+                             "give spot prices on a row without a term")
+        return self
+
     def price(self, market: str) -> float | None:
         return self.on_demand_usd_per_hour if market == "on-demand" else self.spot_usd_per_hour
+
+
+def paid_as(market: str, term: str | None) -> str:
+    """The market of a pay-as-you-go price ("on-demand", "spot"), or its commitment ("1y committed")."""
+    return f"{term} committed" if term else market
+
+
+def price_terms(market: str, kind: str, term: str | None = None) -> str:
+    """How a plan says what it pays: the market or the commitment, and the kind of price ("on-demand, list price",
+    "1y committed, list price")."""
+    return f"{paid_as(market, term)}, {kind} price"
+
+
+def offer_label(offer: Offer, market: str) -> str:
+    """An offer's price in one market as plans name it: "lambda gpu_1x_gh200 (all, on-demand, list price)"."""
+    return f"{offer.provider} {offer.instance} ({offer.region}, {price_terms(market, offer.kind, offer.term)})"
 
 
 def load_offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:
@@ -76,18 +109,18 @@ def load_offers(path: Path, gpus: Registry[Gpu]) -> tuple[Offer, ...]:
 
 def current_offers(offers: Sequence[Offer], where: Callable[[int], str]) -> tuple[Offer, ...]:
     """The offers with only each offer's current price per market: of the rows of one offer (provider, instance,
-    region) that price a market, the newest dated supersedes the others, whose price in that market is dropped (a
-    row left with no price is dropped). Newest means its as_of period starts after every other row's ends: as_of
+    region, commitment term) that price a market, the newest dated supersedes the others, whose price in that market
+    is dropped (a row left with no price is dropped). Newest means its as_of period starts after every other row's ends: as_of
     names a period (period), so "2025" (2025-01-01 to 2025-12-31) is older than "2026-09-25" and than "2026", but
     neither older nor newer than "2025-06" or "2025-06-15", which it contains. Rows whose dates do not tell which is
     newer (the same as_of, or one period within the other) are refused: `where(index)` names them."""
-    rows: dict[tuple[str, str, str, str], list[int]] = {}
+    rows: dict[tuple[str, str, str, str, str | None], list[int]] = {}
     for i, offer in enumerate(offers):
         for market in MARKETS:
             if offer.price(market) is not None:
-                rows.setdefault((offer.provider, offer.instance, offer.region, market), []).append(i)
+                rows.setdefault((offer.provider, offer.instance, offer.region, market, offer.term), []).append(i)
     superseded: dict[int, list[str]] = {}
-    for (provider, instance, region, market), indices in rows.items():
+    for (provider, instance, region, market, term), indices in rows.items():
         periods = {i: period(offers[i].as_of, market) for i in indices}
         newest = max(indices, key=lambda i: periods[i][1])
         for i in indices:
@@ -96,7 +129,8 @@ def current_offers(offers: Sequence[Offer], where: Callable[[int], str]) -> tupl
             if periods[i][1] >= periods[newest][0]:
                 first, second = sorted((i, newest))
                 raise PlannerInputError(
-                    f"{where(first)} and {where(second)}: both price the {market} offer {provider} {instance} ({region}) "
+                    f"{where(first)} and {where(second)}: both price the {paid_as(market, term)} "
+                    f"offer {provider} {instance} ({region}) "
                     f"and their dates ({offers[first].as_of!r}, {offers[second].as_of!r}) do not tell which is newer; "
                     "delete the older row or date the newer one after it")
             superseded.setdefault(i, []).append(market)

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.load import catalog_dir, load_catalog, read_yaml, validate_record
+from planner.catalog.prices import PriceKind
 from planner.errors import PlannerInputError
 
 
@@ -24,6 +25,7 @@ class CloudFeatures(_Strict):
 
 class Cloud(_Strict):
     features: CloudFeatures
+    price_kind: PriceKind = "list"  # what its vms.csv prices are: `planner prices update` writes it as each row's kind
 
 
 class AcceleratorName(_Strict):

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from planner.plan.cpsat import cp_model
 
 from planner.catalog.load import Catalog, Offer
-from planner.catalog.prices import PriceAge, price_age
+from planner.catalog.prices import PriceAge, offer_label, price_age
 from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
@@ -83,7 +83,7 @@ class Pool:
 
     @property
     def label(self) -> str:
-        return f"{self.offer.provider} {self.offer.instance} ({self.offer.region}, {self.market})"
+        return offer_label(self.offer, self.market)
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,18 @@ def explain_infeasible(scenario: Scenario, space: SearchSpace, catalog: Catalog,
         return Infeasibility(
             f"no rentable offer for the allowed GPUs ({', '.join(g.name for g in space.gpus) or 'none'}) "
             f"with the pricing filters (market {market}, providers {scenario.pricing.providers or 'all'}, "
-            f"regions {scenario.pricing.regions or 'all'})", None,
-            ("widen pricing.providers / pricing.regions, set pricing.market: any, or allow more search.gpus",))
+            f"regions {scenario.pricing.regions or 'all'}, price kinds {', '.join(scenario.pricing.kinds)})", None,
+            ("widen pricing.providers / pricing.regions / pricing.kinds, set pricing.market: any, or allow more "
+             "search.gpus",))
+    if not enumeration.candidates and enumeration.too_slow:
+        s = max(enumeration.too_slow, key=lambda s: s.output_tokens_per_s)
+        return Infeasibility(
+            f"every configuration that fits runs below workload.min_tokens_per_s ({space.min_tokens_per_s:,g} output "
+            f"tokens/s per replica at the full context); the fastest, {s.gpus_per_replica} x {s.gpu} (tp {s.tp} pp "
+            f"{s.pp}, {s.precision}, KV {s.kv_dtype}, context {s.context:,} x {s.concurrency}), makes "
+            f"{s.output_tokens_per_s:,.0f}", None,
+            ("lower workload.min_tokens_per_s, or allow more sequences (workload.concurrency), more GPUs per replica "
+             "(search.max_gpus_per_replica), other GPUs or a smaller precision",))
     closest = min(enumeration.rejections, key=lambda r: r.overshoot, default=None)
     if closest is None:
         return Infeasibility("no configuration could be formed: " + "; ".join(enumeration.skipped), None,

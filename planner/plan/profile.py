@@ -10,8 +10,10 @@ replicas = ceil(demand / capacity) + k; a workload runs at least workload.min_re
 by the footprint rule the solver packs with (planner.plan.rental) and paid at the pool's price.
 
 Base and scaled: the base is the replicas every hour runs (the fewest of each assignment over the day), up all day at
-their pools' prices (catalogs/prices.yaml holds no reserved or committed prices, so the base pays the peak plan's
-market too); the rest of the day's cost scales with the hours.
+their pools' prices; the rest of the day's cost scales with the hours. A pool priced by a commitment (pricing.terms)
+is paid every hour of its term used or not: its instances of the peak plan are rented every hour, in the base. The
+base is not re-priced on a commitment the peak plan does not use: the solver sizes the peak hour, which does not say
+which instances stay up.
 
 Scale-up lag (fleet.scale_up_minutes): a replica added for an hour does not serve for that long after it starts
 (instance start, weight load, warm-up), so it starts that long before its hour while the hour before serves on with
@@ -62,7 +64,8 @@ def plan_day(scenario: Scenario, plan: FleetPlan) -> DayPlan | None:
     workloads = {name: part.workload for name, part in scenario.fleet_parts()}
     cheapest_first = sorted(range(len(assignments)), key=lambda i: (_units_per_capacity(assignments[i]), i))
     counts = [_replicas(assignments, workloads, cheapest_first, hour) for hour in range(HOURS_PER_DAY)]
-    rented = [_instances(assignments, n) for n in counts]
+    committed = {u.pool: u.instances for u in plan.pools if u.pool.offer.term}  # paid every hour: never scaled down
+    rented = [_instances(assignments, n) | committed for n in counts]
     minutes = (scenario.fleet or FleetSpec()).scale_up_minutes
     hours = []
     day_units = 0.0
@@ -74,7 +77,7 @@ def plan_day(scenario: Scenario, plan: FleetPlan) -> DayPlan | None:
         hours.append(HourPlan(hour, round(demand, 4), sum(n), tuple(n), sum(started.values()),
                               round(units / COST_UNITS_PER_USD, 4)))
     base = tuple(min(n[i] for n in counts) for i in range(len(assignments)))
-    base_units = _units(_instances(assignments, base))
+    base_units = _units(_instances(assignments, base) | committed)
     usd_per_day = day_units / COST_UNITS_PER_USD
     base_per_day = HOURS_PER_DAY * base_units / COST_UNITS_PER_USD
     peak_per_day = HOURS_PER_DAY * plan.usd_per_hour

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.load import Quality
-from planner.catalog.prices import MAX_PRICE_AGE_DAYS
+from planner.catalog.prices import MAX_PRICE_AGE_DAYS, PRICE_KINDS, PriceKind, Term
 from planner.errors import PlannerInputError
 from planner.yamlfile import parse_yaml, printable
 from planner.files import SCENARIO, FileKind, read_text
@@ -258,6 +258,9 @@ class WorkloadSpec(_Strict):
     redundancy: int = Field(default=0, ge=0, le=100)  # N+k: spare replicas' worth of capacity
     min_replicas: int = Field(default=1, ge=0, le=10_000)
     max_configs: int | None = Field(default=None, ge=1, le=100)  # distinct configurations at most
+    # a single configuration (no traffic): the least output tokens/s one replica must make running `concurrency`
+    # requests that each hold the whole context (the plan's "speed at the full context"); slower ones are left out
+    min_tokens_per_s: float | None = Field(default=None, gt=0, le=1e9)
 
     @field_validator("context", "concurrency", mode="before")
     @classmethod
@@ -272,6 +275,9 @@ class WorkloadSpec(_Strict):
             if given:
                 raise ValueError(f"{given[0]} sizes a fleet under load and needs traffic (requests_per_s or "
                                  f"output_tokens_per_s); add workload.traffic or remove {given[0]}")
+        elif self.min_tokens_per_s is not None:
+            raise ValueError("min_tokens_per_s: with traffic, speed is the SLO's (workload.slo.tpot_s) and the "
+                             "replicas follow from demand; remove min_tokens_per_s")
         elif "replicas" in self.model_fields_set:
             raise ValueError("replicas: with traffic the replica count follows from demand; remove replicas "
                              "(min_replicas sets a floor)")
@@ -314,6 +320,19 @@ class Pricing(_Strict):
     providers: list[str] | None = Field(default=None, min_length=1)
     market: Market = "on-demand"
     regions: list[str] | None = Field(default=None, min_length=1)
+    # which kinds of price count (catalogs/prices.yaml's kind): every kind by default, since list prices alone leave
+    # shipped scenarios without an offer (glm-5-nvfp4-b200's 8 x B200 is priced only by a quote); plans say the kind
+    kinds: list[PriceKind] = Field(default=list(PRICE_KINDS), min_length=1)
+    # the commitments whose prices count beside on-demand ones (1m, 1y, 3y); none by default: a commitment is a business
+    # decision, paid every hour of its term used or not
+    terms: list[Term] = []
+
+    @model_validator(mode="after")
+    def _terms_are_on_demand(self) -> Pricing:
+        if self.terms and self.market == "spot":
+            raise ValueError("terms: a commitment is priced as on-demand capacity, and market is spot; set market: "
+                             "on-demand or any, or remove terms")
+        return self
     # a plan paying a price older than this (days since the end of its as_of) warns that it is stale
     max_price_age_days: int = Field(default=MAX_PRICE_AGE_DAYS, ge=0)
 

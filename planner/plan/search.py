@@ -55,6 +55,7 @@ class SearchSpace:
     allow_emulated: bool
     engine: EngineSettings | None = None  # None: the seed's margin (engine "simple")
     params: int | None = None  # the scenario's parameter count, for a model known by its size
+    min_tokens_per_s: float | None = None  # workload.min_tokens_per_s: a replica's output tokens/s at the full context
 
     def configuration(self, gpu: Gpu, tp: int, pp: int, precision: str, kv_dtype: str, context: int,
                       concurrency: int, engine: EngineSettings | None = None) -> Configuration:
@@ -101,6 +102,20 @@ class Rejection(ConfiguredBy):
 
 
 @dataclass(frozen=True)
+class TooSlow(ConfiguredBy):
+    """A configuration that fits but whose replica runs below workload.min_tokens_per_s, and the cheapest way it
+    would have been rented."""
+
+    configuration: Configuration
+    output_tokens_per_s: float  # one replica, `concurrency` requests each holding the whole context
+    usd_per_hour: float | None
+
+    @property
+    def gpu(self) -> str:
+        return self.configuration.gpu
+
+
+@dataclass(frozen=True)
 class Enumeration:
     candidates: tuple[Candidate, ...]
     rejections: tuple[Rejection, ...]
@@ -109,6 +124,7 @@ class Enumeration:
     cut_short: str | None = None  # what was searched when the deadline stopped the search
     # the engine pools the search sized, by card and request (replica sizing reads them back: need.known_budget)
     budgets: Budgets = field(default_factory=dict, compare=False, repr=False)
+    too_slow: tuple[TooSlow, ...] = ()  # the configurations that fit but run below workload.min_tokens_per_s
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,7 +187,8 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         (o, market) for o in catalog.offers for market in markets
         if o.gpu in gpu_names and o.price(market) is not None
         and (providers is None or o.provider in providers)
-        and (regions is None or o.region.lower() in regions)
+        and (regions is None or o.region.lower() in regions) and o.kind in pricing.kinds
+        and (o.term is None or o.term in pricing.terms)
     )
     reference = model_reference(scenario)
     return SearchSpace(
@@ -181,6 +198,7 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         max_gpus_per_node=search.max_gpus_per_node, offers=offers, max_price_age_days=pricing.max_price_age_days,
         overhead=scenario.engine.overhead,
         allow_emulated=search.allow_emulated, engine=engine_settings(scenario), params=params,
+        min_tokens_per_s=scenario.workload.min_tokens_per_s,
     )
 
 
@@ -241,6 +259,7 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
     groups, skipped = _groups(space, prices, catalog)
     candidates: list[Candidate] = []
     rejections: list[Rejection] = []
+    too_slow: list[TooSlow] = []
     probe = _Probe(space, catalog, {key: min(usd for usd, _ in by.values()) for key, by in prices.items() if by})
     cheapest_fit: dict[tuple[str, str], int] = {}  # (GPU type, provider): cost units of the cheapest fit found
     cut_short = None
@@ -260,12 +279,17 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
         # a layout no offer rents is never chosen: its smallest point is checked only to say why it would not fit
         found = probe.best_in_group(*group, smallest_only=cheapest_only and not by_provider, longest_first=longest_first)
         if isinstance(found, Candidate) and (by_provider or not cheapest_only):
+            speed = space.min_tokens_per_s and found.concurrency / full_context_step_s(found, space, catalog)
+            if speed and speed < space.min_tokens_per_s:
+                too_slow.append(TooSlow(found.configuration, speed, probe.cheapest.get((gpu.name, tp * pp, tp))))
+                continue  # never chosen, so it bounds no other group's price
             candidates.append(found)
             for provider, (_, cost) in by_provider.items():
                 cheapest_fit[gpu.name, provider] = min(cost, cheapest_fit.get((gpu.name, provider), cost))
         elif isinstance(found, Rejection):
             rejections.append(found)
-    return Enumeration(tuple(candidates), tuple(rejections), probe.checked, tuple(skipped), cut_short, probe.budgets)
+    return Enumeration(tuple(candidates), tuple(rejections), probe.checked, tuple(skipped), cut_short, probe.budgets,
+                       tuple(too_slow))
 
 
 def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]], catalog: Catalog
@@ -440,6 +464,16 @@ def _rental_prices(space: SearchSpace) -> dict[tuple[str, int, int], dict[str, t
 def rentals_for(candidate: Candidate, space: SearchSpace) -> list[Rental]:
     return [r for o, m in space.offers if o.gpu == candidate.gpu.name
             if (r := rent(candidate.gpus, candidate.tp, space.replicas, o, m)) is not None]
+
+
+def full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> float:
+    """The decode step of `concurrency` sequences each holding the whole context, as the engine's speed model times it
+    (the planning margin `simple` is timed as vLLM): the worst steady step of a configuration without traffic."""
+    from planner.estimator.performance import Step, replica_timer
+
+    engine = "vllm" if c.configuration.engine.name == "simple" else c.configuration.engine.name
+    timer = replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine)
+    return timer.step_s(Step(c.concurrency, float(c.context)))
 
 
 def recheck(candidate: Candidate, space: SearchSpace, catalog: Catalog) -> MemoryEstimate:

@@ -24,7 +24,7 @@ from typing import Any
 from planner.plan.cpsat import cp_model
 
 from planner.catalog.load import Catalog
-from planner.catalog.prices import PriceAge, price_age
+from planner.catalog.prices import PriceAge, price_age, price_terms
 from planner.errors import PlannerInputError
 from planner.estimator.layout import node_gpus
 from planner.estimator.memory import MemoryEstimate
@@ -33,8 +33,8 @@ from planner.plan.deadline import Deadline
 from planner.plan.infeasible import Infeasibility, explain_infeasible
 from planner.plan.rental import COST_UNITS_PER_USD, Rental
 from planner.plan.scenario import Scenario
-from planner.plan.search import (Candidate, Enumeration, Rejection, SearchSpace, build_search_space,
-                                 enumerate_candidates, recheck, rentals_for)
+from planner.plan.search import (Candidate, Enumeration, Rejection, SearchSpace, TooSlow, build_search_space,
+                                 enumerate_candidates, full_context_step_s, recheck, rentals_for)
 from planner.plan.status import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 
 
@@ -48,6 +48,8 @@ class PlanOption(ConfiguredBy):
     instance: str
     region: str
     market: str
+    price_kind: str  # catalogs/prices.yaml's kind of the price paid: list, marketplace or quote
+    price_term: str | None  # the commitment the price binds to (1m, 1y, 3y); None: pay as you go
     gpus_per_instance: int
     instances: int
     replicas_per_instance: int
@@ -78,6 +80,11 @@ class PlanOption(ConfiguredBy):
         return self.usd_per_hour / (self.full_context_output_tokens_per_s * 3600) * 1e6
 
     @property
+    def price_terms(self) -> str:
+        """The market and the kind of the price paid, as plans print it."""
+        return price_terms(self.market, self.price_kind, self.price_term)
+
+    @property
     def usd_per_replica_hour(self) -> float:
         return self.usd_per_hour / self.replicas
 
@@ -101,6 +108,8 @@ class SolveResult:
     infeasible: Infeasibility | None
     skipped: tuple[str, ...]
     search_cut_short: str | None = None  # the time limit stopped the candidate search: the plan is the best found
+    # configurations left out below workload.min_tokens_per_s: the fastest of each GPU type at most the plan's price
+    too_slow: tuple[TooSlow, ...] = ()
 
     def rows(self) -> list[dict[str, Any]]:
         """The best plan and the alternatives as flat records."""
@@ -120,7 +129,8 @@ def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
         "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
         "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
         "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
-        "instance": p.instance, "region": p.region, "market": p.market, "gpus_per_instance": p.gpus_per_instance,
+        "instance": p.instance, "region": p.region, "market": p.market, "price_kind": p.price_kind, "price_term": p.price_term,
+        "gpus_per_instance": p.gpus_per_instance,
         "instances": p.instances, "usd_per_hour": p.usd_per_hour, "usd_per_replica_hour": round(p.usd_per_replica_hour, 4),
         "per_gpu_weights_bytes": fullest.weights_bytes, "per_gpu_kv_cache_bytes": fullest.kv_cache_bytes,
         "per_gpu_overhead_bytes": fullest.overhead_bytes, "per_gpu_total_bytes": fullest.total_bytes,
@@ -212,7 +222,7 @@ def _ordered(pairs: list[Pair]) -> list[Pair]:
     def key(p: Pair) -> tuple:
         c, r = p.candidate, p.rental
         return (c.gpu.name, c.precision, c.kv_dtype, c.tp, c.pp, c.context, c.concurrency,
-                r.offer.provider, r.offer.instance, r.offer.region, r.market)
+                r.offer.provider, r.offer.instance, r.offer.region, r.market, r.offer.term or "")
     return sorted(pairs, key=key)
 
 
@@ -234,23 +244,14 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
         sharing = f"replica fills {r.instances} x {r.offer.gpus}-GPU {r.offer.instance}"
     return PlanOption(
         configuration=c.configuration, gpu_display=c.gpu.display_name, nodes_per_replica=nodes, replicas=space.replicas, provider=r.offer.provider, instance=r.offer.instance,
-        region=r.offer.region, market=r.market, gpus_per_instance=r.offer.gpus, instances=r.instances,
+        region=r.offer.region, market=r.market, price_kind=r.offer.kind, price_term=r.offer.term,
+        gpus_per_instance=r.offer.gpus, instances=r.instances,
         replicas_per_instance=r.replicas_per_instance, idle_gpus=r.idle_gpus,
         usd_per_hour=r.cost_units / COST_UNITS_PER_USD, price_as_of=r.offer.as_of, price_source=r.offer.source,
         sharing=sharing, headroom_bytes=memory.gpu.headroom_bytes, memory=memory,
         price_age=price_age(r.offer, r.market, space.max_price_age_days),
-        full_context_step_s=_full_context_step_s(c, space, catalog),
+        full_context_step_s=full_context_step_s(c, space, catalog),
     )
-
-
-def _full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> float:
-    """The decode step of `concurrency` sequences each holding the whole context, as the engine's speed model times it
-    (the planning margin `simple` is timed as vLLM)."""
-    from planner.estimator.performance import Step, replica_timer
-
-    engine = "vllm" if c.configuration.engine.name == "simple" else c.configuration.engine.name
-    timer = replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine)
-    return timer.step_s(Step(c.concurrency, float(c.context)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,7 +303,20 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
         configurations_checked=enumeration.configurations_checked, candidates=len(enumeration.candidates),
         variables=len(pairs), best=best, alternatives=tuple(alternatives), rejected_cheaper=rejected,
         infeasible=infeasible, skipped=enumeration.skipped, search_cut_short=enumeration.cut_short,
+        too_slow=_too_slow_cheaper(enumeration, best),
     )
+
+
+def _too_slow_cheaper(enumeration: Enumeration, best: PlanOption | None, limit: int = 5) -> tuple[TooSlow, ...]:
+    """Configurations left out below workload.min_tokens_per_s that rent for no more than the plan (what it would
+    have been without the floor): the fastest on each GPU type, cheapest first."""
+    fastest: dict[str, TooSlow] = {}
+    for s in enumeration.too_slow:
+        if s.usd_per_hour is None or (best is not None and s.usd_per_hour > best.usd_per_hour):
+            continue
+        if s.gpu not in fastest or s.output_tokens_per_s > fastest[s.gpu].output_tokens_per_s:
+            fastest[s.gpu] = s
+    return tuple(sorted(fastest.values(), key=lambda s: (s.usd_per_hour, s.gpu))[:limit])
 
 
 def _rejected_cheaper(enumeration: Enumeration, best: PlanOption | None, limit: int = 5) -> tuple[Rejection, ...]:

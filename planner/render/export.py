@@ -34,6 +34,10 @@ UTILIZATION_STEP = 0.01  # --gpu-memory-utilization is exported with two decimal
 # vLLM's official images, one tag per release: vllm/vllm-openai (CUDA) and, since v0.14.0, vllm/vllm-openai-rocm
 # (Docker Hub; docs.vllm.ai "Using Docker"). The tag is the release the memory model follows.
 VLLM_IMAGES = {"nvidia": "vllm/vllm-openai", "amd": "vllm/vllm-openai-rocm"}
+# Google TPUs: vLLM runs them through the tpu-inference plugin (pip vllm-tpu, image vllm/vllm-tpu; its installation
+# guide, vllm-project/tpu-inference docs/getting_started/installation.md, pins vllm-tpu 0.13.2.post6 for v6e and older
+# and the image only as :latest), versioned apart from vLLM's releases and with its own memory use: not exported
+TPU_VENDOR = "google"
 # Recent vLLM wheels no longer pull Ray in; a multi-node replica runs on a Ray cluster (compiled graphs for PP)
 RAY_REQUIREMENT = "ray[cgraph]"
 VLLM_PORT, SGLANG_PORT, LLAMACPP_PORT = 8000, 30000, 8080
@@ -590,6 +594,11 @@ def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
                  "skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
     if target not in renderers:
         raise PlannerInputError(f"--to: unknown target {target!r}; use one of {', '.join(TARGETS)}")
+    if plan.vendor == TPU_VENDOR:
+        raise PlannerInputError(
+            f"--to {target}: {plan.gpu} is a Google TPU, which vLLM serves only through its TPU plugin (tpu-inference: "
+            "the vllm-tpu package, image vllm/vllm-tpu), released apart from the vLLM builds planner's memory model and "
+            "exports follow; planner writes no TPU launch: run vllm-tpu by hand, requesting google.com/tpu chips")
     return renderers[target](_checked(plan), checkpoint)
 
 

@@ -47,13 +47,13 @@ def _num(value: float | int) -> str:
     return f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
 
 
-_PLAN_HEADER = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market",
+_PLAN_HEADER = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "price",
                 "$/hour", "price age", "headroom GB"]
 
 
 def _plan_cells(rank: Any, p: PlanOption) -> list[Any]:
     return [rank, f"{p.gpus_per_replica * p.replicas} x {p.gpu}", f"{p.tp} x {p.pp}", p.precision, p.kv_dtype,
-            p.context, p.concurrency, f"{p.instances} x {p.provider} {p.instance}", p.market, p.usd_per_hour,
+            p.context, p.concurrency, f"{p.instances} x {p.provider} {p.instance}", p.price_terms, p.usd_per_hour,
             price_age_text(p.price_age), round(gb(p.headroom_bytes), 2)]
 
 
@@ -79,7 +79,7 @@ def review_html(review: Review, scenario_text: str) -> str:
             parts.append("<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in info.suggestions) + "</ul>")
     else:
         parts.append(
-            f"<div class='best'><b>Best plan: ${best.usd_per_hour:,.2f}/hour</b> ({html.escape(best.market)}) — "
+            f"<div class='best'><b>Best plan: ${best.usd_per_hour:,.2f}/hour</b> ({html.escape(best.price_terms)}) — "
             f"{best.replicas} x {best.gpus_per_replica} x {html.escape(best.gpu_display)}, tp {best.tp} x pp {best.pp}, "
             f"{html.escape(best.precision)} weights, {html.escape(best.kv_dtype)} KV, context {best.context:,}, "
             f"concurrency {best.concurrency}; {best.instances} x {html.escape(best.provider)} "
@@ -178,7 +178,7 @@ def _fleet_parts(name: str, plan: FleetPlan) -> list[str]:
     rows = fleet_rows(plan)
     if rows:
         header = ["workload", "bucket", "replicas", "gpu", "gpus_per_replica", "tp", "pp", "precision", "kv_dtype",
-                  "context", "provider", "instance", "market"]
+                  "context", "provider", "instance", "market", "price_kind"]
         parts += ["<h2>Replicas</h2>",
                   _html_table([column_label(h) for h in header], [[r[h] for h in header] for r in rows]),
                   "<h2>Load per replica</h2>",

@@ -48,24 +48,29 @@ def solve_markdown(result: SolveResult) -> str:
             lines += ["", md(result.infeasible.reason), ""] + [f"- {md(s)}" for s in result.infeasible.suggestions]
         return "\n".join(lines) + "\n"
     best = result.best
-    lines += [f"**Best plan: ${best.usd_per_hour:,.2f}/hour** ({best.market}): {best.replicas} x "
+    lines += [f"**Best plan: ${best.usd_per_hour:,.2f}/hour** ({best.price_terms}): {best.replicas} x "
               f"{best.gpus_per_replica} x {best.gpu}, tp {best.tp} x pp {best.pp}, {best.precision} weights, "
               f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
               f"{best.instances} x {md(best.provider)} {md(best.instance)} ({md(best.region)}); {md(best.sharing)}.", "",
               md(memory_line(best)) + ".", "", md(speed_line(best)) + ".", ""]
     lines += [f"Warning: {md(best.price_age.warning)}.", ""] if best.price_age.warning else []
-    header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "market", "$/hour",
+    header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "price", "$/hour",
               "price age"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rank, p in [("best", best), *enumerate(result.alternatives, start=1)]:
         lines.append(f"| {rank} | {p.gpus_per_replica * p.replicas} x {p.gpu} | {p.tp} x {p.pp} | {p.precision} | "
-                     f"{p.kv_dtype} | {p.context:,} | {p.concurrency} | {md(p.provider)} {md(p.instance)} | {p.market} | "
+                     f"{p.kv_dtype} | {p.context:,} | {p.concurrency} | {md(p.provider)} {md(p.instance)} | {p.price_terms} | "
                      f"{p.usd_per_hour:,.2f} | {price_age_text(p.price_age)} |")
     if result.rejected_cheaper:
         lines += ["", "Cheaper options rejected by the estimator:", ""]
         lines += [f"- {r.tp * r.pp} x {r.gpu} ({r.precision}, KV {r.kv_dtype}, {r.context:,} x {r.concurrency}) at "
                   f"${r.usd_per_hour:,.2f}/hour: needs {gb(r.needed_bytes):.1f} GB per GPU, card holds "
                   f"{gb(r.card_bytes):.1f} GB" for r in result.rejected_cheaper]
+    if result.too_slow:
+        lines += ["", "Options at most the plan's price left out below workload.min_tokens_per_s:", ""]
+        lines += [f"- {s.tp * s.pp} x {s.gpu} ({s.precision}, KV {s.kv_dtype}, {s.context:,} x {s.concurrency}) at "
+                  f"${s.usd_per_hour:,.2f}/hour: {s.output_tokens_per_s:,.0f} output tokens/s per replica at the full "
+                  "context" for s in result.too_slow]
     return "\n".join(lines) + "\n"
 
 

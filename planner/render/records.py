@@ -87,7 +87,8 @@ def assignment_row(a: Assignment) -> dict[str, Any]:
             "expected_rps_per_replica": round(a.expected_rps_per_replica, 4), **_loads_fields(a.loads),
             "max_num_seqs": a.config.scheduler.max_num_seqs, "slo": record(a.slo),
             "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
-            "region": a.pool.offer.region, "market": a.pool.market, "gpus_per_instance": a.pool.offer.gpus,
+            "region": a.pool.offer.region, "market": a.pool.market, "price_kind": a.pool.offer.kind,
+            "price_term": a.pool.offer.term, "gpus_per_instance": a.pool.offer.gpus,
             "headroom_bytes": a.memory.gpu.headroom_bytes if a.memory.gpu else None}
 
 
@@ -122,7 +123,8 @@ def fleet_json(plan: FleetPlan, scenario: str, day: DayPlan | None = None) -> st
         **(record(plan.token_costs) if plan.token_costs else dict.fromkeys(f.name for f in fields(TokenCosts))),
         "assignments": [assignment_row(a) for a in plan.assignments],
         "pools": [{"provider": u.pool.offer.provider, "instance": u.pool.offer.instance, "region": u.pool.offer.region,
-                   "market": u.pool.market, "gpu": u.pool.offer.gpu, "instances": u.instances,
+                   "market": u.pool.market, "price_kind": u.pool.offer.kind,
+                   "price_term": u.pool.offer.term, "gpu": u.pool.offer.gpu, "instances": u.instances,
                    "gpus_per_instance": u.pool.offer.gpus, "gpus_used": u.gpus_used, "usd_per_hour": u.usd_per_hour,
                    "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source,
                    "price_age": record(u.price_age)} for u in plan.pools],
@@ -229,11 +231,11 @@ def compare_frame(plans: Iterable[PlanOption]):
     import pandas as pd
 
     rows = [{"gpu": p.gpu, "provider": p.provider, "instance": p.instance, "region": p.region, "market": p.market,
-             "gpus": p.gpus_per_replica, "tp": p.tp, "pp": p.pp, "precision": p.precision, "kv_dtype": p.kv_dtype,
+             "price_kind": p.price_kind, "price_term": p.price_term, "gpus": p.gpus_per_replica, "tp": p.tp, "pp": p.pp, "precision": p.precision, "kv_dtype": p.kv_dtype,
              "usd_per_hour": p.usd_per_hour, "usd_per_gpu_hour": round(p.usd_per_hour / (p.instances * p.gpus_per_instance), 4),
              "headroom_gb": round(gb(p.headroom_bytes), 2), "price_as_of": p.price_as_of,
              "price_age_days": p.price_age.age_days, "price_stale": p.price_age.stale} for p in plans]
-    columns = ["gpu", "provider", "instance", "region", "market", "gpus", "tp", "pp", "precision", "kv_dtype",
+    columns = ["gpu", "provider", "instance", "region", "market", "price_kind", "price_term", "gpus", "tp", "pp", "precision", "kv_dtype",
                "usd_per_hour", "usd_per_gpu_hour", "headroom_gb", "price_as_of", "price_age_days", "price_stale"]
     return pd.DataFrame(rows, columns=columns)
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 LABELS = {
     "gpu": "GPU", "display_name": "marketed as", "gpus": "GPUs", "tp": "TP", "pp": "PP", "precision": "weights",
     "kv_dtype": "KV cache", "usd_per_hour": "$/hour", "usd_per_gpu_hour": "$/GPU-hour", "headroom_gb": "headroom GB",
-    "price_as_of": "price as of", "memory_mib": "memory MiB", "memory_gb": "memory GB", "memory_gib": "memory GiB",
+    "price_as_of": "price as of", "price_kind": "price kind", "memory_mib": "memory MiB", "memory_gb": "memory GB", "memory_gib": "memory GiB",
     "memory_bandwidth_gbps": "bandwidth GB/s", "bf16_dense_tflops": "BF16 dense TFLOPS",
     "fp8_dense_tflops": "FP8 dense TFLOPS", "interconnect": "GPU link", "gpus_per_node": "GPUs per node", "hf_id": "Hugging Face id",
     "params": "parameters", "params_b": "parameters (B)", "vllm": "vLLM runs it on", "sglang": "SGLang runs it on", "gpus_per_replica": "GPUs per replica",
@@ -70,9 +70,11 @@ def price_age_text(age: PriceAge) -> str:
 
 
 def offer_rows(offers: tuple[tuple[Offer, str, PriceAge], ...]) -> list[tuple[Offer, str, float, PriceAge]]:
-    """A review's prices as rows, cheapest per GPU-hour first: (offer, "provider instance (region, market)",
-    $ per GPU-hour, age)."""
-    rows = [(o, f"{o.provider} {o.instance} ({o.region}, {market})", o.price(market) / o.gpus, age)
+    """A review's prices as rows, cheapest per GPU-hour first: (offer, its label (offer_label), $ per GPU-hour,
+    age)."""
+    from planner.catalog.prices import offer_label
+
+    rows = [(o, offer_label(o, market), o.price(market) / o.gpus, age)
             for o, market, age in offers]
     return sorted(rows, key=lambda r: (r[2], r[1]))
 
@@ -142,7 +144,8 @@ def day_lines(day: DayPlan) -> list[str]:
             f"Sized for the peak all day: ${day.peak_usd_per_day:,.2f}/day (the fleet above x 24); scaling saves "
             f"${day.saving_usd_per_day:,.2f}/day ({share:.0%})",
             f"replicas an hour adds start {day.scale_up_minutes:g} min before it (fleet.scale_up_minutes) and are paid "
-            "from then; every replica pays its pool's price (the price catalog has no reserved prices)"]
+            "from then; every replica pays its pool's price, and a pool priced by a commitment (pricing.terms) is paid "
+            "every hour"]
 
 
 def day_rows(day: DayPlan) -> list[tuple[str, ...]]:

@@ -161,7 +161,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
     if best is None:
         _infeasible(result, console)
         return
-    console.print(f"\n[bold]Best plan: ${best.usd_per_hour:,.2f}/hour[/bold] ({best.market}"
+    console.print(f"\n[bold]Best plan: ${best.usd_per_hour:,.2f}/hour[/bold] ({best.price_terms}"
                   + (f", ${best.usd_per_replica_hour:,.2f} per replica" if best.replicas > 1 else "") + ")")
     console.print(f"  {best.replicas} replica(s) of {best.gpus_per_replica} x {best.gpu} ({as_text(best.gpu_display)}): "
                   f"tp {best.tp} x pp {best.pp}, {best.nodes_per_replica} node(s) per replica")
@@ -196,6 +196,16 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
                           f"{r.context:,} x {r.concurrency}", f"{r.usd_per_hour:,.2f}",
                           f"needs {gb(r.needed_bytes):.1f} GB per GPU, card holds {gb(r.card_bytes):.1f} GB")
         console.print(table)
+    if result.too_slow:
+        table = _table(console, title="Options at most the plan's price left out below workload.min_tokens_per_s (fastest per GPU "
+                       "type)",
+                       show_header=True, header_style="bold")
+        for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "output tokens/s per replica"):
+            table.add_column(col)
+        for s in result.too_slow:
+            _row(table, f"{s.tp * s.pp} x {s.gpu} ({s.tp} x {s.pp})", f"{s.precision}/{s.kv_dtype}",
+                 f"{s.context:,} x {s.concurrency}", f"{s.usd_per_hour:,.2f}", f"{s.output_tokens_per_s:,.0f}")
+        console.print(table)
 
 
 def _infeasible(result: SolveResult, console: Console | PlainConsole) -> None:
@@ -210,7 +220,7 @@ def _infeasible(result: SolveResult, console: Console | PlainConsole) -> None:
             console.print(f"   - {as_text(suggestion)}")
 
 
-COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "gpus", "tp", "pp", "precision", "kv_dtype", "usd_per_hour",
+COMPARE_TABLE_COLUMNS = ["gpu", "provider", "instance", "price_kind", "gpus", "tp", "pp", "precision", "kv_dtype", "usd_per_hour",
                          "usd_per_gpu_hour", "headroom_gb"]
 
 
