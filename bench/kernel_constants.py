@@ -62,6 +62,9 @@ ENGINES = ("vllm", "sglang", "trtllm")
 # design); NVIDIA RTX Blackwell whitepaper (GB202: 128 MB); NVIDIA Ada whitepaper (AD102: 96 MB, the L40S's die).
 L2_MB = {"a100_sxm": 40, "h100_sxm": 50, "h200_sxm": 50, "b200_sxm": 126, "b300_sxm": 126, "gb200": 126, "gb300": 126,
          "rtx_pro_6000_server": 128, "l40s": 96, "l4": 48}
+# Fused-MoE kernels an engine chooses between by model family, quantization, GPU and version (catalogs/
+# performance.yaml engines[].moe_kernel_rules): the tables' kernel_source -> the name the rules use.
+MOE_KERNEL_NAMES = {"sglang_fused_moe_triton": "triton", "sglang_flashinfer_trtllm_moe": "flashinfer_trtllm"}
 BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5}
 CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 AIC_PEAK = {"bfloat16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops", "nvfp4": "fp4_tc_flops"}
@@ -224,15 +227,23 @@ def moe_distinct(tokens, topk, experts, balanced: bool):
     return experts * (1 - (1 - topk / experts) ** tokens)
 
 
-def moe_table(gpu: Gpu, tables: Tables, engine: str, dtype: str):
-    """Balanced-routing rows of the engine's primary gated MoE kernel, whole experts (ep = 1) at every moe_tp: the
-    tensor-parallel slices are what a served model runs (bench/SPEED_PROTOCOL.md, the amendment on expert slices)."""
+def moe_tables(gpu: Gpu, tables: Tables, engine: str, dtype: str):
+    """Balanced-routing rows of the engine's gated MoE kernels, whole experts (ep = 1) at every moe_tp (the
+    tensor-parallel slices are what a served model runs; bench/SPEED_PROTOCOL.md, the amendment on expert slices):
+    (file, rows, kernel name, primary) for the primary kernel (the one with the most rows) and for every other kernel
+    MOE_KERNEL_NAMES names (those an engine's kernel choice in catalogs/performance.yaml can pick)."""
+    exclude = ("moe_torch_flow_nongated", "moe_torch_flow_min_latency")
 
     def keep(d):
-        d = d[(d.moe_dtype == dtype) & (d.distribution == "balanced") & (d.moe_ep_size == 1)]
-        return major_kernel(d, exclude=("moe_torch_flow_nongated", "moe_torch_flow_min_latency"))
+        return d[(d.moe_dtype == dtype) & (d.distribution == "balanced") & (d.moe_ep_size == 1)
+                 & ~d.kernel_source.isin(exclude)]
 
-    return tables.latest(gpu.system, "moe", engine, "moe_perf.parquet", keep)
+    path, rows = tables.latest(gpu.system, "moe", engine, "moe_perf.parquet", keep)
+    if rows is None:
+        return []
+    primary = major_kernel(rows).kernel_source.iloc[0]
+    return [(path, rows[rows.kernel_source == source], MOE_KERNEL_NAMES.get(source), source == primary)
+            for source in rows.kernel_source.unique() if source == primary or source in MOE_KERNEL_NAMES]
 
 
 def moe_model(p, tokens, hidden, inter, experts, topk, bpw, gpu: Gpu, peak: float, balanced=True):
@@ -248,60 +259,69 @@ def moe_model(p, tokens, hidden, inter, experts, topk, bpw, gpu: Gpu, peak: floa
 
 
 def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
-    """Fit launch_s / moe_read_eff / compute_eff(tokens per expert); test a cost per expert held;
-    report t(4 tokens) / t(1 token) for real shapes."""
+    """Fit launch_s / moe_read_eff / compute_eff(tokens per expert) / column_ps per kernel; test a cost per expert
+    held; report t(4 tokens) / t(1 token) for real shapes (primary kernels)."""
     fits, ratios = [], []
     for dtype, bpw in BYTES_PER_WEIGHT.items():
-        path, df = moe_table(gpu, tables, engine, dtype)
-        if df is None or not np.isfinite(gpu.peak(dtype)):
+        if not np.isfinite(gpu.peak(dtype)):
             continue
-        peak = gpu.peak(dtype)
-
-        def arrays(rows):
-            cols = {c: rows[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "num_experts",
-                                                         "topk")}
-            cols["inter_size"] = cols["inter_size"] / rows.moe_tp_size.to_numpy(float)  # one rank's slice
-            return cols, rows.latency.to_numpy() / 1e3
-
-        def timing(cols):
-            return lambda p, idx: moe_model(p, *(cols[c][idx] for c in cols), bpw, gpu, peak)
-
-        # as gemm(): the launch from every row, the rates from rows whose touched experts outgrow the L2; no GPU
-        # reads faster than its generation's streaming ceiling
-        ceiling = READ_CEILING[gpu.generation]
-        cols, t = arrays(df)
-        launch = fit_log(timing(cols), [10e-6, 0.5, 0.5, 16, 10], [0, 0.01, 0.01, 0.01, 0],
-                         [2e-3, ceiling, 2, 1e5, 1e3], t, subsample(len(t)))[0]
-        touched = moe_distinct(df.num_tokens, df.topk, df.num_experts, balanced=True)
-        df = df[touched * 3 * df.hidden_size * df.inter_size / df.moe_tp_size * bpw >= 2 * L2_MB[gpu.system] * 2**20]
-        if not len(df):
-            continue
-        cols, t = arrays(df)
-        model = timing(cols)
-        rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.5, 0.5, 16, 10], [0.01, 0.01, 0.01, 0],
-                        [ceiling, 2, 1e5, 1e3], t, subsample(len(t)))
-        p = [launch, *rates]
-        pred = model(p, slice(None))
-        slope, slope_se, slope_med, n_groups = held_expert_slope(df)
-        sliced = df.moe_tp_size.to_numpy() >= 4
-        fits.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, kernel=df.kernel_source.iloc[0],
-                         launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], x_half=p[3], column_ps=p[4],
-                         err_sliced=err_stats(pred, t, sliced),
-                         err_small=err_stats(pred, t, cols["num_tokens"] <= 16),
-                         err_large=err_stats(pred, t, cols["num_tokens"] >= 1024),
-                         slope_us=slope, slope_se_us=slope_se, slope_median_us=slope_med, groups=n_groups,
-                         file=path))
-        for label, shape in (("DeepSeek-V3 7168x2048 E256 k8", (7168, 2048, 256, 8)),
-                             ("Qwen3-235B 4096x1536 E128 k8", (4096, 1536, 128, 8))):
-            sel = df[(df.hidden_size == shape[0]) & (df.inter_size == shape[1]) & (df.num_experts == shape[2])
-                     & (df.topk == shape[3]) & (df.moe_tp_size == 1)].groupby("num_tokens").latency.median()
-            if 1 in sel.index and 4 in sel.index:
-                args = [np.array([1.0, 4.0]), shape[0], shape[1], shape[2], shape[3], bpw, gpu, peak]
-                balanced, random = moe_model(p, *args), moe_model(p, *args, balanced=False)
-                ratios.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, shape=label,
-                                   t1_us=sel[1] * 1e3, t4_us=sel[4] * 1e3, ratio=sel[4] / sel[1],
-                                   model_balanced=balanced[1] / balanced[0], model_random=random[1] / random[0]))
+        for path, df, name, primary in moe_tables(gpu, tables, engine, dtype):
+            fit, p = moe_fit(gpu, df, bpw, gpu.peak(dtype))
+            if fit is None:
+                continue
+            fits.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, kernel=df.kernel_source.iloc[0],
+                             kernel_name=name, primary=primary, **fit, file=path))
+            if primary:
+                ratios += moe_ratios(gpu, engine, dtype, df, p, bpw)
     return fits, ratios
+
+
+def moe_fit(gpu: Gpu, df: pd.DataFrame, bpw: float, peak: float) -> tuple[dict | None, list[float]]:
+    def arrays(rows):
+        cols = {c: rows[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "num_experts", "topk")}
+        cols["inter_size"] = cols["inter_size"] / rows.moe_tp_size.to_numpy(float)  # one rank's slice
+        return cols, rows.latency.to_numpy() / 1e3
+
+    def timing(cols):
+        return lambda p, idx: moe_model(p, *(cols[c][idx] for c in cols), bpw, gpu, peak)
+
+    # as gemm(): the launch from every row, the rates from rows whose touched experts outgrow the L2; no GPU reads
+    # faster than its generation's streaming ceiling
+    ceiling = READ_CEILING[gpu.generation]
+    cols, t = arrays(df)
+    launch = fit_log(timing(cols), [10e-6, 0.5, 0.5, 16, 10], [0, 0.01, 0.01, 0.01, 0],
+                     [2e-3, ceiling, 2, 1e5, 1e3], t, subsample(len(t)))[0]
+    touched = moe_distinct(df.num_tokens, df.topk, df.num_experts, balanced=True)
+    df = df[touched * 3 * df.hidden_size * df.inter_size / df.moe_tp_size * bpw >= 2 * L2_MB[gpu.system] * 2**20]
+    if not len(df):
+        return None, []
+    cols, t = arrays(df)
+    model = timing(cols)
+    rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.5, 0.5, 16, 10], [0.01, 0.01, 0.01, 0],
+                    [ceiling, 2, 1e5, 1e3], t, subsample(len(t)))
+    p = [launch, *rates]
+    pred = model(p, slice(None))
+    slope, slope_se, slope_med, n_groups = held_expert_slope(df)
+    return dict(launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], x_half=p[3], column_ps=p[4],
+                err_sliced=err_stats(pred, t, df.moe_tp_size.to_numpy() >= 4),
+                err_small=err_stats(pred, t, cols["num_tokens"] <= 16),
+                err_large=err_stats(pred, t, cols["num_tokens"] >= 1024),
+                slope_us=slope, slope_se_us=slope_se, slope_median_us=slope_med, groups=n_groups), p
+
+
+def moe_ratios(gpu: Gpu, engine: str, dtype: str, df: pd.DataFrame, p: list[float], bpw: float) -> list[dict]:
+    out = []
+    for label, shape in (("DeepSeek-V3 7168x2048 E256 k8", (7168, 2048, 256, 8)),
+                         ("Qwen3-235B 4096x1536 E128 k8", (4096, 1536, 128, 8))):
+        sel = df[(df.hidden_size == shape[0]) & (df.inter_size == shape[1]) & (df.num_experts == shape[2])
+                 & (df.topk == shape[3]) & (df.moe_tp_size == 1)].groupby("num_tokens").latency.median()
+        if 1 in sel.index and 4 in sel.index:
+            args = [np.array([1.0, 4.0]), shape[0], shape[1], shape[2], shape[3], bpw, gpu, gpu.peak(dtype)]
+            balanced, random = moe_model(p, *args), moe_model(p, *args, balanced=False)
+            out.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, shape=label,
+                            t1_us=sel[1] * 1e3, t4_us=sel[4] * 1e3, ratio=sel[4] / sel[1],
+                            model_balanced=balanced[1] / balanced[0], model_random=random[1] / random[0]))
+    return out
 
 
 def held_expert_slope(df: pd.DataFrame):
@@ -536,36 +556,72 @@ def _number(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
 
 
+def _moe_entries(moe_rows: list[dict], gpus: dict) -> dict:
+    """(generation, engine) -> {"kernel": the named kernel `moe` measures or None, "moe": {dtype: medians},
+    "alternatives": {kernel name: {dtype: medians}}}, medians over the generation's GPUs. `moe` is, per format, the
+    kernel that is primary (most rows) on most of the generation's GPUs; the alternatives are the other kernels
+    MOE_KERNEL_NAMES names."""
+    df = pd.DataFrame(moe_rows)
+    df["generation"] = df.gpu.map(lambda s: gpus[s].generation)
+    df["name"] = df.kernel_name.fillna(df.kernel)
+    values = ["launch_us", "read_eff", "eff_max", "x_half", "column_ps"]
+    out: dict = {}
+    for (generation, engine, dtype), rows in df.groupby(["generation", "engine", "dtype"]):
+        entry = out.setdefault((generation, engine), {"kernel": None, "moe": {}, "alternatives": {}})
+        main = rows[rows.primary].name.mode().iloc[0]
+        entry["moe"][dtype] = rows[rows.name == main][values].median()
+        if main in MOE_KERNEL_NAMES.values():
+            entry["kernel"] = main
+        for other, alt in rows[(rows.name != main) & rows.name.isin(MOE_KERNEL_NAMES.values())].groupby("name"):
+            entry["alternatives"].setdefault(other, {})[dtype] = alt[values].median()
+    return out
+
+
+def _moe_line(indent: str, dtype: str, r, ceiling: float) -> str:
+    return (f"{indent}{CATALOG_FORMAT[dtype]}: {{launch_us: {_number(r.launch_us)}, read_efficiency: "
+            f"{_number(min(r.read_eff, ceiling))}, compute_efficiency: {_number(r.eff_max)}, half_m: "
+            f"{_number(r.x_half)}, column_ps: {_number(r.column_ps)}}}")
+
+
 def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, ar_rows) -> None:
-    """Each generation's per-engine kernel rates (medians over its GPUs) and each engine's all-reduce fits, in
-    catalogs/performance.yaml's shape: paste under the generation's `engines:` and into `interconnects:`."""
+    """Each generation's fused-MoE medians and per-engine kernel rates (medians over its GPUs) and each engine's
+    all-reduce fits, in catalogs/performance.yaml's shape: paste under the generation and into `interconnects:`."""
     gemm_df = _per_engine(gemm_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "m_half"])
-    moe_df = _per_engine(moe_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "x_half", "column_ps"])
+    moe = _moe_entries(moe_rows, gpus)
     dec_df = _per_engine(dec, gpus, ["kv_dtype"], ["launch_us", "kv_eff"])
     mla_df = _per_engine(mla, gpus, ["kv_dtype"], ["latent_eff"])
     for generation in sorted(set(gemm_df.generation)):
         ceiling = READ_CEILING[generation]
-        # the generation's own fused-MoE entry: the median over the engines of their medians over the GPUs
-        medians = moe_df[moe_df.generation == generation].groupby("dtype")[
-            ["launch_us", "read_eff", "eff_max", "x_half", "column_ps"]].median()
+        # the generation's own fused-MoE entry: the median over the engines of their `moe` entries
+        own = [entry["moe"] for (g, _), entry in moe.items() if g == generation]
         print(f"# {generation}\n    moe:")
-        for dtype in (d for d in CATALOG_FORMAT if d in medians.index):
-            r = medians.loc[dtype]
-            print(f"      {CATALOG_FORMAT[dtype]}: {{launch_us: {_number(r.launch_us)}, read_efficiency: "
-                  f"{_number(min(r.read_eff, ceiling))}, compute_efficiency: {_number(r.eff_max)}, "
-                  f"half_m: {_number(r.x_half)}, column_ps: {_number(r.column_ps)}}}")
+        for dtype in CATALOG_FORMAT:
+            measured = [by_dtype[dtype] for by_dtype in own if dtype in by_dtype]
+            if measured:
+                print(_moe_line("      ", dtype, pd.DataFrame(measured).median(), ceiling))
         print("    engines:")
         for engine in ENGINES:
             print(f"      {engine}:")
-            for table, df, half in (("gemm", gemm_df, "m_half"), ("moe", moe_df, "x_half")):
-                sel = df[(df.generation == generation) & (df.engine == engine)]
-                if len(sel):
-                    print(f"        {table}:")
-                for r in sel.itertuples():
-                    column = f", column_ps: {_number(r.column_ps)}" if table == "moe" else ""
-                    print(f"          {CATALOG_FORMAT[r.dtype]}: {{launch_us: {_number(r.launch_us)}, read_efficiency: "
-                          f"{_number(min(r.read_eff, ceiling))}, compute_efficiency: {_number(r.eff_max)}, "
-                          f"half_m: {_number(getattr(r, half))}{column}}}")
+            sel = gemm_df[(gemm_df.generation == generation) & (gemm_df.engine == engine)]
+            if len(sel):
+                print("        gemm:")
+            for r in sel.itertuples():
+                print(f"          {CATALOG_FORMAT[r.dtype]}: {{launch_us: {_number(r.launch_us)}, read_efficiency: "
+                      f"{_number(min(r.read_eff, ceiling))}, compute_efficiency: {_number(r.eff_max)}, "
+                      f"half_m: {_number(r.m_half)}}}")
+            entry = moe.get((generation, engine))
+            if entry:
+                if entry["kernel"]:
+                    print(f"        moe_kernel: {entry['kernel']}")
+                print("        moe:")
+                for dtype, r in entry["moe"].items():
+                    print(_moe_line("          ", dtype, r, ceiling))
+                if entry["alternatives"]:
+                    print("        moe_kernels:")
+                for name, by_dtype in entry["alternatives"].items():
+                    print(f"          {name}:")
+                    for dtype, r in by_dtype.items():
+                        print(_moe_line("            ", dtype, r, ceiling))
             sel = dec_df[(dec_df.generation == generation) & (dec_df.engine == engine)]
             if len(sel):
                 print("        attention:")
@@ -640,10 +696,10 @@ def main() -> None:
             ratio_rows += ratios
     table("2. Fused MoE (balanced routing, ep=1, every moe_tp); compute_eff(x = tokens*k/D); column_ps per output "
           "column of a touched expert; err_sliced: rows at moe_tp >= 4; slope = us per expert held",
-          moe_rows, ["gpu", "engine", "dtype", "kernel", "launch_us", "read_eff", "eff_max", "x_half", "column_ps",
+          moe_rows, ["gpu", "engine", "dtype", "kernel", "primary", "launch_us", "read_eff", "eff_max", "x_half", "column_ps",
                      "err_sliced", "err_small", "err_large", "slope_us", "slope_se_us", "slope_median_us", "groups",
                      "file"])
-    generation_summary("2. Fused MoE", moe_rows, gpus, ["engine", "dtype"],
+    generation_summary("2. Fused MoE", moe_rows, gpus, ["engine", "dtype", "kernel"],
                        ["launch_us", "read_eff", "eff_max", "x_half", "column_ps", "slope_us", "slope_se_us"])
     table("2b. MoE t(4 tokens) / t(1 token): measured (balanced routing) vs fitted model", ratio_rows,
           ["gpu", "engine", "dtype", "shape", "t1_us", "t4_us", "ratio", "model_balanced", "model_random"])

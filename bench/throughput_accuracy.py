@@ -27,6 +27,9 @@ from planner import api
 from planner.model.architecture import Architecture, architecture_from_config
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
+from planner.estimator.capacity import Scheduler
+from planner.estimator.closed_loop import closed_loop
+from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.estimator.speculative import Speculation, speculation
 from planner.model.precision import resolve_precision
@@ -124,6 +127,7 @@ class Measurement:
     source: str
     form: str  # how it was run: static batch, closed loop (a concurrency) or a single stream
     speculation: Speculation | None = None  # the protocol's speculative-decoding amendment
+    release: str | None = None  # the engine release the row states (its MoE kernel choice); None: the default
 
 
 class Skip(Exception):
@@ -273,7 +277,15 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, ep=raw.get("ep") or 1, batch=batch,
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
+        release=stated_release(raw.get("engine_version")),
     )
+
+
+def stated_release(text: Any) -> str | None:
+    """The release number a row's engine_version starts with ("v0.5.12 (image ...)" -> "0.5.12"); None when it
+    states none (a commit, "not stated")."""
+    found = re.match(r"\s*v?(\d+(?:\.\d+)+)", str(text or ""))
+    return found.group(1) if found else None
 
 
 def as_checkpoint(catalog: Catalog, m: Measurement) -> Measurement:
@@ -301,7 +313,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
 def timer(catalog: Catalog, m: Measurement, arch: Architecture,
           performance: PerformanceCatalog | None = None) -> ReplicaTimer:
     return replica_timer(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, catalog, m.engine,
-                         performance, m.ep)
+                         performance, m.ep, release=m.release)
 
 
 def predict(catalog: Catalog, m: Measurement, arch: Architecture,
@@ -314,12 +326,19 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
         return api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, ep=m.ep, precision=m.precision, kv_dtype=m.kv_dtype,
                         engine=m.engine, batch=m.batch, prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens,
                         speculation=m.speculation, catalog=catalog, performance=performance).performance
-    static = timer_performance(timer(catalog, m, arch, performance), m.batch, Workload(m.prompt_tokens, m.output_tokens))
+    shape = Workload(m.prompt_tokens, m.output_tokens)
+    step_timer = timer(catalog, m, arch, performance)
+    static = timer_performance(step_timer, m.batch, shape)
     if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES:
         return static
-    loop = api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, ep=m.ep, precision=m.precision, kv_dtype=m.kv_dtype, engine=m.engine,
-                    prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens, concurrency=m.batch,
-                    catalog=catalog, performance=performance).closed_loop
+    # as `planner perf --concurrency` (api._replica): the engine's default profile's pool, the row's release's kernels
+    card = catalog.gpus.get(m.gpu)
+    request = Request(context=m.prompt_tokens + m.output_tokens, batch=1, tp=m.tp, pp=m.pp, precision=m.precision,
+                      kv_dtype=m.kv_dtype)
+    budget = engine_budget(arch, request, EngineSettings(m.engine), GpuTarget.from_catalog(card), catalog)
+    if not budget.fits:
+        raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
+    loop = closed_loop(step_timer, Scheduler.of(budget), shape, m.batch)
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
                    requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
 

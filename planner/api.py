@@ -314,7 +314,7 @@ def _speculative_timer(replica: Replica, draft: Architecture, precision: str, kv
     from planner.estimator.speculative import speculative_timer
 
     draft_timer = replica_timer(draft, precision, kv_dtype, replica.card, replica.tp, replica.pp, replica.catalog,
-                                replica.engine, performance, replica.ep, replica.dp)
+                                replica.engine, performance, replica.ep, replica.dp, replica.release)
     return speculative_timer(replica.timer, draft_timer, spec)
 
 
@@ -403,7 +403,8 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
     out = []
     for run in (run for path in results for run in read_results(path)):
         spec = _replica_of(catalog, specs, run, plan)
-        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine)
+        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
+                              release=spec.engine_version)
         replayed = simulated_metrics(run_benchmark(timer, spec.scheduler, replay_run(run)))
         measured = measured_metrics(run)
         if not measured:
@@ -541,7 +542,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         refusal = parallel_refusal(arch, tp, pp, dp, ep)
         if refusal:
             raise PlannerInputError(refusal)
-    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep, dp)
+    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep, dp, engine_version)
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
@@ -550,7 +551,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
         scheduler = Scheduler.of(budget)  # an EP layout without an all-to-all holds the TP layout's bytes
-    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp)
+    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp, engine_version)
 
 
 def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, rate: float | None = None,
@@ -576,7 +577,7 @@ def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, 
     out = []
     for spec in _replicas_to_simulate(source, catalog):
         timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
-                              spec.performance)
+                              spec.performance, release=spec.engine_version)
         per_replica = rate if rate is not None else spec.rate_per_replica
         shape = Workload(spec.prompt_tokens, spec.output_tokens)
         requests = trace if trace is not None else poisson_arrivals(per_replica, duration_s, shape, seed)
@@ -608,7 +609,7 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
                                   a.config.shape.output_tokens, a.expected_rps_per_replica, a.demand_share,
                                   w.performance(c.gpu.generation),
                                   w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None,
-                                  planned_rps=a.config.capacity_rps))
+                                  planned_rps=a.config.capacity_rps, engine_version=w.engine_version))
     return specs
 
 
@@ -646,7 +647,8 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         slo = None if row.slo is None else Slo(row.slo.ttft_s, row.slo.tpot_s, row.slo.percentile)
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
                                   engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
-                                  rate, share, slo=slo, planned_rps=row.capacity_rps_per_replica))
+                                  rate, share, slo=slo, planned_rps=row.capacity_rps_per_replica,
+                                  engine_version=c.engine.version))
     return specs
 
 

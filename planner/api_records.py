@@ -118,6 +118,7 @@ class Replica:
     calibrated: bool | None  # None: no calibration given; else whether the timer took it
     ep: int = 1  # expert-parallel ranks among the tp GPUs
     dp: int = 1  # data-parallel attention groups among the tp GPUs
+    release: str | None = None  # the engine release asked for (None: its default), which picks its MoE kernel
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class ReplicaSpec:
     speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
     slo: Slo | None = None  # a plan file's: its workload's SLO (None: the file carries none)
     planned_rps: float | None = None  # the capacity the plan sized each replica for (at the SLO x utilisation)
+    engine_version: str | None = None  # the engine release the plan or scenario names (None: the default)
 
 
 @dataclass(frozen=True)

@@ -377,3 +377,53 @@ def test_each_engine_is_timed_with_its_own_kernel_tables(catalog, perf):
     by_engine = {e: run(catalog, "llama-3.1-70b", gpu="b200", precision="fp8", tp=8, engine=e).decode.allreduce_s
                  for e in ("vllm", "sglang", "trtllm")}
     assert len(set(by_engine.values())) == 3
+
+
+def test_sglang_runs_the_moe_kernel_its_release_picks(catalog, perf):
+    """SGLang 0.5.6 runs a bf16 Qwen3-MoE on B200 through its Triton fused MoE (no SM100 rule for unquantized
+    Qwen3-MoE until 0.5.8): the layer is costed with the Triton table's rates; from 0.5.8 with FlashInfer's
+    TensorRT-LLM MoE, the table's primary kernel. Hopper has no rule: its tables' kernel is Triton already."""
+    model = arch(catalog, "qwen3-30b-a3b")
+    gpu = catalog.gpus.get("b200")
+    blackwell = perf.generation("blackwell")
+    E, k, inter, hidden = (model.moe.num_experts, model.moe.experts_per_token, model.moe.expert_intermediate_size,
+                           model.hidden_size)
+    moe_layers = sum(1 for layer in model.layers if layer.is_moe)
+
+    def moe_s(release):
+        timer = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, "sglang", release=release)
+        _, terms, _ = timer.step(Step(1, 1000.0))
+        return terms.moe_s
+
+    for release, kernel in (("0.5.6", "triton"), ("0.5.7.post1", "triton"), ("0.5.8", None), (None, None)):
+        rates = blackwell.moe_rates("bf16", "sglang", kernel)
+        read = k * moe_layers * 3 * hidden * inter * 2 / (gpu.memory_bandwidth_gbps * GB * rates.read_efficiency)
+        tiles = k * moe_layers * (2 * inter + hidden) * rates.column_ps * 1e-12
+        assert moe_s(release) == pytest.approx(read + tiles)
+    assert blackwell.moe_rates("bf16", "sglang", "triton") != blackwell.moe_rates("bf16", "sglang")
+    assert perf.engine("sglang").moe_kernel("h200-sxm", "qwen3_moe", "bf16", "0.5.6") is None
+    assert E > k
+
+
+def test_release_key_orders_releases_as_numbers():
+    from planner.estimator.performance import release_key
+
+    assert release_key("v0.5.12 (image lmsysorg/sglang:v0.5.12-cu130)") == (0, 5, 12)
+    assert release_key("0.5.6.post1") == (0, 5, 6)
+    assert release_key("0.5.9") < release_key("0.5.12") < release_key("0.5.23")
+    assert release_key("main") == ()
+
+
+def test_a_moe_kernel_rule_must_name_a_measured_kernel(tmp_path):
+    import shutil
+
+    import yaml
+
+    shutil.copytree(catalog_dir(), tmp_path / "catalogs")
+    path = tmp_path / "catalogs" / "performance.yaml"
+    data = yaml.safe_load(path.read_text())
+    sglang = next(e for e in data["engines"] if e["name"] == "sglang")
+    sglang["moe_kernel_rules"][0]["kernel"] = "cutlass"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PlannerInputError, match=r"moe_kernel_rules\[0\]\.kernel 'cutlass' is measured on no generation"):
+        load_performance_catalog(str(tmp_path / "catalogs"))

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
+import re
 from math import ceil, floor, prod
 from pathlib import Path
 from typing import Callable, Literal, NamedTuple
@@ -119,6 +120,8 @@ class EngineKernels:
 
     gemm: dict[str, KernelRates] = field(default_factory=dict)
     moe: dict[str, MoeRates] = field(default_factory=dict)
+    moe_kernel: str | None = None  # the fused-MoE kernel `moe` measures, when the engine's rules can pick another
+    moe_kernels: dict[str, dict[str, MoeRates]] = field(default_factory=dict)  # the others, by kernel and format
     attention: dict[int, EngineAttention] = field(default_factory=dict)
 
 
@@ -158,8 +161,14 @@ class GenerationEfficiency:
         own = self.engines.get(engine or "", EngineKernels()).gemm
         return own.get(kernel_format) or self.gemm.get(kernel_format) or own.get(WIDE_FORMAT) or self.gemm[WIDE_FORMAT]
 
-    def moe_rates(self, kernel_format: str, engine: str | None = None) -> MoeRates:
-        own = self.engines.get(engine or "", EngineKernels()).moe
+    def moe_rates(self, kernel_format: str, engine: str | None = None, kernel: str | None = None) -> MoeRates:
+        """`kernel`: the fused-MoE kernel the engine runs (EngineCost.moe_kernel), where its own table measured it in
+        this format; else the engine's primary kernel, else the generation's."""
+        kernels = self.engines.get(engine or "", EngineKernels())
+        chosen = kernels.moe_kernels.get(kernel or "", {}).get(kernel_format)
+        if chosen is not None:
+            return chosen
+        own = kernels.moe
         return own.get(kernel_format) or self.moe.get(kernel_format) or own.get(WIDE_FORMAT) or self.moe[WIDE_FORMAT]
 
     def attention_rates(self, kv_bits: int, engine: str | None = None) -> AttentionRates:
@@ -184,6 +193,33 @@ class GenerationEfficiency:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MoeKernelRule:
+    """Which fused-MoE kernel an engine runs, as its source decides at the releases named: on these GPUs, for these
+    model types (config.json model_type) and checkpoint precisions (empty: any), from `since` to `until` (inclusive;
+    none: open)."""
+
+    kernel: str
+    gpus: tuple[str, ...]
+    model_types: tuple[str, ...] = ()
+    precisions: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    source: str
+
+    def matches(self, gpu: str, model_type: str, precision: str, release: tuple[int, ...]) -> bool:
+        return (gpu in self.gpus and (not self.model_types or model_type in self.model_types)
+                and (not self.precisions or precision in self.precisions)
+                and (self.since is None or release >= release_key(self.since))
+                and (self.until is None or release <= release_key(self.until)))
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """A release as numbers to compare: "v0.5.6.post1" -> (0, 5, 6); a build without numbers sorts first."""
+    found = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
+    return tuple(int(part) for part in found.group(1).split(".")) if found else ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineCost:
     name: str
     aliases: tuple[str, ...] = ()
@@ -202,7 +238,24 @@ class EngineCost:
     # of memory_bandwidth_gbps streaming weights, when the engine's own kernels set it rather than the GPU
     # generation's GEMM tables (llama.cpp's mat-vec kernels dequantizing GGUF blocks); None: the generation's
     memory_efficiency: float | None = bounded(None, gt=0, le=1)
+    # the fused-MoE kernel the engine picks by GPU, model type, precision and release: the first rule that matches;
+    # none: the kernel its tables measure most (EngineKernels.moe)
+    moe_kernel_rules: tuple[MoeKernelRule, ...] = ()
     source: str
+
+    def moe_kernel(self, gpu: str, model_type: str, precision: str, release: str | None) -> str | None:
+        """The kernel of the first rule matching, at `release` (None: the engine's default release)."""
+        if not self.moe_kernel_rules:
+            return None
+        key = release_key(release or default_release(self.name))
+        return next((r.kernel for r in self.moe_kernel_rules if r.matches(gpu, model_type, precision, key)), None)
+
+
+def default_release(engine: str) -> str:
+    """The release planner models when none is asked for (catalogs/engine_profiles.yaml `default`)."""
+    from planner.estimator.engines.profiles import load_profiles
+
+    return load_profiles().versions(engine).default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -302,6 +355,14 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
             if value > generation.read_ceiling:
                 raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].{field} {value:g} is above "
                                         f"its measured read_ceiling {generation.read_ceiling:g}; lower it to at most that")
+    for engine in catalog.engines:
+        measured = {name for g in catalog.generations for own in (g.engines.get(engine.name),) if own
+                    for name in (own.moe_kernel, *own.moe_kernels) if name}
+        for i, rule in enumerate(engine.moe_kernel_rules):
+            if rule.kernel not in measured:
+                raise PlannerInputError(f"catalog {path.name}: engines[{engine.name}].moe_kernel_rules[{i}].kernel "
+                                        f"{rule.kernel!r} is measured on no generation; add its table's rates under a "
+                                        f"generation's engines.{engine.name}.moe_kernels or name a measured kernel")
     for interconnect in catalog.interconnects:
         if not interconnect.allreduce:
             raise PlannerInputError(f"catalog {path.name}: interconnects[{interconnect.kind}].allreduce needs at "
@@ -971,17 +1032,18 @@ class ReplicaTimer:
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
                   engine: str = "vllm", performance: PerformanceCatalog | None = None, ep: int = 1,
-                  dp: int = 1) -> ReplicaTimer:
+                  dp: int = 1, release: str | None = None) -> ReplicaTimer:
     """The layout of one replica (tp x pp GPUs) resolved for timing its steps; `ep`: its routed experts dealt over
     that many of the tp ranks, the experts' outputs all-reduced as under TP (the engines' path without an
     all-to-all backend); `dp`: data-parallel attention groups among the tp ranks, each attending to its own
-    requests at tp / dp-way TP (bench/SPEED_PROTOCOL.md)."""
+    requests at tp / dp-way TP (bench/SPEED_PROTOCOL.md); `release`: the engine's release (None: its default), which
+    picks its fused-MoE kernel."""
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
     native = catalog.support(engine, prec, gpu).native
-    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp)
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp, release)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
@@ -1046,9 +1108,10 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
-              engine: str, kv_bits: int, native: bool, attention_tp: int | None = None
+              engine: str, kv_bits: int, native: bool, attention_tp: int | None = None, release: str | None = None
               ) -> tuple[_Hardware, GenerationEfficiency]:
-    """`attention_tp`: the attention-TP group's size under data-parallel attention (tp without it)."""
+    """`attention_tp`: the attention-TP group's size under data-parallel attention (tp without it); `release`: the
+    engine's release, for the fused-MoE kernel it picks (None: its default release)."""
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
     link = performance.interconnect(gpu.interconnect.kind, gpu.generation, engine)
@@ -1075,7 +1138,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe_layer_s, mla_layer_s = engine_cost.moe_layer_kernels * floor_s, engine_cost.mla_layer_kernels * floor_s
     expert = next((t for layer in arch.layers for t in layer.tensors if t.role == "expert" and len(t.shape) == 2), None)
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
-    moe = generation.moe_rates(low_bit_format if expert_low_bit else WIDE_FORMAT, engine)
+    moe = generation.moe_rates(low_bit_format if expert_low_bit else WIDE_FORMAT, engine,
+                               engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release))
     fit, pair = link.fit(tp), link.fit(2)
     return _Hardware(
         low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
@@ -1134,6 +1198,6 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
     )
 
 
-__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "MoeRates", "PerformanceCatalog",
+__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]

@@ -542,7 +542,8 @@ def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | No
             name=name, space=space, buckets=buckets, slo=Slo(slo.ttft_s, slo.tpot_s, slo.percentile) if slo else Slo(),
             utilisation=part.workload.utilisation, redundancy=part.workload.redundancy,
             min_replicas=part.workload.min_replicas, max_configs=part.workload.max_configs,
-            engine="vllm" if part.engine.name == "simple" else part.engine.name, calibration=calibration))
+            engine="vllm" if part.engine.name == "simple" else part.engine.name, engine_version=part.engine.version,
+            calibration=calibration))
     fleet = scenario.fleet
     quotas = tuple(_quota(q, i, catalog) for i, q in enumerate(fleet.quotas)) if fleet else ()
     return FleetProblem(tuple(workloads), quotas, fleet.on_demand_share if fleet else None,

@@ -472,7 +472,8 @@ def full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> f
     from planner.estimator.performance import Step, replica_timer
 
     engine = "vllm" if c.configuration.engine.name == "simple" else c.configuration.engine.name
-    timer = replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine)
+    timer = replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine,
+                          release=c.configuration.engine.version)
     return timer.step_s(Step(c.concurrency, float(c.context)))
 
 

@@ -56,6 +56,7 @@ class FleetWorkload:
     min_replicas: int = 1
     max_configs: int | None = None
     engine: str = "vllm"
+    engine_version: str | None = None  # the scenario's engine.version (None: the engine's default release)
     calibration: Calibration | None = None  # `planner calibrate`'s factors, for the GPU generation x engine it names
 
     @property
@@ -185,7 +186,8 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadlin
         layouts.append(ReplicaLayout(c, replica_scheduler(space, c, catalog, cap, enumeration.budgets),
                                      StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp,
                                                              catalog, workload.engine,
-                                                             workload.performance(c.gpu.generation)))))
+                                                             workload.performance(c.gpu.generation),
+                                                             release=workload.engine_version))))
     return ReplicaSearch(layouts, enumeration.rejections, enumeration.skipped)
 
 
