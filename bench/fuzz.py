@@ -74,6 +74,7 @@ from planner.plan.search import build_search_space
 from planner.catalog.load import catalog_dir, load_catalog
 from planner.cli import main as cli_main
 from planner.errors import PlannerInputError
+from planner.estimator.engines.registry import PLANNING_MARGIN, export_targets, profiled_engines
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.render.records import estimate_json
 from planner.plan.scenario import load_scenario, parse_scenario
@@ -1237,8 +1238,8 @@ INJECTION_MARKER = "PWNED"
 HOSTILE_TEXT = (f"x\ntouch {INJECTION_MARKER}", f"$(touch {INJECTION_MARKER})", f"`touch {INJECTION_MARKER}`",
                 f"x'; touch {INJECTION_MARKER}; '", f'x"; touch {INJECTION_MARKER}; "', f"x; touch {INJECTION_MARKER}",
                 f"x\r\ntouch {INJECTION_MARKER} #", f"{{touch: {INJECTION_MARKER}}}", f"- touch {INJECTION_MARKER}")
-EXPORT_TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
-SHELL_TARGETS = ("vllm", "sglang", "llamacpp")
+EXPORT_TARGETS = export_targets()
+SHELL_TARGETS = profiled_engines()  # each engine's command line; the other targets are YAML
 
 
 # What a model id or --checkpoint could be to launch something that was not checked: an option, a path, another model
@@ -1507,7 +1508,6 @@ ESTIMATE_BODY = {"model": "llama-3.1-8b", "gpu": "l40s", "context": 8192, "seque
 PERF_BODY = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1, "pp": 1, "engine": "vllm", "batch": 8,
              "prompt_tokens": 1000, "output_tokens": 200, "rate": 2.0}
 HTTP_KEYS = (*ESTIMATE_BODY, *PERF_BODY, "config", "scenario", "target", "plan", "checkpoint")
-EXPORT_TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
 SCENARIO_PATHS = ("/api/solve", "/api/solve", "/api/export", "/api/report")  # a report draws charts: the rarest
 ODD_PATHS = ("/", "/planner", "/static/app.css", "/static/x.js", "/static/../app.py", "/api/catalog/gpus",
              "/api/catalog/prices", "/api/catalog/%00", "/api/docs", "/api/openapi.json", "/api/estimate/",
@@ -1537,7 +1537,7 @@ def plausible_http_value(rng: random.Random, key: str) -> Any:
         "model": [m.name for m in CATALOG.models][:20] + ["meta-llama/Llama-3.1-8B-Instruct", "/etc/passwd", "..",
                                                            "llama-3.1-8b/config.json", "~root", "hf://x/y"],
         "gpu": [g.name for g in CATALOG.gpus][:10] + ["h900", "../l40s"],
-        "engine": ["vllm", "sglang", "llamacpp", "simple", "tgi"], "target": [*EXPORT_TARGETS, "bash"],
+        "engine": [*profiled_engines(), PLANNING_MARGIN, "tgi"], "target": [*EXPORT_TARGETS, "bash"],
         "precision": ["auto", "fp8", "int4", "q4_k_m", "int3"], "kv_dtype": ["auto", "fp8", "bf16", "int2"],
         "checkpoint": [None, "org/name", "--trust-remote-code", "-h", ".", "a/b/c"],
     }

@@ -522,6 +522,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     from planner.api_records import Replica
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.estimator.engines.registry import canonical
     from planner.estimator.performance import load_performance_catalog, replica_timer
 
     if tp is None:
@@ -546,8 +547,8 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
-        budget = engine_budget(arch, request, EngineSettings(name, version=engine_version), GpuTarget.from_catalog(card),
-                               catalog)
+        budget = engine_budget(arch, request, EngineSettings(canonical(name), version=engine_version),
+                               GpuTarget.from_catalog(card), catalog)
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
         scheduler = Scheduler.of(budget)  # an EP layout without an all-to-all holds the TP layout's bytes

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from planner import api
 from planner.direct import Argument, Option, command_name
 from planner.errors import PlannerInputError
+from planner.estimator.engines.registry import engine_names, export_targets, profiled_engines, spoken_list, versions_help
 from planner.estimator.layout import layout_name
 from planner.files import SCENARIO, read_text, write_output
 from planner.units import parse_tokens
@@ -36,8 +37,8 @@ TIME_LIMIT_HELP = ("Seconds for the whole command: catalogs, candidates, serving
 SCENARIO_CALIBRATION = Option(None, "--calibration", metavar="FILE", help="A `planner calibrate` file: a fleet's speed "
                               "on the GPU generation x engine it was fitted on (replaces the scenario's calibration:).")
 MAX_PRICE_AGE_HELP = "Warn of a price older than this many days (default: the scenario's pricing.max_price_age_days, 90)."
-ENGINE_VERSION_HELP = ("The engine release whose profile sizes the KV pool (vLLM 0.34.0 or 0.19.0, SGLang 0.5.23 or 0.5.9, "
-                       "llama.cpp b7400; default: the current release).")
+ENGINE_VERSION_HELP = (f"The engine release whose profile sizes the KV pool ({versions_help()}; default: the current "
+                       "release).")
 # when main() began this command (time.perf_counter(), time.thread_time()): its time limit counts from there
 _started: Optional[tuple[float, float]] = None
 COMMANDS: dict[str, Callable[..., None]] = {}  # `planner NAME`, in the order `planner --help` lists them
@@ -111,11 +112,7 @@ class ListFormat(str, Enum):
     csv = "csv"
 
 
-class EngineName(str, Enum):
-    simple = "simple"
-    vllm = "vllm"
-    sglang = "sglang"
-    llamacpp = "llamacpp"
+EngineName = Enum("EngineName", [(name, name) for name in engine_names()], type=str)  # the registry's, simple first
 
 
 class PlanFormat(str, Enum):
@@ -262,7 +259,7 @@ def fit_command(
     batch: int = Option(1, help="Sequences at once for 'fewest GPUs'."),
     precision: str = Option("auto", help="Weight precision."),
     kv_dtype: str = Option("auto", "--kv-dtype", help="KV cache dtype."),
-    engine: Optional[list[EngineName]] = Option(None, "--engine", help="Engines to answer for (default: all four)."),
+    engine: Optional[list[EngineName]] = Option(None, "--engine", help="Engines to answer for (default: all of them)."),
     params: Optional[str] = Option(None, help="Parameter count for an architecture planner cannot count."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
@@ -432,18 +429,13 @@ def report(
     _echo(f"wrote {output}")
 
 
-class ExportTarget(str, Enum):
-    vllm = "vllm"
-    sglang = "sglang"
-    llamacpp = "llamacpp"
-    skypilot = "skypilot"
-    kubernetes = "kubernetes"
+ExportTarget = Enum("ExportTarget", [(name, name) for name in export_targets()], type=str)
 
 
 @command("export")
 def export_command(
     plan: str = Argument(..., help="PLAN.json from `planner solve SCENARIO --format json -o PLAN.json`."),
-    to: ExportTarget = Option(..., "--to", help="vllm, sglang, llamacpp, skypilot or kubernetes."),
+    to: ExportTarget = Option(..., "--to", help=f"{spoken_list(export_targets())}."),
     plan_index: int = Option(0, "--plan", min=0, help="0 = the best plan, N = the N-th alternative."),
     assignment: Optional[int] = Option(None, "--assignment", min=0,
                                        help="A fleet plan: only assignment N (default: one launch per assignment)."),
@@ -515,7 +507,7 @@ REPLICA_TP = Option(None, "--tp", help="Tensor-parallel GPUs (default --gpus / -
 REPLICA_PP = Option(1, "--pp", help="Pipeline-parallel stages.")
 REPLICA_PRECISION = Option("auto", help="Weight precision; auto = the checkpoint's own.")
 REPLICA_KV_DTYPE = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8.")
-REPLICA_ENGINE = Option("vllm", "--engine", help="vllm, sglang, trtllm or llamacpp (its fixed costs and scheduler).")
+REPLICA_ENGINE = Option("vllm", "--engine", help=f"{spoken_list(profiled_engines())} (its fixed costs and scheduler).")
 REPLICA_ENGINE_VERSION = Option(None, "--engine-version", help=ENGINE_VERSION_HELP)
 # a benchmark run as `vllm bench serve` takes it: its defaults, and the cap planner.estimator.benchmark.MAX_PROMPTS (not
 # imported: it loads the simulator, which a command line typer reads for --help does not need)

@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineBudget
+from planner.estimator.engines.registry import engine
 from planner.estimator.performance import ReplicaTimer, Workload
 
 # The fixed point and the search for the largest rate stop at this relative precision (capacity is
@@ -95,9 +96,7 @@ class Scheduler:
         its n_ctx cells evenly over its slots, so each request holds a whole context."""
         settings = (batching or budget).settings
         context = budget.context
-        block = {"vllm": settings.block_size or 1, "llamacpp": context}.get(settings.name, 1)
-        budget_tokens = settings.n_batch if settings.name == "llamacpp" else settings.max_num_batched_tokens
-        seqs = settings.max_num_seqs if settings.name == "vllm" else None
+        block, budget_tokens, seqs = engine(settings.name).batching(settings, context)
         if max_seqs_cap is not None:
             seqs = min(seqs, max_seqs_cap) if seqs is not None else max_seqs_cap
         return cls(pool_tokens=budget.kv_cache_capacity_tokens, block_tokens=block,

@@ -19,6 +19,7 @@ from math import ceil
 
 from planner.catalog.load import Gpu
 from planner.model.architecture import Architecture, Tensor
+from planner.estimator.engines.registry import engine as described
 
 # For a card outside the catalog: an HGX/DGX node (catalogs/gpus.yaml gives each catalog card its own)
 DEFAULT_GPUS_PER_NODE = 8
@@ -130,7 +131,7 @@ def searched_tensor_parallel_sizes(arch: Architecture, node: int, limit: int) ->
 def layouts_on_gpus(arch: Architecture, gpus: int, engine: str, node: int) -> list[ParallelLayout]:
     """The TP x PP layouts of exactly `gpus` GPUs the model allows, TP within a `node`-GPU node, most TP first.
     llama.cpp has no tensor parallelism here: it splits layers over the cards (--split-mode layer)."""
-    if engine == "llamacpp":
+    if not described(engine).tensor_parallel:
         candidates = [ParallelLayout(1, gpus)]
     else:
         candidates = [ParallelLayout(tp, gpus // tp) for tp in range(min(gpus, node), 0, -1) if gpus % tp == 0]

@@ -16,6 +16,7 @@ from planner.catalog.load import Catalog
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.need import engine_need
+from planner.estimator.engines.registry import engine
 from planner.estimator.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.model.architecture import Architecture
 
@@ -49,9 +50,7 @@ class Configuration:
     def memory_fraction(self) -> float | None:
         """The share of each card the engine was allowed when the plan was checked (vLLM's
         gpu_memory_utilization, SGLang's mem_fraction_static); None for the planning margin and llama.cpp."""
-        if self.engine.name == "sglang":
-            return self.engine.mem_fraction_static
-        return self.engine.gpu_memory_utilization
+        return getattr(self.engine, engine(self.engine.name).fraction_field)
 
     def request(self) -> Request:
         """The estimator's request for this configuration (the whole batch, on its layout)."""

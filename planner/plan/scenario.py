@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from planner.catalog.load import Quality
 from planner.catalog.prices import MAX_PRICE_AGE_DAYS, PRICE_KINDS, PriceKind, Term
 from planner.errors import PlannerInputError
+from planner.estimator.engines.registry import PLANNING_MARGIN, profiled_engines
 from planner.yamlfile import parse_yaml, printable
 from planner.files import SCENARIO, FileKind, read_text
 from planner.units import MAX_BATCH, MAX_CONTEXT, MiB, parse_tokens, shown
@@ -301,9 +302,8 @@ class Search(_Strict):
 class EngineSpec(_Strict):
     """The memory model that decides what fits: an engine's own budget (vLLM by default) or the seed's margin."""
 
-    name: Literal["vllm", "sglang", "llamacpp", "simple"] = "vllm"
-    # the engine release whose profile sizes it (catalogs/engine_profiles.yaml: vLLM 0.34.0 / 0.19.0, SGLang 0.5.23 /
-    # 0.5.9, llama.cpp b7400); default: the engine's current release
+    name: Literal[(*profiled_engines(), PLANNING_MARGIN)] = "vllm"  # type: ignore[valid-type]  # the registry's
+    # the engine release whose profile sizes it (catalogs/engine_profiles.yaml); default: the engine's current release
     version: str | None = Field(default=None, min_length=1, max_length=40)
     overhead: float | None = Field(default=None, ge=0, le=1)  # simple only: the margin of weights + KV
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)  # vLLM (default 0.9)

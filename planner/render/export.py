@@ -1,7 +1,8 @@
 """A solved plan (the JSON `planner solve --format json` writes) -> launch commands and deployment files.
 
-Targets: vLLM, SGLang and llama.cpp server commands, a SkyPilot task, a Kubernetes Deployment
-(or a LeaderWorkerSet when a replica spans several nodes). Multi-node replicas run as engines
+Targets: each engine's server command (the registry's engines: vLLM, SGLang, llama.cpp ...), a SkyPilot task, a
+Kubernetes Deployment (or a LeaderWorkerSet when a replica spans several nodes; the plan's engine's own manifest
+where its module renders one, else vLLM's). Multi-node replicas run as engines
 run them today: vLLM on a Ray cluster (head + workers), SGLang with --nnodes/--node-rank.
 """
 
@@ -23,11 +24,11 @@ from planner.catalog.load import Catalog, Precision, load_catalog
 from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
-from planner.estimator.engines.vocabulary import engine_kv_dtype
+from planner.estimator.engines.registry import engine, export_targets, renderer
 from planner.plan.configuration import Configuration, ConfiguredBy
 from planner.plan.planfile import CheckedPlan, load_plan_file
 
-TARGETS = ("vllm", "sglang", "llamacpp", "skypilot", "kubernetes")
+TARGETS = export_targets()  # each engine's command (its module's ENGINE.command), then skypilot and kubernetes
 VLLM_DEFAULT_UTILIZATION = 0.90  # vLLM's --gpu-memory-utilization default (vllm/config/cache.py)
 MAX_UTILIZATION = 0.95  # leave the driver and fragmentation some room
 UTILIZATION_STEP = 0.01  # --gpu-memory-utilization is exported with two decimals
@@ -313,7 +314,7 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     args = [repo, "--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size", str(plan.pp),
             "--max-model-len", str(plan.context), "--max-num-seqs", str(plan.max_num_seqs),
             "--gpu-memory-utilization", f"{launch.gpu_memory_utilization:.2f}",
-            "--kv-cache-dtype", engine_kv_dtype("vllm", plan.kv_dtype),
+            "--kv-cache-dtype", engine("vllm").kv_cache_dtype(plan.kv_dtype),
             "--host", "0.0.0.0", "--port", str(VLLM_PORT)]
     kv_cache_memory = plan.configuration.engine.kv_cache_memory_bytes
     if kv_cache_memory is not None:
@@ -390,7 +391,7 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
         args += ["--max-running-requests", str(plan.concurrency)]
     fraction = sglang_fraction(plan)
     args += ["--mem-fraction-static", f"{plan.mem_fraction_static if fraction is None else fraction:.3f}",
-             "--kv-cache-dtype", engine_kv_dtype("sglang", plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
+             "--kv-cache-dtype", engine("sglang").kv_cache_dtype(plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
     if plan.vendor == "amd":
         args += ["--attention-backend", SGLANG_AMD_ATTENTION]
     args += _engine_flags(plan.precision.sglang_flag, prequantized)
@@ -425,7 +426,7 @@ def llamacpp_args(plan: ExportPlan) -> list[str]:
                                 "(re-solve with bf16/fp16 or a GGUF precision such as q4_k_m)")
     if plan.nodes_per_replica > 1:
         raise PlannerInputError("--to llamacpp: this plan spans several nodes; llama.cpp serves from one machine")
-    cache = plan.configuration.engine.cache_type or engine_kv_dtype("llamacpp", plan.kv_dtype)
+    cache = plan.configuration.engine.cache_type or engine("llamacpp").kv_cache_dtype(plan.kv_dtype)
     if cache is None:
         raise PlannerInputError(f"--to llamacpp: no llama.cpp cache type for KV {plan.kv_dtype}")
     _llamacpp_recheck(plan, cache)
@@ -452,7 +453,8 @@ def _llamacpp_recheck(plan: ExportPlan, cache: str) -> None:
                                 "re-solve with `engine: llamacpp` in the scenario")
 
 
-def llamacpp_command(plan: ExportPlan) -> str:
+def llamacpp_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
+    """llama-server loads a GGUF file converted from the plan's model: `checkpoint` (a Hub repository) is not read."""
     return (_comment(f"llama.cpp {engine_version(plan, 'llamacpp')}+: the builds planner's llama.cpp profile follows") + "\n"
             + _comment(f"the GGUF file: convert {plan.model_id} with llama.cpp's convert_hf_to_gguf.py and llama-quantize "
                        f"to {plan.precision.gguf_type}, or download a published {plan.precision.gguf_type} GGUF") + "\n"
@@ -535,6 +537,10 @@ def skypilot_task(plan: ExportPlan, checkpoint: str | None = None) -> str:
 
 
 def kubernetes_manifest(plan: ExportPlan, checkpoint: str | None = None) -> str:
+    """The plan's engine's own manifest where its module renders one (ENGINE.kubernetes), else vLLM's."""
+    own = engine(plan.configuration.engine.name).kubernetes
+    if own is not None:
+        return renderer(own)(plan, checkpoint)
     name = _slug(plan.name)
     resource = "amd.com/gpu" if plan.vendor == "amd" else "nvidia.com/gpu"
     image = vllm_image(plan)
@@ -590,16 +596,16 @@ def _slug(text: str) -> str:
 
 def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
     """`checkpoint`: the pre-quantized repository to load (required for a precision planner knows none for)."""
-    renderers = {"vllm": vllm_command, "sglang": sglang_command, "llamacpp": lambda p, _: llamacpp_command(p),
-                 "skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
-    if target not in renderers:
+    if target not in TARGETS:
         raise PlannerInputError(f"--to: unknown target {target!r}; use one of {', '.join(TARGETS)}")
     if plan.vendor == TPU_VENDOR:
         raise PlannerInputError(
             f"--to {target}: {plan.gpu} is a Google TPU, which vLLM serves only through its TPU plugin (tpu-inference: "
             "the vllm-tpu package, image vllm/vllm-tpu), released apart from the vLLM builds planner's memory model and "
             "exports follow; planner writes no TPU launch: run vllm-tpu by hand, requesting google.com/tpu chips")
-    return renderers[target](_checked(plan), checkpoint)
+    deployments = {"skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
+    render = deployments.get(target) or renderer(engine(target).command)
+    return render(_checked(plan), checkpoint)
 
 
 def export_all(plans: tuple[ExportPlan, ...], target: str, checkpoint: str | None = None) -> str:

@@ -39,6 +39,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from planner import api
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
+from planner.estimator.engines.registry import engine_names, export_targets, label, profiled_engines
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA
 from planner.yamlfile import parse_yaml
 
@@ -84,7 +85,7 @@ class EstimateBody(_Body):
     tp: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
     pp: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
     gpu: str = Field(..., max_length=80)
-    engine: Literal["simple", "vllm", "sglang", "llamacpp"] = "vllm"
+    engine: Literal[engine_names()] = "vllm"  # type: ignore[valid-type]  # the registry's
 
 
 class PerfBody(_Body):
@@ -94,7 +95,7 @@ class PerfBody(_Body):
     pp: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
     precision: str = Field("auto", max_length=40)
     kv_dtype: str = Field("auto", max_length=40)
-    engine: Literal["vllm", "sglang", "llamacpp"] = "vllm"
+    engine: Literal[profiled_engines()] = "vllm"  # type: ignore[valid-type]
     batch: int = Field(1, ge=1, le=MAX_BATCH)
     prompt_tokens: int = Field(1024, ge=1, le=MAX_CONTEXT)
     output_tokens: int = Field(256, ge=1, le=MAX_CONTEXT)
@@ -106,7 +107,7 @@ class ScenarioBody(_Body):
 
 
 class ExportBody(ScenarioBody):
-    target: Literal["vllm", "sglang", "llamacpp", "skypilot", "kubernetes"]
+    target: Literal[export_targets()]  # type: ignore[valid-type]
     plan: int = Field(0, ge=0, le=1000, description="0 = the best plan, N = the N-th alternative.")
     checkpoint: str | None = Field(None, max_length=200, description="A pre-quantized repository ORG/NAME, when needed.")
 
@@ -413,6 +414,18 @@ def _page_warnings(memory, engine) -> list[str]:
     return list(dict.fromkeys([*own, *(engine.warnings if engine else ())]))
 
 
+def engine_options(page: str) -> str:
+    """The pages' engine lists, from the registry: each engine's budget (the calculator's memory model, at its default
+    release) and command (the planner's downloads)."""
+    from planner.estimator.engines.profiles import load_profiles
+
+    profiles = load_profiles()
+    budgets = "".join(f'<option value="{name}">{label(name)} {profiles.versions(name).default} budget</option>'
+                      for name in profiled_engines())
+    commands = "".join(f'<option value="{name}">{label(name)} command</option>' for name in profiled_engines())
+    return page.replace("<!--engine budgets-->", budgets).replace("<!--engine commands-->", commands)
+
+
 def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_LIMIT_S) -> FastAPI:
     """The API and the pages; `time_limit_s`: what a solve, report or export may take from when its work starts."""
     from planner.estimator.engines import EngineSettings
@@ -541,7 +554,7 @@ def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_L
     static = resources.files("planner.serve") / "static"
 
     def page(name: str) -> HTMLResponse:
-        return HTMLResponse((static / name).read_text(encoding="utf-8"))
+        return HTMLResponse(engine_options((static / name).read_text(encoding="utf-8")))
 
     @app.get("/", include_in_schema=False)
     def calculator_page() -> HTMLResponse:

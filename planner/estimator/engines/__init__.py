@@ -7,34 +7,46 @@
   llamacpp  n_ctx cells padded to 256, quantized caches, compute buffers, a free margin per device,
             layers split over GPUs or left in system RAM
 Each profile's constants and their sources are in catalogs/engine_profiles.yaml, one profile per engine release
-(EngineSettings.version; None: the engine's default, its current release).
+(EngineSettings.version; None: the engine's default, its current release). Which engines there are, and what each
+module says of itself, is planner.estimator.engines.registry.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from planner.model.architecture import Architecture
-from planner.catalog.load import Catalog
-from planner.estimator.engines.base import ENGINE_NAMES, EngineBudget, EngineSettings, RankBudget
-from planner.estimator.engines.llamacpp import llamacpp_budget
-from planner.estimator.engines.profiles import load_profiles
-from planner.estimator.engines.sglang import sglang_budget
-from planner.estimator.engines.simple import simple_budget
-from planner.estimator.engines.vllm import vllm_budget
-from planner.estimator.memory import GpuTarget, Request
+from planner.estimator.engines.registry import PLANNING_MARGIN, engine
 
-_BUDGETS = {"simple": simple_budget, "vllm": vllm_budget, "sglang": sglang_budget, "llamacpp": llamacpp_budget}
+if TYPE_CHECKING:
+    from planner.catalog.load import Catalog
+    from planner.estimator.engines.base import ENGINE_NAMES, EngineBudget, EngineSettings, RankBudget
+    from planner.estimator.memory import GpuTarget, Request
+    from planner.model.architecture import Architecture
+
+_FROM_BASE = ("ENGINE_NAMES", "EngineBudget", "EngineSettings", "RankBudget")
+
+
+def __getattr__(name: str) -> Any:
+    """The shared records, from base.py on first use: the registry (engines.registry) loads without pydantic, which
+    the profiles need, so the command line reads its engine names without it."""
+    if name in _FROM_BASE:
+        from planner.estimator.engines import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def engine_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
                   catalog: Catalog) -> EngineBudget:
     """The KV pool `settings.name` would give `request` on `gpu` (per rank), and whether it fits; the budget's settings
     name the engine version whose profile sized it."""
+    from planner.estimator.engines.profiles import load_profiles
+
     settings.validate()
-    if settings.name != "simple":
+    if settings.name != PLANNING_MARGIN:
         settings = replace(settings, version=load_profiles().versions(settings.name).resolve(settings.version, settings.name))
-    return _BUDGETS[settings.name](arch, request, settings, gpu, catalog)
+    return engine(settings.name).budget(arch, request, settings, gpu, catalog)
 
 
 __all__ = ["ENGINE_NAMES", "EngineBudget", "EngineSettings", "RankBudget", "engine_budget"]

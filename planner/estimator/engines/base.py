@@ -10,11 +10,13 @@ from planner.model.families.core import STATE_DTYPE_BITS
 from planner.catalog.load import Catalog, Gpu, Precision
 from planner.errors import PlannerInputError
 from planner.estimator.engines.profiles import StatePartDtypes, load_profiles
+from planner.estimator.engines.registry import (PLANNING_MARGIN, engine, engine_names, profiled_engines,
+                                                spoken_list)
 from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate, Request, attention_bytes_per_token,
                                       estimate_memory, state_bytes_per_sequence)
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 
-ENGINE_NAMES = ("simple", "vllm", "sglang", "llamacpp")
+ENGINE_NAMES = engine_names()  # simple, then each engine of the registry (catalogs/engine_profiles.yaml)
 # How vLLM's KV pool is sized when --kv-cache-memory-bytes is not given: gpu_memory_utilization's budget (vLLM's
 # own default); the figure vLLM's start-up log gives "to fully utilize gpu memory"; or that figure only where the
 # budget cannot hold one request of max_model_len (what vLLM's error then suggests). See engines/vllm.py.
@@ -34,7 +36,7 @@ LLAMACPP_CACHE_TYPES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (3
 class EngineSettings:
     """An engine and its memory-related flags; None means the engine's own default."""
 
-    name: str = "vllm"  # simple | vllm | sglang | llamacpp
+    name: str = "vllm"  # one of ENGINE_NAMES
     gpu_memory_utilization: float | None = None  # vLLM --gpu-memory-utilization
     max_num_batched_tokens: int | None = None  # vLLM; SGLang --chunked-prefill-size
     max_num_seqs: int | None = None  # vLLM; SGLang --cuda-graph-max-bs
@@ -54,10 +56,11 @@ class EngineSettings:
     def validate(self) -> None:
         if self.name not in ENGINE_NAMES:
             raise PlannerInputError(f"--engine: unknown engine {self.name!r}; use one of {', '.join(ENGINE_NAMES)}")
-        if self.name == "simple":
+        if self.name == PLANNING_MARGIN:
             if self.version is not None:
                 raise PlannerInputError(f"--engine-version / engine.version: {self.version} names an engine release; the "
-                                        "simple planning margin has none: drop it or pick --engine vllm, sglang or llamacpp")
+                                        f"simple planning margin has none: drop it or pick --engine "
+                                        f"{spoken_list(profiled_engines())}")
         else:
             load_profiles().versions(self.name).resolve(self.version, self.name)
         for flag, value in (("--gpu-memory-utilization", self.gpu_memory_utilization),
@@ -244,22 +247,9 @@ def estimate_once(arch: Architecture, request: Request, catalog: Catalog) -> Mem
                           lambda: estimate_memory(arch, request, catalog))
 
 
-def engine_refusal(arch: Architecture, engine: str) -> str | None:
-    """Why the engine profile cannot size this model at all (None when it can). vLLM sizes every layer kind;
-    llama.cpp's recurrent memory (src/llama-memory-recurrent.cpp) is sized for the mixers whose n_embd_r / n_embd_s
-    its profile follows (LLAMACPP_RECURRENCES); SGLang's token pool is sized per attention-layer token, nothing for
-    an attention-free model."""
-    kinds = arch.attention_kinds
-    recurrent = sorted(kinds & set(RECURRENT_KINDS))
-    unsized = sorted({layer.attention.recurrence or layer.attention.kind for layer in arch.layers
-                      if layer.attention.kind in RECURRENT_KINDS} - set(LLAMACPP_RECURRENCES))
-    if engine == "llamacpp" and unsized:
-        return (f"--engine llamacpp: {arch.name} has {'/'.join(unsized)} layers, whose recurrent state the llama.cpp "
-                f"profile does not size (it sizes {', '.join(LLAMACPP_RECURRENCES)}); use --engine vllm, sglang or simple")
-    if engine == "sglang" and recurrent and not kinds - set(RECURRENT_KINDS):
-        return (f"--engine sglang: {arch.name} has no attention layers; SGLang's token pool (sized per attention-layer "
-                "token) does not apply to an attention-free model; use --engine vllm")
-    return None
+def engine_refusal(arch: Architecture, name: str) -> str | None:
+    """Why the engine profile cannot size this model at all (None when it can): the engine module's refusal."""
+    return engine(name).refusal(arch)
 
 
 def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -> ServedModel:

@@ -38,16 +38,19 @@ from math import ceil
 from planner.model.architecture import Architecture, Layer
 from planner.catalog.load import Catalog, Precision
 from planner.errors import PlannerInputError
-from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, CacheGroup, EngineBudget, EngineSettings, PoolLayout,
-                                            RankBudget, ServedModel, largest_passing, serve)
+from planner.estimator.engines.base import (LLAMACPP_CACHE_TYPES, LLAMACPP_RECURRENCES, CacheGroup, EngineBudget,
+                                            EngineSettings, PoolLayout, RankBudget, ServedModel, largest_passing, serve)
 from planner.estimator.engines.profiles import LlamacppProfile, load_profiles
-from planner.estimator.engines.vocabulary import LLAMACPP_CACHE_TYPES_OF_KV_DTYPE
+from planner.estimator.engines.registry import Engine
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.model.precision import weights_bytes
 from planner.units import MiB, gib
 
 F32_BYTES = 4
 F16_BYTES = 2
+# llama.cpp --cache-type-k/-v (common/arg.cpp kv_cache_types) of a planner KV dtype; fp8 has no ggml type, q8_0 is its
+# 8-bit cache; a dtype missing here has no llama.cpp cache type
+LLAMACPP_CACHE_TYPES_OF_KV_DTYPE = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp8": "q8_0"}
 
 
 @dataclass(frozen=True)
@@ -366,3 +369,25 @@ def _deepseek_v4_layout(arch: Architecture, plan: _Plan, request: Request, profi
     note = (f"llama.cpp's DeepSeek-V4 cache (llama_kv_cache_dsv4), {request.batch} stream(s) of {stream:,} cells, "
             f"{cache_type}: raw window (K only) {raw:,} B; {parts}")
     return PoolLayout(block_size=1, page_bytes=0, layers_per_group=arch.num_layers, groups=groups, notes=(note,))
+
+
+def refusal(arch: Architecture) -> str | None:
+    """llama.cpp's recurrent memory (src/llama-memory-recurrent.cpp) is sized for the mixers whose n_embd_r / n_embd_s
+    its profile follows (LLAMACPP_RECURRENCES): a model with other recurrent layers is refused."""
+    unsized = sorted({layer.attention.recurrence or layer.attention.kind for layer in arch.layers
+                      if layer.attention.kind in RECURRENT_KINDS} - set(LLAMACPP_RECURRENCES))
+    if unsized:
+        return (f"--engine llamacpp: {arch.name} has {'/'.join(unsized)} layers, whose recurrent state the llama.cpp "
+                f"profile does not size (it sizes {', '.join(LLAMACPP_RECURRENCES)}); use --engine vllm, sglang or simple")
+    return None
+
+
+def batching(settings: EngineSettings, context: int) -> tuple[int, int | None, int | None]:
+    """llama-server splits its n_ctx cells evenly over its slots: each request holds a whole context; a step takes
+    --n-batch tokens."""
+    return context, settings.n_batch, None
+
+
+ENGINE = Engine("llamacpp", llamacpp_budget, LlamacppProfile, refusal=refusal, batching=batching,
+                cache_sized_by_batch=True, tensor_parallel=False, kv_cache_dtypes=LLAMACPP_CACHE_TYPES_OF_KV_DTYPE,
+                kv_cache_dtype_default=None, command="planner.render.export:llamacpp_command")

@@ -14,18 +14,9 @@ from dataclasses import dataclass, replace
 from planner.catalog.load import Catalog
 from planner.estimator.engines import EngineBudget, EngineSettings, engine_budget
 from planner.estimator.engines.base import engine_refusal, estimate_once
+from planner.estimator.engines.registry import engine
 from planner.estimator.memory import GpuTarget, Request
 from planner.model.architecture import Architecture
-
-CACHE_SIZED_BY_BATCH = frozenset({"llamacpp"})  # the cache is allocated for every slot at start-up
-SCHEDULER_CAPPED_BY_MAX_NUM_SEQS = frozenset({"vllm"})  # SGLang's max_num_seqs is its CUDA-graph batch, not a cap
-# SGLang's mem_fraction_static holds the weights and the KV pool only: activations, CUDA graphs and non-torch memory
-# live in the rest of the card (what the budget leaves unused), where vLLM's utilization share holds them all
-WORKSPACE_OUTSIDE_BUDGET = frozenset({"sglang"})
-SIZED_BY_PLANNING_MARGIN = frozenset({"simple"})  # the one profile that reads the request's overhead_fraction
-# vLLM's pool is what its budget leaves beside the weights: activations and non-torch memory, and from v0.34 the CUDA
-# graphs (and the extensible KV cache's margin and the CUDA context, its budget being the whole card)
-POOL_IS_BUDGET_REMAINDER = frozenset({"vllm"})
 
 
 @dataclass(frozen=True)
@@ -45,8 +36,9 @@ Budgets = dict[tuple, tuple[EngineBudget, int]]
 def _budget_key(request: Request, settings: EngineSettings, gpu: GpuTarget) -> tuple[GpuTarget, Request, EngineSettings]:
     """What the engine's pool depends on: the request as the engine sizes it (vLLM and SGLang: one sequence), without
     the planning margin an engine profile does not read."""
-    sized = request if settings.name in CACHE_SIZED_BY_BATCH else replace(request, batch=1)
-    if settings.name not in SIZED_BY_PLANNING_MARGIN:
+    described = engine(settings.name)
+    sized = request if described.cache_sized_by_batch else replace(request, batch=1)
+    if not described.sized_by_planning_margin:
         sized = replace(sized, overhead_fraction=None)
     return gpu, sized, settings
 
@@ -75,9 +67,10 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
     budget, kv_per_sequence = cached
     batch, context = request.batch, request.context
     reserved = gpu.memory_bytes - budget.budget_bytes  # what the engine leaves unused (1 - utilization)
-    if settings.name in WORKSPACE_OUTSIDE_BUDGET:
+    described = engine(settings.name)
+    if described.workspace == "outside":
         workspace = 0
-    elif settings.name in POOL_IS_BUDGET_REMAINDER:
+    elif described.workspace == "remainder":
         workspace = budget.budget_bytes - budget.weights_bytes - budget.kv_pool_bytes
     else:
         workspace = budget.activation_bytes + budget.non_torch_bytes
@@ -88,7 +81,7 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
     elif budget.max_concurrency < batch:
         reason = (f"{settings.name}'s KV pool holds {budget.max_concurrency:,.2f} sequences of {context:,} tokens, "
                   f"not {batch:,}")
-    elif settings.name in SCHEDULER_CAPPED_BY_MAX_NUM_SEQS and max_seqs and batch > max_seqs:
+    elif described.scheduler_caps_sequences and max_seqs and batch > max_seqs:
         reason = f"{settings.name} runs at most max_num_seqs = {max_seqs:,} sequences at once, not {batch:,}"
     else:
         reason = None

@@ -6,14 +6,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from planner.catalog.load import catalog_dir, read_yaml, validate_record
 from planner.errors import PlannerInputError
+from planner.estimator.engines.registry import PROFILES_FILE, engine, label, profiled_engines
 from planner.model.families.core import Recurrence
 from planner.units import MiB
-
-PROFILES_FILE = "engine_profiles.yaml"
 
 T = TypeVar("T")
 
@@ -181,14 +180,16 @@ class LlamacppProfile(_Strict):
     deepseek_v4_overlapping_ratio: Sourced[int]
 
 
-P = TypeVar("P", VllmProfile, SglangProfile, LlamacppProfile)
-ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp"}
+P = TypeVar("P", bound=BaseModel)
 
 
 class EngineVersions(_Strict, Generic[P]):
     """One engine's profiles by release: `default` is what planner models when no version is asked for. In the YAML
-    a version may give `based_on: VERSION` and only the constants that changed since that release."""
+    a version may give `based_on: VERSION` and only the constants that changed since that release; `label` is how the
+    engine names itself, `aliases` other names --engine takes for it (registry.canonical)."""
 
+    label: str
+    aliases: tuple[str, ...] = ()
     default: str
     versions: dict[str, P]
 
@@ -217,7 +218,7 @@ class EngineVersions(_Strict, Generic[P]):
             return self.default
         if version.removeprefix("v") not in self.versions:
             raise PlannerInputError(
-                f"--engine-version / engine.version: {ENGINE_LABELS[engine]} {version} has no profile in planner; use one "
+                f"--engine-version / engine.version: {label(engine)} {version} has no profile in planner; use one "
                 f"of {', '.join(self.versions)} (default {self.default})")
         return version.removeprefix("v")
 
@@ -227,18 +228,24 @@ class EngineVersions(_Strict, Generic[P]):
 
 
 class EngineProfiles(_Strict):
+    """The shared CUDA constants; each engine's releases are a field of its name (create_model below)."""
+
     schema_version: int
     cuda: CudaProfile
-    vllm: EngineVersions[VllmProfile]
-    sglang: EngineVersions[SglangProfile]
-    llamacpp: EngineVersions[LlamacppProfile]
 
     def versions(self, engine: str) -> EngineVersions:
         return getattr(self, engine)
 
 
 @cache
+def _profiles_schema() -> type[EngineProfiles]:
+    """EngineProfiles with one EngineVersions field per engine of the registry, typed by the engine's own profile."""
+    fields: dict[str, Any] = {name: (EngineVersions[engine(name).profile], ...) for name in profiled_engines()}
+    return create_model("EngineProfiles", __base__=EngineProfiles, **fields)
+
+
+@cache
 def load_profiles(directory: str | None = None) -> EngineProfiles:
     """Read and validate engine_profiles.yaml (cached: it does not change during a run)."""
     path = Path(directory or catalog_dir()) / PROFILES_FILE
-    return validate_record(EngineProfiles, read_yaml(path), f"catalog {PROFILES_FILE}")
+    return validate_record(_profiles_schema(), read_yaml(path), f"catalog {PROFILES_FILE}")

@@ -39,8 +39,12 @@ from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSett
                                             Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines import sglang_deepseek_v4 as v4
 from planner.estimator.engines.profiles import SglangProfile, load_profiles
+from planner.estimator.engines.registry import Engine
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
+
+# SGLang --kv-cache-dtype (sglang/srt/server_args.py) names the fp8 flavour; any other dtype runs "auto"
+SGLANG_KV_CACHE_DTYPES = {"fp8": "fp8_e4m3"}
 
 
 def resolve_settings(settings: EngineSettings, gpu: GpuTarget, model: ServedModel, profile: SglangProfile,
@@ -204,3 +208,19 @@ def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int
                       groups=tuple(CacheGroup(kind, count, 1, 1) for kind, count in kinds.items()),
                       state_bytes=pool.per_request_bytes // state_layers if state_layers else 0,
                       state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, running_requests=running)
+
+
+def refusal(arch: Architecture) -> str | None:
+    """SGLang's token pool is sized per attention-layer token: nothing for an attention-free model."""
+    kinds = arch.attention_kinds
+    if kinds & set(RECURRENT_KINDS) and not kinds - set(RECURRENT_KINDS):
+        return (f"--engine sglang: {arch.name} has no attention layers; SGLang's token pool (sized per attention-layer "
+                "token) does not apply to an attention-free model; use --engine vllm")
+    return None
+
+
+# SGLang's mem_fraction_static holds the weights and the KV pool only: activations, CUDA graphs and non-torch memory
+# live in the rest of the card; its max_num_seqs is its CUDA-graph batch, not a cap on the running requests
+ENGINE = Engine("sglang", sglang_budget, SglangProfile, refusal=refusal, workspace="outside",
+                fraction_field="mem_fraction_static", kv_cache_dtypes=SGLANG_KV_CACHE_DTYPES,
+                command="planner.render.export:sglang_command")

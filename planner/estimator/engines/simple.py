@@ -13,6 +13,7 @@ from math import floor
 from planner.model.architecture import Architecture
 from planner.catalog.load import Catalog
 from planner.estimator.engines.base import EngineBudget, EngineSettings, RankBudget, largest_passing, limiting_rank
+from planner.estimator.engines.registry import Engine
 from planner.estimator.memory import GpuTarget, MemoryEstimate, RankMemory, Request, estimate_memory
 
 RELEASE = "planning margin (catalogs/engines.yaml 'simple')"
@@ -58,3 +59,7 @@ def simple_budget(arch: Architecture, request: Request, settings: EngineSettings
         fits=estimate.gpu.fits, max_context_that_fits=longest, message=message, context=request.context,
         batch=request.batch, settings=settings, per_rank=tuple(ranks), warnings=estimate.warnings,
     )
+
+
+# no engine: the card's memory less the margin; plans made with it export with vLLM's defaults
+ENGINE = Engine("simple", simple_budget, None, sized_by_planning_margin=True)

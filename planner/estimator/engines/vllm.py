@@ -47,6 +47,7 @@ from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, Memo, PoolLayout, RankBudget,
                                             ServedModel, Stage, catalog_card, largest_passing, limiting_rank, serve)
 from planner.estimator.engines.profiles import VllmProfile, load_profiles
+from planner.estimator.engines.registry import Engine
 from planner.estimator.engines.vllm_deepseek_v4 import (PackedLayout, check_kv_dtype,
                                                         packed_layout, pool_layout)
 from planner.errors import PlannerInputError
@@ -54,6 +55,8 @@ from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import GiB, MiB, gib
 
 FP32_BYTES = 4
+# vLLM --kv-cache-dtype (vllm/config/cache.py CacheDType): "fp8" is e4m3 on CUDA; any other dtype runs "auto"
+VLLM_KV_CACHE_DTYPES = {"fp8": "fp8"}
 
 
 STATE = "state"  # a recurrent layer's spec (MambaSpec): one block holds one sequence's whole state
@@ -539,3 +542,14 @@ def _warnings(outside: int, graphs: int, settings: EngineSettings, profile: Vllm
                    "margin: start-up may run out of memory capturing CUDA graphs; lower --gpu-memory-utilization "
                    "or add --enforce-eager")
     return out
+
+
+def batching(settings: EngineSettings, context: int) -> tuple[int, int | None, int | None]:
+    """vLLM allocates blocks of block_size tokens, takes max_num_batched_tokens a step and runs at most max_num_seqs."""
+    return settings.block_size or 1, settings.max_num_batched_tokens, settings.max_num_seqs
+
+
+# vLLM's pool is what its budget leaves beside the weights: activations and non-torch memory, and from v0.34 the CUDA
+# graphs (and the extensible KV cache's margin and the CUDA context, its budget being the whole card)
+ENGINE = Engine("vllm", vllm_budget, VllmProfile, batching=batching, scheduler_caps_sequences=True,
+                workspace="remainder", kv_cache_dtypes=VLLM_KV_CACHE_DTYPES, command="planner.render.export:vllm_command")
