@@ -64,6 +64,8 @@ class PerfResult:
             "weight_bytes_read": p.decode.weight_bytes, "kv_bytes_read": p.decode.kv_bytes,
             # the GPU's generation has no kernel measurements: the catalog's `default` generation timed it
             "constants_borrowed": p.borrowed, "calibrated": self.calibrated,
+            # the fused-MoE kernel the engine runs at this release (catalogs/performance.yaml moe_kernel_rules)
+            "moe_kernel": p.moe_kernel,
         }
         if self.steady is not None:
             s = self.steady

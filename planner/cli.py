@@ -564,7 +564,8 @@ def perf_command(
     lines = [f"{data['model']} on {data['tp'] * data['pp']} x {data['gpu']} ({layout_name(data['tp'], data['pp'], data['dp'], data['ep'])}, "
              f"{data['engine']}), batch {data['batch']}, {prompt_tokens:,} + {output_tokens:,} tokens",
              f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
-             f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"]
+             f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"
+             + (f" · MoE kernel {data['moe_kernel']}" if data["moe_kernel"] else "")]
     spec = data.get("speculative")
     if spec:
         lines.append(f"speculative {spec['method']}: {spec['draft_tokens']} draft tokens, acceptance length "

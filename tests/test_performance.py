@@ -18,6 +18,7 @@ from planner.estimator.performance import (
     load_performance_catalog,
     replica_performance,
     replica_timer,
+    timer_performance,
 )
 from planner.units import GB
 
@@ -401,6 +402,11 @@ def test_sglang_runs_the_moe_kernel_its_release_picks(catalog, perf):
         tiles = k * moe_layers * (2 * inter + hidden) * rates.column_ps * 1e-12
         assert moe_s(release) == pytest.approx(read + tiles)
     assert blackwell.moe_rates("bf16", "sglang", "triton") != blackwell.moe_rates("bf16", "sglang")
+    # the step names the kernel it was timed with
+    for release, kernel in (("0.5.6", "triton"), ("0.5.9", "flashinfer_trtllm")):
+        timer = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, "sglang", release=release)
+        assert timer_performance(timer, 1, CHAT).moe_kernel == kernel
+    assert run(catalog, "llama-3.1-8b", engine="sglang").moe_kernel is None  # dense: no MoE kernel
     assert perf.engine("sglang").moe_kernel("h200-sxm", "qwen3_moe", "bf16", "0.5.6") is None
     assert E > k
 

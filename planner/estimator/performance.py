@@ -171,6 +171,13 @@ class GenerationEfficiency:
         own = kernels.moe
         return own.get(kernel_format) or self.moe.get(kernel_format) or own.get(WIDE_FORMAT) or self.moe[WIDE_FORMAT]
 
+    def moe_kernel_timed(self, kernel_format: str, engine: str | None = None, kernel: str | None = None) -> str | None:
+        """The name of the kernel moe_rates times with these arguments, where the catalog names it."""
+        kernels = self.engines.get(engine or "", EngineKernels())
+        if kernel_format in kernels.moe_kernels.get(kernel or "", {}):
+            return kernel
+        return kernels.moe_kernel if kernel_format in kernels.moe else None
+
     def attention_rates(self, kv_bits: int, engine: str | None = None) -> AttentionRates:
         median = self.attention.get(kv_bits) or self.attention[UNQUANTIZED_BITS]
         own = self.engines.get(engine or "", EngineKernels()).attention.get(kv_bits)
@@ -435,6 +442,7 @@ class ReplicaPerformance:
     pp_bubble_s: float  # time the slowest stage waits per decode step (pp > batch)
     engine: str
     borrowed: bool  # the GPU's generation has no kernel measurements: the `default` generation's constants
+    moe_kernel: str | None = None  # the fused-MoE kernel the step is timed with, where the catalog names it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -652,6 +660,7 @@ class _Hardware:
     wide: _Rates  # the 16-bit dense GEMMs
     moe: _Rates  # the fused MoE kernel in the experts' format
     moe_column_s: float  # and its fixed seconds per output column of a touched expert's GEMMs
+    moe_kernel: str | None  # its name where the catalog names it (the engine's choice by release)
     kv_bytes_per_s: float  # decode attention reading the paged KV cache
     latent_bytes_per_s: float  # MLA decode reading the latent cache
     attention_flops_per_s: float
@@ -1138,8 +1147,9 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe_layer_s, mla_layer_s = engine_cost.moe_layer_kernels * floor_s, engine_cost.mla_layer_kernels * floor_s
     expert = next((t for layer in arch.layers for t in layer.tensors if t.role == "expert" and len(t.shape) == 2), None)
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
-    moe = generation.moe_rates(low_bit_format if expert_low_bit else WIDE_FORMAT, engine,
-                               engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release))
+    expert_format = low_bit_format if expert_low_bit else WIDE_FORMAT
+    picked = engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release) if expert is not None else None
+    moe = generation.moe_rates(expert_format, engine, picked)
     fit, pair = link.fit(tp), link.fit(2)
     return _Hardware(
         low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
@@ -1147,6 +1157,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe=rates(moe, low_bit_rate if expert_low_bit else wide),
         # llama.cpp's cycles hold its MoE mat-vec kernels' fixed costs, as they hold its launches
         moe_column_s=0.0 if cycles else moe.column_ps * 1e-12,
+        moe_kernel=generation.moe_kernel_timed(expert_format, engine, picked) if expert is not None else None,
         kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
         latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
         attention_flops_per_s=wide * generation.attention_compute_efficiency,
@@ -1194,7 +1205,7 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
         batch=batch, prefill_s=prefill_s, ttft_s=prefill_s, decode_step_s=decode_step_s, tpot_s=tpot_s,
         output_tokens_per_s=batch * output / cycle_s, requests_per_s=batch / cycle_s,
         decode_bound=slowest.bound, batch_prefill_s=batch_prefill_s, decode=slowest, pp_bubble_s=bubble_s,
-        engine=timer.engine, borrowed=timer.borrowed,
+        engine=timer.engine, borrowed=timer.borrowed, moe_kernel=timer.hw.moe_kernel,
     )
 
 
