@@ -42,9 +42,10 @@ DATA = Path(__file__).parent / "data"
 DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"),
               ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"),
               ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"),
-              ("2026f:", DATA / "throughput-2026f.jsonl"))
+              ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"))
 
-ENGINES = {"TensorRT-LLM": "trtllm", "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
+ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
+           "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
            "llama.cpp": "llama.cpp", "llama.cpp (CUDA)": "llama.cpp"}  # llama.cpp's Vulkan backend: no profile
 
