@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.capacity import Scheduler
     from planner.model.architecture import Architecture
     from planner.api_records import (BenchResult, CheckedRun, EngineEstimate, PerfResult, Replan, Replica,
-                                     ReplicaSimulation, ReplicaSpec)
+                                     ReplayedRun, ReplicaSimulation, ReplicaSpec)
     from planner.calibration.calibrate import Calibration
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.benchmark import BenchmarkRun
@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
     from planner.estimator.performance import PerformanceCatalog
-    from planner.plan.deadline import CommandStart, Deadline
+    from planner.plan.deadline import CommandStart, Deadline, OutOfTime
     from planner.plan.fleet import FleetPlan
     from planner.plan.profile import DayPlan
     from planner.plan.review import FleetReview, Review
@@ -334,12 +334,46 @@ def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, t
                        run_benchmark(replica.timer, replica.scheduler, run), replica.calibrated)
 
 
+def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None,
+                   tp: int | None = None, pp: int = 1, precision: str = "auto", kv_dtype: str = "auto",
+                   engine: str = "vllm", time_limit_s: float | None = None,
+                   catalog: Catalog | None = None) -> tuple[ReplayedRun, ...]:
+    """Each measured run of the `results` (vllm bench serve, SGLang bench_serving or GuideLLM files) replayed on one
+    simulated replica as `planner calibrate` replays it before fitting: what the run measured against what the
+    simulator predicts; `time_limit_s` (default none) bounds the replays from now."""
+    from planner.api_records import ReplayedRun
+    from planner.calibration.calibrate import replay_run
+    from planner.estimator.benchmark import run_benchmark
+
+    runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog)
+    scheduler = replica.scheduler
+    assert scheduler is not None  # sized
+    deadline = _time_limit(time_limit_s)
+    out = []
+    for run in runs:
+        if deadline.expired():
+            raise _replays_out_of_time(deadline, len(out), "before every run was replayed")
+        out.append(ReplayedRun(run, run_benchmark(replica.timer, scheduler, replay_run(run))))
+    return tuple(out)
+
+
 def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None, tp: int | None = None,
               pp: int = 1, precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm",
-              catalog: Catalog | None = None) -> Calibration:
+              time_limit_s: float | None = None, catalog: Catalog | None = None) -> Calibration:
     """The named factors (planner.calibration.factors) that make one replica's simulated benchmark runs match the
     measured `results` (vllm bench serve, SGLang bench_serving or GuideLLM files), with the residuals before and
-    after and each run predicted by a fit on the others."""
+    after and each run predicted by a fit on the others; `time_limit_s` (default none) bounds the fit from now."""
+    runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog)
+    assert replica.scheduler is not None  # sized
+    return _fit_calibration(runs, replica.arch, replica.card, replica.tp, replica.pp, precision, kv_dtype,
+                            replica.engine, replica.scheduler, replica.catalog, _time_limit(time_limit_s))
+
+
+def _measured_replica(results: Sequence[str | Path], model: str, gpu: str, gpus: int | None, tp: int | None, pp: int,
+                      precision: str, kv_dtype: str, engine: str,
+                      catalog: Catalog | None) -> tuple[list[MeasuredRun], Replica]:
+    """The runs of the result files and the sized replica that replays them (its max-model-len the longest replayed
+    request), every run of the replica's model."""
     from planner.calibration.calibrate import replay_run
     from planner.calibration.readers import read_results
 
@@ -351,15 +385,28 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog, sized=True)
     for run in runs:
         _same_model(catalog, run, replica.arch.name)
-    assert replica.scheduler is not None  # sized
-    return _fit_calibration(runs, replica.arch, replica.card, replica.tp, replica.pp, precision, kv_dtype,
-                            replica.engine, replica.scheduler, catalog)
+    return runs, replica
+
+
+def _time_limit(time_limit_s: float | None) -> Deadline:
+    from planner.plan.deadline import NO_DEADLINE, Deadline
+
+    return NO_DEADLINE if time_limit_s is None else Deadline.start(time_limit_s)
+
+
+def _replays_out_of_time(deadline: Deadline, replays: int, before: str) -> OutOfTime:
+    from planner.plan.deadline import OutOfTime
+
+    return OutOfTime(f"results: the {deadline.limit_s:g} s time limit ran out after {replays} simulated "
+                     f"run{'s' if replays != 1 else ''}, {before}; give fewer runs")
 
 
 def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu, tp: int, pp: int, precision: str,
-                     kv_dtype: str, engine: str, scheduler: Scheduler, catalog: Catalog) -> Calibration:
-    """The factors fitted to `runs`, each replayed on one replica (this layout, engine and scheduler), and the
-    record of what they were fitted on: `planner calibrate`'s, and `planner check --replan`'s on the plan's replica."""
+                     kv_dtype: str, engine: str, scheduler: Scheduler, catalog: Catalog,
+                     deadline: Deadline | None = None) -> Calibration:
+    """The factors fitted to `runs`, each replayed on one replica (this layout, engine and scheduler) within the
+    `deadline` (default none), and the record of what they were fitted on: `planner calibrate`'s, and `planner
+    check --replan`'s on the plan's replica."""
     from planner.calibration.calibrate import FittedOn, ResultFile, calibration_record, fit_runs, replay_run
     from planner.calibration.factors import Factors, calibrated_catalog
     from planner.estimator.benchmark import BenchmarkResult, run_benchmark
@@ -368,8 +415,13 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
     performance = load_performance_catalog()
     profile = performance.engine(engine).name
     generation = card.generation
+    replays = 0
 
     def replay(factors: Factors, run: MeasuredRun) -> BenchmarkResult:
+        nonlocal replays
+        if deadline is not None and deadline.expired():
+            raise _replays_out_of_time(deadline, replays, "before the factors were fitted")
+        replays += 1
         timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, engine,
                               calibrated_catalog(performance, generation, profile, factors))
         return run_benchmark(timer, scheduler, replay_run(run))
@@ -655,7 +707,8 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
 
 def __getattr__(name: str) -> Any:
     """The result records of engine_estimate, perf and simulate (planner.api_records), loaded on first use."""
-    if name in ("BenchResult", "CheckedRun", "EngineEstimate", "PerfResult", "Replan", "ReplicaSimulation"):
+    if name in ("BenchResult", "CheckedRun", "EngineEstimate", "PerfResult", "Replan", "ReplayedRun",
+                "ReplicaSimulation"):
         from planner import api_records
 
         return getattr(api_records, name)

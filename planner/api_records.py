@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from planner.estimator.benchmark import BenchmarkResult
     from planner.calibration.calibrate import Calibration
     from planner.calibration.check import LoadCheck, SloVerdict
+    from planner.calibration.readers import MeasuredRun
     from planner.estimator.capacity import Scheduler, Slo, SteadyState
     from planner.estimator.closed_loop import ClosedLoop
     from planner.estimator.engines import EngineBudget
@@ -163,6 +164,51 @@ class ReplicaSpec:
     slo: Slo | None = None  # a plan file's: its workload's SLO (None: the file carries none)
     planned_rps: float | None = None  # the capacity the plan sized each replica for (at the SLO x utilisation)
     engine_version: str | None = None  # the engine release the plan or scenario names (None: the default)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One statistic of one metric of a run: as measured (None: the result does not report it) and as predicted."""
+
+    metric: str  # ttft_ms | tpot_ms | output_tok_s
+    statistic: str  # mean | median | p99
+    measured: float | None
+    predicted: float
+
+    @property
+    def error(self) -> float | None:
+        """predicted / measured - 1 (None: nothing measured to compare with)."""
+        return self.predicted / self.measured - 1 if self.measured else None
+
+
+@dataclass(frozen=True)
+class ReplayedRun:
+    """One measured benchmark run against one simulated replica replaying it (planner.api.replay_results)."""
+
+    measured: MeasuredRun
+    predicted: BenchmarkResult  # its run: what the replay sent (its prompts, lengths, rate and concurrency)
+
+    def comparisons(self) -> tuple[Comparison, ...]:
+        """Mean, median and p99 TTFT and TPOT, then output throughput, measured against predicted."""
+        rows = []
+        for metric, measured, predicted in (("ttft_ms", self.measured.ttft, self.predicted.ttft),
+                                            ("tpot_ms", self.measured.tpot, self.predicted.tpot)):
+            for statistic, value, simulated in (("mean", measured.mean_ms, predicted.mean_ms),
+                                                ("median", measured.median_ms, predicted.median_ms),
+                                                ("p99", measured.p99_ms, predicted.p99_ms)):
+                rows.append(Comparison(metric, statistic, value, simulated))
+        rows.append(Comparison("output_tok_s", "mean", self.measured.output_throughput,
+                               self.predicted.output_throughput))
+        return tuple(rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        run, replay = self.measured, self.predicted.run
+        return {"result": run.label, "tool": run.tool, "model_id": run.model_id,
+                "request_rate": "inf" if run.request_rate == float("inf") else run.request_rate,  # as vLLM writes it
+                "max_concurrency": run.max_concurrency, "completed": run.completed,
+                "mean_input_tokens": run.mean_input_tokens, "mean_output_tokens": run.mean_output_tokens,
+                "replayed_prompts": replay.num_prompts,
+                "comparisons": [{**asdict(c), "error": c.error} for c in self.comparisons()]}
 
 
 @dataclass(frozen=True)

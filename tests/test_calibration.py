@@ -164,6 +164,31 @@ def test_calibrate_the_examples_and_read_the_file_back(tmp_path):
     assert load_calibration(path) == result
 
 
+def test_replayed_results_compare_each_statistic_as_the_fit_starts_from():
+    replayed = api.replay_results(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    calibration = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    before = {(r.result, r.metric): r.before for r in calibration.residuals}
+    assert [r.measured.label for r in replayed] == [p.name for p in EXAMPLES]
+    for run, path in zip(replayed, EXAMPLES):
+        data = json.loads(path.read_text())
+        rows = {(c.metric, c.statistic): c for c in run.comparisons()}
+        assert len(rows) == 7 and rows["tpot_ms", "p99"].measured == data["p99_tpot_ms"]
+        assert rows["ttft_ms", "median"].measured == data["median_ttft_ms"]
+        assert rows["ttft_ms", "p99"].predicted == run.predicted.ttft.p99_ms
+        for metric in ("tpot_ms", "ttft_ms", "output_tok_s"):  # the replay is the fit's prediction before any factor
+            assert rows[metric, "mean"].predicted == before[path.name, metric]
+        assert rows["output_tok_s", "mean"].error == run.predicted.output_throughput / data["output_throughput"] - 1
+        assert run.predicted.run.num_prompts == replay_prompts(run.measured)
+
+
+def test_replays_and_fits_stop_at_their_time_limit():
+    from planner.plan.deadline import OutOfTime
+
+    for call in (api.replay_results, api.calibrate):
+        with pytest.raises(OutOfTime, match=r"^results: the 0 s time limit ran out after 0 simulated runs, before "):
+            call(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1, time_limit_s=0)
+
+
 def test_ten_results_calibrate_with_a_held_out_residual_each(tmp_path):
     """(Its time, <= 10 s for ten results, is bench/cli_speed.py's to measure.)"""
     paths = []

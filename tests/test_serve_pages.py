@@ -5,6 +5,7 @@ Debian's chromium driven by playwright's client (the `test` extra); the pages' C
 eval, so the waits are locator assertions, never wait_for_function."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
+CALIBRATION = Path(__file__).parents[1] / "examples" / "calibration"
 WAIT_MS = 60_000  # a shared 2-core machine: an estimate takes milliseconds, a page load and a solve seconds
 NARROW = {"width": 420, "height": 900}
 
@@ -84,6 +86,30 @@ def test_a_bad_input_clears_the_previous_verdict(page, server):
     expect(page.locator("#error")).to_contain_text("config: not valid JSON", timeout=WAIT_MS)
     expect(page.locator("#verdict")).to_have_text("—")
     assert page.locator("#bars > *").count() == 0
+
+
+def test_dropped_results_show_predicted_against_measured_and_a_bad_file_one_line(page, server):
+    _calculator(page, server)
+    page.select_option("#gpu", "h100-sxm")
+    page.set_input_files("#results", [CALIBRATION / "vllm-llama-3.1-8b-h100-c1.json",
+                                      CALIBRATION / "vllm-llama-3.1-8b-h100-c8.json"])
+    expect(page.locator("#compare-status")).to_have_text("2 runs replayed", timeout=WAIT_MS)
+    tables = page.locator("#comparison table")
+    expect(tables).to_have_count(2)
+    assert tables.nth(0).locator("caption").text_content() == (
+        "vllm-llama-3.1-8b-h100-c1.json (vllm) · all at once · concurrency 1 · 1,000 → 200 tokens · "
+        "10 of 10 prompts replayed")
+    tpot_p99 = tables.nth(1).locator("tr").nth(6).locator("td")
+    assert [tpot_p99.nth(i).text_content() for i in range(3)] == ["TPOT (ms)", "p99", "8.31"]  # c8: 8.307 ms
+    assert tables.nth(1).locator("tr").nth(1).locator("td").nth(2).text_content() == "145.2"  # mean TTFT 145.19 ms
+    # the factors, or (on a busy machine) the fit's one line on the web's time limit
+    expect(page.locator("#factors")).to_contain_text(re.compile(r"^(Calibration factors \(hopper × vllm|"
+                                                                 r"factors: not fitted)"))
+    page.set_input_files("#results", files=[{"name": "bad.json", "mimeType": "application/json",
+                                             "buffer": b'{"hello": 1}'}])
+    expect(page.locator("#compare-error")).to_have_text(re.compile(r"^result: bad.json has none of model_id \(vLLM\)"),
+                                                        timeout=WAIT_MS)
+    assert page.locator("#comparison table").count() == 0 and page.text_content("#factors") == ""
 
 
 def _hold_first(page, pattern: str) -> list:

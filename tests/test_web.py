@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,10 @@ import pytest
 pytest.importorskip("fastapi", reason="the web extra is not installed (pip install '.[web]')")
 from fastapi.testclient import TestClient  # noqa: E402
 from serve_process import running_server  # noqa: E402
+from test_calibration import EXAMPLES, guidellm_benchmark, sglang_line  # noqa: E402
 
-from planner.serve.app import MAX_BODY_BYTES, BodyLimit, create_app  # noqa: E402
+from planner import api  # noqa: E402
+from planner.serve.app import MAX_BODY_BYTES, MAX_RESULT_FILES, BodyLimit, create_app  # noqa: E402
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 LLAMA = {"model": "llama-3.1-8b", "gpu": "l40s", "context": 8192, "sequences": 1, "engine": "vllm"}
@@ -125,6 +128,117 @@ def test_catalog_and_openapi(client):
     assert client.get("/api/catalog/prices").status_code == 422
     paths = client.get("/api/openapi.json").json()["paths"]
     assert {"/api/estimate", "/api/solve", "/api/export", "/api/report", "/api/perf", "/api/catalog/{kind}"} <= set(paths)
+
+
+# --------------------------------------------------------------------------------------------
+# Benchmark results dropped on the calculator: measured against predicted, and the factors
+
+H100 = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1, "engine": "vllm"}
+
+
+def results_body(*files: tuple[str, str], **config) -> dict:
+    return {**H100, **config, "results": [{"name": name, "text": text} for name, text in files]}
+
+
+@pytest.fixture(scope="module")
+def unhurried():
+    """A client whose fits always finish (the served page's limit is WORK_TIME_LIMIT_S)."""
+    return TestClient(BodyLimit(create_app(time_limit_s=600)))
+
+
+def _written(tmp_path: Path, files: list[tuple[str, str]]) -> list[Path]:
+    for name, text in files:
+        (tmp_path / name).write_text(text)
+    return [tmp_path / name for name, _ in files]
+
+
+SGLANG = [("sglang.jsonl", json.dumps(sglang_line()))]
+GUIDELLM = [("benchmarks.json", json.dumps({"metadata": {"guidellm_version": "0.8.1"}, "benchmarks": [
+    guidellm_benchmark({"type_": "synchronous"}), guidellm_benchmark({"type_": "concurrent", "streams": 8})]}))]
+
+
+@pytest.mark.parametrize("files", [[(p.name, p.read_text()) for p in EXAMPLES], SGLANG, GUIDELLM],
+                         ids=["vllm", "sglang", "guidellm"])
+def test_dropped_results_are_replayed_measured_against_predicted(unhurried, tmp_path, files):
+    response = unhurried.post("/api/compare-results", json=results_body(*files))
+    assert response.status_code == 200, response.text
+    data = response.json()
+    paths = _written(tmp_path, files)
+    replayed = api.replay_results(paths, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    assert [run["result"] for run in data["runs"]] == [run.measured.label for run in replayed]
+    for shown, run in zip(data["runs"], replayed):
+        rows = {(c["metric"], c["statistic"]): c for c in shown["comparisons"]}
+        assert rows["tpot_ms", "p99"]["measured"] == run.measured.tpot.p99_ms
+        assert rows["ttft_ms", "median"]["measured"] == run.measured.ttft.median_ms
+        assert rows["ttft_ms", "mean"]["predicted"] == run.predicted.ttft.mean_ms
+        assert rows["output_tok_s", "mean"]["error"] == pytest.approx(
+            run.predicted.output_throughput / run.measured.output_throughput - 1)
+        assert shown["replayed_prompts"] == run.predicted.run.num_prompts
+    if len(replayed) == 1:
+        assert data["calibration"] is None and data["calibration_note"].startswith("factors: fitted on 2 runs or more")
+    else:  # the factors api.calibrate fits, and its file
+        calibration = api.calibrate(paths, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+        assert data["calibration"] == json.loads(json.dumps(asdict(calibration)))
+        assert data["calibration_yaml"] == calibration.to_yaml() and data["calibration_note"] is None
+
+
+EXAMPLE = json.loads(EXAMPLES[0].read_text())
+
+
+@pytest.mark.parametrize("files, config, status, names", [
+    ([("r.json", "not json at all\nnor this")], {}, 400, "result: r.json is not JSON or JSONL"),
+    ([("r.json", '{"hello": 1}')], {}, 400, "result: r.json has none of model_id (vLLM)"),
+    ([("r.json", json.dumps({**EXAMPLE, "model_id": "meta-llama/Llama-3.1-70B-Instruct"}))], {}, 400,
+     "result: r.json ran meta-llama/Llama-3.1-70B-Instruct (llama-3.1-70b), not model llama-3.1-8b"),
+    ([("r.json", json.dumps(EXAMPLE).replace("8.255", "NaN"))], {}, 400, "NaN is not a measurement"),
+    ([("r.json", json.dumps({**EXAMPLE, "completed": 0}))], {}, 400, "completed is 0"),
+    ([("../../../etc/evil.json", '{"hello": 1}')], {}, 400, "result: evil.json has none of"),  # never a path
+    ([(".hidden", '{"hello": 1}')], {}, 400, "result: hidden has none of"),
+    ([("r.json", "[" * 100_000)], {}, 400, "nested too deeply"),
+    ([("r.json", EXAMPLES[0].read_text())], {"model": "/etc/passwd"}, 400, "unknown model '/etc/passwd'"),
+    ([("r.json", EXAMPLES[0].read_text())], {"gpu": "h900"}, 400, "h900"),
+    ([], {}, 422, "results: List should have at least 1 item"),
+    ([("r.json", "{}")] * (MAX_RESULT_FILES + 1), {}, 422, "results: List should have at most 20 items"),
+])
+def test_a_bad_result_file_is_one_line_and_a_4xx(client, files, config, status, names):
+    response = client.post("/api/compare-results", json=results_body(*files, **config))
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert names in error and "\n" not in error and "Traceback" not in error
+
+
+@pytest.mark.parametrize("body, status, names", [
+    (b'{"model": "llama-3.1-8b", "gpu": "h100-sxm", "results": [{"name": "r.json", "text": 5}]}', 422,
+     "results.0.text: Input should be a valid string"),
+    (b'{"model": "llama-3.1-8b", "gpu": "h100-sxm", "results": [{"name": "r.json", "text": "\\ud800"}]}', 422,
+     "results.0.text"),
+    (b'{"model": "llama-3.1-8b", "gpu": "h100-sxm", "results": [{"name": "r", "text": "", "path": "/etc"}]}', 422,
+     "results.0.path: Extra inputs"),
+    (json.dumps(results_body(("r.json", "x" * MAX_BODY_BYTES))).encode(), 413, "body: larger than 1048576 bytes"),
+])
+def test_hostile_result_bodies_get_a_4xx(client, body, status, names):
+    response = client.post("/api/compare-results", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == status and names in response.json()["error"], response.text
+
+
+def test_replays_and_the_fit_keep_to_the_web_time_limit():
+    examples = [(p.name, p.read_text()) for p in EXAMPLES]
+    none = TestClient(BodyLimit(create_app(time_limit_s=0))).post("/api/compare-results", json=results_body(*examples))
+    assert none.status_code == 400 and none.json()["error"] == (
+        "results: the 0 s time limit ran out after 0 simulated runs, before every run was replayed; give fewer runs "
+        "(the web calculator's time limit; planner calibrate on the command line has none)")
+    short = TestClient(BodyLimit(create_app(time_limit_s=1))).post("/api/compare-results", json=results_body(*examples))
+    data = short.json()  # the replays take milliseconds, the fit seconds: the runs are compared, the factors not fitted
+    assert short.status_code == 200 and len(data["runs"]) == 3 and data["calibration"] is None
+    assert data["calibration_note"].startswith("factors: not fitted (results: the ")
+    assert "before the factors were fitted" in data["calibration_note"]
+
+
+def test_the_calculator_page_has_the_drop_zone(client):
+    page = client.get("/").text
+    assert '<input id="results" type="file" multiple' in page and 'id="drop"' in page
+    assert f"const MAX_RESULT_BYTES = {MAX_BODY_BYTES};" in client.get("/static/calculator.js").text
+    assert "/api/compare-results" in client.get("/api/openapi.json").json()["paths"]
 
 
 # --------------------------------------------------------------------------------------------

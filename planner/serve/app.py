@@ -20,8 +20,9 @@ import re
 import socket
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -48,6 +49,10 @@ from planner.yamlfile import parse_yaml
 MAX_BODY_BYTES = 1 << 20
 # Far above what one replica serves (requests/s); a larger rate is a typo
 MAX_RATE = 1e6
+# Benchmark result files one comparison takes (a result is a few KB; all of them share the body's MAX_BODY_BYTES)
+MAX_RESULT_FILES = 20
+# Runs a calibration is fitted on at the least: a single run's factors match it exactly, with no run to test them on
+FIT_RUNS = 2
 # Every request is answered within this many seconds, body upload included (planner's contract: an answer or
 # one error within 10 s); what is still running then is abandoned to its own time limit, below.
 REQUEST_TIME_LIMIT_S = 9.0
@@ -75,17 +80,32 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EstimateBody(_Body):
+class ReplicaBody(_Body):
+    """The calculator's configuration: a model on GPUs under an engine."""
+
     model: str | None = Field(None, max_length=200, description="A catalog model name or HF id (see /api/catalog/models).")
     config: dict[str, Any] | None = Field(None, description="A pasted config.json, instead of a catalog model.")
     precision: str = Field("auto", max_length=40)
     kv_dtype: str = Field("auto", max_length=40)
-    context: int = Field(8192, ge=1, le=MAX_CONTEXT)
-    sequences: int = Field(1, ge=1, le=MAX_BATCH)
     tp: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
     pp: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA)
     gpu: str = Field(..., max_length=80)
     engine: Literal[engine_names()] = "vllm"  # type: ignore[valid-type]  # the registry's
+
+
+class EstimateBody(ReplicaBody):
+    context: int = Field(8192, ge=1, le=MAX_CONTEXT)
+    sequences: int = Field(1, ge=1, le=MAX_BATCH)
+
+
+class ResultText(_Body):
+    name: str = Field(..., max_length=255, description="The file's name: the runs' labels and errors name it.")
+    text: str = Field(..., max_length=MAX_BODY_BYTES, description="The file's content, as the benchmark saved it.")
+
+
+class CompareBody(ReplicaBody):
+    results: list[ResultText] = Field(..., min_length=1, max_length=MAX_RESULT_FILES, description=(
+        "vllm bench serve --save-result JSON, SGLang bench_serving JSONL or GuideLLM benchmarks.json files."))
 
 
 class PerfBody(_Body):
@@ -340,7 +360,7 @@ class HeaderTimeoutH11(H11Protocol):
             super().data_received(data)
 
 
-def _architecture_model(body: EstimateBody, catalog: Catalog, folder: Path) -> str:
+def _architecture_model(body: ReplicaBody, catalog: Catalog, folder: Path) -> str:
     """The `model` argument for planner.api: a catalog name, or the pasted config written to a private folder."""
     if (body.model is None) == (body.config is None):
         raise PlannerInputError("model: give a catalog model or a pasted config, not both and not neither")
@@ -350,6 +370,23 @@ def _architecture_model(body: EstimateBody, catalog: Catalog, folder: Path) -> s
         path.write_text(json.dumps(body.config), encoding="utf-8")
         return str(path)
     return catalog.models.get(body.model).name  # catalog only: never a server path or a Hub download
+
+
+# What a dropped file's name keeps as the name of its copy in the request's private folder
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def _result_files(results: list[ResultText], folder: Path) -> list[Path]:
+    """Each dropped file's text, written to a folder of its own under `folder` as its name's last part (only
+    letters, digits and ._+-; never hidden, never a path elsewhere): the paths planner.api reads."""
+    paths = []
+    for i, result in enumerate(results):
+        name = _UNSAFE_NAME.sub("_", result.name.replace("\\", "/").rsplit("/", 1)[-1]).lstrip(".")[:100]
+        path = folder / "results" / str(i) / (name or f"result-{i + 1}.json")
+        path.parent.mkdir(parents=True)
+        path.write_text(result.text, encoding="utf-8")
+        paths.append(path)
+    return paths
 
 
 def _scenario(text: str, catalog: Catalog) -> dict[str, Any]:
@@ -439,7 +476,7 @@ def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_L
     app = FastAPI(title="planner", description="GPU memory and fleet planning for LLM inference.",
                   version="0.1.0", docs_url=None, openapi_url="/api/openapi.json", redoc_url=None,
                   redirect_slashes=False)  # /api/estimate/ is not found (JSON), not a redirect
-    fields = {name for body in (EstimateBody, PerfBody, ExportBody) for name in body.model_fields}
+    fields = {name for body in (EstimateBody, PerfBody, ExportBody, CompareBody) for name in body.model_fields}
     work = ThreadPoolExecutor(WORKERS, thread_name_prefix="planner-web")
 
     async def off_loop(function: Callable[[], _Result]) -> _Result:
@@ -511,6 +548,41 @@ def create_app(catalog: Catalog | None = None, time_limit_s: float = WORK_TIME_L
     @app.post("/api/perf", summary="Speed of one replica: TTFT, TPOT, tokens/s; with a rate, its steady state")
     async def perf(body: PerfBody) -> dict[str, Any]:
         return await off_loop(partial(timed, body))
+
+    def compared(body: CompareBody) -> dict[str, Any]:
+        """Each run of the dropped results replayed on the configuration, measured against predicted, and the factors
+        fitted to them when there are FIT_RUNS runs or more, all within the time limit from now."""
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="planner-web-") as folder:
+            settings = dict(model=_architecture_model(body, catalog, Path(folder)), gpu=body.gpu, tp=body.tp,
+                            pp=body.pp, precision=body.precision, kv_dtype=body.kv_dtype, engine=body.engine,
+                            catalog=catalog)
+            paths = _result_files(body.results, Path(folder))
+            try:
+                runs = api.replay_results(paths, time_limit_s=time_limit_s, **settings)
+            except OutOfTime as exc:
+                raise PlannerInputError(f"{exc} (the web calculator's time limit; planner calibrate on the command "
+                                        "line has none)") from None
+            calibration, note = None, None
+            if len(runs) < FIT_RUNS:
+                note = (f"factors: fitted on {FIT_RUNS} runs or more (one run's factors match it exactly, with no run "
+                        "left to test them on); drop more runs")
+            else:
+                try:
+                    left_s = round(time_limit_s - (time.perf_counter() - started), 1)
+                    calibration = api.calibrate(paths, time_limit_s=left_s, **settings)
+                except OutOfTime as exc:
+                    note = (f"factors: not fitted ({exc}); planner calibrate on the command line has no time "
+                            "limit")
+        return {"runs": [run.to_dict() for run in runs],
+                "calibration": None if calibration is None else asdict(calibration),
+                "calibration_yaml": None if calibration is None else calibration.to_yaml(),
+                "calibration_note": note and _page_message(note, fields, {})}
+
+    @app.post("/api/compare-results", summary="Benchmark results replayed on one configuration: measured against "
+                                              "predicted per run, and the calibration factors fitted to them")
+    async def compare_results(body: CompareBody) -> dict[str, Any]:
+        return await off_loop(partial(compared, body))
 
     def solved(text: str) -> str:
         """The plan JSON of a scenario (a fleet's with traffic), within the time limit from now."""
