@@ -71,7 +71,8 @@ def estimate(model: str | None = None, *, context: int = 8192, batch: int = 1, t
 
 
 def engine_estimate(model: str | None, settings: EngineSettings, *, context: int = 8192, batch: int = 1,
-                    tp: int = 1, pp: int = 1, precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None,
+                    tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, all_to_all: str | None = None,
+                    precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None,
                     gpu_memory: str | None = None, params: int | str | None = None, layers: int | None = None,
                     kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
                     catalog: Catalog | None = None) -> EngineEstimate:
@@ -85,7 +86,8 @@ def engine_estimate(model: str | None, settings: EngineSettings, *, context: int
         raise PlannerInputError(f"--engine {settings.name}: an engine sizes its pool from the card; give --gpu or --gpu-memory")
     count = parse_count(str(params), "--params") if params is not None else None
     arch = resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads)
-    request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
+    request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, dp=dp, ep=ep,
+                      all_to_all=all_to_all)
     memory = estimate_memory(arch, request, catalog, target)
     return EngineEstimate(memory, engine_budget(arch, request, settings, target, catalog))
 

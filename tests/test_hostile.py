@@ -784,17 +784,17 @@ def test_the_bisected_search_finds_what_trying_every_point_finds(catalog, engine
     groups, _ = _groups(space, _rental_prices(space), catalog)
     probe = _Probe(space, catalog, {})
     found = 0
-    for gpu, tp, pp, precision, kv in groups:
+    for gpu, layout, precision, kv in groups:
         fitting = [(i, j) for i, context in enumerate(space.contexts) for j, concurrency in enumerate(space.concurrencies)
-                   if isinstance(probe.check(gpu, (tp, pp, precision.name, kv, context, concurrency)), Candidate)]
-        best = probe.best_in_group(gpu, tp, pp, precision, kv)
+                   if isinstance(probe.check(gpu, (layout, precision.name, kv, context, concurrency)), Candidate)]
+        best = probe.best_in_group(gpu, layout, precision, kv)
         if not fitting:
             assert not isinstance(best, Candidate)
             continue
         found += 1
         i, j = max(fitting)
         assert isinstance(best, Candidate)
-        assert (best.context, best.concurrency) == (space.contexts[i], space.concurrencies[j]), (gpu.name, tp, pp)
+        assert (best.context, best.concurrency) == (space.contexts[i], space.concurrencies[j]), (gpu.name, layout)
         # what fits is a down-set: every point with a shorter context and fewer sequences fits too
         assert all((a, b) in fitting for i2, j2 in fitting for a in range(i2 + 1) for b in range(j2 + 1))
     assert found

@@ -27,14 +27,29 @@ DEFAULT_GPUS_PER_NODE = 8
 
 @dataclass(frozen=True)
 class ParallelLayout:
-    """Tensor- and pipeline-parallel sizes of one replica."""
+    """Tensor- and pipeline-parallel sizes of one replica; with data-parallel attention and expert parallelism, the
+    attention-DP groups among its tp GPUs, the expert-parallel size and the experts' all-to-all backend."""
 
     tp: int
     pp: int
+    dp: int = 1
+    ep: int = 1
+    all_to_all: str | None = None
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def node_group(self) -> int:
+        """The GPUs that must share a node (its NVLink): the attention-TP group, tp / dp (the whole TP group without
+        DP attention). The expert all-to-all and the DP groups' gathers may cross nodes, as SGLang runs --tp 16 over
+        two 8-GPU nodes."""
+        return self.tp // self.dp
+
+    @property
+    def name(self) -> str:
+        return layout_name(self.tp, self.pp, self.dp, self.ep, self.all_to_all)
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,10 +130,10 @@ def parallel_refusal(arch: Architecture, tp: int, pp: int, dp: int = 1, ep: int 
     return layout_refusal(arch, 1, pp)
 
 
-def layout_name(tp: int, pp: int, dp: int = 1, ep: int = 1) -> str:
-    """`tp 8 x pp 1`, or with DP attention / EP `tp 8 x dp 8 x ep 8 x pp 1`."""
+def layout_name(tp: int, pp: int, dp: int = 1, ep: int = 1, all_to_all: str | None = None) -> str:
+    """`tp 8 x pp 1`, or with DP attention / EP `tp 8 x dp 8 x ep 8 x pp 1`, and `, deepep` with an all-to-all."""
     parts = [f"tp {tp}"] + [f"{name} {size}" for name, size in (("dp", dp), ("ep", ep)) if size > 1]
-    return " x ".join(parts + [f"pp {pp}"])
+    return " x ".join(parts + [f"pp {pp}"]) + (f", {all_to_all}" if all_to_all else "")
 
 
 def searched_tensor_parallel_sizes(arch: Architecture, node: int, limit: int) -> list[int]:
@@ -126,6 +141,32 @@ def searched_tensor_parallel_sizes(arch: Architecture, node: int, limit: int) ->
     by its size (heads unknown) gets power-of-two sizes, the ones every common head count divides by."""
     sizes = [tp for tp in range(1, min(node, limit) + 1) if tensor_parallel_refusal(arch, tp) is None]
     return sizes if arch.exact else [tp for tp in sizes if tp & (tp - 1) == 0]
+
+
+def expert_layouts(arch: Architecture, node: int, limit: int, expert_parallel: str,
+                   all_to_all: tuple[str | None, ...] = (None,)) -> list[ParallelLayout]:
+    """Data-parallel attention and expert-parallel layouts of a MoE model, pp 1, as an engine allows them: tp GPUs
+    within a node or whole nodes (at most `limit`), dp attention groups dividing tp with the attention TP (tp / dp)
+    inside a node, and ep dividing tp and the routed experts. `expert_parallel` "any" (SGLang: --ep-size any such
+    divisor) or "full" (vLLM: --enable-expert-parallel deals the experts over all tp GPUs, or it is off); an
+    all-to-all backend (SGLang --moe-a2a-backend) spans the TP group, so it needs ep = tp. The plain TP layouts
+    (dp = ep = 1) are the TP x PP search's."""
+    if arch.moe is None or not arch.exact:
+        return []
+    sizes = [tp for tp in range(2, limit + 1) if tp <= node or tp % node == 0]
+    out = []
+    for tp in sizes:
+        divisors = [d for d in range(1, tp + 1) if tp % d == 0]
+        eps = divisors if expert_parallel == "any" else [1, tp]
+        for dp in divisors:
+            for ep in eps:
+                for backend in all_to_all:
+                    layout = ParallelLayout(tp, 1, dp, ep, backend)
+                    if ((dp, ep) == (1, 1) or layout.node_group > node or (backend and ep != tp)
+                            or parallel_refusal(arch, tp, 1, dp, ep)):
+                        continue
+                    out.append(layout)
+    return out
 
 
 def layouts_on_gpus(arch: Architecture, gpus: int, engine: str, node: int) -> list[ParallelLayout]:
@@ -222,7 +263,7 @@ def on_attention_group(tensor: Tensor) -> bool:
                 or tensor.name.startswith("mlp."))
 
 
-__all__ = ["DEFAULT_GPUS_PER_NODE", "ParallelLayout", "data_parallel_refusal", "expert_parallel_refusal",
+__all__ = ["DEFAULT_GPUS_PER_NODE", "ParallelLayout", "data_parallel_refusal", "expert_layouts", "expert_parallel_refusal",
            "kv_heads_per_rank", "layout_name", "layout_refusal", "layouts_on_gpus", "model_kv_heads", "node_gpus",
            "on_attention_group",
            "parallel_refusal", "pipeline_parallel_refusal", "pipeline_stages", "rank_share",

@@ -1,7 +1,7 @@
 """One replica configuration: what is planned, re-checked, printed, written to a plan file and exported.
 
 A configuration names the model (as the user gave it and as an engine loads it), the card, the
-TP x PP layout, the weight precision, the KV cache dtype, the context (the engine's max-model-len),
+TP x PP layout (with data-parallel attention, expert parallelism and the experts' all-to-all where planned), the weight precision, the KV cache dtype, the context (the engine's max-model-len),
 the sequences one replica holds at once, and the engine with the settings its profile resolved
 (gpu_memory_utilization, max_num_seqs, max_num_batched_tokens, mem_fraction_static, block size ...).
 Candidates, rejections, plans, fleet assignments and exports all carry this one record, so a
@@ -17,6 +17,7 @@ from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.need import engine_need
 from planner.estimator.engines.registry import engine
+from planner.estimator.layout import ParallelLayout
 from planner.estimator.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.model.architecture import Architecture
 
@@ -37,10 +38,17 @@ class Configuration:
     engine: EngineSettings  # name and the settings the engine profile resolved for this GPU and layout
     overhead_fraction: float | None = None  # engine "simple" only: the planning margin (None: the catalog's)
     params: int | None = None  # a model known only by its size: the parameter count it was planned with
+    dp: int = 1  # data-parallel attention groups among the tp GPUs (SGLang --attn-dp-size; vLLM --data-parallel-size)
+    ep: int = 1  # expert-parallel size (SGLang --ep-size; vLLM --enable-expert-parallel: tp)
+    all_to_all: str | None = None  # the experts' all-to-all backend (SGLang --moe-a2a-backend), None: all-reduce
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def parallel(self) -> ParallelLayout:
+        return ParallelLayout(self.tp, self.pp, self.dp, self.ep, self.all_to_all)
 
     @property
     def max_model_len(self) -> int:
@@ -55,7 +63,8 @@ class Configuration:
     def request(self) -> Request:
         """The estimator's request for this configuration (the whole batch, on its layout)."""
         return Request(context=self.context, batch=self.concurrency, tp=self.tp, pp=self.pp,
-                       precision=self.precision, kv_dtype=self.kv_dtype, overhead_fraction=self.overhead_fraction)
+                       precision=self.precision, kv_dtype=self.kv_dtype, overhead_fraction=self.overhead_fraction,
+                       dp=self.dp, ep=self.ep, all_to_all=self.all_to_all)
 
 
 def loaded_model_id(catalog: Catalog, reference: str) -> str:
@@ -83,6 +92,11 @@ class ConfiguredBy:
     @property
     def gpus_per_replica(self) -> int:
         return self.configuration.gpus
+
+    @property
+    def layout(self) -> str:
+        """The parallel layout as the engines' flags set it: `tp 16 x dp 16 x ep 16 x pp 1, deepep`."""
+        return self.configuration.parallel.name
 
     @property
     def precision(self) -> str:

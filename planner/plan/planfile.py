@@ -6,8 +6,8 @@ plan was made with, as `planner solve` does before printing it.
 
 Layout (schema_version 2): {"schema_version", "kind": "plan" | "fleet", "scenario", ...}. A "plan" holds
 "best" and "alternatives"; a "fleet" holds "assignments". Every plan and assignment carries its
-configuration's fields at its top level (model, model_id, gpu, tp, pp, precision, kv_dtype, context,
-concurrency, engine {name and resolved settings}, ...) plus how it is rented (replicas, provider, region,
+configuration's fields at its top level (model, model_id, gpu, tp, pp, dp, ep, all_to_all, precision, kv_dtype,
+context, concurrency, engine {name and resolved settings}, ...) plus how it is rented (replicas, provider, region,
 market, gpus_per_instance).
 """
 
@@ -27,8 +27,8 @@ from planner.errors import PlannerInputError
 from planner.files import PLAN, read_bytes
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings
 from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES
-from planner.estimator.layout import layout_refusal
-from planner.estimator.memory import GpuTarget, MemoryEstimate
+from planner.estimator.layout import parallel_refusal
+from planner.estimator.memory import ALL_TO_ALL_BACKENDS, GpuTarget, MemoryEstimate
 from planner.model.sources import resolve_model
 from planner.plan.configuration import Configuration, check_configuration, loaded_model_id
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, MAX_SIZE_BYTES, format_bytes
@@ -93,11 +93,17 @@ class PlanRecord(_Schema):
     # fleet assignments: the requests a replica may run at once, as its capacity was planned (the engine's
     # max_num_seqs capped by workload.concurrency); None: the engine's own limit (SGLang's follows its pool)
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH)
+    # data-parallel attention groups among the tp GPUs, the expert-parallel size and the experts' all-to-all backend
+    # (plans written before them are TP x PP: 1, 1, none); checked against the model and tp in _checked
+    dp: int = Field(default=1, ge=1, le=MAX_GPUS_PER_REPLICA)
+    ep: int = Field(default=1, ge=1, le=MAX_GPUS_PER_REPLICA)
+    all_to_all: Literal[ALL_TO_ALL_BACKENDS] = None  # type: ignore[valid-type]
 
     def configuration(self) -> Configuration:
         engine = EngineSettings(**self.engine.model_dump())
         return Configuration(self.model, self.model_id, self.gpu, self.tp, self.pp, self.precision, self.kv_dtype,
-                             self.context, self.concurrency, engine, self.overhead_fraction, self.params)
+                             self.context, self.concurrency, engine, self.overhead_fraction, self.params, self.dp,
+                             self.ep, self.all_to_all)
 
 
 class PlanFile(_Schema):
@@ -245,7 +251,7 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
     if configuration.model_id != expected:  # an export launches model_id: it must be the model re-checked here
         raise PlannerInputError(f"plan: {_name(p)}: model_id {configuration.model_id!r} is not what the plan's model "
                                 f"{configuration.model!r} loads ({expected!r}); re-run `planner solve`")
-    refusal = layout_refusal(arch, configuration.tp, configuration.pp)
+    refusal = parallel_refusal(arch, configuration.tp, configuration.pp, configuration.dp, configuration.ep)
     if refusal:
         raise PlannerInputError(f"plan: {_name(p)}: {refusal.removeprefix('--')}")
     try:

@@ -297,6 +297,18 @@ class Search(_Strict):
     # plan precisions the engine runs only with weight-only kernels (dequantized, 16-bit compute: MXFP4 on Hopper,
     # FP8 on Ampere; catalogs/precision_support.yaml), timed at the 16-bit rate; false: only native kernels
     allow_emulated: bool = True
+    # the parallel layouts searched: tp (TP within a node, PP across nodes: the default) and dp_ep (a MoE model's
+    # data-parallel attention and expert parallelism, as SGLang runs them: planner/estimator/layout.py expert_layouts)
+    layouts: list[Literal["tp", "dp_ep"]] = Field(default=["tp"], min_length=1)
+    # the experts' all-to-all backends dp_ep layouts are searched with: none (outputs all-reduced) and/or deepep
+    all_to_all: list[Literal["none", "deepep"]] = Field(default=["none"], min_length=1)
+
+    @model_validator(mode="after")
+    def _all_to_all_needs_expert_parallel(self) -> Search:
+        if "deepep" in self.all_to_all and "dp_ep" not in self.layouts:
+            raise ValueError("all_to_all: an all-to-all backend carries expert-parallel traffic; add dp_ep to "
+                             "search.layouts or remove all_to_all")
+        return self
 
 
 class EngineSpec(_Strict):
@@ -411,6 +423,12 @@ class Scenario(_Strict):
         if self.fleet is not None and not self.is_fleet:
             raise ValueError("fleet: quotas and on_demand_share shape a fleet, which needs workload.traffic (or a "
                              "workloads list); add traffic or remove fleet")
+        if self.is_fleet:
+            for where, part in self.fleet_parts():
+                if part.search.layouts != ["tp"]:
+                    raise ValueError(f"search.layouts ({where}): a fleet sized by traffic searches TP x PP layouts only; "
+                                     "data-parallel attention and expert parallelism (dp_ep) are planned for a single "
+                                     "configuration (a scenario without workload.traffic)")
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
         self._on_demand_share_applies()

@@ -18,8 +18,9 @@ from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.need import Budgets, EngineNeed, engine_need
 from planner.estimator.engines.profiles import load_profiles
-from planner.estimator.layout import node_gpus, searched_tensor_parallel_sizes
-from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.estimator.engines.registry import engine as described
+from planner.estimator.layout import ParallelLayout, expert_layouts, node_gpus, searched_tensor_parallel_sizes
+from planner.estimator.memory import DEEPEP_CONFIGS, GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.model.architecture import Architecture
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 from planner.model.sources import resolve_model
@@ -56,13 +57,16 @@ class SearchSpace:
     engine: EngineSettings | None = None  # None: the seed's margin (engine "simple")
     params: int | None = None  # the scenario's parameter count, for a model known by its size
     min_tokens_per_s: float | None = None  # workload.min_tokens_per_s: a replica's output tokens/s at the full context
+    expert_parallel: bool = False  # search.layouts has dp_ep: data-parallel attention and expert parallelism too
+    all_to_all: tuple[str | None, ...] = (None,)  # search.all_to_all: the backends dp_ep layouts are searched with
 
-    def configuration(self, gpu: Gpu, tp: int, pp: int, precision: str, kv_dtype: str, context: int,
+    def configuration(self, gpu: Gpu, layout: ParallelLayout, precision: str, kv_dtype: str, context: int,
                       concurrency: int, engine: EngineSettings | None = None) -> Configuration:
         """A configuration of this space's model; `engine`: the settings the engine resolved, when it did."""
-        return Configuration(self.model, self.model_id, gpu.name, tp, pp, precision, kv_dtype, context, concurrency,
-                             engine or self.engine or EngineSettings(SIMPLE_ENGINE),
-                             self.overhead if self.engine is None else None, self.params)
+        return Configuration(self.model, self.model_id, gpu.name, layout.tp, layout.pp, precision, kv_dtype, context,
+                             concurrency, engine or self.engine or EngineSettings(SIMPLE_ENGINE),
+                             self.overhead if self.engine is None else None, self.params, layout.dp, layout.ep,
+                             layout.all_to_all)
 
 
 @dataclass(frozen=True)
@@ -191,14 +195,25 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         and (o.term is None or o.term in pricing.terms)
     )
     reference = model_reference(scenario)
+    engine = engine_settings(scenario)
+    expert_parallel = "dp_ep" in search.layouts
+    if expert_parallel:
+        name = engine.name if engine is not None else SIMPLE_ENGINE
+        if not described(name).sizes_expert_parallel:
+            raise PlannerInputError(f"search.layouts: dp_ep: the {name} memory profile does not size data-parallel "
+                                    "attention or expert parallelism yet; set engine.name: sglang (or simple)")
+        if arch.moe is None:
+            raise PlannerInputError(f"search.layouts: dp_ep: {arch.name} is a dense model (no routed experts to "
+                                    "deal over GPUs); remove dp_ep")
     return SearchSpace(
         arch=arch, model=reference, model_id=loaded_model_id(catalog, reference), model_precision=own.name if arch.exact else None, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
         contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
         replicas=scenario.workload.replicas, max_gpus_per_replica=search.max_gpus_per_replica,
         max_gpus_per_node=search.max_gpus_per_node, offers=offers, max_price_age_days=pricing.max_price_age_days,
         overhead=scenario.engine.overhead,
-        allow_emulated=search.allow_emulated, engine=engine_settings(scenario), params=params,
-        min_tokens_per_s=scenario.workload.min_tokens_per_s,
+        allow_emulated=search.allow_emulated, engine=engine, params=params,
+        min_tokens_per_s=scenario.workload.min_tokens_per_s, expert_parallel=expert_parallel,
+        all_to_all=tuple(None if backend == "none" else backend for backend in search.all_to_all),
     )
 
 
@@ -217,14 +232,22 @@ def engine_settings(scenario: Scenario) -> EngineSettings | None:
 # Parallel layouts
 
 
-def parallel_layouts(arch: Architecture, gpu: Gpu, space: SearchSpace) -> list[tuple[int, int]]:
-    """(tp, pp) splits to try: TP inside one node; PP only to go beyond a full node (across nodes)."""
-    tps = searched_tensor_parallel_sizes(arch, node_gpus(gpu, space.max_gpus_per_node), space.max_gpus_per_replica)
-    layouts = [(tp, 1) for tp in tps]
+def parallel_layouts(arch: Architecture, gpu: Gpu, space: SearchSpace) -> list[ParallelLayout]:
+    """Splits to try: TP inside one node; PP only to go beyond a full node (across nodes); with search.layouts dp_ep,
+    a MoE model's data-parallel attention and expert-parallel layouts as the engine runs them (expert_layouts; the
+    DeepEP all-to-all only at the EP sizes DeepEP has configs for)."""
+    node = node_gpus(gpu, space.max_gpus_per_node)
+    tps = searched_tensor_parallel_sizes(arch, node, space.max_gpus_per_replica)
+    layouts = [ParallelLayout(tp, 1) for tp in tps]
     if tps:
         widest = max(tps)
         for pp in range(2, min(arch.num_layers, space.max_gpus_per_replica // widest) + 1):
-            layouts.append((widest, pp))
+            layouts.append(ParallelLayout(widest, pp))
+    if space.expert_parallel:
+        engine = space.engine.name if space.engine is not None else SIMPLE_ENGINE
+        layouts += [layout for layout in expert_layouts(arch, node, space.max_gpus_per_replica,
+                                                        described(engine).expert_parallel or "any", space.all_to_all)
+                    if layout.all_to_all is None or layout.ep in DEEPEP_CONFIGS]
     return layouts
 
 
@@ -264,8 +287,8 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
     cheapest_fit: dict[tuple[str, str], int] = {}  # (GPU type, provider): cost units of the cheapest fit found
     cut_short = None
     for done, group in enumerate(groups):
-        gpu, tp, pp = group[:3]
-        by_provider = prices.get((gpu.name, tp * pp, tp), {})
+        gpu, layout = group[:2]
+        by_provider = prices.get(_rental_key(gpu, layout), {})
         if cheapest_only and by_provider and all(
                 cost > cheapest_fit.get((gpu.name, provider), cost) for provider, (_, cost) in by_provider.items()):
             continue
@@ -281,7 +304,7 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
         if isinstance(found, Candidate) and (by_provider or not cheapest_only):
             speed = space.min_tokens_per_s and found.concurrency / full_context_step_s(found, space, catalog)
             if speed and speed < space.min_tokens_per_s:
-                too_slow.append(TooSlow(found.configuration, speed, probe.cheapest.get((gpu.name, tp * pp, tp))))
+                too_slow.append(TooSlow(found.configuration, speed, probe.cheapest.get(_rental_key(gpu, layout))))
                 continue  # never chosen, so it bounds no other group's price
             candidates.append(found)
             for provider, (_, cost) in by_provider.items():
@@ -292,9 +315,14 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
                        tuple(too_slow))
 
 
+def _rental_key(gpu: Gpu, layout: ParallelLayout) -> tuple[str, int, int]:
+    """What a layout's rentals depend on: (GPU type, GPUs per replica, GPUs that must share a node)."""
+    return gpu.name, layout.gpus, layout.node_group
+
+
 def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]], catalog: Catalog
-            ) -> tuple[list[tuple[Gpu, int, int, Precision, str]], list[str]]:
-    """(GPU, tp, pp, precision, KV dtype) to search, cheapest rental first (unpriced layouts last), and why GPUs
+            ) -> tuple[list[tuple[Gpu, ParallelLayout, Precision, str]], list[str]]:
+    """(GPU, layout, precision, KV dtype) to search, cheapest rental first (unpriced layouts last), and why GPUs
     were left out: a search the deadline cuts short has tried the cheapest replicas of every type. A precision the
     engine cannot run on a GPU is refused there (Catalog.support, with its source); one it runs only with weight-only
     kernels is searched unless search.allow_emulated is false."""
@@ -313,14 +341,13 @@ def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tup
                 refused.setdefault(why, []).append(gpu.name)
             continue
         # "auto" may resolve to a KV dtype also listed: each is searched once
-        groups += [(gpu, tp, pp, precision, kv) for tp, pp in parallel_layouts(space.arch, gpu, space)
+        groups += [(gpu, layout, precision, kv) for layout in parallel_layouts(space.arch, gpu, space)
                    for precision in precisions
                    for kv in dict.fromkeys(resolve_kv_dtype(space.arch, precision, c) for c in space.kv_dtypes)]
     skipped = [f"{', '.join(gpus)}: {why}" for why, gpus in refused.items()]
 
     def cheapest(group: tuple) -> float:
-        gpu, tp, pp = group[:3]
-        return min((usd for usd, _ in prices.get((gpu.name, tp * pp, tp), {}).values()), default=math.inf)
+        return min((usd for usd, _ in prices.get(_rental_key(*group[:2]), {}).values()), default=math.inf)
 
     return sorted(groups, key=cheapest), skipped
 
@@ -335,14 +362,14 @@ class _Probe:
     checked: int = 0
     estimates: dict[tuple, MemoryEstimate] = field(default_factory=dict)
     budgets: Budgets = field(default_factory=dict)
-    # (GPU type, tp, pp, precision) of groups that refused even their shortest context (see best_in_group)
-    refused: set[tuple[str, int, int, str]] = field(default_factory=set)
+    # (GPU type, layout, precision) of groups that refused even their shortest context (see best_in_group)
+    refused: set[tuple[str, ParallelLayout, str]] = field(default_factory=set)
 
     def check(self, gpu: Gpu, key: tuple) -> Candidate | tuple[Configuration, int, str]:
         self.checked += 1
         return _check(self.space, self.catalog, gpu, key, self.estimates, self.budgets)
 
-    def best_in_group(self, gpu: Gpu, tp: int, pp: int, precision: Precision, kv: str,
+    def best_in_group(self, gpu: Gpu, layout: ParallelLayout, precision: Precision, kv: str,
                       smallest_only: bool = False, longest_first: bool = False) -> Candidate | Rejection:
         """The longest context that fits, then the most concurrency at it; or why the smallest does not fit.
 
@@ -355,10 +382,10 @@ class _Probe:
         group's other KV dtype already refused its shortest context on this card, layout and precision: then the
         shortest is likely refused too, and is checked first (the order of the checks only; 70b-chat: 468 -> 428)."""
         contexts, concurrencies = self.space.contexts, self.space.concurrencies
-        sibling = (gpu.name, tp, pp, precision.name)
+        sibling = (gpu.name, layout, precision.name)
 
         def at(i: int, j: int) -> Candidate | tuple[Configuration, int, str]:
-            return self.check(gpu, (tp, pp, precision.name, kv, contexts[i], concurrencies[j]))
+            return self.check(gpu, (layout, precision.name, kv, contexts[i], concurrencies[j]))
 
         def most_concurrency(i: int, first: Candidate) -> Candidate:
             return _last_fitting(lambda j: at(i, j), len(concurrencies), first)[1]
@@ -373,7 +400,7 @@ class _Probe:
         if not isinstance(smallest, Candidate):
             self.refused.add(sibling)
             configuration, needed, reason = smallest
-            return Rejection(configuration, needed, gpu.memory_bytes, self.cheapest.get((gpu.name, tp * pp, tp)), reason)
+            return Rejection(configuration, needed, gpu.memory_bytes, self.cheapest.get(_rental_key(gpu, layout)), reason)
         if smallest_only:
             return smallest
         i, best = _last_fitting(lambda i: at(i, 0), searched, smallest)
@@ -398,20 +425,20 @@ def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates
     """One configuration on one card: a candidate, or (the configuration, what its fullest GPU needs, why not).
     With an engine, its own rules decide (engine_need); with the planning margin, the estimate's total.
     Estimates and engine pools are shared across cards and batches through the two caches."""
-    tp, pp, precision, kv, context, concurrency = key
+    layout, precision, kv, context, concurrency = key
     card = gpu.memory_bytes
     if space.engine is not None:
-        request = Request(context=context, batch=concurrency, tp=tp, pp=pp, precision=precision, kv_dtype=kv)
+        request = space.configuration(gpu, layout, precision, kv, context, concurrency).request()
         need = engine_need(space.arch, request, space.engine, GpuTarget.from_catalog(gpu), catalog, budgets)
         if need.fits:  # a plan keeps the settings the engine resolved for it; a refusal, the settings asked for
-            configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency, need.budget.settings)
+            configuration = space.configuration(gpu, layout, precision, kv, context, concurrency, need.budget.settings)
             return Candidate(gpu, configuration, min(need.used_bytes, card))
-        configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
+        configuration = space.configuration(gpu, layout, precision, kv, context, concurrency)
         # at least the weights: an engine's count of what it uses stops at the card when they alone outgrow it, and
         # the closest miss (Rejection.overshoot) is then the configuration with the least to hold
         weights = need.budget.weights_bytes if need.budget else 0
         return configuration, max(need.used_bytes, weights, card + 1), engine_refusal_reason(need, gpu, context)
-    configuration = space.configuration(gpu, tp, pp, precision, kv, context, concurrency)
+    configuration = space.configuration(gpu, layout, precision, kv, context, concurrency)
     est = estimates.get(key)
     if est is None:
         est = estimates[key] = estimate_memory(space.arch, configuration.request(), catalog)
@@ -451,10 +478,11 @@ def _rental_prices(space: SearchSpace) -> dict[tuple[str, int, int], dict[str, t
     """(GPU type, GPUs per replica, tp) -> provider -> the cheapest way to rent the replicas there: ($/hour, cost units)."""
     out: dict[tuple[str, int, int], dict[str, tuple[float, int]]] = {}
     for gpu in space.gpus:
-        for tp, pp in parallel_layouts(space.arch, gpu, space):
-            by_provider = out.setdefault((gpu.name, tp * pp, tp), {})
+        for layout in parallel_layouts(space.arch, gpu, space):
+            by_provider = out.setdefault(_rental_key(gpu, layout), {})
             for offer, market in space.offers:
-                rental = rent(tp * pp, tp, space.replicas, offer, market) if offer.gpu == gpu.name else None
+                rental = (rent(layout.gpus, layout.node_group, space.replicas, offer, market) if offer.gpu == gpu.name
+                          else None)
                 if rental is not None and (offer.provider not in by_provider
                                            or rental.cost_units < by_provider[offer.provider][1]):
                     by_provider[offer.provider] = (rental.usd_per_hour, rental.cost_units)
@@ -463,7 +491,7 @@ def _rental_prices(space: SearchSpace) -> dict[tuple[str, int, int], dict[str, t
 
 def rentals_for(candidate: Candidate, space: SearchSpace) -> list[Rental]:
     return [r for o, m in space.offers if o.gpu == candidate.gpu.name
-            if (r := rent(candidate.gpus, candidate.tp, space.replicas, o, m)) is not None]
+            if (r := rent(candidate.gpus, candidate.configuration.parallel.node_group, space.replicas, o, m)) is not None]
 
 
 def full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> float:
@@ -473,7 +501,7 @@ def full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> f
 
     engine = "vllm" if c.configuration.engine.name == "simple" else c.configuration.engine.name
     timer = replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine,
-                          release=c.configuration.engine.version)
+                          ep=c.configuration.ep, dp=c.configuration.dp, release=c.configuration.engine.version)
     return timer.step_s(Step(c.concurrency, float(c.context)))
 
 

@@ -127,6 +127,7 @@ def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
     fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
     return {
         "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
+        "dp": p.configuration.dp, "ep": p.configuration.ep, "all_to_all": p.configuration.all_to_all,
         "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
         "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
         "instance": p.instance, "region": p.region, "market": p.market, "price_kind": p.price_kind, "price_term": p.price_term,
@@ -221,7 +222,10 @@ def _ordered(pairs: list[Pair]) -> list[Pair]:
     """A fixed order by names, so the index tie-break never depends on how the scenario lists things."""
     def key(p: Pair) -> tuple:
         c, r = p.candidate, p.rental
-        return (c.gpu.name, c.precision, c.kv_dtype, c.tp, c.pp, c.context, c.concurrency,
+        # among layouts alike in price and fit, the widest expert parallelism first: whole experts on each GPU, as
+        # the engines deal them with data-parallel attention (SGLang's all-to-all backends set ep = tp)
+        return (c.gpu.name, c.precision, c.kv_dtype, c.tp, c.pp, c.configuration.dp, -c.configuration.ep,
+                c.configuration.all_to_all or "", c.context, c.concurrency,
                 r.offer.provider, r.offer.instance, r.offer.region, r.market, r.offer.term or "")
     return sorted(pairs, key=key)
 
@@ -233,8 +237,9 @@ def read_plan(pair: Pair, space: SearchSpace, catalog: Catalog) -> PlanOption | 
         return None  # never print a plan the estimator does not confirm
     nodes = max(1, -(-c.gpus // min(node_gpus(c.gpu, space.max_gpus_per_node), r.offer.gpus)))
     if r.replicas_per_instance == 0:
-        sharing = (f"each replica spans {r.instances // space.replicas} x {r.offer.gpus}-GPU {r.offer.instance} "
-                   f"(pipeline stages across nodes)")
+        across = ("pipeline stages across nodes" if c.configuration.parallel.node_group == c.tp else
+                  f"its tp {c.tp} group across nodes, attention TP {c.configuration.parallel.node_group} within one")
+        sharing = f"each replica spans {r.instances // space.replicas} x {r.offer.gpus}-GPU {r.offer.instance} ({across})"
     elif r.replicas_per_instance > 1 and space.replicas > 1:
         sharing = f"{r.replicas_per_instance} replicas share each {r.offer.gpus}-GPU {r.offer.instance}"
     elif r.idle_gpus:

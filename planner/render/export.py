@@ -248,6 +248,7 @@ def _recheck(plan: ExportPlan, settings: EngineSettings) -> Any:
     except PlannerInputError:
         return None
     return api.engine_estimate(model, settings, context=plan.context, batch=plan.concurrency, tp=plan.tp, pp=plan.pp,
+                               dp=configuration.dp, ep=configuration.ep, all_to_all=configuration.all_to_all,
                                precision=plan.precision.name, kv_dtype=plan.kv_dtype, gpu=plan.gpu).engine
 
 
@@ -268,6 +269,8 @@ def vllm_launch(plan: ExportPlan) -> VllmLaunch:
     """The plan's utilization when vLLM's profile starts it cleanly; else the highest lower one that leaves
     room for CUDA graphs and still holds the plan's sequences; else the plan's with --enforce-eager."""
     base = _settings(plan, "vllm")
+    if _expert_parallel(plan):  # vLLM's profile does not size these layouts: the plan's own engine checked them
+        return VllmLaunch(plan.gpu_memory_utilization, base.enforce_eager, False)
 
     def check(utilization: float):
         return _recheck(plan, replace(base, gpu_memory_utilization=utilization))
@@ -306,12 +309,40 @@ def vllm_image(plan: ExportPlan) -> str:
 # Engine commands
 
 
+def _expert_parallel(plan: ExportPlan) -> bool:
+    """The plan runs data-parallel attention or expert parallelism (or an all-to-all backend)."""
+    c = plan.configuration
+    return (c.dp, c.ep, c.all_to_all) != (1, 1, None)
+
+
+def vllm_parallel_args(plan: ExportPlan) -> list[str]:
+    """vLLM's flags for the plan's layout. Data-parallel attention is vLLM's data parallelism: dp engines of tp / dp
+    GPUs each (--data-parallel-size, --tensor-parallel-size), whose MoE layers span all tp GPUs; with
+    --enable-expert-parallel they deal the experts over them (vllm/model_executor/layers/fused_moe/config.py @ v0.34.0
+    FusedMoEParallelConfig.make: ep_size = dp x tp), else each expert is TP-split over them. So vLLM runs ep 1 or
+    ep = tp, and planner sizes no vLLM all-to-all backend (--all2all-backend)."""
+    c = plan.configuration
+    if not _expert_parallel(plan):
+        return ["--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size", str(plan.pp)]
+    if c.all_to_all is not None:
+        raise PlannerInputError(f"--to vllm: the plan's {c.all_to_all} all-to-all was sized as SGLang's "
+                                f"--moe-a2a-backend {c.all_to_all}; planner does not size vLLM's --all2all-backend: "
+                                "export --to sglang, or re-solve with search.all_to_all: [none]")
+    if c.ep not in (1, c.tp):
+        raise PlannerInputError(f"--to vllm: ep {c.ep} of tp {c.tp}: vLLM deals the experts over all {c.tp} GPUs "
+                                "(--enable-expert-parallel) or none; export --to sglang (--ep-size), or re-solve")
+    args = ["--tensor-parallel-size", str(c.tp // c.dp), "--pipeline-parallel-size", str(plan.pp)]
+    if c.dp > 1:
+        args += ["--data-parallel-size", str(c.dp)]
+    return args + (["--enable-expert-parallel"] if c.ep > 1 else [])
+
+
 def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     if plan.precision.vllm_flag is None:
         raise PlannerInputError(f"--to vllm: vLLM does not serve {plan.precision.name}; export to llamacpp or re-solve with another precision")
     repo, prequantized = weights(plan, checkpoint)
     launch = vllm_launch(plan)
-    args = [repo, "--tensor-parallel-size", str(plan.tp), "--pipeline-parallel-size", str(plan.pp),
+    args = [repo, *vllm_parallel_args(plan),
             "--max-model-len", str(plan.context), "--max-num-seqs", str(plan.max_num_seqs),
             "--gpu-memory-utilization", f"{launch.gpu_memory_utilization:.2f}",
             "--kv-cache-dtype", engine("vllm").kv_cache_dtype(plan.kv_dtype),
@@ -323,7 +354,8 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     if launch.enforce_eager:
         args.append("--enforce-eager")
     if plan.nodes_per_replica > 1:
-        args += ["--distributed-executor-backend", "ray"]
+        # vLLM's data-parallel engines span a Ray cluster with --data-parallel-backend ray (arg_utils.py @ v0.34.0)
+        args += ["--data-parallel-backend" if plan.configuration.dp > 1 else "--distributed-executor-backend", "ray"]
     return args
 
 
@@ -340,7 +372,11 @@ def _vllm_notes(plan: ExportPlan, checkpoint: str | None) -> list[str]:
         notes.append(_comment("--kv-cache-memory-bytes: the KV pool the plan was sized with, in place of "
                               "--gpu-memory-utilization's budget (vLLM then skips its memory profile; if it runs out of "
                               "memory, compare the free memory it logs at start-up with the plan's card)"))
-    if launch.enforce_eager:
+    if _expert_parallel(plan):
+        notes.append(_comment(f"{plan.layout}: vLLM's memory profile does not size data-parallel attention or expert "
+                              f"parallelism; the plan was checked with {plan.configuration.engine.name}'s, and "
+                              "--gpu-memory-utilization is its share"))
+    elif launch.enforce_eager:
         notes.append(_comment("--enforce-eager: " + ("no vLLM profile for this model to size CUDA graphs against"
                                                      if not launch.rechecked else
                                                      "no utilization leaves room for CUDA graphs and holds the plan's sequences")))
@@ -364,12 +400,18 @@ def vllm_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
 
 
 @lru_cache(maxsize=64)
+def sglang_budget(plan: ExportPlan) -> Any:
+    """SGLang's profile of the plan (its own settings when it was planned for SGLang, else SGLang's defaults for this
+    GPU and model); None: the model is not in the catalog, so there is no profile to ask."""
+    return _recheck(plan, _settings(plan, "sglang"))
+
+
 def sglang_fraction(plan: ExportPlan) -> float | None:
     """The --mem-fraction-static SGLang's profile checks the plan with (the plan's own when it was planned for
     SGLang, else SGLang's default for this GPU and model; on AMD above 8K context the profile applies the aiter
     backend's 0.85 on top, as SGLang does). Refuses when that pool cannot hold the plan's sequences.
     None: the model is not in the catalog, so there is no profile to ask."""
-    budget = _recheck(plan, _settings(plan, "sglang"))
+    budget = sglang_budget(plan)
     if budget is None:
         return None
     if not budget.fits:
@@ -379,11 +421,27 @@ def sglang_fraction(plan: ExportPlan) -> float | None:
     return budget.settings.mem_fraction_static
 
 
+def sglang_parallel_args(plan: ExportPlan) -> list[str]:
+    """SGLang's flags for data-parallel attention, expert parallelism and the experts' all-to-all (server_args.py @
+    v0.5.23: --attn-dp-size, which replaces the deprecated --dp-size D --enable-dp-attention; --ep-size;
+    --moe-a2a-backend), and with DP attention the decode CUDA-graph batch the plan's reserve was sized with
+    (--cuda-graph-max-bs-decode: SGLang's default fraction reserves 3 MiB per batch and DP group,
+    engines/sglang.py)."""
+    c = plan.configuration
+    args = (["--attn-dp-size", str(c.dp)] if c.dp > 1 else []) + (["--ep-size", str(c.ep)] if c.ep > 1 else [])
+    if c.all_to_all is not None:
+        args += ["--moe-a2a-backend", c.all_to_all]
+    budget = sglang_budget(plan) if c.dp > 1 else None
+    if budget is not None and budget.settings.max_num_seqs:
+        args += ["--cuda-graph-max-bs-decode", str(budget.settings.max_num_seqs)]
+    return args
+
+
 def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str | None = None) -> list[str]:
     if plan.precision.sglang_flag is None:
         raise PlannerInputError(f"--to sglang: SGLang does not serve {plan.precision.name}; export to llamacpp or re-solve with another precision")
     repo, prequantized = weights(plan, checkpoint)
-    args = ["--model-path", repo, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp),
+    args = ["--model-path", repo, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp), *sglang_parallel_args(plan),
             "--context-length", str(plan.context)]
     if not plan.sized_by_traffic:
         # a fleet replica keeps SGLang's own limit, which follows its token pool: planner sized its capacity with

@@ -153,6 +153,14 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _split(option: Any) -> str:
+    """A plan's, rejection's or left-out option's layout in a table: `8 x 1` (tp x pp), or with data-parallel
+    attention or expert parallelism as the engines' flags set it (`tp 16 x dp 16 x ep 16 x pp 1`)."""
+    configuration = option.configuration
+    plain = (configuration.dp, configuration.ep, configuration.all_to_all) == (1, 1, None)
+    return f"{option.tp} x {option.pp}" if plain else option.layout
+
+
 def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
     console.print(f"[bold]{as_text(result.scenario)}[/bold] · {as_text(result.model)} · {as_text(status_line(result))}")
     for note in result.skipped:
@@ -164,7 +172,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
     console.print(f"\n[bold]Best plan: ${best.usd_per_hour:,.2f}/hour[/bold] ({best.price_terms}"
                   + (f", ${best.usd_per_replica_hour:,.2f} per replica" if best.replicas > 1 else "") + ")")
     console.print(f"  {best.replicas} replica(s) of {best.gpus_per_replica} x {best.gpu} ({as_text(best.gpu_display)}): "
-                  f"tp {best.tp} x pp {best.pp}, {best.nodes_per_replica} node(s) per replica")
+                  f"{best.layout}, {best.nodes_per_replica} node(s) per replica")
     console.print(f"  weights {best.precision} ({best.memory.quality}) · KV {best.kv_dtype} · context {best.context:,} · "
                   f"concurrency {best.concurrency}")
     console.print(as_text(f"  rent: {best.instances} x {best.provider} {best.instance} ({best.gpus_per_instance} GPUs, "
@@ -181,7 +189,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
         for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "price age", "headroom GB"):
             table.add_column(col, justify="right" if col in ("$/hour", "headroom GB") else "left")
         for i, p in enumerate(result.alternatives, start=1):
-            _row(table, str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({p.tp} x {p.pp})",
+            _row(table, str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({_split(p)})",
                           f"{p.precision}/{p.kv_dtype}", f"{p.context:,} x {p.concurrency}",
                           f"{p.instances} x {p.provider} {p.instance}" + (" (spot)" if p.market == "spot" else ""),
                           f"{p.usd_per_hour:,.2f}", price_age_text(p.price_age), f"{gb(p.headroom_bytes):.1f}")
@@ -192,7 +200,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
         for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "why not"):
             table.add_column(col)
         for r in result.rejected_cheaper:
-            _row(table, f"{r.tp * r.pp} x {r.gpu} ({r.tp} x {r.pp})", f"{r.precision}/{r.kv_dtype}",
+            _row(table, f"{r.tp * r.pp} x {r.gpu} ({_split(r)})", f"{r.precision}/{r.kv_dtype}",
                           f"{r.context:,} x {r.concurrency}", f"{r.usd_per_hour:,.2f}",
                           f"needs {gb(r.needed_bytes):.1f} GB per GPU, card holds {gb(r.card_bytes):.1f} GB")
         console.print(table)
@@ -203,7 +211,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
         for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "output tokens/s per replica"):
             table.add_column(col)
         for s in result.too_slow:
-            _row(table, f"{s.tp * s.pp} x {s.gpu} ({s.tp} x {s.pp})", f"{s.precision}/{s.kv_dtype}",
+            _row(table, f"{s.tp * s.pp} x {s.gpu} ({_split(s)})", f"{s.precision}/{s.kv_dtype}",
                  f"{s.context:,} x {s.concurrency}", f"{s.usd_per_hour:,.2f}", f"{s.output_tokens_per_s:,.0f}")
         console.print(table)
 

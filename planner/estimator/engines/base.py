@@ -10,6 +10,7 @@ from planner.model.families.core import STATE_DTYPE_BITS
 from planner.catalog.load import Catalog, Gpu, Precision
 from planner.errors import PlannerInputError
 from planner.estimator.engines.profiles import StatePartDtypes, load_profiles
+from planner.estimator.engines import registry
 from planner.estimator.engines.registry import (PLANNING_MARGIN, engine, engine_names, profiled_engines,
                                                 spoken_list)
 from planner.estimator.memory import (RECURRENT_KINDS, GpuTarget, MemoryEstimate, Request, attention_bytes_per_token,
@@ -184,13 +185,19 @@ class ServedModel:
         return self.request.tp * self.request.pp
 
     @property
+    def attention_tp(self) -> int:
+        """The TP size attention and its cache are split by: tp / dp with data-parallel attention (each DP group
+        caches its own requests), tp without."""
+        return self.request.tp // self.request.dp
+
+    @property
     def activation_bytes(self) -> int:
         return self.activation_bits // 8
 
     def layer_bytes_per_token(self, layer: Layer) -> int:
         """KV bytes one token adds to `layer` on one TP rank (the Architecture's per-token bytes: a DSA
         indexer's key cache included)."""
-        return attention_bytes_per_token(layer.attention, self.request.tp, self.kv_bits)
+        return attention_bytes_per_token(layer.attention, self.attention_tp, self.kv_bits)
 
     def cache_layers(self, stage: Stage) -> tuple[Layer, ...]:
         """The stage's layers that keep a cache (per-token KV or a recurrent state); a block without attention or
@@ -201,7 +208,7 @@ class ServedModel:
     def layer_state_bytes(self, layer: Layer, conv_bits: int, recurrent_bits: int | None = None) -> int:
         """One sequence's recurrent state in a linear-attention / Mamba `layer` on one TP rank: its convolution
         window held in `conv_bits`, its recurrent state in `recurrent_bits` (the same when not given)."""
-        return state_bytes_per_sequence(layer.attention, self.request.tp, conv_bits, recurrent_bits)
+        return state_bytes_per_sequence(layer.attention, self.attention_tp, conv_bits, recurrent_bits)
 
     def state_bits(self, layer: Layer, dtypes: Mapping[str, StatePartDtypes]) -> tuple[int, int]:
         """(convolution, recurrent) bits an engine holds `layer`'s state in, by the layer's recurrent mixer
@@ -257,6 +264,9 @@ def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -
     refusal = engine_refusal(arch, engine)
     if refusal:
         raise PlannerInputError(refusal)
+    if (request.dp, request.ep, request.all_to_all) != (1, 1, None) and not registry.engine(engine).sizes_expert_parallel:
+        raise PlannerInputError(f"--engine {engine}: its memory profile does not size data-parallel attention or expert "
+                                "parallelism yet; use --engine sglang or the simple planning margin")
     estimate = estimate_once(arch, request, catalog)
     precision = resolve_precision(catalog, arch, request.precision)
     kv_dtype = resolve_kv_dtype(arch, precision, request.kv_dtype)

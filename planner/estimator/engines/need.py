@@ -74,7 +74,8 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
         workspace = budget.budget_bytes - budget.weights_bytes - budget.kv_pool_bytes
     else:
         workspace = budget.activation_bytes + budget.non_torch_bytes
-    used = budget.weights_bytes + workspace + reserved + batch * kv_per_sequence
+    # with data-parallel attention a GPU caches only its group's share of the batch (the first groups one more)
+    used = budget.weights_bytes + workspace + reserved + -(-batch // request.dp) * kv_per_sequence
     max_seqs = budget.settings.max_num_seqs
     if not budget.fits:
         reason = budget.message or f"one sequence of {context:,} tokens does not fit {settings.name}'s KV pool"

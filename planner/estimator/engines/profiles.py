@@ -135,8 +135,34 @@ class PrefillCudaGraphs(_Strict):
         return self.mib_per_size * sum(len(range(start, min(stop, max_tokens) + 1, step)) for start, stop, step in self.sizes)
 
 
+class DpAttentionReserve(_Strict):
+    """What SGLang's default mem_fraction_static reserves for data-parallel attention and the DeepEP all-to-all
+    (arg_groups/memory_hook.py reserve_for_graph_mb, reserve_for_deepep_a2a_mb): per decode CUDA-graph batch and
+    attention-DP group, more past a large graph batch; a fixed reserve for DeepEP's buffers in the decode graphs and
+    for its bridge pool in the breakable prefill graphs."""
+
+    mib_per_graph_batch_per_group: float
+    large_graph_batch_above: int
+    extra_mib_per_graph_batch_per_group: float
+    deepep_decode_mib: int
+    deepep_prefill_graphs_mib: int
+
+    def graph_mib(self, graph_batch: int, dp: int, deepep: bool, prefill_graphs: bool) -> float:
+        """reserve_for_graph_mb's share for DP attention and DeepEP (inside the large-card floor)."""
+        reserved = graph_batch * dp * self.mib_per_graph_batch_per_group if dp > 1 else 0.0
+        if dp > 1 and graph_batch > self.large_graph_batch_above:
+            reserved += graph_batch * dp * self.extra_mib_per_graph_batch_per_group
+        return reserved + (self.deepep_prefill_graphs_mib if deepep and prefill_graphs else 0)
+
+    def all_to_all_mib(self, graph_batch: int, deepep: bool) -> int:
+        """reserve_for_deepep_a2a_mb (on top of the floor): DeepEP's buffers captured in the decode graphs."""
+        return self.deepep_decode_mib if deepep and graph_batch else 0
+
+
 class SglangProfile(_Strict):
     release: str
+    # None: the release's reserves for data-parallel attention and DeepEP are not modelled (no DP/EP layouts)
+    dp_attention_reserve: Sourced[DpAttentionReserve] | None = None
     # None: no prefill CUDA graphs by default (before the breakable prefill graphs became the CUDA default)
     prefill_cuda_graphs: Sourced[PrefillCudaGraphs] | None = None
     distributed_init_mib: Sourced[int]

@@ -55,6 +55,11 @@ class Engine:
     workspace: Literal["remainder", "outside", "measured"] = "measured"
     sized_by_planning_margin: bool = False  # reads the request's overhead_fraction
     tensor_parallel: bool = True  # False: layers are split over the cards (pipeline only)
+    # data-parallel attention with expert parallelism (layout.expert_layouts): "any" EP size dividing tp (SGLang
+    # --ep-size), "full" EP over every GPU or none (vLLM --enable-expert-parallel), None: the engine has neither
+    expert_parallel: Literal["any", "full"] | None = None
+    sizes_expert_parallel: bool = False  # its budget sizes those layouts (the search and re-check may use it)
+    all_to_all_backends: tuple[str, ...] = ()  # the experts' all-to-all backends it runs and planner models
     fraction_field: str = "gpu_memory_utilization"  # the EngineSettings field holding the engine's memory share
     kv_cache_dtypes: Mapping[str, str] = field(default_factory=dict)  # planner KV dtype -> the engine's flag value
     kv_cache_dtype_default: str | None = "auto"  # a dtype missing from the table (None: the engine has none)

@@ -40,6 +40,7 @@ from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSett
 from planner.estimator.engines import sglang_deepseek_v4 as v4
 from planner.estimator.engines.profiles import SglangProfile, load_profiles
 from planner.estimator.engines.registry import Engine
+from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
 
@@ -69,10 +70,16 @@ def default_fraction(settings: EngineSettings, gpu_mib: int, model: ServedModel,
                      cuda: bool) -> float:
     """mem_fraction_static as _handle_gpu_memory_settings derives it."""
     graph_batch = 0 if settings.enforce_eager else settings.max_num_seqs
-    reserved = (_reserved_mib(settings.max_num_batched_tokens, graph_batch, model.gpus, profile)
-                + prefill_graph_mib(settings, model, profile, cuda))
+    prefill_graphs = prefill_graph_mib(settings, model, profile, cuda)
+    reserved = _reserved_mib(settings.max_num_batched_tokens, graph_batch, model.gpus, profile) + prefill_graphs
+    dp_reserve = profile.dp_attention_reserve.value if profile.dp_attention_reserve is not None else None
+    deepep = model.request.all_to_all == "deepep"
+    if dp_reserve is not None:
+        reserved += Fraction(str(dp_reserve.graph_mib(graph_batch, model.request.dp, deepep, bool(prefill_graphs))))
     if gpu_mib > profile.large_gpu_min_mib.value:
         reserved = max(reserved, Fraction(profile.reserved_floor_large_gpu_mib.value))
+    if dp_reserve is not None:
+        reserved += dp_reserve.all_to_all_mib(graph_batch, deepep)
     if gpu_mib <= reserved:  # the reservations alone fill the card: SGLang keeps nothing for weights or KV
         return 0.0
     return round(float((gpu_mib - reserved) / gpu_mib), 3)
@@ -98,6 +105,9 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                   catalog: Catalog) -> EngineBudget:
     profiles = load_profiles()
     profile, cuda = profiles.sglang.get(settings.version, "sglang"), profiles.cuda
+    if (request.dp, request.all_to_all) != (1, None) and profile.dp_attention_reserve is None:
+        raise PlannerInputError(f"--engine-version {profile.release}: planner models SGLang's reserves for "
+                                "data-parallel attention and DeepEP only from v0.5.23; use the default release")
     model = serve(arch, request, catalog, "sglang")
     card = catalog_card(gpu, catalog)
     amd = card is not None and card.vendor == "amd"
@@ -134,7 +144,9 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     running = None if slots is None else slots // profile.mamba_slots_per_running_request.value
     if compressed:  # _resolve_max_num_reqs keeps DeepSeek-V4's default max_running_requests
         running = profile.deepseek_v4_max_running_requests.value
-    concurrency = tokens / context if running is None else min(tokens / context, running)
+    # with data-parallel attention each of the dp groups runs its own scheduler over its own pool of `tokens`
+    # (every rank's pool is sized alike), the requests dealt over the groups
+    concurrency = request.dp * (tokens / context if running is None else min(tokens / context, running))
     message, longest = None, None
     if running is not None and running <= 0:
         message = (f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests: "
@@ -223,4 +235,5 @@ def refusal(arch: Architecture) -> str | None:
 # live in the rest of the card; its max_num_seqs is its CUDA-graph batch, not a cap on the running requests
 ENGINE = Engine("sglang", sglang_budget, SglangProfile, refusal=refusal, workspace="outside",
                 fraction_field="mem_fraction_static", kv_cache_dtypes=SGLANG_KV_CACHE_DTYPES,
-                command="planner.render.export:sglang_command")
+                command="planner.render.export:sglang_command", expert_parallel="any", sizes_expert_parallel=True,
+                all_to_all_backends=("deepep",))

@@ -62,4 +62,5 @@ def simple_budget(arch: Architecture, request: Request, settings: EngineSettings
 
 
 # no engine: the card's memory less the margin; plans made with it export with vLLM's defaults
-ENGINE = Engine("simple", simple_budget, None, sized_by_planning_margin=True)
+ENGINE = Engine("simple", simple_budget, None, sized_by_planning_margin=True, expert_parallel="any",
+                sizes_expert_parallel=True, all_to_all_backends=("deepep",))

@@ -552,4 +552,5 @@ def batching(settings: EngineSettings, context: int) -> tuple[int, int | None, i
 # vLLM's pool is what its budget leaves beside the weights: activations and non-torch memory, and from v0.34 the CUDA
 # graphs (and the extensible KV cache's margin and the CUDA context, its budget being the whole card)
 ENGINE = Engine("vllm", vllm_budget, VllmProfile, batching=batching, scheduler_caps_sequences=True,
-                workspace="remainder", kv_cache_dtypes=VLLM_KV_CACHE_DTYPES, command="planner.render.export:vllm_command")
+                workspace="remainder", kv_cache_dtypes=VLLM_KV_CACHE_DTYPES, command="planner.render.export:vllm_command",
+                expert_parallel="full")
