@@ -12,6 +12,8 @@ from planner.plan.failure import HOURS_PER_MONTH, SpotRates, counted_units, inte
 from planner.plan.fleet import fleet_problem, plan_fleet
 from planner.plan.profile import _covered
 from planner.plan.scenario import parse_scenario
+from planner.render.markdown import fleet_markdown
+from planner.render.records import fleet_json
 from tests.test_cli import run
 
 CATALOG = load_catalog()
@@ -110,6 +112,21 @@ def test_survival_and_spot_together(small):
     spot = next(u.spot for u in plan.pools if u.spot)
     assert spot.interruption_rate == 0.05 and spot.replace_minutes == 10  # fleet.scale_up_minutes's default
     assert spot.unavailable == pytest.approx(0.05 / 730 / 6)
+
+
+def test_the_outputs_show_each_spot_pool_its_assumption_loss_and_fallback(small):
+    import json
+
+    problem = fleet_problem(scenario("spot", rps=1.0, spot={"interruption_rate": 0.073, "replace_minutes": 60}), small)
+    plan = plan_fleet(problem, small)
+    pool = json.loads(fleet_json(plan, "spot"))["pools"][0]
+    # 7.3% a month over 730 hours, 60 minutes down each: 0.0001
+    assert pool["market"] == "spot" and pool["spot"]["interruption_rate_per_month"] == 0.073
+    assert pool["spot"]["unavailable_fraction"] == pytest.approx(0.0001)
+    assert pool["spot"]["on_demand_fallback"] == {"provider": "aws", "instance": "g6e.xlarge", "region": "us-east-1",
+                                                  "instances": 1, "usd_per_hour": 1.0}
+    assert ("- spot: aws g6e.xlarge (us-east-1, spot, list price): interrupted 7.3% a month, 60 min to replace: 0.0100% "
+            "of its capacity expected down") in fleet_markdown("spot", plan)
 
 
 def test_the_day_keeps_the_survival_rule_hour_by_hour():

@@ -113,7 +113,7 @@ class SpotRisk:
         if self.unavailable is None:
             risk = "no interruption rate stated (fleet.spot.interruption_rate): its replicas count whole"
         else:
-            risk = (f"interrupted {self.interruption_rate:.0%} a month, {self.replace_minutes:g} min to replace: "
+            risk = (f"interrupted {self.interruption_rate * 100:g}% a month, {self.replace_minutes:g} min to replace: "
                     f"{self.unavailable:.4%} of its capacity expected down ({self.lost_requests_per_s:,.4f} req/s), "
                     "counted off")
         fallback = (f"falls back to {self.fallback.label}: {self.fallback.instances} instance(s), "

@@ -540,11 +540,12 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: Se
                     out.append(f"{w.name}: an SLO 20% tighter costs ${change:+,.2f}/hour")
         for rule, without in ((f"surviving the loss of any one {problem.survive} (fleet.survive)",
                                replace(problem, survive=None) if problem.survive else None),
-                              ("the expected spot interruptions (fleet.spot)",
+                              ("counting the expected spot interruptions (fleet.spot)",
                                replace(problem, spot=None) if problem.spot else None)):
             if without is not None:
                 result = _resolve(without, catalog, cache, deadline)
-                if result.usd_per_hour is not None and _moves(change := (plan.usd_per_hour or 0) - result.usd_per_hour):
+                change = (plan.usd_per_hour or 0) - (result.usd_per_hour or plan.usd_per_hour or 0)
+                if change > 0 and _moves(change):  # a variant cut short may cost more: no saving to report
                     out.append(f"{rule} costs +${change:,.2f}/hour")
     except OutOfTime:
         out.append(f"(the {deadline.limit_s:g} s time limit ran out before every limit was explained; raise "
