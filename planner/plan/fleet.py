@@ -13,8 +13,9 @@ Constraints: the GPUs the replicas take up fit in the instances rented (planner.
 rule with the single-configuration planner; footprints pack exactly); capacity meets demand, with N+k
 redundancy (the fleet still meets demand without its k largest replicas of any configuration);
 minimum replicas; a cap on distinct configurations per workload; GPU quotas per provider /
-region / GPU type shared by all workloads; an on-demand share of capacity when spot is allowed.
-Objective: $/hour.
+region / GPU type shared by all workloads; an on-demand share of capacity when spot is allowed;
+with fleet.survive, demand met with any one region (provider) lost. Spot replicas count at their
+expected availability (fleet.spot; planner.plan.failure). Objective: $/hour.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
 from planner.plan.deadline import Deadline, OutOfTime
+from planner.plan.failure import SpotRates, SpotRisk, Survive, counted_units, fallback, zone
 from planner.plan.hosted import HostedCost, hosted_costs
 from planner.plan.loads import ReplicaLoads, replica_loads
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
-from planner.plan.scenario import QuotaSpec, Scenario
+from planner.plan.scenario import FleetSpec, QuotaSpec, Scenario
 from planner.plan.search import build_search_space, recheck
 from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 from planner.plan.serving import (CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingCache, ServingConfig, Slo,
@@ -70,6 +72,13 @@ class FleetProblem:
     quotas: tuple[Quota, ...] = ()
     on_demand_share: float | None = None  # at least this share of each workload's demand on on-demand pools
     time_limit_s: float = 10.0
+    spot: SpotRates | None = None  # interruption rates: spot replicas count at their expected availability
+    survive: Survive | None = None  # every demand met with any one region (provider) lost
+
+    def available(self, pool: Pool) -> float:
+        """The expected fraction of a pool's capacity serving: 1 but for a spot pool with an interruption rate."""
+        unavailable = self.spot.unavailable(pool.offer) if self.spot and pool.market == "spot" else None
+        return 1.0 if unavailable is None else 1 - unavailable
 
 
 @dataclass(frozen=True)
@@ -100,10 +109,16 @@ class Assignment:
     expected_rps_per_replica: float
     slo: Slo = Slo()  # the workload's, as the scenario states it: what a plan file carries for `planner check`
     loads: ReplicaLoads | None = None  # one replica at the SLO limit, planned and expected (plan_fleet)
+    available: float = 1.0  # the share of its capacity counted: less on a spot pool with an interruption rate
 
     @property
     def configuration(self) -> Configuration:
         return self.config.candidate.configuration
+
+    @property
+    def capacity_units(self) -> int:
+        """One replica's capacity as the fleet's demand rules count it (planner.plan.failure.counted_units)."""
+        return counted_units(self.config.capacity_units, self.available)
 
 
 def _expected_loads(workloads: tuple[FleetWorkload, ...],
@@ -132,6 +147,7 @@ class PoolUse:
     instances: int
     gpus_used: int
     price_age: PriceAge  # against the strictest pricing.max_price_age_days of the workloads it serves
+    spot: SpotRisk | None = None  # a spot pool's interruption assumption, expected loss and on-demand fallback
 
     @property
     def usd_per_hour(self) -> float:
@@ -206,12 +222,14 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
     by_name = {w.name: w for w in problem.workloads}
     replicas: dict[tuple[int, int], cp_model.IntVar] = {}
     upper: dict[tuple[int, int], int] = {}
+    available = [problem.available(pool) for pool in pools]
     for ci, config in enumerate(configs):
         w = by_name[config.workload]
         bucket = w.buckets[config.bucket]
-        bound = ceil(demand_units(bucket) / config.capacity_units) + w.redundancy + w.min_replicas
         for pi, pool in enumerate(pools):
             if pool.offer.gpu == config.candidate.gpu.name and _fits_pool(config, pool):
+                units = max(1, counted_units(config.capacity_units, available[pi]))
+                bound = ceil(demand_units(bucket) / units) + w.redundancy + w.min_replicas
                 replicas[ci, pi] = model.new_int_var(0, bound, f"n_{ci}_{pi}")
                 upper[ci, pi] = bound
     instances: dict[int, cp_model.IntVar] = {}
@@ -229,22 +247,26 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
     for w in problem.workloads:
         used_flags = []
         for b, bucket in enumerate(w.buckets):
-            terms = [(ci, pi, var) for (ci, pi), var in replicas.items()
-                     if configs[ci].workload == w.name and configs[ci].bucket == b]
-            capacity = sum(var * configs[ci].capacity_units for ci, _, var in terms)
+            terms = [(ci, pi, var * counted_units(configs[ci].capacity_units, available[pi]))
+                     for (ci, pi), var in replicas.items() if configs[ci].workload == w.name and configs[ci].bucket == b]
             demand = demand_units(bucket)
+            unmet = 0
             if allow_unmet:
-                slack[w.name, b] = model.new_int_var(0, demand, f"unmet_{w.name}_{b}")
-                capacity = capacity + slack[w.name, b]
+                unmet = slack[w.name, b] = model.new_int_var(0, demand, f"unmet_{w.name}_{b}")
+            capacity = sum(units for _, _, units in terms) + unmet
             model.add(capacity >= demand)
             if problem.on_demand_share:
-                on_demand = sum(var * configs[ci].capacity_units for ci, pi, var in terms if pools[pi].market == "on-demand")
-                share = ceil(problem.on_demand_share * demand)
-                model.add(on_demand + (slack[w.name, b] if allow_unmet else 0) >= share)
+                on_demand = sum(units for _, pi, units in terms if pools[pi].market == "on-demand")
+                model.add(on_demand + unmet >= ceil(problem.on_demand_share * demand))
+            if problem.survive:
+                # any one zone lost, what runs outside it still meets the demand
+                zones = [zone(pools[pi].offer, problem.survive) for _, pi, _ in terms]
+                for lost in dict.fromkeys(zones):
+                    model.add(sum(units for (_, _, units), z in zip(terms, zones) if z != lost) + unmet >= demand)
             if w.redundancy or w.max_configs is not None:
                 for ci in sorted({ci for ci, _, _ in terms}):
                     used = model.new_bool_var(f"used_{ci}")
-                    config_vars = [var for c, _, var in terms if c == ci]
+                    config_vars = [var for (c, _), var in replicas.items() if c == ci]
                     model.add(sum(config_vars) == 0).only_enforce_if(~used)
                     used_flags.append(used)
                     if w.redundancy:
@@ -405,7 +427,7 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
         if memory.gpu is None or not memory.gpu.fits:
             raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
         assignments.append(Assignment(config.workload, config.bucket, config, pool, n, memory, share, rps,
-                                      by_name[config.workload].slo))
+                                      by_name[config.workload].slo, available=problem.available(pool)))
     uses = []
     for pi, var in built.instances.items():
         if solver.value(var):
@@ -414,7 +436,8 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
             limit = min((by_name[a.workload].space.max_price_age_days for a in served),
                         default=min(w.space.max_price_age_days for w in problem.workloads))
             uses.append(PoolUse(pools[pi], solver.value(var), gpus,
-                                price_age(pools[pi].offer, pools[pi].market, limit)))
+                                price_age(pools[pi].offer, pools[pi].market, limit),
+                                _spot_risk(problem, pools[pi], served) if pools[pi].market == "spot" else None))
     cost = sum(u.usd_per_hour for u in uses)
     bound = solver.best_objective_bound
     objective = solver.objective_value
@@ -427,6 +450,21 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
         pools=tuple(sorted(uses, key=lambda u: u.pool.label)), unmet=unmet, binding=(),
         configurations=len(configs), variables=len(built.replicas) + len(built.instances),
     )
+
+
+def _spot_risk(problem: FleetProblem, pool: Pool, served: list[Assignment]) -> SpotRisk:
+    """A spot pool's interruption assumption, its expected loss, and the on-demand offer (of those every workload it
+    serves may rent) that would replace it."""
+    by_name = {w.name: w for w in problem.workloads}
+    allowed = [set(by_name[name].on_demand_offers) for name in dict.fromkeys(a.workload for a in served)]
+    offers = [o for o in by_name[served[0].workload].on_demand_offers if all(o in a for a in allowed)] if served else []
+    replacement = fallback(((a.replicas, a.config.candidate.gpus, a.config.candidate.tp) for a in served),
+                           pool.offer.gpu, offers)
+    spot = problem.spot
+    unavailable = spot.unavailable(pool.offer) if spot else None
+    lost = None if unavailable is None else sum(a.replicas * a.config.capacity_rps for a in served) * unavailable
+    return SpotRisk(spot.rate(pool.offer) if spot else None, spot.replace_minutes if spot else 0.0, unavailable, lost,
+                    replacement)
 
 
 def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool], catalog: Catalog,
@@ -447,8 +485,9 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
             short = solver.value(var) / CAPACITY_UNITS_PER_RPS
             if short > 0 and not any(u.startswith(f"{name} bucket {b}:") for u in unmet):
                 full = [q.label for q in problem.quotas if _quota_full(q, relaxed, solver, pools)]
+                rules = "redundancy and fleet.survive rules" if problem.survive else "redundancy rules"
                 unmet.append(f"{name} bucket {b}: {short:,.3f} req/s unserved; blocked by "
-                             + (", ".join(full) if full else "the allowed pools and redundancy rules"))
+                             + (", ".join(full) if full else f"the allowed pools and {rules}"))
         plan = _read(problem, relaxed, solver, configs, pools, catalog, INFEASIBLE, started, tuple(unmet))
         return replace(plan, usd_per_hour=None, token_costs=None, hosted=())
     return FleetPlan(INFEASIBLE, 0.0, time.perf_counter() - started, None, None, (), (), tuple(unmet), (),
@@ -499,6 +538,15 @@ def _binding(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: Se
                     out.append(f"{w.name}: an SLO 20% tighter cannot be met with these pools")
                 elif _moves(change := result.usd_per_hour - (plan.usd_per_hour or 0)):
                     out.append(f"{w.name}: an SLO 20% tighter costs ${change:+,.2f}/hour")
+        for rule, without in ((f"surviving the loss of any one {problem.survive} (fleet.survive)",
+                               replace(problem, survive=None) if problem.survive else None),
+                              ("counting the expected spot interruptions (fleet.spot)",
+                               replace(problem, spot=None) if problem.spot else None)):
+            if without is not None:
+                result = _resolve(without, catalog, cache, deadline)
+                change = (plan.usd_per_hour or 0) - (result.usd_per_hour or plan.usd_per_hour or 0)
+                if change > 0 and _moves(change):  # a variant cut short may cost more: no saving to report
+                    out.append(f"{rule} costs +${change:,.2f}/hour")
     except OutOfTime:
         out.append(f"(the {deadline.limit_s:g} s time limit ran out before every limit was explained; raise "
                    "--time-limit for the rest)")
@@ -543,11 +591,45 @@ def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | No
             utilisation=part.workload.utilisation, redundancy=part.workload.redundancy,
             min_replicas=part.workload.min_replicas, max_configs=part.workload.max_configs,
             engine="vllm" if part.engine.name == "simple" else part.engine.name, engine_version=part.engine.version,
-            calibration=calibration))
+            calibration=calibration, on_demand_offers=_on_demand_offers(part, catalog)))
     fleet = scenario.fleet
     quotas = tuple(_quota(q, i, catalog) for i, q in enumerate(fleet.quotas)) if fleet else ()
+    if fleet and fleet.survive:
+        for w in workloads:
+            _survivable(w, fleet.survive)
     return FleetProblem(tuple(workloads), quotas, fleet.on_demand_share if fleet else None,
-                        time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s)
+                        time_limit_s if time_limit_s is not None else scenario.solver.time_limit_s,
+                        _spot_rates(fleet, catalog) if fleet and fleet.spot else None, fleet.survive if fleet else None)
+
+
+def _on_demand_offers(part: Scenario, catalog: Catalog) -> tuple[Offer, ...]:
+    """The pay-as-you-go on-demand offers a workload's pricing allows, whatever its market (none for an on-demand
+    workload: it rents no spot pool to fall back from)."""
+    if part.pricing.market == "on-demand":
+        return ()
+    pricing = part.pricing.model_copy(update={"market": "on-demand", "terms": []})
+    return tuple(offer for offer, _ in build_search_space(part.model_copy(update={"pricing": pricing}), catalog).offers)
+
+
+def _spot_rates(fleet: FleetSpec, catalog: Catalog) -> SpotRates:
+    """fleet.spot with its providers spelt as the catalog's spot offers spell them."""
+    rates = fleet.spot.interruption_rate
+    if not isinstance(rates, dict):
+        return SpotRates(fleet.replace_minutes, rates)
+    spot = {o.provider for o in catalog.offers if o.spot_usd_per_hour is not None}
+    where = "fleet.spot.interruption_rate"
+    return SpotRates(fleet.replace_minutes, None, tuple(
+        (_known(name, spot, f"{where}.{name}", "spot offer"), rate) for name, rate in rates.items()))
+
+
+def _survivable(workload: FleetWorkload, survive: Survive) -> None:
+    """A one-line error when every offer a workload may rent is in one zone: no fleet survives losing it."""
+    zones = {zone(offer, survive) for offer, _ in workload.space.offers}
+    if len(zones) == 1:
+        raise PlannerInputError(
+            f"fleet.survive: {survive}: every offer {workload.name} may rent is in {survive} {zones.pop()}, so no fleet "
+            f"survives losing it (infeasible); allow offers in other {survive}s (pricing.providers, pricing.regions) "
+            "or remove fleet.survive")
 
 
 def _calibration(scenario: Scenario) -> Calibration | None:
@@ -579,7 +661,7 @@ def _quota(spec: QuotaSpec, index: int, catalog: Catalog) -> Quota:
     return quota
 
 
-def _known(name: str | None, names: set[str], where: str) -> str | None:
+def _known(name: str | None, names: set[str], where: str, what: str = "offer") -> str | None:
     """`name` as the catalog spells it (case aside), or a one-line error with the closest names."""
     if name is None:
         return None
@@ -590,4 +672,4 @@ def _known(name: str | None, names: set[str], where: str) -> str | None:
 
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=3)
     hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
-    raise PlannerInputError(f"{where}: {name!r} is in no offer of the price catalog{hint}")
+    raise PlannerInputError(f"{where}: {name!r} is in no {what} of the price catalog{hint}")

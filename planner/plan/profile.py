@@ -6,7 +6,9 @@ each workload's configurations, the pools they run on and the most replicas each
 each workload bucket, the fewest of those replicas that meet the fleet's own rules at the hour's demand, counted in
 the solver's units (planner.plan.fleet.demand_units): replicas are added cheapest per request/s first until
 capacity >= demand + k x the largest capacity in use (N+k, workload.redundancy), so with one configuration
-replicas = ceil(demand / capacity) + k; a workload runs at least workload.min_replicas. Instances are rented per pool
+replicas = ceil(demand / capacity) + k, and with fleet.survive, capacity outside any one zone in use >= demand
+(planner.plan.failure); a spot replica counts at its expected availability (fleet.spot); a workload runs at least
+workload.min_replicas. Instances are rented per pool
 by the footprint rule the solver packs with (planner.plan.rental) and paid at the pool's price.
 
 Base and scaled: the base is the replicas every hour runs (the fewest of each assignment over the day), up all day at
@@ -26,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from planner.plan.failure import Survive, zone
 from planner.plan.fleet import Assignment, FleetPlan, Pool, demand_units
 from planner.plan.rental import COST_UNITS_PER_USD, footprint
 from planner.plan.scenario import HOURS_PER_DAY, FleetSpec, Scenario, WorkloadSpec
@@ -63,10 +66,11 @@ def plan_day(scenario: Scenario, plan: FleetPlan) -> DayPlan | None:
     assignments = plan.assignments
     workloads = {name: part.workload for name, part in scenario.fleet_parts()}
     cheapest_first = sorted(range(len(assignments)), key=lambda i: (_units_per_capacity(assignments[i]), i))
-    counts = [_replicas(assignments, workloads, cheapest_first, hour) for hour in range(HOURS_PER_DAY)]
+    fleet = scenario.fleet or FleetSpec()
+    counts = [_replicas(assignments, workloads, cheapest_first, hour, fleet.survive) for hour in range(HOURS_PER_DAY)]
     committed = {u.pool: u.instances for u in plan.pools if u.pool.offer.term}  # paid every hour: never scaled down
     rented = [_instances(assignments, n) | committed for n in counts]
-    minutes = (scenario.fleet or FleetSpec()).scale_up_minutes
+    minutes = fleet.scale_up_minutes
     hours = []
     day_units = 0.0
     for hour, n in enumerate(counts):
@@ -88,7 +92,7 @@ def plan_day(scenario: Scenario, plan: FleetPlan) -> DayPlan | None:
 
 def _units_per_capacity(a: Assignment) -> float:
     """What one replica of the assignment costs per unit of capacity: its share of an instance's price."""
-    return a.pool.price_units * _gpus(a) / a.pool.offer.gpus / a.config.capacity_units
+    return a.pool.price_units * _gpus(a) / a.pool.offer.gpus / a.capacity_units
 
 
 def _gpus(a: Assignment) -> int:
@@ -100,10 +104,10 @@ def _gpus(a: Assignment) -> int:
 
 
 def _replicas(assignments: tuple[Assignment, ...], workloads: dict[str, WorkloadSpec], cheapest_first: list[int],
-              hour: int) -> list[int]:
+              hour: int, survive: Survive | None) -> list[int]:
     """Replicas of each assignment in the hour: per bucket, the fewest (cheapest per request/s first, each at most
-    as many as the peak plan runs) whose capacity covers the hour's demand with N+k; at least min_replicas of each
-    workload."""
+    as many as the peak plan runs) whose capacity covers the hour's demand with N+k and the survival rule; at least
+    min_replicas of each workload."""
     n = [0] * len(assignments)
 
     def add(choices: list[int]) -> None:
@@ -118,19 +122,24 @@ def _replicas(assignments: tuple[Assignment, ...], workloads: dict[str, Workload
         for b, (share, prompt, output) in enumerate(traffic.shapes() if traffic else ()):
             demand = demand_units(Bucket(traffic.hour_requests_per_s(hour) * share, prompt, output))
             slots = [i for i in mine if assignments[i].bucket == b]
-            while not _covered(demand, spec.redundancy, [(n[i], assignments[i].config.capacity_units) for i in slots]):
+            while not _covered(demand, spec.redundancy, [
+                    (n[i], assignments[i].capacity_units, assignments[i].config.capacity_units,
+                     survive and zone(assignments[i].pool.offer, survive)) for i in slots]):
                 add(slots)
         while sum(n[i] for i in mine) < spec.min_replicas:
             add(mine)
     return n
 
 
-def _covered(demand: int, redundancy: int, replicas: list[tuple[int, int]]) -> bool:
-    """The fleet's rule (planner.plan.fleet._build): capacity meets demand, and still does without `redundancy`
-    replicas of any configuration in use."""
-    capacity = sum(n * units for n, units in replicas)
-    largest = max((units for n, units in replicas if n), default=0)
-    return capacity >= demand + redundancy * largest
+def _covered(demand: int, redundancy: int, replicas: list[tuple[int, int, int, str | None]]) -> bool:
+    """The fleet's rule (planner.plan.fleet._build) over (replicas, capacity counted, whole capacity, zone or None)
+    of each assignment: the capacity counted meets demand, still does without `redundancy` whole replicas of any
+    configuration in use, and (with zones) without any one zone in use."""
+    capacity = sum(n * units for n, units, _, _ in replicas)
+    largest = max((whole for n, _, whole, _ in replicas if n), default=0)
+    zones = {z for n, _, _, z in replicas if n and z is not None}
+    return capacity >= demand + redundancy * largest and all(
+        sum(n * units for n, units, _, z in replicas if z != lost) >= demand for lost in zones)
 
 
 def _instances(assignments: tuple[Assignment, ...], replicas: tuple[int, ...] | list[int]) -> dict[Pool, int]:

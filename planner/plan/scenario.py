@@ -19,6 +19,7 @@ from planner.catalog.load import Quality
 from planner.catalog.prices import MAX_PRICE_AGE_DAYS, PRICE_KINDS, PriceKind, Term
 from planner.errors import PlannerInputError
 from planner.estimator.engines.registry import PLANNING_MARGIN, profiled_engines
+from planner.plan.failure import Survive, interruption_rate
 from planner.yamlfile import parse_yaml, printable
 from planner.files import SCENARIO, FileKind, read_text
 from planner.units import MAX_BATCH, MAX_CONTEXT, MiB, parse_tokens, shown
@@ -364,12 +365,43 @@ class QuotaSpec(_Strict):
     gpu: str | None = None
 
 
+class SpotSpec(_Strict):
+    """What spot capacity a fleet counts on (planner.plan.failure): the share of spot instances reclaimed a month, for
+    every spot pool or per provider, and the minutes a reclaimed replica takes to be replaced."""
+
+    interruption_rate: float | dict[str, float]
+    replace_minutes: float | None = Field(default=None, ge=0, le=24 * 60)  # default: fleet.scale_up_minutes
+
+    @field_validator("interruption_rate", mode="before")
+    @classmethod
+    def _rates(cls, value: Any) -> float | dict[str, float]:
+        if not isinstance(value, dict):
+            return interruption_rate(value)
+        if not value:
+            raise ValueError("names no provider; give one rate, or {provider: rate, ...}")
+        rates = {}
+        for provider, rate in value.items():
+            try:
+                rates[str(provider)] = interruption_rate(rate)
+            except ValueError as exc:
+                raise ValueError(f"{printable(str(provider))}: {exc}") from None
+        return rates
+
+
 class FleetSpec(_Strict):
     quotas: list[QuotaSpec] = Field(default=[], max_length=100)
     on_demand_share: float | None = Field(default=None, ge=0, le=1)  # of each workload's demand, with spot allowed
     # with a traffic profile: minutes a replica added for an hour takes to serve (start, load weights, warm up); it
     # starts that long before its hour, which pays for it (planner.plan.profile)
     scale_up_minutes: float = Field(default=10, ge=0, le=60)
+    spot: SpotSpec | None = None  # spot replicas count at their expected availability (planner.plan.failure)
+    survive: Survive | None = None  # demand met with any one region (provider) lost
+
+    @property
+    def replace_minutes(self) -> float:
+        """Minutes a reclaimed spot replica takes to serve again: fleet.spot.replace_minutes, or scale_up_minutes."""
+        given = self.spot.replace_minutes if self.spot else None
+        return self.scale_up_minutes if given is None else given
 
 
 class NamedWorkload(_Strict):
@@ -439,8 +471,15 @@ class Scenario(_Strict):
 
     def _on_demand_share_applies(self) -> None:
         """The share splits demand between on-demand and spot pools: with one market it would change nothing
-        (on-demand) or leave nothing to rent (spot)."""
-        if self.fleet is None or self.fleet.on_demand_share is None:
+        (on-demand) or leave nothing to rent (spot). fleet.spot needs spot allowed somewhere."""
+        if self.fleet is None:
+            return
+        if self.fleet.spot is not None and self.is_fleet:
+            parts = [part.pricing.market for _, part in self.fleet_parts()]
+            if all(market == "on-demand" for market in parts):
+                raise ValueError("fleet.spot: interruption rates apply to spot pools, and pricing.market is on-demand; "
+                                 "set pricing.market: spot or any, or remove fleet.spot")
+        if self.fleet.on_demand_share is None:
             return
         markets = [(f"workloads[{i}].pricing.market", w.pricing.market) if w.pricing is not None
                    else ("pricing.market", self.pricing.market) for i, w in enumerate(self.workloads or ())]

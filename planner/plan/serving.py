@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from planner.catalog.load import Catalog
+from planner.catalog.load import Catalog, Offer
 from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.need import Budgets, known_budget
@@ -58,6 +58,8 @@ class FleetWorkload:
     engine: str = "vllm"
     engine_version: str | None = None  # the scenario's engine.version (None: the engine's default release)
     calibration: Calibration | None = None  # `planner calibrate`'s factors, for the GPU generation x engine it names
+    # pay-as-you-go on-demand offers its pricing allows whatever its market: where a lost spot pool falls back to
+    on_demand_offers: tuple[Offer, ...] = ()
 
     @property
     def tokens_per_hour(self) -> tuple[float, float]:

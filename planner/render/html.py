@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from planner.render.records import fleet_rows
 from planner.render.summary import (HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
                                     memory_line, NO_FLEET, hosted_lines, hosted_rows, load_rows, not_simulated_lines,
-                                    offer_rows, price_age_text, replica_label, running_text, status_line)
+                                    offer_rows, price_age_text, replica_label, running_text, spot_lines, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -201,6 +201,7 @@ def _fleet_parts(name: str, plan: FleetPlan) -> list[str]:
             ["pool", "instances", "GPUs used", "GPUs paid", "$/hour", "price as of", "price age", "source"],
             [[u.pool.label, u.instances, u.gpus_used, u.instances * u.pool.offer.gpus, u.usd_per_hour,
               u.pool.offer.as_of, price_age_text(u.price_age), u.pool.offer.source] for u in plan.pools])]
+        parts += [f"<p>spot: {html.escape(x)}</p>" for x in spot_lines(plan)]
         parts += [f"<p class='warn'>warning: {html.escape(w)}</p>" for w in fleet_price_warnings(plan)]
     if plan.unmet:
         parts += ["<h2>Unmet demand</h2>", "<ul>" + "".join(f"<li>{html.escape(u)}</li>" for u in plan.unmet) + "</ul>"]

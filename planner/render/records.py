@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from planner.estimator.engines import EngineBudget
     from planner.estimator.fit import EngineFit
     from planner.plan.fleet import Assignment, FleetPlan
+    from planner.plan.failure import SpotRisk
     from planner.plan.hosted import HostedCost
     from planner.plan.loads import ReplicaLoads
     from planner.plan.profile import DayPlan
@@ -127,12 +128,25 @@ def fleet_json(plan: FleetPlan, scenario: str, day: DayPlan | None = None) -> st
                    "price_term": u.pool.offer.term, "gpu": u.pool.offer.gpu, "instances": u.instances,
                    "gpus_per_instance": u.pool.offer.gpus, "gpus_used": u.gpus_used, "usd_per_hour": u.usd_per_hour,
                    "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source,
-                   "price_age": record(u.price_age)} for u in plan.pools],
+                   "price_age": record(u.price_age), "spot": spot_record(u.spot)} for u in plan.pools],
         "unmet": list(plan.unmet), "binding": list(plan.binding), "left_out": list(plan.left_out),
         "speed": list(plan.speed),
         "hosted_comparison": [hosted_row(h) for h in plan.hosted],
         "configurations": plan.configurations,
         "variables": plan.variables, **({"day": record(day)} if day else {})})
+
+
+def spot_record(spot: SpotRisk | None) -> dict[str, Any] | None:
+    """A spot pool's interruption assumption, expected loss and on-demand fallback as JSON (null off spot)."""
+    if spot is None:
+        return None
+    fallback = spot.fallback
+    return {"interruption_rate_per_month": spot.interruption_rate, "replace_minutes": spot.replace_minutes,
+            "unavailable_fraction": spot.unavailable, "expected_lost_requests_per_s": spot.lost_requests_per_s,
+            "on_demand_fallback": fallback and {
+                "provider": fallback.offer.provider, "instance": fallback.offer.instance,
+                "region": fallback.offer.region, "instances": fallback.instances,
+                "usd_per_hour": fallback.usd_per_hour}}
 
 
 def hosted_row(h: HostedCost) -> dict[str, Any]:

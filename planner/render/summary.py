@@ -86,6 +86,12 @@ def fleet_price_warnings(plan: FleetPlan) -> list[str]:
             + [f"{h.workload}: {h.price_age.warning}" for h in plan.hosted if h.price_age.warning])
 
 
+def spot_lines(plan: FleetPlan) -> list[str]:
+    """Per spot pool the fleet rents: its interruption assumption, the capacity expected lost, and its on-demand
+    fallback (planner.plan.failure)."""
+    return [f"{u.pool.label}: {u.spot.line}" for u in plan.pools if u.spot]
+
+
 def hosted_lines(plan: FleetPlan) -> list[str]:
     """One line per workload with hosted-API list prices (planner.plan.hosted): the fleet's cost for its traffic as
     a multiple of each provider's, cheapest provider first."""

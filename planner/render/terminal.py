@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
 from planner.render.summary import (DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line,
-                                    fleet_price_warnings, fleet_status, hosted_lines, memory_line, NO_FLEET,
+                                    fleet_price_warnings, fleet_status, hosted_lines, memory_line, NO_FLEET, spot_lines,
                                     load_rows, not_simulated_lines, replica_label, running_text,
                                     price_age_text, speed_line, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
@@ -290,6 +290,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
                       f"{u.usd_per_hour:,.2f}", u.pool.offer.as_of, price_age_text(u.price_age))
     if plan.pools:
         console.print(pools)
+    for line in spot_lines(plan):
+        console.print(f"spot: {as_text(line)}")
     for warning in fleet_price_warnings(plan):
         console.print(f"[yellow]warning:[/yellow] {as_text(warning)}")
     for line in plan.unmet:
