@@ -4,6 +4,7 @@ by their argument parsers built from the released sources (SGLang 0.5.23; vLLM 0
 
 import ast
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -23,7 +24,9 @@ from planner.render.records import solve_json
 ROOT = Path(__file__).parents[1]
 SCENARIO = ROOT / "scenarios" / "deepseek-v3-dp-ep-h100.yaml"
 CATALOG = load_catalog()
-SOURCES = Path("/tmp/whl-engver")  # `pip download --no-deps sglang==0.5.23 vllm==0.34.0`, unpacked here
+# the engines' wheels unpacked (`pip download --no-deps sglang==0.5.23 vllm==0.34.0`, then unzip each into
+# src-sglang-0.5.23 / src-vllm-0.34.0 here): the parser tests skip without them (CI checks tests/data/engine-args.yaml)
+SOURCES = Path(os.environ.get("PLANNER_ENGINE_SOURCES", "/nonexistent"))
 SGLANG_SOURCE = SOURCES / "src-sglang-0.5.23"
 VLLM_SOURCE = SOURCES / "src-vllm-0.34.0"
 
