@@ -14,7 +14,9 @@ same memory is handed to vLLM v0.34.0's own planning functions, fed with the KVC
   vllm/model_executor/models/config.py@v0.34.0 MambaModelConfig.verify_and_update_config (mamba_cache_mode, block size)
 
 Each row: planner's figure, vLLM's, the difference and what explains it. A difference is explained only when this
-file names its cause (EXPLAINED); the exit code is 1 when any difference is left unexplained.
+file names its cause (EXPLAINED, by planner's profile); the exit code is 1 when any difference is left unexplained.
+`--version 0.19.0` compares planner's v0.19.0 profile (default: planner's default vLLM profile) with the same v0.34.0
+functions.
 
 Run it in a venv holding vLLM 0.34.0 (see bench/ENGINE_ORACLE.md); it is not imported by planner nor run by tests.
 
@@ -37,6 +39,7 @@ Stubs (vLLM needs a GPU and a loaded model to reach these functions; only what t
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -72,8 +75,9 @@ CASES = (("llama-3.1-8b", "h100-sxm", 1, 32768), ("llama-3.1-70b", "h100-sxm", 4
          ("gpt-oss-120b", "h100-sxm", 1, 32768), ("deepseek-v3", "h200-sxm", 8, 32768),
          ("qwen3-next-80b-a3b", "h100-sxm", 4, 32768), ("nemotron-3-nano-30b-a3b", "h100-sxm", 1, 32768))
 
-# Differences whose cause is known (planner follows v0.19.0 where it differs), by (model, figure): the explanation
-# column. Every one is a rule planner's vLLM profile has to take up for v0.34.0; none is a tolerance.
+# Differences whose cause is known, by planner's vLLM profile and (model, figure): the explanation column. Planner's
+# v0.34.0 profile matches v0.34.0's functions on every row; its v0.19.0 profile keeps v0.19.0's rules where v0.34.0
+# changed them (each a cause, not a tolerance).
 _BLOCK = ("v0.34.0 CacheConfig.DEFAULT_BLOCK_SIZE = 64 (config/cache.py), kept by update_block_size_for_backend for "
           "FlashAttention (MultipleOf(16)); planner: 16 (v0.19.0)")
 _PAGE = "follows the block size (page = block x bytes per token)"
@@ -84,7 +88,7 @@ _ALIGN = ("_align_hybrid_block_size (platforms/interface.py) aligns to max(small
           "models/config.py) with the layers' checkpoint alignment")
 _STATE_BLOCKS = ("align mode: MambaSpec.max_memory_usage_bytes = page x (2 + 1 prefill checkpoint block) "
                  "(kv_cache_interface.py, mamba_mixer2.py / qwen_gdn_linear_attn.py get_kv_cache_spec); planner: 1")
-EXPLAINED: dict[tuple[str, str], str] = {
+EXPLAINED: dict[str, dict[tuple[str, str], str]] = {"0.34.0": {}, "0.19.0": {
     **{(model, figure): text for model in ("llama-3.1-8b", "llama-3.1-70b", "gpt-oss-120b")
        for figure, text in (("block_size", _BLOCK), ("page_bytes", _PAGE), ("num_blocks", _PAGE + ", x 1/4"),
                             ("kv_cache_tokens", _TOKENS))},
@@ -103,11 +107,12 @@ EXPLAINED: dict[tuple[str, str], str] = {
                        "16 x ceil(1,085,440 / (16 x 1,024)) = 1,072"),
         ("page_bytes", _PAGE), ("num_blocks", _PAGE), ("kv_cache_tokens", _TOKENS),
         ("max_concurrency", _STATE_BLOCKS + "; and the larger float32 state page"))},
-}
+}}
 
 
 @dataclass(frozen=True)
 class Row:
+    version: str  # planner's vLLM profile
     model: str
     figure: str
     planner: float
@@ -119,7 +124,9 @@ class Row:
 
     @property
     def explanation(self) -> str:
-        return EXPLAINED.get((self.model, self.figure), "UNEXPLAINED" if self.differs else "")
+        if not self.differs:
+            return ""
+        return EXPLAINED[self.version].get((self.model, self.figure), "UNEXPLAINED")
 
 
 def _hf_config(model_config: dict):
@@ -287,26 +294,30 @@ def planner_side(budget) -> dict[str, float]:
             "kv_cache_tokens": budget.kv_cache_capacity_tokens, "max_concurrency": round(budget.max_concurrency, 2)}
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--version", choices=sorted(EXPLAINED), default=None,
+                        help="planner's vLLM profile to compare (default: planner's default vLLM profile)")
+    version = parser.parse_args(argv).version
     catalog = load_catalog()
     rows = []
     for model, gpu, tp, context in CASES:
         arch = resolve_model(catalog, model)
-        budget = engine_budget(arch, Request(context=context, tp=tp), EngineSettings("vllm"),
+        budget = engine_budget(arch, Request(context=context, tp=tp), EngineSettings("vllm", version=version),
                                GpuTarget.from_catalog(catalog.gpus.get(gpu)), catalog)
         config = next(m for m in catalog.models if m.name == model).config
         ours, theirs = planner_side(budget), vllm_side(config, budget, tp, context)
         print(f"vLLM {model} on {gpu} TP{tp}, max_model_len {context}: {budget.kv_pool_bytes:,} B of KV memory per "
               f"worker ({budget.release})")
-        rows += [Row(model, figure, ours[figure], theirs[figure]) for figure in ours]
+        rows += [Row(budget.settings.version, model, figure, ours[figure], theirs[figure]) for figure in ours]
     print(f"\n| engine | model | figure | planner | engine function | difference | explanation |\n|---|---|---|---:|---:|---:|---|")
     for row in rows:
         print(f"| vllm 0.34.0 | {row.model} | {row.figure} | {row.planner:,} | {row.vllm:,} | "
               f"{row.planner - row.vllm:+,.2f} | {row.explanation} |")
-    unexplained = [row for row in rows if row.differs and row.explanation == "UNEXPLAINED"]
+    unexplained = [row for row in rows if row.explanation == "UNEXPLAINED"]
     print(f"\n{sum(row.differs for row in rows)} differences, {len(unexplained)} unexplained")
     return 1 if unexplained else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -148,3 +148,40 @@ def test_vllm_034_hybrids_hold_align_mode_state_blocks(arch, catalog):
     assert layout("0.34.0", "a100-sxm-80gb")[1:] == (832, 2)
     # "GPU KV cache size" is concurrency x max_model_len in v0.34.0 (not blocks x block size)
     assert new.kv_cache_capacity_tokens == int(new.max_concurrency * 32768)
+
+
+@pytest.mark.parametrize("pp, window_blocks", [
+    (1, 259),  # cdiv(min(128 - 1 + 2 x 8,192, 32,768), 64) + 1 = cdiv(16,511, 64) + 1
+    (2, 387),  # 3 batches in flight: cdiv(128 - 1 + 24,576, 64) + 1 = cdiv(24,703, 64) + 1
+])
+def test_vllm_034_windows_hold_every_batch_in_flight(pp, window_blocks, arch, h100, catalog):
+    """gpt-oss-120b (18 full + 18 sliding layers of window 128, 8 KV heads of 64, bf16; 8,192 batched tokens on an
+    H100): SlidingWindowSpec.max_admission_blocks_per_request @ v0.34.0 counts VllmConfig.max_in_flight_tokens = (pp +
+    1 with async scheduling) x 8,192; a full group takes 32,768 / 64 = 512 blocks. v0.19.0 counted one batch: cdiv(128
+    - 1 + 8,192, 16) + 1 = 521 of its 16-token blocks."""
+    def budget(version):
+        return engine_budget(arch("gpt-oss-120b"), Request(context=32768, pp=pp), EngineSettings("vllm", version=version),
+                             h100, catalog)
+
+    new = budget("0.34.0")
+    blocks = {g.kind: g.blocks_per_request for g in new.layout.groups}
+    assert blocks == {"sliding": window_blocks, "full": 512}
+    assert new.layout.page_bytes == 64 * 8 * 64 * 2 * 2 == 131_072
+    num_blocks = min(rank.kv_pool_bytes for rank in new.per_rank) // (131_072 * new.layout.layers_per_group)
+    assert new.max_concurrency == num_blocks / (512 + window_blocks)
+    assert {g.kind: g.blocks_per_request for g in budget("0.19.0").layout.groups}["sliding"] == 521
+
+
+def test_vllm_034_holds_a_nemotron_h_ssm_state_in_float32_when_its_config_names_none(arch, h100, catalog):
+    """The catalog's Nemotron-3-Nano config names no mamba_ssm_cache_dtype. NemotronHForCausalLMConfig then picks
+    "float16" at v0.19.0 and DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32" at v0.34.0 (models/config.py). One Mamba-2 state
+    at TP 1: conv (64 x 64 + 2 x 8 x 128) x 3 = 18,432 bf16 values + SSM 64 x 64 x 128 = 524,288 values; one attention
+    token 2 x 2 x 128 x 2 = 1,024 B. Blocks: 16 x cdiv(1,085,440, 16 x 1,024) = 1,072 (v0.19.0), 64 x cdiv(2,134,016,
+    64 x 1,024) = 2,112 (v0.34.0)."""
+    def layout(version):
+        return engine_budget(arch("nemotron-3-nano-30b-a3b"), Request(context=32768),
+                             EngineSettings("vllm", version=version), h100, catalog).layout
+
+    old, new = layout("0.19.0"), layout("0.34.0")
+    assert (old.state_bytes, old.block_size) == (18_432 * 2 + 524_288 * 2, 1_072) == (1_085_440, 1_072)
+    assert (new.state_bytes, new.block_size) == (18_432 * 2 + 524_288 * 4, 2_112) == (2_134_016, 2_112)

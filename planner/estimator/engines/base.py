@@ -221,7 +221,7 @@ class ServedModel:
 
     def _dtype_bits(self, dtype: str, parts: StatePartDtypes, attention: Attention) -> int:
         if dtype == "config":
-            dtype = attention.config_ssm_dtype or parts.unset
+            dtype = attention.config_ssm_dtype or parts.unset_by_model_type.get(self.arch.model_type, parts.unset)
         return self.activation_bits if dtype == "auto" else STATE_DTYPE_BITS[dtype]
 
 

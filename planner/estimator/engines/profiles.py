@@ -48,6 +48,8 @@ class StatePartDtypes(_Strict):
     conv: Literal["auto", "config", "float32", "bfloat16", "float16"]
     recurrent: Literal["auto", "config", "float32", "bfloat16", "float16"]
     unset: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # `config` for a model_type whose engine hook picks its own dtype when the checkpoint's config names none
+    unset_by_model_type: dict[str, Literal["float32", "bfloat16", "float16"]] = {}
 
 
 class VllmBatchTier(_Strict):
@@ -80,6 +82,9 @@ class VllmProfile(_Strict):
     batch_defaults: Sourced[tuple[VllmBatchTier, ...]]
     # "GPU KV cache size: N tokens": blocks per group x the smallest block size, or concurrency x max_model_len
     kv_cache_size_from_concurrency: Sourced[bool]
+    # a sliding window holds max_num_batched_tokens new tokens for each concurrent batch (pp + 1 with async
+    # scheduling), not for one
+    window_holds_concurrent_batches: Sourced[bool]
     hidden_buffers_in_forward: Sourced[int]
     sampler_fp32_copies: Sourced[int]
     sampler_workspace_rows: Sourced[int]

@@ -15,7 +15,7 @@ then what v0.34 changed; catalogs/engine_profiles.yaml cites each constant at it
      groups of equal layer count; num_blocks = memory // (page x layers per group), the minimum over all
      workers. check_enough_kv_cache_memory raises when one request of max_model_len does not fit and
      estimates the longest that would. "Maximum concurrency for N tokens per request" = num_blocks / blocks
-     one request needs (sliding-window layers need only window - 1 + batched tokens).
+     one request needs (sliding-window layers need only window - 1 + max_num_batched_tokens).
   Recurrent layers (Gated DeltaNet linear attention, Kimi Delta Attention, Mamba-2) live in the same pool: each
   keeps one sequence's state (convolution window in the model dtype + recurrent state in the dtype the profile's
   state_dtypes gives its mixer, MambaSpec) in one block of its own group.
@@ -31,8 +31,10 @@ total - resident, free at start - resident - margin) - activation peak, resident
 margin = max(1 GiB, 0.75 x peak) (extensible_kv_cache.py measure_kv_cache_bytes); without it CUDA graph memory is
 subtracted from the budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on). Blocks are 64 tokens, cards of >= 160 GiB
 default to 16384 batched tokens, "GPU KV cache size" is concurrency x max_model_len and concurrency sums whole blocks
-per group. Hybrid models run prefix caching in mamba_cache_mode "align": a request holds 2 state blocks per recurrent
-group (+1 prefill checkpoint for Mamba-2, and for Gated DeltaNet on Hopper), and blocks align to 64 tokens (MLA 128).
+per group; a sliding window holds max_num_batched_tokens for each batch in flight (pp + 1 with async scheduling).
+Hybrid models run prefix caching in mamba_cache_mode "align": a request holds 2 state blocks per recurrent group (+1
+prefill checkpoint for Mamba-2, and for Gated DeltaNet on Hopper), and blocks align to 64 tokens (MLA 128). Nemotron-H
+keeps its SSM state in float32 when its config names no mamba_ssm_cache_dtype (v0.19: float16).
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ class KvLayout:
     group_size: int  # layers per KV cache group (= memory pools shared by one layer of every group)
     groups: tuple[LayerSpec, ...]  # one entry per group: the spec its layers share
     page_bytes: int
-    batched_tokens: int  # max_num_batched_tokens: a sliding window holds that many new tokens
+    batched_tokens: int  # in-flight tokens (in_flight_tokens): a sliding window holds that many new tokens
     per_group: bool  # the release counts a request's blocks group by group and reports concurrency x max_model_len
 
     def num_blocks(self, available: int) -> int:
@@ -185,14 +187,16 @@ def state_blocks(gpu: GpuTarget, profile: VllmProfile) -> tuple[tuple[str, int],
     return tuple(sorted(blocks.items()))
 
 
-def kv_layout(model: ServedModel, stage: Stage, block_size: int, batched: int, shape: StateShape,
+def kv_layout(model: ServedModel, stage: Stage, block_size: int, in_flight: int, shape: StateShape,
               blocks: tuple[tuple[str, int], ...], profile: VllmProfile) -> KvLayout:
     """One worker's KV cache configuration (a stage's layers follow from the model, pp and the stage's index)."""
-    key = (model.arch, model.request.tp, model.request.pp, model.kv_bits, stage.index, block_size, batched, shape, blocks)
-    return _LAYOUTS.get(key, (profile,), lambda: _kv_layout(model, stage, block_size, batched, shape, dict(blocks), profile))
+    key = (model.arch, model.request.tp, model.request.pp, model.kv_bits, stage.index, block_size, in_flight, shape,
+           blocks)
+    return _LAYOUTS.get(key, (profile,), lambda: _kv_layout(model, stage, block_size, in_flight, shape, dict(blocks),
+                                                            profile))
 
 
-def _kv_layout(model: ServedModel, stage: Stage, block_size: int, batched: int, shape: StateShape,
+def _kv_layout(model: ServedModel, stage: Stage, block_size: int, in_flight: int, shape: StateShape,
                blocks: dict[str, int], profile: VllmProfile) -> KvLayout:
     # mamba_page_size_padded: a state page grows to the attention page (an attention-free model keeps its own)
     state_page = block_size * shape.token_bytes if shape.token_bytes else shape.state_bytes
@@ -210,14 +214,14 @@ def _kv_layout(model: ServedModel, stage: Stage, block_size: int, batched: int, 
     groups = tuple(spec for spec, count in counts.items() for _ in range(ceil(count / group_size)))
     # vLLM needs one page size across groups; layer types of one model share head shapes in the
     # families planner counts and states are padded to the attention page, so the largest page is the page
-    return KvLayout(specs, group_size, groups, max(s.page_bytes for s in specs), batched,
+    return KvLayout(specs, group_size, groups, max(s.page_bytes for s in specs), in_flight,
                     profile.kv_cache_size_from_concurrency.value)
 
 
 def _pool_layout(layout: KvLayout, shape: StateShape, settings: EngineSettings, context: int, num_blocks: int,
                  default_block: int) -> PoolLayout:
     """What the table explains: the groups, their pages and how many sequences' states the pool holds."""
-    batched, block_size = settings.max_num_batched_tokens, settings.block_size
+    batched, block_size = layout.batched_tokens, settings.block_size
     kinds, group_counts = layout.kind_counts
     groups = tuple(CacheGroup(kind, kinds[kind], group_counts[kind],
                               layout.group_blocks(next(g for g in layout.groups if g.kind == kind), context, batched,
@@ -240,6 +244,13 @@ def _batch_defaults(gpu: GpuTarget, visible_bytes: int, profile: VllmProfile) ->
     tier = next(t for t in profile.batch_defaults.value
                 if visible_bytes >= t.min_gib * GiB and not (t.not_a100 and "a100" in gpu.name.lower()))
     return tier.max_num_batched_tokens, tier.max_num_seqs
+
+
+def in_flight_tokens(settings: EngineSettings, pp: int, profile: VllmProfile) -> int:
+    """The new tokens a sliding window holds beside its window: max_num_batched_tokens for each batch in flight
+    (VllmConfig.max_in_flight_tokens: pp + 1 batches with async scheduling), or for one (v0.19)."""
+    batches = pp + 1 if profile.window_holds_concurrent_batches.value else 1
+    return batches * settings.max_num_batched_tokens
 
 
 def extensible(settings: EngineSettings, profile: VllmProfile) -> bool:
@@ -374,9 +385,10 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
     compressed = arch.has_compressed_caches
     warnings = [w for w in (check_kv_dtype(model) if compressed else None,) if w]
     layouts: dict[int, KvLayout | PackedLayout] = {
-        stage.index: (packed_layout(model, stage, block_size, batched, profile)
-                      if compressed else kv_layout(model, stage, block_size, batched, shape, state_blocks(gpu, profile),
-                                                   profile))
+        # DeepSeek-V4's packed caches follow their own release (deepseek_v4_release): one batch of new tokens a window
+        stage.index: (packed_layout(model, stage, block_size, batched, profile) if compressed else
+                      kv_layout(model, stage, block_size, in_flight_tokens(resolved, request.pp, profile), shape,
+                                state_blocks(gpu, profile), profile))
         for stage in model.stages}
     uses = {stage.index: _StageUse(stage.weights_bytes, activation_peak(model, stage, resolved, profile),
                                    non_torch_bytes(request.tp, request.pp, custom_all_reduce, profile))
@@ -418,7 +430,7 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
     num_blocks = min(layouts[s].num_blocks(available[s]) for s in layouts)
     limit = limiting_rank(ranks)
     layout, memory = layouts[limit.pp_stage], available[limit.pp_stage]
-    concurrency = num_blocks / layout.blocks_per_request(context, batched, block_size)
+    concurrency = num_blocks / layout.blocks_per_request(context, layout.batched_tokens, block_size)
 
     message, longest = _out_of_memory(uses, graphs, free_at_start, pinned, full)
     if message is None:
@@ -459,7 +471,7 @@ def _extensible_pool(use: _StageUse, graphs: int, requested: int, free_at_start:
 def _holds_one_request(layouts: dict[int, KvLayout | PackedLayout], available: dict[int, int], context: int,
                        settings: EngineSettings) -> bool:
     """check_enough_kv_cache_memory passes: every worker's memory holds one request of max_model_len."""
-    return all(0 < available[s] and layouts[s].needed_bytes(context, settings.max_num_batched_tokens,
+    return all(0 < available[s] and layouts[s].needed_bytes(context, layouts[s].batched_tokens,
                                                             settings.block_size) <= available[s] for s in layouts)
 
 
@@ -518,9 +530,9 @@ def _start_up_failure(model: ServedModel, layouts: dict[int, KvLayout | PackedLa
     if min(available.values()) <= 0:
         return ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
                 "initializing the engine."), None
-    context, batched, block_size = model.request.context, settings.max_num_batched_tokens, settings.block_size
+    context, block_size = model.request.context, settings.block_size
     for stage, layout in layouts.items():
-        needed = layout.needed_bytes(context, batched, block_size)
+        needed = layout.needed_bytes(context, layout.batched_tokens, block_size)
         if needed > available[stage]:
             longest = largest_passing(1, context, lambda n: _holds_one_request(layouts, available, n, settings))
             estimate = (f"Based on the available memory, the estimated maximum model length is {longest}. "
