@@ -14,7 +14,7 @@ from planner.plan.profile import _covered
 from planner.plan.scenario import parse_scenario
 from planner.render.markdown import fleet_markdown
 from planner.render.records import fleet_json
-from tests.test_cli import run
+from test_cli import run
 
 CATALOG = load_catalog()
 

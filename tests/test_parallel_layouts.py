@@ -137,7 +137,7 @@ def sglang_parser():
     pytest.importorskip("pybase64")
     import argparse
 
-    from tests.engine_stubs import StubFinder
+    from engine_stubs import StubFinder
 
     sys.path.insert(0, str(SGLANG_SOURCE))
     finder = StubFinder()
