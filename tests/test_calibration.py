@@ -506,3 +506,122 @@ def test_calibration_accuracy_flags_a_series_worse_by_more_than_five_points():
     assert within.change == pytest.approx(-7.55) and not within.worse and within.at_bounds == []
     edge = SeriesResult("c", 3, (0.2, 0.0), [(0.10, 0.15)], Factors())
     assert edge.change == pytest.approx(5.0) and not edge.worse  # more than 5 points: 5 is not worse
+
+
+SCRAPES = Path(__file__).parent / "data" / "metrics"
+
+
+def test_a_vllm_metrics_window_reads_the_histograms_increase():
+    """tests/data/metrics/vllm-window.prom: 10 warm-up requests before the window, 120 in its 60 s (README there)."""
+    run, = read_results(SCRAPES / "vllm-window.prom")
+    assert (run.tool, run.model_id, run.date) == ("vllm-metrics", "meta-llama/Llama-3.1-8B-Instruct", "20260101-000000")
+    assert run.completed == 120 and run.request_rate == run.request_throughput == 120 / 60
+    assert run.max_concurrency is None and run.engine_version is None
+    assert (run.mean_input_tokens, run.mean_output_tokens) == (120_000 / 120, 24_000 / 120)
+    assert run.output_throughput == 24_000 / 60
+    # mean = the sum's increase / the count's; median and p99 linear within their bucket
+    # TTFT: 30 in (40, 60] ms, 60 in (60, 80], 24 in (80, 100], 6 in (100, 250]; rank 60 is half-way through
+    # (60, 80] and rank 118.8 is 4.8 of (100, 250]'s 6
+    assert run.ttft.mean_ms == pytest.approx(9.0 / 120 * 1000)
+    assert run.ttft.median_ms == pytest.approx(60 + 20 * 30 / 60) and run.ttft.p99_ms == pytest.approx(100 + 150 * 4.8 / 6)
+    # TPOT, per request: 24 in (0, 10] ms, 96 in (10, 25]
+    assert run.tpot.mean_ms == pytest.approx(1.44 / 120 * 1000)
+    assert run.tpot.median_ms == pytest.approx(10 + 15 * 36 / 96) and run.tpot.p99_ms == pytest.approx(10 + 15 * 94.8 / 96)
+    assert run.itl.mean_ms == pytest.approx(286.56 / 23_880 * 1000)
+    # E2E: 60 in (1.0, 1.5] s, 54 in (1.5, 2.0], 6 in (2.0, 2.5]
+    assert (run.e2el.mean_ms, run.e2el.median_ms) == (pytest.approx(1750.0), pytest.approx(1500.0))
+    assert run.e2el.p99_ms == pytest.approx(2000 + 500 * 4.8 / 6)
+
+
+def test_an_sglang_metrics_window_sums_its_series_and_starts_new_ones_from_zero():
+    """sglang-window.prom: 4 non-streaming requests before the window; its 120 s add 36 streaming ones, whose
+    is_streaming="true" series the first scrape does not have yet. No per-request TPOT histogram: TPOT is None."""
+    run, = read_results(SCRAPES / "sglang-window.prom")
+    assert (run.tool, run.model_id, run.completed, run.request_rate) == ("sglang-metrics", "Qwen/Qwen2.5-7B-Instruct",
+                                                                        36, 36 / 120)
+    assert (run.mean_input_tokens, run.mean_output_tokens, run.output_throughput) == (600.0, 300.0, 10_800 / 120)
+    assert run.ttft.mean_ms == pytest.approx(9.0 / 36 * 1000)  # 18 in (100, 200] ms, 18 in (200, 400]
+    assert run.ttft.median_ms == pytest.approx(200.0) and run.ttft.p99_ms == pytest.approx(200 + 200 * 17.64 / 18)
+    assert run.tpot.mean_ms is run.tpot.median_ms is run.tpot.p99_ms is None
+    assert run.itl.mean_ms == pytest.approx(18.0) and run.e2el.median_ms == pytest.approx(5000.0)
+
+
+def _first(text):
+    return text.split("# planner-scrape 1767225660\n")[0]
+
+
+def _second(text, old, new):
+    """`old` replaced in the second scrape only."""
+    start, end = text.split("# planner-scrape 1767225660\n")
+    assert old in end
+    return start + "# planner-scrape 1767225660\n" + end.replace(old, new)
+
+
+E2E_COUNT = 'vllm:e2e_request_latency_seconds_count{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"}'
+
+
+def test_a_quantile_past_the_last_finite_bucket_is_not_given(tmp_path):
+    """Two more requests in the window, of 8,000 s each (past the last finite bucket, 7,680 s): of 122, p99's rank
+    120.78 is past the 120 below 7,680 s; the median's, 61, is 1 of (1.5, 2.0]'s 54."""
+    slow = 'vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="meta-llama/Llama-3.1-8B-Instruct"}'
+    text = _second((SCRAPES / "vllm-window.prom").read_text(), f"{slow} 130.0", f"{slow} 132.0")
+    text = _second(_second(text, f"{E2E_COUNT} 130.0", f"{E2E_COUNT} 132.0"), "_sum{engine=\"0\",model_name=\"meta-llama/"
+                   "Llama-3.1-8B-Instruct\"} 219.0", "_sum{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 16219.0")
+    path = tmp_path / "slow.prom"
+    path.write_text(text)
+    run, = read_results(path)
+    assert run.completed == 122 and run.e2el.p99_ms is None
+    assert run.e2el.median_ms == pytest.approx(1500 + 500 / 54) and run.e2el.mean_ms == pytest.approx(16_210 / 122 * 1000)
+
+
+@pytest.mark.parametrize("edit, names", [
+    (_first, "holds 1 `# planner-scrape` lines, not 2"),
+    (lambda t: t.replace("# planner-scrape 1767225660\n", ""),
+     "line 164: vllm:num_requests_running repeats a series of the same scrape (a scrape without its `# planner-scrape` "
+     "line?)"),
+    (lambda t: t.replace("# planner-scrape 1767225600\n", "vllm:x 1\n# planner-scrape 1767225600\n"),
+     "line 1 comes before the first `# planner-scrape` line"),
+    (lambda t: t.replace("# planner-scrape 1767225600", "# planner-scrape soon"), "'soon' is not a time in unix seconds"),
+    (lambda t: t.replace("# planner-scrape 1767225660", "# planner-scrape 1767225600"),
+     "the second scrape's time (1.76723e+09) is not after the first's"),
+    (lambda t: t.replace("# HELP vllm:num_requests_waiting", "vllm:num_requests_waiting{engine=0} 1\n#"),
+     "line 5 is not a Prometheus sample (name{labels} value): 'vllm:num_requests_waiting{engine=0} 1'"),
+    (lambda t: t.replace("# HELP vllm:num_requests_waiting", "vllm:x 1 2 3\n#"), "line 5 is not a Prometheus sample"),
+    (lambda t: _second(t, f"{E2E_COUNT} 130.0", f"{E2E_COUNT} 5.0"),
+     f"{E2E_COUNT} fell from 10 to 5 "
+     "between the scrapes: the engine restarted in the window"),
+    (lambda t: _second(t, f"{E2E_COUNT} 130.0", f"{E2E_COUNT} 131.0"),
+     "vllm:e2e_request_latency_seconds's buckets do not add up to its _count"),
+    (lambda t: _second(t, f"{E2E_COUNT} 130.0", f"{E2E_COUNT} 130.0\n{E2E_COUNT} 130.0"), "repeats a series"),
+    (lambda t: _second(t, f"{E2E_COUNT} 130.0", f"{E2E_COUNT} NaN"), "is nan, not a count"),
+    (lambda t: _second(t, 'tokens_sum{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 128000.0',
+                       'tokens_sum{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 8050.0'),
+     "vllm:request_prompt_tokens and request_generation_tokens must hold at least a token per request"),
+    (lambda t: "\n".join(line for line in t.splitlines() if "time_to_first_token" not in line),
+     "vllm:time_to_first_token_seconds is missing; scrape vLLM v0.34.0 or later, which exports it"),
+    (lambda t: t.replace("vllm:", "other:"), "has neither vllm:e2e_request_latency_seconds nor sglang:"),
+    (lambda t: _first(t) + _first(t).replace("# planner-scrape 1767225600", "# planner-scrape 1767225660"),
+     "no request finished between the scrapes (vllm:e2e_request_latency_seconds_count did not grow)"),
+])
+def test_a_bad_scrape_is_one_line_naming_the_metric_and_the_fix(tmp_path, edit, names):
+    path = tmp_path / "window.prom"
+    path.write_text(edit((SCRAPES / "vllm-window.prom").read_text()))
+    with pytest.raises(PlannerInputError) as info:
+        read_results(path)
+    message = str(info.value)
+    assert message.startswith("result: window.prom: ") and names in message and "\n" not in message
+
+
+def test_cli_calibrate_takes_a_metrics_window(tmp_path):
+    proc = cli("calibrate", str(SCRAPES / "vllm-window.prom"), "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp",
+               "1", "-o", str(tmp_path / "calibration.yaml"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {tuple(line.split()[:3]) for line in proc.stdout.splitlines()}
+    assert {("vllm-window.prom", "tpot_ms", "12.00"), ("vllm-window.prom", "ttft_ms", "75.00"),
+            ("vllm-window.prom", "output_tok_s", "400.00")} <= rows
+    calibration = load_calibration(tmp_path / "calibration.yaml")
+    assert calibration.fitted_on.dates == ("20260101-000000",) and calibration.fitted_on.results[0].name == "vllm-window.prom"
+    bad = tmp_path / "bad.prom"
+    bad.write_text(_first((SCRAPES / "vllm-window.prom").read_text()))
+    proc = cli("calibrate", str(bad), "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: result: bad.prom: holds 1 `# planner-scrape` lines")

@@ -19,6 +19,8 @@ Three formats, their keys read from the tools' own code:
   output_token_count, time_to_first_token_ms, inter_token_latency_ms (vLLM's TPOT: (last - first token) /
   (tokens - 1)), request_latency (seconds), requests_per_second, output_tokens_per_second, and
   metrics.request_totals.successful. (GuideLLM's time_per_output_token_ms includes the first token; not read.)
+A fourth, a vLLM or SGLang server's /metrics scraped at a window's start and end into one text file, is
+planner.calibration.scrape's (a file that starts with a `#` line or has a MARK line: JSON cannot).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from planner.units import MiB
 # A vllm bench serve result is a few KB; with --save-detailed it holds every generated text (1,000 requests of
 # 1,024 tokens: ~5 MB). GuideLLM's report samples its requests' statistics into the file as well.
 RESULT = FileKind("result", 64 * MiB, "give a `vllm bench serve --save-result` JSON, an SGLang bench_serving "
-                  "JSONL or a GuideLLM benchmarks.json")
+                  "JSONL, a GuideLLM benchmarks.json or two /metrics scrapes (README: calibration)")
+MARK = "# planner-scrape"  # the line before each /metrics scrape of a window (planner.calibration.scrape)
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class MeasuredRun:
     file: str  # the file's name
     sha256: str  # of the whole file
     index: int  # the run's place in the file (a JSONL line, a GuideLLM benchmark), from 0
-    tool: str  # vllm | sglang | guidellm
+    tool: str  # vllm | sglang | guidellm | vllm-metrics | sglang-metrics
     model_id: str | None
     date: str | None
     engine_version: str | None  # as the result records it (SGLang's server_info; vLLM's result has none)
@@ -78,7 +81,7 @@ class MeasuredRun:
 
 
 def read_results(path: str | Path) -> tuple[MeasuredRun, ...]:
-    """Every run in one result file, whichever of the three formats it is."""
+    """Every run in one result file, whichever of the four formats it is."""
     p = Path(path)
     raw = read_bytes(p, RESULT)
     digest = hashlib.sha256(raw).hexdigest()
@@ -86,6 +89,10 @@ def read_results(path: str | Path) -> tuple[MeasuredRun, ...]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise PlannerInputError(f"result: {p.name} is not UTF-8 text; {RESULT.fix}") from None
+    if text.lstrip().startswith("#") or f"\n{MARK}" in text:  # Prometheus text: JSON has neither
+        from planner.calibration.scrape import read_scrape  # it reads into this module's records
+
+        return (read_scrape(text, p.name, digest),)
     documents = _documents(text, p.name)
     runs: list[MeasuredRun] = []
     for line, document in enumerate(documents):
@@ -280,4 +287,4 @@ def _mapping(f: _Fields, parent: Any, key: str, required: bool = True) -> dict[s
     raise f.fail(key, "is missing" if value is None else f"is {_shown(value)}, not a mapping")
 
 
-__all__ = ["Latency", "MeasuredRun", "RESULT", "read_results"]
+__all__ = ["Latency", "MARK", "MeasuredRun", "RESULT", "read_results"]
