@@ -340,9 +340,9 @@ def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus:
                    tp: int | None = None, pp: int = 1, precision: str = "auto", kv_dtype: str = "auto",
                    engine: str = "vllm", time_limit_s: float | None = None,
                    catalog: Catalog | None = None) -> tuple[ReplayedRun, ...]:
-    """Each measured run of the `results` (vllm bench serve, SGLang bench_serving or GuideLLM files) replayed on one
-    simulated replica as `planner calibrate` replays it before fitting: what the run measured against what the
-    simulator predicts; `time_limit_s` (default none) bounds the replays from now."""
+    """Each measured run of the `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape
+    files) replayed on one simulated replica as `planner calibrate` replays it before fitting: what the run measured
+    against what the simulator predicts; `time_limit_s` (default none) bounds the replays from now."""
     from planner.api_records import ReplayedRun
     from planner.calibration.calibrate import replay_run
     from planner.estimator.benchmark import run_benchmark
@@ -363,8 +363,9 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
               pp: int = 1, precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm",
               time_limit_s: float | None = None, catalog: Catalog | None = None) -> Calibration:
     """The named factors (planner.calibration.factors) that make one replica's simulated benchmark runs match the
-    measured `results` (vllm bench serve, SGLang bench_serving or GuideLLM files), with the residuals before and
-    after and each run predicted by a fit on the others; `time_limit_s` (default none) bounds the fit from now."""
+    measured `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape files), with the
+    residuals before and after and each run predicted by a fit on the others; `time_limit_s` (default none) bounds
+    the fit from now."""
     runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog)
     assert replica.scheduler is not None  # sized
     return _fit_calibration(runs, replica.arch, replica.card, replica.tp, replica.pp, precision, kv_dtype,
@@ -439,8 +440,8 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
 
 def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog | None = None) -> tuple[CheckedRun, ...]:
     """A deployed fleet plan (`planner solve --format json`) against what ran: each measured run (vllm bench serve,
-    SGLang bench_serving or GuideLLM files) replayed on the plan's replica of the run's model, predicted against
-    measured mean TTFT, mean TPOT and output throughput; and each run against the plan's SLO (at the percentile the
+    SGLang bench_serving, GuideLLM or /metrics scrape files) replayed on the plan's replica of the run's model,
+    predicted against measured mean TTFT, mean TPOT and output throughput; and each run against the plan's SLO (at the percentile the
     scenario states, from the statistics the run reports) and its load against the plan's per-replica load
     (planner.calibration.check)."""
     from planner.api_records import CheckedRun

@@ -627,7 +627,7 @@ def _calibration_line(path: Optional[str], calibrated: Optional[bool]) -> list[s
 @command("calibrate")
 def calibrate_command(
     results: list[str] = Argument(..., help="Benchmark results: vllm bench serve --save-result JSON, SGLang "
-                                  "bench_serving JSONL or GuideLLM benchmarks.json (one or more)."),
+                                  "bench_serving JSONL, GuideLLM benchmarks.json or two /metrics scrapes (one or more)."),
     model: str = Option(..., "--model", help="The model the runs served (catalog name, HF id or config.json)."),
     gpu: str = REPLICA_GPU,
     gpus: Optional[int] = REPLICA_GPUS,
@@ -673,7 +673,7 @@ def calibrate_command(
 def check_command(
     plan: str = Argument(..., help="The deployed fleet plan (`planner solve SCENARIO --format json -o PLAN.json`)."),
     results: list[str] = Argument(..., help="Benchmark results of it: vllm bench serve --save-result JSON, SGLang "
-                                  "bench_serving JSONL or GuideLLM benchmarks.json (one or more)."),
+                                  "bench_serving JSONL, GuideLLM benchmarks.json or two /metrics scrapes (one or more)."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     replan: Optional[str] = Option(None, "--replan", metavar="SCENARIO", help="The scenario the plan was solved from: "
                                    "re-solve it with a calibration fitted on the runs and print what the fleet costs."),
