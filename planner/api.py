@@ -441,9 +441,9 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
 def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog | None = None) -> tuple[CheckedRun, ...]:
     """A deployed fleet plan (`planner solve --format json`) against what ran: each measured run (vllm bench serve,
     SGLang bench_serving, GuideLLM or /metrics scrape files) replayed on the plan's replica of the run's model,
-    predicted against measured mean TTFT, mean TPOT and output throughput; and each run against the plan's SLO (at the percentile the
-    scenario states, from the statistics the run reports) and its load against the plan's per-replica load
-    (planner.calibration.check)."""
+    predicted against measured mean TTFT, mean TPOT and output throughput; and each run against the plan's SLO (at
+    the percentile the scenario states, from the statistics the run reports) and its load against the plan's
+    per-replica load (planner.calibration.check)."""
     from planner.api_records import CheckedRun
     from planner.calibration.calibrate import measured_metrics, replay_run, simulated_metrics
     from planner.calibration.check import load_check, slo_verdicts
