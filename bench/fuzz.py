@@ -1552,9 +1552,32 @@ def plausible_http_value(rng: random.Random, key: str) -> Any:
     return odd_value(rng)
 
 
+# the calculator's result drop (POST /api/compare-results): files named and written by the client
+RESULT_EXAMPLES = sorted((REPO / "examples" / "calibration").glob("*.json"))
+RESULT_NAMES = ("run.json", "../../etc/passwd", ".env", "a" * 300, "x.json\x00.sh", "CON", "", "sub/dir/r.jsonl",
+                "~root", "-h")
+
+
+def compare_results_body(rng: random.Random) -> bytes:
+    """A dropped-results request: the calculator's fields and 1-3 files, each a mutated example result, an odd
+    value or odd text, under a hostile name."""
+    files = []
+    for _ in range(rng.randint(1, 3)):
+        example = json.loads(rng.choice(RESULT_EXAMPLES).read_text())
+        text = rng.choice([json.dumps(mutate_tree(rng, example, list(example), lambda key: odd_value(rng))),
+                           json.dumps(odd_value(rng), default=str), "{" * 5000, "\ufeff# planner-scrape 1\nx 1",
+                           "not a result", json.dumps(example)])
+        files.append({"name": rng.choice(RESULT_NAMES), "text": text})
+    body = {**PERF_BODY, "results": files}
+    return json_bytes(mutate_tree(rng, body, list(HTTP_KEYS), lambda key: plausible_http_value(rng, key))
+                      if rng.random() < 0.3 else body)
+
+
 def random_http_body(rng: random.Random, sentinel: Path) -> tuple[str, bytes]:
     """The path and the body of one hostile request to the API."""
     roll = rng.random()
+    if roll < 0.05:
+        return "/api/compare-results", compare_results_body(rng)
     if roll < 0.35:
         return "/api/estimate", json_bytes(mutate_tree(rng, ESTIMATE_BODY, list(HTTP_KEYS),
                                                        lambda key: plausible_http_value(rng, key)))
@@ -1573,7 +1596,7 @@ def random_http_body(rng: random.Random, sentinel: Path) -> tuple[str, bytes]:
             body.update(target=plausible_http_value(rng, "target"), checkpoint=plausible_http_value(rng, "checkpoint"))
         return path, json_bytes(mutate_tree(rng, body, list(HTTP_KEYS), lambda key: plausible_http_value(rng, key))
                                 if rng.random() < 0.2 else body)
-    path = rng.choice(("/api/estimate", "/api/perf", "/api/solve", "/api/export"))
+    path = rng.choice(("/api/estimate", "/api/perf", "/api/solve", "/api/export", "/api/compare-results"))
     depth = rng.choice([100, 5000, 200_000])
     return path, rng.choice([
         b"", b"{", b"null", b"[]", b'"x"', b"{}", b"\xff\xfe{}", b"[" * depth, b'{"a":' * depth,
