@@ -65,9 +65,11 @@ L2_MB = {"a100_sxm": 40, "h100_sxm": 50, "h200_sxm": 50, "b200_sxm": 126, "b300_
 # Fused-MoE kernels an engine chooses between by model family, quantization, GPU and version (catalogs/
 # performance.yaml engines[].moe_kernel_rules): the tables' kernel_source -> the name the rules use.
 MOE_KERNEL_NAMES = {"sglang_fused_moe_triton": "triton", "sglang_flashinfer_trtllm_moe": "flashinfer_trtllm"}
-BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5}
-CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
-AIC_PEAK = {"bfloat16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops", "nvfp4": "fp4_tc_flops"}
+# w4a16_mxfp4: weight-only MXFP4 experts (4-bit values and one 8-bit scale per 32: 4.25 bits), computed in 16 bits
+BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5, "w4a16_mxfp4": 4.25 / 8}
+CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "bf16"}
+AIC_PEAK = {"bfloat16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops", "nvfp4": "fp4_tc_flops",
+            "w4a16_mxfp4": "bfloat16_tc_flops"}
 MAX_FIT_ROWS = 20000
 
 
@@ -539,7 +541,7 @@ def generation_summary(title: str, rows: list[dict], gpus: dict, by: list[str], 
 
 
 # catalogs/performance.yaml's kernel formats and the tables' dtypes; the read ceilings every read is capped at
-CATALOG_FORMAT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "fp4"}
+CATALOG_FORMAT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "fp4", "w4a16_mxfp4": "w4a16"}
 KV_BITS = {"bfloat16": 16, "fp8": 8}
 READ_CEILING = {"hopper": 0.933, "blackwell": 0.977, "ampere": 0.858, "ada": 0.977}
 

@@ -433,3 +433,24 @@ def test_a_moe_kernel_rule_must_name_a_measured_kernel(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(PlannerInputError, match=r"moe_kernel_rules\[0\]\.kernel 'cutlass' is measured on no generation"):
         load_performance_catalog(str(tmp_path / "catalogs"))
+
+
+def test_weight_only_mxfp4_experts_take_the_measured_w4a16_kernel(catalog, perf):
+    """gpt-oss's MXFP4 experts on Hopper run weight-only (no FP4 tensor cores): the fused MoE kernel takes the w4a16
+    tables' rates (4-bit weights read, 16-bit compute), not the 16-bit MoE kernel's; llama.cpp's own kernels stay in
+    its cycles; a bf16 checkpoint keeps the 16-bit kernel."""
+    gpu = catalog.gpus.get("h100-sxm")
+    hopper = perf.generation("hopper")
+    bandwidth = gpu.memory_bandwidth_gbps * GB
+    gpt_oss = arch(catalog, "gpt-oss-20b")
+    for engine in ("vllm", "sglang"):
+        hw = replica_timer(gpt_oss, "mxfp4", "auto", gpu, 1, 1, catalog, engine).hw
+        w4a16 = hopper.moe_rates("w4a16", engine)
+        assert hw.moe.bytes_per_s == pytest.approx(bandwidth * w4a16.read_efficiency)
+        assert hw.moe_column_s == pytest.approx(w4a16.column_ps * 1e-12)
+        assert hw.moe.flops_per_s == pytest.approx(gpu.dense_tflops["bf16"] * 1e12 * w4a16.compute_efficiency)
+    assert hopper.moe_rates("w4a16", "vllm") != hopper.moe_rates("bf16", "vllm")
+    bf16 = replica_timer(arch(catalog, "qwen3-30b-a3b"), "bf16", "auto", gpu, 1, 1, catalog, "vllm").hw
+    assert bf16.moe.bytes_per_s == pytest.approx(bandwidth * hopper.moe_rates("bf16", "vllm").read_efficiency)
+    llamacpp = replica_timer(gpt_oss, "mxfp4", "auto", gpu, 1, 1, catalog, "llama.cpp").hw
+    assert llamacpp.moe_column_s == 0.0

@@ -171,6 +171,10 @@ class GenerationEfficiency:
         own = kernels.moe
         return own.get(kernel_format) or self.moe.get(kernel_format) or own.get(WIDE_FORMAT) or self.moe[WIDE_FORMAT]
 
+    def measures_moe(self, kernel_format: str, engine: str | None = None) -> bool:
+        """Whether the engine's tables or the generation's medians hold this fused-MoE format."""
+        return kernel_format in self.engines.get(engine or "", EngineKernels()).moe or kernel_format in self.moe
+
     def moe_kernel_timed(self, kernel_format: str, engine: str | None = None, kernel: str | None = None) -> str | None:
         """The name of the kernel moe_rates times with these arguments, where the catalog names it."""
         kernels = self.engines.get(engine or "", EngineKernels())
@@ -297,6 +301,8 @@ class PrecisionCompute:
     name: str
     tensor_core_format: str  # a key of Gpu.dense_tflops
     kernel_format: str  # the key of its kernels' measurements (GenerationEfficiency.gemm / moe)
+    # the MoE kernel format of its weight-only path (4-bit weights read, 16-bit compute), where measured
+    weight_only_format: str | None = None
     source: str
 
 
@@ -1148,6 +1154,11 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     expert = next((t for layer in arch.layers for t in layer.tensors if t.role == "expert" and len(t.shape) == 2), None)
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
     expert_format = low_bit_format if expert_low_bit else WIDE_FORMAT
+    weight_only = performance.precision(prec.name)
+    if expert_low_bit and expert_format == WIDE_FORMAT and weight_only and weight_only.weight_only_format \
+            and not cycles and generation.measures_moe(weight_only.weight_only_format, engine):
+        # the engine's weight-only MoE kernel, at the 16-bit peak (llama.cpp's own mat-vec kernels are in its cycles)
+        expert_format = weight_only.weight_only_format
     picked = engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release) if expert is not None else None
     moe = generation.moe_rates(expert_format, engine, picked)
     fit, pair = link.fit(tp), link.fit(2)
