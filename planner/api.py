@@ -635,12 +635,12 @@ def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, 
         timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
                               spec.performance, release=spec.engine_version)
         per_replica = rate if rate is not None else spec.rate_per_replica
-        shape = Workload(spec.prompt_tokens, spec.output_tokens)
+        shape = Workload(spec.prompt_tokens, spec.output_tokens, spec.shared_prefix_tokens)
         requests = trace if trace is not None else poisson_arrivals(per_replica, duration_s, shape, seed)
         result = run(timer, spec.scheduler, requests, warmup_s=0.0)
         out.append(ReplicaSimulation(spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.replicas, spec.prompt_tokens,
                                      spec.output_tokens, per_replica if trace is None else result.requests_per_s,
-                                     spec.share, result, spec.speed))
+                                     spec.share, result, spec.speed, spec.shared_prefix_tokens))
     return tuple(out)
 
 
@@ -663,7 +663,7 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
         specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
                                   a.config.scheduler, a.replicas, a.config.shape.prompt_tokens,
                                   a.config.shape.output_tokens, a.expected_rps_per_replica, a.demand_share,
-                                  w.performance(c.gpu.generation),
+                                  a.config.shape.shared_prefix_tokens, w.performance(c.gpu.generation),
                                   w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None,
                                   planned_rps=a.config.capacity_rps, engine_version=w.engine_version))
     return specs
@@ -703,7 +703,8 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         slo = None if row.slo is None else Slo(row.slo.ttft_s, row.slo.tpot_s, row.slo.percentile)
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
                                   engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
-                                  rate, share, slo=slo, planned_rps=row.capacity_rps_per_replica,
+                                  rate, share, row.shared_prefix_tokens or 0, slo=slo,
+                                  planned_rps=row.capacity_rps_per_replica,
                                   engine_version=c.engine.version))
     return specs
 

@@ -139,6 +139,7 @@ class ReplicaSimulation:
     share: float  # of the workload bucket's traffic this assignment takes
     result: SimulationResult
     speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
+    shared_prefix_tokens: int = 0  # of prompt_tokens: the same for every request, found in the prefix cache
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class ReplicaSpec:
     output_tokens: int
     rate_per_replica: float
     share: float
+    shared_prefix_tokens: int = 0  # of prompt_tokens: the same for every request, cached once per replica
     performance: PerformanceCatalog | None = None  # the speed model's constants (None: the catalog's)
     speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
     slo: Slo | None = None  # a plan file's: its workload's SLO (None: the file carries none)

@@ -906,7 +906,9 @@ def simulate_command(
     for r in runs:
         x = r.result
         lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.rate_per_replica:.2f} "
-                     f"req/s per replica, {r.share:.0%} of its {r.prompt_tokens:,} + {r.output_tokens:,}-token requests")
+                     f"req/s per replica, {r.share:.0%} of its {r.prompt_tokens:,} + {r.output_tokens:,}-token requests"
+                     + (f" (the first {r.shared_prefix_tokens:,} prompt tokens shared: prefix-cached)"
+                        if r.shared_prefix_tokens else ""))
         if r.speed is not None:
             lines.append(f"  speed: {r.speed}")
         for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):

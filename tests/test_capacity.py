@@ -216,7 +216,7 @@ def test_the_step_mix_fixed_point_is_found_where_the_secant_swings_past_a_dip():
     timer, scheduler, _ = replica(gpu="a100-pcie-80gb", context=4096)
     times, prompt, output = StepTimes(timer), 1000, 200
     for rate in (r / 100 for r in range(1200, 1400, 3)):
-        mix = _mean_field(times, rate, prompt, output, prompt + output / 2, scheduler.max_num_batched_tokens)
+        mix = _mean_field(times, rate, prompt, 0, output, prompt + output / 2, scheduler.max_num_batched_tokens)
         assert not isinstance(mix, str), rate
         # a fixed point: the decoding requests (Little's law on the step it started from) and the step agree
         assert mix.decode == pytest.approx(rate * (output - 1) * mix.mean_s, rel=TOLERANCE), rate

@@ -28,6 +28,10 @@ approximation) and of a request's mean step over its N - 1 steps (normal, as a m
 The KV a replica holds is what its requests hold: decoding ones P + t tokens (t = 1..N-1, in whole
 blocks), prefilling ones their prompt; the pool must hold their 99th percentile (the number running is
 Poisson), and the peak (every request at P + N) is reported for the preemption check.
+With a shared prefix (Workload.shared_prefix_tokens, e.g. a system prompt) cached, as vLLM's automatic prefix
+caching and SGLang's radix cache keep it, a request computes and holds only the P - C tokens after the C it
+finds cached (Scheduler.cached_tokens), its chunks attending to those C as well; the replica holds the C
+tokens' blocks once. Decode steps still read every request's whole context.
 """
 
 from __future__ import annotations
@@ -87,6 +91,9 @@ class Scheduler:
     max_num_batched_tokens: int  # the token budget of one step
     max_num_seqs: int | None  # requests running at once (None: only the pool limits them)
     max_model_len: int
+    # the engine's prefix cache serves a shared prompt prefix (Scheduler.cached_tokens); off for models with recurrent
+    # layers, whose states the cache keeps at checkpoints only (vLLM 0.19 runs them without prefix caching)
+    prefix_cache: bool = True
 
     @classmethod
     def of(cls, budget: EngineBudget, batching: EngineBudget | None = None, max_seqs_cap: int | None = None) -> Scheduler:
@@ -100,11 +107,25 @@ class Scheduler:
         if max_seqs_cap is not None:
             seqs = min(seqs, max_seqs_cap) if seqs is not None else max_seqs_cap
         return cls(pool_tokens=budget.kv_cache_capacity_tokens, block_tokens=block,
-                   max_num_batched_tokens=budget_tokens or context, max_num_seqs=seqs, max_model_len=context)
+                   max_num_batched_tokens=budget_tokens or context, max_num_seqs=seqs, max_model_len=context,
+                   prefix_cache=not (budget.layout and budget.layout.state_bytes))
 
     def held_tokens(self, tokens: int) -> int:
         """What a request of `tokens` tokens holds of the pool: whole blocks."""
         return _whole_blocks(tokens, self.block_tokens)
+
+    def cached_tokens(self, prompt_tokens: int, shared_prefix_tokens: int) -> int:
+        """The prompt tokens a request finds in the prefix cache once the shared prefix of its workload is cached:
+        the one rule of the capacity model and the simulator. The cache hits whole blocks only, and never the
+        prompt's last token, which is computed again for its logits (vLLM v1 KVCacheManager.get_computed_blocks:
+        full blocks of the longest hit, at most num_tokens - 1; TensorRT-LLM's block reuse alike; SGLang's
+        RadixCache matches pages of one token). The shared blocks are held once by the replica, not by each request;
+        llama-server's slots, a whole context each (a block of max-model-len), share none; nor, as planned, does a
+        model with recurrent layers (prefix_cache)."""
+        if not self.prefix_cache:
+            return 0
+        shared = min(shared_prefix_tokens, prompt_tokens - 1)
+        return shared // self.block_tokens * self.block_tokens
 
 
 def _whole_blocks(tokens: int, block_tokens: int) -> int:
@@ -128,13 +149,14 @@ class StepTimes:
             seconds = self._seconds[key] = self._time(key)  # a Step's fields in order: no Step built per call
         return seconds
 
-    def mean_step(self, decode: float, context: float, prefill: float, prompt: int) -> float:
+    def mean_step(self, decode: float, context: float, prefill: float, prompt: int, cached: int = 0) -> float:
         """The step time at a fractional decode batch, `prefill` prompt tokens beside it (chunks of prompts of
-        `prompt` tokens); with pipeline parts (whole sequences each), linear between the two integer batches
-        around it."""
+        `prompt` tokens to compute, after `cached` tokens found in the prefix cache); with pipeline parts (whole
+        sequences each), linear between the two integer batches around it."""
         prefill_tokens = round(prefill)
         prefill_seqs = ceil(prefill / prompt) if prefill_tokens else 0
-        positions = prefill_tokens * (prompt + 1) / 2  # chunks attend to their prompt's prefix, on average half of it
+        # chunks attend to their prompt's prefix: the cached tokens and on average half of the computed ones
+        positions = prefill_tokens * (prompt + 2 * cached + 1) / 2
         if self.pp == 1:  # one pipeline part times a fractional batch directly (the hot path: step_s inlined)
             key = (decode, context, prefill_tokens, positions, prefill_seqs)
             seconds = self._seconds.get(key)
@@ -171,6 +193,7 @@ class SteadyState:
     # what stops a higher rate (max_rate) or what this rate breaks (steady_state): "ttft", "tpot", "kv pool",
     # "max_num_seqs", "token budget", "throughput"; empty when it keeps up
     limit: str
+    kv_tokens_shared: int = 0  # of kv_tokens_mean and kv_tokens_peak: the shared prefix's blocks, held once
 
     @property
     def preemption_free(self) -> bool:
@@ -191,9 +214,10 @@ def _mean_held_blocks(block_tokens: int, prompt: int, output: int) -> float:
     return sum(_whole_blocks(prompt + t, block_tokens) for t in range(1, steps + 1)) / steps
 
 
-def _kv_high(kv_mean: float, batch: float) -> float:
-    """The KV the running requests hold at the 99th percentile of their number (Poisson: M/G/infinity)."""
-    return kv_mean * (1 + KV_QUANTILE_Z / batch ** 0.5) if batch else 0.0
+def _kv_high(kv_mean: float, batch: float, shared: int) -> float:
+    """The KV the running requests hold at the 99th percentile of their number (Poisson: M/G/infinity), beside the
+    `shared` prefix tokens (of kv_mean) held once whatever their number."""
+    return shared + (kv_mean - shared) * (1 + KV_QUANTILE_Z / batch ** 0.5) if batch else 0.0
 
 
 def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, rate: float,
@@ -203,13 +227,14 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     if rate < 0:
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     timer = step_times(timer)
-    prompt, output = shape.prompt_tokens, shape.output_tokens
+    output, cached = shape.output_tokens, scheduler.cached_tokens(shape.prompt_tokens, shape.shared_prefix_tokens)
+    prompt = shape.prompt_tokens - cached  # what each request prefills and holds of its own
     budget = scheduler.max_num_batched_tokens
-    context = prompt + output / 2
-    found = _mean_field(timer, rate, prompt, output, context, budget)
+    context = shape.prompt_tokens + output / 2
+    found = _mean_field(timer, rate, prompt, cached, output, context, budget)
     if isinstance(found, str):
         return _saturated(rate, output, scheduler, found)
-    mix = _settled(timer, found, context, budget, prompt)
+    mix = _settled(timer, found, context, budget, prompt, cached)
     room = budget - mix.decode
     # the prompt tokens as a queue: served at room / prefill-step tokens per second when the budget is full
     rho = rate * prompt * mix.full_s / room
@@ -220,14 +245,17 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     service_s = prompt * mix.full_s / room
     wait_s = rho * service_s / (2 * (1 - rho))
     prefilling = rate * own_s
-    tpot_mean = _request_tpot(timer, rate, prompt, output, context, budget, mix) if window_spread else mix.mean_s
+    tpot_mean = (_request_tpot(timer, rate, prompt, cached, output, context, budget, mix) if window_spread
+                 else mix.mean_s)
     decoding = rate * (output - 1) * tpot_mean  # Little's law on the time requests spend decoding
     batch = decoding + prefilling
-    kv_mean = decoding * _mean_held(scheduler, prompt, output) + prefilling * scheduler.held_tokens(prompt)
+    # the shared prefix's blocks are held once (the cached ones are whole blocks: the requests' own start a block)
+    shared = cached if batch else 0
+    kv_mean = decoding * _mean_held(scheduler, prompt, output) + prefilling * scheduler.held_tokens(prompt) + shared
     # the requests running at once are Poisson (M/G/infinity): the pool must hold their 99th percentile, or
     # preemptions (recomputing whole requests) push the replica into a queue that no longer drains
-    kv_high = _kv_high(kv_mean, batch)
-    kv_peak = ceil(batch) * scheduler.held_tokens(prompt + output)
+    kv_high = _kv_high(kv_mean, batch, shared)
+    kv_peak = ceil(batch) * scheduler.held_tokens(prompt + output) + shared
     # a request arrives within a step (length-biased: E[s^2] / E[s]) unless the engine is idle, which it is
     # with probability e^-batch (nothing running)
     busy = 1 - exp(-batch)
@@ -256,7 +284,7 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
         requests_per_s=rate, output_tokens_per_s=rate * output, batch=batch, decode_batch=decoding,
         step_s=mix.mean_s, ttft_s=ttft, tpot_s=tpot, ttft_mean_s=ttft_mean, tpot_mean_s=tpot_mean,
         prefill_utilisation=rho, kv_tokens_mean=kv_mean, kv_tokens_peak=kv_peak, pool_tokens=scheduler.pool_tokens,
-        limit=limit)
+        limit=limit, kv_tokens_shared=shared)
 
 
 @dataclass(frozen=True)
@@ -283,7 +311,7 @@ class _Round(NamedTuple):
     square_s: float
 
 
-def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: float, budget: int,
+def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float, budget: int,
               mean_s: float) -> _Round | None:
     """One round of the fixed point from the mean step `mean_s`. A step takes the prompts that arrived
     during the previous one: after a step of s seconds, the next carries prompt tokens with probability
@@ -295,7 +323,7 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
     if room < 1:
         return None
     batch, mean_step = 1 + decode, timer.mean_step
-    decode_s = mean_step(batch, context, 0, prompt)
+    decode_s = mean_step(batch, context, 0, prompt, cached)
     a = 1 - exp(-rate * decode_s)
     served = rate * prompt * mean_s / room  # the least f that serves rate x P prompt tokens/s
     prompts, f, carried = 1.0, a, -1.0
@@ -308,7 +336,7 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
         if tokens == carried:
             break  # the round before carried as many: every round from here would repeat its values
         carried = tokens
-        prefill_s = mean_step(batch, context, tokens, prompt)
+        prefill_s = mean_step(batch, context, tokens, prompt, cached)
         b = 1 - exp(-rate * prefill_s)
         chained = a / (1 - b + a) if rate else 0.0
         f = served if served > chained else chained
@@ -322,15 +350,15 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, output: int, context: 
     return _Round(decode, decode_s, prefill_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
 
 
-def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int) -> _StepMix:
+def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int, cached: int) -> _StepMix:
     """The fixed point's round with the step whose budget is full beside the decoding requests (timed for the
     steady state's own fixed point only: no round, and no fixed point of _request_tpot, reads it)."""
-    full_s = timer.mean_step(1 + found.decode, context, budget - found.decode - 1, prompt)
+    full_s = timer.mean_step(1 + found.decode, context, budget - found.decode - 1, prompt, cached)
     return _StepMix(found.decode, found.decode_s, found.prefill_s, full_s, found.prefill_fraction, found.mean_s,
                     found.square_s)
 
 
-def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context: float,
+def _mean_field(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float,
                 budget: int, start_s: float | None = None) -> _Round | str:
     """The fixed point s = F(s) of the step mix at `rate` (F: _step_mix's mean step from a mean step s), or what
     stops it: "token budget" (the iteration reaches mean steps at which the decoding requests fill the budget)
@@ -344,13 +372,13 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context
     leaves it gives way to the plain step s = F(s), its move doubled for each such round in a row until a point
     above the fixed point closes the bracket; a closed bracket is halved whenever F(s) - s has not halved in
     BRACKET_ROUNDS rounds, so it closes within a few times log2(1 / TOLERANCE) rounds."""
-    mean_s = start_s or timer.mean_step(1, context, 0, prompt)
+    mean_s = start_s or timer.mean_step(1, context, 0, prompt, cached)
     below, above, undefined = 0.0, inf, inf  # F(s) > s at `below`, F(s) < s at `above`, F undefined from `undefined`
     previous: tuple[float, float] | None = None  # (s, F(s) - s) of the iteration before
     fallback: float | None = None  # the plain iterate, when another step was taken instead
     stalled, halved_at, since = 0, inf, 0  # plain steps in a row; |F(s) - s| when it last halved, rounds since
     for round_ in range(FIXED_POINT_ITERATIONS):
-        mix = _step_mix(timer, rate, prompt, output, context, budget, mean_s)
+        mix = _step_mix(timer, rate, prompt, cached, output, context, budget, mean_s)
         if mix is None:
             if fallback is None:
                 return "token budget"
@@ -390,7 +418,7 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, output: int, context
     return "throughput"
 
 
-def _request_tpot(timer: StepTimes, rate: float, prompt: int, output: int, context: float, budget: int,
+def _request_tpot(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float, budget: int,
                   mix: _StepMix) -> float:
     """The mean TPOT requests see. A request's TPOT averages the steps of its own N - 1 step window, whose
     arrivals are Poisson: their count over the window deviates by sqrt(count), and a window with more of them
@@ -401,8 +429,8 @@ def _request_tpot(timer: StepTimes, rate: float, prompt: int, output: int, conte
     if arrivals <= 1:
         return mix.mean_s
     spread = rate / arrivals ** 0.5
-    busier = _mean_field(timer, rate + spread, prompt, output, context, budget, mix.mean_s)
-    quieter = _mean_field(timer, max(rate - spread, 0.0), prompt, output, context, budget, mix.mean_s)
+    busier = _mean_field(timer, rate + spread, prompt, cached, output, context, budget, mix.mean_s)
+    quieter = _mean_field(timer, max(rate - spread, 0.0), prompt, cached, output, context, budget, mix.mean_s)
     high = mix.full_s if isinstance(busier, str) else min(busier.mean_s, mix.full_s)
     low = mix.mean_s if isinstance(quieter, str) else quieter.mean_s
     return max(mix.mean_s, (high + low) / 2)
@@ -463,7 +491,7 @@ def _slack(state: SteadyState, scheduler: Scheduler, slo: Slo) -> float:
     and the lower it is, the more rate the replica has to spare."""
     if state.step_s == inf:
         return inf
-    kv = _kv_high(state.kv_tokens_mean, state.batch)
+    kv = _kv_high(state.kv_tokens_mean, state.batch, state.kv_tokens_shared)
     ratios = [kv / scheduler.pool_tokens if scheduler.pool_tokens else (inf if kv else 0.0)]
     for value, limit in ((state.batch, scheduler.max_num_seqs), (state.ttft_s, slo.ttft_s), (state.tpot_s, slo.tpot_s)):
         if limit is not None:

@@ -399,6 +399,9 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
 class Workload:
     prompt_tokens: int
     output_tokens: int
+    # tokens at the start of every prompt that all requests share (a system prompt): what a prefix cache holds once
+    # (planner.estimator.capacity.Scheduler.cached_tokens); the speed model times the steps it is given
+    shared_prefix_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
      performance.ReplicaTimer.step). Every request whose prompt is complete emits a token; a request
      that has its output tokens finishes and frees its blocks.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
-it fails when the new blocks exceed the free ones). Prefix caching is off (distinct prompts).
+it fails when the new blocks exceed the free ones). Prefix caching: a request whose prompt starts with its workload's
+shared prefix (Arrival.shared_prefix_tokens) finds the prefix's whole blocks cached (Scheduler.cached_tokens, the
+capacity model's rule) and computes and holds only the rest; the cache is warm (the prefix computed before the run)
+and its blocks are held once for the whole run. Distinct prompts share nothing.
 A client may cap the requests it has in flight (`max_concurrency`, as `vllm bench serve --max-concurrency`:
 an asyncio.Semaphore around each request): a request is then sent when it has arrived and a slot is free,
 in arrival order, and its latencies count from when it was sent, as the benchmark's do.
@@ -54,6 +57,7 @@ class Arrival:
     time_s: float
     prompt_tokens: int
     output_tokens: int
+    shared_prefix_tokens: int = 0  # of prompt_tokens: the workload's shared prefix, found in the prefix cache
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ class SimulationResult:
 class _Request:
     arrival: Arrival
     computed: int = 0  # tokens whose KV is in the pool (while decoding: as of step `since`)
+    cached: int = 0  # of computed: the shared prefix's tokens found in the prefix cache, held once by the engine
     generated: int = 0  # (while decoding: as of step `since`)
     blocks: int = 0
     sent_s: float = 0.0
@@ -184,7 +189,7 @@ def poisson_arrivals(rate: float, duration_s: float, shape: Workload, seed: int 
     rng = random.Random(seed)
     out, t = [], rng.expovariate(rate)
     while t < duration_s:
-        out.append(Arrival(t, shape.prompt_tokens, shape.output_tokens))
+        out.append(Arrival(t, shape.prompt_tokens, shape.output_tokens, shape.shared_prefix_tokens))
         t += rng.expovariate(rate)
     return out
 
@@ -290,6 +295,10 @@ class _Engine:
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
 
+    def _needs(self, request: _Request, new: int) -> int:
+        """The blocks `request` lacks to hold `new` more tokens: its own, past the cached prefix held once."""
+        return self._blocks(request.computed + new - request.cached) - request.blocks
+
     def _start_decoding(self, request: _Request) -> None:
         """After its prompt (or recomputation): one token a step from the next step (self.step) on."""
         request.decoding, request.since = True, self.step
@@ -309,6 +318,10 @@ class _Engine:
         self.decoders -= 1
         self.decode_tokens -= request.computed + 1
 
+    def _arrived(self, arrival: Arrival) -> _Request:
+        cached = self.scheduler.cached_tokens(arrival.prompt_tokens, arrival.shared_prefix_tokens)
+        return _Request(arrival, computed=cached, cached=cached)
+
     def _preempt_last(self) -> _Request:
         """FCFS: the last running request loses its blocks and goes back to the head of the queue (recompute)."""
         victim = next(reversed(self.running))
@@ -316,13 +329,15 @@ class _Engine:
         if victim.decoding:
             self._stop_decoding(victim, self.step)
         self.free += victim.blocks
-        victim.blocks = victim.computed = 0
+        victim.blocks, victim.computed = 0, victim.cached
         self.waiting.appendleft(victim)
         self.preemptions += 1
         return victim
 
     def run(self, arrivals: list[Arrival], max_concurrency: int | None) -> EngineRun:
-        pending = deque(_Request(a) for a in arrivals)
+        pending = deque(self._arrived(a) for a in arrivals)
+        # a warm prefix cache: the shared prefix's blocks, held once from the start
+        self.free -= max((r.cached for r in pending), default=0) // self.block
         finished: list[_Request] = []
         step_ends: list[float] = []
         now, scheduled_total, peak = 0.0, 0, 0
@@ -388,7 +403,7 @@ class _Engine:
             if budget <= 0 or request not in self.running:
                 break
             new = min(request.tokens - request.computed, budget)
-            need = self._blocks(request.computed + new) - request.blocks
+            need = self._needs(request, new)
             while need > self.free and request in self.running:
                 victim = self._preempt_last()
                 preempted = True
@@ -403,7 +418,7 @@ class _Engine:
             while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
                 request = self.waiting[0]
                 new = min(request.tokens - request.computed, budget)
-                need = self._blocks(request.computed + new) - request.blocks
+                need = self._needs(request, new)
                 if need > self.free:
                     break
                 self.waiting.popleft()

@@ -583,7 +583,7 @@ def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | No
             raise PlannerInputError(f"{name}: workload.traffic is needed to size a fleet (requests_per_s or "
                                     "output_tokens_per_s, with prompt_tokens and output_tokens)")
         space = build_search_space(part, catalog)
-        buckets = tuple(Bucket(traffic.total_requests_per_s * share, prompt, output)
+        buckets = tuple(Bucket(traffic.total_requests_per_s * share, prompt, output, traffic.shared_prefix_tokens)
                         for share, prompt, output in traffic.shapes())
         slo = part.workload.slo
         workloads.append(FleetWorkload(

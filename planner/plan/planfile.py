@@ -132,6 +132,9 @@ class FleetAssignment(PlanRecord):
 
     prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
+    shared_prefix_tokens: int | None = Field(default=None, ge=0, le=MAX_CONTEXT)  # of prompt_tokens: cached once
+    # what the replica's prefix cache spares each request (the shared prefix in whole blocks), as planned
+    cached_prefill_tokens_per_request: int | None = Field(default=None, ge=0, le=MAX_CONTEXT)
     capacity_rps_per_replica: float | None = Field(default=None, gt=0, lt=1e9)
     # the load the fleet expects of it (planner.plan.fleet: its bucket's demand split by capacity)
     demand_share: float | None = Field(default=None, gt=0, le=1)

@@ -183,6 +183,9 @@ class Traffic(_Strict):
     prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     buckets: list[TrafficBucket] | None = Field(default=None, min_length=1, max_length=16)
+    # tokens at the start of every prompt that are the same for all its requests (a system prompt): the engines'
+    # prefix cache holds them once per replica, and each request prefills the rest (Scheduler.cached_tokens)
+    shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_CONTEXT)
     # requests/s by UTC hour over a day (hourly_rates): the fleet is sized for the peak hour, then hour by hour from
     # that plan (planner.plan.profile)
     profile: tuple[float, ...] | None = None
@@ -204,6 +207,10 @@ class Traffic(_Strict):
             total = sum(b.share for b in self.buckets)
             if abs(total - 1) > 1e-6:
                 raise ValueError(f"bucket shares add up to {total:g}; they must add up to 1")
+        shortest = min(prompt for _, prompt, _ in self.shapes())
+        if self.shared_prefix_tokens >= shortest:
+            raise ValueError(f"shared_prefix_tokens: {self.shared_prefix_tokens} must be below prompt_tokens "
+                             f"({shortest}): the shared prefix is the start of every prompt")
         if self.total_requests_per_s < MIN_REQUESTS_PER_S:
             peak = "the profile's peak hour, " if self.profile is not None else ""
             raise ValueError(f"{peak}{self.total_requests_per_s:.3g} requests/s is below the {MIN_REQUESTS_PER_S:g} the fleet "

@@ -43,6 +43,7 @@ class Bucket:
     requests_per_s: float
     prompt_tokens: int
     output_tokens: int
+    shared_prefix_tokens: int = 0  # of prompt_tokens: the same for every request (a system prompt), cached once
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,11 @@ class ServingConfig:
     @property
     def capacity_units(self) -> int:
         return int(self.capacity_rps * CAPACITY_UNITS_PER_RPS)
+
+    @property
+    def cached_prefill_tokens(self) -> int:
+        """The prompt tokens each request finds in this replica's prefix cache (the shared prefix in whole blocks)."""
+        return self.scheduler.cached_tokens(self.shape.prompt_tokens, self.shape.shared_prefix_tokens)
 
 
 def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog, max_seqs_cap: int | None = None,
@@ -204,7 +210,7 @@ def serving_configs(workload: FleetWorkload, catalog: Catalog, layouts: list[Rep
         sizes.setdefault((layout.candidate.gpu.name, layout.candidate.gpus), []).append(layout)
     configs = []
     for index, bucket in enumerate(workload.buckets):
-        shape = Workload(bucket.prompt_tokens, bucket.output_tokens)
+        shape = Workload(bucket.prompt_tokens, bucket.output_tokens, bucket.shared_prefix_tokens)
         found = [_most_capacity(workload, index, shape, group, deadline) for group in sizes.values()]
         configs += sorted((c for c in found if c is not None), key=lambda c: -c.capacity_rps)
     return configs

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from planner.render.records import fleet_rows
 from planner.render.summary import (HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
                                     memory_line, NO_FLEET, hosted_lines, hosted_rows, load_rows, not_simulated_lines,
-                                    offer_rows, price_age_text, replica_label, running_text, spot_lines, status_line)
+                                    offer_rows, prefix_lines, price_age_text, replica_label, running_text, spot_lines,
+                                    status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -187,6 +188,7 @@ def _fleet_parts(name: str, plan: FleetPlan) -> list[str]:
                                 round(tpot * 1000, 1)]
                                for a in plan.assignments for level, rps, running, ttft, tpot in
                                (load_rows(a.loads) if a.loads else [])])]
+        parts += [f"<p>prefix: {html.escape(x)}</p>" for x in prefix_lines(plan)]
         parts += [f"<p>note: {html.escape(x)}</p>" for x in not_simulated_lines(plan)]
         bars = []
         for a in plan.assignments:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from planner.render.plain import controls_escaped
 from planner.render.summary import (DAY_COLUMNS, HOSTED_HEADER, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, hosted_rows, load_rows, spot_lines,
-                                    memory_line, not_simulated_lines, offer_rows, price_age_text, replica_label,
-                                    running_text, speed_line, status_line)
+                                    memory_line, not_simulated_lines, offer_rows, prefix_lines, price_age_text,
+                                    replica_label, running_text, speed_line, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -119,6 +119,7 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines += [f"- left out: {md(x)}" for x in plan.left_out] + [f"- speed: {md(x)}" for x in plan.speed]
     lines += [f"- spot: {md(x)}" for x in spot_lines(plan)]
     lines += [f"- warning: {md(w)}" for w in fleet_price_warnings(plan)]
+    lines += [f"- prefix: {md(x)}" for x in prefix_lines(plan)]
     lines += [f"- note: {md(x)}" for x in not_simulated_lines(plan)]
     lines += [f"- note: {md(x)}" for x in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}"
                                                     for a in plan.assignments for w in a.memory.warnings)]

@@ -84,6 +84,8 @@ def assignment_row(a: Assignment) -> dict[str, Any]:
     return {"workload": a.workload, "bucket": a.bucket, "replicas": a.replicas,
             **configuration_record(a.configuration),
             "prompt_tokens": a.config.shape.prompt_tokens, "output_tokens": a.config.shape.output_tokens,
+            "shared_prefix_tokens": a.config.shape.shared_prefix_tokens,
+            "cached_prefill_tokens_per_request": a.config.cached_prefill_tokens,
             "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "demand_share": round(a.demand_share, 4),
             "expected_rps_per_replica": round(a.expected_rps_per_replica, 4), **_loads_fields(a.loads),
             "max_num_seqs": a.config.scheduler.max_num_seqs, "slo": record(a.slo),

@@ -186,6 +186,16 @@ def replica_label(a: Assignment) -> str:
     return f"{a.workload}{f' #{a.bucket}' if a.bucket else ''}: {c.gpus} x {c.gpu.name}"
 
 
+def prefix_lines(plan: FleetPlan) -> list[str]:
+    """The prefix-cache assumption of each workload bucket with a shared prefix, once per replica type's block."""
+    return list(dict.fromkeys(
+        f"{a.workload}{f' #{a.bucket}' if a.bucket else ''}: the shared {a.config.shape.shared_prefix_tokens:,}-token "
+        f"prompt prefix cached once per replica ({a.config.candidate.gpu.name}: {a.config.cached_prefill_tokens:,} "
+        f"tokens in whole {a.config.scheduler.block_tokens}-token blocks); each request prefills "
+        f"{a.config.shape.prompt_tokens - a.config.cached_prefill_tokens:,} of its {a.config.shape.prompt_tokens:,}"
+        for a in plan.assignments if a.config.shape.shared_prefix_tokens))
+
+
 def not_simulated_lines(plan: FleetPlan) -> list[str]:
     """The assignments whose expected load the plan did not simulate, and why."""
     return [f"{replica_label(a)}: expected load not simulated: {a.loads.not_simulated}" for a in plan.assignments

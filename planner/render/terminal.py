@@ -11,7 +11,7 @@ from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
 from planner.render.summary import (DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, memory_line, NO_FLEET, spot_lines,
-                                    load_rows, not_simulated_lines, replica_label, running_text,
+                                    load_rows, not_simulated_lines, prefix_lines, replica_label, running_text,
                                     price_age_text, speed_line, status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
@@ -302,6 +302,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
         console.print(f"left out: {as_text(line)}")
     for line in plan.speed:
         console.print(f"speed: {as_text(line)}")
+    for line in prefix_lines(plan):
+        console.print(f"prefix: {as_text(line)}")
     for line in not_simulated_lines(plan):
         console.print(f"note: {as_text(line)}")
     for line in dict.fromkeys(f"{a.workload}: {a.config.candidate.gpu.name}: {w}" for a in plan.assignments
