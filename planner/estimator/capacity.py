@@ -117,8 +117,10 @@ class Scheduler:
     def cached_tokens(self, prompt_tokens: int, shared_prefix_tokens: int) -> int:
         """The prompt tokens a request finds in the prefix cache once the shared prefix of its workload is cached:
         the one rule of the capacity model and the simulator. The cache hits whole blocks only, and never the
-        prompt's last token, which is computed again for its logits (vLLM v1 KVCacheManager.get_computed_blocks:
-        full blocks of the longest hit, at most num_tokens - 1; TensorRT-LLM's block reuse alike; SGLang's
+        prompt's last token, which is computed again for its logits (vllm/v1/core/kv_cache_manager.py
+        get_computed_blocks @ v0.34.0: full blocks of the longest hit, "set max_cache_hit_length to prompt_length -
+        1"; prefix caching on by default, config/cache.py enable_prefix_caching = True; TensorRT-LLM's block reuse
+        alike; SGLang's
         RadixCache matches pages of one token). The shared blocks are held once by the replica, not by each request;
         llama-server's slots, a whole context each (a block of max-model-len), share none; nor, as planned, does a
         model with recurrent layers (prefix_cache)."""
