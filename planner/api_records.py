@@ -67,6 +67,9 @@ class PerfResult:
             "constants_borrowed": p.borrowed, "calibrated": self.calibrated,
             # the fused-MoE kernel the engine runs at this release (catalogs/performance.yaml moe_kernel_rules)
             "moe_kernel": p.moe_kernel,
+            # prefill passes launched without a CUDA graph: each takes at least the host's launch time
+            # (catalogs/performance.yaml eager_prefill_rules)
+            "eager_prefill": p.eager_prefill,
         }
         if self.steady is not None:
             s = self.steady

@@ -66,7 +66,7 @@ def test_a_step_is_the_sum_of_its_terms(catalog):
         r = run(catalog, name, gpu=gpu, precision="fp8", tp=tp, batch=batch)
         assert r.decode_step_s == pytest.approx(sum(r.decode.terms_s().values()))
         assert set(r.decode.terms_s()) == {"dense_gemm", "moe", "attention", "kernel_launch", "engine_step",
-                                           "allreduce"}
+                                           "allreduce", "eager_host"}
 
 
 def test_batch_one_dense_decode_is_the_weight_read_by_hand(catalog, perf):
@@ -409,6 +409,53 @@ def test_sglang_runs_the_moe_kernel_its_release_picks(catalog, perf):
     assert run(catalog, "llama-3.1-8b", engine="sglang").moe_kernel is None  # dense: no MoE kernel
     assert perf.engine("sglang").moe_kernel("h200-sxm", "qwen3_moe", "bf16", "0.5.6") is None
     assert E > k
+
+
+def test_an_eager_prefill_pass_takes_the_hosts_launch_time_when_that_is_longer(catalog, perf):
+    """SGLang 0.5.8 launches prefill without a CUDA graph: a one-token prefill of Llama-3.1-8B on one H100 takes the
+    host's time for the kernels the pass launches. Hand count per layer: 5 small kernels and the attention kernel,
+    the fused QKV, output, fused gate-up and down GEMMs; the lm_head once; no all-reduce at TP1."""
+    model = arch(catalog, "llama-3.1-8b")
+    gpu = catalog.gpus.get("h100-sxm")
+    sglang = perf.engine("sglang")
+    launches = model.num_layers * (sglang.layer_kernels + 1 + 4) + 1
+    eager = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, "sglang", release="0.5.8")
+    graphed = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, "sglang", release="0.5.23")
+    host_s = launches * sglang.eager_launch_us * 1e-6
+    assert graphed.prefill_s(1, 1) < host_s
+    assert eager.prefill_s(1, 1) == pytest.approx(host_s)
+    total, terms, _ = eager.step(Step(0, 0.0, 1, 1.0, 1))
+    assert terms.eager_host_s == pytest.approx(host_s - graphed.step(Step(0, 0.0, 1, 1.0, 1))[0])
+    assert total == pytest.approx(host_s)
+    assert sum(terms.terms_s().values()) == pytest.approx(terms.total_s)
+    # decode steps are graphed in every release; a long prompt is GPU-bound either way
+    assert eager.step_s(Step(8, 2000.0)) == graphed.step_s(Step(8, 2000.0))
+    assert eager.prefill_s(1, 16000) == graphed.prefill_s(1, 16000) > host_s
+    assert timer_performance(eager, 1, CHAT).eager_prefill and not timer_performance(graphed, 1, CHAT).eager_prefill
+    # the prefill never gets faster as the prompt grows
+    times = [eager.prefill_s(1, p) for p in (1, 64, 512, 2048, 8192, 32768)]
+    assert times == sorted(times)
+
+
+def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):
+    """The rules as read from SGLang's source: every prefill through 0.5.9; AMD in every release; from 0.5.10 under
+    PP or DP attention, and through 0.5.12 with the FlashInfer TensorRT-LLM MoE runner except gpt-oss; from 0.5.16
+    DeepSeek-V3 on SM100 (trtllm_mla). Other engines have no rule."""
+    def eager(model, gpu, release, engine="sglang", precision="auto", tp=8, pp=1, dp=1):
+        timer = replica_timer(arch(catalog, model), precision, "auto", catalog.gpus.get(gpu), tp, pp, catalog, engine,
+                              release=release, dp=dp)
+        return timer.hw.eager_launch_s > 0
+
+    assert eager("llama-3.1-70b", "h100-sxm", "0.5.9")
+    assert not eager("llama-3.1-70b", "h100-sxm", "0.5.10")
+    assert eager("llama-3.1-70b", "mi300x", "0.5.23")
+    assert eager("llama-3.1-70b", "h100-sxm", "0.5.12", tp=4, pp=2)
+    assert eager("deepseek-v3", "h200-sxm", "0.5.12", dp=8)
+    assert eager("deepseek-v3", "b200", "0.5.12") and not eager("deepseek-v3", "h200-sxm", "0.5.12")
+    assert not eager("gpt-oss-120b", "b200", "0.5.12")
+    assert eager("deepseek-v3", "b200", "0.5.23") and not eager("glm-4.6", "b200", "0.5.23")
+    assert not eager("llama-3.1-70b", "h100-sxm", "0.19.0", engine="vllm")
+    assert not eager("llama-3.1-70b", "mi300x", None, engine="vllm")
 
 
 def test_release_key_orders_releases_as_numbers():

@@ -31,6 +31,9 @@ sequences plus p prompt tokens):
                 each latency(tp) + bytes / (link bandwidth x efficiency): the engines' custom all-reduce at
                 decode sizes, measured per interconnect and GPU generation
   stage         dense GEMMs + fused MoE + attention + fixed + TP
+  eager prefill where the engine launches a prefill pass without a CUDA graph (its eager_prefill_rules, by
+                release, GPU, model, MoE kernel and layout), the pass takes max(stage, host launches): the
+                kernels counted above, all-reduces included, at the engine's eager_launch_us each
 Pipeline parallelism splits the batch into min(batch, pp) microbatches; all of them advance one step in
 max(sum of stage times + activation hand-offs, microbatches x slowest stage): with fewer microbatches
 than stages, stages wait (the bubble).
@@ -224,6 +227,34 @@ class MoeKernelRule:
                 and (self.until is None or release <= release_key(self.until)))
 
 
+@dataclass(frozen=True, kw_only=True)
+class EagerPrefillRule:
+    """Where an engine runs its prefill (extend) passes without a CUDA graph, as its source decides at the releases
+    named: on these GPU vendors or GPUs (both empty: any), for these model types, except those, with the fused-MoE
+    kernel it picks among these, or under these layouts ("pipeline": PP > 1, "dp_attention"); every field given
+    must hold, from `since` to `until` (inclusive; none: open)."""
+
+    vendors: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()
+    except_model_types: tuple[str, ...] = ()
+    moe_kernels: tuple[str, ...] = ()
+    layouts: tuple[Literal["pipeline", "dp_attention"], ...] = ()
+    since: str | None = None
+    until: str | None = None
+    source: str
+
+    def matches(self, gpu: Gpu, model_type: str, moe_kernel: str | None, layouts: frozenset[str],
+                release: tuple[int, ...]) -> bool:
+        return ((not self.vendors or gpu.vendor in self.vendors) and (not self.gpus or gpu.name in self.gpus)
+                and (not self.model_types or model_type in self.model_types)
+                and model_type not in self.except_model_types
+                and (not self.moe_kernels or moe_kernel in self.moe_kernels)
+                and (not self.layouts or any(layout in layouts for layout in self.layouts))
+                and (self.since is None or release >= release_key(self.since))
+                and (self.until is None or release <= release_key(self.until)))
+
+
 def release_key(version: str) -> tuple[int, ...]:
     """A release as numbers to compare: "v0.5.6.post1" -> (0, 5, 6); a build without numbers sorts first."""
     found = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
@@ -252,6 +283,10 @@ class EngineCost:
     # the fused-MoE kernel the engine picks by GPU, model type, precision and release: the first rule that matches;
     # none: the kernel its tables measure most (EngineKernels.moe)
     moe_kernel_rules: tuple[MoeKernelRule, ...] = ()
+    # where the engine runs prefill passes eagerly (no CUDA graph), and the host seconds it spends per kernel it
+    # launches there (its Python dispatch and glue included): such a pass takes the larger of its GPU time and that
+    eager_prefill_rules: tuple[EagerPrefillRule, ...] = ()
+    eager_launch_us: float = bounded(0.0, ge=0)
     source: str
 
     def moe_kernel(self, gpu: str, model_type: str, precision: str, release: str | None) -> str | None:
@@ -260,6 +295,14 @@ class EngineCost:
             return None
         key = release_key(release or default_release(self.name))
         return next((r.kernel for r in self.moe_kernel_rules if r.matches(gpu, model_type, precision, key)), None)
+
+    def eager_prefill(self, gpu: Gpu, model_type: str, moe_kernel: str | None, layouts: frozenset[str],
+                      release: str | None) -> bool:
+        """Whether this layout's prefill passes run without a CUDA graph at `release` (None: the default)."""
+        if not self.eager_prefill_rules:
+            return False
+        key = release_key(release or default_release(self.name))
+        return any(r.matches(gpu, model_type, moe_kernel, layouts, key) for r in self.eager_prefill_rules)
 
 
 def default_release(engine: str) -> str:
@@ -414,6 +457,8 @@ class ForwardTime:
     kernel_launch_s: float  # fixed: GEMM and MoE launches, the small kernels' floors (llama.cpp: its cycles)
     engine_step_s: float  # fixed: the engine's own work once per step (last stage)
     allreduce_s: float
+    # an eager prefill pass's host launches past the GPU's time above (the host sets the pace; 0: graphed or GPU-bound)
+    eager_host_s: float
     memory_s: float  # of the three above, the time their byte reads would take
     compute_s: float  # and the time their FLOPs would take
     weight_bytes: int  # read by one rank
@@ -423,17 +468,18 @@ class ForwardTime:
     @property
     def bound(self) -> DecodeBound:
         terms: dict[DecodeBound, float] = {"memory": self.memory_s, "compute": self.compute_s,
-                                           "overhead": self.kernel_launch_s + self.engine_step_s,
+                                           "overhead": self.kernel_launch_s + self.engine_step_s + self.eager_host_s,
                                            "communication": self.allreduce_s}
         return max(terms, key=lambda k: terms[k])
 
     def terms_s(self) -> dict[str, float]:
         """Every term of the stage's time by name; they add up to total_s."""
         return {"dense_gemm": self.dense_gemm_s, "moe": self.moe_s, "attention": self.attention_s,
-                "kernel_launch": self.kernel_launch_s, "engine_step": self.engine_step_s, "allreduce": self.allreduce_s}
+                "kernel_launch": self.kernel_launch_s, "engine_step": self.engine_step_s, "allreduce": self.allreduce_s,
+                "eager_host": self.eager_host_s}
 
 
-_TOTAL = 10  # total_s's index in a _Terms tuple (ForwardTime's field order)
+_TOTAL = 11  # total_s's index in a _Terms tuple (ForwardTime's field order)
 
 
 @dataclass(frozen=True)
@@ -452,6 +498,7 @@ class ReplicaPerformance:
     engine: str
     borrowed: bool  # the GPU's generation has no kernel measurements: the `default` generation's constants
     moe_kernel: str | None = None  # the fused-MoE kernel the step is timed with, where the catalog names it
+    eager_prefill: bool = False  # the engine launches its prefill passes without a CUDA graph (its eager_prefill_rules)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -676,6 +723,12 @@ class _Hardware:
     layer_fixed_s: float  # a decoder layer's small kernels and its attention kernel's launch (or llama.cpp's cycles)
     moe_layer_fixed_s: float  # a MoE layer's routing kernels
     mla_layer_fixed_s: float  # an MLA layer's extra kernels
+    # host seconds per kernel launched in an eager prefill pass (0: the engine graphs this layout's prefill), and the
+    # kernels a decoder layer, a MoE layer's routing and an MLA layer launch besides its GEMMs
+    eager_launch_s: float
+    layer_launches: int
+    moe_layer_launches: int
+    mla_layer_launches: int
     step_overhead_s: float
     allreduce: _AllReduce
     handoff: _AllReduce  # a point-to-point send between two GPUs: a two-GPU all-reduce's fit, an upper bound
@@ -707,7 +760,7 @@ def _collective_s(fit: _AllReduce, payload: float, ranks: int) -> float:
 
 # A stage's forward as plain numbers, in ForwardTime's field order. The step time needs only the total and is on
 # the solver's hot path, so the ForwardTime is built only for the stage reported.
-_Terms = tuple[float, float, float, float, float, float, float, float, int, int, float]
+_Terms = tuple[float, float, float, float, float, float, float, float, float, int, int, float]
 
 
 class _StageCost(NamedTuple):
@@ -743,6 +796,7 @@ class _StageCost(NamedTuple):
     latent_bytes_per_s: float
     attention_flops_per_s: float
     launch_s: float  # the fixed GPU time of the pass
+    eager_host_s: float  # the host's time launching the pass's kernels, where the engine runs a prefill eagerly
     step_s: float  # the engine's per-step cost (last stage)
     allreduces: int  # all-reduces of the activations per pass
     # data-parallel attention: the attention-TP group's GEMMs on the group's own tokens (0 without DP attention)
@@ -761,6 +815,10 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
                 + stage.mla_layers * hw.mla_layer_fixed_s + (body.low_bit_kernels + attention.low_bit_kernels) * low.launch_s
                 + (body.wide_kernels + attention.wide_kernels) * wide.launch_s
                 + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
+    launches = (stage.layers * hw.layer_launches + experts.layers * (hw.moe_layer_launches + 1)
+                + stage.mla_layers * hw.mla_layer_launches + ALLREDUCES_PER_LAYER * stage.layers * (hw.tp > 1)
+                + body.low_bit_kernels + attention.low_bit_kernels + body.wide_kernels + attention.wide_kernels
+                + head.low_bit_kernels + head.wide_kernels)
     return _StageCost(
         stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
@@ -771,19 +829,20 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         experts.ranks, experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
         experts.columns * hw.moe_column_s,
         hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.attention_flops_per_s,
-        launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
+        launch_s, launches * hw.eager_launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
         attention.low_bit_bytes / low.bytes_per_s, attention.low_bit_flops / low.flops_per_s,
         attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s)
 
 
 def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
              kv_bytes: int, latent_bytes: int, allreduce_s: float, group_tokens: float = 0.0,
-             group_allreduce_s: float = 0.0) -> _Terms:
+             group_allreduce_s: float = 0.0, prefill: bool = False) -> _Terms:
     """`decode_flops` / `prefill_flops`: the stage's attention FLOPs over the positions the decoding sequences and
     the prompt tokens attend to; `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents;
     `allreduce_s`: one all-reduce of the pass's activations (the same on every stage); with data-parallel attention,
     `group_tokens` the busiest DP group's tokens through its attention GEMMs and `group_allreduce_s` one all-reduce
-    of them over its attention-TP ranks (once a layer)."""
+    of them over its attention-TP ranks (once a layer); `prefill`: the pass computes prompt tokens (an extend pass,
+    which the engine may launch eagerly: then it takes at least the host's launch time)."""
     # each GEMM group: the larger of its weight read and its compute at compute_eff(M) (rows + half_m, see header)
     low_c = cost.low_row_s * (tokens + cost.low_half_m) if cost.low_row_s else 0.0
     wide_c = cost.wide_row_s * (tokens + cost.wide_half_m)
@@ -824,8 +883,10 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     compute_s += decode_c + prefill_c
     allreduces_s = cost.allreduces * allreduce_s + (cost.allreduces // ALLREDUCES_PER_LAYER) * group_allreduce_s
     total_s = dense_s + moe_s + attention_s + cost.launch_s + cost.step_s + allreduces_s
-    return (dense_s, moe_s, attention_s, cost.launch_s, cost.step_s, allreduces_s, memory_s, compute_s,
-            weight_bytes, kv_bytes, total_s)
+    # the host launches ahead of the GPU, so over the pass's layers the slower of the two sets the pace
+    eager_s = cost.eager_host_s - total_s if prefill and cost.eager_host_s > total_s else 0.0
+    return (dense_s, moe_s, attention_s, cost.launch_s, cost.step_s, allreduces_s, eager_s, memory_s, compute_s,
+            weight_bytes, kv_bytes, total_s + eager_s)
 
 
 @lru_cache(maxsize=65536)
@@ -968,6 +1029,12 @@ class ReplicaTimer:
             costs.append(costs[-1] if costs and costs[-1] == cost else cost)
         return tuple(costs)
 
+    def graphed(self) -> ReplicaTimer:
+        """This layout with every pass under a CUDA graph: a speculative cycle's verify and draft-extend passes, which
+        carry several tokens a request but replay graphs of their own (SGLang forward_batch_info.py is_cuda_graph:
+        TARGET_VERIFY; speculative/eagle_draft_extend_cuda_graph_runner.py, 0.5.6)."""
+        return replace(self, hw=replace(self.hw, eager_launch_s=0.0)) if self.hw.eager_launch_s else self
+
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
         """(seconds, the slowest stage's forward term by term, pipeline bubble) for one step. The step's
         sequences are split into min(sequences, pp) microbatches unless `microbatches` is given."""
@@ -1027,7 +1094,7 @@ class ReplicaTimer:
                 latent += per_token * (window if window < context else context)
             times.append(_forward(cost, tokens, logits, decode_flops, prefill_flops,
                                   round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s,
-                                  group_tokens, group_allreduce_s))
+                                  group_tokens, group_allreduce_s, prefill_tokens > 0))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
             return times[0][_TOTAL], times, 0, 0.0
         total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
@@ -1043,7 +1110,7 @@ class ReplicaTimer:
         group_allreduce_s = self.hw.attention_allreduce_s(own * prompt) if self.dp > 1 else 0.0
         times = [_forward(cost, tokens, per_part, 0.0,
                           _attention_flops(cost, lambda w: own * _causal_positions(prompt, w)), 0, 0, allreduce_s,
-                          own * prompt, group_allreduce_s)
+                          own * prompt, group_allreduce_s, True)
                  for cost in self._costs]
         return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
@@ -1061,7 +1128,7 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     engine_name = performance.engine(engine).name
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
     native = catalog.support(engine, prec, gpu).native
-    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp, release)
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp, release, pp)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
@@ -1126,10 +1193,10 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
-              engine: str, kv_bits: int, native: bool, attention_tp: int | None = None, release: str | None = None
-              ) -> tuple[_Hardware, GenerationEfficiency]:
+              engine: str, kv_bits: int, native: bool, attention_tp: int | None = None, release: str | None = None,
+              pp: int = 1) -> tuple[_Hardware, GenerationEfficiency]:
     """`attention_tp`: the attention-TP group's size under data-parallel attention (tp without it); `release`: the
-    engine's release, for the fused-MoE kernel it picks (None: its default release)."""
+    engine's release, for the fused-MoE kernel it picks and whether it graphs prefill (None: its default release)."""
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
     link = performance.interconnect(gpu.interconnect.kind, gpu.generation, engine)
@@ -1164,6 +1231,10 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         expert_format = weight_only.weight_only_format
     picked = engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release) if expert is not None else None
     moe = generation.moe_rates(expert_format, engine, picked)
+    moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked) if expert is not None else None
+    layouts = frozenset(name for name, on in (("pipeline", pp > 1), ("dp_attention", bool(attention_tp) and attention_tp < tp))
+                        if on)
+    eager = engine_cost.eager_prefill(gpu, arch.model_type, moe_kernel, layouts, release)
     fit, pair = link.fit(tp), link.fit(2)
     return _Hardware(
         low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
@@ -1171,11 +1242,15 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe=rates(moe, low_bit_rate if expert_low_bit else wide),
         # llama.cpp's cycles hold its MoE mat-vec kernels' fixed costs, as they hold its launches
         moe_column_s=0.0 if cycles else moe.column_ps * 1e-12,
-        moe_kernel=generation.moe_kernel_timed(expert_format, engine, picked) if expert is not None else None,
+        moe_kernel=moe_kernel,
         kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
         latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
         attention_flops_per_s=wide * generation.attention_compute_efficiency,
         layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
+        eager_launch_s=engine_cost.eager_launch_us * US if eager else 0.0,
+        # each layer's attention kernel and its small kernels; a MoE layer's routing kernels and its fused MoE kernel
+        layer_launches=engine_cost.layer_kernels + 1, moe_layer_launches=engine_cost.moe_layer_kernels + 1,
+        mla_layer_launches=engine_cost.mla_layer_kernels,
         step_overhead_s=engine_cost.per_step_us * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
         attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
@@ -1220,9 +1295,10 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
         output_tokens_per_s=batch * output / cycle_s, requests_per_s=batch / cycle_s,
         decode_bound=slowest.bound, batch_prefill_s=batch_prefill_s, decode=slowest, pp_bubble_s=bubble_s,
         engine=timer.engine, borrowed=timer.borrowed, moe_kernel=timer.hw.moe_kernel,
+        eager_prefill=timer.hw.eager_launch_s > 0,
     )
 
 
-__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
+__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerPrefillRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]

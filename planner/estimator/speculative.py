@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import cached_property
 from math import isfinite
 
 from planner.errors import PlannerInputError
@@ -87,18 +88,24 @@ class SpeculativeTimer:
     draft: ReplicaTimer  # without the engine's per-step cost: its forwards run inside the target's step
     speculation: Speculation
 
+    @cached_property
+    def _verifier(self) -> ReplicaTimer:
+        """The target as it verifies: under a graph even where its prefill runs eagerly."""
+        return self.target.graphed()
+
     def cycle(self, batch: int, context: float) -> SpeculativeCycle:
         """`batch` requests at a mean `context`: each verifies s + 1 tokens (its cache read once, every token's
         logits computed), the draft runs s - 1 one-token forwards and one over the s + 1 tokens."""
         drafted = batch * self.speculation.draft_tokens
         wide = Step(batch, context, drafted, drafted * context, drafted)
-        verify_s, verify, _ = self.target.step(wide)
+        verify_s, verify, _ = self._verifier.step(wide)
         draft_s = (self.speculation.draft_tokens - 1) * self.draft.step_s(Step(batch, context)) + self.draft.step_s(wide)
         return SpeculativeCycle(verify_s, draft_s, verify)
 
 
 def speculative_timer(target: ReplicaTimer, draft: ReplicaTimer, spec: Speculation) -> SpeculativeTimer:
     """`draft`: the draft architecture's timer on the target's layout, engine and GPU."""
+    draft = draft.graphed()
     return SpeculativeTimer(target, replace(draft, hw=replace(draft.hw, step_overhead_s=0.0)), spec)
 
 
