@@ -271,6 +271,17 @@ def test_llamacpp_pads_cells_and_sizes_sliding_layers_by_window(arch, catalog):
     assert oss.kv_pool_bytes == (9216 + 90) * MiB  # 18 full layers x 2 x 131072 cells + 18 SWA layers x 2 x 1280
 
 
+def test_llamacpp_keeps_a_full_cache_for_phi3_despite_its_window(arch, catalog):
+    """llama.cpp turns Phi-3's sliding window off at load ("Phi SWA is currently disabled"): every one of its 32
+    layers keeps 4,096 cells of K and V (3,072 f16 values each), the 1,536 MiB of the log replayed in bench/accuracy.py
+    (engine-logs-various.jsonl row 41); planner's other engines still read the window."""
+    phi3 = arch("phi-3-mini")
+    assert any(layer.attention.kind == "sliding" for layer in phi3.layers)
+    big = GpuTarget("80 GB", 80 * GiB)
+    budget = engine_budget(phi3, Request(context=4096, precision="q4_k_m"), llamacpp(), big, catalog)
+    assert budget.kv_pool_bytes == 32 * 4096 * 2 * 3072 * 2 == 1536 * MiB
+
+
 def test_llamacpp_quantized_cache(arch, catalog):
     big = GpuTarget("80 GB", 80 * GiB)
     llama = arch("llama-3.1-8b")

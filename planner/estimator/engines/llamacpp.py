@@ -148,13 +148,20 @@ class _Sizes:
     n_ctx: int
 
 
+# llama.cpp loads these architectures' sliding window and turns it off: every layer keeps the full cache
+# (src/llama-model.cpp load_hparams, LLM_ARCH_PHI3: "Phi SWA is currently disabled", swa_type NONE, n_swa 0; read in
+# the llama.cpp vendored by llama-cpp-python 0.3.16, and ggml-org/llama.cpp pull request #13676)
+_FULL_CACHE_DESPITE_WINDOW = frozenset({"phi3"})
+
+
 def _sizes(model: ServedModel, settings: EngineSettings, profile: LlamacppProfile) -> _Sizes:
     arch, request = model.arch, model.request
     pad = profile.ctx_pad.value
     stream = _pad(request.context, pad)
     cells = []
+    windowed = arch.model_type not in _FULL_CACHE_DESPITE_WINDOW
     for layer in arch.layers:
-        window = layer.attention.window if layer.attention.kind == "sliding" else None
+        window = layer.attention.window if layer.attention.kind == "sliding" and windowed else None
         cells.append(request.batch * (min(stream, _pad(window + settings.n_ubatch, pad)) if window else stream))
     n_ctx = request.batch * stream
     cache = tuple(n * _cache_bytes_per_cell(layer, settings.cache_type)
