@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import isfinite
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -459,7 +460,7 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
     for run in (run for path in results for run in read_results(path)):
         spec = _replica_of(catalog, specs, run, plan)
         timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
-                              release=spec.engine_version)
+                              ep=spec.ep, dp=spec.dp, release=spec.engine_version)
         replayed = simulated_metrics(run_benchmark(timer, spec.scheduler, replay_run(run)))
         measured = measured_metrics(run)
         if not measured:
@@ -633,7 +634,7 @@ def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, 
     out = []
     for spec in _replicas_to_simulate(source, catalog):
         timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
-                              spec.performance, release=spec.engine_version)
+                              spec.performance, spec.ep, spec.dp, spec.engine_version)
         per_replica = rate if rate is not None else spec.rate_per_replica
         shape = Workload(spec.prompt_tokens, spec.output_tokens, spec.shared_prefix_tokens)
         requests = trace if trace is not None else poisson_arrivals(per_replica, duration_s, shape, seed)
@@ -665,7 +666,8 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
                                   a.config.shape.output_tokens, a.expected_rps_per_replica, a.demand_share,
                                   a.config.shape.shared_prefix_tokens, w.performance(c.gpu.generation),
                                   w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None,
-                                  planned_rps=a.config.capacity_rps, engine_version=w.engine_version))
+                                  planned_rps=a.config.capacity_rps, engine_version=w.engine_version,
+                                  dp=c.configuration.dp, ep=c.configuration.ep))
     return specs
 
 
@@ -694,18 +696,17 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         c = plan.configuration
         arch = resolve_model(catalog, c.model_id if c.model_id else c.model)
         target = GpuTarget.from_catalog(plan.card)
-        request = Request(context=c.context, batch=1, tp=c.tp, pp=c.pp, precision=c.precision, kv_dtype=c.kv_dtype,
-                          overhead_fraction=c.overhead_fraction)
+        request = replace(c.request(), batch=1)
         budget = engine_budget(arch, request, c.engine, target, catalog)
         # the `simple` planning margin has no scheduler: it runs vLLM's, as the fleet planned it
         batching = engine_budget(arch, request, EngineSettings("vllm"), target, catalog) if c.engine.name == "simple" else None
         engine = "vllm" if c.engine.name == "simple" else c.engine.name
         slo = None if row.slo is None else Slo(row.slo.ttft_s, row.slo.tpot_s, row.slo.percentile)
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
-                                  engine, Scheduler.of(budget, batching), plan.record.replicas, prompt, output,
-                                  rate, share, row.shared_prefix_tokens or 0, slo=slo,
+                                  engine, Scheduler.of(budget, batching, dp=c.dp), plan.record.replicas, prompt,
+                                  output, rate, share, row.shared_prefix_tokens or 0, slo=slo,
                                   planned_rps=row.capacity_rps_per_replica,
-                                  engine_version=c.engine.version))
+                                  engine_version=c.engine.version, dp=c.dp, ep=c.ep))
     return specs
 
 

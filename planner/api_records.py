@@ -169,6 +169,8 @@ class ReplicaSpec:
     slo: Slo | None = None  # a plan file's: its workload's SLO (None: the file carries none)
     planned_rps: float | None = None  # the capacity the plan sized each replica for (at the SLO x utilisation)
     engine_version: str | None = None  # the engine release the plan or scenario names (None: the default)
+    dp: int = 1  # data-parallel attention groups among the tp GPUs
+    ep: int = 1  # expert-parallel ranks among them
 
 
 @dataclass(frozen=True)

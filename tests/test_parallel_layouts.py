@@ -85,11 +85,60 @@ def test_scenario_keys_are_checked(change, message):
         parse_scenario(data)
 
 
-def test_a_fleet_and_an_engine_without_the_layouts_are_refused():
-    fleet = {"model": "deepseek-v3", "workload": {"context": "8K", "traffic": {"requests_per_s": 1, "prompt_tokens": 100,
-             "output_tokens": 100}}, "search": {"layouts": ["tp", "dp_ep"]}}
-    with pytest.raises(PlannerInputError, match="a fleet sized by traffic searches TP x PP layouts only"):
-        parse_scenario(fleet)
+FLEET = {"name": "dp-ep-fleet", "model": "deepseek-v3",
+         "workload": {"context": "16K", "traffic": {"requests_per_s": 4, "prompt_tokens": 2000, "output_tokens": 500},
+                      "slo": {"ttft_s": 3, "tpot_s": 0.08}},
+         "search": {"precisions": ["fp8-block"], "gpus": ["h100-sxm"], "max_gpus_per_replica": 16,
+                    "max_gpus_per_node": 8, "layouts": ["tp", "dp_ep"]},
+         "engine": {"name": "sglang", "max_num_seqs": 32}, "pricing": {"market": "on-demand"},
+         "solver": {"time_limit_s": 60}}
+
+
+@pytest.fixture(scope="module")
+def dp_fleet():
+    return api.plan_fleet(parse_scenario(FLEET), catalog=CATALOG)
+
+
+def test_a_fleet_sized_by_traffic_runs_dp_attention_and_expert_parallelism(dp_fleet):
+    """The fleet's DeepSeek-V3 replica on 16 x H100 is SGLang's DP attention + EP: it spans two 8-GPU instances
+    (each attention-TP group of tp / dp GPUs inside one), and its scheduler's pool is every DP group's own pool, each
+    the per-rank pool the engine budget sizes (the requests dealt evenly over the groups)."""
+    from dataclasses import replace
+
+    from planner.estimator.engines import engine_budget
+    from planner.estimator.memory import GpuTarget
+    from planner.plan.rental import footprint
+
+    [a] = dp_fleet.assignments
+    c = a.config.candidate
+    assert (c.tp, c.pp, c.configuration.ep) == (16, 1, 16) and c.configuration.dp > 1
+    assert c.node_group == 16 // c.configuration.dp <= 8 and a.pool.offer.gpus == 8
+    assert footprint(16, c.node_group, 8) == 16 and footprint(16, 16, 8) is None
+    budget = engine_budget(resolve_model(CATALOG, "deepseek-v3"), replace(c.configuration.request(), batch=1),
+                           c.configuration.engine, GpuTarget.from_catalog(c.gpu), CATALOG)
+    assert a.config.scheduler.pool_tokens == c.configuration.dp * budget.kv_cache_capacity_tokens
+    assert a.memory.gpu.fits and dp_fleet.usd_per_hour > 0
+
+
+def test_a_dp_ep_fleet_plan_file_exports_and_replays_its_layout(dp_fleet, tmp_path):
+    """The plan file carries the layout and the checkpoint's own precision: the export loads the FP8 checkpoint as it
+    ships with SGLang's DP and EP flags, and a simulation of the file runs the replica at its layout."""
+    from planner.render.records import fleet_json
+
+    path = tmp_path / "fleet.json"
+    path.write_text(fleet_json(dp_fleet, "dp-ep-fleet"))
+    [row] = json.loads(path.read_text())["assignments"]
+    dp = dp_fleet.assignments[0].config.candidate.configuration.dp
+    assert (row["tp"], row["dp"], row["ep"], row["model_precision"]) == (16, dp, 16, "fp8-block")
+    script = export(load_plan(path, CATALOG), "sglang")
+    assert f"--attn-dp-size {dp} --ep-size 16" in script and "--model-path deepseek-ai/DeepSeek-V3 " in script
+    [spec] = api._plan_file_replicas(path, CATALOG)
+    assert (spec.dp, spec.ep) == (dp, 16)
+    [run] = api.simulate(path, duration_s=60, catalog=CATALOG)
+    assert run.result.completed > 0
+
+
+def test_an_engine_without_the_layouts_is_refused():
     vllm = {"model": "deepseek-v3", "workload": {"context": "8K"}, "search": {"layouts": ["tp", "dp_ep"]}}
     with pytest.raises(PlannerInputError, match="search.layouts: dp_ep: the vllm memory profile does not size"):
         api.solve(parse_scenario(vllm), catalog=CATALOG)

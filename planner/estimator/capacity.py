@@ -96,17 +96,22 @@ class Scheduler:
     prefix_cache: bool = True
 
     @classmethod
-    def of(cls, budget: EngineBudget, batching: EngineBudget | None = None, max_seqs_cap: int | None = None) -> Scheduler:
+    def of(cls, budget: EngineBudget, batching: EngineBudget | None = None, max_seqs_cap: int | None = None,
+           dp: int = 1) -> Scheduler:
         """The pool of `budget` (its max-model-len is budget.context) and the batching limits of `batching`
         (default: the same budget; the `simple` planning margin has no scheduler and borrows vLLM's).
         vLLM allocates blocks of block_size tokens; SGLang's token pool pages one token; llama-server splits
-        its n_ctx cells evenly over its slots, so each request holds a whole context."""
+        its n_ctx cells evenly over its slots, so each request holds a whole context. `dp`: data-parallel attention
+        groups, each with its own pool of the budget's tokens and the requests dealt evenly over them; the replica's
+        running requests and step token budget stay the engine's totals (SGLang @ v0.5.23 divides them over the
+        groups: model_executor/pool_configurator.py:956 max_running_requests // attn_dp_size,
+        arg_groups/parallel_hook.py:331 chunked_prefill_size // attn_dp_size)."""
         settings = (batching or budget).settings
         context = budget.context
         block, budget_tokens, seqs = engine(settings.name).batching(settings, context)
         if max_seqs_cap is not None:
             seqs = min(seqs, max_seqs_cap) if seqs is not None else max_seqs_cap
-        return cls(pool_tokens=budget.kv_cache_capacity_tokens, block_tokens=block,
+        return cls(pool_tokens=dp * budget.kv_cache_capacity_tokens, block_tokens=block,
                    max_num_batched_tokens=budget_tokens or context, max_num_seqs=seqs, max_model_len=context,
                    prefix_cache=not (budget.layout and budget.layout.state_bytes))
 

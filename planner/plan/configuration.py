@@ -94,6 +94,11 @@ class ConfiguredBy:
         return self.configuration.gpus
 
     @property
+    def node_group(self) -> int:
+        """The GPUs that must share one node (planner.estimator.layout.ParallelLayout.node_group)."""
+        return self.configuration.parallel.node_group
+
+    @property
     def layout(self) -> str:
         """The parallel layout as the engines' flags set it: `tp 16 x dp 16 x ep 16 x pp 1, deepep`."""
         return self.configuration.parallel.name

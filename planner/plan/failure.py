@@ -123,14 +123,15 @@ class SpotRisk:
 
 
 def fallback(replicas: Iterable[tuple[int, int, int]], gpu: str, offers: Iterable[Offer]) -> Fallback | None:
-    """The cheapest on-demand offer of `gpu` among `offers` holding every (replicas, GPUs, tp) of a spot pool."""
+    """The cheapest on-demand offer of `gpu` among `offers` holding every (replicas, GPUs, GPUs sharing a node) of a
+    spot pool."""
     replicas = list(replicas)
     best = None
     for offer in offers:
         price = offer.on_demand_usd_per_hour
         if offer.gpu != gpu or price is None or offer.term is not None:
             continue
-        taken = [footprint(gpus, tp, offer.gpus) for _, gpus, tp in replicas]
+        taken = [footprint(gpus, node_group, offer.gpus) for _, gpus, node_group in replicas]
         if any(t is None for t in taken):
             continue
         instances = ceil(sum(n * t for (n, _, _), t in zip(replicas, taken)) / offer.gpus)

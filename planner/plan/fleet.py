@@ -110,6 +110,7 @@ class Assignment:
     slo: Slo = Slo()  # the workload's, as the scenario states it: what a plan file carries for `planner check`
     loads: ReplicaLoads | None = None  # one replica at the SLO limit, planned and expected (plan_fleet)
     available: float = 1.0  # the share of its capacity counted: less on a spot pool with an interruption rate
+    model_precision: str | None = None  # the precision its model's checkpoint ships in (None: a size-only model)
 
     @property
     def configuration(self) -> Configuration:
@@ -192,7 +193,7 @@ class FleetPlan:
 
 def _footprint(config: ServingConfig, pool: Pool) -> int | None:
     """GPUs of the pool's instance shape one replica takes up (planner.plan.rental), None if not rentable there."""
-    return footprint(config.candidate.gpus, config.candidate.tp, pool.offer.gpus)
+    return footprint(config.candidate.gpus, config.candidate.node_group, pool.offer.gpus)
 
 
 def _fits_pool(config: ServingConfig, pool: Pool) -> bool:
@@ -389,8 +390,8 @@ def _left_out(problem: FleetProblem, plan: FleetPlan, cache: ServingCache, most:
 def _why_not(workload: FleetWorkload, gpu: str, pools: list[Pool], cache: ServingCache) -> str | None:
     """Why no replica of `workload` runs on `gpu`'s pools; None when one could (CP-SAT found it dearer). Layouts its
     instances can hold come first: their reason (the SLO, or the estimator's) is the one a reader needs."""
-    def held(gpus: int, tp: int) -> bool:
-        return any(footprint(gpus, tp, p.offer.gpus) is not None for p in pools)
+    def held(gpus: int, node_group: int) -> bool:
+        return any(footprint(gpus, node_group, p.offer.gpus) is not None for p in pools)
 
     configs = [c for c in cache.configs(workload) if c.candidate.gpu.name == gpu]
     if any(_fits_pool(c, p) for c in configs for p in pools):
@@ -398,10 +399,10 @@ def _why_not(workload: FleetWorkload, gpu: str, pools: list[Pool], cache: Servin
     search = cache.search(workload)
     layouts = [layout.candidate for layout in search.layouts if layout.candidate.gpu.name == gpu]
     rejections = [r for r in search.rejections if r.gpu == gpu]
-    if any(held(c.gpus, c.tp) for c in layouts):
-        sizes = sorted({c.gpus for c in layouts if held(c.gpus, c.tp)})
+    if any(held(c.gpus, c.node_group) for c in layouts):
+        sizes = sorted({c.gpus for c in layouts if held(c.gpus, c.node_group)})
         return f"its layouts of {'/'.join(map(str, sizes))} GPUs miss the SLO, even serving one request at a time"
-    closest = min((r for r in rejections if held(r.configuration.gpus, r.configuration.tp)),
+    closest = min((r for r in rejections if held(r.configuration.gpus, r.node_group)),
                   key=lambda r: r.overshoot, default=None)
     if closest is not None:
         return f"{closest.configuration.gpus} GPU(s) per replica: {closest.reason}"
@@ -427,7 +428,8 @@ def _read(problem: FleetProblem, built: _Built, solver: cp_model.CpSolver, confi
         if memory.gpu is None or not memory.gpu.fits:
             raise RuntimeError(f"internal error: fleet configuration on {config.candidate.gpu.name} failed its re-check")
         assignments.append(Assignment(config.workload, config.bucket, config, pool, n, memory, share, rps,
-                                      by_name[config.workload].slo, available=problem.available(pool)))
+                                      by_name[config.workload].slo, available=problem.available(pool),
+                                      model_precision=by_name[config.workload].space.model_precision))
     uses = []
     for pi, var in built.instances.items():
         if solver.value(var):
@@ -458,7 +460,7 @@ def _spot_risk(problem: FleetProblem, pool: Pool, served: list[Assignment]) -> S
     by_name = {w.name: w for w in problem.workloads}
     allowed = [set(by_name[name].on_demand_offers) for name in dict.fromkeys(a.workload for a in served)]
     offers = [o for o in by_name[served[0].workload].on_demand_offers if all(o in a for a in allowed)] if served else []
-    replacement = fallback(((a.replicas, a.config.candidate.gpus, a.config.candidate.tp) for a in served),
+    replacement = fallback(((a.replicas, a.config.candidate.gpus, a.config.candidate.node_group) for a in served),
                            pool.offer.gpu, offers)
     spot = problem.spot
     unavailable = spot.unavailable(pool.offer) if spot else None

@@ -130,6 +130,9 @@ class FleetAssignment(PlanRecord):
     they are expected to carry (what `planner simulate` replays) and its workload's SLO (what `planner check` holds
     runs to); optional, as deploying needs none of them, and plans written before them lack them."""
 
+    # the precision the assignment's model ships in (a pre-quantized checkpoint loads as it is); plans written before
+    # it lack it
+    model_precision: Token | None = None
     prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     output_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT)
     shared_prefix_tokens: int | None = Field(default=None, ge=0, le=MAX_CONTEXT)  # of prompt_tokens: cached once
@@ -173,7 +176,8 @@ def load_plan_file(path: str | Path, catalog: Catalog, plan_index: int = 0,
         if not fleet.assignments:
             raise PlannerInputError(f"plan: {_name(p)} holds no assignment (the fleet was infeasible)")
         chosen = _pick(list(enumerate(fleet.assignments)), assignment, "--assignment", p)
-        return tuple(_checked(r, _assignment_name(fleet.scenario, r.workload, i), None, catalog, p) for i, r in chosen)
+        return tuple(_checked(r, _assignment_name(fleet.scenario, r.workload, i), r.model_precision, catalog, p)
+                     for i, r in chosen)
     plan = _validate(PlanFile, data, p)
     if assignment is not None:
         raise PlannerInputError(f"--assignment: {_name(p)} is a single-configuration plan; choose one with --plan")

@@ -97,7 +97,7 @@ def _units_per_capacity(a: Assignment) -> float:
 
 def _gpus(a: Assignment) -> int:
     """GPUs of its pool's instances one replica takes up (planner.plan.rental)."""
-    taken = footprint(a.config.candidate.gpus, a.config.candidate.tp, a.pool.offer.gpus)
+    taken = footprint(a.config.candidate.gpus, a.config.candidate.node_group, a.pool.offer.gpus)
     if taken is None:
         raise RuntimeError(f"internal error: a fleet replica on {a.pool.label} has no footprint there")
     return taken

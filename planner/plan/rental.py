@@ -29,12 +29,13 @@ COST_UNITS_PER_USD = 10_000
 MIN_GPUS_PER_NODE_ACROSS_NODES = 8
 
 
-def footprint(gpus_per_replica: int, tp: int, instance_gpus: int) -> int | None:
-    """GPUs of the rented shape one replica takes up, idle ones included; None when it cannot be rented there."""
+def footprint(gpus_per_replica: int, node_group: int, instance_gpus: int) -> int | None:
+    """GPUs of the rented shape one replica takes up, idle ones included; None when it cannot be rented there.
+    `node_group`: the GPUs that must share one instance (the TP group; the attention-TP group under DP attention)."""
     g, k = gpus_per_replica, instance_gpus
     if g <= k:
         return min(d for d in range(g, k + 1) if k % d == 0)
-    if tp > k or k % tp:
+    if node_group > k or k % node_group:
         return None  # a TP group must sit inside one instance
     if k < MIN_GPUS_PER_NODE_ACROSS_NODES:
         return None  # single-GPU rentals are not networked for pipeline stages; whole nodes are
@@ -55,10 +56,10 @@ class Rental:
         return round(self.usd_per_hour * COST_UNITS_PER_USD)
 
 
-def rent(gpus_per_replica: int, tp: int, replicas: int, offer: Offer, market: str) -> Rental | None:
+def rent(gpus_per_replica: int, node_group: int, replicas: int, offer: Offer, market: str) -> Rental | None:
     """How `replicas` replicas of `gpus_per_replica` GPUs are rented on one shape, or None if they can't be."""
     price = offer.price(market)
-    taken = footprint(gpus_per_replica, tp, offer.gpus)
+    taken = footprint(gpus_per_replica, node_group, offer.gpus)
     if price is None or taken is None:
         return None
     k = offer.gpus

@@ -462,12 +462,6 @@ class Scenario(_Strict):
         if self.fleet is not None and not self.is_fleet:
             raise ValueError("fleet: quotas and on_demand_share shape a fleet, which needs workload.traffic (or a "
                              "workloads list); add traffic or remove fleet")
-        if self.is_fleet:
-            for where, part in self.fleet_parts():
-                if part.search.layouts != ["tp"]:
-                    raise ValueError(f"search.layouts ({where}): a fleet sized by traffic searches TP x PP layouts only; "
-                                     "data-parallel attention and expert parallelism (dp_ep) are planned for a single "
-                                     "configuration (a scenario without workload.traffic)")
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
         self._on_demand_share_applies()

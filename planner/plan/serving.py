@@ -22,7 +22,7 @@ from planner.catalog.load import Catalog, Offer
 from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.need import Budgets, known_budget
-from planner.estimator.memory import GpuTarget, Request
+from planner.estimator.memory import GpuTarget
 from planner.estimator.performance import PerformanceCatalog, Workload, load_performance_catalog, replica_timer
 from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
 from planner.plan.search import Candidate, Rejection, SearchSpace, enumerate_candidates
@@ -104,14 +104,13 @@ def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog
     """The engine's pool at the candidate's context (max-model-len) and its batching limits. `budgets`: the pools
     the candidate search sized (Enumeration.budgets), read back rather than sized again."""
     target = GpuTarget.from_catalog(candidate.gpu)
-    request = Request(context=candidate.context, batch=1, tp=candidate.tp, pp=candidate.pp,
-                      precision=candidate.precision, kv_dtype=candidate.kv_dtype, overhead_fraction=space.overhead)
+    request = replace(candidate.configuration.request(), batch=1, overhead_fraction=space.overhead)
     settings = space.engine or EngineSettings("simple")
     budget = (known_budget(budgets, request, settings, target) if budgets else None) or engine_budget(
         space.arch, request, settings, target, catalog)
     batching = None if space.engine is not None else engine_budget(space.arch, request, EngineSettings("vllm"), target,
                                                                    catalog)
-    return Scheduler.of(budget, batching, max_seqs_cap)
+    return Scheduler.of(budget, batching, max_seqs_cap, candidate.configuration.dp)
 
 
 @dataclass(frozen=True)
@@ -195,6 +194,7 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadlin
                                      StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp,
                                                              catalog, workload.engine,
                                                              workload.performance(c.gpu.generation),
+                                                             ep=c.configuration.ep, dp=c.configuration.dp,
                                                              release=workload.engine_version))))
     return ReplicaSearch(layouts, enumeration.rejections, enumeration.skipped)
 

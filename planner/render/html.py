@@ -6,7 +6,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from planner.render.records import fleet_rows
-from planner.render.summary import (HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
+from planner.render.summary import (layout_text, HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
                                     memory_line, NO_FLEET, hosted_lines, hosted_rows, load_rows, not_simulated_lines,
                                     offer_rows, prefix_lines, price_age_text, replica_label, running_text, spot_lines,
                                     status_line)
@@ -53,7 +53,7 @@ _PLAN_HEADER = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency
 
 
 def _plan_cells(rank: Any, p: PlanOption) -> list[Any]:
-    return [rank, f"{p.gpus_per_replica * p.replicas} x {p.gpu}", f"{p.tp} x {p.pp}", p.precision, p.kv_dtype,
+    return [rank, f"{p.gpus_per_replica * p.replicas} x {p.gpu}", layout_text(p), p.precision, p.kv_dtype,
             p.context, p.concurrency, f"{p.instances} x {p.provider} {p.instance}", p.price_terms, p.usd_per_hour,
             price_age_text(p.price_age), round(gb(p.headroom_bytes), 2)]
 

@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from planner.render.plain import controls_escaped
-from planner.render.summary import (DAY_COLUMNS, HOSTED_HEADER, day_lines, day_rows, fleet_cost_line,
+from planner.render.summary import (layout_text, DAY_COLUMNS, HOSTED_HEADER, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, hosted_rows, load_rows, spot_lines,
                                     memory_line, not_simulated_lines, offer_rows, prefix_lines, price_age_text,
                                     replica_label, running_text, speed_line, status_line)
@@ -58,7 +58,7 @@ def solve_markdown(result: SolveResult) -> str:
               "price age"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for rank, p in [("best", best), *enumerate(result.alternatives, start=1)]:
-        lines.append(f"| {rank} | {p.gpus_per_replica * p.replicas} x {p.gpu} | {p.tp} x {p.pp} | {p.precision} | "
+        lines.append(f"| {rank} | {p.gpus_per_replica * p.replicas} x {p.gpu} | {layout_text(p)} | {p.precision} | "
                      f"{p.kv_dtype} | {p.context:,} | {p.concurrency} | {md(p.provider)} {md(p.instance)} | {p.price_terms} | "
                      f"{p.usd_per_hour:,.2f} | {price_age_text(p.price_age)} |")
     if result.rejected_cheaper:
@@ -108,7 +108,7 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len | pool |", "|---|---|---|---|---|---|"]
     for a in plan.assignments:
         c = a.config.candidate
-        lines.append(f"| {md(a.workload)} | {a.replicas} x {c.gpus} x {c.gpu.name} | {c.tp} x {c.pp} | {c.precision}/{c.kv_dtype} "
+        lines.append(f"| {md(a.workload)} | {a.replicas} x {c.gpus} x {c.gpu.name} | {layout_text(c)} | {c.precision}/{c.kv_dtype} "
                      f"| {c.context:,} | {md(a.pool.label)} |")
     if any(a.loads for a in plan.assignments):
         lines += ["", "### Load per replica", "", "| replica | load | req/s | running | TTFT s | TPOT ms |",

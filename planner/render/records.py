@@ -82,7 +82,7 @@ def assignment_row(a: Assignment) -> dict[str, Any]:
     """One fleet assignment, flat: the workload, the configuration, what one replica serves at each load, where it
     runs."""
     return {"workload": a.workload, "bucket": a.bucket, "replicas": a.replicas,
-            **configuration_record(a.configuration),
+            **configuration_record(a.configuration), "model_precision": a.model_precision,
             "prompt_tokens": a.config.shape.prompt_tokens, "output_tokens": a.config.shape.output_tokens,
             "shared_prefix_tokens": a.config.shape.shared_prefix_tokens,
             "cached_prefill_tokens_per_request": a.config.cached_prefill_tokens,

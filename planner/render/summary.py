@@ -12,6 +12,7 @@ from planner.units import gb, gib
 if TYPE_CHECKING:
     from planner.catalog.load import Offer
     from planner.catalog.prices import PriceAge
+    from planner.plan.configuration import ConfiguredBy
     from planner.plan.fleet import Assignment, FleetPlan
     from planner.plan.loads import ReplicaLoads
     from planner.plan.profile import DayPlan
@@ -178,6 +179,14 @@ def load_rows(loads: ReplicaLoads) -> list[tuple[str, float, float | None, float
 def running_text(running: float | None) -> str:
     """A load row's requests running as a cell ("-": not a figure of that row)."""
     return "-" if running is None else f"{running:,.1f}"
+
+
+def layout_text(option: ConfiguredBy) -> str:
+    """A plan's, rejection's, left-out option's or fleet replica's layout in a table: `8 x 1` (tp x pp), or with
+    data-parallel attention or expert parallelism as the engines' flags set it (`tp 16 x dp 16 x ep 16 x pp 1`)."""
+    configuration = option.configuration
+    plain = (configuration.dp, configuration.ep, configuration.all_to_all) == (1, 1, None)
+    return f"{option.tp} x {option.pp}" if plain else option.layout
 
 
 def replica_label(a: Assignment) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
-from planner.render.summary import (DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line,
+from planner.render.summary import (layout_text, DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, memory_line, NO_FLEET, spot_lines,
                                     load_rows, not_simulated_lines, prefix_lines, replica_label, running_text,
                                     price_age_text, speed_line, status_line)
@@ -153,14 +153,6 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _split(option: Any) -> str:
-    """A plan's, rejection's or left-out option's layout in a table: `8 x 1` (tp x pp), or with data-parallel
-    attention or expert parallelism as the engines' flags set it (`tp 16 x dp 16 x ep 16 x pp 1`)."""
-    configuration = option.configuration
-    plain = (configuration.dp, configuration.ep, configuration.all_to_all) == (1, 1, None)
-    return f"{option.tp} x {option.pp}" if plain else option.layout
-
-
 def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
     console.print(f"[bold]{as_text(result.scenario)}[/bold] · {as_text(result.model)} · {as_text(status_line(result))}")
     for note in result.skipped:
@@ -189,7 +181,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
         for col in ("#", "GPUs (tp x pp)", "weights/KV", "context x conc.", "rent", "$/hour", "price age", "headroom GB"):
             table.add_column(col, justify="right" if col in ("$/hour", "headroom GB") else "left")
         for i, p in enumerate(result.alternatives, start=1):
-            _row(table, str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({_split(p)})",
+            _row(table, str(i), f"{p.gpus_per_replica * p.replicas} x {p.gpu} ({layout_text(p)})",
                           f"{p.precision}/{p.kv_dtype}", f"{p.context:,} x {p.concurrency}",
                           f"{p.instances} x {p.provider} {p.instance}" + (" (spot)" if p.market == "spot" else ""),
                           f"{p.usd_per_hour:,.2f}", price_age_text(p.price_age), f"{gb(p.headroom_bytes):.1f}")
@@ -200,7 +192,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
         for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "why not"):
             table.add_column(col)
         for r in result.rejected_cheaper:
-            _row(table, f"{r.tp * r.pp} x {r.gpu} ({_split(r)})", f"{r.precision}/{r.kv_dtype}",
+            _row(table, f"{r.tp * r.pp} x {r.gpu} ({layout_text(r)})", f"{r.precision}/{r.kv_dtype}",
                           f"{r.context:,} x {r.concurrency}", f"{r.usd_per_hour:,.2f}",
                           f"needs {gb(r.needed_bytes):.1f} GB per GPU, card holds {gb(r.card_bytes):.1f} GB")
         console.print(table)
@@ -211,7 +203,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
         for col in ("GPUs (tp x pp)", "weights/KV", "context x conc.", "$/hour", "output tokens/s per replica"):
             table.add_column(col)
         for s in result.too_slow:
-            _row(table, f"{s.tp * s.pp} x {s.gpu} ({_split(s)})", f"{s.precision}/{s.kv_dtype}",
+            _row(table, f"{s.tp * s.pp} x {s.gpu} ({layout_text(s)})", f"{s.precision}/{s.kv_dtype}",
                  f"{s.context:,} x {s.concurrency}", f"{s.usd_per_hour:,.2f}", f"{s.output_tokens_per_s:,.0f}")
         console.print(table)
 
@@ -269,7 +261,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
     for a in plan.assignments:
         c = a.config.candidate
         _row(table, a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
-             f"{c.tp} x {c.pp}", f"{c.precision}/{c.kv_dtype}", f"{c.context:,}",
+             layout_text(c), f"{c.precision}/{c.kv_dtype}", f"{c.context:,}",
              f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
     if plan.assignments:
         console.print(table)
