@@ -20,7 +20,7 @@ from planner.estimator.engines.need import Budgets, EngineNeed, engine_need
 from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.engines.registry import engine as described
 from planner.estimator.layout import ParallelLayout, expert_layouts, node_gpus, searched_tensor_parallel_sizes
-from planner.estimator.memory import DEEPEP_CONFIGS, GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.estimator.memory import DEEPEP_CONFIGS, GpuTarget, MemoryEstimate, estimate_memory
 from planner.model.architecture import Architecture
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 from planner.model.sources import resolve_model
