@@ -34,9 +34,10 @@ def test_footprint(gpus, tp, instance, taken):
 def test_single_and_fleet_planners_rent_by_the_same_rule(catalog):
     offer = next(o for o in catalog.offers if o.gpus == 8 and o.price("on-demand"))
     pool = Pool(offer, "on-demand")
-    for gpus, tp in ((1, 1), (3, 1), (6, 2), (12, 4), (16, 16)):
-        config = SimpleNamespace(candidate=SimpleNamespace(gpus=gpus, tp=tp))
-        assert _fits_pool(config, pool) == (rent(gpus, tp, 1, offer, "on-demand") is not None)
+    # the GPUs that must share an instance: the TP group, or under DP attention the attention-TP group (16 / 4)
+    for gpus, node_group in ((1, 1), (3, 1), (6, 2), (12, 4), (16, 16), (16, 4)):
+        config = SimpleNamespace(candidate=SimpleNamespace(gpus=gpus, node_group=node_group))
+        assert _fits_pool(config, pool) == (rent(gpus, node_group, 1, offer, "on-demand") is not None)
     three = rent(3, 1, 3, offer, "on-demand")  # two 3-GPU replicas share an 8-GPU instance
     assert (three.instances, three.replicas_per_instance, three.idle_gpus) == (2, 2, 7)
 
