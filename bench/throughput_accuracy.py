@@ -42,7 +42,8 @@ DATA = Path(__file__).parent / "data"
 DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throughput-2026.jsonl"),
               ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"),
               ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"),
-              ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"))
+              ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"),
+              ("2026h:", DATA / "throughput-2026h.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
            "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
@@ -95,13 +96,24 @@ EXCLUDED = {"370": "flagged 'likely misconfigured' in the reference notes"}
 NOT_REPRESENTATIVE = {str(row) for row in (*range(386, 392), *range(405, 409))}
 
 # Means first; a run that published only medians is compared on its median.
-TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT ms (mean)", "TPOT_ms", "ITL_ms", "Median TPOT (ms)",
-                "median_tpot_ms", "tpot_ms (as printed)", "TPOT (ms, as printed; mean or median not stated)")
-TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "first_token_latency_ms",
-                "Median TTFT (ms)", "ttft_ms (as printed)")
+TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT ms (mean)", "TPOT_ms", "ITL_ms", "Mean TPOT", "mean TPOT (ms)",
+                "Mean TPOT (ms/token), arithmetic mean of 5 repeats", "Mean TPOT (ms) (across the repeat means)",
+                "mean TPOT (ms) (printed as 'mean TPOT 12.6ms' for the non-MTP arm in the MTP entry)",
+                "Median TPOT (ms)", "median_tpot_ms", "tpot_ms (P50, as printed)", "Median ITL (ms)", "tpot_ms (as printed)",
+                "TPOT (ms, as printed; mean or median not stated)", "TPOT (ms)", "ITL (ms)")
+TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "first_token_latency_ms", "Mean TTFT",
+                "Mean TTFT (ms) (across the repeat means)", "Median TTFT (ms)", "ttft_ms (P50, as printed)",
+                "ttft_ms (as printed)", "TTFT (ms)")
 OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_tok_s_replica", "output_throughput", "output_tok_s", "Throughput_tok_s",
-                    "derived_output_tok_s", "output_token_throughput_tok_s")
-PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu", "Output tok/s/GPU", "Out tok/GPU")
+                    "derived_output_tok_s", "output_token_throughput_tok_s", "Output throughput (tok/s)", "Output throughput",
+                    "Output tok/s", "Output Tok/s", "Output Tokens/s", "Output throughput in token per second (TPS)")
+PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu", "Output tok/s/GPU", "Out tok/GPU",
+                            "Output tput/GPU (tok/s/GPU)")
+# A static batch's whole run (`vllm bench latency`: prefill and every decode step of `batch` requests), in seconds
+# or milliseconds: batch x output tokens over it is the batch's output tokens/s
+BATCH_LATENCY_S_KEYS = ("Average latency in seconds", "Latency (s) (column printed as 'Latency (sec)')",
+                        "Latency (s) (column printed as 'Latency2')")
+BATCH_LATENCY_MS_KEYS = ("Mean latency (ms)",)
 SINGLE_STREAM_DECODE = re.compile(r"^(tg(\d+)_tok_s|avg_eval_tok_s|avg_eval_tok_s_and_prompt)$")
 SINGLE_STREAM_PREFILL = re.compile(r"^pp(\d+)_tok_s$")
 
@@ -259,10 +271,14 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         tpot_s = number(tpot_ms) / 1000 if tpot_ms is not None and output > 1 else None
         total = next((measured[k] for k in OUTPUT_TOKS_KEYS if k in measured), None)
         per_gpu = next((measured[k] for k in PER_GPU_OUTPUT_TOKS_KEYS if k in measured), None)
+        latency_s = next((number(measured[k]) for k in BATCH_LATENCY_S_KEYS if k in measured), None)
+        latency_ms = next((number(measured[k]) for k in BATCH_LATENCY_MS_KEYS if k in measured), None)
         if total is not None:
             toks = number(total)
         elif per_gpu is not None:
             toks = number(per_gpu) * raw["num_gpus"]
+        elif form == "static" and (latency_s or latency_ms):
+            toks = batch * output / (latency_s or latency_ms / 1000)
         ttft_ms = next((measured[k] for k in TTFT_MS_KEYS if k in measured), None)
         if ttft_ms is not None and batch == 1:
             ttft_s = number(ttft_ms) / 1000
