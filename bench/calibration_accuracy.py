@@ -6,7 +6,8 @@ batch / concurrency and lengths), and for every series of at least MIN_ROWS rows
 factors (planner.calibration.fit, as `planner calibrate` fits them) to its lowest-batch row alone, then predicts the
 other rows' TPOT with and without them. Prints per series the calibration row's own error before and after the fit,
 the median |TPOT error| of the other rows before and after, the change in points (WORSE past WORSE_POINTS) and the
-factors (starred at a bound); then over every predicted row against the calibration issue's targets: the overall
+factors (starred at a bound; a factor the row asked past a bound stays 1.0 and is named,
+bench/CALIBRATION_PROTOCOL.md); then over every predicted row against the calibration issue's targets: the overall
 median halved, and no series worse by more than WORSE_POINTS points (with each series that misses it).
 
     python bench/calibration_accuracy.py
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from throughput_accuracy import Measurement, load_measurements, predict  # noqa: E402
 
-from planner.calibration.factors import HIGHEST, LOWEST, Factors, calibrated_catalog  # noqa: E402
+from planner.calibration.factors import HIGHEST, LOWEST, Factors, calibrated_catalog, floors  # noqa: E402
 from planner.calibration.fit import Observation, fit_factors  # noqa: E402
 from planner.catalog.load import load_catalog  # noqa: E402
 from planner.errors import PlannerInputError  # noqa: E402
@@ -49,6 +50,7 @@ class SeriesResult:
     fitted_row: tuple[float, float]  # the calibration row's own |TPOT error| before and after the fit
     errors: list[tuple[float, float]]  # each predicted row's |TPOT error| before and after
     factors: Factors
+    past_bounds: tuple[str, ...] = ()  # identified by the row, but asked past a bound: left at 1.0
 
     @property
     def before(self) -> float:
@@ -85,14 +87,15 @@ def calibrate_series(catalog, performance, rows) -> SeriesResult:
         scaled = calibrated_catalog(performance, gpu.generation, profile, factors)
         return predict(catalog, first, first_arch, scaled).tpot_s * 1000
 
-    fit = fit_factors([Observation(first.row, {"tpot_ms": first.tpot_s * 1000})], lambda f, i: {"tpot_ms": tpot_ms(f)})
+    fit = fit_factors([Observation(first.row, {"tpot_ms": first.tpot_s * 1000})], lambda f, i: {"tpot_ms": tpot_ms(f)},
+                      floors(performance, gpu.generation, profile))
     scaled = calibrated_catalog(performance, gpu.generation, profile, fit.factors)
     errors = [(abs(predict(catalog, m, arch).tpot_s / m.tpot_s - 1),
                abs(predict(catalog, m, arch, scaled).tpot_s / m.tpot_s - 1)) for m, arch in rest if m.tpot_s]
     own, = fit.residuals
     label = f"{first.row} {first.model} {first.gpu} {first.engine} tp{first.tp} {first.form}"
     return SeriesResult(label, len(rows), (abs(own.before / own.measured - 1), abs(own.after / own.measured - 1)),
-                        errors, fit.factors)
+                        errors, fit.factors, fit.past_bounds)
 
 
 def main() -> None:
@@ -120,6 +123,8 @@ def main() -> None:
         results.append(r)
         factors = ", ".join(f"{k} {v:.2f}{'*' if k in r.at_bounds else ''}" for k, v in r.factors.as_dict().items()
                             if v != 1.0) or "none"
+        if r.past_bounds:
+            factors += f" (past bounds: {', '.join(r.past_bounds)})"
         fitted = f"{r.fitted_row[0]:.0%} -> {r.fitted_row[1]:.0%}"
         print(f"{r.label[:58]:<58} {r.rows:>4} {fitted:>13} {r.before:>6.1f}% {r.after:>6.1f}% {r.change:>+7.1f} "
               f"{'WORSE' if r.worse else '':<5} {factors}")

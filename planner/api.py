@@ -412,7 +412,7 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
     `deadline` (default none), and the record of what they were fitted on: `planner calibrate`'s, and `planner
     check --replan`'s on the plan's replica."""
     from planner.calibration.calibrate import FittedOn, ResultFile, calibration_record, fit_runs, replay_run
-    from planner.calibration.factors import Factors, calibrated_catalog
+    from planner.calibration.factors import Factors, calibrated_catalog, floors
     from planner.estimator.benchmark import BenchmarkResult, run_benchmark
     from planner.estimator.performance import load_performance_catalog, replica_timer
 
@@ -436,7 +436,7 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
         engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=tp, pp=pp,
         precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
         results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()))
-    return calibration_record(fit_runs(runs, replay), runs, fitted_on)
+    return calibration_record(fit_runs(runs, replay, floors(performance, generation, profile)), runs, fitted_on)
 
 
 def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog | None = None) -> tuple[CheckedRun, ...]:

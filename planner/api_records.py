@@ -272,7 +272,7 @@ class Replan:
     def to_dict(self) -> dict[str, Any]:
         c = self.calibration
         return {"scenario": self.scenario, "factors": c.factors.as_dict(), "informed": list(c.informed),
-                "fitted_on": asdict(c.fitted_on), "errors": asdict(c.errors), "status": self.plan.status,
+                "past_bounds": list(c.past_bounds), "fitted_on": asdict(c.fitted_on), "errors": asdict(c.errors), "status": self.plan.status,
                 "replicas": self.replicas, "usd_per_hour": self.plan.usd_per_hour,
                 "planned_replicas": self.planned_replicas, "planned_usd_per_hour": self.planned_usd_per_hour,
                 "change": self.change, "speed": list(self.plan.speed), "unmet": list(self.plan.unmet),

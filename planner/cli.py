@@ -646,12 +646,16 @@ def calibrate_command(
     on = result.fitted_on
     runs = len(result.prompts_per_replay)
     factors = " · ".join(f"{name} {value:.2f}" for name, value in result.factors.as_dict().items())
-    uninformed = [name for name in result.factors.as_dict() if name not in result.informed]
+    uninformed = [name for name in result.factors.as_dict() if name not in (*result.informed, *result.past_bounds)]
     lines = [f"{on.model} on {on.tp * on.pp} x {on.gpu} (tp {on.tp} x pp {on.pp}), {on.generation} x {on.engine}: "
              f"{runs} run{'s' if runs != 1 else ''} replayed",
              f"factors (x the time of their terms): {factors}"]
     if uninformed:
-        lines.append(f"no run informs {', '.join(uninformed)}: left at 1.00")
+        lines.append(f"no run informs {', '.join(uninformed)} (no measured metric is dominated by its terms): "
+                     "left at 1.00")
+    if result.past_bounds:
+        lines.append(f"the runs ask {', '.join(result.past_bounds)} past the bounds: not a calibration of those "
+                     "terms (a wrong model, GPU or run): left at 1.00")
     lines += [f"{'run':<36} {'metric':<13} {'measured':>10} {'before':>16} {'after':>16} {'left out':>16}"]
 
     def shown(value: Optional[float], measured: float) -> str:

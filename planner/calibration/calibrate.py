@@ -85,11 +85,13 @@ class Calibration:
 
     schema_version: int
     factors: Factors
-    informed: tuple[str, ...]
+    informed: tuple[str, ...]  # the factors the runs identify (each the dominant one of a measured metric), fitted
     fitted_on: FittedOn
     prompts_per_replay: tuple[int, ...]
     errors: Errors
     residuals: tuple[ResidualRow, ...]
+    # identified, but the runs asked them past a bound: not a calibration of their terms, left at 1.0
+    past_bounds: tuple[str, ...] = ()
 
     def applies_to(self, generation: str, engine: str) -> bool:
         return generation == self.fitted_on.generation and engine == self.fitted_on.engine
@@ -128,7 +130,7 @@ def load_calibration(path: str | Path) -> Calibration:
     if calibration.schema_version != SCHEMA_VERSION:
         raise PlannerInputError(f"--calibration {p.name}: schema_version {calibration.schema_version} is not "
                                 f"{SCHEMA_VERSION}; write it again with this planner's `planner calibrate`")
-    unknown = next((name for name in calibration.informed if name not in FACTORS), None)
+    unknown = next((name for name in (*calibration.informed, *calibration.past_bounds) if name not in FACTORS), None)
     if unknown is not None:
         raise PlannerInputError(f"--calibration {p.name}: informed names {unknown!r}; the factors are "
                                 f"{', '.join(FACTORS)}")
@@ -167,8 +169,9 @@ def simulated_metrics(result: BenchmarkResult) -> dict[str, float]:
     return {"tpot_ms": result.tpot.mean_ms, "ttft_ms": result.ttft.mean_ms, "output_tok_s": result.output_throughput}
 
 
-def fit_runs(runs: Sequence[MeasuredRun], replay: Any) -> FitResult:
-    """The factors fitted to `runs`; replay(factors, run) -> BenchmarkResult simulates one."""
+def fit_runs(runs: Sequence[MeasuredRun], replay: Any, lowest: dict[str, float] | None = None) -> FitResult:
+    """The factors fitted to `runs`; replay(factors, run) -> BenchmarkResult simulates one; `lowest`: the factors'
+    floors on the replica's generation x engine (factors.floors)."""
     observations = [Observation(r.label, measured_metrics(r)) for r in runs]
     empty = next((r.label for r, o in zip(runs, observations) if not o.measured), None)
     if empty is not None:
@@ -178,7 +181,7 @@ def fit_runs(runs: Sequence[MeasuredRun], replay: Any) -> FitResult:
     def predict(factors: Factors, i: int) -> dict[str, float]:
         return simulated_metrics(replay(factors, runs[i]))
 
-    return fit_factors(observations, predict)
+    return fit_factors(observations, predict, lowest)
 
 
 def calibration_record(fit: FitResult, runs: Sequence[MeasuredRun], fitted_on: FittedOn) -> Calibration:
@@ -186,7 +189,7 @@ def calibration_record(fit: FitResult, runs: Sequence[MeasuredRun], fitted_on: F
         schema_version=SCHEMA_VERSION, factors=fit.factors, informed=fit.informed, fitted_on=fitted_on,
         prompts_per_replay=tuple(replay_prompts(r) for r in runs),
         errors=Errors(before=fit.error_before, after=fit.error_after, held_out=fit.error_held_out),
-        residuals=tuple(_row(r) for r in fit.residuals))
+        residuals=tuple(_row(r) for r in fit.residuals), past_bounds=fit.past_bounds)
 
 
 def _row(r: Residual) -> ResidualRow:

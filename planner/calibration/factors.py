@@ -56,9 +56,13 @@ def _attention(rates: AttentionRates | EngineAttention, f: Factors) -> Attention
 
 
 def _kernels(own: EngineKernels, f: Factors) -> EngineKernels:
-    return EngineKernels(gemm={k: _kernel(r, f) for k, r in own.gemm.items()},
-                         moe={k: _kernel(r, f) for k, r in own.moe.items()},
-                         attention={k: _attention(r, f) for k, r in own.attention.items()})  # type: ignore[misc]
+    """Every table of the engine's own scaled, its other fields kept (the release's fused-MoE kernel among them:
+    rebuilt from three tables alone, a calibrated catalog timed another kernel than the plain one)."""
+    return replace(own, gemm={k: _kernel(r, f) for k, r in own.gemm.items()},
+                   moe={k: _kernel(r, f) for k, r in own.moe.items()},  # type: ignore[misc]
+                   moe_kernels={kernel: {k: _kernel(r, f) for k, r in rates.items()}  # type: ignore[misc]
+                                for kernel, rates in own.moe_kernels.items()},
+                   attention={k: _attention(r, f) for k, r in own.attention.items()})  # type: ignore[misc]
 
 
 def _generation(g: GenerationEfficiency, engine: str, f: Factors) -> GenerationEfficiency:
@@ -73,6 +77,26 @@ def _generation(g: GenerationEfficiency, engine: str, f: Factors) -> GenerationE
 def _all_reduce(fit: AllReduceFit, factor: float) -> AllReduceFit:
     return replace(fit, latency_us=fit.latency_us * factor, bandwidth_gbps=fit.bandwidth_gbps / factor,
                    large_latency_us=fit.large_latency_us * factor, bus_bandwidth_gbps=fit.bus_bandwidth_gbps / factor)
+
+
+def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dict[str, float]:
+    """Each factor's lowest credible value on `generation` x `engine` (bench/CALIBRATION_PROTOCOL.md): a factor
+    below 1 speeds its terms up, and none may make a kernel beat the datasheet: `memory` no lower than the highest
+    read efficiency it scales (the generation's read ceiling, its kernels', the engine's own), `compute` no lower
+    than the highest compute efficiency it scales; `fixed` and `communication` LOWEST (the catalog states no
+    floor for them)."""
+    entry = performance.generation(generation)
+    cost = performance.engine(engine)
+    own = entry.engines.get(cost.name, EngineKernels())
+    reads = [entry.read_ceiling, *entry.read_efficiencies.values(), *(r.read_efficiency for kernels in
+                                                                       own.moe_kernels.values() for r in kernels.values())]
+    if cost.memory_efficiency is not None:
+        reads.append(cost.memory_efficiency)
+    kernels = [*entry.gemm.values(), *entry.moe.values(), *own.gemm.values(), *own.moe.values(),
+               *(r for rates in own.moe_kernels.values() for r in rates.values())]
+    computes = [entry.attention_compute_efficiency, *(r.compute_efficiency for r in kernels)]
+    return {"memory": max(LOWEST, *reads), "compute": max(LOWEST, *computes), "fixed": LOWEST,
+            "communication": LOWEST}
 
 
 def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine: str,
@@ -92,4 +116,4 @@ def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine:
                    generations=tuple(_generation(g, name, factors) if g is entry else g for g in performance.generations))
 
 
-__all__ = ["FACTORS", "Factors", "HIGHEST", "LOWEST", "calibrated_catalog"]
+__all__ = ["FACTORS", "Factors", "HIGHEST", "LOWEST", "calibrated_catalog", "floors"]
