@@ -126,6 +126,9 @@ def test_factors_scale_their_terms_and_only_theirs():
     # another generation's GPUs are untouched by a hopper calibration
     scaled = calibrated_catalog(performance, "hopper", "vllm", Factors(memory=2.0))
     assert scaled.generation("ampere") == performance.generation("ampere")
+    # an eager prefill's host time per kernel is a fixed time too (SGLang's, whose releases through 0.5.9 run it)
+    eager = calibrated_catalog(performance, "hopper", "sglang", Factors(fixed=2.0)).engine("sglang")
+    assert eager.eager_launch_us == 2 * performance.engine("sglang").eager_launch_us > 0
 
 
 def test_fit_recovers_known_factors_and_leaves_the_uninformed_at_one():

@@ -5,8 +5,8 @@ constants of catalogs/performance.yaml) for one GPU generation x engine; 1.0 lea
   memory         every read: GEMM and fused-MoE weight reads, decode attention's KV and MLA latent reads
                  (read efficiencies and the generation's read ceiling divided by it; llama.cpp's own efficiency too)
   compute        every FLOP: GEMM and MoE compute efficiencies, prefill attention's (divided by it)
-  fixed          every fixed time: kernel launches, the small kernels' floor, the engine's per-step work, llama.cpp's
-                 cycles per layer (multiplied by it)
+  fixed          every fixed time: kernel launches, the small kernels' floor, the engine's per-step work and its host
+                 time per kernel of an eager prefill, llama.cpp's cycles per layer (multiplied by it)
   communication  the all-reduce: its latencies multiplied, its bandwidths divided
 A calibrated catalog is for timing configurations of that generation x engine only: it scales the generation's
 entry and the engine's, which other pairs share.
@@ -108,6 +108,7 @@ def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine:
     name = performance.engine(engine).name
     costs = tuple(replace(e, per_step_us=e.per_step_us * factors.fixed,
                           per_layer_kilocycles=e.per_layer_kilocycles * factors.fixed,
+                          eager_launch_us=e.eager_launch_us * factors.fixed,
                           memory_efficiency=None if e.memory_efficiency is None else e.memory_efficiency / factors.memory)
                   if e.name == name else e for e in performance.engines)
     links = tuple(replace(link, allreduce=tuple(_all_reduce(fit, factors.communication) for fit in link.allreduce))
