@@ -75,17 +75,19 @@ def engine_estimate(model: str | None, settings: EngineSettings, *, context: int
                     precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None,
                     gpu_memory: str | None = None, params: int | str | None = None, layers: int | None = None,
                     kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
-                    catalog: Catalog | None = None) -> EngineEstimate:
-    """`estimate` plus the KV pool an engine (vLLM, SGLang, llama.cpp) would get on the card."""
+                    catalog: Catalog | None = None, speculation: Speculation | None = None) -> EngineEstimate:
+    """`estimate` plus the KV pool an engine (vLLM, SGLang, llama.cpp) would get on the card; with `speculation`, the
+    checkpoint's MTP layer held beside the model (planner.plan.configuration.served_architecture)."""
     from planner.api_records import EngineEstimate
     from planner.estimator.engines import engine_budget
+    from planner.plan.configuration import served_architecture
 
     catalog = catalog or load_catalog()
     target = gpu_target(catalog, gpu, gpu_memory)
     if target is None:
         raise PlannerInputError(f"--engine {settings.name}: an engine sizes its pool from the card; give --gpu or --gpu-memory")
     count = parse_count(str(params), "--params") if params is not None else None
-    arch = resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads)
+    arch = served_architecture(resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads), speculation)
     request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, dp=dp, ep=ep,
                       all_to_all=all_to_all)
     memory = estimate_memory(arch, request, catalog, target)

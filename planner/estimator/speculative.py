@@ -21,6 +21,8 @@ from planner.estimator.performance import ForwardTime, ReplicaPerformance, Repli
 from planner.model.families.core import Architecture, Layer
 
 SPECULATIVE_METHODS = ("mtp",)
+# the engines whose MTP drafts planner plans (plan/search.py) and exports (render/export.py)
+SPECULATIVE_ENGINES = ("sglang", "vllm")
 # the MTP module's tensors by module: DeepSeek / GLM `mtp0.*`, Qwen3-Next / Qwen3.5 `mtp.layers.0.*`
 _MODULE_INDEX = re.compile(r"^mtp(?:\.layers\.)?(\d+)\.")
 _SHARED_WITH_TARGET = ("embedding", "lm_head")  # the engines point the draft's at the target's (one copy in memory)
@@ -97,7 +99,7 @@ def scenario_speculation(arch: Architecture, draft_tokens: int | None, acceptanc
                                 f"{draft_tokens}; give search.acceptance_length for {draft_tokens}, or remove "
                                 "search.draft_tokens")
     return (Speculation("mtp", figure.draft_tokens, figure.acceptance_length),
-            f"{arch.model_type}'s published figure ({figure.as_of}): {figure.source}")
+            f"published for {arch.model_type} ({figure.as_of}): {figure.source.split()[0]}")
 
 
 def with_draft(arch: Architecture) -> Architecture:
@@ -161,6 +163,6 @@ def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workl
                    decode_bound=cycle.verify.bound, decode=cycle.verify), cycle
 
 
-__all__ = ["SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer", "draft_architecture",
+__all__ = ["SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer", "draft_architecture",
            "scenario_speculation", "shared_free", "speculation", "speculative_performance", "speculative_timer",
            "with_draft"]

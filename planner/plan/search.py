@@ -25,7 +25,7 @@ from planner.estimator.memory import DEEPEP_CONFIGS, GpuTarget, MemoryEstimate, 
 from planner.model.architecture import Architecture
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 from planner.model.sources import resolve_model
-from planner.estimator.speculative import Speculation, scenario_speculation
+from planner.estimator.speculative import SPECULATIVE_ENGINES, Speculation, scenario_speculation
 from planner.plan.configuration import (SIMPLE_ENGINE, Configuration, ConfiguredBy, check_configuration, loaded_model_id,
                                         served_architecture)
 from planner.plan.deadline import NO_DEADLINE, Deadline
@@ -33,8 +33,6 @@ from planner.plan.rental import Rental, rent
 from planner.plan.scenario import Scenario, model_reference
 from planner.units import format_bytes, gb, parse_count
 
-# The engines whose MTP drafts are modelled (estimator/speculative.py) and exported (render/export.py)
-SPECULATIVE_ENGINES = ("sglang", "vllm")
 # The largest search space accepted (every value x every layout). Set when every configuration cost an estimate
 # (about 1-3 ms here); the search now estimates a few per group (bisection) and stops at the deadline, so this
 # only refuses, up front and with what to narrow, a space no time limit would cover.

@@ -55,6 +55,30 @@ def speed_line(p: PlanOption) -> str:
             f"${p.usd_per_million_output_tokens:,.2f} per million output tokens, busy all hour")
 
 
+def speculative_lines(result: SolveResult) -> list[str]:
+    """With search.speculative: the speculative setting the plan runs as the engine flags set it, where its acceptance
+    length comes from, and the best plan with the other setting (its cost and speed)."""
+    best, other = result.best, result.speculative_alternative
+    if best is None or result.acceptance_source is None:
+        return []
+    spec = best.configuration.speculation
+    lines = [f"speculative decoding: {spec.name if spec else 'none'}"
+             + (f" ({result.acceptance_source})" if spec else "")]
+    if other is None:
+        lines.append("the other speculative setting fits no configuration searched"
+                     + ("" if spec else f" (MTP, acceptance length {result.acceptance_source})"))
+        return lines
+    theirs = other.configuration.speculation
+    lines.append(f"next best {'with ' + theirs.name if theirs else 'without MTP'}: ${other.usd_per_hour:,.2f}/hour, "
+                 f"{other.gpus_per_replica * other.replicas} x {other.gpu} ({other.layout}), context {other.context:,} x "
+                 f"concurrency {other.concurrency}, TPOT {other.full_context_step_s * 1000:,.1f} ms, "
+                 f"{other.full_context_output_tokens_per_s:,.0f} output tokens/s, "
+                 f"${other.usd_per_million_output_tokens:,.2f} per million output tokens")
+    if not spec:
+        lines[-1] += f" (acceptance length {result.acceptance_source})"
+    return lines
+
+
 def memory_line(p: PlanOption) -> str:
     fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
     card = p.memory.gpu.memory_bytes if p.memory.gpu else 0
