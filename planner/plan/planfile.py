@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from planner.catalog.load import Catalog, Gpu, validate_record
 from planner.catalog.prices import MAX_INSTANCE_GPUS, one_line
@@ -76,14 +76,7 @@ class SpeculationRecord(_Schema):
 
     method: Literal[SPECULATIVE_METHODS]  # type: ignore[valid-type]
     draft_tokens: int = Field(ge=1, le=16)
-    acceptance_length: float = Field(ge=1, le=17)
-
-    @model_validator(mode="after")
-    def _at_most_every_token(self) -> SpeculationRecord:
-        if self.acceptance_length > self.draft_tokens + 1:
-            raise ValueError(f"acceptance_length {self.acceptance_length:g} must be at most draft_tokens + 1 = "
-                             f"{self.draft_tokens + 1}")
-        return self
+    acceptance_length: float = Field(ge=1, le=17)  # at most draft_tokens + 1: checked in _speculation_runs
 
     def speculation(self) -> Speculation:
         return Speculation(self.method, self.draft_tokens, self.acceptance_length)
@@ -295,6 +288,10 @@ def _speculation_runs(arch, configuration: Configuration, p: Path) -> None:
     """A plan's MTP draft as planner plans it: the checkpoint's own module, on one pipeline stage, under SGLang or
     vLLM (planner.plan.search)."""
     where = f"plan: {_name(p)}: speculation"
+    spec = configuration.speculation
+    if spec.acceptance_length > spec.draft_tokens + 1:
+        raise PlannerInputError(f"{where}: acceptance_length {spec.acceptance_length:g} must be at most draft_tokens + 1 "
+                                f"= {spec.draft_tokens + 1} (the bonus token included); re-run `planner solve`")
     try:
         draft_architecture(arch)
     except PlannerInputError as exc:
