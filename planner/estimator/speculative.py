@@ -110,11 +110,6 @@ def with_draft(arch: Architecture) -> Architecture:
     return replace(arch, layers=arch.layers + draft_architecture(arch).layers)
 
 
-def shared_free(draft: Architecture) -> Architecture:
-    """The draft without the tensors it shares with the target: what it adds to a GPU's memory."""
-    return replace(draft, embedding=(), head=(), tied_embeddings=False)
-
-
 @dataclass(frozen=True)
 class SpeculativeCycle:
     """One cycle at a batch, in seconds: the target's verify and the draft's forwards (the cycle is their sum)."""
@@ -164,5 +159,5 @@ def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workl
 
 
 __all__ = ["SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer", "draft_architecture",
-           "scenario_speculation", "shared_free", "speculation", "speculative_performance", "speculative_timer",
+           "scenario_speculation", "speculation", "speculative_performance", "speculative_timer",
            "with_draft"]
