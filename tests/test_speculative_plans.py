@@ -234,3 +234,26 @@ def test_cli_refusal_is_one_line(tmp_path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump({**_scenario(speculative=["none", "mtp"]), "model": "glm-5"}))
     refused("solve", str(scenario), cwd=tmp_path, needle="search.acceptance_length: planner knows no published")
+
+
+@pytest.mark.parametrize("name, outcome", [
+    ("deepseek-v3-dp-ep-h100", "next best without MTP: $47.84/hour"),
+    ("deepseek-v3-multinode", "next best without MTP: $48.00/hour"),
+    ("glm-5-nvfp4-b200", "search.acceptance_length: planner knows no published MTP acceptance length for glm-5"),
+    ("moe-qwen3-30b-a3b", "search.speculative: qwen3-30b-a3b's checkpoint ships no MTP module"),
+])
+def test_the_shipped_moe_scenarios_with_mtp(name, outcome):
+    """Each shipped MoE scenario with search.speculative [none, mtp]: DeepSeek-V3's are compared with and without MTP
+    at its published acceptance length; GLM-5 has none planner knows (give yours), Qwen3-30B-A3B ships no MTP module."""
+    from planner.render.summary import speculative_lines
+
+    data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+    data["search"]["speculative"] = ["none", "mtp"]
+    try:
+        result = api.solve(parse_scenario(data), catalog=CATALOG)
+    except PlannerInputError as refusal:
+        assert outcome in str(refusal)
+        return
+    lines = speculative_lines(result)
+    assert lines[0].startswith("speculative decoding: MTP 1 token, acceptance length 1.85 (published for deepseek_v3")
+    assert lines[1].startswith(outcome)

@@ -132,6 +132,7 @@ def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
     return {
         "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
         "dp": p.configuration.dp, "ep": p.configuration.ep, "all_to_all": p.configuration.all_to_all,
+        "speculative": p.configuration.speculation.name if p.configuration.speculation else None,
         "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
         "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
         "instance": p.instance, "region": p.region, "market": p.market, "price_kind": p.price_kind, "price_term": p.price_term,
