@@ -106,7 +106,9 @@ def with_draft(arch: Architecture) -> Architecture:
     """The target with its MTP module's layer after its own: what the engines hold with the draft on. The draft's
     weights load before the KV pool is sized, and one pool holds both models' cache a token: SGLang
     model_executor/pool_configurator.py @ v0.5.23 adds the draft's layers to the target's cell size
-    (draft_num_layers x the target's per-layer bytes); the draft shares the target's embedding and lm_head."""
+    (draft_num_layers x the target's per-layer bytes); vLLM v1/worker/gpu/attn_utils.py @ v0.34.0 get_kv_cache_spec
+    gives every attention layer, the draft's (is_draft) too, its spec in the one KV cache config. The draft shares the
+    target's embedding and lm_head."""
     return replace(arch, layers=arch.layers + draft_architecture(arch).layers)
 
 
