@@ -205,6 +205,9 @@ def test_a_given_acceptance_length_plans_a_family_without_a_figure():
     result = api.solve(parse_scenario(data), catalog=CATALOG)
     assert result.best.configuration.speculation.name == "MTP 2 tokens, acceptance length 2.2"
     assert result.acceptance_source == "given" and result.speculative_alternative is None
+    from planner.render.summary import speculative_lines
+
+    assert speculative_lines(result) == ["speculative decoding: MTP 2 tokens, acceptance length 2.2 (given)"]
 
 
 def _edited(plan_file: Path, path: Path, **best) -> Path:
@@ -257,3 +260,14 @@ def test_the_shipped_moe_scenarios_with_mtp(name, outcome):
     lines = speculative_lines(result)
     assert lines[0].startswith("speculative decoding: MTP 1 token, acceptance length 1.85 (published for deepseek_v3")
     assert lines[1].startswith(outcome)
+
+
+def test_when_only_pipeline_stages_hold_it_mtp_is_said_not_to_fit():
+    """MTP is planned on one pipeline stage: where only tp 8 x pp 2 holds the scenario, the plan runs without it."""
+    from planner.render.summary import speculative_lines
+
+    data = yaml.safe_load(SCENARIO.read_text())
+    data["search"].update(layouts=["tp"], max_gpus_per_replica=16)
+    result = api.solve(parse_scenario(data), catalog=CATALOG)
+    assert result.best.layout == "tp 8 x pp 2" and result.best.configuration.speculation is None
+    assert speculative_lines(result)[1].endswith("no configuration searched fits its draft on one pipeline stage")

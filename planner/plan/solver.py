@@ -114,6 +114,7 @@ class SolveResult:
     # and the other way round), and where the MTP setting's acceptance length comes from
     speculative_alternative: PlanOption | None = None
     acceptance_source: str | None = None
+    speculative_compared: bool = False  # search.speculative listed both none and mtp
 
     def rows(self) -> list[dict[str, Any]]:
         """The best plan and the alternatives as flat records."""
@@ -340,7 +341,7 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
         variables=len(pairs), best=best, alternatives=tuple(alternatives), rejected_cheaper=rejected,
         infeasible=infeasible, skipped=enumeration.skipped, search_cut_short=enumeration.cut_short,
         too_slow=_too_slow_cheaper(enumeration, best), speculative_alternative=other,
-        acceptance_source=space.acceptance_source,
+        acceptance_source=space.acceptance_source, speculative_compared=len(space.speculations) > 1,
     )
 
 

@@ -64,9 +64,12 @@ def speculative_lines(result: SolveResult) -> list[str]:
     spec = best.configuration.speculation
     lines = [f"speculative decoding: {spec.name if spec else 'none'}"
              + (f" ({result.acceptance_source})" if spec else "")]
+    if not result.speculative_compared:
+        return lines
     if other is None:
-        lines.append("the other speculative setting fits no configuration searched"
-                     + ("" if spec else f" (MTP, acceptance length {result.acceptance_source})"))
+        lines.append("without MTP: no configuration searched fits" if spec else
+                     f"with MTP (acceptance length {result.acceptance_source}): no configuration searched fits its "
+                     "draft on one pipeline stage")
         return lines
     theirs = other.configuration.speculation
     lines.append(f"next best {'with ' + theirs.name if theirs else 'without MTP'}: ${other.usd_per_hour:,.2f}/hour, "
