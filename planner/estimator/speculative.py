@@ -160,6 +160,6 @@ def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workl
                    decode_bound=cycle.verify.bound, decode=cycle.verify), cycle
 
 
-__all__ = ["SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer", "draft_architecture",
-           "scenario_speculation", "speculation", "speculative_performance", "speculative_timer",
+__all__ = ["SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer",
+           "draft_architecture", "scenario_speculation", "speculation", "speculative_performance", "speculative_timer",
            "with_draft"]

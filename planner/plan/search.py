@@ -349,10 +349,10 @@ def _rental_key(gpu: Gpu, layout: ParallelLayout) -> tuple[str, int, int]:
 
 def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]], catalog: Catalog
             ) -> tuple[list[tuple[Gpu, ParallelLayout, Precision, str, Speculation | None]], list[str]]:
-    """(GPU, layout, precision, KV dtype, speculative setting) to search, cheapest rental first (unpriced layouts last), and why GPUs
-    were left out: a search the deadline cuts short has tried the cheapest replicas of every type. A precision the
-    engine cannot run on a GPU is refused there (Catalog.support, with its source); one it runs only with weight-only
-    kernels is searched unless search.allow_emulated is false."""
+    """(GPU, layout, precision, KV dtype, speculative setting) to search, cheapest rental first (unpriced layouts
+    last), and why GPUs were left out: a search the deadline cuts short has tried the cheapest replicas of every type.
+    A precision the engine cannot run on a GPU is refused there (Catalog.support, with its source); one it runs only
+    with weight-only kernels is searched unless search.allow_emulated is false."""
     engine = space.engine.name if space.engine is not None else SIMPLE_ENGINE
     groups = []
     refused: dict[str, list[str]] = {}  # why, by the GPUs left with no precision for that reason
