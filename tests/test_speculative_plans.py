@@ -271,3 +271,16 @@ def test_when_only_pipeline_stages_hold_it_mtp_is_said_not_to_fit():
     result = api.solve(parse_scenario(data), catalog=CATALOG)
     assert result.best.layout == "tp 8 x pp 2" and result.best.configuration.speculation is None
     assert speculative_lines(result)[1].endswith("no configuration searched fits its draft on one pipeline stage")
+
+
+def test_a_fleet_assignment_with_a_draft_is_refused(tmp_path):
+    from planner.render.records import fleet_json
+
+    scenario = load_scenario(ROOT / "scenarios" / "spot-survive.yaml")
+    data = json.loads(fleet_json(api.plan_fleet(scenario, catalog=CATALOG), "spot-survive"))
+    data["assignments"][0]["speculation"] = {"method": "mtp", "draft_tokens": 1, "acceptance_length": 1.8}
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlannerInputError, match="speculation: a fleet assignment is sized without speculative") as no:
+        load_plan_file(path, CATALOG)
+    assert "\n" not in str(no.value)

@@ -272,7 +272,7 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
     if refusal:
         raise PlannerInputError(f"plan: {_name(p)}: {refusal.removeprefix('--')}")
     if configuration.speculation is not None:
-        _speculation_runs(arch, configuration, p)
+        _speculation_runs(arch, record, configuration, p)
     try:
         memory = check_configuration(arch, configuration, GpuTarget.from_catalog(card), catalog)
     except PlannerInputError as exc:  # e.g. tp x pp beyond any replica: said of the plan file
@@ -284,11 +284,14 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
     return CheckedPlan(name, record, configuration, card, memory, precision)
 
 
-def _speculation_runs(arch, configuration: Configuration, p: Path) -> None:
+def _speculation_runs(arch, record: PlanRecord, configuration: Configuration, p: Path) -> None:
     """A plan's MTP draft as planner plans it: the checkpoint's own module, on one pipeline stage, under SGLang or
-    vLLM (planner.plan.search)."""
+    vLLM, in a single-configuration plan (planner.plan.search; a fleet is sized without it)."""
     where = f"plan: {_name(p)}: speculation"
     spec = configuration.speculation
+    if record.workload is not None:
+        raise PlannerInputError(f"{where}: a fleet assignment is sized without speculative decoding (planner plans MTP "
+                                "for a single configuration); re-run `planner solve`")
     if spec.acceptance_length > spec.draft_tokens + 1:
         raise PlannerInputError(f"{where}: acceptance_length {spec.acceptance_length:g} must be at most draft_tokens + 1 "
                                 f"= {spec.draft_tokens + 1} (the bonus token included); re-run `planner solve`")
