@@ -185,8 +185,8 @@ def test_scenario_keys_are_checked(data, message):
 @pytest.mark.parametrize("data, message", [
     ({**_scenario(speculative=["none", "mtp"]), "model": "qwen3-30b-a3b"},
      "search.speculative: qwen3-30b-a3b's checkpoint ships no MTP module"),
-    ({**_scenario(speculative=["none", "mtp"]), "model": "glm-5"},
-     "search.acceptance_length: planner knows no published MTP acceptance length for glm-5"),
+    ({**_scenario(speculative=["none", "mtp"]), "model": "qwen3.5-397b-a17b"},
+     "search.acceptance_length: planner knows no published MTP acceptance length for qwen3.5-397b-a17b"),
     (_scenario(speculative=["none", "mtp"], draft_tokens=3),
      "search.draft_tokens: the published acceptance length of deepseek_v3 (1.85) was measured at 1 draft tokens"),
     ({**_scenario(speculative=["none", "mtp"]), "engine": {"name": "llamacpp"}},
@@ -198,7 +198,7 @@ def test_what_cannot_be_planned_is_refused(data, message):
     assert "\n" not in str(refusal.value)
 
 
-def test_a_given_acceptance_length_plans_a_family_without_a_figure():
+def test_a_given_acceptance_length_is_planned_as_given():
     data = {**_scenario(speculative=["mtp"], draft_tokens=2, acceptance_length=2.2), "model": "glm-5",
             "workload": {"context": "8K", "concurrency": 4}, "search": {"gpus": ["b200"], "speculative": ["mtp"],
             "draft_tokens": 2, "acceptance_length": 2.2, "precisions": ["nvfp4"], "max_gpus_per_replica": 8}}
@@ -235,19 +235,22 @@ def test_plan_file_speculation_is_validated(plan_file, tmp_path, change, message
 
 def test_cli_refusal_is_one_line(tmp_path):
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump({**_scenario(speculative=["none", "mtp"]), "model": "glm-5"}))
+    scenario.write_text(yaml.safe_dump({**_scenario(speculative=["none", "mtp"]), "model": "qwen3.5-397b-a17b"}))
     refused("solve", str(scenario), cwd=tmp_path, needle="search.acceptance_length: planner knows no published")
 
 
 @pytest.mark.parametrize("name, outcome", [
-    ("deepseek-v3-dp-ep-h100", "next best without MTP: $47.84/hour"),
-    ("deepseek-v3-multinode", "next best without MTP: $48.00/hour"),
-    ("glm-5-nvfp4-b200", "search.acceptance_length: planner knows no published MTP acceptance length for glm-5"),
+    ("deepseek-v3-dp-ep-h100", ("MTP 1 token, acceptance length 1.85 (published for deepseek_v3",
+                                "next best without MTP: $47.84/hour")),
+    ("deepseek-v3-multinode", ("MTP 1 token, acceptance length 1.85 (published for deepseek_v3",
+                               "next best without MTP: $48.00/hour")),
+    ("glm-5-nvfp4-b200", ("MTP 3 tokens, acceptance length 1.64 (published for glm_moe_dsa",
+                          "next best without MTP: $68.80/hour")),
     ("moe-qwen3-30b-a3b", "search.speculative: qwen3-30b-a3b's checkpoint ships no MTP module"),
 ])
 def test_the_shipped_moe_scenarios_with_mtp(name, outcome):
-    """Each shipped MoE scenario with search.speculative [none, mtp]: DeepSeek-V3's are compared with and without MTP
-    at its published acceptance length; GLM-5 has none planner knows (give yours), Qwen3-30B-A3B ships no MTP module."""
+    """Each shipped MoE scenario with search.speculative [none, mtp]: DeepSeek-V3's and GLM-5's are compared with and
+    without MTP at the family's published acceptance length; Qwen3-30B-A3B ships no MTP module."""
     from planner.render.summary import speculative_lines
 
     data = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
@@ -258,8 +261,7 @@ def test_the_shipped_moe_scenarios_with_mtp(name, outcome):
         assert outcome in str(refusal)
         return
     lines = speculative_lines(result)
-    assert lines[0].startswith("speculative decoding: MTP 1 token, acceptance length 1.85 (published for deepseek_v3")
-    assert lines[1].startswith(outcome)
+    assert lines[0].startswith(f"speculative decoding: {outcome[0]}") and lines[1].startswith(outcome[1])
 
 
 def test_when_only_pipeline_stages_hold_it_mtp_is_said_not_to_fit():
