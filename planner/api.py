@@ -76,17 +76,19 @@ def engine_estimate(model: str | None, settings: EngineSettings, *, context: int
                     precision: str = "auto", kv_dtype: str = "auto", gpu: str | None = None,
                     gpu_memory: str | None = None, params: int | str | None = None, layers: int | None = None,
                     kv_heads: int | None = None, head_dim: int | None = None, heads: int | None = None,
-                    catalog: Catalog | None = None) -> EngineEstimate:
-    """`estimate` plus the KV pool an engine (vLLM, SGLang, llama.cpp) would get on the card."""
+                    catalog: Catalog | None = None, speculation: Speculation | None = None) -> EngineEstimate:
+    """`estimate` plus the KV pool an engine (vLLM, SGLang, llama.cpp) would get on the card; with `speculation`, the
+    checkpoint's MTP layer held beside the model (planner.plan.configuration.served_architecture)."""
     from planner.api_records import EngineEstimate
     from planner.estimator.engines import engine_budget
+    from planner.plan.configuration import served_architecture
 
     catalog = catalog or load_catalog()
     target = gpu_target(catalog, gpu, gpu_memory)
     if target is None:
         raise PlannerInputError(f"--engine {settings.name}: an engine sizes its pool from the card; give --gpu or --gpu-memory")
     count = parse_count(str(params), "--params") if params is not None else None
-    arch = resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads)
+    arch = served_architecture(resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads), speculation)
     request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, dp=dp, ep=ep,
                       all_to_all=all_to_all)
     memory = estimate_memory(arch, request, catalog, target)
@@ -286,10 +288,10 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
         result = timer_performance(replica.timer, batch, shape)
     else:
-        from planner.estimator.speculative import draft_architecture, shared_free, speculative_performance
+        from planner.estimator.speculative import draft_architecture, speculative_performance
 
         draft = draft_architecture(replica.arch)
-        _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype, shared_free(draft))
+        _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype, speculation)
         result, cycle = speculative_performance(_speculative_timer(replica, draft, precision, kv_dtype, speculation,
                                                                    performance), batch, shape)
     steady = closed = finite = None
@@ -545,23 +547,23 @@ def _same_model(catalog: Catalog, run: MeasuredRun, model: str) -> None:
 
 
 def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_dtype: str,
-                draft: Architecture | None = None) -> None:
+                speculation: Speculation | None = None) -> None:
     """`planner perf` times what could run: a request no longer than the model's context, and `batch` of them in
-    the GPUs' memory (else its figures would be printed for a replica that cannot exist); with a speculative
-    `draft` (its own tensors only), its weights and its cache of the same requests on top."""
+    the GPUs' memory (else its figures would be printed for a replica that cannot exist); with `speculation`, the MTP
+    draft's layer (its weights and its cache of the same requests) held too, as a plan holds it."""
+    from planner.plan.configuration import served_architecture
+
     longest = replica.arch.max_position_embeddings
     if longest and context > longest:
         raise PlannerInputError(f"--prompt-tokens / --output-tokens: {context:,} tokens is longer than "
                                 f"{replica.arch.name}'s context of {longest:,}; ask for at most that")
     request = Request(context=context, batch=batch, tp=replica.tp, pp=replica.pp, precision=precision,
                       kv_dtype=kv_dtype, ep=replica.ep, dp=replica.dp)
-    need = estimate_memory(replica.arch, request, replica.catalog, GpuTarget.from_catalog(replica.card))
-    added = 0
-    if draft is not None:
-        added = max(r.weights_bytes + r.kv_cache_bytes for r in estimate_memory(draft, request, replica.catalog).per_gpu)
-    if need.gpu is not None and need.gpu.headroom_bytes < added:
+    need = estimate_memory(served_architecture(replica.arch, speculation), request, replica.catalog,
+                           GpuTarget.from_catalog(replica.card))
+    if need.gpu is not None and need.gpu.headroom_bytes < 0:
         raise PlannerInputError(f"--batch: {batch:,} requests of {context:,} tokens need "
-                                f"{(max(r.total_bytes for r in need.per_gpu) + added) / 1e9:,.1f} GB per GPU, a "
+                                f"{max(r.total_bytes for r in need.per_gpu) / 1e9:,.1f} GB per GPU, a "
                                 f"{replica.card.name} holds {replica.card.memory_bytes / 1e9:,.1f} GB; lower --batch or "
                                 "add GPUs (--tp / --pp)")
 

@@ -784,10 +784,10 @@ def test_the_bisected_search_finds_what_trying_every_point_finds(catalog, engine
     groups, _ = _groups(space, _rental_prices(space), catalog)
     probe = _Probe(space, catalog, {})
     found = 0
-    for gpu, layout, precision, kv in groups:
+    for gpu, layout, precision, kv, spec in groups:
         fitting = [(i, j) for i, context in enumerate(space.contexts) for j, concurrency in enumerate(space.concurrencies)
-                   if isinstance(probe.check(gpu, (layout, precision.name, kv, context, concurrency)), Candidate)]
-        best = probe.best_in_group(gpu, layout, precision, kv)
+                   if isinstance(probe.check(gpu, (layout, precision.name, kv, context, concurrency, spec)), Candidate)]
+        best = probe.best_in_group(gpu, layout, precision, kv, spec)
         if not fitting:
             assert not isinstance(best, Candidate)
             continue

@@ -7,9 +7,9 @@ import pytest
 from planner import api
 from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
-from planner.estimator.memory import Request, estimate_memory
+from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.estimator.performance import Step, replica_timer
-from planner.estimator.speculative import draft_architecture, shared_free, speculation, speculative_timer
+from planner.estimator.speculative import draft_architecture, speculation, speculative_timer, with_draft
 from planner.model.sources import resolve_model
 
 from test_cli import refused, run
@@ -83,13 +83,12 @@ def test_more_draft_tokens_cost_more_a_cycle():
 
 
 def test_the_draft_memory_counts_in_the_fit(catalog, arch):
-    draft = shared_free(draft_architecture(arch))
+    served, card = with_draft(arch), GpuTarget.from_catalog(catalog.gpus.get(GPU))
     context = 32_000
     for batch in range(1, 400):
         request = Request(context=context, batch=batch, tp=8)
-        headroom = api.estimate(MODEL, context=context, batch=batch, tp=8, gpu=GPU).gpu.headroom_bytes
-        added = max(r.weights_bytes + r.kv_cache_bytes for r in estimate_memory(draft, request, catalog).per_gpu)
-        if 0 <= headroom < added:
+        if estimate_memory(served, request, catalog, card).gpu.headroom_bytes < 0 <= \
+                estimate_memory(arch, request, catalog, card).gpu.headroom_bytes:
             break
     else:
         pytest.fail("no batch fits without the draft and not with it")

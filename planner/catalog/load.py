@@ -105,6 +105,23 @@ class Model(_Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AcceptanceFigure(_Record):
+    """A published acceptance length of speculative decoding with a model family's own MTP module
+    (speculative.yaml): `name` is the checkpoint's model_type."""
+
+    method: Literal["mtp"]
+    draft_tokens: int = bounded(ge=1, le=16)
+    acceptance_length: float = bounded(ge=1, le=17)
+    source: str
+    as_of: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.acceptance_length > self.draft_tokens + 1:
+            raise _Invalid(("acceptance_length",), f"Value error, at most draft_tokens + 1 = {self.draft_tokens + 1}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Scales:
     """The scales a quantized format stores beside its weights."""
 
@@ -580,6 +597,13 @@ def load_catalog(directory: str | None = None) -> Catalog:
         prices_file=base / "prices.yaml",
         hosted_prices_file=base / "hosted_prices.yaml",
     )
+
+
+@cache
+def load_acceptance(directory: str | None = None) -> Registry[AcceptanceFigure]:
+    """speculative.yaml: the published acceptance lengths by model family (model_type)."""
+    path = (Path(directory) if directory else catalog_dir()) / "speculative.yaml"
+    return _records(path, read_yaml(path), "acceptance", AcceptanceFigure, "acceptance figure")
 
 
 def _kernels(path: Path, gpus: Registry[Gpu], precisions: Registry[Precision]) -> Registry[EngineKernels]:

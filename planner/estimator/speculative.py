@@ -22,6 +22,8 @@ from planner.estimator.performance import ForwardTime, ReplicaPerformance, Repli
 from planner.model.families.core import Architecture, Layer
 
 SPECULATIVE_METHODS = ("mtp",)
+# the engines whose MTP drafts planner plans (plan/search.py) and exports (render/export.py)
+SPECULATIVE_ENGINES = ("sglang", "vllm")
 # the MTP module's tensors by module: DeepSeek / GLM `mtp0.*`, Qwen3-Next / Qwen3.5 `mtp.layers.0.*`
 _MODULE_INDEX = re.compile(r"^mtp(?:\.layers\.)?(\d+)\.")
 _SHARED_WITH_TARGET = ("embedding", "lm_head")  # the engines point the draft's at the target's (one copy in memory)
@@ -32,6 +34,12 @@ class Speculation:
     method: str  # "mtp": the checkpoint's multi-token-prediction module drafts
     draft_tokens: int  # s: tokens the draft proposes a cycle (SGLang --speculative-num-steps, vLLM num_speculative_tokens)
     acceptance_length: float  # L: tokens a request gains a cycle, the bonus token included (1 <= L <= s + 1)
+
+    @property
+    def name(self) -> str:
+        """As plans print it: `MTP 3 tokens, acceptance length 2.65`."""
+        return (f"{self.method.upper()} {self.draft_tokens} token{'s' * (self.draft_tokens > 1)}, acceptance length "
+                f"{self.acceptance_length:g}")
 
 
 def speculation(method: str, draft_tokens: int, acceptance_length: float) -> Speculation:
@@ -64,9 +72,45 @@ def draft_architecture(arch: Architecture) -> Architecture:
     return replace(arch, name=f"{arch.name} MTP", layers=(layer,), unloaded=(), multimodal=())
 
 
-def shared_free(draft: Architecture) -> Architecture:
-    """The draft without the tensors it shares with the target: what it adds to a GPU's memory."""
-    return replace(draft, embedding=(), head=(), tied_embeddings=False)
+def scenario_speculation(arch: Architecture, draft_tokens: int | None, acceptance_length: float | None
+                         ) -> tuple[Speculation, str]:
+    """A scenario's search.draft_tokens and search.acceptance_length for `arch`'s MTP module, and where L comes from
+    ("given", or the model family's published figure in catalogs/speculative.yaml with its source)."""
+    from planner.catalog.load import load_acceptance
+
+    try:
+        draft_architecture(arch)
+    except PlannerInputError as exc:
+        raise PlannerInputError(f"search.speculative: {str(exc).removeprefix('--speculative mtp: ')}; remove mtp "
+                                "from search.speculative") from None
+    if acceptance_length is not None:
+        tokens = draft_tokens or 1
+        if acceptance_length > tokens + 1:
+            raise PlannerInputError(f"search.acceptance_length: {acceptance_length:g} must be at most draft_tokens + 1 "
+                                    f"= {tokens + 1} (the bonus token included); give search.draft_tokens")
+        return Speculation("mtp", tokens, acceptance_length), "given"
+    figure = next((f for f in load_acceptance() if f.name == arch.model_type), None)
+    if figure is None:
+        raise PlannerInputError(f"search.acceptance_length: planner knows no published MTP acceptance length for "
+                                f"{arch.name} ({arch.model_type}); give search.acceptance_length (the mean tokens a "
+                                "request gains a cycle, as the engine logs it) and search.draft_tokens")
+    if draft_tokens not in (None, figure.draft_tokens):
+        raise PlannerInputError(f"search.draft_tokens: the published acceptance length of {arch.model_type} "
+                                f"({figure.acceptance_length:g}) was measured at {figure.draft_tokens} draft tokens, not "
+                                f"{draft_tokens}; give search.acceptance_length for {draft_tokens}, or remove "
+                                "search.draft_tokens")
+    return (Speculation("mtp", figure.draft_tokens, figure.acceptance_length),
+            f"published for {arch.model_type} ({figure.as_of}): {figure.source.split()[0]}")
+
+
+def with_draft(arch: Architecture) -> Architecture:
+    """The target with its MTP module's layer after its own: what the engines hold with the draft on. The draft's
+    weights load before the KV pool is sized, and one pool holds both models' cache a token: SGLang
+    model_executor/pool_configurator.py @ v0.5.23 adds the draft's layers to the target's cell size
+    (draft_num_layers x the target's per-layer bytes); vLLM v1/worker/gpu/attn_utils.py @ v0.34.0 get_kv_cache_spec
+    gives every attention layer, the draft's (is_draft) too, its spec in the one KV cache config. The draft shares the
+    target's embedding and lm_head."""
+    return replace(arch, layers=arch.layers + draft_architecture(arch).layers)
 
 
 @dataclass(frozen=True)
@@ -123,5 +167,6 @@ def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workl
                    decode_bound=cycle.verify.bound, decode=cycle.verify), cycle
 
 
-__all__ = ["SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer", "draft_architecture",
-           "shared_free", "speculation", "speculative_performance", "speculative_timer"]
+__all__ = ["SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer",
+           "draft_architecture", "scenario_speculation", "speculation", "speculative_performance", "speculative_timer",
+           "with_draft"]

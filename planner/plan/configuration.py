@@ -11,6 +11,7 @@ decision made while planning reaches the launch command unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from planner.catalog.load import Catalog
 from planner.errors import PlannerInputError
@@ -20,6 +21,9 @@ from planner.estimator.engines.registry import engine
 from planner.estimator.layout import ParallelLayout
 from planner.estimator.memory import GpuFit, GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.model.architecture import Architecture
+
+if TYPE_CHECKING:
+    from planner.estimator.speculative import Speculation
 
 SIMPLE_ENGINE = "simple"  # the seed's planning margin: no engine's own budget decided the fit
 
@@ -41,6 +45,9 @@ class Configuration:
     dp: int = 1  # data-parallel attention groups among the tp GPUs (SGLang --attn-dp-size; vLLM --data-parallel-size)
     ep: int = 1  # expert-parallel size (SGLang --ep-size; vLLM --enable-expert-parallel: tp)
     all_to_all: str | None = None  # the experts' all-to-all backend (SGLang --moe-a2a-backend), None: all-reduce
+    # speculative decoding with the checkpoint's MTP module (SGLang --speculative-algorithm EAGLE, vLLM
+    # --speculative-config): its layer held beside the target's (served_architecture), every decode step a cycle
+    speculation: Speculation | None = None
 
     @property
     def gpus(self) -> int:
@@ -120,11 +127,21 @@ class ConfiguredBy:
         return self.configuration.concurrency
 
 
+def served_architecture(arch: Architecture, speculation: Speculation | None) -> Architecture:
+    """What the GPUs hold: the model, and with speculative decoding its MTP module's layer too (with_draft)."""
+    if speculation is None:
+        return arch
+    from planner.estimator.speculative import with_draft
+
+    return with_draft(arch)
+
+
 def check_configuration(arch: Architecture, configuration: Configuration, card: GpuTarget,
                         catalog: Catalog) -> MemoryEstimate:
     """The estimator's verdict on a configuration, from scratch: every printed or exported plan passes it.
     With an engine, its own rules (engine_need, with the settings the plan resolved) decide `gpu.fits` and
-    the headroom; the breakdown stays the estimator's."""
+    the headroom; the breakdown stays the estimator's. With speculative decoding the draft's layer counts too."""
+    arch = served_architecture(arch, configuration.speculation)
     estimate = estimate_memory(arch, configuration.request(), catalog, card)
     if configuration.engine.name == SIMPLE_ENGINE:
         return estimate

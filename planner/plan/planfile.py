@@ -29,6 +29,7 @@ from planner.estimator.engines import ENGINE_NAMES, EngineSettings
 from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES
 from planner.estimator.layout import parallel_refusal
 from planner.estimator.memory import ALL_TO_ALL_BACKENDS, GpuTarget, MemoryEstimate
+from planner.estimator.speculative import SPECULATIVE_ENGINES, SPECULATIVE_METHODS, Speculation, draft_architecture
 from planner.model.sources import resolve_model
 from planner.plan.configuration import Configuration, check_configuration, loaded_model_id
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, MAX_SIZE_BYTES, format_bytes
@@ -69,6 +70,18 @@ class EngineRecord(_Schema):
     version: Token | None = None  # the engine release the plan was checked against (None: planned with the margin)
 
 
+class SpeculationRecord(_Schema):
+    """A plan's speculative decoding (planner.estimator.speculative.Speculation): the checkpoint's MTP module drafts
+    draft_tokens a cycle, a request gaining acceptance_length of them (the bonus token included)."""
+
+    method: Literal[SPECULATIVE_METHODS]  # type: ignore[valid-type]
+    draft_tokens: int = Field(ge=1, le=16)
+    acceptance_length: float = Field(ge=1, le=17)  # at most draft_tokens + 1: checked in _speculation_runs
+
+    def speculation(self) -> Speculation:
+        return Speculation(self.method, self.draft_tokens, self.acceptance_length)
+
+
 class PlanRecord(_Schema):
     """One configuration and how it is rented: a plan of a "plan" file or an assignment of a "fleet" file."""
 
@@ -98,12 +111,13 @@ class PlanRecord(_Schema):
     dp: int = Field(default=1, ge=1, le=MAX_GPUS_PER_REPLICA)
     ep: int = Field(default=1, ge=1, le=MAX_GPUS_PER_REPLICA)
     all_to_all: Literal[ALL_TO_ALL_BACKENDS] = None  # type: ignore[valid-type]
+    speculation: SpeculationRecord | None = None  # None: no speculative decoding (and plans written before it)
 
     def configuration(self) -> Configuration:
         engine = EngineSettings(**self.engine.model_dump())
         return Configuration(self.model, self.model_id, self.gpu, self.tp, self.pp, self.precision, self.kv_dtype,
                              self.context, self.concurrency, engine, self.overhead_fraction, self.params, self.dp,
-                             self.ep, self.all_to_all)
+                             self.ep, self.all_to_all, self.speculation and self.speculation.speculation())
 
 
 class PlanFile(_Schema):
@@ -261,6 +275,8 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
     refusal = parallel_refusal(arch, configuration.tp, configuration.pp, configuration.dp, configuration.ep)
     if refusal:
         raise PlannerInputError(f"plan: {_name(p)}: {refusal.removeprefix('--')}")
+    if configuration.speculation is not None:
+        _speculation_runs(arch, record, configuration, p)
     try:
         memory = check_configuration(arch, configuration, GpuTarget.from_catalog(card), catalog)
     except PlannerInputError as exc:  # e.g. tp x pp beyond any replica: said of the plan file
@@ -270,6 +286,29 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
                                 f"(headroom {format_bytes(memory.gpu.headroom_bytes if memory.gpu else 0)}); "
                                 "re-run `planner solve`")
     return CheckedPlan(name, record, configuration, card, memory, precision)
+
+
+def _speculation_runs(arch, record: PlanRecord, configuration: Configuration, p: Path) -> None:
+    """A plan's MTP draft as planner plans it: the checkpoint's own module, on one pipeline stage, under SGLang or
+    vLLM, in a single-configuration plan (planner.plan.search; a fleet is sized without it)."""
+    where = f"plan: {_name(p)}: speculation"
+    spec = configuration.speculation
+    if record.workload is not None:
+        raise PlannerInputError(f"{where}: a fleet assignment is sized without speculative decoding (planner plans MTP "
+                                "for a single configuration); re-run `planner solve`")
+    if spec.acceptance_length > spec.draft_tokens + 1:
+        raise PlannerInputError(f"{where}: acceptance_length {spec.acceptance_length:g} must be at most draft_tokens + 1 "
+                                f"= {spec.draft_tokens + 1} (the bonus token included); re-run `planner solve`")
+    try:
+        draft_architecture(arch)
+    except PlannerInputError as exc:
+        raise PlannerInputError(f"{where}: {str(exc).removeprefix('--speculative mtp: ')}; re-run `planner solve`") from None
+    if configuration.pp > 1:
+        raise PlannerInputError(f"{where}: speculative decoding is planned on one pipeline stage, and the plan has pp "
+                                f"{configuration.pp}; re-run `planner solve`")
+    if configuration.engine.name not in SPECULATIVE_ENGINES:
+        raise PlannerInputError(f"{where}: MTP is planned for {' or '.join(SPECULATIVE_ENGINES)}, and the plan's engine "
+                                f"is {configuration.engine.name}; re-run `planner solve`")
 
 
 def _name(p: Path) -> str:

@@ -310,12 +310,26 @@ class Search(_Strict):
     layouts: list[Literal["tp", "dp_ep"]] = Field(default=["tp"], min_length=1)
     # the experts' all-to-all backends dp_ep layouts are searched with: none (outputs all-reduced) and/or deepep
     all_to_all: list[Literal["none", "deepep"]] = Field(default=["none"], min_length=1)
+    # speculative decoding searched (planner.estimator.speculative): none, and/or mtp (the checkpoint's own MTP module
+    # drafts) with draft_tokens a cycle and the acceptance length L a request gains a cycle (default: the model
+    # family's published figure, catalogs/speculative.yaml)
+    speculative: list[Literal["none", "mtp"]] = Field(default=["none"], min_length=1)
+    draft_tokens: int | None = Field(default=None, ge=1, le=16)
+    acceptance_length: float | None = Field(default=None, ge=1, le=17)
 
     @model_validator(mode="after")
     def _all_to_all_needs_expert_parallel(self) -> Search:
         if "deepep" in self.all_to_all and "dp_ep" not in self.layouts:
             raise ValueError("all_to_all: an all-to-all backend carries expert-parallel traffic; add dp_ep to "
                              "search.layouts or remove all_to_all")
+        given = [key for key in ("draft_tokens", "acceptance_length") if getattr(self, key) is not None]
+        if given and "mtp" not in self.speculative:
+            raise ValueError(f"{given[0]}: sets the MTP draft, and search.speculative has no mtp; add mtp to "
+                             f"search.speculative or remove {given[0]}")
+        if None not in (self.draft_tokens, self.acceptance_length) and \
+                self.acceptance_length > self.draft_tokens + 1:  # type: ignore[operator]
+            raise ValueError(f"acceptance_length: {self.acceptance_length:g} must be at most draft_tokens + 1 = "
+                             f"{self.draft_tokens + 1} (the bonus token included)")  # type: ignore[operator]
         return self
 
 
@@ -462,6 +476,13 @@ class Scenario(_Strict):
         if self.fleet is not None and not self.is_fleet:
             raise ValueError("fleet: quotas and on_demand_share shape a fleet, which needs workload.traffic (or a "
                              "workloads list); add traffic or remove fleet")
+        if self.is_fleet:
+            for where, part in self.fleet_parts():
+                if part.search.speculative != ["none"]:
+                    raise ValueError(f"search.speculative ({where}): a fleet sized by traffic is timed without "
+                                     "speculative decoding (the scheduler under it is not modelled yet); MTP is planned "
+                                     "for a single configuration (a scenario without workload.traffic): remove "
+                                     "search.speculative")
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
         self._on_demand_share_applies()

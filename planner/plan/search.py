@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 from planner.catalog.load import Catalog, Gpu, Offer, Precision, quality_at_least
@@ -24,7 +25,9 @@ from planner.estimator.memory import DEEPEP_CONFIGS, GpuTarget, MemoryEstimate, 
 from planner.model.architecture import Architecture
 from planner.model.precision import resolve_kv_dtype, resolve_precision
 from planner.model.sources import resolve_model
-from planner.plan.configuration import SIMPLE_ENGINE, Configuration, ConfiguredBy, check_configuration, loaded_model_id
+from planner.estimator.speculative import SPECULATIVE_ENGINES, Speculation, scenario_speculation
+from planner.plan.configuration import (SIMPLE_ENGINE, Configuration, ConfiguredBy, check_configuration, loaded_model_id,
+                                        served_architecture)
 from planner.plan.deadline import NO_DEADLINE, Deadline
 from planner.plan.rental import Rental, rent
 from planner.plan.scenario import Scenario, model_reference
@@ -59,14 +62,26 @@ class SearchSpace:
     min_tokens_per_s: float | None = None  # workload.min_tokens_per_s: a replica's output tokens/s at the full context
     expert_parallel: bool = False  # search.layouts has dp_ep: data-parallel attention and expert parallelism too
     all_to_all: tuple[str | None, ...] = (None,)  # search.all_to_all: the backends dp_ep layouts are searched with
+    # search.speculative: None (no speculative decoding) and/or the MTP setting, searched on one pipeline stage
+    speculations: tuple[Speculation | None, ...] = (None,)
+    acceptance_source: str | None = None  # where the MTP setting's acceptance length comes from
+
+    @cached_property
+    def drafted(self) -> Architecture:
+        """The model with its MTP module's layer: what the GPUs hold with speculative decoding on."""
+        return served_architecture(self.arch, self.speculations[-1])
+
+    def served(self, speculation: Speculation | None) -> Architecture:
+        return self.arch if speculation is None else self.drafted
 
     def configuration(self, gpu: Gpu, layout: ParallelLayout, precision: str, kv_dtype: str, context: int,
-                      concurrency: int, engine: EngineSettings | None = None) -> Configuration:
+                      concurrency: int, engine: EngineSettings | None = None,
+                      speculation: Speculation | None = None) -> Configuration:
         """A configuration of this space's model; `engine`: the settings the engine resolved, when it did."""
         return Configuration(self.model, self.model_id, gpu.name, layout.tp, layout.pp, precision, kv_dtype, context,
                              concurrency, engine or self.engine or EngineSettings(SIMPLE_ENGINE),
                              self.overhead if self.engine is None else None, self.params, layout.dp, layout.ep,
-                             layout.all_to_all)
+                             layout.all_to_all, speculation)
 
 
 @dataclass(frozen=True)
@@ -205,6 +220,16 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         if arch.moe is None:
             raise PlannerInputError(f"search.layouts: dp_ep: {arch.name} is a dense model (no routed experts to "
                                     "deal over GPUs); remove dp_ep")
+    speculations: tuple[Speculation | None, ...] = (None,) if "none" in search.speculative else ()
+    source = None
+    if "mtp" in search.speculative:
+        name = engine.name if engine is not None else SIMPLE_ENGINE
+        if name not in SPECULATIVE_ENGINES:
+            raise PlannerInputError(f"search.speculative: mtp is planned for engine.name {' or '.join(SPECULATIVE_ENGINES)} "
+                                    f"(their MTP drafts are modelled and exported), not {name}; set engine.name or "
+                                    "remove mtp")
+        spec, source = scenario_speculation(arch, search.draft_tokens, search.acceptance_length)
+        speculations += (spec,)
     return SearchSpace(
         arch=arch, model=reference, model_id=loaded_model_id(catalog, reference), model_precision=own.name if arch.exact else None, gpus=tuple(gpus), precisions=tuple(precisions), kv_dtypes=tuple(dict.fromkeys(kv_dtypes)),
         contexts=scenario.workload.context, concurrencies=scenario.workload.concurrency,
@@ -214,6 +239,7 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         allow_emulated=search.allow_emulated, engine=engine, params=params,
         min_tokens_per_s=scenario.workload.min_tokens_per_s, expert_parallel=expert_parallel,
         all_to_all=tuple(None if backend == "none" else backend for backend in search.all_to_all),
+        speculations=speculations, acceptance_source=source,
     )
 
 
@@ -258,7 +284,7 @@ def parallel_layouts(arch: Architecture, gpu: Gpu, space: SearchSpace) -> list[P
 def configuration_count(space: SearchSpace) -> int:
     """How many configurations enumerate_candidates would estimate (at most; "auto" KV may repeat one)."""
     return (sum(len(parallel_layouts(space.arch, gpu, space)) for gpu in space.gpus) * len(space.precisions)
-            * len(space.kv_dtypes) * len(space.contexts) * len(space.concurrencies))
+            * len(space.kv_dtypes) * len(space.contexts) * len(space.concurrencies) * len(space.speculations))
 
 
 def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadline = NO_DEADLINE,
@@ -297,7 +323,8 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
         if probe.checked and deadline.expired():
             tried, types = {g[0].name for g in groups[:done]}, {g[0].name for g in groups}
             cut_short = (f"{probe.checked:,} configurations checked in {done:,} of {len(groups):,} groups "
-                         f"(GPU type x layout x precision x KV dtype; {len(tried)} of {len(types)} GPU types tried)")
+                         f"(GPU type x layout x precision x KV dtype{' x speculative' * (len(space.speculations) > 1)}; "
+                         f"{len(tried)} of {len(types)} GPU types tried)")
             break
         # a layout no offer rents is never chosen: its smallest point is checked only to say why it would not fit
         found = probe.best_in_group(*group, smallest_only=cheapest_only and not by_provider, longest_first=longest_first)
@@ -321,11 +348,11 @@ def _rental_key(gpu: Gpu, layout: ParallelLayout) -> tuple[str, int, int]:
 
 
 def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tuple[float, int]]], catalog: Catalog
-            ) -> tuple[list[tuple[Gpu, ParallelLayout, Precision, str]], list[str]]:
-    """(GPU, layout, precision, KV dtype) to search, cheapest rental first (unpriced layouts last), and why GPUs
-    were left out: a search the deadline cuts short has tried the cheapest replicas of every type. A precision the
-    engine cannot run on a GPU is refused there (Catalog.support, with its source); one it runs only with weight-only
-    kernels is searched unless search.allow_emulated is false."""
+            ) -> tuple[list[tuple[Gpu, ParallelLayout, Precision, str, Speculation | None]], list[str]]:
+    """(GPU, layout, precision, KV dtype, speculative setting) to search, cheapest rental first (unpriced layouts
+    last), and why GPUs were left out: a search the deadline cuts short has tried the cheapest replicas of every type.
+    A precision the engine cannot run on a GPU is refused there (Catalog.support, with its source); one it runs only
+    with weight-only kernels is searched unless search.allow_emulated is false."""
     engine = space.engine.name if space.engine is not None else SIMPLE_ENGINE
     groups = []
     refused: dict[str, list[str]] = {}  # why, by the GPUs left with no precision for that reason
@@ -340,10 +367,12 @@ def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tup
                        "(search.allow_emulated: true allows them)")
                 refused.setdefault(why, []).append(gpu.name)
             continue
-        # "auto" may resolve to a KV dtype also listed: each is searched once
-        groups += [(gpu, layout, precision, kv) for layout in parallel_layouts(space.arch, gpu, space)
+        # "auto" may resolve to a KV dtype also listed: each is searched once; speculative decoding on one pipeline
+        # stage (the speed model times its cycle there)
+        groups += [(gpu, layout, precision, kv, spec) for layout in parallel_layouts(space.arch, gpu, space)
                    for precision in precisions
-                   for kv in dict.fromkeys(resolve_kv_dtype(space.arch, precision, c) for c in space.kv_dtypes)]
+                   for kv in dict.fromkeys(resolve_kv_dtype(space.arch, precision, c) for c in space.kv_dtypes)
+                   for spec in space.speculations if spec is None or layout.pp == 1]
     skipped = [f"{', '.join(gpus)}: {why}" for why, gpus in refused.items()]
 
     def cheapest(group: tuple) -> float:
@@ -362,15 +391,19 @@ class _Probe:
     checked: int = 0
     estimates: dict[tuple, MemoryEstimate] = field(default_factory=dict)
     budgets: Budgets = field(default_factory=dict)
-    # (GPU type, layout, precision) of groups that refused even their shortest context (see best_in_group)
-    refused: set[tuple[str, ParallelLayout, str]] = field(default_factory=set)
+    drafted_budgets: Budgets = field(default_factory=dict)  # the pools with the MTP draft's layer (another model)
+    # (GPU type, layout, precision, speculative setting) of groups that refused even their shortest context (see
+    # best_in_group)
+    refused: set[tuple[str, ParallelLayout, str, Speculation | None]] = field(default_factory=set)
 
     def check(self, gpu: Gpu, key: tuple) -> Candidate | tuple[Configuration, int, str]:
         self.checked += 1
-        return _check(self.space, self.catalog, gpu, key, self.estimates, self.budgets)
+        return _check(self.space, self.catalog, gpu, key, self.estimates,
+                      self.budgets if key[-1] is None else self.drafted_budgets)
 
     def best_in_group(self, gpu: Gpu, layout: ParallelLayout, precision: Precision, kv: str,
-                      smallest_only: bool = False, longest_first: bool = False) -> Candidate | Rejection:
+                      speculation: Speculation | None = None, smallest_only: bool = False,
+                      longest_first: bool = False) -> Candidate | Rejection:
         """The longest context that fits, then the most concurrency at it; or why the smallest does not fit.
 
         Every other configuration of the group rents the same way, so costs the same, and the plan prefers a
@@ -382,10 +415,10 @@ class _Probe:
         group's other KV dtype already refused its shortest context on this card, layout and precision: then the
         shortest is likely refused too, and is checked first (the order of the checks only; 70b-chat: 468 -> 428)."""
         contexts, concurrencies = self.space.contexts, self.space.concurrencies
-        sibling = (gpu.name, layout, precision.name)
+        sibling = (gpu.name, layout, precision.name, speculation)
 
         def at(i: int, j: int) -> Candidate | tuple[Configuration, int, str]:
-            return self.check(gpu, (layout, precision.name, kv, contexts[i], concurrencies[j]))
+            return self.check(gpu, (layout, precision.name, kv, contexts[i], concurrencies[j], speculation))
 
         def most_concurrency(i: int, first: Candidate) -> Candidate:
             return _last_fitting(lambda j: at(i, j), len(concurrencies), first)[1]
@@ -425,23 +458,25 @@ def _check(space: SearchSpace, catalog: Catalog, gpu: Gpu, key: tuple, estimates
     """One configuration on one card: a candidate, or (the configuration, what its fullest GPU needs, why not).
     With an engine, its own rules decide (engine_need); with the planning margin, the estimate's total.
     Estimates and engine pools are shared across cards and batches through the two caches."""
-    layout, precision, kv, context, concurrency = key
+    layout, precision, kv, context, concurrency, speculation = key
     card = gpu.memory_bytes
+    arch = space.served(speculation)
     if space.engine is not None:
         request = space.configuration(gpu, layout, precision, kv, context, concurrency).request()
-        need = engine_need(space.arch, request, space.engine, GpuTarget.from_catalog(gpu), catalog, budgets)
+        need = engine_need(arch, request, space.engine, GpuTarget.from_catalog(gpu), catalog, budgets)
         if need.fits:  # a plan keeps the settings the engine resolved for it; a refusal, the settings asked for
-            configuration = space.configuration(gpu, layout, precision, kv, context, concurrency, need.budget.settings)
+            configuration = space.configuration(gpu, layout, precision, kv, context, concurrency, need.budget.settings,
+                                                speculation)
             return Candidate(gpu, configuration, min(need.used_bytes, card))
-        configuration = space.configuration(gpu, layout, precision, kv, context, concurrency)
+        configuration = space.configuration(gpu, layout, precision, kv, context, concurrency, speculation=speculation)
         # at least the weights: an engine's count of what it uses stops at the card when they alone outgrow it, and
         # the closest miss (Rejection.overshoot) is then the configuration with the least to hold
         weights = need.budget.weights_bytes if need.budget else 0
         return configuration, max(need.used_bytes, weights, card + 1), engine_refusal_reason(need, gpu, context)
-    configuration = space.configuration(gpu, layout, precision, kv, context, concurrency)
+    configuration = space.configuration(gpu, layout, precision, kv, context, concurrency, speculation=speculation)
     est = estimates.get(key)
     if est is None:
-        est = estimates[key] = estimate_memory(space.arch, configuration.request(), catalog)
+        est = estimates[key] = estimate_memory(arch, configuration.request(), catalog)
     fullest = max(r.total_bytes for r in est.per_gpu)
     if fullest <= card:
         return Candidate(gpu, configuration, fullest)
@@ -495,14 +530,23 @@ def rentals_for(candidate: Candidate, space: SearchSpace) -> list[Rental]:
 
 
 def full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> float:
-    """The decode step of `concurrency` sequences each holding the whole context, as the engine's speed model times it
-    (the planning margin `simple` is timed as vLLM): the worst steady step of a configuration without traffic."""
+    """The time a request gains one token with `concurrency` sequences each holding the whole context, as the engine's
+    speed model times it (the planning margin `simple` is timed as vLLM): the worst steady decode step of a
+    configuration without traffic; with speculative decoding, a cycle over its acceptance length (cycle / L)."""
     from planner.estimator.performance import Step, replica_timer
+    from planner.estimator.speculative import draft_architecture, speculative_timer
 
     engine = "vllm" if c.configuration.engine.name == "simple" else c.configuration.engine.name
-    timer = replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine,
-                          ep=c.configuration.ep, dp=c.configuration.dp, release=c.configuration.engine.version)
-    return timer.step_s(Step(c.concurrency, float(c.context)))
+
+    def timer(arch: Architecture):
+        return replica_timer(arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine,
+                             ep=c.configuration.ep, dp=c.configuration.dp, release=c.configuration.engine.version)
+
+    target, spec = timer(space.arch), c.configuration.speculation
+    if spec is None:
+        return target.step_s(Step(c.concurrency, float(c.context)))
+    cycle = speculative_timer(target, timer(draft_architecture(space.arch)), spec).cycle(c.concurrency, float(c.context))
+    return cycle.cycle_s / spec.acceptance_length
 
 
 def recheck(candidate: Candidate, space: SearchSpace, catalog: Catalog) -> MemoryEstimate:

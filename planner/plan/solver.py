@@ -110,6 +110,11 @@ class SolveResult:
     search_cut_short: str | None = None  # the time limit stopped the candidate search: the plan is the best found
     # configurations left out below workload.min_tokens_per_s: the fastest of each GPU type at most the plan's price
     too_slow: tuple[TooSlow, ...] = ()
+    # with search.speculative listing both: the best plan with the other setting (with MTP when the plan runs without,
+    # and the other way round), and where the MTP setting's acceptance length comes from
+    speculative_alternative: PlanOption | None = None
+    acceptance_source: str | None = None
+    speculative_compared: bool = False  # search.speculative listed both none and mtp
 
     def rows(self) -> list[dict[str, Any]]:
         """The best plan and the alternatives as flat records."""
@@ -128,6 +133,7 @@ def plan_row(rank: int | str, p: PlanOption) -> dict[str, Any]:
     return {
         "rank": rank, "gpu": p.gpu, "gpus_per_replica": p.gpus_per_replica, "tp": p.tp, "pp": p.pp,
         "dp": p.configuration.dp, "ep": p.configuration.ep, "all_to_all": p.configuration.all_to_all,
+        "speculative": p.configuration.speculation.name if p.configuration.speculation else None,
         "nodes_per_replica": p.nodes_per_replica, "precision": p.precision, "kv_dtype": p.kv_dtype,
         "context": p.context, "concurrency": p.concurrency, "replicas": p.replicas, "provider": p.provider,
         "instance": p.instance, "region": p.region, "market": p.market, "price_kind": p.price_kind, "price_term": p.price_term,
@@ -161,13 +167,31 @@ class _Solution:
 # Building, solving, reading back
 
 
-def preference(pair: Pair, space: SearchSpace) -> int:
+def preference(pair: Pair, space: SearchSpace, slower: frozenset[Configuration] = frozenset()) -> int:
+    """Larger context, then more concurrency, then the faster speculative setting (not in `slower`), then more
+    headroom, then fewer GPUs."""
     c = pair.candidate
     context_rank = space.contexts.index(c.context)
     concurrency_rank = space.concurrencies.index(c.concurrency)
+    faster = c.configuration not in slower
     headroom_permille = max(0, c.headroom_bytes * 1000 // c.gpu.memory_bytes)
     fewer_gpus = max(0, 4095 - c.gpus)
-    return ((context_rank * 100 + concurrency_rank) * 1001 + headroom_permille) * 4096 + fewer_gpus
+    return ((((context_rank * 100 + concurrency_rank) * 2 + faster) * 1001 + headroom_permille) * 4096 + fewer_gpus)
+
+
+def slower_speculative(candidates: tuple[Candidate, ...], space: SearchSpace, catalog: Catalog
+                       ) -> frozenset[Configuration]:
+    """The configurations another speculative setting of the same GPUs, layout, precision, KV dtype, context and
+    concurrency outruns at the full context (full_context_step_s): the plan runs the faster of the two on the GPUs it
+    rents at the same price. Empty unless search.speculative lists both settings."""
+    if len(space.speculations) < 2:
+        return frozenset()
+    by_point: dict[tuple, list[tuple[float, Configuration]]] = {}
+    for c in candidates:
+        k = c.configuration
+        point = (c.gpu.name, k.tp, k.pp, k.dp, k.ep, k.all_to_all, k.precision, k.kv_dtype, k.context, k.concurrency)
+        by_point.setdefault(point, []).append((full_context_step_s(c, space, catalog), k))
+    return frozenset(k for timed in by_point.values() for step_s, k in timed if step_s > min(s for s, _ in timed))
 
 
 def _build(pairs: list[Pair]) -> tuple[cp_model.CpModel, list[cp_model.IntVar], cp_model.LinearExpr]:
@@ -178,7 +202,8 @@ def _build(pairs: list[Pair]) -> tuple[cp_model.CpModel, list[cp_model.IntVar], 
     return model, chosen, cost
 
 
-def _solve(pairs: list[Pair], space: SearchSpace, deadline: float) -> _Solution:
+def _solve(pairs: list[Pair], space: SearchSpace, deadline: float,
+           slower: frozenset[Configuration] = frozenset()) -> _Solution:
     """Both phases within one deadline (time.perf_counter()). The cheapest pair is given to CP-SAT as a hint;
     if the deadline ends the search before CP-SAT reports a solution, that hinted pair is the answer,
     FEASIBLE with no bound proven (gap 100%)."""
@@ -201,7 +226,7 @@ def _solve(pairs: list[Pair], space: SearchSpace, deadline: float) -> _Solution:
     model.add(cost <= best_cost)
     n = len(pairs)
     model.maximize(cp_model.LinearExpr.weighted_sum(
-        chosen, [preference(p, space) * n + (n - 1 - i) for i, p in enumerate(pairs)]))
+        chosen, [preference(p, space, slower) * n + (n - 1 - i) for i, p in enumerate(pairs)]))
     model.clear_hints()
     for i, var in enumerate(chosen):
         model.add_hint(var, i == index)
@@ -225,7 +250,7 @@ def _ordered(pairs: list[Pair]) -> list[Pair]:
         # among layouts alike in price and fit, the widest expert parallelism first: whole experts on each GPU, as
         # the engines deal them with data-parallel attention (SGLang's all-to-all backends set ep = tp)
         return (c.gpu.name, c.precision, c.kv_dtype, c.tp, c.pp, c.configuration.dp, -c.configuration.ep,
-                c.configuration.all_to_all or "", c.context, c.concurrency,
+                c.configuration.all_to_all or "", c.configuration.speculation is not None, c.context, c.concurrency,
                 r.offer.provider, r.offer.instance, r.offer.region, r.market, r.offer.term or "")
     return sorted(pairs, key=key)
 
@@ -278,7 +303,8 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
     space = build_search_space(scenario, catalog)
     enumeration = enumerate_candidates(space, catalog, deadline, cheapest_only=True)
     pairs = _ordered([Pair(c, r) for c in enumeration.candidates for r in rentals_for(c, space)])
-    solution = _solve(pairs, space, deadline.ends_at)
+    slower = slower_speculative(enumeration.candidates, space, catalog)
+    solution = _solve(pairs, space, deadline.ends_at, slower)
     best = read_plan(solution.pair, space, catalog) if solution.pair else None
     if enumeration.cut_short and best is None:
         raise deadline.out_of_time(enumeration.cut_short, "search.gpus, search.max_gpus_per_replica, "
@@ -289,11 +315,17 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
         for gpu in dict.fromkeys(p.candidate.gpu.name for p in pairs):
             if gpu == best.gpu or deadline.expired():
                 continue
-            option = _solve([p for p in pairs if p.candidate.gpu.name == gpu], space, deadline.ends_at)
+            option = _solve([p for p in pairs if p.candidate.gpu.name == gpu], space, deadline.ends_at, slower)
             plan = read_plan(option.pair, space, catalog) if option.pair else None
             if plan is not None:
                 alternatives.append(plan)
         alternatives = sorted(alternatives, key=lambda p: (p.usd_per_hour, p.gpu))[:top]
+    other = None
+    if best is not None and len(space.speculations) > 1 and not deadline.expired():
+        # the next best with the other speculative setting: what MTP (or going without it) would cost
+        option = _solve([p for p in pairs if p.candidate.configuration.speculation != best.configuration.speculation],
+                        space, deadline.ends_at, slower)
+        other = read_plan(option.pair, space, catalog) if option.pair else None
 
     rejected = _rejected_cheaper(enumeration, best)
     infeasible = None if best is not None or not explain else explain_infeasible(scenario, space, catalog, enumeration, deadline)
@@ -308,7 +340,8 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
         configurations_checked=enumeration.configurations_checked, candidates=len(enumeration.candidates),
         variables=len(pairs), best=best, alternatives=tuple(alternatives), rejected_cheaper=rejected,
         infeasible=infeasible, skipped=enumeration.skipped, search_cut_short=enumeration.cut_short,
-        too_slow=_too_slow_cheaper(enumeration, best),
+        too_slow=_too_slow_cheaper(enumeration, best), speculative_alternative=other,
+        acceptance_source=space.acceptance_source, speculative_compared=len(space.speculations) > 1,
     )
 
 

@@ -8,6 +8,7 @@ run them today: vLLM on a Ray cluster (head + workers), SGLang with --nnodes/--n
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections import Counter
@@ -24,7 +25,8 @@ from planner.catalog.load import Catalog, Precision, load_catalog
 from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
-from planner.estimator.engines.registry import engine, export_targets, renderer
+from planner.estimator.engines.registry import DEPLOYMENT_TARGETS, engine, export_targets, renderer
+from planner.estimator.speculative import SPECULATIVE_ENGINES
 from planner.plan.configuration import Configuration, ConfiguredBy
 from planner.plan.planfile import CheckedPlan, load_plan_file
 
@@ -249,7 +251,8 @@ def _recheck(plan: ExportPlan, settings: EngineSettings) -> Any:
         return None
     return api.engine_estimate(model, settings, context=plan.context, batch=plan.concurrency, tp=plan.tp, pp=plan.pp,
                                dp=configuration.dp, ep=configuration.ep, all_to_all=configuration.all_to_all,
-                               precision=plan.precision.name, kv_dtype=plan.kv_dtype, gpu=plan.gpu).engine
+                               precision=plan.precision.name, kv_dtype=plan.kv_dtype, gpu=plan.gpu,
+                               speculation=configuration.speculation).engine
 
 
 def _graph_warning(budget) -> bool:
@@ -337,6 +340,27 @@ def vllm_parallel_args(plan: ExportPlan) -> list[str]:
     return args + (["--enable-expert-parallel"] if c.ep > 1 else [])
 
 
+def vllm_speculative_args(plan: ExportPlan) -> list[str]:
+    """The plan's MTP draft as vLLM 0.34.0 sets it: --speculative-config with method "mtp" (vllm/config/speculative.py
+    @ v0.34.0: the MTP model types, deepseek_mtp, qwen3_5_mtp ..., resolve to "mtp") and num_speculative_tokens."""
+    spec = plan.configuration.speculation
+    if spec is None:
+        return []
+    return ["--speculative-config", json.dumps({"method": spec.method, "num_speculative_tokens": spec.draft_tokens},
+                                               separators=(",", ":"))]
+
+
+def sglang_speculative_args(plan: ExportPlan) -> list[str]:
+    """The plan's MTP draft as SGLang 0.5.23 sets it (server_args.py; arg_groups/speculative_hook.py resolves NEXTN to
+    EAGLE, the draft then the checkpoint's own MTP layer): a chain of num-steps drafts, top-k 1, num-steps + 1 tokens
+    verified a cycle (planner.estimator.speculative times that cycle)."""
+    spec = plan.configuration.speculation
+    if spec is None:
+        return []
+    return ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(spec.draft_tokens),
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(spec.draft_tokens + 1)]
+
+
 def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     if plan.precision.vllm_flag is None:
         raise PlannerInputError(f"--to vllm: vLLM does not serve {plan.precision.name}; export to llamacpp or re-solve with another precision")
@@ -350,7 +374,7 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     kv_cache_memory = plan.configuration.engine.kv_cache_memory_bytes
     if kv_cache_memory is not None:
         args += ["--kv-cache-memory-bytes", str(kv_cache_memory)]
-    args += _engine_flags(plan.precision.vllm_flag, prequantized)
+    args += _engine_flags(plan.precision.vllm_flag, prequantized) + vllm_speculative_args(plan)
     if launch.enforce_eager:
         args.append("--enforce-eager")
     if plan.nodes_per_replica > 1:
@@ -452,7 +476,7 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
              "--kv-cache-dtype", engine("sglang").kv_cache_dtype(plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
     if plan.vendor == "amd":
         args += ["--attention-backend", SGLANG_AMD_ATTENTION]
-    args += _engine_flags(plan.precision.sglang_flag, prequantized)
+    args += _engine_flags(plan.precision.sglang_flag, prequantized) + sglang_speculative_args(plan)
     if plan.nodes_per_replica > 1:
         args += ["--nnodes", str(plan.nodes_per_replica), "--node-rank", str(node_rank or 0),
                  "--dist-init-addr", "$HEAD_IP:5000"]
@@ -661,6 +685,11 @@ def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
             f"--to {target}: {plan.gpu} is a Google TPU, which vLLM serves only through its TPU plugin (tpu-inference: "
             "the vllm-tpu package, image vllm/vllm-tpu), released apart from the vLLM builds planner's memory model and "
             "exports follow; planner writes no TPU launch: run vllm-tpu by hand, requesting google.com/tpu chips")
+    spec = plan.configuration.speculation
+    if spec is not None and target not in (*SPECULATIVE_ENGINES, *DEPLOYMENT_TARGETS):
+        raise PlannerInputError(f"--to {target}: the plan runs speculative decoding ({spec.name}), which planner "
+                                f"exports for {' and '.join(SPECULATIVE_ENGINES)} only; export to one of them, or "
+                                "re-solve with search.speculative: [none]")
     deployments = {"skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
     render = deployments.get(target) or renderer(engine(target).command)
     return render(_checked(plan), checkpoint)

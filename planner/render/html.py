@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from planner.render.records import fleet_rows
 from planner.render.summary import (layout_text, HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
                                     memory_line, NO_FLEET, hosted_lines, hosted_rows, load_rows, not_simulated_lines,
-                                    offer_rows, prefix_lines, price_age_text, replica_label, running_text, spot_lines,
-                                    status_line)
+                                    offer_rows, prefix_lines, price_age_text, replica_label, running_text, speculative_lines,
+                                    spot_lines, status_line)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ def review_html(review: Review, scenario_text: str) -> str:
             f"{html.escape(best.precision)} weights, {html.escape(best.kv_dtype)} KV, context {best.context:,}, "
             f"concurrency {best.concurrency}; {best.instances} x {html.escape(best.provider)} "
             f"{html.escape(best.instance)} ({html.escape(best.region)}). {html.escape(best.sharing)}.<br>"
-            f"{html.escape(memory_line(best))} · re-checked by the estimator</div>")
+            f"{html.escape(memory_line(best))} · re-checked by the estimator"
+            + "".join(f"<br>{html.escape(line)}" for line in speculative_lines(result)) + "</div>")
         parts += [f"<p class='warn'>warning: {html.escape(w)}</p>"
                   for w in (*filter(None, [best.price_age.warning]), *best.memory.warnings)]
         parts += ["<h2>Plan and alternatives</h2>", _html_table(

@@ -56,6 +56,33 @@ def speed_line(p: PlanOption) -> str:
             f"${p.usd_per_million_output_tokens:,.2f} per million output tokens, busy all hour")
 
 
+def speculative_lines(result: SolveResult) -> list[str]:
+    """With search.speculative: the speculative setting the plan runs as the engine flags set it, where its acceptance
+    length comes from, and the best plan with the other setting (its cost and speed)."""
+    best, other = result.best, result.speculative_alternative
+    if best is None or result.acceptance_source is None:
+        return []
+    spec = best.configuration.speculation
+    lines = [f"speculative decoding: {spec.name if spec else 'none'}"
+             + (f" ({result.acceptance_source})" if spec else "")]
+    if not result.speculative_compared:
+        return lines
+    if other is None:
+        lines.append("without MTP: no configuration searched fits" if spec else
+                     f"with MTP (acceptance length {result.acceptance_source}): no configuration searched fits its "
+                     "draft on one pipeline stage")
+        return lines
+    theirs = other.configuration.speculation
+    lines.append(f"next best {'with ' + theirs.name if theirs else 'without MTP'}: ${other.usd_per_hour:,.2f}/hour, "
+                 f"{other.gpus_per_replica * other.replicas} x {other.gpu} ({other.layout}), context {other.context:,} x "
+                 f"concurrency {other.concurrency}, TPOT {other.full_context_step_s * 1000:,.1f} ms, "
+                 f"{other.full_context_output_tokens_per_s:,.0f} output tokens/s, "
+                 f"${other.usd_per_million_output_tokens:,.2f} per million output tokens")
+    if not spec:
+        lines[-1] += f" (acceptance length {result.acceptance_source})"
+    return lines
+
+
 def memory_line(p: PlanOption) -> str:
     fullest = max(p.memory.per_gpu, key=lambda r: r.total_bytes)
     card = p.memory.gpu.memory_bytes if p.memory.gpu else 0
@@ -183,10 +210,12 @@ def running_text(running: float | None) -> str:
 
 def layout_text(option: ConfiguredBy) -> str:
     """A plan's, rejection's, left-out option's or fleet replica's layout in a table: `8 x 1` (tp x pp), or with
-    data-parallel attention or expert parallelism as the engines' flags set it (`tp 16 x dp 16 x ep 16 x pp 1`)."""
+    data-parallel attention or expert parallelism as the engines' flags set it (`tp 16 x dp 16 x ep 16 x pp 1`), and
+    its speculative decoding (`, MTP 3 tokens, acceptance length 2.65`)."""
     configuration = option.configuration
     plain = (configuration.dp, configuration.ep, configuration.all_to_all) == (1, 1, None)
-    return f"{option.tp} x {option.pp}" if plain else option.layout
+    spec = configuration.speculation
+    return (f"{option.tp} x {option.pp}" if plain else option.layout) + (f", {spec.name}" if spec else "")
 
 
 def replica_label(a: Assignment) -> str:
