@@ -185,3 +185,72 @@ def test_vllm_034_holds_a_nemotron_h_ssm_state_in_float32_when_its_config_names_
     old, new = layout("0.19.0"), layout("0.34.0")
     assert (old.state_bytes, old.block_size) == (18_432 * 2 + 524_288 * 2, 1_072) == (1_085_440, 1_072)
     assert (new.state_bytes, new.block_size) == (18_432 * 2 + 524_288 * 4, 2_112) == (2_134_016, 2_112)
+
+
+def _sglang_rest(budget) -> int:
+    rank = budget.per_rank[0]
+    return rank.budget_bytes - rank.weights_bytes
+
+
+def test_sglang_0523_state_pool_keeps_a_padding_slot_and_five_slots_per_request(arch, h100, catalog):
+    """kv_cache_configurator.py @ v0.5.23 _handle_max_mamba_cache: max_mamba_cache_size = (budget - per) // per, the
+    pool (max_mamba_cache_size + 1) x per; _calculate_mamba_ratio: 3 + 2 extra_buffer tracking slots = 5. Qwen3-Next at
+    TP4: 36 GDN layers of (2 x 16 x 128 + 32 x 128) x 3 / 4 bf16 window + 32 x 128 x 128 / 4 fp32 state = 536,576 B
+    each, 19,316,736 B a request; 12 attention layers of 1 x 256 x 2 x 2 B a token (the engine oracle: SGLang's own
+    functions give 713 slots, 142 requests and 1,250,147 tokens for the same rest)."""
+    request = Request(context=32768, tp=4)
+    budget = engine_budget(arch("qwen3-next-80b-a3b"), request, EngineSettings("sglang", version="0.5.23"), h100, catalog)
+    per_request = 36 * ((2 * 16 * 128 + 32 * 128) * 3 // 4 * 2 + 32 * 128 * 128 // 4 * 4)
+    rest, cell = _sglang_rest(budget), 12 * 1024
+    assert per_request == 19_316_736
+    slots = (rest * 9 // 19 - per_request) // per_request
+    layout = budget.layout
+    assert (layout.state_slots, layout.state_pool_bytes) == (slots, (slots + 1) * per_request)
+    assert layout.running_requests == slots // 5
+    assert budget.kv_cache_capacity_tokens == (rest - (slots + 1) * per_request) // cell
+    older = engine_budget(arch("qwen3-next-80b-a3b"), request, EngineSettings("sglang", version="0.5.9"), h100, catalog)
+    assert older.layout.running_requests == older.layout.state_slots // 3
+
+
+def test_sglang_0523_pages_deepseek_sparse_attention_by_64(arch, catalog):
+    """model_overrides/deepseek_v2.py:171 @ v0.5.23 sets page_size 64 x index_kpool (1) for DSA; pool_configurator.py
+    DefaultPoolConfigurator rounds max_total_num_tokens down to whole pages. DeepSeek-V3.2 at TP8: 61 layers of the
+    576-value bf16 latent (1,152 B) + the indexer's 128 fp8 values and one 4 B scale = 1,284 B, 78,324 B a token."""
+    card = _card(catalog, "h200-sxm")
+    request = Request(context=32768, tp=8)
+    budget = engine_budget(arch("deepseek-v3.2"), request, EngineSettings("sglang", version="0.5.23"), card, catalog)
+    cell = 61 * (576 * 2 + 128 + 4)
+    assert (budget.layout.block_size, budget.layout.page_bytes) == (64, cell)
+    assert budget.kv_cache_capacity_tokens == _sglang_rest(budget) // cell // 64 * 64
+    older = engine_budget(arch("deepseek-v3.2"), request, EngineSettings("sglang", version="0.5.9"), card, catalog)
+    assert older.layout.block_size == 1 and older.kv_cache_capacity_tokens == _sglang_rest(older) // cell
+
+
+def test_sglang_0523_pools_windows_apart_only_for_its_hybrid_swa_architectures(arch, h100, catalog):
+    """is_hybrid_swa_model (configs/model_config.py:2651 @ v0.5.23) lists GptOssForCausalLM, not Gemma 3: gpt-oss-120b's
+    18 sliding layers count 0.8 of their 2,048 B a token (8 heads x 64 x K,V x 2 B), the float cell 36,864 + 0.8 x
+    36,864 = 66,355.2 B kept unrounded; Gemma 3 27B's 62 layers all take a slot: 62 x 16 x 128 x 2 x 2 = 507,904 B."""
+    settings, request = EngineSettings("sglang", version="0.5.23"), Request(context=32768)
+    gpt = engine_budget(arch("gpt-oss-120b"), request, settings, h100, catalog)
+    assert gpt.layout.page_bytes == 66_355
+    assert gpt.kv_cache_capacity_tokens == _sglang_rest(gpt) * 5 // (5 * 36_864 + 4 * 36_864)
+    gemma = engine_budget(arch("gemma-3-27b"), request, settings, h100, catalog)
+    assert gemma.layout.page_bytes == 507_904
+    assert gemma.kv_cache_capacity_tokens == _sglang_rest(gemma) // 507_904
+    older = engine_budget(arch("gemma-3-27b"), request, EngineSettings("sglang", version="0.5.9"), h100, catalog)
+    assert older.layout.page_bytes < 507_904  # v0.5.9 as modelled before: the sliding layers weighted by 0.8
+
+
+def test_sglang_0523_serves_a_vision_model_with_a_smaller_fraction_and_an_embedding_cache(arch, h100, catalog):
+    """Qwen3.5-27B (a vision tower whose config writes depth 27, not num_hidden_layers, and hidden_size 1152):
+    adjust_mem_fraction_for_vlm (arg_groups/memory_hook.py:417 @ v0.5.23) reads 24 layers, complexity 24 x 1152^2 /
+    (24 x 1024^2) = 1.265625, factor 0.95 x (1 - 0.1 x 0.265625) = 0.924765625, on the text default 0.83 (13,904 MiB
+    reserved of 81,559): 0.76755546875, SGLang's own answer; mm_runtime_reservation_gb keeps 100 MiB off the KV
+    budget. Gemma 3 is served text-only by default (mm_disabled_models): neither applies."""
+    settings, request = EngineSettings("sglang", version="0.5.23"), Request(context=32768)
+    qwen = engine_budget(arch("qwen3.5-27b"), request, settings, h100, catalog)
+    assert qwen.settings.mem_fraction_static == 0.83 * (0.95 * (1.0 - 0.1 * (24 * 1152 ** 2 / (24 * 1024 ** 2) - 1.0)))
+    layout = qwen.layout
+    assert qwen.kv_pool_bytes == _sglang_rest(qwen) - 100 * MiB - layout.state_pool_bytes
+    gemma = engine_budget(arch("gemma-3-27b"), request, settings, h100, catalog)
+    assert gemma.settings.mem_fraction_static == 0.83 and gemma.kv_pool_bytes == _sglang_rest(gemma)

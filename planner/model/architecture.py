@@ -65,8 +65,10 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
         multimodal = multimodal_tensors(outer, arch.hidden_size, name)
     torch_dtype = text.str("torch_dtype") or outer.str("torch_dtype") or text.str("dtype") or outer.str("dtype")
     quant = data.get("quantization_config") or (text_data or {}).get("quantization_config")
-    return _kept_unquantized(replace(arch, multimodal=multimodal, torch_dtype=torch_dtype, quantization_config=quant),
-                             f"{name} config")
+    vision = outer.data.get("vision_config") if multimodal else None
+    vision_dims = (vision.get("num_hidden_layers"), vision.get("hidden_size")) if isinstance(vision, dict) else None
+    return _kept_unquantized(replace(arch, multimodal=multimodal, torch_dtype=torch_dtype, quantization_config=quant,
+                                     vision_layers_hidden=vision_dims), f"{name} config")
 
 
 def _kept_unquantized(arch: Architecture, where: str) -> Architecture:

@@ -164,6 +164,28 @@ class DpAttentionReserve(_Strict):
         return self.deepep_decode_mib if deepep and graph_batch else 0
 
 
+class SglangMultimodal(_Strict):
+    """What SGLang does differently by default for a model it serves with its vision tower."""
+
+    cache_mib: int  # SGLANG_VLM_CACHE_SIZE_MB, reserved out of the KV budget
+    disabled_model_types: tuple[str, ...]  # multimodal off by default: none of this applies
+    # adjust_mem_fraction_for_vlm: the default fraction x base_factor x clamp(1 - sensitivity x (vision layers x
+    # hidden^2 / (baseline layers x hidden^2) - 1), factor_bounds); the vision config's missing numbers default to
+    # the baseline's
+    base_factor: float
+    sensitivity: float
+    factor_bounds: tuple[float, float]
+    baseline_layers: int
+    baseline_hidden: int
+
+    def fraction_factor(self, layers: int | None, hidden: int | None) -> float:
+        """What the default fraction is multiplied by, in SGLang's float arithmetic."""
+        layers, hidden = layers or self.baseline_layers, hidden or self.baseline_hidden
+        complexity = layers * hidden ** 2 / (self.baseline_layers * self.baseline_hidden ** 2)
+        low, high = self.factor_bounds
+        return self.base_factor * max(low, min(high, 1.0 - self.sensitivity * (complexity - 1.0)))
+
+
 class SglangProfile(_Strict):
     release: str
     # None: the release's reserves for data-parallel attention and DeepEP are not modelled (no DP/EP layouts)
@@ -181,9 +203,18 @@ class SglangProfile(_Strict):
     aiter_long_context_factor: Sourced[float]
     aiter_min_context_exclusive: Sourced[int]
     swa_full_tokens_ratio: Sourced[float]
+    # model types whose sliding-window layers get their own pool (is_hybrid_swa); the others' sliding layers take a slot
+    # per token in the one pool, like full layers. None: every model mixing sliding and full layers (not checked there)
+    hybrid_swa_model_types: Sourced[tuple[str, ...]] | None = None
     mamba_full_memory_ratio: Sourced[float]
     state_dtypes: Sourced[dict[Recurrence, StatePartDtypes]]
     mamba_slots_per_running_request: Sourced[int]
+    # slots the state pool allocates beside max_mamba_cache_size (None: none, as modelled before the engine oracle)
+    state_pool_padding_slots: Sourced[int] | None = None
+    # the page size SGLang forces for DeepSeek Sparse Attention (None: page size 1, not checked there)
+    dsa_page_size: Sourced[int] | None = None
+    # a multimodal model's embedding cache and default fraction (None: as a text model, not checked there)
+    multimodal: Sourced[SglangMultimodal] | None = None
     # DeepSeek-V4's window, compressed and compressor-state pools (later code than the rest)
     deepseek_v4_release: Sourced[str]
     deepseek_v4_page_size: Sourced[int]

@@ -9,14 +9,18 @@
      = fraction x total - weights; max_total_num_tokens = rest // cell size, the cell being one token's
      K and V in every layer on the rank (MLA: the latent, once; with DeepSeek Sparse Attention the indexer's fp8
      key and scale join the cell: cell_size += indexer_size_per_token x layers, which the Architecture's per-token
-     bytes carry). Sliding-window layers get their own pool
-     of swa_full_tokens_ratio x the full layers' slots. Tokens are pooled one by one (page size 1).
+     bytes carry). Sliding-window layers of a hybrid-SWA architecture get their own pool
+     of swa_full_tokens_ratio x the full layers' slots (v0.5.23: only the architectures is_hybrid_swa_model lists,
+     profile `hybrid_swa_model_types`; Gemma 2 / 3 keep every layer in the one pool). Tokens are pooled one by one
+     (page size 1; v0.5.23: 64 with DeepSeek Sparse Attention, profile `dsa_page_size`).
   Recurrent layers (Gated DeltaNet, Mamba-2) keep their states in a separate pool of whole-sequence slots
   (MambaPool / HybridReqToTokenPool): model_runner._handle_max_mamba_cache gives it
   rest x mamba_full_memory_ratio / (1 + ratio), max_mamba_cache_size = that // one sequence's states in
-  every recurrent layer of the rank, and the attention layers' token pool gets what is left.
+  every recurrent layer of the rank (v0.5.23: less one padding slot the pool also allocates, profile
+  `state_pool_padding_slots`), and the attention layers' token pool gets what is left.
   _resolve_max_num_reqs admits at most max_mamba_cache_size // 3 running requests (the radix cache keeps
-  the other slots for the states of cached prefixes), which caps the concurrency too.
+  the other slots for the states of cached prefixes; v0.5.23: // 5, the extra_buffer strategy's two tracking slots
+  per request, profile `mamba_slots_per_running_request`), which caps the concurrency too.
   Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
   DeepSeek-V4's window, compressed and compressor-state pools (later code) are sized in sglang_deepseek_v4.
   v0.5.23 (profile "0.5.23", python/sglang/srt/arg_groups/memory_hook.py): A10/4090-class cards default to a 4096-token
@@ -38,7 +42,7 @@ from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
                                             Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines import sglang_deepseek_v4 as v4
-from planner.estimator.engines.profiles import SglangProfile, load_profiles
+from planner.estimator.engines.profiles import SglangMultimodal, SglangProfile, load_profiles
 from planner.estimator.engines.registry import Engine
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
@@ -82,7 +86,11 @@ def default_fraction(settings: EngineSettings, gpu_mib: int, model: ServedModel,
         reserved += dp_reserve.all_to_all_mib(graph_batch, deepep)
     if gpu_mib <= reserved:  # the reservations alone fill the card: SGLang keeps nothing for weights or KV
         return 0.0
-    return round(float((gpu_mib - reserved) / gpu_mib), 3)
+    fraction = round(float((gpu_mib - reserved) / gpu_mib), 3)
+    vlm = _multimodal(model, profile)
+    if vlm is not None:  # adjust_mem_fraction_for_vlm (arg_groups/memory_hook.py:417 @ v0.5.23), not rounded again
+        fraction *= vlm.fraction_factor(*(model.arch.vision_layers_hidden or (None, None)))
+    return fraction
 
 
 def _reserved_mib(prefill: int, graph_batch: int, gpus: int, profile: SglangProfile) -> Fraction:
@@ -92,13 +100,29 @@ def _reserved_mib(prefill: int, graph_batch: int, gpus: int, profile: SglangProf
             + profile.reserved_per_gpu_mib.value * gpus)
 
 
-def _cell_bytes(model: ServedModel, stage: Stage, profile: SglangProfile) -> int:
-    """Bytes one token slot costs across the rank's layers; sliding layers weighted by their pool's share."""
+def _cell(model: ServedModel, stage: Stage, profile: SglangProfile) -> Fraction:
+    """Bytes one token slot costs across the rank's layers; sliding layers weighted by their pool's share.
+
+    A model SGLang does not pool as hybrid SWA (is_hybrid_swa_model, configs/model_config.py:2651 @ v0.5.23: Gemma 2
+    and 3, for one) keeps its sliding layers in the one pool, a slot per token as the full layers. The hybrid SWA cell
+    is not rounded: HybridSWAPoolConfigurator._recompute_cell_size (model_executor/pool_configurator.py:786 @ v0.5.23)
+    keeps full + swa_full_tokens_ratio x swa as a float, and calculate_pool_sizes takes available // cell."""
     full = sum(model.layer_bytes_per_token(layer) for layer in stage.layers if layer.attention.kind != "sliding")
     sliding = sum(model.layer_bytes_per_token(layer) for layer in stage.layers if layer.attention.kind == "sliding")
-    if not full:  # every layer slides: one pool
-        return sliding
-    return full + floor(sliding * Fraction(str(profile.swa_full_tokens_ratio.value)))
+    types = profile.hybrid_swa_model_types
+    if not full or (types is not None and model.arch.model_type not in types.value):  # one pool
+        return Fraction(full + sliding)
+    return full + sliding * Fraction(str(profile.swa_full_tokens_ratio.value))
+
+
+def _cell_bytes(model: ServedModel, stage: Stage, profile: SglangProfile) -> int:
+    return floor(_cell(model, stage, profile))
+
+
+def _page_size(model: ServedModel, profile: SglangProfile) -> int:
+    """Tokens per page: 1, or the page DeepSeek Sparse Attention forces (model_overrides/deepseek_v2.py:171)."""
+    dsa = any(layer.attention.indexer_head_dim for layer in model.arch.layers)
+    return profile.dsa_page_size.value if dsa and profile.dsa_page_size is not None else 1
 
 
 def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings, gpu: GpuTarget,
@@ -129,8 +153,9 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     ranks = []
     pools: dict[int, StatePool] = {}
     for stage in model.stages:
-        pool = pools[stage.index] = state_pool(model, stage, static - stage.weights_bytes, profile)
-        rest = static - stage.weights_bytes - pool.pool_bytes
+        available = static - stage.weights_bytes - multimodal_reserve(model, profile)
+        pool = pools[stage.index] = state_pool(model, stage, available, profile)
+        rest = available - pool.pool_bytes
         tokens = _stage_tokens(model, stage, rest, profile, compressed)
         for tp_rank in range(request.tp):
             ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
@@ -180,12 +205,29 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     )
 
 
+def multimodal_reserve(model: ServedModel, profile: SglangProfile) -> int:
+    """What SGLang keeps off the KV budget for a model it serves with its vision tower: mm_runtime_reservation_gb
+    (mem_cache/kv_cache_configurator.py:202 @ v0.5.23), SGLANG_VLM_CACHE_SIZE_MB of embedding cache; ModelConfig turns
+    multimodal off by default for the model types the profile names (configs/model_config.py:692 mm_disabled_models)."""
+    vlm = _multimodal(model, profile)
+    return vlm.cache_mib * MiB if vlm is not None else 0
+
+
+def _multimodal(model: ServedModel, profile: SglangProfile) -> SglangMultimodal | None:
+    """The profile's multimodal defaults, for a model SGLang serves with its vision tower (else None)."""
+    vlm = profile.multimodal
+    if vlm is None or not model.arch.multimodal or model.arch.model_type in vlm.value.disabled_model_types:
+        return None
+    return vlm.value
+
+
 def _stage_tokens(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile, compressed: bool) -> int:
     """The token slots `rest` bytes buy on a rank of `stage` (DeepSeek-V4: DSV4PoolConfigurator's full tokens)."""
     if compressed:
         return v4.full_tokens(stage, rest, profile)
-    cell = _cell_bytes(model, stage, profile)
-    return max(rest, 0) // cell if cell else 0
+    cell, page = _cell(model, stage, profile), _page_size(model, profile)
+    # DefaultPoolConfigurator.calculate_pool_sizes (pool_configurator.py:646 @ v0.5.23): whole pages
+    return floor(max(rest, 0) / cell) // page * page if cell else 0
 
 
 @dataclass(frozen=True)
@@ -194,10 +236,11 @@ class StatePool:
 
     per_request_bytes: int  # one sequence's states in every recurrent layer of the rank (mamba_cache_per_req)
     slots: int  # max_mamba_cache_size
+    padding_slots: int = 0  # allocated beside them (v0.5.23: the pool's padding slot)
 
     @property
     def pool_bytes(self) -> int:
-        return self.slots * self.per_request_bytes
+        return (self.slots + self.padding_slots) * self.per_request_bytes
 
 
 def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile) -> StatePool:
@@ -208,7 +251,11 @@ def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfi
     if not per_request:
         return StatePool(0, 0)
     ratio = Fraction(str(profile.mamba_full_memory_ratio.value))
-    return StatePool(per_request, floor(max(rest, 0) * ratio / (1 + ratio)) // per_request)
+    padding = profile.state_pool_padding_slots.value if profile.state_pool_padding_slots is not None else 0
+    # kv_cache_configurator.py @ v0.5.23: max_mamba_cache_size = (mamba_budget_bytes - per_slot) // per_slot (line
+    # 3383), the pool (max_mamba_cache_size + 1) slots ("+1 accounts for each pool's padding slot", line 3404)
+    budget = floor(max(rest, 0) * ratio / (1 + ratio))
+    return StatePool(per_request, max(budget - padding * per_request, 0) // per_request, padding)
 
 
 def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int, profile: SglangProfile) -> PoolLayout:
@@ -216,7 +263,8 @@ def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int
     layers = model.cache_layers(stage)
     kinds = Counter("state" if layer.attention.kind in RECURRENT_KINDS else layer.attention.kind for layer in layers)
     state_layers = kinds.get("state", 0)
-    return PoolLayout(block_size=1, page_bytes=_cell_bytes(model, stage, profile), layers_per_group=len(layers),
+    return PoolLayout(block_size=_page_size(model, profile), page_bytes=_cell_bytes(model, stage, profile),
+                      layers_per_group=len(layers),
                       groups=tuple(CacheGroup(kind, count, 1, 1) for kind, count in kinds.items()),
                       state_bytes=pool.per_request_bytes // state_layers if state_layers else 0,
                       state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, running_requests=running)

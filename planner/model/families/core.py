@@ -164,6 +164,9 @@ class Architecture:
     head: tuple[Tensor, ...] = ()  # final norm + lm_head, last pipeline stage
     tied_embeddings: bool = False
     multimodal: tuple[Tensor, ...] = ()  # vision tower + projector, first pipeline stage
+    # the vision config's num_hidden_layers and hidden_size as config.json writes them (None: not written); SGLang's
+    # default mem_fraction_static for a multimodal model reads them (engines/sglang.py)
+    vision_layers_hidden: tuple[int | None, int | None] | None = field(default=None, compare=False)
     unloaded: tuple[Tensor, ...] = ()  # in the checkpoint, not loaded for serving (e.g. MTP heads)
     intermediate_size: int = 0
     moe: MoE | None = None
