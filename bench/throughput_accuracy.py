@@ -131,6 +131,7 @@ class Measurement:
     tp: int
     pp: int
     ep: int  # expert parallelism with tensor-parallel attention (the protocol's EP amendment)
+    dp: int  # data-parallel attention groups (the protocol's DP amendment: timed at the stated batch)
     batch: int
     prompt_tokens: int
     output_tokens: int
@@ -204,8 +205,6 @@ def excluded(label: str, raw: dict[str, Any]) -> None:
     speculative = raw.get("speculative")
     if speculative and str(speculative).startswith("not stated"):
         raise Skip("speculative decoding not stated (excluded: may be on)")
-    if (raw.get("dp_attention") or 1) > 1:
-        raise Skip("data-parallel attention (not modelled yet)")
     if (raw.get("ep") or 1) > 1 and "deepep" in json.dumps(raw).lower():
         raise Skip("expert parallelism over a DeepEP all-to-all (not modelled yet)")
     if raw.get("enforce_eager"):
@@ -232,7 +231,10 @@ def speculation_of(raw: dict[str, Any]) -> Speculation | None:
     if "ngram" in text.lower() or "eagle3" in text.lower().replace("-", "") or steps is None \
             or (topk is not None and int(topk.group(1)) != 1):
         raise Skip("speculative decoding other than a chain draft of the MTP module (not modelled yet)")
-    return speculation("mtp", int(steps.group(1)), number(accept))
+    try:
+        return speculation("mtp", int(steps.group(1)), number(accept))
+    except PlannerInputError:  # e.g. an acceptance length above steps + 1: the run drafted otherwise than stated
+        raise Skip("speculative setting inconsistent (acceptance length above the draft steps + 1)") from None
 
 
 def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
@@ -291,7 +293,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     return Measurement(
         row=label, engine=engine, model=catalog_model(catalog, raw["model"]),
         precision=first_match(raw["precision"], PRECISIONS, "precision"), kv_dtype=kv_dtype(raw["kv_cache_dtype"]),
-        gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, ep=raw.get("ep") or 1, batch=batch,
+        gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, ep=raw.get("ep") or 1, dp=raw.get("dp_attention") or 1, batch=batch,
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
         release=stated_release(raw.get("engine_version")),
@@ -317,7 +319,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
     """The model, checked to hold the stated batch at its full context (else the engine ran fewer at once)."""
     arch = architecture_from_config(catalog.models.get(m.model).config, m.model)
     request = Request(context=m.prompt_tokens + m.output_tokens, batch=m.batch, tp=m.tp, pp=m.pp,
-                      precision=m.precision, kv_dtype=m.kv_dtype, ep=m.ep)
+                      precision=m.precision, kv_dtype=m.kv_dtype, ep=m.ep, dp=m.dp)
     try:
         fit = estimate_memory(arch, request, catalog, GpuTarget.from_catalog(catalog.gpus.get(m.gpu))).gpu
     except PlannerInputError as exc:
@@ -330,7 +332,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
 def timer(catalog: Catalog, m: Measurement, arch: Architecture,
           performance: PerformanceCatalog | None = None) -> ReplicaTimer:
     return replica_timer(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, catalog, m.engine,
-                         performance, m.ep, release=m.release)
+                         performance, m.ep, m.dp, m.release)
 
 
 def predict(catalog: Catalog, m: Measurement, arch: Architecture,
@@ -346,7 +348,8 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     shape = Workload(m.prompt_tokens, m.output_tokens)
     step_timer = timer(catalog, m, arch, performance)
     static = timer_performance(step_timer, m.batch, shape)
-    if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES:
+    # DP attention is timed at the stated batch (the protocol's DP amendment: its pool is not in the closed loop)
+    if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES or m.dp > 1:
         return static
     # as `planner perf --concurrency` (api._replica): the engine's default profile's pool, the row's release's kernels
     card = catalog.gpus.get(m.gpu)
