@@ -437,6 +437,22 @@ def test_an_eager_prefill_pass_takes_the_hosts_launch_time_when_that_is_longer(c
     assert times == sorted(times)
 
 
+def test_the_eager_host_cost_is_pr_12160s_forward_over_the_kernels_counted_by_hand(catalog, perf):
+    """DeepSeek-V3 FP8 at TP8, eager (SGLang 0.5.6), a one-token forward: per layer 5 small kernels and the attention
+    kernel, the MLA layer's 2 extra norms, 2 all-reduces and 4 attention GEMMs (fused q_a/kv_a, q_b, kv_b, o_proj);
+    the 3 dense layers' gate-up and down; each of the 58 MoE layers' routing kernel, fused MoE kernel, router GEMM and
+    shared expert's gate-up and down; the lm_head: 1,151 kernels, whose host time SGLang PR 12160 logs as 82.64 ms."""
+    model = arch(catalog, "deepseek-v3")
+    layers, moe = model.num_layers, sum(1 for layer in model.layers if layer.is_moe)
+    assert (layers, moe) == (61, 58)
+    kernels = layers * (5 + 1 + 2 + 2 + 4) + (layers - moe) * 2 + moe * (2 + 3) + 1
+    assert kernels == 1151
+    timer = replica_timer(model, "fp8-block", "auto", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "sglang",
+                          release="0.5.6")
+    assert timer.prefill_s(1, 1) == pytest.approx(kernels * perf.engine("sglang").eager_launch_us * 1e-6)
+    assert timer.prefill_s(1, 1) == pytest.approx(0.08264, rel=1e-3)
+
+
 def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):
     """The rules as read from SGLang's source: every prefill through 0.5.9; AMD in every release; from 0.5.10 under
     PP or DP attention, and through 0.5.12 with the FlashInfer TensorRT-LLM MoE runner except gpt-oss; from 0.5.16

@@ -815,7 +815,7 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
                 + stage.mla_layers * hw.mla_layer_fixed_s + (body.low_bit_kernels + attention.low_bit_kernels) * low.launch_s
                 + (body.wide_kernels + attention.wide_kernels) * wide.launch_s
                 + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
-    launches = (stage.layers * hw.layer_launches + experts.layers * (hw.moe_layer_launches + 1)
+    launches = (stage.layers * hw.layer_launches + experts.layers * hw.moe_layer_launches
                 + stage.mla_layers * hw.mla_layer_launches + ALLREDUCES_PER_LAYER * stage.layers * (hw.tp > 1)
                 + body.low_bit_kernels + attention.low_bit_kernels + body.wide_kernels + attention.wide_kernels
                 + head.low_bit_kernels + head.wide_kernels)
