@@ -256,7 +256,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); `ep`:
     the routed experts dealt over that many of the tp GPUs; `dp`: data-parallel attention groups among them, each
-    attending to its own requests (at a batch only: the pool under DP attention is not modelled); `speculation`: every
+    attending to its own requests from its own pool (the requests dealt evenly over the groups); `speculation`: every
     decode step a speculative cycle of the checkpoint's MTP module (planner.estimator.speculative); with
     `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
     `performance`: the speed model's constants to time it with (default catalogs/performance.yaml)."""
@@ -272,9 +272,6 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     if concurrency is not None and concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
-    if dp > 1 and (rate is not None or concurrency is not None):
-        raise PlannerInputError("--dp: data-parallel attention is timed at a --batch only; drop --rate and --concurrency "
-                                "(the engine's KV pool under DP attention is not modelled yet)")
     if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
         raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
                                 "--concurrency and --pp (the scheduler under speculative decoding is not modelled yet)")
@@ -576,7 +573,8 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget (the profile of
     `engine_version`, default the current release) gives it at max-model-len `context` (which must hold one request,
     as vLLM checks at start-up); with `ep`-way expert parallelism (no all-to-all backend) each rank holds the bytes
-    it holds under TP (E/ep whole experts are E/tp of each), so the pool is the TP layout's."""
+    it holds under TP (E/ep whole experts are E/tp of each), so the pool is the TP layout's; with `dp` attention groups
+    each holds its own pool of the budget's tokens."""
     from planner.api_records import Replica
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
@@ -604,12 +602,12 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep, dp, engine_version)
     scheduler = None
     if sized:
-        request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype)
+        request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, dp=dp)
         budget = engine_budget(arch, request, EngineSettings(canonical(name), version=engine_version),
                                GpuTarget.from_catalog(card), catalog)
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
-        scheduler = Scheduler.of(budget)  # an EP layout without an all-to-all holds the TP layout's bytes
+        scheduler = Scheduler.of(budget, dp=dp)  # every DP group's own pool
     return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp, engine_version)
 
 

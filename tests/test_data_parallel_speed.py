@@ -52,11 +52,29 @@ def test_step_never_falls_as_the_batch_grows_under_dp():
 
 @pytest.mark.parametrize("args, needle", [
     (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "3"], "--dp: 3 does not divide --tp 8"),
-    (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "8", "--concurrency", "4"], "--dp: data-parallel attention is "
-                                                                                    "timed at a --batch only"),
+    (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "8", "--concurrency", "4"], "--engine vllm: its memory profile "
+                                                                                    "does not size data-parallel"),
 ])
 def test_cli_refusals_are_one_line(tmp_path, args, needle):
     refused(*args, cwd=tmp_path, needle=needle)
+
+
+def test_a_rate_and_clients_run_on_every_dp_groups_own_pool():
+    """At a rate (or C clients) the replica's pool is its 8 DP groups' pools, each the per-rank pool SGLang's budget
+    sizes for the layout (its token pool on one GPU of the group)."""
+    from planner.catalog.load import load_catalog
+    from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.estimator.memory import GpuTarget, Request
+    from planner.model.sources import resolve_model
+
+    catalog = load_catalog()
+    budget = engine_budget(resolve_model(catalog, MODEL), Request(context=2500, batch=1, tp=8, dp=8),
+                           EngineSettings("sglang"), GpuTarget.from_catalog(catalog.gpus.get(GPU)), catalog)
+    shape = dict(gpu=GPU, tp=8, dp=8, ep=8, engine="sglang", prompt_tokens=2000, output_tokens=500)
+    steady = api.perf(MODEL, rate=4, **shape).to_dict()["steady_state"]
+    assert steady["keeps_up"] and steady["pool_tokens"] == 8 * budget.kv_cache_capacity_tokens
+    looped = api.perf(MODEL, concurrency=64, **shape).to_dict()["closed_loop"]
+    assert looped["running"] == 64
 
 
 def test_cli_names_the_layout(tmp_path):
