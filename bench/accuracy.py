@@ -160,6 +160,25 @@ VARIOUS_POINTS = [
     _various(52, "Qwen3.5-27B 2 seqs recurrent", "llamacpp", "qwen3.5-27b", 80.0, 4096, "2026 master, tensor split; the recurrent memory's total only (it depends on neither context nor card)", precision="q4_k_m", batch=2, metrics=("rs_size_mib",)),
     _various(44, "gpt-oss-120b 2x128K", "llamacpp", "gpt-oss-120b", 200.0, 131072, "Ollama 0.30.2 (2026 llama.cpp); KV only", precision="mxfp4", batch=2, settings=dict(n_batch=1024, n_ubatch=1024)),
 ]
+# Gathered blind (no prediction run on them) after the SGLang 0.5.23 oracle fixes; most rows are community rigs whose
+# command line the stored excerpt cuts, or checkpoints the catalog does not hold: the replayable ones
+LOGS_2026B_FILE = "engine-logs-2026b.jsonl"
+LOGS_2026B_POINTS = [
+    Point(LOGS_2026B_FILE, 18, "gpt-oss-20b A100 gmu 0.65", "vllm", "gpt-oss-20b", "a100-sxm-80gb", 131072,
+          precision="mxfp4", note="v0.19.0; the card's size inferred by the collector",
+          settings=dict(gpu_memory_utilization=0.65)),
+    Point(LOGS_2026B_FILE, 19, "gemma-4-26B-A4B A100 eager", "vllm", "gemma-4-26b-a4b", "a100-sxm-80gb", 131072,
+          note="v0.19.0 (inferred from the page); --enforce-eager; the card's size inferred by the collector",
+          settings=dict(gpu_memory_utilization=0.9, enforce_eager=True)),
+]
+NOT_REPLAYED_2026B = {
+    **dict.fromkeys((0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 23, 24, 25, 26, 27, 28, 33, 34),
+                    "Qwen3.6 / Qwen3.8 community checkpoints the catalog does not hold"),
+    15: "Kimi-K2-Thinking's INT4 experts (the catalog's Kimi-K2 is FP8)", 16: "decode context parallelism",
+    17: "Kimi-Linear not in the catalog", 20: "card and KV dtype not stated", 21: "GGUF in vLLM, model not stated",
+    22: "GPU and mem_fraction_static not in the excerpt", 29: "GLM-5.2 not in the catalog",
+    30: "GLM-5.2 not in the catalog", 31: "model not stated", 32: "MiMo-V2-Flash not in the catalog",
+}
 NOT_REPLAYED = {
     9: "model unidentified", 11: "Qwen1.5 not in the catalog", 13: "LoRA buffers in the weights (Unsloth)",
     21: "LoRA buffers in the weights (Unsloth)", 37: "AMD ROCm with AITER workspace", 42: "two different GPUs",
@@ -286,7 +305,7 @@ def _predicted(budget: EngineBudget, metric: str) -> tuple[str, float] | None:
 
 
 def compare(points: list[Point], catalog: Catalog) -> list[Comparison]:
-    records = {name: _records(name) for name in (V019_FILE, VARIOUS_FILE)}
+    records = {name: _records(name) for name in (V019_FILE, VARIOUS_FILE, LOGS_2026B_FILE)}
     out = []
     for point in points:
         budget = predict(point, catalog)
@@ -302,7 +321,7 @@ def compare(points: list[Point], catalog: Catalog) -> list[Comparison]:
 
 
 def all_points() -> list[Point]:
-    return _v019_points() + VARIOUS_POINTS
+    return _v019_points() + VARIOUS_POINTS + LOGS_2026B_POINTS
 
 
 def main() -> int:
@@ -317,6 +336,11 @@ def main() -> int:
               f"{c.error:>+8.1%}" + (f"   ({c.point.note})" if c.point.note and first else ""))
         last = name
     print("\nnot replayed (engine-logs-various.jsonl): " + "; ".join(f"#{i} {why}" for i, why in NOT_REPLAYED.items()))
+    reasons: dict[str, list[int]] = {}
+    for index, why in sorted(NOT_REPLAYED_2026B.items()):
+        reasons.setdefault(why, []).append(index)
+    print(f"not replayed ({LOGS_2026B_FILE}): "
+          + "; ".join(f"{' '.join(f'#{i}' for i in rows)} {why}" for why, rows in reasons.items()))
     print("\nvLLM v0.19 on H100 (28 start-ups): absolute relative error")
     failed = False
     for metric, tolerance in TOLERANCES.items():
