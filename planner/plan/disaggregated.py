@@ -32,13 +32,10 @@ from planner.errors import PlannerInputError
 from planner.estimator.capacity import Slo
 from planner.estimator.performance import Workload
 from planner.plan.deadline import NO_DEADLINE, Deadline
+from planner.plan.roles import AGGREGATED, BOTH, DECODE, DISAGGREGATED, PREFILL, ROLES, SERVING_MODES
 from planner.plan.search import Candidate, SearchSpace, recheck
 from planner.plan.serving import Bucket, FleetWorkload, ReplicaLayout, ServingConfig, most_capacity
 
-AGGREGATED, DISAGGREGATED = "aggregated", "disaggregated"
-SERVING_MODES = (AGGREGATED, DISAGGREGATED)
-BOTH, PREFILL, DECODE = "both", "prefill", "decode"
-ROLES = (BOTH, PREFILL, DECODE)
 # engines whose disaggregated serving planner exports (SGLang --disaggregation-mode, vLLM's NixlConnector)
 ENGINES = ("vllm", "sglang")
 # The TTFT a decode replica adds: the step under way when the transferred request arrives, then its own first step

@@ -15,7 +15,10 @@ redundancy (the fleet still meets demand without its k largest replicas of any c
 minimum replicas; a cap on distinct configurations per workload; GPU quotas per provider /
 region / GPU type shared by all workloads; an on-demand share of capacity when spot is allowed;
 with fleet.survive, demand met with any one region (provider) lost. Spot replicas count at their
-expected availability (fleet.spot; planner.plan.failure). Objective: $/hour.
+expected availability (fleet.spot; planner.plan.failure). With search.serving disaggregated, a bucket may instead be
+served by prefill and decode replicas (planner.plan.disaggregated), each kind meeting every demand rule: a boolean per
+bucket searched both ways picks the mode. Objective: $/hour (then, with both modes searched, aggregated buckets and
+the fewest GPUs at equal cost).
 """
 
 from __future__ import annotations
@@ -303,11 +306,22 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
             model.add(sum(covered) <= quota.max_gpus)
     cost = sum(instances[pi] * pools[pi].price_units for pi in instances)
     # with unmet demand allowed: serve as much as possible first (the cost is minimized after, at that service,
-    # in _least_unmet), rather than one weighted sum whose coefficients overflow at large demands. At equal cost a
-    # bucket is served aggregated (one pool, no transfer): each disaggregated bucket adds less than a cost unit
-    model.minimize(sum(slack.values()) if slack else
-                   cost * (len(splits_made) + 1) + sum(splits_made) if splits_made else cost)
+    # in _least_unmet), rather than one weighted sum whose coefficients overflow at large demands
+    scale, tie = _tie_break(configs, replicas, upper, splits_made)
+    model.minimize(sum(slack.values()) if slack else cost * scale + tie)
     return _Built(model, replicas, instances, slack, cost)
+
+
+def _tie_break(configs: list[ServingConfig], replicas: dict[tuple[int, int], cp_model.IntVar],
+               upper: dict[tuple[int, int], int], splits: list[cp_model.IntVar]) -> tuple[int, cp_model.LinearExpr | int]:
+    """(scale of the cost, what to minimise beside it). With both serving modes searched, at equal cost (whole
+    paid nodes leave GPUs spare): each bucket aggregated (one pool, no transfer), then the fewest GPUs running, the
+    cost scaled past the largest tie-break so that no saving is traded for it; otherwise the cost alone, as before."""
+    if not splits:
+        return 1, 0
+    gpus = sum(var * configs[ci].candidate.gpus for (ci, _), var in replicas.items())
+    most = sum(bound * configs[ci].candidate.gpus for (ci, _), bound in upper.items()) + 1
+    return most * (len(splits) + 1), most * sum(splits) + gpus
 
 
 def _mode(config: ServingConfig) -> str:
