@@ -249,3 +249,40 @@ def test_a_day_profile_scales_each_pool_of_a_pair_to_the_hours_demand():
             capacity = sum(n * a.config.capacity_rps for n, a in zip(hours[hour].assignment_replicas, plan.assignments)
                            if a.config.role == role)
             assert capacity >= demand
+
+
+@pytest.mark.parametrize("prefill_rps, mode, nodes", [
+    # aggregated: 4 req/s / 1.0 = 4 replicas of 8 GPUs: 4 nodes
+    (2.0, "disaggregated", 3),  # ceil(4 / 2.0) = 2 prefill + ceil(4 / 8.0) = 1 decode replica: 3 nodes
+    (1.2, "aggregated", 4),  # ceil(4 / 1.2) = 4 prefill + 1 decode: 5 nodes, dearer than 4
+    (4 / 3, "aggregated", 4),  # 3 prefill + 1 decode: 4 nodes, as dear as aggregated: one pool wins the tie
+])
+def test_cp_sat_picks_the_cheaper_mode_of_a_constructed_case(prefill_rps, mode, nodes):
+    from dataclasses import replace
+
+    from planner.plan.fleet import Pool, _build, _solve
+
+    problem = fleet_problem(rag(4), CATALOG)
+    (w,) = problem.workloads
+    configs = ServingCache(CATALOG).configs(w)
+    # one 8-GPU replica of each role, its capacity set by hand
+    picked = [replace(next(c for c in configs if c.role == role and c.candidate.gpus == 8), capacity_rps=rps)
+              for role, rps in (("both", 1.0), ("prefill", prefill_rps), ("decode", 8.0))]
+    pools = [Pool(o, m) for o, m in w.space.offers if o.gpus == 8][:1]
+    built = _build(problem, picked, pools, allow_unmet=False)
+    solver, _ = _solve(built, 10)
+    replicas = {picked[ci].role: solver.value(var) for (ci, _), var in built.replicas.items() if solver.value(var)}
+    assert sum(solver.value(var) for var in built.instances.values()) == nodes
+    assert set(replicas) == ({"both"} if mode == "aggregated" else {"prefill", "decode"})
+
+
+def test_a_gpu_without_a_network_figure_serves_aggregated_only_and_the_plan_says_why():
+    scenario = parse_scenario({
+        "model": "llama-3.1-8b",
+        "workload": {"context": 8192, "traffic": {"requests_per_s": 4, "prompt_tokens": 2000, "output_tokens": 200},
+                     "slo": {"ttft_s": 2.0, "tpot_s": 0.05}},
+        "search": {"gpus": ["l40s"], "serving": ["disaggregated"]}})
+    plan = plan_fleet(fleet_problem(scenario, CATALOG), CATALOG, explain=False)
+    assert plan.usd_per_hour is None
+    assert "disaggregated replicas need a GPU with a node network figure in catalogs/gpus.yaml (b200, h100-sxm, " \
+           "h200-sxm)" in plan.unmet[0]

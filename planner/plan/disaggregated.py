@@ -123,6 +123,17 @@ def role_configs(workload: FleetWorkload, catalog: Catalog, layouts: list[Replic
     return configs
 
 
+def unserved_reason(workload: FleetWorkload, catalog: Catalog) -> str:
+    """Why a bucket of a workload searched disaggregated only found no prefill/decode pair: what the mode needs of its
+    GPUs and offers; empty when aggregated replicas were searched too."""
+    if AGGREGATED in workload.serving:
+        return ""
+    networked = sorted(g.name for g in catalog.gpus if g.network is not None)
+    return (f"; disaggregated replicas need a GPU with a node network figure in catalogs/gpus.yaml "
+            f"({', '.join(networked)}) rented as whole nodes, and a prefill TTFT left after the transfer and "
+            f"{DECODE_TTFT_STEPS} x tpot_s; add aggregated to search.serving")
+
+
 def check_workload(name: str, engine: str, serving: tuple[str, ...], slo: Slo) -> None:
     """A one-line error where disaggregated serving cannot be planned."""
     if DISAGGREGATED not in serving:
@@ -153,4 +164,4 @@ class ServingChoice:
 
 __all__ = ["AGGREGATED", "BOTH", "DECODE", "DECODE_TTFT_STEPS", "DISAGGREGATED", "ENGINES", "KvTransfer", "PREFILL",
            "ROLES", "SERVING_MODES", "ServingChoice", "check_workload", "decode_slo", "kv_transfer", "on_network",
-           "prefill_slo", "role_configs", "role_shape"]
+           "prefill_slo", "role_configs", "role_shape", "unserved_reason"]

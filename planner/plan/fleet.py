@@ -39,7 +39,7 @@ from planner.plan.configuration import Configuration
 from planner.plan.deadline import Deadline, OutOfTime
 from planner.estimator.capacity import TOLERANCE, steady_state
 from planner.plan.disaggregated import (AGGREGATED, BOTH, DECODE, DISAGGREGATED, PREFILL, KvTransfer, ServingChoice,
-                                        check_workload, on_network)
+                                        check_workload, on_network, unserved_reason)
 from planner.plan.failure import SpotRates, SpotRisk, Survive, counted_units, fallback, zone
 from planner.plan.hosted import HostedCost, hosted_costs
 from planner.plan.loads import ReplicaLoads, replica_loads
@@ -595,7 +595,8 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
         for b, _bucket in enumerate(w.buckets):
             if (w.name, b) not in served:
                 why = "no configuration fits in memory and meets the SLO" + (
-                    f" (ttft <= {w.slo.ttft_s} s, tpot <= {w.slo.tpot_s} s)" if w.slo.ttft_s or w.slo.tpot_s else "")
+                    f" (ttft <= {w.slo.ttft_s} s, tpot <= {w.slo.tpot_s} s)" if w.slo.ttft_s or w.slo.tpot_s else ""
+                ) + unserved_reason(w, catalog)
                 unmet.append(f"{w.name} bucket {b}: {why}")
     relaxed = _build(problem, configs, pools, allow_unmet=True)
     solver, status2 = _least_unmet(relaxed, deadline)
