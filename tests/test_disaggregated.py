@@ -286,3 +286,9 @@ def test_a_gpu_without_a_network_figure_serves_aggregated_only_and_the_plan_says
     assert plan.usd_per_hour is None
     assert "disaggregated replicas need a GPU with a node network figure in catalogs/gpus.yaml (b200, h100-sxm, " \
            "h200-sxm)" in plan.unmet[0]
+
+
+def test_the_cli_refuses_disaggregated_without_traffic_in_one_line(tmp_path):
+    (tmp_path / "s.yaml").write_text("model: llama-3.1-8b\nworkload: {context: 8192}\n"
+                                     "search: {serving: [disaggregated]}\n")
+    refused("solve", "s.yaml", cwd=tmp_path, needle="search.serving: disaggregated sizes prefill and decode pools")

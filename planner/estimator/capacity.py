@@ -32,6 +32,9 @@ With a shared prefix (Workload.shared_prefix_tokens, e.g. a system prompt) cache
 caching and SGLang's radix cache keep it, a request computes and holds only the P - C tokens after the C it
 finds cached (Scheduler.cached_tokens), its chunks attending to those C as well; the replica holds the C
 tokens' blocks once. Decode steps still read every request's whole context.
+A request whose prompt was prefilled elsewhere (Workload.prefilled: a disaggregated decode replica,
+planner.plan.disaggregated) computes only its prompt's last token and holds its whole prompt of its own, P + t per
+request (Scheduler.own_prompt): a transferred KV is held per request, a prefix-cache hit once per replica.
 """
 
 from __future__ import annotations
