@@ -12,7 +12,7 @@ from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request
 from planner.estimator.performance import Workload, replica_timer
 from planner.model.sources import resolve_model
-from planner.plan.disaggregated import (DECODE, PREFILL, decode_slo, prefill_slo, role_shape)
+from planner.plan.disaggregated import DECODE, PREFILL, decode_slo, prefill_slo, role_shape
 from planner.plan.fleet import fleet_problem, plan_fleet
 from planner.plan.scenario import parse_scenario
 from planner.plan.serving import Bucket, ServingCache
@@ -156,7 +156,7 @@ def test_bad_serving_input_is_one_line(change, message):
 # The plan file and the exports
 
 from test_cli import refused  # noqa: E402
-from test_parallel_layouts import SGLANG_SOURCE, VLLM_SOURCE, _commands, _vllm_flags, sglang_parser  # noqa: E402,F401
+from test_parallel_layouts import VLLM_SOURCE, _commands, _vllm_flags, sglang_parser  # noqa: E402,F401
 
 import json  # noqa: E402
 
