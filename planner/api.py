@@ -658,7 +658,7 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
         raise PlannerInputError(f"{source}: the fleet has no replicas to simulate ({'; '.join(plan.unmet) or plan.status})")
     by_name = {w.name: w for w in problem.workloads}
     specs = []
-    for a in plan.assignments:
+    for a in _simulated(plan.assignments, scenario.name or "scenario", lambda a: a.config.role):
         w = by_name[a.workload]
         c = a.config.candidate
         specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
@@ -682,7 +682,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
 
     checked = load_plan_file(path, catalog)
     specs = []
-    for i, plan in enumerate(checked):
+    for i, plan in _simulated(list(enumerate(checked)), path.name, lambda p: getattr(p[1].record, "role", "both")):
         row = plan.record
         if not isinstance(row, FleetAssignment):
             raise PlannerInputError(f"{path}: a single-configuration plan carries no traffic to simulate; "
@@ -708,6 +708,17 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
                                   planned_rps=row.capacity_rps_per_replica,
                                   engine_version=c.engine.version, dp=c.dp, ep=c.ep))
     return specs
+
+
+def _simulated(replicas: Sequence[Any], source: object, role: Callable[[Any], str]) -> list[Any]:
+    """The replicas `planner simulate` runs: the aggregated ones (the simulator prefills every request it runs, so a
+    disaggregated pair's replicas are left to the capacity model); a one-line error when none is left."""
+    kept = [r for r in replicas if role(r) == "both"]
+    if not kept:
+        raise PlannerInputError(f"{source}: every replica is one of a disaggregated prefill/decode pair, which the "
+                                "simulator does not run (it prefills every request itself); the plan's steady states "
+                                "are the capacity model's")
+    return kept
 
 
 def __getattr__(name: str) -> Any:

@@ -277,6 +277,6 @@ class Replan:
                 "planned_replicas": self.planned_replicas, "planned_usd_per_hour": self.planned_usd_per_hour,
                 "change": self.change, "speed": list(self.plan.speed), "unmet": list(self.plan.unmet),
                 "assignments": [{"workload": a.workload, "gpu": a.config.candidate.gpu.name, "tp": a.config.candidate.tp,
-                                 "pp": a.config.candidate.pp, "replicas": a.replicas,
+                                 "pp": a.config.candidate.pp, "replicas": a.replicas, "role": a.config.role,
                                  "capacity_rps_per_replica": round(a.config.capacity_rps, 3)}
                                 for a in self.plan.assignments]}

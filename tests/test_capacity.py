@@ -200,7 +200,7 @@ def test_the_expected_load_splits_a_buckets_demand_by_capacity():
     from planner.plan.serving import Bucket, FleetWorkload
 
     chat = FleetWorkload("chat", None, (Bucket(1.5, 1000, 200), Bucket(5.0, 100, 20)))
-    big, small = SimpleNamespace(capacity_rps=1.4), SimpleNamespace(capacity_rps=0.6)
+    big, small = SimpleNamespace(capacity_rps=1.4, role="both"), SimpleNamespace(capacity_rps=0.6, role="both")
     loads = _expected_loads((chat,), [("chat", 0, big, 2), ("chat", 0, small, 1), ("chat", 1, small, 4)])
     # bucket 0: capacity 2 x 1.4 + 1 x 0.6 = 3.4 req/s for 1.5 req/s: shares 2.8 / 3.4 and 0.6 / 3.4, each replica
     # at 1.5 / 3.4 = 44% of its capacity; bucket 1: 5 req/s beyond its 4 x 0.6 = 2.4, so each replica at capacity

@@ -63,6 +63,19 @@ class Interconnect:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Network:
+    """A node's network to other nodes, per GPU (the NICs a KV transfer between disaggregated pools crosses)."""
+
+    name: str
+    gbps_per_gpu: float = bounded(gt=0)  # line rate per GPU, decimal Gb/s (10^9 bit/s)
+    source: str
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.gbps_per_gpu * 1e9 / 8
+
+
+@dataclass(frozen=True, kw_only=True)
 class Gpu(_Record):
     """A GPU of gpus.yaml."""
 
@@ -76,6 +89,8 @@ class Gpu(_Record):
     dense_tflops: dict[str, float | None]
     native_formats: tuple[str, ...]
     interconnect: Interconnect
+    # the inter-node network of the GPU's whole node (HGX/DGX: a NIC per GPU); None where the catalog has no source
+    network: Network | None = None
     pcie_gen: int | None = None
     gpus_per_node: int = bounded(gt=0)
     tdp_watts: float | None = None

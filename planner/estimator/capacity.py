@@ -32,6 +32,9 @@ With a shared prefix (Workload.shared_prefix_tokens, e.g. a system prompt) cache
 caching and SGLang's radix cache keep it, a request computes and holds only the P - C tokens after the C it
 finds cached (Scheduler.cached_tokens), its chunks attending to those C as well; the replica holds the C
 tokens' blocks once. Decode steps still read every request's whole context.
+A request whose prompt was prefilled elsewhere (Workload.prefilled: a disaggregated decode replica,
+planner.plan.disaggregated) computes only its prompt's last token and holds its whole prompt of its own, P + t per
+request (Scheduler.own_prompt): a transferred KV is held per request, a prefix-cache hit once per replica.
 """
 
 from __future__ import annotations
@@ -134,6 +137,19 @@ class Scheduler:
         shared = min(shared_prefix_tokens, prompt_tokens - 1)
         return shared // self.block_tokens * self.block_tokens
 
+    def own_prompt(self, shape: Workload) -> tuple[int, int, int, int]:
+        """A request's prompt as the replica runs it: (tokens it computes, tokens before them its chunks attend to,
+        tokens it holds of its own, tokens of the shared prefix the replica holds once). A prefix-cache hit is held
+        once by the replica (cached_tokens); a prompt prefilled elsewhere (shape.prefilled: its KV transferred to a
+        disaggregated decode replica) is held whole by each request, which computes only its last token, the step
+        that makes its first token here (vLLM @ v0.34.0, v1/core/sched/scheduler.py: once a NixlConnector load ends
+        "a full prompt hit re-computes that token so the next one can be sampled", num_computed_tokens = num_tokens
+        - 1)."""
+        if shape.prefilled:
+            return 1, shape.prompt_tokens - 1, shape.prompt_tokens, 0
+        cached = self.cached_tokens(shape.prompt_tokens, shape.shared_prefix_tokens)
+        return shape.prompt_tokens - cached, cached, shape.prompt_tokens - cached, cached
+
 
 def _whole_blocks(tokens: int, block_tokens: int) -> int:
     return ceil(tokens / block_tokens) * block_tokens
@@ -234,8 +250,8 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     if rate < 0:
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     timer = step_times(timer)
-    output, cached = shape.output_tokens, scheduler.cached_tokens(shape.prompt_tokens, shape.shared_prefix_tokens)
-    prompt = shape.prompt_tokens - cached  # what each request prefills and holds of its own
+    output = shape.output_tokens
+    prompt, cached, own, shared_prefix = scheduler.own_prompt(shape)
     budget = scheduler.max_num_batched_tokens
     context = shape.prompt_tokens + output / 2
     found = _mean_field(timer, rate, prompt, cached, output, context, budget)
@@ -257,12 +273,12 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     decoding = rate * (output - 1) * tpot_mean  # Little's law on the time requests spend decoding
     batch = decoding + prefilling
     # the shared prefix's blocks are held once (the cached ones are whole blocks: the requests' own start a block)
-    shared = cached if batch else 0
-    kv_mean = decoding * _mean_held(scheduler, prompt, output) + prefilling * scheduler.held_tokens(prompt) + shared
+    shared = shared_prefix if batch else 0
+    kv_mean = decoding * _mean_held(scheduler, own, output) + prefilling * scheduler.held_tokens(own) + shared
     # the requests running at once are Poisson (M/G/infinity): the pool must hold their 99th percentile, or
     # preemptions (recomputing whole requests) push the replica into a queue that no longer drains
     kv_high = _kv_high(kv_mean, batch, shared)
-    kv_peak = ceil(batch) * scheduler.held_tokens(prompt + output) + shared
+    kv_peak = ceil(batch) * scheduler.held_tokens(own + output) + shared
     # a request arrives within a step (length-biased: E[s^2] / E[s]) unless the engine is idle, which it is
     # with probability e^-batch (nothing running)
     busy = 1 - exp(-batch)

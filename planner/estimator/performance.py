@@ -445,6 +445,10 @@ class Workload:
     # tokens at the start of every prompt that all requests share (a system prompt): what a prefix cache holds once
     # (planner.estimator.capacity.Scheduler.cached_tokens); the speed model times the steps it is given
     shared_prefix_tokens: int = 0
+    # the prompt's KV arrives computed by another replica (a disaggregated decode pool, planner.plan.disaggregated):
+    # the request computes only its last prompt token and holds its whole prompt's KV of its own
+    # (planner.estimator.capacity.Scheduler.own_prompt)
+    prefilled: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,10 @@ redundancy (the fleet still meets demand without its k largest replicas of any c
 minimum replicas; a cap on distinct configurations per workload; GPU quotas per provider /
 region / GPU type shared by all workloads; an on-demand share of capacity when spot is allowed;
 with fleet.survive, demand met with any one region (provider) lost. Spot replicas count at their
-expected availability (fleet.spot; planner.plan.failure). Objective: $/hour.
+expected availability (fleet.spot; planner.plan.failure). With search.serving disaggregated, a bucket may instead be
+served by prefill and decode replicas (planner.plan.disaggregated), each kind meeting every demand rule: a boolean per
+bucket searched both ways picks the mode. Objective: $/hour (then, with both modes searched, aggregated buckets and
+the fewest GPUs at equal cost).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from planner.errors import PlannerInputError
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
 from planner.plan.deadline import Deadline, OutOfTime
+from planner.estimator.capacity import TOLERANCE, steady_state
+from planner.plan.disaggregated import (AGGREGATED, BOTH, DECODE, DISAGGREGATED, PREFILL, KvTransfer, ServingChoice,
+                                        check_workload, on_network, unserved_reason)
 from planner.plan.failure import SpotRates, SpotRisk, Survive, counted_units, fallback, zone
 from planner.plan.hosted import HostedCost, hosted_costs
 from planner.plan.loads import ReplicaLoads, replica_loads
@@ -74,6 +80,7 @@ class FleetProblem:
     time_limit_s: float = 10.0
     spot: SpotRates | None = None  # interruption rates: spot replicas count at their expected availability
     survive: Survive | None = None  # every demand met with any one region (provider) lost
+    held: tuple[tuple[str, str], ...] = ()  # (workload, serving mode) it is held to: what the other mode would cost
 
     def available(self, pool: Pool) -> float:
         """The expected fraction of a pool's capacity serving: 1 but for a spot pool with an interruption rate."""
@@ -130,12 +137,13 @@ def _expected_loads(workloads: tuple[FleetWorkload, ...],
     utilisation ceiling as the others. The one rule for the expected load: the plan prints it, its JSON carries it,
     and `planner simulate` runs it from the scenario or the plan file."""
     by_name = {w.name: w for w in workloads}
-    capacity: dict[tuple[str, int], float] = {}
+    capacity: dict[tuple[str, int, str], float] = {}  # a disaggregated bucket's prefill and decode pools each take it
     for workload, bucket, config, replicas in placed:
-        capacity[workload, bucket] = capacity.get((workload, bucket), 0.0) + replicas * config.capacity_rps
+        key = (workload, bucket, config.role)
+        capacity[key] = capacity.get(key, 0.0) + replicas * config.capacity_rps
     out = []
     for workload, bucket, config, replicas in placed:
-        total = capacity[workload, bucket]
+        total = capacity[workload, bucket, config.role]
         share = replicas * config.capacity_rps / total
         served = min(by_name[workload].buckets[bucket].requests_per_s, total)
         out.append((share, served * share / replicas))
@@ -189,6 +197,7 @@ class FleetPlan:
     left_out: tuple[str, ...] = ()  # GPU types cheaper per GPU-hour than the fleet's dearest that serve nothing, and why
     speed: tuple[str, ...] = ()  # per workload and GPU type: whose speed a calibration file scaled, and whose it did not
     hosted: tuple[HostedCost, ...] = ()  # beside token_costs: each workload's cost against hosted APIs' list prices
+    serving: tuple[ServingChoice, ...] = ()  # per workload bucket: aggregated or disaggregated, and the other's cost
 
 
 def _footprint(config: ServingConfig, pool: Pool) -> int | None:
@@ -221,14 +230,18 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
            allow_unmet: bool) -> _Built:
     model = cp_model.CpModel()
     by_name = {w.name: w for w in problem.workloads}
+    held = dict(problem.held)
     replicas: dict[tuple[int, int], cp_model.IntVar] = {}
     upper: dict[tuple[int, int], int] = {}
     available = [problem.available(pool) for pool in pools]
     for ci, config in enumerate(configs):
         w = by_name[config.workload]
+        if held.get(w.name, _mode(config)) != _mode(config):
+            continue
         bucket = w.buckets[config.bucket]
         for pi, pool in enumerate(pools):
-            if pool.offer.gpu == config.candidate.gpu.name and _fits_pool(config, pool):
+            if pool.offer.gpu == config.candidate.gpu.name and _fits_pool(config, pool) and on_network(config,
+                                                                                                       pool.offer):
                 units = max(1, counted_units(config.capacity_units, available[pi]))
                 bound = ceil(demand_units(bucket) / units) + w.redundancy + w.min_replicas
                 replicas[ci, pi] = model.new_int_var(0, bound, f"n_{ci}_{pi}")
@@ -245,6 +258,7 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
         model.add(gpus <= instances[pi] * pool.offer.gpus)
 
     slack: dict[tuple[str, int], cp_model.IntVar] = {}
+    splits_made: list[cp_model.IntVar] = []  # per bucket searched both ways: served disaggregated
     for w in problem.workloads:
         used_flags = []
         for b, bucket in enumerate(w.buckets):
@@ -254,25 +268,33 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
             unmet = 0
             if allow_unmet:
                 unmet = slack[w.name, b] = model.new_int_var(0, demand, f"unmet_{w.name}_{b}")
-            capacity = sum(units for _, _, units in terms) + unmet
-            model.add(capacity >= demand)
-            if problem.on_demand_share:
-                on_demand = sum(units for _, pi, units in terms if pools[pi].market == "on-demand")
-                model.add(on_demand + unmet >= ceil(problem.on_demand_share * demand))
-            if problem.survive:
-                # any one zone lost, what runs outside it still meets the demand
-                zones = [zone(pools[pi].offer, problem.survive) for _, pi, _ in terms]
-                for lost in dict.fromkeys(zones):
-                    model.add(sum(units for (_, _, units), z in zip(terms, zones) if z != lost) + unmet >= demand)
-            if w.redundancy or w.max_configs is not None:
-                for ci in sorted({ci for ci, _, _ in terms}):
-                    used = model.new_bool_var(f"used_{ci}")
-                    config_vars = [var for (c, _), var in replicas.items() if c == ci]
-                    model.add(sum(config_vars) == 0).only_enforce_if(~used)
-                    used_flags.append(used)
-                    if w.redundancy:
-                        # N+k: losing k replicas of this configuration still leaves the demand covered
-                        model.add(capacity >= demand + w.redundancy * configs[ci].capacity_units).only_enforce_if(used)
+            # each demand rule holds for the replicas serving every request whole (aggregated), or for the prefill
+            # replicas and for the decode replicas (disaggregated), under the bucket's choice of mode
+            modes = _modes(model, configs, replicas, w, b)
+            splits_made += [enforced for role, enforced in modes if role == PREFILL and enforced is not None]
+            for role, enforced in modes:
+                group = [t for t in terms if configs[t[0]].role == role]
+                capacity = sum(units for _, _, units in group) + unmet
+                _when(model.add(capacity >= demand), enforced)
+                if problem.on_demand_share:
+                    on_demand = sum(units for _, pi, units in group if pools[pi].market == "on-demand")
+                    _when(model.add(on_demand + unmet >= ceil(problem.on_demand_share * demand)), enforced)
+                if problem.survive:
+                    # any one zone lost, what runs outside it still meets the demand
+                    zones = [zone(pools[pi].offer, problem.survive) for _, pi, _ in group]
+                    for lost in dict.fromkeys(zones):
+                        _when(model.add(sum(units for (_, _, units), z in zip(group, zones) if z != lost) + unmet
+                                        >= demand), enforced)
+                if w.redundancy or w.max_configs is not None:
+                    for ci in sorted({ci for ci, _, _ in group}):
+                        used = model.new_bool_var(f"used_{ci}")
+                        config_vars = [var for (c, _), var in replicas.items() if c == ci]
+                        model.add(sum(config_vars) == 0).only_enforce_if(~used)
+                        used_flags.append(used)
+                        if w.redundancy:
+                            # N+k: losing k replicas of this configuration still leaves the demand covered
+                            model.add(capacity >= demand + w.redundancy * configs[ci].capacity_units
+                                      ).only_enforce_if([used] + ([enforced] if enforced is not None else []))
         total = sum(var for (ci, _), var in replicas.items() if configs[ci].workload == w.name)
         if w.min_replicas and not allow_unmet:
             model.add(total >= w.min_replicas)
@@ -285,8 +307,45 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
     cost = sum(instances[pi] * pools[pi].price_units for pi in instances)
     # with unmet demand allowed: serve as much as possible first (the cost is minimized after, at that service,
     # in _least_unmet), rather than one weighted sum whose coefficients overflow at large demands
-    model.minimize(sum(slack.values()) if slack else cost)
+    scale, tie = _tie_break(configs, replicas, upper, splits_made)
+    model.minimize(sum(slack.values()) if slack else cost * scale + tie)
     return _Built(model, replicas, instances, slack, cost)
+
+
+def _tie_break(configs: list[ServingConfig], replicas: dict[tuple[int, int], cp_model.IntVar],
+               upper: dict[tuple[int, int], int], splits: list[cp_model.IntVar]) -> tuple[int, cp_model.LinearExpr | int]:
+    """(scale of the cost, what to minimise beside it). With both serving modes searched, at equal cost (whole
+    paid nodes leave GPUs spare): each bucket aggregated (one pool, no transfer), then the fewest GPUs running, the
+    cost scaled past the largest tie-break so that no saving is traded for it; otherwise the cost alone, as before."""
+    if not splits:
+        return 1, 0
+    gpus = sum(var * configs[ci].candidate.gpus for (ci, _), var in replicas.items())
+    most = sum(bound * configs[ci].candidate.gpus for (ci, _), bound in upper.items()) + 1
+    return most * (len(splits) + 1), most * sum(splits) + gpus
+
+
+def _mode(config: ServingConfig) -> str:
+    return AGGREGATED if config.role == BOTH else DISAGGREGATED
+
+
+def _modes(model: cp_model.CpModel, configs: list[ServingConfig], replicas: dict[tuple[int, int], cp_model.IntVar],
+           w: FleetWorkload, b: int) -> list[tuple[str, cp_model.IntVar | None]]:
+    """The capacity groups of a bucket's demand rules, each with the literal that enforces it: aggregated replicas
+    alone (None: always), prefill and decode replicas alone, or, with both modes searched, a boolean per bucket
+    (disaggregated) that holds the other mode's replicas at 0."""
+    modes = [mode for mode in (AGGREGATED, DISAGGREGATED) if mode in w.serving]
+    if len(modes) == 1:
+        return [(BOTH, None)] if modes[0] == AGGREGATED else [(PREFILL, None), (DECODE, None)]
+    split = model.new_bool_var(f"disaggregated_{w.name}_{b}")
+    for (ci, _), var in replicas.items():
+        if configs[ci].workload == w.name and configs[ci].bucket == b:
+            model.add(var == 0).only_enforce_if(split if configs[ci].role == BOTH else ~split)
+    return [(BOTH, ~split), (PREFILL, split), (DECODE, split)]
+
+
+def _when(constraint: cp_model.Constraint, enforced: cp_model.IntVar | None) -> None:
+    if enforced is not None:
+        constraint.only_enforce_if(enforced)
 
 
 def _solve(built: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
@@ -340,11 +399,69 @@ def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: S
         plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status), deadline)
         return replace(plan, candidate_seconds=candidate_seconds)
     plan = _read(problem, built, solver, configs, pools, catalog, status_name(status), started, ())
-    plan = replace(plan, candidate_seconds=candidate_seconds, speed=_calibrated(problem, plan))
+    plan = replace(plan, candidate_seconds=candidate_seconds, speed=_calibrated(problem, plan),
+                   serving=_serving(problem, plan, catalog, cache, deadline, explain))
     if explain:
         plan = replace(plan, binding=_binding(problem, plan, catalog, cache, deadline),
                        left_out=_left_out(problem, plan, cache))
     return plan
+
+
+def _serving(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache, deadline: Deadline,
+             explain: bool) -> tuple[ServingChoice, ...]:
+    """Per bucket of a workload whose search.serving is not the default: the mode the plan serves it in; for a
+    disaggregated one, its TTFT re-checked through the estimator (each role's steady state at its SLO limit, the
+    slowest prefill + its transfer + the slowest decode share, within the workload's TTFT); `explain`, with both
+    modes searched: what the fleet costs with the workload held to the mode the bucket did not take (a re-solve)."""
+    out = []
+    for w in problem.workloads:
+        if w.serving == (AGGREGATED,):
+            continue
+        held: dict[str, tuple[float | None, str]] = {}
+        for b, bucket in enumerate(w.buckets):
+            mine = [a for a in plan.assignments if a.workload == w.name and a.bucket == b]
+            if not mine:
+                continue
+            mode = AGGREGATED if all(a.config.role == BOTH for a in mine) else DISAGGREGATED
+            ttft = transfer = transfer_bytes = None
+            if mode == DISAGGREGATED:
+                ttft, slowest = _disaggregated_ttft(w, mine)
+                transfer, transfer_bytes = slowest.seconds, slowest.bytes_per_gpu
+            other = next((m for m in w.serving if m != mode), None)
+            if other is not None and explain and other not in held:
+                try:
+                    held[other] = (_resolve(replace(problem, held=problem.held + ((w.name, other),)), catalog, cache,
+                                            deadline).usd_per_hour, "")
+                except OutOfTime:
+                    held[other] = (None, f"the {deadline.limit_s:g} s time limit ran out first")
+            cost, note = held.get(other, (None, "not asked for" if other else ""))
+            if other is not None and cost is None and not note:
+                note = f"no fleet serves {w.name} {other}"
+            out.append(ServingChoice(w.name, b, mode, ttft, transfer, transfer_bytes, other, cost, note))
+    return tuple(out)
+
+
+def _disaggregated_ttft(workload: FleetWorkload, assignments: list[Assignment]) -> tuple[float, KvTransfer]:
+    """The TTFT of a disaggregated bucket at its replicas' SLO limits, from the estimator's steady states (not the
+    search's figures): the slowest prefill TTFT with its transfer, plus the slowest decode share; and the slowest
+    transfer. An internal error when it breaks the workload's TTFT: the plan is printed only if it holds."""
+    def at_limit(a: Assignment) -> float:
+        config = a.config
+        state = steady_state(config.times, config.scheduler, config.shape, config.performance.requests_per_s,
+                             config.role_slo or workload.slo)
+        if state.limit:
+            raise RuntimeError(f"internal error: {a.workload} {config.role} replica on {config.candidate.gpu.name} "
+                               f"breaks its {state.limit} at its SLO limit on its re-check")
+        return state.ttft_s
+
+    prefill = [(at_limit(a) + a.config.transfer.seconds, a.config.transfer) for a in assignments
+               if a.config.role == PREFILL]
+    decode = max(at_limit(a) for a in assignments if a.config.role == DECODE)
+    ttft = max(t for t, _ in prefill) + decode
+    if ttft > workload.slo.ttft_s * (1 + TOLERANCE):
+        raise RuntimeError(f"internal error: {workload.name}: disaggregated TTFT {ttft:.3f} s breaks the SLO's "
+                           f"{workload.slo.ttft_s} s on its re-check")
+    return ttft, max((t for _, t in prefill), key=lambda t: t.seconds)
 
 
 def _calibrated(problem: FleetProblem, plan: FleetPlan) -> tuple[str, ...]:
@@ -478,7 +595,8 @@ def _unmet_plan(problem: FleetProblem, configs: list[ServingConfig], pools: list
         for b, _bucket in enumerate(w.buckets):
             if (w.name, b) not in served:
                 why = "no configuration fits in memory and meets the SLO" + (
-                    f" (ttft <= {w.slo.ttft_s} s, tpot <= {w.slo.tpot_s} s)" if w.slo.ttft_s or w.slo.tpot_s else "")
+                    f" (ttft <= {w.slo.ttft_s} s, tpot <= {w.slo.tpot_s} s)" if w.slo.ttft_s or w.slo.tpot_s else ""
+                ) + unserved_reason(w, catalog)
                 unmet.append(f"{w.name} bucket {b}: {why}")
     relaxed = _build(problem, configs, pools, allow_unmet=True)
     solver, status2 = _least_unmet(relaxed, deadline)
@@ -588,12 +706,15 @@ def fleet_problem(scenario: Scenario, catalog: Catalog, time_limit_s: float | No
         buckets = tuple(Bucket(traffic.total_requests_per_s * share, prompt, output, traffic.shared_prefix_tokens)
                         for share, prompt, output in traffic.shapes())
         slo = part.workload.slo
+        engine = "vllm" if part.engine.name == "simple" else part.engine.name
+        serving = tuple(part.search.serving)
+        check_workload(name, engine, serving, Slo(slo.ttft_s, slo.tpot_s) if slo else Slo())
         workloads.append(FleetWorkload(
             name=name, space=space, buckets=buckets, slo=Slo(slo.ttft_s, slo.tpot_s, slo.percentile) if slo else Slo(),
             utilisation=part.workload.utilisation, redundancy=part.workload.redundancy,
             min_replicas=part.workload.min_replicas, max_configs=part.workload.max_configs,
-            engine="vllm" if part.engine.name == "simple" else part.engine.name, engine_version=part.engine.version,
-            calibration=calibration, on_demand_offers=_on_demand_offers(part, catalog)))
+            engine=engine, engine_version=part.engine.version,
+            calibration=calibration, on_demand_offers=_on_demand_offers(part, catalog), serving=serving))
     fleet = scenario.fleet
     quotas = tuple(_quota(q, i, catalog) for i, q in enumerate(fleet.quotas)) if fleet else ()
     if fleet and fleet.survive:

@@ -63,7 +63,7 @@ def replica_loads(config: ServingConfig, workload: FleetWorkload, expected_rps: 
                   simulated: bool) -> ReplicaLoads:
     """`config`'s replica at the SLO limit, planned and expected (`expected_rps`); `simulated`: run the expected load
     through the simulator too, unless the run is larger than a plan simulates or the deadline has run out."""
-    slo = workload.slo
+    slo = config.role_slo or workload.slo  # a disaggregated role's share of the SLO
     statistic = "mean" if slo.percentile is None else f"p{slo.percentile:g}"
 
     def level(rps: float) -> LoadLevel:
@@ -76,6 +76,9 @@ def replica_loads(config: ServingConfig, workload: FleetWorkload, expected_rps: 
     run, why = None, ""
     if not simulated:
         why = "not asked for"
+    elif config.role != "both":
+        why = (f"the simulator runs aggregated replicas only, and this is a disaggregated pair's {config.role} "
+               "replica")
     elif too_large := run_too_large(expected_rps, SIMULATED_S, config.shape):
         why = f"{too_large}; run `planner simulate` with a shorter --duration"
     elif steps > MOST_SIMULATED_STEPS:

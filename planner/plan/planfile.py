@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from planner.catalog.load import Catalog, Gpu, validate_record
 from planner.catalog.prices import MAX_INSTANCE_GPUS, one_line
@@ -32,6 +32,7 @@ from planner.estimator.memory import ALL_TO_ALL_BACKENDS, GpuTarget, MemoryEstim
 from planner.estimator.speculative import SPECULATIVE_ENGINES, SPECULATIVE_METHODS, Speculation, draft_architecture
 from planner.model.sources import resolve_model
 from planner.plan.configuration import Configuration, check_configuration, loaded_model_id
+from planner.plan.roles import ROLES
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, MAX_SIZE_BYTES, format_bytes
 
 SCHEMA_VERSION = 2  # 2: plans carry the model, the engine and its resolved settings (1 had neither)
@@ -157,6 +158,10 @@ class FleetAssignment(PlanRecord):
     demand_share: float | None = Field(default=None, gt=0, le=1)
     expected_rps_per_replica: float | None = Field(default=None, gt=0, lt=1e9)
     slo: SloRecord | None = None
+    # both: an aggregated replica; prefill / decode: one of a disaggregated pair (planner.plan.disaggregated), which
+    # exports with the engine's disaggregation flags; plans written before it are aggregated
+    role: Literal[ROLES] = "both"  # type: ignore[valid-type]
+    bucket: int = Field(default=0, ge=0, le=10_000)  # the workload's request bucket (its traffic.buckets index)
 
 
 class FleetFile(_Schema):
@@ -165,6 +170,23 @@ class FleetFile(_Schema):
     scenario: Line | None = None
     usd_per_hour: float | None = Field(default=None, ge=0, lt=1e12)  # None: the fleet was infeasible
     assignments: list[FleetAssignment] = Field(max_length=10_000)
+
+    @model_validator(mode="after")
+    def _pairs_whole(self) -> FleetFile:
+        """A disaggregated workload bucket has both pools: prefill replicas without decode ones (or the reverse)
+        serve no request."""
+        roles: dict[tuple[str | None, int], set[str]] = {}
+        for a in self.assignments:
+            roles.setdefault((a.workload, a.bucket), set()).add(a.role)
+        for (workload, bucket), held in roles.items():
+            split = held - {"both"}
+            if split and (len(split) == 1 or "both" in held):
+                missing = ({"prefill", "decode"} - split) or {"both"}
+                raise ValueError(f"assignments: workload {workload} bucket {bucket} has {'/'.join(sorted(held))} "
+                                 f"replicas: a disaggregated pair needs prefill and decode replicas and no aggregated "
+                                 f"ones (missing or extra: {', '.join(sorted(missing))}); write the plan again with "
+                                 "`planner solve`")
+        return self
 
 
 @dataclass(frozen=True)

@@ -122,10 +122,13 @@ def _replicas(assignments: tuple[Assignment, ...], workloads: dict[str, Workload
         for b, (share, prompt, output) in enumerate(traffic.shapes() if traffic else ()):
             demand = demand_units(Bucket(traffic.hour_requests_per_s(hour) * share, prompt, output))
             slots = [i for i in mine if assignments[i].bucket == b]
-            while not _covered(demand, spec.redundancy, [
-                    (n[i], assignments[i].capacity_units, assignments[i].config.capacity_units,
-                     survive and zone(assignments[i].pool.offer, survive)) for i in slots]):
-                add(slots)
+            # a disaggregated bucket's prefill replicas and its decode replicas each cover the demand
+            for role in dict.fromkeys(assignments[i].config.role for i in slots):
+                group = [i for i in slots if assignments[i].config.role == role]
+                while not _covered(demand, spec.redundancy, [
+                        (n[i], assignments[i].capacity_units, assignments[i].config.capacity_units,
+                         survive and zone(assignments[i].pool.offer, survive)) for i in group]):
+                    add(group)
         while sum(n[i] for i in mine) < spec.min_replicas:
             add(mine)
     return n

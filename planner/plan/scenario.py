@@ -316,6 +316,8 @@ class Search(_Strict):
     speculative: list[Literal["none", "mtp"]] = Field(default=["none"], min_length=1)
     draft_tokens: int | None = Field(default=None, ge=1, le=16)
     acceptance_length: float | None = Field(default=None, ge=1, le=17)
+    # with traffic: aggregated replicas and/or separate prefill and decode pools (planner/plan/disaggregated.py)
+    serving: list[Literal["aggregated", "disaggregated"]] = Field(default=["aggregated"], min_length=1)
 
     @model_validator(mode="after")
     def _all_to_all_needs_expert_parallel(self) -> Search:
@@ -485,6 +487,9 @@ class Scenario(_Strict):
                                      "search.speculative")
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
+        if not self.is_fleet and "disaggregated" in self.search.serving:
+            raise ValueError("search.serving: disaggregated sizes prefill and decode pools by traffic; add "
+                             "workload.traffic or remove disaggregated")
         self._on_demand_share_applies()
         if self.fleet is not None and "scale_up_minutes" in self.fleet.model_fields_set and not self.has_profile:
             raise ValueError("fleet.scale_up_minutes times the replicas a day profile adds, and no workload has one; "

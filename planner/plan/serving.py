@@ -16,7 +16,7 @@ replica is worth.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from planner.catalog.load import Catalog, Offer
 from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, StepTimes, max_rate, steady_state
@@ -29,6 +29,7 @@ from planner.plan.search import Candidate, Rejection, SearchSpace, enumerate_can
 
 if TYPE_CHECKING:
     from planner.calibration.calibrate import Calibration
+    from planner.plan.disaggregated import KvTransfer
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
 # The bounds that rank a size's layouts (most promising first) are searched to this relative precision only:
@@ -61,6 +62,8 @@ class FleetWorkload:
     calibration: Calibration | None = None  # `planner calibrate`'s factors, for the GPU generation x engine it names
     # pay-as-you-go on-demand offers its pricing allows whatever its market: where a lost spot pool falls back to
     on_demand_offers: tuple[Offer, ...] = ()
+    # search.serving: aggregated replicas, and/or separate prefill and decode pools (planner.plan.disaggregated)
+    serving: tuple[str, ...] = ("aggregated",)
 
     @property
     def tokens_per_hour(self) -> tuple[float, float]:
@@ -86,8 +89,12 @@ class ServingConfig:
     performance: SteadyState  # at the largest rate within the SLO: batch, TTFT, TPOT, KV in flight
     scheduler: Scheduler  # the engine's pool and batching limits this replica runs with
     capacity_rps: float  # requests/s one replica takes at the utilisation ceiling
-    shape: Workload  # the bucket's request shape
+    shape: Workload  # the bucket's request shape (a disaggregated role's: planner.plan.disaggregated.role_shape)
     times: StepTimes = field(compare=False, repr=False)  # the replica's step times (its layout's)
+    # "both": an aggregated replica; "prefill" / "decode": one of a disaggregated pair (planner.plan.disaggregated)
+    role: str = "both"
+    role_slo: Slo | None = None  # a role's share of the workload's SLO (None: the workload's own)
+    transfer: KvTransfer | None = None  # a prefill replica's KV transfer of one request to the decode pool
 
     @property
     def capacity_units(self) -> int:
@@ -211,21 +218,29 @@ def serving_configs(workload: FleetWorkload, catalog: Catalog, layouts: list[Rep
     configs = []
     for index, bucket in enumerate(workload.buckets):
         shape = Workload(bucket.prompt_tokens, bucket.output_tokens, bucket.shared_prefix_tokens)
-        found = [_most_capacity(workload, index, shape, group, deadline) for group in sizes.values()]
+        found = [most_capacity(workload, index, shape, group, deadline) for group in sizes.values()]
         configs += sorted((c for c in found if c is not None), key=lambda c: -c.capacity_rps)
     return configs
 
 
-def _most_capacity(workload: FleetWorkload, index: int, shape: Workload, layouts: list[ReplicaLayout],
-                   deadline: Deadline) -> ServingConfig | None:
+def most_capacity(workload: FleetWorkload, index: int, shape: Workload, layouts: list[ReplicaLayout],
+                  deadline: Deadline, role: str = "both",
+                  role_of: Callable[[ReplicaLayout], tuple[Slo, KvTransfer | None] | None] | None = None,
+                  ) -> ServingConfig | None:
     """Of layouts of one size, the one whose replica takes the most requests/s within the SLO. The steady state
     at the mean rate (window_spread False) bounds a layout's capacity from above: a layout is worked out in full,
     largest bound first, only while its bound beats the best capacity so far (at the rate its ceiling gives,
-    or failing that at the best capacity itself)."""
-    slo = workload.slo
+    or failing that at the best capacity itself). `role_of`: a disaggregated role's SLO and KV transfer on a
+    layout (None: the layout cannot take the role); without it the workload's SLO."""
     bounded: list[tuple[float, ReplicaLayout]] = []
+    slos: dict[int, tuple[Slo, KvTransfer | None]] = {}
     for layout in layouts:
         _within(deadline, workload)
+        own = role_of(layout) if role_of is not None else (workload.slo, None)
+        if own is None:
+            continue
+        slos[id(layout)] = own
+        slo = own[0]
         # layouts of one size are alike: each search starts where the one before ended
         above = layout.ceiling(shape, slo, bounded[-1][0] if bounded else None)
         if above is not None:
@@ -233,6 +248,7 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload, layouts
     best: ServingConfig | None = None
     for above, layout in sorted(bounded, key=lambda b: -b[0]):
         _within(deadline, workload)
+        slo, transfer = slos[id(layout)]
         most = best.performance.requests_per_s if best is not None else None
         if most is not None and (most >= above or steady_state(layout.times, layout.scheduler, shape, most, slo,
                                                                window_spread=False).limit):
@@ -241,7 +257,8 @@ def _most_capacity(workload: FleetWorkload, index: int, shape: Workload, layouts
         if state is None:
             continue
         config = ServingConfig(workload.name, index, layout.candidate, state, layout.scheduler,
-                               state.requests_per_s * workload.utilisation, shape, layout.times)
+                               state.requests_per_s * workload.utilisation, shape, layout.times, role,
+                               None if role_of is None else slo, transfer)
         if config.capacity_units > 0 and (best is None or config.capacity_rps > best.capacity_rps):
             best = config
     return best
@@ -263,7 +280,13 @@ class ServingCache:
         known = self._configs.get(id(workload))
         if known is None or known[0] is not workload:
             layouts = self.search(workload, deadline).layouts
-            known = self._configs[id(workload)] = (workload, serving_configs(workload, self.catalog, layouts, deadline))
+            configs = serving_configs(workload, self.catalog, layouts, deadline) if "aggregated" in workload.serving \
+                else []
+            if "disaggregated" in workload.serving:
+                from planner.plan.disaggregated import role_configs
+
+                configs += role_configs(workload, self.catalog, layouts, deadline)
+            known = self._configs[id(workload)] = (workload, configs)
         return known[1]
 
     def search(self, workload: FleetWorkload, deadline: Deadline = NO_DEADLINE) -> ReplicaSearch:
@@ -278,4 +301,4 @@ class ServingCache:
 
 
 __all__ = ["CAPACITY_UNITS_PER_RPS", "Bucket", "FleetWorkload", "ReplicaLayout", "ReplicaSearch", "ServingCache", "ServingConfig", "Slo",
-           "fleet_out_of_time", "replica_layouts", "replica_scheduler", "serving_configs"]
+           "fleet_out_of_time", "most_capacity", "replica_layouts", "replica_scheduler", "serving_configs"]

@@ -28,7 +28,8 @@ from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.registry import DEPLOYMENT_TARGETS, engine, export_targets, renderer
 from planner.estimator.speculative import SPECULATIVE_ENGINES
 from planner.plan.configuration import Configuration, ConfiguredBy
-from planner.plan.planfile import CheckedPlan, load_plan_file
+from planner.plan.planfile import CheckedPlan, FleetAssignment, load_plan_file
+from planner.render.disaggregation import role_args, router_note
 
 TARGETS = export_targets()  # each engine's command (its module's ENGINE.command), then skypilot and kubernetes
 VLLM_DEFAULT_UTILIZATION = 0.90  # vLLM's --gpu-memory-utilization default (vllm/config/cache.py)
@@ -75,6 +76,7 @@ class ExportPlan(ConfiguredBy):
     # full-context request vLLM checks at start. A fleet file without it (older planner) keeps the engine's.
     max_num_seqs: int
     sized_by_traffic: bool  # a fleet replica: its capacity was planned with admission by the KV pool
+    role: str = "both"  # a disaggregated pair's prefill or decode replica (planner.render.disaggregation)
 
     @property
     def precision(self) -> Precision:  # type: ignore[override]  # the catalog record: its engine flags
@@ -146,6 +148,7 @@ def export_plan(plan: CheckedPlan, catalog: Catalog) -> ExportPlan:
         max_num_seqs=(record.max_num_seqs or configuration.engine.max_num_seqs or configuration.concurrency)
         if record.workload is not None else configuration.concurrency,
         sized_by_traffic=record.workload is not None,
+        role=record.role if isinstance(record, FleetAssignment) else "both",
     )
 
 
@@ -380,7 +383,7 @@ def vllm_args(plan: ExportPlan, checkpoint: str | None = None) -> list[str]:
     if plan.nodes_per_replica > 1:
         # vLLM's data-parallel engines span a Ray cluster with --data-parallel-backend ray (arg_utils.py @ v0.34.0)
         args += ["--data-parallel-backend" if plan.configuration.dp > 1 else "--distributed-executor-backend", "ray"]
-    return args
+    return args + role_args("vllm", plan.role)
 
 
 def _vllm_notes(plan: ExportPlan, checkpoint: str | None) -> list[str]:
@@ -389,6 +392,8 @@ def _vllm_notes(plan: ExportPlan, checkpoint: str | None) -> list[str]:
     install = (f"the {vllm_image(plan)} image (the PyPI wheel is the CUDA build)" if plan.vendor == "amd"
                else f"pip install vllm=={version}")
     notes = [_comment(f"vLLM {version} (the release the plan was checked against): {install}")]
+    if (router := router_note("vllm", plan.role)) is not None:
+        notes.append(_comment(router))
     if prequantized:
         notes.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
     launch = vllm_launch(plan)
@@ -480,13 +485,15 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
     if plan.nodes_per_replica > 1:
         args += ["--nnodes", str(plan.nodes_per_replica), "--node-rank", str(node_rank or 0),
                  "--dist-init-addr", "$HEAD_IP:5000"]
-    return args
+    return args + role_args("sglang", plan.role)
 
 
 def sglang_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
     repo, prequantized = weights(plan, checkpoint)
     version = engine_version(plan, "sglang")
     lines = [_comment(f"SGLang {version} (the release the plan was checked against): pip install \"sglang=={version}\"")]
+    if (router := router_note("sglang", plan.role)) is not None:
+        lines.append(_comment(router))
     if prequantized:
         lines.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
     if plan.vendor == "amd" and sglang_fraction(plan) is not None:
@@ -691,6 +698,8 @@ def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
                                 f"exports for {' and '.join(SPECULATIVE_ENGINES)} only; export to one of them, or "
                                 "re-solve with search.speculative: [none]")
     deployments = {"skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
+    if target not in deployments:
+        role_args(target, plan.role)  # a disaggregated replica: refused for an engine without its flags
     render = deployments.get(target) or renderer(engine(target).command)
     return render(_checked(plan), checkpoint)
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from planner.render.records import fleet_rows
 from planner.render.summary import (layout_text, HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
                                     memory_line, NO_FLEET, hosted_lines, hosted_rows, load_rows, not_simulated_lines,
-                                    offer_rows, prefix_lines, price_age_text, replica_label, running_text, speculative_lines,
-                                    spot_lines, status_line)
+                                    offer_rows, prefix_lines, price_age_text, replica_label, running_text, serving_lines,
+                                    speculative_lines, spot_lines, status_line, tpot_ms)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -186,10 +186,11 @@ def _fleet_parts(name: str, plan: FleetPlan) -> list[str]:
                   "<h2>Load per replica</h2>",
                   _html_table(["replica", "load", "req/s", "running", "TTFT s", "TPOT ms"],
                               [[replica_label(a), level, round(rps, 2), running_text(running), round(ttft, 3),
-                                round(tpot * 1000, 1)]
+                                tpot_ms(a, tpot)]
                                for a in plan.assignments for level, rps, running, ttft, tpot in
                                (load_rows(a.loads) if a.loads else [])])]
         parts += [f"<p>prefix: {html.escape(x)}</p>" for x in prefix_lines(plan)]
+        parts += [f"<p>serving: {html.escape(x)}</p>" for x in serving_lines(plan)]
         parts += [f"<p>note: {html.escape(x)}</p>" for x in not_simulated_lines(plan)]
         bars = []
         for a in plan.assignments:

@@ -9,8 +9,8 @@ from planner.render.plain import controls_escaped
 from planner.render.summary import (layout_text, DAY_COLUMNS, HOSTED_HEADER, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, hosted_rows, load_rows, spot_lines,
                                     memory_line, not_simulated_lines, offer_rows, prefix_lines, price_age_text,
-                                    replica_label, running_text, speculative_lines, speed_line,
-                                    status_line)
+                                    replica_label, replicas_text, running_text, serving_lines, speculative_lines,
+                                    speed_line, status_line, tpot_ms)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -110,14 +110,15 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
     lines += ["| workload | replicas x GPUs | tp x pp | weights/KV | max-model-len | pool |", "|---|---|---|---|---|---|"]
     for a in plan.assignments:
         c = a.config.candidate
-        lines.append(f"| {md(a.workload)} | {a.replicas} x {c.gpus} x {c.gpu.name} | {layout_text(c)} | {c.precision}/{c.kv_dtype} "
+        lines.append(f"| {md(a.workload)} | {replicas_text(a)} | {layout_text(c)} | {c.precision}/{c.kv_dtype} "
                      f"| {c.context:,} | {md(a.pool.label)} |")
     if any(a.loads for a in plan.assignments):
         lines += ["", "### Load per replica", "", "| replica | load | req/s | running | TTFT s | TPOT ms |",
                   "|---|---|---|---|---|---|"]
-        lines += [f"| {md(replica_label(a))} | {md(level)} | {rps:,.2f} | {running_text(running)} | {ttft:.3f} | {tpot * 1000:.1f} |"
+        lines += [f"| {md(replica_label(a))} | {md(level)} | {rps:,.2f} | {running_text(running)} | {ttft:.3f} | {tpot_ms(a, tpot)} |"
                   for a in plan.assignments for level, rps, running, ttft, tpot in (load_rows(a.loads) if a.loads else [])]
-    lines += [""] + [f"- unmet: {md(u)}" for u in plan.unmet] + [f"- binding: {md(b)}" for b in plan.binding]
+    lines += [""] + [f"- unmet: {md(u)}" for u in plan.unmet] + [f"- serving: {md(x)}" for x in serving_lines(plan)]
+    lines += [f"- binding: {md(b)}" for b in plan.binding]
     lines += [f"- left out: {md(x)}" for x in plan.left_out] + [f"- speed: {md(x)}" for x in plan.speed]
     lines += [f"- spot: {md(x)}" for x in spot_lines(plan)]
     lines += [f"- warning: {md(w)}" for w in fleet_price_warnings(plan)]

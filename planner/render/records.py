@@ -89,6 +89,7 @@ def assignment_row(a: Assignment) -> dict[str, Any]:
             "capacity_rps_per_replica": round(a.config.capacity_rps, 3), "demand_share": round(a.demand_share, 4),
             "expected_rps_per_replica": round(a.expected_rps_per_replica, 4), **_loads_fields(a.loads),
             "max_num_seqs": a.config.scheduler.max_num_seqs, "slo": record(a.slo),
+            "role": a.config.role, "role_slo": record(a.config.role_slo), "kv_transfer": a.config.transfer and {**record(a.config.transfer), "seconds": a.config.transfer.seconds},
             "provider": a.pool.offer.provider, "instance": a.pool.offer.instance,
             "region": a.pool.offer.region, "market": a.pool.market, "price_kind": a.pool.offer.kind,
             "price_term": a.pool.offer.term, "gpus_per_instance": a.pool.offer.gpus,
@@ -132,7 +133,7 @@ def fleet_json(plan: FleetPlan, scenario: str, day: DayPlan | None = None) -> st
                    "price_as_of": u.pool.offer.as_of, "price_source": u.pool.offer.source,
                    "price_age": record(u.price_age), "spot": spot_record(u.spot)} for u in plan.pools],
         "unmet": list(plan.unmet), "binding": list(plan.binding), "left_out": list(plan.left_out),
-        "speed": list(plan.speed),
+        "speed": list(plan.speed), "serving": [record(s) for s in plan.serving],
         "hosted_comparison": [hosted_row(h) for h in plan.hosted],
         "configurations": plan.configurations,
         "variables": plan.variables, **({"day": record(day)} if day else {})})

@@ -219,9 +219,51 @@ def layout_text(option: ConfiguredBy) -> str:
 
 
 def replica_label(a: Assignment) -> str:
-    """An assignment as a reader names it: its workload (and request bucket past the first) and replica."""
+    """An assignment as a reader names it: its workload (and request bucket past the first) and replica (with its
+    role in a disaggregated pair)."""
     c = a.config.candidate
-    return f"{a.workload}{f' #{a.bucket}' if a.bucket else ''}: {c.gpus} x {c.gpu.name}"
+    return f"{a.workload}{f' #{a.bucket}' if a.bucket else ''}: {_role(a)}{c.gpus} x {c.gpu.name}"
+
+
+def replicas_text(a: Assignment) -> str:
+    """An assignment's replicas x GPUs, with its role in a disaggregated pair: `prefill 2 x 1 x h200-sxm`."""
+    c = a.config.candidate
+    return f"{_role(a)}{a.replicas} x {c.gpus} x {c.gpu.name}"
+
+
+def tpot_ms(a: Assignment, tpot_s: float) -> str:
+    """A load level's TPOT in ms; none for a prefill replica, which makes each request's first token only."""
+    return "-" if a.config.role == "prefill" else f"{tpot_s * 1000:.1f}"
+
+
+def _role(a: Assignment) -> str:
+    return "" if a.config.role == "both" else f"{a.config.role} "
+
+
+def serving_lines(plan: FleetPlan) -> list[str]:
+    """Per workload bucket whose search.serving is not the default: the mode the plan took, a disaggregated pair's
+    pools, TTFT and KV transfer, and what the other mode would cost."""
+    lines = []
+    for s in plan.serving:
+        mine = [a for a in plan.assignments if a.workload == s.workload and a.bucket == s.bucket]
+        label = f"{s.workload}{f' #{s.bucket}' if s.bucket else ''}"
+        if s.mode == "aggregated":
+            line = f"{label}: aggregated"
+        else:
+            pools = " / ".join(f"{role} " + " + ".join(
+                f"{a.replicas} x ({a.config.candidate.gpus} x {a.config.candidate.gpu.name})" for a in mine
+                if a.config.role == role) for role in ("prefill", "decode"))
+            line = (f"{label}: disaggregated, {pools}; TTFT at the SLO limits {s.ttft_s:.3f} s (prefill + KV "
+                    f"transfer {s.transfer_s * 1000:.1f} ms of {s.transfer_bytes / 1e6:,.1f} MB per GPU + decode's "
+                    f"first token)")
+        if s.other_mode is not None:
+            if s.other_usd_per_hour is None:
+                line += f"; {s.other_mode}: {s.other_note}"
+            else:
+                change = s.other_usd_per_hour - (plan.usd_per_hour or 0)
+                line += f"; {s.other_mode} would cost ${s.other_usd_per_hour:,.2f}/hour ({change:+,.2f})"
+        lines.append(line)
+    return lines
 
 
 def prefix_lines(plan: FleetPlan) -> list[str]:

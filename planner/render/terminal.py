@@ -11,8 +11,9 @@ from planner.estimator.memory import MemoryEstimate, RankMemory
 from planner.render.plain import PlainConsole, PlainTable, as_text
 from planner.render.summary import (layout_text, DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, memory_line, NO_FLEET, spot_lines,
-                                    load_rows, not_simulated_lines, prefix_lines, replica_label, running_text,
-                                    price_age_text, speculative_lines, speed_line, status_line)
+                                    load_rows, not_simulated_lines, prefix_lines, replica_label, replicas_text,
+                                    running_text, serving_lines, speculative_lines, tpot_ms, price_age_text, speed_line,
+                                    status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
 if TYPE_CHECKING:  # the solver (and OR-Tools) load only for `planner solve`
@@ -262,7 +263,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
         table.add_column(col)
     for a in plan.assignments:
         c = a.config.candidate
-        _row(table, a.workload + (f" #{a.bucket}" if a.bucket else ""), f"{a.replicas} x {c.gpus} x {c.gpu.name}",
+        _row(table, a.workload + (f" #{a.bucket}" if a.bucket else ""), replicas_text(a),
              layout_text(c), f"{c.precision}/{c.kv_dtype}", f"{c.context:,}",
              f"{a.pool.offer.provider} {a.pool.offer.instance}" + (" (spot)" if a.pool.market == "spot" else ""))
     if plan.assignments:
@@ -273,7 +274,7 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
     for a in plan.assignments:
         for i, (level, rps, running, ttft, tpot) in enumerate(load_rows(a.loads) if a.loads else []):
             _row(loads, replica_label(a) if i == 0 else "", level, f"{rps:,.2f}", running_text(running), f"{ttft:.3f}",
-                 f"{tpot * 1000:.1f}")
+                 tpot_ms(a, tpot))
     if any(a.loads for a in plan.assignments):
         console.print(loads)
     pools = _table(console, title="Rented", show_header=True, header_style="bold")
@@ -290,6 +291,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
         console.print(f"[yellow]warning:[/yellow] {as_text(warning)}")
     for line in plan.unmet:
         console.print(f"[red]unmet:[/red] {as_text(line)}")
+    for line in serving_lines(plan):
+        console.print(f"serving: {as_text(line)}")
     for line in plan.binding:
         console.print(f"binding: {as_text(line)}")
     for line in plan.left_out:
