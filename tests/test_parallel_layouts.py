@@ -188,6 +188,9 @@ def sglang_parser():
 
     from engine_stubs import StubFinder
 
+    # SGLang's modules and the stubs standing in for its GPU-only imports (some of which share a name with a real
+    # package planner uses) leave with the fixture, as does anything its import sets in the environment
+    modules, environment = set(sys.modules), dict(os.environ)
     sys.path.insert(0, str(SGLANG_SOURCE))
     finder = StubFinder()
     sys.meta_path.append(finder)
@@ -200,6 +203,10 @@ def sglang_parser():
     finally:
         sys.meta_path.remove(finder)
         sys.path.remove(str(SGLANG_SOURCE))
+        for name in set(sys.modules) - modules:
+            del sys.modules[name]
+        os.environ.clear()
+        os.environ.update(environment)
 
 
 @pytest.mark.parametrize("all_to_all", [None, "deepep"])
