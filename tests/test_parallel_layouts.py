@@ -85,6 +85,25 @@ def test_scenario_keys_are_checked(change, message):
         parse_scenario(data)
 
 
+def test_solve_names_the_best_plan_in_the_other_layout_family():
+    """With tp and dp_ep searched, the plan says what the best of the other family costs and runs at (the cheapest
+    first: never below the plan)."""
+    from planner.render.summary import layout_lines
+
+    data = {"model": "deepseek-v3", "workload": {"context": "8K", "concurrency": 8},
+            "search": {"precisions": ["fp8-block"], "gpus": ["h200-sxm"], "layouts": ["tp", "dp_ep"]},
+            "engine": {"name": "sglang"}}
+    result = api.solve(parse_scenario(data), catalog=CATALOG)
+    best, other = result.best, result.layout_alternative
+    assert result.layouts_compared and best is not None and other is not None
+    family = [(c.dp, c.ep, c.all_to_all) != (1, 1, None) for c in (best.configuration, other.configuration)]
+    assert family[0] != family[1] and other.usd_per_hour >= best.usd_per_hour
+    [line] = layout_lines(result)
+    assert line.startswith("next best with ") and f"${other.usd_per_hour:,.2f}/hour" in line and other.layout in line
+    plain = api.solve(parse_scenario({**data, "search": {**data["search"], "layouts": ["tp"]}}), catalog=CATALOG)
+    assert not plain.layouts_compared and layout_lines(plain) == []
+
+
 FLEET = {"name": "dp-ep-fleet", "model": "deepseek-v3",
          "workload": {"context": "16K", "traffic": {"requests_per_s": 4, "prompt_tokens": 2000, "output_tokens": 500},
                       "slo": {"ttft_s": 3, "tpot_s": 0.08}},

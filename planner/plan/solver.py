@@ -115,6 +115,10 @@ class SolveResult:
     speculative_alternative: PlanOption | None = None
     acceptance_source: str | None = None
     speculative_compared: bool = False  # search.speculative listed both none and mtp
+    # with search.layouts listing tp and dp_ep: the best plan in the other family (TP x PP when the plan runs data-parallel
+    # attention or expert parallelism, and the other way round); None when none fits or only one family was searched
+    layout_alternative: PlanOption | None = None
+    layouts_compared: bool = False
 
     def rows(self) -> list[dict[str, Any]]:
         """The best plan and the alternatives as flat records."""
@@ -327,6 +331,13 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
                         space, deadline.ends_at, slower)
         other = read_plan(option.pair, space, catalog) if option.pair else None
 
+    layout_other = None
+    if best is not None and space.expert_parallel and not deadline.expired():
+        # the best in the other layout family: what TP x PP (or DP attention and EP) would cost
+        option = _solve([p for p in pairs if _expert_layout(p.candidate.configuration) != _expert_layout(best.configuration)],
+                        space, deadline.ends_at, slower)
+        layout_other = read_plan(option.pair, space, catalog) if option.pair else None
+
     rejected = _rejected_cheaper(enumeration, best)
     infeasible = None if best is not None or not explain else explain_infeasible(scenario, space, catalog, enumeration, deadline)
     status = solution.status if best is not None else (INFEASIBLE if solution.status != UNKNOWN else UNKNOWN)
@@ -342,7 +353,13 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
         infeasible=infeasible, skipped=enumeration.skipped, search_cut_short=enumeration.cut_short,
         too_slow=_too_slow_cheaper(enumeration, best), speculative_alternative=other,
         acceptance_source=space.acceptance_source, speculative_compared=len(space.speculations) > 1,
+        layout_alternative=layout_other, layouts_compared=space.expert_parallel,
     )
+
+
+def _expert_layout(configuration: Configuration) -> bool:
+    """A layout of search.layouts' dp_ep family: data-parallel attention, expert parallelism or an all-to-all."""
+    return (configuration.dp, configuration.ep, configuration.all_to_all) != (1, 1, None)
 
 
 def _too_slow_cheaper(enumeration: Enumeration, best: PlanOption | None, limit: int = 5) -> tuple[TooSlow, ...]:

@@ -9,7 +9,7 @@ from planner.render.records import fleet_rows
 from planner.render.summary import (layout_text, HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
                                     memory_line, NO_FLEET, hosted_lines, hosted_rows, load_rows, not_simulated_lines,
                                     offer_rows, prefix_lines, price_age_text, replica_label, running_text, serving_lines,
-                                    speculative_lines, spot_lines, status_line, tpot_ms)
+                                    layout_lines, speculative_lines, spot_lines, status_line, tpot_ms)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def review_html(review: Review, scenario_text: str) -> str:
             f"concurrency {best.concurrency}; {best.instances} x {html.escape(best.provider)} "
             f"{html.escape(best.instance)} ({html.escape(best.region)}). {html.escape(best.sharing)}.<br>"
             f"{html.escape(memory_line(best))} · re-checked by the estimator"
-            + "".join(f"<br>{html.escape(line)}" for line in speculative_lines(result)) + "</div>")
+            + "".join(f"<br>{html.escape(line)}" for line in layout_lines(result) + speculative_lines(result)) + "</div>")
         parts += [f"<p class='warn'>warning: {html.escape(w)}</p>"
                   for w in (*filter(None, [best.price_age.warning]), *best.memory.warnings)]
         parts += ["<h2>Plan and alternatives</h2>", _html_table(

@@ -9,7 +9,7 @@ from planner.render.plain import controls_escaped
 from planner.render.summary import (layout_text, DAY_COLUMNS, HOSTED_HEADER, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, hosted_rows, load_rows, spot_lines,
                                     memory_line, not_simulated_lines, offer_rows, prefix_lines, price_age_text,
-                                    replica_label, replicas_text, running_text, serving_lines, speculative_lines,
+                                    replica_label, replicas_text, running_text, serving_lines, layout_lines, speculative_lines,
                                     speed_line, status_line, tpot_ms)
 from planner.units import gb
 
@@ -54,7 +54,7 @@ def solve_markdown(result: SolveResult) -> str:
               f"{best.kv_dtype} KV, context {best.context:,}, concurrency {best.concurrency}; "
               f"{best.instances} x {md(best.provider)} {md(best.instance)} ({md(best.region)}); {md(best.sharing)}.", "",
               md(memory_line(best)) + ".", "", md(speed_line(best)) + ".", ""]
-    lines += [line for text in speculative_lines(result) for line in (md(text) + ".", "")]
+    lines += [line for text in layout_lines(result) + speculative_lines(result) for line in (md(text) + ".", "")]
     lines += [f"Warning: {md(best.price_age.warning)}.", ""] if best.price_age.warning else []
     header = ["#", "GPUs", "tp x pp", "weights", "KV", "context", "concurrency", "provider / instance", "price", "$/hour",
               "price age"]

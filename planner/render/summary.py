@@ -73,14 +73,27 @@ def speculative_lines(result: SolveResult) -> list[str]:
                      "draft on one pipeline stage")
         return lines
     theirs = other.configuration.speculation
-    lines.append(f"next best {'with ' + theirs.name if theirs else 'without MTP'}: ${other.usd_per_hour:,.2f}/hour, "
-                 f"{other.gpus_per_replica * other.replicas} x {other.gpu} ({other.layout}), context {other.context:,} x "
-                 f"concurrency {other.concurrency}, TPOT {other.full_context_step_s * 1000:,.1f} ms, "
-                 f"{other.full_context_output_tokens_per_s:,.0f} output tokens/s, "
-                 f"${other.usd_per_million_output_tokens:,.2f} per million output tokens")
+    lines.append(_next_best("with " + theirs.name if theirs else "without MTP", other))
     if not spec:
         lines[-1] += f" (acceptance length {result.acceptance_source})"
     return lines
+
+
+def layout_lines(result: SolveResult) -> list[str]:
+    """With search.layouts listing tp and dp_ep: the best plan in the other layout family (its cost and speed)."""
+    best, other = result.best, result.layout_alternative
+    if best is None or not result.layouts_compared:
+        return []
+    c = best.configuration
+    theirs = "TP x PP" if (c.dp, c.ep, c.all_to_all) != (1, 1, None) else "data-parallel attention or expert parallelism"
+    return [f"with {theirs}: no configuration searched fits" if other is None else _next_best(f"with {theirs}", other)]
+
+
+def _next_best(label: str, other: PlanOption) -> str:
+    return (f"next best {label}: ${other.usd_per_hour:,.2f}/hour, {other.gpus_per_replica * other.replicas} x "
+            f"{other.gpu} ({other.layout}), context {other.context:,} x concurrency {other.concurrency}, TPOT "
+            f"{other.full_context_step_s * 1000:,.1f} ms, {other.full_context_output_tokens_per_s:,.0f} output tokens/s, "
+            f"${other.usd_per_million_output_tokens:,.2f} per million output tokens")
 
 
 def memory_line(p: PlanOption) -> str:

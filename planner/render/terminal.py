@@ -12,7 +12,7 @@ from planner.render.plain import PlainConsole, PlainTable, as_text
 from planner.render.summary import (layout_text, DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, memory_line, NO_FLEET, spot_lines,
                                     load_rows, not_simulated_lines, prefix_lines, replica_label, replicas_text,
-                                    running_text, serving_lines, speculative_lines, tpot_ms, price_age_text, speed_line,
+                                    running_text, serving_lines, layout_lines, speculative_lines, tpot_ms, price_age_text, speed_line,
                                     status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
@@ -172,7 +172,7 @@ def solve_table(result: SolveResult, console: Console | PlainConsole) -> None:
                           f"{best.region}); {best.sharing}"))
     console.print(f"  {as_text(memory_line(best))} · re-checked by the estimator")
     console.print(f"  {as_text(speed_line(best))}")
-    for line in speculative_lines(result):
+    for line in layout_lines(result) + speculative_lines(result):
         console.print(f"  {as_text(line)}")
     console.print(as_text(f"  price as of {best.price_as_of}; source: {best.price_source}"))
     for warning in (*filter(None, [best.price_age.warning]), *best.memory.warnings):
