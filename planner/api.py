@@ -18,6 +18,7 @@ from planner.errors import PlannerInputError
 from planner.model.sources import resolve_model
 from planner.estimator.layout import parallel_refusal
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
+from planner.plan.roles import BOTH, DECODE
 from planner.units import parse_count, parse_size
 
 if TYPE_CHECKING:  # OR-Tools loads only when solving
@@ -454,7 +455,7 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
     if not results:
         raise PlannerInputError("RESULT: give at least one benchmark result file of the deployed plan")
     catalog = catalog or load_catalog()
-    specs = _plan_file_replicas(Path(plan), catalog)
+    specs = _aggregated(_plan_file_replicas(Path(plan), catalog), plan)
     out = []
     for run in (run for path in results for run in read_results(path)):
         spec = _replica_of(catalog, specs, run, plan)
@@ -483,7 +484,7 @@ def replan(plan: str | Path, results: Sequence[str | Path], scenario: str | Path
     if not results:
         raise PlannerInputError("RESULT: give at least one benchmark result file of the deployed plan")
     catalog = catalog or load_catalog()
-    specs = _plan_file_replicas(Path(plan), catalog)
+    specs = _aggregated(_plan_file_replicas(Path(plan), catalog), plan)
     runs = [run for path in results for run in read_results(path)]
     measured = {id(spec): spec for spec in (_replica_of(catalog, specs, run, plan) for run in runs)}
     kinds = {(s.arch.name, s.gpu.name, s.tp, s.pp, s.precision, s.kv_dtype, s.engine) for s in measured.values()}
@@ -636,12 +637,13 @@ def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, 
         timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
                               spec.performance, spec.ep, spec.dp, spec.engine_version)
         per_replica = rate if rate is not None else spec.rate_per_replica
-        shape = Workload(spec.prompt_tokens, spec.output_tokens, spec.shared_prefix_tokens)
+        shape = Workload(spec.prompt_tokens, spec.output_tokens, spec.shared_prefix_tokens,
+                         prefilled=spec.role == DECODE)
         requests = trace if trace is not None else poisson_arrivals(per_replica, duration_s, shape, seed)
         result = run(timer, spec.scheduler, requests, warmup_s=0.0)
         out.append(ReplicaSimulation(spec.workload, spec.gpu.name, spec.tp, spec.pp, spec.replicas, spec.prompt_tokens,
                                      spec.output_tokens, per_replica if trace is None else result.requests_per_s,
-                                     spec.share, result, spec.speed, spec.shared_prefix_tokens))
+                                     spec.share, result, spec.speed, spec.shared_prefix_tokens, spec.role))
     return tuple(out)
 
 
@@ -658,7 +660,7 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
         raise PlannerInputError(f"{source}: the fleet has no replicas to simulate ({'; '.join(plan.unmet) or plan.status})")
     by_name = {w.name: w for w in problem.workloads}
     specs = []
-    for a in _simulated(plan.assignments, scenario.name or "scenario", lambda a: a.config.role):
+    for a in plan.assignments:
         w = by_name[a.workload]
         c = a.config.candidate
         specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
@@ -667,7 +669,7 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
                                   a.config.shape.shared_prefix_tokens, w.performance(c.gpu.generation),
                                   w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None,
                                   planned_rps=a.config.capacity_rps, engine_version=w.engine_version,
-                                  dp=c.configuration.dp, ep=c.configuration.ep))
+                                  dp=c.configuration.dp, ep=c.configuration.ep, role=a.config.role))
     return specs
 
 
@@ -682,7 +684,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
 
     checked = load_plan_file(path, catalog)
     specs = []
-    for i, plan in _simulated(list(enumerate(checked)), path.name, lambda p: getattr(p[1].record, "role", "both")):
+    for i, plan in enumerate(checked):
         row = plan.record
         if not isinstance(row, FleetAssignment):
             raise PlannerInputError(f"{path}: a single-configuration plan carries no traffic to simulate; "
@@ -706,18 +708,18 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
                                   engine, Scheduler.of(budget, batching, dp=c.dp), plan.record.replicas, prompt,
                                   output, rate, share, row.shared_prefix_tokens or 0, slo=slo,
                                   planned_rps=row.capacity_rps_per_replica,
-                                  engine_version=c.engine.version, dp=c.dp, ep=c.ep))
+                                  engine_version=c.engine.version, dp=c.dp, ep=c.ep,
+                                  role=getattr(row, "role", None) or BOTH))
     return specs
 
 
-def _simulated(replicas: Sequence[Any], source: object, role: Callable[[Any], str]) -> list[Any]:
-    """The replicas `planner simulate` runs: the aggregated ones (the simulator prefills every request it runs, so a
-    disaggregated pair's replicas are left to the capacity model); a one-line error when none is left."""
-    kept = [r for r in replicas if role(r) == "both"]
+def _aggregated(specs: list[ReplicaSpec], source: object) -> list[ReplicaSpec]:
+    """The replicas a benchmark run replays on: the aggregated ones (a run of a disaggregated deployment goes through
+    its router and both pools at once, which one replica does not replay); a one-line error when none is left."""
+    kept = [spec for spec in specs if spec.role == BOTH]
     if not kept:
-        raise PlannerInputError(f"{source}: every replica is one of a disaggregated prefill/decode pair, which the "
-                                "simulator does not run (it prefills every request itself); the plan's steady states "
-                                "are the capacity model's")
+        raise PlannerInputError(f"{source}: every replica is one of a disaggregated prefill/decode pair; a run through "
+                                "their router measures both pools at once, which planner does not replay yet")
     return kept
 
 

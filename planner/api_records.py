@@ -143,6 +143,9 @@ class ReplicaSimulation:
     result: SimulationResult
     speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
     shared_prefix_tokens: int = 0  # of prompt_tokens: the same for every request, found in the prefix cache
+    # a disaggregated pair's prefill replica (its requests end at their first token) or decode replica (their prompts
+    # arrive computed), or an aggregated one (both)
+    role: str = "both"
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,7 @@ class ReplicaSpec:
     engine_version: str | None = None  # the engine release the plan or scenario names (None: the default)
     dp: int = 1  # data-parallel attention groups among the tp GPUs
     ep: int = 1  # expert-parallel ranks among them
+    role: str = "both"  # a disaggregated pair's prefill or decode replica, or an aggregated one (both)
 
 
 @dataclass(frozen=True)

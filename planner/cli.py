@@ -910,13 +910,18 @@ def simulate_command(
     lines: list[str] = []
     for r in runs:
         x = r.result
-        lines.append(f"{r.workload or 'replica'}: {r.replicas} x ({r.tp * r.pp} x {r.gpu}), {r.rate_per_replica:.2f} "
-                     f"req/s per replica, {r.share:.0%} of its {r.prompt_tokens:,} + {r.output_tokens:,}-token requests"
-                     + (f" (the first {r.shared_prefix_tokens:,} prompt tokens shared: prefix-cached)"
-                        if r.shared_prefix_tokens else ""))
+        requests = {"prefill": f"{r.prompt_tokens:,}-token prompts (each ends at its first token, its KV sent to the "
+                               "decode pool)",
+                    "decode": f"{r.prompt_tokens:,} + {r.output_tokens:,}-token requests (their prompts' KV computed by "
+                              "the prefill pool)"}.get(r.role, f"{r.prompt_tokens:,} + {r.output_tokens:,}-token requests")
+        lines.append(f"{r.workload or 'replica'}{'' if r.role == 'both' else ' ' + r.role}: {r.replicas} x "
+                     f"({r.tp * r.pp} x {r.gpu}), {r.rate_per_replica:.2f} req/s per replica, {r.share:.0%} of its "
+                     f"{requests}" + (f" (the first {r.shared_prefix_tokens:,} prompt tokens shared: prefix-cached)"
+                                      if r.shared_prefix_tokens else ""))
         if r.speed is not None:
             lines.append(f"  speed: {r.speed}")
-        for label, p, unit in (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1)):
+        latencies = (("TTFT", x.ttft_s, 1), ("TPOT", x.tpot_s, 1000), ("E2E", x.e2e_s, 1))
+        for label, p, unit in latencies[:1] if r.role == "prefill" else latencies:
             suffix = "ms" if unit == 1000 else "s"
             lines.append(f"  {label:<5} p50 {p.p50 * unit:.3f} {suffix} · p90 {p.p90 * unit:.3f} {suffix} · "
                          f"p99 {p.p99 * unit:.3f} {suffix}")

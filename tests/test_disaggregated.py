@@ -2,6 +2,7 @@
 tokens, the KV transfer by bytes over the NIC, the SLO split, and CP-SAT choosing the cheaper mode."""
 
 from math import ceil
+from pathlib import Path
 
 import pytest
 
@@ -229,11 +230,42 @@ def test_vllm_knows_the_exported_kv_transfer_config(pair_file):
     assert 'KVConsumer = Literal["kv_consumer", "kv_both"]' in source
 
 
-def test_the_simulator_leaves_a_disaggregated_pair_to_the_capacity_model(pair_file):
+def test_the_simulator_runs_each_pool_of_a_pair_as_it_serves(pair_file):
+    """A prefill replica's requests end at their first token; a decode replica's arrive with their prompt's KV
+    computed: each holds the whole prompt of its own (8,000 tokens in whole blocks) and computes only its last token,
+    so its TTFT is about a decode step, not a prefill. A run through the pair's router is not replayed."""
     from planner import api
 
+    runs = api.simulate(pair_file, duration_s=60, catalog=CATALOG)
+    roles = {run.role for run in runs}
+    assert roles == {"prefill", "decode"}
+    for run in runs:
+        served = run.result
+        assert served.completed > 0
+        if run.role == "prefill":
+            assert run.output_tokens == 1 and served.tpot_s.p50 == 0.0
+        else:
+            assert run.output_tokens == 250 and served.ttft_s.p50 < 0.1 < served.e2e_s.p50
     with pytest.raises(PlannerInputError, match="rag.json: every replica is one of a disaggregated prefill/decode pair"):
-        api.simulate(pair_file, catalog=CATALOG)
+        api.check(pair_file, [Path(__file__).parents[1] / "examples" / "calibration" / "vllm-llama-3.1-8b-h100-c1.json"],
+                  catalog=CATALOG)
+
+
+def test_a_prefilled_arrival_holds_its_whole_prompt_and_computes_one_token():
+    """The simulator's decode-side request: blocks for all P prompt tokens at admission, one token of prefill work."""
+    from planner.estimator.performance import Workload, replica_timer
+    from planner.estimator.simulate import poisson_arrivals, run_engine
+
+    arch = resolve_model(CATALOG, "llama-3.1-8b")
+    timer = replica_timer(arch, "bf16", "auto", CATALOG.gpus.get("h100-sxm"), 1, 1, CATALOG, "vllm")
+    scheduler = Scheduler(pool_tokens=1_000_000, block_tokens=16, max_num_batched_tokens=8192, max_num_seqs=None,
+                          max_model_len=16384)
+    [prefilled] = poisson_arrivals(1.0, 1.0, Workload(8000, 4, prefilled=True), seed=3)[:1]
+    [plain] = poisson_arrivals(1.0, 1.0, Workload(8000, 4), seed=3)[:1]
+    fast, slow = (run_engine(timer, scheduler, [a], None) for a in (prefilled, plain))
+    first = lambda run: run.served[0].first_token_s - run.served[0].sent_s  # noqa: E731
+    assert first(fast) < first(slow) / 10
+    assert fast.peak_blocks == slow.peak_blocks == -(-(8000 + 3) // 16)  # its own blocks for P + N - 1 tokens
 
 
 def test_a_day_profile_scales_each_pool_of_a_pair_to_the_hours_demand():

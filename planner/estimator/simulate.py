@@ -58,6 +58,9 @@ class Arrival:
     prompt_tokens: int
     output_tokens: int
     shared_prefix_tokens: int = 0  # of prompt_tokens: the workload's shared prefix, found in the prefix cache
+    # the prompt's KV computed elsewhere and transferred (a disaggregated decode replica): the request holds it whole
+    # and computes its last token only, as Scheduler.own_prompt runs it
+    prefilled: bool = False
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ def poisson_arrivals(rate: float, duration_s: float, shape: Workload, seed: int 
     rng = random.Random(seed)
     out, t = [], rng.expovariate(rate)
     while t < duration_s:
-        out.append(Arrival(t, shape.prompt_tokens, shape.output_tokens, shape.shared_prefix_tokens))
+        out.append(Arrival(t, shape.prompt_tokens, shape.output_tokens, shape.shared_prefix_tokens, shape.prefilled))
         t += rng.expovariate(rate)
     return out
 
@@ -319,6 +322,8 @@ class _Engine:
         self.decode_tokens -= request.computed + 1
 
     def _arrived(self, arrival: Arrival) -> _Request:
+        if arrival.prefilled:  # its own blocks for the whole prompt; the last token computed here (its first output)
+            return _Request(arrival, computed=arrival.prompt_tokens - 1)
         cached = self.scheduler.cached_tokens(arrival.prompt_tokens, arrival.shared_prefix_tokens)
         return _Request(arrival, computed=cached, cached=cached)
 
