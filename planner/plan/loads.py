@@ -76,9 +76,6 @@ def replica_loads(config: ServingConfig, workload: FleetWorkload, expected_rps: 
     run, why = None, ""
     if not simulated:
         why = "not asked for"
-    elif config.role != "both":
-        why = (f"the simulator runs aggregated replicas only, and this is a disaggregated pair's {config.role} "
-               "replica")
     elif too_large := run_too_large(expected_rps, SIMULATED_S, config.shape):
         why = f"{too_large}; run `planner simulate` with a shorter --duration"
     elif steps > MOST_SIMULATED_STEPS:
