@@ -139,6 +139,20 @@ def test_a_fleet_sized_by_traffic_runs_dp_attention_and_expert_parallelism(dp_fl
     assert a.memory.gpu.fits and dp_fleet.usd_per_hour > 0
 
 
+def test_the_fleet_names_the_best_layout_of_the_other_family(dp_fleet):
+    """The serving configurations keep the layout that takes most on 16 x H100; the plan says what the best TP x PP
+    layout of the same GPUs takes at the SLO limit (less: it lost)."""
+    from planner.render.summary import layout_comparison_lines
+
+    [a] = dp_fleet.assignments
+    [compared] = dp_fleet.layouts
+    assert compared.layout == a.config.candidate.configuration.parallel and compared.layout.expert_parallel
+    assert compared.other is not None and not compared.other.expert_parallel and compared.other.gpus == 16
+    assert compared.capacity_rps == a.config.performance.requests_per_s > compared.other_capacity_rps > 0
+    [line] = layout_comparison_lines(dp_fleet)
+    assert f"the best TP x PP layout of those GPUs, {compared.other.name}, takes {compared.other_capacity_rps:,.2f}" in line
+
+
 def test_a_dp_ep_fleet_plan_file_exports_and_replays_its_layout(dp_fleet, tmp_path):
     """The plan file carries the layout and the checkpoint's own precision: the export loads the FP8 checkpoint as it
     ships with SGLang's DP and EP flags, and a simulation of the file runs the replica at its layout."""

@@ -51,6 +51,11 @@ class ParallelLayout:
     def name(self) -> str:
         return layout_name(self.tp, self.pp, self.dp, self.ep, self.all_to_all)
 
+    @property
+    def expert_parallel(self) -> bool:
+        """Of search.layouts' dp_ep family: data-parallel attention, expert parallelism or an all-to-all backend."""
+        return (self.dp, self.ep, self.all_to_all) != (1, 1, None)
+
 
 # --------------------------------------------------------------------------------------------
 # Tensor and pipeline parallel sizes

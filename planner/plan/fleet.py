@@ -34,6 +34,7 @@ from planner.plan.cpsat import cp_model
 from planner.catalog.load import Catalog, Offer
 from planner.catalog.prices import PriceAge, offer_label, price_age
 from planner.errors import PlannerInputError
+from planner.estimator.layout import ParallelLayout
 from planner.estimator.memory import MemoryEstimate
 from planner.plan.configuration import Configuration
 from planner.plan.deadline import Deadline, OutOfTime
@@ -48,7 +49,7 @@ from planner.plan.scenario import FleetSpec, QuotaSpec, Scenario
 from planner.plan.search import build_search_space, recheck
 from planner.plan.status import INFEASIBLE, OPTIMAL, UNKNOWN, solved, status_name
 from planner.plan.serving import (CAPACITY_UNITS_PER_RPS, Bucket, FleetWorkload, ServingCache, ServingConfig, Slo,
-                                  fleet_out_of_time)
+                                  fleet_out_of_time, most_capacity)
 
 if TYPE_CHECKING:
     from planner.calibration.calibrate import Calibration
@@ -181,6 +182,21 @@ class TokenCosts:
 
 
 @dataclass(frozen=True)
+class LayoutComparison:
+    """An aggregated replica of a workload whose search.layouts lists tp and dp_ep, against the layout of the other
+    family that takes the most requests/s within the SLO on the same GPUs (each at its SLO limit)."""
+
+    workload: str
+    bucket: int
+    gpu: str
+    gpus: int
+    layout: ParallelLayout
+    capacity_rps: float
+    other: ParallelLayout | None  # None: no layout of the other family on these GPUs holds the SLO
+    other_capacity_rps: float | None
+
+
+@dataclass(frozen=True)
 class FleetPlan:
     status: str
     gap: float
@@ -198,6 +214,7 @@ class FleetPlan:
     speed: tuple[str, ...] = ()  # per workload and GPU type: whose speed a calibration file scaled, and whose it did not
     hosted: tuple[HostedCost, ...] = ()  # beside token_costs: each workload's cost against hosted APIs' list prices
     serving: tuple[ServingChoice, ...] = ()  # per workload bucket: aggregated or disaggregated, and the other's cost
+    layouts: tuple[LayoutComparison, ...] = ()  # with tp and dp_ep searched: each replica against the other family's
 
 
 def _footprint(config: ServingConfig, pool: Pool) -> int | None:
@@ -403,8 +420,30 @@ def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: S
                    serving=_serving(problem, plan, catalog, cache, deadline, explain))
     if explain:
         plan = replace(plan, binding=_binding(problem, plan, catalog, cache, deadline),
-                       left_out=_left_out(problem, plan, cache))
+                       left_out=_left_out(problem, plan, cache), layouts=_layout_comparisons(problem, plan, cache, deadline))
     return plan
+
+
+def _layout_comparisons(problem: FleetProblem, plan: FleetPlan, cache: ServingCache,
+                        deadline: Deadline) -> tuple[LayoutComparison, ...]:
+    """Per aggregated replica type of a workload searching tp and dp_ep: the best layout of the other family on the
+    same GPUs (the serving configurations keep one layout per GPU type and size, the family it beat unnamed)."""
+    by_name = {w.name: w for w in problem.workloads}
+    out: dict[tuple, LayoutComparison] = {}
+    for a in plan.assignments:
+        w, c = by_name[a.workload], a.config.candidate
+        key = (a.workload, a.bucket, c.gpu.name, c.gpus)
+        if not w.space.expert_parallel or a.config.role != BOTH or key in out or deadline.expired():
+            continue
+        mine = c.configuration.parallel
+        others = [layout for layout in cache.search(w, deadline).layouts
+                  if (layout.candidate.gpu.name, layout.candidate.gpus) == (c.gpu.name, c.gpus)
+                  and layout.candidate.configuration.parallel.expert_parallel != mine.expert_parallel]
+        best = most_capacity(w, a.bucket, a.config.shape, others, deadline) if others else None
+        out[key] = LayoutComparison(a.workload, a.bucket, c.gpu.name, c.gpus, mine, a.config.performance.requests_per_s,
+                                    best.candidate.configuration.parallel if best else None,
+                                    best.performance.requests_per_s if best else None)
+    return tuple(out.values())
 
 
 def _serving(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache, deadline: Deadline,

@@ -334,8 +334,9 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
     layout_other = None
     if best is not None and space.expert_parallel and not deadline.expired():
         # the best in the other layout family: what TP x PP (or DP attention and EP) would cost
-        option = _solve([p for p in pairs if _expert_layout(p.candidate.configuration) != _expert_layout(best.configuration)],
-                        space, deadline.ends_at, slower)
+        mine = best.configuration.parallel.expert_parallel
+        option = _solve([p for p in pairs if p.candidate.configuration.parallel.expert_parallel != mine], space,
+                        deadline.ends_at, slower)
         layout_other = read_plan(option.pair, space, catalog) if option.pair else None
 
     rejected = _rejected_cheaper(enumeration, best)
@@ -356,10 +357,6 @@ def solve_scenario(scenario: Scenario, catalog: Catalog, time_limit_s: float | N
         layout_alternative=layout_other, layouts_compared=space.expert_parallel,
     )
 
-
-def _expert_layout(configuration: Configuration) -> bool:
-    """A layout of search.layouts' dp_ep family: data-parallel attention, expert parallelism or an all-to-all."""
-    return (configuration.dp, configuration.ep, configuration.all_to_all) != (1, 1, None)
 
 
 def _too_slow_cheaper(enumeration: Enumeration, best: PlanOption | None, limit: int = 5) -> tuple[TooSlow, ...]:

@@ -317,8 +317,7 @@ def vllm_image(plan: ExportPlan) -> str:
 
 def _expert_parallel(plan: ExportPlan) -> bool:
     """The plan runs data-parallel attention or expert parallelism (or an all-to-all backend)."""
-    c = plan.configuration
-    return (c.dp, c.ep, c.all_to_all) != (1, 1, None)
+    return plan.configuration.parallel.expert_parallel
 
 
 def vllm_parallel_args(plan: ExportPlan) -> list[str]:

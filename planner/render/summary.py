@@ -12,6 +12,7 @@ from planner.units import gb, gib
 if TYPE_CHECKING:
     from planner.catalog.load import Offer
     from planner.catalog.prices import PriceAge
+    from planner.estimator.layout import ParallelLayout
     from planner.plan.configuration import ConfiguredBy
     from planner.plan.fleet import Assignment, FleetPlan
     from planner.plan.loads import ReplicaLoads
@@ -84,9 +85,26 @@ def layout_lines(result: SolveResult) -> list[str]:
     best, other = result.best, result.layout_alternative
     if best is None or not result.layouts_compared:
         return []
-    c = best.configuration
-    theirs = "TP x PP" if (c.dp, c.ep, c.all_to_all) != (1, 1, None) else "data-parallel attention or expert parallelism"
+    theirs = other_family(best.configuration.parallel)
     return [f"with {theirs}: no configuration searched fits" if other is None else _next_best(f"with {theirs}", other)]
+
+
+def other_family(layout: ParallelLayout) -> str:
+    """The layout family search.layouts offers beside `layout`'s."""
+    return "TP x PP" if layout.expert_parallel else "data-parallel attention or expert parallelism"
+
+
+def layout_comparison_lines(plan: FleetPlan) -> list[str]:
+    """Each replica type of a workload searching tp and dp_ep, against the other family's best on the same GPUs."""
+    lines = []
+    for c in plan.layouts:
+        where = f"{c.gpus} x {c.gpu}"
+        theirs = (f"the best {other_family(c.layout)} layout of those GPUs, {c.other.name}, takes "
+                  f"{c.other_capacity_rps:,.2f}" if c.other is not None and c.other_capacity_rps is not None else
+                  f"no {other_family(c.layout)} layout of those GPUs holds the SLO")
+        lines.append(f"{c.workload}{f' #{c.bucket}' if c.bucket else ''}: {c.layout.name} on {where} takes "
+                     f"{c.capacity_rps:,.2f} req/s per replica at the SLO limit; {theirs}")
+    return lines
 
 
 def _next_best(label: str, other: PlanOption) -> str:
@@ -226,9 +244,9 @@ def layout_text(option: ConfiguredBy) -> str:
     data-parallel attention or expert parallelism as the engines' flags set it (`tp 16 x dp 16 x ep 16 x pp 1`), and
     its speculative decoding (`, MTP 3 tokens, acceptance length 2.65`)."""
     configuration = option.configuration
-    plain = (configuration.dp, configuration.ep, configuration.all_to_all) == (1, 1, None)
     spec = configuration.speculation
-    return (f"{option.tp} x {option.pp}" if plain else option.layout) + (f", {spec.name}" if spec else "")
+    return (option.layout if configuration.parallel.expert_parallel else f"{option.tp} x {option.pp}") + (
+        f", {spec.name}" if spec else "")
 
 
 def replica_label(a: Assignment) -> str:
