@@ -43,9 +43,10 @@ DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throug
               ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"),
               ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"),
               ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"),
-              ("2026h:", DATA / "throughput-2026h.jsonl"))
+              ("2026h:", DATA / "throughput-2026h.jsonl"), ("2026i:", DATA / "throughput-2026i.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
+           "TensorRT-LLM (trtllm-serve)": "trtllm",
            "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
            "llama.cpp": "llama.cpp", "llama.cpp (CUDA)": "llama.cpp"}  # llama.cpp's Vulkan backend: no profile
@@ -91,6 +92,9 @@ LLAMA_BENCH_GENERATED = 128
 
 # Rows the reference notes themselves flag as not representative.
 EXCLUDED = {"370": "flagged 'likely misconfigured' in the reference notes"}
+# Rows a later file copied from a source an earlier file already quotes (the same run, counted once)
+DUPLICATES = {f"2026i:{row}": f"the same run as 2026:{row - 12} (InferenceX issue 870, quoted by both files)"
+              for row in range(21, 25)}
 # Builds the same machine's other rows contradict (vLLM ROCm 0.6.3.dev109 running Meta's FP8 405B 4-5x slower than
 # AMD's FP8 checkpoint on the same 8 x MI300X; vLLM ROCm 0.6.3.dev116 prefilling 7x slower than TGI on it).
 NOT_REPRESENTATIVE = {str(row) for row in (*range(386, 392), *range(405, 409))}
@@ -100,13 +104,20 @@ TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT ms (mean)", "TPOT_ms", "
                 "Mean TPOT (ms/token), arithmetic mean of 5 repeats", "Mean TPOT (ms) (across the repeat means)",
                 "mean TPOT (ms) (printed as 'mean TPOT 12.6ms' for the non-MTP arm in the MTP entry)",
                 "Median TPOT (ms)", "median_tpot_ms", "tpot_ms (P50, as printed)", "Median ITL (ms)", "tpot_ms (as printed)",
-                "TPOT (ms, as printed; mean or median not stated)", "TPOT (ms)", "ITL (ms)")
+                "TPOT (ms, as printed; mean or median not stated)", "TPOT (ms)", "ITL (ms)",
+                "TPOT (ms) (mean, per table heading)", "TPOT (ms) (mean or median not stated)", "tpot_ms (P50)",
+                "TPOT p50 (ms)", "tpot_ms")
 TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "first_token_latency_ms", "Mean TTFT",
                 "Mean TTFT (ms) (across the repeat means)", "Median TTFT (ms)", "ttft_ms (P50, as printed)",
-                "ttft_ms (as printed)", "TTFT (ms)")
+                "ttft_ms (as printed)", "TTFT (ms)", "TTFT (ms) (statistic not named)", "ttft_ms (P50)", "TTFT p50 (ms)",
+                "ttft_ms")
+# the same in seconds
+TPOT_S_KEYS = ("ITL p50 (s)",)
+TTFT_S_KEYS = ("TTFT p50 (s)",)
 OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_tok_s_replica", "output_throughput", "output_tok_s", "Throughput_tok_s",
                     "derived_output_tok_s", "output_token_throughput_tok_s", "Output throughput (tok/s)", "Output throughput",
-                    "Output tok/s", "Output Tok/s", "Output Tokens/s", "Output throughput in token per second (TPS)")
+                    "Output tok/s", "Output Tok/s", "Output Tokens/s", "Output throughput in token per second (TPS)",
+                    "output tok/s")
 PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu", "Output tok/s/GPU", "Out tok/GPU",
                             "Output tput/GPU (tok/s/GPU)")
 # A static batch's whole run (`vllm bench latency`: prefill and every decode step of `batch` requests), in seconds
@@ -200,6 +211,8 @@ def excluded(label: str, raw: dict[str, Any]) -> None:
     """The protocol's exclusions (bench/SPEED_PROTOCOL.md, section 3), each a reason counted in the summary."""
     if label in EXCLUDED:
         raise Skip(EXCLUDED[label])
+    if label in DUPLICATES:
+        raise Skip("the same run as a row of an earlier file (counted once)")
     if label in NOT_REPRESENTATIVE:
         raise Skip("ROCm build 4-7x slower than other rows of the same machine (not representative)")
     speculative = raw.get("speculative")
@@ -269,8 +282,10 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
             raise Skip("batch not stated (max-throughput or request-rate run)")
         if prompt is None or output is None:
             raise Skip("prompt/output lengths not stated")
-        tpot_ms = next((measured[k] for k in TPOT_MS_KEYS if k in measured), None)
-        tpot_s = number(tpot_ms) / 1000 if tpot_ms is not None and output > 1 else None
+        tpot_ms = next((number(measured[k]) for k in TPOT_MS_KEYS if k in measured), None)
+        if tpot_ms is None:
+            tpot_ms = next((number(measured[k]) * 1000 for k in TPOT_S_KEYS if k in measured), None)
+        tpot_s = tpot_ms / 1000 if tpot_ms is not None and output > 1 else None
         total = next((measured[k] for k in OUTPUT_TOKS_KEYS if k in measured), None)
         per_gpu = next((measured[k] for k in PER_GPU_OUTPUT_TOKS_KEYS if k in measured), None)
         latency_s = next((number(measured[k]) for k in BATCH_LATENCY_S_KEYS if k in measured), None)
@@ -281,9 +296,11 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
             toks = number(per_gpu) * raw["num_gpus"]
         elif form == "static" and (latency_s or latency_ms):
             toks = batch * output / (latency_s or latency_ms / 1000)
-        ttft_ms = next((measured[k] for k in TTFT_MS_KEYS if k in measured), None)
+        ttft_ms = next((number(measured[k]) for k in TTFT_MS_KEYS if k in measured), None)
+        if ttft_ms is None:
+            ttft_ms = next((number(measured[k]) * 1000 for k in TTFT_S_KEYS if k in measured), None)
         if ttft_ms is not None and batch == 1:
-            ttft_s = number(ttft_ms) / 1000
+            ttft_s = ttft_ms / 1000
     if tpot_s is None and toks is None and ttft_s is None:
         raise Skip("no TPOT, output tokens/s or single-request TTFT measured")
     if batch == 1:
