@@ -83,6 +83,9 @@ class Point:
     note: str = ""
     metrics: tuple[str, ...] | None = None  # only these, when the log's other figures do not apply (e.g. unknown quant)
     params: int | None = None  # a model planner counts by size only: its parameter count
+    dp: int = 1  # data-parallel attention groups among the tp GPUs
+    ep: int = 1
+    all_to_all: str | None = None
 
     @property
     def current(self) -> bool:
@@ -170,13 +173,19 @@ LOGS_2026B_POINTS = [
     Point(LOGS_2026B_FILE, 19, "gemma-4-26B-A4B A100 eager", "vllm", "gemma-4-26b-a4b", "a100-sxm-80gb", 131072,
           note="v0.19.0 (inferred from the page); --enforce-eager; the card's size inferred by the collector",
           settings=dict(gpu_memory_utilization=0.9, enforce_eager=True)),
+    # DP attention: each DP rank attends at TP 1, so it holds both of a full-attention layer's 2 KV heads
+    Point(LOGS_2026B_FILE, 22, "Qwen3-Next-80B FP8 tp4 dp4 DeepEP", "sglang", "qwen3-next-80b-a3b", "h100-sxm", 32768,
+          note="SGLang main Dec 2025; GPU, fraction and context not in the excerpt: the per-rank layout only, on the "
+               "0.5.23 profile (the 0.5.9 one sizes no DP attention)",
+          precision="fp8-block", tp=4, dp=4, ep=4, all_to_all="deepep", metrics=("kv_bytes_per_token",),
+          settings=dict(version="0.5.23")),
 ]
 NOT_REPLAYED_2026B = {
     **dict.fromkeys((0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 23, 24, 25, 26, 27, 28, 33, 34),
                     "Qwen3.6 / Qwen3.8 community checkpoints the catalog does not hold"),
     15: "Kimi-K2-Thinking's INT4 experts (the catalog's Kimi-K2 is FP8)", 16: "decode context parallelism",
     17: "Kimi-Linear not in the catalog", 20: "card and KV dtype not stated", 21: "GGUF in vLLM, model not stated",
-    22: "GPU and mem_fraction_static not in the excerpt", 29: "GLM-5.2 not in the catalog",
+29: "GLM-5.2 not in the catalog",
     30: "GLM-5.2 not in the catalog", 31: "model not stated", 32: "MiMo-V2-Flash not in the catalog",
 }
 NOT_REPLAYED = {
@@ -185,6 +194,7 @@ NOT_REPLAYED = {
     47: "aphrodite fork", 48: "aphrodite fork", 50: "TGI on ROCm", 53: "Qwen3.5-9B not in the catalog",
 }
 
+_SGLANG_POOL = re.compile(r"#tokens: (\d+), K size: ([\d.]+) GB, V size: ([\d.]+) GB")
 _PATTERNS = {
     "weights": [r"Model loading took ([\d.]+) GiB", r"Loading model weights took ([\d.]+) GB", r"Model loading took ([\d.]+) GB",
                 r"model weights take\s+([\d.]+)GiB", r"Load weight end\..*mem usage=([\d.]+) GB"],
@@ -229,6 +239,10 @@ def measured_values(record: dict[str, Any]) -> dict[str, float]:
         else:
             found[metric] = values[0]
     # llama.cpp logs the cache per device ("KV buffer size") or, in older builds, only the total ("KV self size")
+    # SGLang's token pool: "#tokens: N, K size: X GB, V size: Y GB" (its GB are GiB), bytes a token on the rank
+    cell = next((m for line in lines for m in [_SGLANG_POOL.search(line)] if m), None)
+    if cell:
+        found["kv_bytes_per_token"] = (float(cell.group(2)) + float(cell.group(3))) * GiB / int(cell.group(1))
     total = found.pop("kv_self_mib", None)
     if total is not None:
         found.setdefault("kv_buffer_mib", total)
@@ -258,7 +272,7 @@ LOGGED_VERSIONS = {"vllm": "0.19.0", "sglang": "0.5.9"}
 
 def predict(point: Point, catalog: Catalog) -> EngineBudget:
     request = Request(context=point.context, batch=point.batch, tp=point.tp, pp=point.pp, precision=point.precision,
-                      kv_dtype=point.kv_dtype)
+                      kv_dtype=point.kv_dtype, dp=point.dp, ep=point.ep, all_to_all=point.all_to_all)
     settings = EngineSettings(name=point.engine, **{"version": LOGGED_VERSIONS.get(point.engine), **point.settings})
     return engine_budget(_architecture(catalog, point.model, point.params), request, settings, _gpu(catalog, point.gpu),
                          catalog)
@@ -300,6 +314,8 @@ def _predicted(budget: EngineBudget, metric: str) -> tuple[str, float] | None:
         # size x blocks one request takes / KV cache groups
         "tokens_per_request": ("tokens", budget.kv_cache_capacity_tokens / budget.max_concurrency
                                if budget.max_concurrency else float("nan")),
+        # SGLang's token pool cell: the bytes one token takes over the rank's attention layers
+        "kv_bytes_per_token": ("B", layout.page_bytes if layout and layout.block_size == 1 else float("nan")),
     }
     return table.get(metric)
 
