@@ -474,6 +474,32 @@ def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):
     assert not eager("llama-3.1-70b", "mi300x", None, engine="vllm")
 
 
+def test_minimax_layers_all_reduce_their_q_k_norm_sums_as_each_release_does(catalog, perf):
+    """MiniMax-M2.5's q/k RMSNorms over the TP-sharded width all-reduce their sums: two all-reduces a layer in SGLang
+    through 0.5.7, one from 0.5.8, one in vLLM; each 8 bytes a token over the 8 ranks, in the step's all-reduce term
+    (and one more kernel of an eager pass). A model without such norms adds none."""
+    model = arch(catalog, "minimax-m2.5")
+    gpu = catalog.gpus.get("b200")
+    layers = model.num_layers
+    link = perf.interconnect(gpu.interconnect.kind, gpu.generation, "sglang").fit(8)
+    one = min(link.latency_us * 1e-6 + 4 * 8 / (link.bandwidth_gbps * 1e9),
+              link.large_latency_us * 1e-6 + 2 * 7 / 8 * 4 * 8 / (link.bus_bandwidth_gbps * 1e9))
+
+    def allreduce_s(release, engine="sglang", tp=8):
+        timer = replica_timer(model, "auto", "auto", gpu, tp, 1, catalog, engine, release=release)
+        return timer.step(Step(4, 2000.0))[1].allreduce_s, timer
+
+    two, old = allreduce_s("0.5.7")
+    fused, new = allreduce_s("0.5.8")
+    assert two - fused == pytest.approx(layers * one)
+    assert (old.hw.norm_allreduces, new.hw.norm_allreduces) == (2, 1)
+    assert old._costs[0].eager_host_s - new._costs[0].eager_host_s == pytest.approx(layers * old.hw.eager_launch_s)
+    assert replica_timer(model, "auto", "auto", gpu, 8, 1, catalog, "vllm").hw.norm_allreduces == 1
+    assert replica_timer(model, "auto", "auto", gpu, 1, 1, catalog, "sglang", release="0.5.7").hw.norm_allreduces == 0
+    assert replica_timer(arch(catalog, "qwen3-235b-a22b"), "auto", "auto", gpu, 8, 1, catalog,
+                         "sglang").hw.norm_allreduces == 0
+
+
 def test_release_key_orders_releases_as_numbers():
     from planner.estimator.performance import release_key
 

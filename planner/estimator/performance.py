@@ -255,6 +255,22 @@ class EagerPrefillRule:
                 and (self.until is None or release <= release_key(self.until)))
 
 
+@dataclass(frozen=True, kw_only=True)
+class LayerAllReduceRule:
+    """All-reduces a layer of these model types adds over its attention-TP ranks at the releases named (a
+    normalisation over a TP-sharded width: its per-token sums), besides section 1's two of the activations."""
+
+    model_types: tuple[str, ...]
+    allreduces: int = bounded(ge=1)
+    since: str | None = None
+    until: str | None = None
+    source: str
+
+    def matches(self, model_type: str, release: tuple[int, ...]) -> bool:
+        return (model_type in self.model_types and (self.since is None or release >= release_key(self.since))
+                and (self.until is None or release <= release_key(self.until)))
+
+
 def release_key(version: str) -> tuple[int, ...]:
     """A release as numbers to compare: "v0.5.6.post1" -> (0, 5, 6); a build without numbers sorts first."""
     found = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
@@ -287,6 +303,8 @@ class EngineCost:
     # launches there (its Python dispatch and glue included): such a pass takes the larger of its GPU time and that
     eager_prefill_rules: tuple[EagerPrefillRule, ...] = ()
     eager_launch_us: float = bounded(0.0, ge=0)
+    # the all-reduces a layer adds by model type and release (the first rule that matches; none: 0)
+    layer_allreduce_rules: tuple[LayerAllReduceRule, ...] = ()
     source: str
 
     def moe_kernel(self, gpu: str, model_type: str, precision: str, release: str | None) -> str | None:
@@ -295,6 +313,13 @@ class EngineCost:
             return None
         key = release_key(release or default_release(self.name))
         return next((r.kernel for r in self.moe_kernel_rules if r.matches(gpu, model_type, precision, key)), None)
+
+    def layer_allreduces(self, model_type: str, release: str | None) -> int:
+        """All-reduces a layer of `model_type` adds at `release` (None: the default)."""
+        if not self.layer_allreduce_rules:
+            return 0
+        key = release_key(release or default_release(self.name))
+        return next((r.allreduces for r in self.layer_allreduce_rules if r.matches(model_type, key)), 0)
 
     def eager_prefill(self, gpu: Gpu, model_type: str, moe_kernel: str | None, layouts: frozenset[str],
                       release: str | None) -> bool:
@@ -484,6 +509,7 @@ class ForwardTime:
 
 
 _TOTAL = 11  # total_s's index in a _Terms tuple (ForwardTime's field order)
+NORM_SUM_BYTES = 8  # a layer's q and k sums of squares, one fp32 each a token (LayerAllReduceRule)
 
 
 @dataclass(frozen=True)
@@ -740,12 +766,18 @@ class _Hardware:
     hidden: int
     attention_allreduce: _AllReduce | None = None  # over the attention-TP group, with DP attention and tp / dp > 1
     attention_tp: int = 1
+    norm_allreduces: int = 0  # all-reduces of per-token sums a layer adds over the attention-TP ranks (0 at TP 1)
 
     def attention_allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations over the attention-TP group (0 when it is one GPU)."""
         if self.attention_allreduce is None:
             return 0.0
         return _collective_s(self.attention_allreduce, tokens * self.hidden * ACTIVATION_BYTES, self.attention_tp)
+
+    def norm_allreduce_s(self, tokens: int) -> float:
+        """One all-reduce of a layer's per-token sums (two fp32 values a token) over the attention-TP ranks."""
+        fit = self.attention_allreduce or self.allreduce
+        return _collective_s(fit, tokens * NORM_SUM_BYTES, self.attention_tp) if self.norm_allreduces else 0.0
 
     def allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations."""
@@ -803,6 +835,7 @@ class _StageCost(NamedTuple):
     eager_host_s: float  # the host's time launching the pass's kernels, where the engine runs a prefill eagerly
     step_s: float  # the engine's per-step cost (last stage)
     allreduces: int  # all-reduces of the activations per pass
+    norm_allreduces: int  # all-reduces of per-token sums per pass (LayerAllReduceRule)
     # data-parallel attention: the attention-TP group's GEMMs on the group's own tokens (0 without DP attention)
     attention_low_read_s: float = 0.0
     attention_low_row_s: float = 0.0
@@ -821,6 +854,7 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
                 + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
     launches = (stage.layers * hw.layer_launches + experts.layers * hw.moe_layer_launches
                 + stage.mla_layers * hw.mla_layer_launches + ALLREDUCES_PER_LAYER * stage.layers * (hw.tp > 1)
+                + stage.layers * hw.norm_allreduces
                 + body.low_bit_kernels + attention.low_bit_kernels + body.wide_kernels + attention.wide_kernels
                 + head.low_bit_kernels + head.wide_kernels)
     return _StageCost(
@@ -834,19 +868,21 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         experts.columns * hw.moe_column_s,
         hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.attention_flops_per_s,
         launch_s, launches * hw.eager_launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
+        stage.layers * hw.norm_allreduces,
         attention.low_bit_bytes / low.bytes_per_s, attention.low_bit_flops / low.flops_per_s,
         attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s)
 
 
 def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
              kv_bytes: int, latent_bytes: int, allreduce_s: float, group_tokens: float = 0.0,
-             group_allreduce_s: float = 0.0, prefill: bool = False) -> _Terms:
+             group_allreduce_s: float = 0.0, prefill: bool = False, norm_allreduce_s: float = 0.0) -> _Terms:
     """`decode_flops` / `prefill_flops`: the stage's attention FLOPs over the positions the decoding sequences and
     the prompt tokens attend to; `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents;
     `allreduce_s`: one all-reduce of the pass's activations (the same on every stage); with data-parallel attention,
     `group_tokens` the busiest DP group's tokens through its attention GEMMs and `group_allreduce_s` one all-reduce
     of them over its attention-TP ranks (once a layer); `prefill`: the pass computes prompt tokens (an extend pass,
-    which the engine may launch eagerly: then it takes at least the host's launch time)."""
+    which the engine may launch eagerly: then it takes at least the host's launch time); `norm_allreduce_s`: one
+    all-reduce of a layer's per-token sums (LayerAllReduceRule)."""
     # each GEMM group: the larger of its weight read and its compute at compute_eff(M) (rows + half_m, see header)
     low_c = cost.low_row_s * (tokens + cost.low_half_m) if cost.low_row_s else 0.0
     wide_c = cost.wide_row_s * (tokens + cost.wide_half_m)
@@ -885,7 +921,8 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c
     memory_s += kv_s
     compute_s += decode_c + prefill_c
-    allreduces_s = cost.allreduces * allreduce_s + (cost.allreduces // ALLREDUCES_PER_LAYER) * group_allreduce_s
+    allreduces_s = (cost.allreduces * allreduce_s + (cost.allreduces // ALLREDUCES_PER_LAYER) * group_allreduce_s
+                    + cost.norm_allreduces * norm_allreduce_s)
     total_s = dense_s + moe_s + attention_s + cost.launch_s + cost.step_s + allreduces_s
     # the host launches ahead of the GPU, so over the pass's layers the slower of the two sets the pace
     eager_s = cost.eager_host_s - total_s if prefill and cost.eager_host_s > total_s else 0.0
@@ -1071,6 +1108,7 @@ class ReplicaTimer:
                                                          prefill_positions * share)
             group_tokens = decode + prefill_tokens
             group_allreduce_s = self.hw.attention_allreduce_s(group_tokens)
+        norm_s = self.hw.norm_allreduce_s(group_tokens)
         times: list[_Terms] = []
         alike = None
         for cost in self._costs:
@@ -1098,7 +1136,7 @@ class ReplicaTimer:
                 latent += per_token * (window if window < context else context)
             times.append(_forward(cost, tokens, logits, decode_flops, prefill_flops,
                                   round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s,
-                                  group_tokens, group_allreduce_s, prefill_tokens > 0))
+                                  group_tokens, group_allreduce_s, prefill_tokens > 0, norm_s))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
             return times[0][_TOTAL], times, 0, 0.0
         total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
@@ -1114,7 +1152,7 @@ class ReplicaTimer:
         group_allreduce_s = self.hw.attention_allreduce_s(own * prompt) if self.dp > 1 else 0.0
         times = [_forward(cost, tokens, per_part, 0.0,
                           _attention_flops(cost, lambda w: own * _causal_positions(prompt, w)), 0, 0, allreduce_s,
-                          own * prompt, group_allreduce_s, True)
+                          own * prompt, group_allreduce_s, True, self.hw.norm_allreduce_s(own * prompt))
                  for cost in self._costs]
         return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
@@ -1259,6 +1297,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
         attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
         attention_tp=attention_tp or tp,
+        norm_allreduces=engine_cost.layer_allreduces(arch.model_type, release) if (attention_tp or tp) > 1 else 0,
     ), generation
 
 
@@ -1303,6 +1342,6 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
     )
 
 
-__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerPrefillRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
+__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerPrefillRule", "LayerAllReduceRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]
