@@ -413,12 +413,13 @@ def test_sglang_runs_the_moe_kernel_its_release_picks(catalog, perf):
 
 def test_an_eager_prefill_pass_takes_the_hosts_launch_time_when_that_is_longer(catalog, perf):
     """SGLang 0.5.8 launches prefill without a CUDA graph: a one-token prefill of Llama-3.1-8B on one H100 takes the
-    host's time for the kernels the pass launches. Hand count per layer: 5 small kernels and the attention kernel,
-    the fused QKV, output, fused gate-up and down GEMMs; the lm_head once; no all-reduce at TP1."""
+    host's time for the kernels the pass launches. Hand count per layer: 2 norms; rotary, the K and V writes and the
+    attention kernel; the fused QKV, output, fused gate-up and down GEMMs; the activation: 11; the lm_head once; no
+    all-reduce at TP1."""
     model = arch(catalog, "llama-3.1-8b")
     gpu = catalog.gpus.get("h100-sxm")
     sglang = perf.engine("sglang")
-    launches = model.num_layers * (sglang.layer_kernels + 1 + 4) + 1
+    launches = model.num_layers * (2 + 4 + 4 + 1) + 1
     eager = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, "sglang", release="0.5.8")
     graphed = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, "sglang", release="0.5.23")
     host_s = launches * sglang.eager_launch_us * 1e-6
@@ -438,19 +439,62 @@ def test_an_eager_prefill_pass_takes_the_hosts_launch_time_when_that_is_longer(c
 
 
 def test_the_eager_host_cost_is_pr_12160s_forward_over_the_kernels_counted_by_hand(catalog, perf):
-    """DeepSeek-V3 FP8 at TP8, eager (SGLang 0.5.6), a one-token forward: per layer 5 small kernels and the attention
-    kernel, the MLA layer's 2 extra norms, 2 all-reduces and 4 attention GEMMs (fused q_a/kv_a, q_b, kv_b, o_proj);
-    the 3 dense layers' gate-up and down; each of the 58 MoE layers' routing kernel, fused MoE kernel, router GEMM and
-    shared expert's gate-up and down; the lm_head: 1,151 kernels, whose host time SGLang PR 12160 logs as 82.64 ms."""
+    """DeepSeek-V3 FP8 at TP8 on Hopper, eager (SGLang 0.5.6, Triton MoE), a one-token forward. Every layer: 4 norms
+    (input, post-attention, q_a, kv_a); the MLA prefill's rotary, q_pe copy, latent write, K concat and attention
+    (5); 4 attention GEMMs (fused q_a/kv_a, q_b, kv_b, o_proj), each after its activations' FP8 quantization (4);
+    2 all-reduces. The 3 dense layers: gate-up and down, their 2 quantizations, the activation. The 58 MoE layers:
+    the router GEMM; the fused gate and the logits' cast (256 experts in 8 groups: 32 a group); the Triton fused MoE
+    (align x2, two GEMMs, activation, sum) and its 2 quantizations; the shared expert runs as a routed one (no
+    kernel of its own). The lm_head: 1,813 kernels, whose host time SGLang PR 12160 logs as 82.64 ms."""
     model = arch(catalog, "deepseek-v3")
     layers, moe = model.num_layers, sum(1 for layer in model.layers if layer.is_moe)
     assert (layers, moe) == (61, 58)
-    kernels = layers * (5 + 1 + 2 + 2 + 4) + (layers - moe) * 2 + moe * (2 + 3) + 1
-    assert kernels == 1151
+    every = 4 + 5 + 4 + 4 + 2
+    kernels = layers * every + (layers - moe) * (2 + 2 + 1) + moe * (1 + 2 + 6 + 2) + 1
+    assert kernels == 1813
     timer = replica_timer(model, "fp8-block", "auto", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "sglang",
                           release="0.5.6")
     assert timer.prefill_s(1, 1) == pytest.approx(kernels * perf.engine("sglang").eager_launch_us * 1e-6)
     assert timer.prefill_s(1, 1) == pytest.approx(0.08264, rel=1e-3)
+
+
+def test_an_eager_pass_counts_each_layers_kernels_from_its_parts(catalog, perf):
+    """SGLang's eager counts by hand (kernel-sources.md section 10), all-reduces included, at TP8 on B200 at 0.5.6
+    (Triton MoE for these bf16 checkpoints). Qwen3-235B, a MoE layer: 4 norms (input, post, q, k) and the 2 copies
+    before the q/k norms; rotary, K and V writes, attention; QKV, o_proj and router GEMMs; softmax top-k; the Triton
+    fused MoE's 6; 2 all-reduces: 22. GLM-4.6: the same attention (16) with the router GEMM, routing by the compiled
+    grouped path (160 experts in one group: past the fused gate's 32) of 8 kernels, the fused MoE's 6, its shared
+    expert run as a routed one, 2 all-reduces: 29 a MoE layer; a dense layer 16 + gate-up, down, activation - the
+    router GEMM and routing: 17."""
+    gpu = catalog.gpus.get("b200")
+
+    def eager(name, precision="auto", tp=8, ep=1, release="0.5.6"):
+        timer = replica_timer(arch(catalog, name), precision, "auto", gpu, tp, 1, catalog, "sglang", release=release,
+                              ep=ep)
+        return timer.eager_launches[0] + timer.stages[0].layers * 2 * (tp > 1)
+
+    qwen = arch(catalog, "qwen3-235b-a22b")
+    assert eager("qwen3-235b-a22b") == qwen.num_layers * (4 + 2 + 4 + 3 + 1 + 6 + 2) + 1
+    glm = arch(catalog, "glm-4.6")
+    moe = sum(1 for layer in glm.layers if layer.is_moe)
+    assert (glm.moe.routing, glm.moe.expert_groups, glm.moe.num_experts) == ("grouped", 1, 160)
+    assert eager("glm-4.6") == moe * 29 + (glm.num_layers - moe) * 17 + 1
+    # under expert parallelism the shared expert runs on its own (gate-up, down, activation) and each MoE layer
+    # maps the routed ids to the rank's experts
+    assert eager("glm-4.6", ep=8) - eager("glm-4.6") == moe * (2 + 1 + 1)
+    # DeepSeek-V3's 8 groups of 32 take the fused gate (2 kernels), Kimi-K2's one group of 384 the compiled path (8)
+    sglang = perf.engine("sglang").eager_kernels
+    assert sglang.routing_kernels("grouped", 256, 8) == 2 and sglang.routing_kernels("grouped", 384, 1) == 8
+    assert arch(catalog, "kimi-k2").moe.expert_groups == 1 and arch(catalog, "deepseek-v3").moe.expert_groups == 8
+    # a runner launching from C++ (FlashInfer's TensorRT-LLM MoE, picked for Qwen3-MoE bf16 from 0.5.8) is one call
+    assert eager("qwen3-235b-a22b", release="0.5.8") == eager("qwen3-235b-a22b") - qwen.num_layers * (6 - 1)
+    # block FP8 adds one quantization per quantized GEMM and two in the Triton fused MoE: MiniMax-M2.5 at 0.5.8
+    # (q/k norms over the sharded width: one more all-reduce a layer), 4 norms, 2 copies, attention 4, QKV and o_proj
+    # with their quantizations, the fp32 router GEMM, sigmoid routing's cast and top-k, the fused MoE's 8; 3
+    # all-reduces: 29 (SGLang 0.5.9's code reads 28 at EP1)
+    minimax = arch(catalog, "minimax-m2.5")
+    assert eager("minimax-m2.5", release="0.5.8") + minimax.num_layers == minimax.num_layers * (
+        4 + 2 + 4 + 2 + 2 + 1 + 2 + 8 + 3) + 1
 
 
 def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Callable, Literal, NamedTuple
 
 
-from planner.model.architecture import Architecture, Attention, Tensor
+from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
 from planner.estimator.layout import (model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
@@ -255,6 +255,38 @@ class EagerPrefillRule:
                 and (self.until is None or release <= release_key(self.until)))
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)  # compared and hashed by identity: its dicts have no hash
+class EagerKernels:
+    """The kernels an engine's eager pass launches per part of a decoder layer, as its model code runs them (bench/
+    SPEED_PROTOCOL.md, the eager-kernels amendment); GEMMs and all-reduces are counted as section 1 counts them."""
+
+    norm: int = bounded(ge=0)  # per norm weight the layer holds
+    qk_norm_copy: int = bounded(ge=0)  # per q / k norm: the copy of its slice of the fused QKV output
+    # per attention kind (full, sliding, mla) or recurrent mixer (gated_delta_net): its rotary, cache writes,
+    # attention kernel and glue; a kind not listed launches one kernel
+    attention: dict[str, int]
+    block_fp8_quant: int = bounded(ge=0)  # per block-scaled FP8 GEMM: its activations' quantization
+    activation: int = bounded(ge=0)  # per dense MLP or shared expert the engine runs on its own
+    shared_expert_gate: int = bounded(ge=0)  # a sigmoid-gated shared expert's sigmoid, product and sum
+    # per routing kind: softmax, sigmoid, and grouped routing through the fused gate (every group at most
+    # fused_gate_max_group experts) or else the compiled grouped path
+    routing: dict[Literal["softmax", "sigmoid", "fused_gate", "compiled_grouped"], int]
+    fused_gate_max_group: int = bounded(ge=1)
+    # per fused-MoE kernel the engine picks, the kernels its Python launches, and under block FP8 that many more;
+    # any other kernel (one that launches from C++) is one call
+    fused_moe: dict[str, int]
+    fused_moe_block_fp8: int = bounded(ge=0)
+    expert_remap: int = bounded(ge=0)  # expert parallelism: the routed ids mapped to the rank's local experts
+    # model types whose shared expert the engine runs as one more routed expert (at expert-parallel size 1)
+    fused_shared_experts: tuple[str, ...] = ()
+    source: str
+
+    def routing_kernels(self, routing: str, experts: int, groups: int) -> int:
+        if routing == "grouped":
+            return self.routing["fused_gate" if experts // groups <= self.fused_gate_max_group else "compiled_grouped"]
+        return self.routing[routing]
+
+
 @dataclass(frozen=True, kw_only=True)
 class LayerAllReduceRule:
     """All-reduces a layer of these model types adds over its attention-TP ranks at the releases named (a
@@ -305,6 +337,8 @@ class EngineCost:
     eager_launch_us: float = bounded(0.0, ge=0)
     # the all-reduces a layer adds by model type and release (the first rule that matches; none: 0)
     layer_allreduce_rules: tuple[LayerAllReduceRule, ...] = ()
+    # the kernels an eager pass launches counted from each layer's parts (None: section 1's flat counts)
+    eager_kernels: EagerKernels | None = None
     source: str
 
     def moe_kernel(self, gpu: str, model_type: str, precision: str, release: str | None) -> str | None:
@@ -662,6 +696,61 @@ def _experts(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_head
                     low_bit=_is_low_bit(*shards[0], precision))
 
 
+def _block_fp8(bits: float, scales) -> bool:
+    return bits == 8 and scales is not None and scales.granularity == "block"
+
+
+@lru_cache(maxsize=1024)
+def _eager_launches(arch: Architecture, precision: Precision, tp: int, pp: int, ep: int, counts: EagerKernels,
+                    moe_kernel: str | None) -> tuple[int, ...]:
+    """Per pipeline stage, the kernels an eager pass launches on one rank, each layer counted from its parts by the
+    engine's `counts` (EagerKernels), the lm_head on the last stage; the all-reduces are added where the stage is
+    costed."""
+    kv_heads = model_kv_heads(arch)
+    quantizes = _block_fp8(precision.bits, precision.scales)
+    experts_format = precision.experts or precision
+    moe = arch.moe
+    fused_shared = ep == 1 and arch.model_type in counts.fused_shared_experts
+    if moe is None:
+        moe_launches = 0
+    elif moe_kernel in counts.fused_moe:
+        moe_launches = (counts.fused_moe[moe_kernel]
+                        + counts.fused_moe_block_fp8 * _block_fp8(experts_format.bits, experts_format.scales))
+    else:
+        moe_launches = 1
+    if moe is not None:
+        moe_launches += (counts.routing_kernels(moe.routing, moe.num_experts, moe.expert_groups)
+                         + counts.expert_remap * (ep > 1))
+
+    def layer_launches(layer: Layer) -> int:
+        shared = [t for t in layer.tensors if ".shared_expert" in t.name and t.role == "linear"]
+        gemms = _gemms(layer.tensors, precision, tp, kv_heads, ep)
+        gemm_kernels = gemms.low_bit_kernels + gemms.wide_kernels
+        quantized = gemms.low_bit_kernels
+        if fused_shared and shared:
+            own = _gemms(tuple(shared), precision, tp, kv_heads, ep)
+            gemm_kernels -= own.low_bit_kernels + own.wide_kernels
+            quantized -= own.low_bit_kernels
+        names = [t.name for t in layer.tensors]
+        norms = [t.name for t in layer.tensors if t.role == "norm" and t.name.endswith(".weight")
+                 and "norm" in t.name.rsplit(".", 2)[-2]]
+        qk_norms = [n for n in norms if n.endswith(("q_norm.weight", "k_norm.weight"))]
+        mlps = sum(1 for t in layer.tensors if t.role == "linear" and t.name.endswith("down_proj.weight")
+                   and not (fused_shared and t in shared))
+        attention = layer.attention
+        kind = attention.recurrence if attention.kind in ("linear", "mamba") else attention.kind
+        return (counts.norm * len(norms) + counts.qk_norm_copy * len(qk_norms) + counts.attention.get(kind or "", 1)
+                + gemm_kernels + counts.block_fp8_quant * quantized * quantizes + counts.activation * mlps
+                + counts.shared_expert_gate * any(n.endswith("shared_expert_gate.weight") for n in names)
+                + moe_launches * layer.is_moe)
+
+    head = _gemms(arch.head + tied_lm_head(arch), precision, tp, kv_heads)
+    stages = [sum(layer_launches(layer) for layer in arch.layers[first:last])
+              for first, last in pipeline_stages(arch.num_layers, pp)]
+    stages[-1] += head.low_bit_kernels + head.wide_kernels
+    return tuple(stages)
+
+
 def _summed_experts(parts: list[_Experts]) -> _Experts:
     moe = [p for p in parts if p.count]
     if not moe:
@@ -844,7 +933,9 @@ class _StageCost(NamedTuple):
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
-                kv_state: int, kv_latent: tuple[tuple[int, int], ...]) -> _StageCost:
+                kv_state: int, kv_latent: tuple[tuple[int, int], ...], eager_launches: int | None = None) -> _StageCost:
+    """`eager_launches`: the stage's kernels of an eager pass besides its all-reduces, counted from its layers' parts
+    (None: section 1's flat counts)."""
     body, head, experts, attention = stage.body, stage.head, stage.experts, stage.attention_body
     low, wide = hw.low_bit, hw.wide
     head_rates = low if head.low_bit_bytes else wide  # the lm_head is one tensor: in one format
@@ -852,11 +943,11 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
                 + stage.mla_layers * hw.mla_layer_fixed_s + (body.low_bit_kernels + attention.low_bit_kernels) * low.launch_s
                 + (body.wide_kernels + attention.wide_kernels) * wide.launch_s
                 + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
-    launches = (stage.layers * hw.layer_launches + experts.layers * hw.moe_layer_launches
-                + stage.mla_layers * hw.mla_layer_launches + ALLREDUCES_PER_LAYER * stage.layers * (hw.tp > 1)
-                + stage.layers * hw.norm_allreduces
-                + body.low_bit_kernels + attention.low_bit_kernels + body.wide_kernels + attention.wide_kernels
-                + head.low_bit_kernels + head.wide_kernels)
+    if eager_launches is None:
+        eager_launches = (stage.layers * hw.layer_launches + experts.layers * hw.moe_layer_launches
+                          + stage.mla_layers * hw.mla_layer_launches + body.low_bit_kernels + attention.low_bit_kernels
+                          + body.wide_kernels + attention.wide_kernels + head.low_bit_kernels + head.wide_kernels)
+    launches = eager_launches + ALLREDUCES_PER_LAYER * stage.layers * (hw.tp > 1) + stage.layers * hw.norm_allreduces
     return _StageCost(
         stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
@@ -1057,6 +1148,9 @@ class ReplicaTimer:
     borrowed: bool  # the GPU's generation has no kernel measurements (the `default` generation's constants)
     tp: int
     dp: int = 1  # data-parallel attention groups: each attends to its own requests
+    # per stage, the kernels an eager pass launches counted from its layers' parts (the engine's EagerKernels;
+    # empty: section 1's flat counts)
+    eager_launches: tuple[int, ...] = ()
 
     @cached_property
     def _costs(self) -> tuple[_StageCost, ...]:
@@ -1066,7 +1160,7 @@ class ReplicaTimer:
         costs: list[_StageCost] = []
         for s, stage in enumerate(self.stages):
             cost = _stage_cost(stage, self.hw, s == last, self.kv_growing[s], self.kv_sliding[s], self.kv_state[s],
-                               self.kv_latent[s])
+                               self.kv_latent[s], self.eager_launches[s] if self.eager_launches else None)
             costs.append(costs[-1] if costs and costs[-1] == cost else cost)
         return tuple(costs)
 
@@ -1174,8 +1268,11 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
+    counts = performance.engine(engine).eager_kernels
+    eager = _eager_launches(arch, prec, tp, pp, ep, counts, hw.moe_kernel) \
+        if hw.eager_launch_s and counts is not None and arch.exact else ()
     return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep, dp), hw, growing, sliding, state, latent, pp,
-                        engine_name, generation.name != gpu.generation, tp, dp)
+                        engine_name, generation.name != gpu.generation, tp, dp, eager)
 
 
 class _Same:

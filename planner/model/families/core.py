@@ -23,6 +23,7 @@ Split = Literal["column", "row", "kv", "vocab", "replicated"]
 LayerKind = Literal["full", "sliding", "mla", "linear", "mamba"]
 # The recurrent mixers whose state planner sizes: Gated DeltaNet (Qwen3-Next, Qwen3.5), Kimi Delta Attention, Mamba-2
 Recurrence = Literal["gated_delta_net", "kda", "mamba2"]
+Routing = Literal["softmax", "sigmoid", "grouped"]
 # Bits per value of the dtypes a config may name for a recurrent state (torch element sizes)
 STATE_DTYPE_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}
 
@@ -144,6 +145,11 @@ class MoE:
     experts_per_token: int
     expert_intermediate_size: int
     shared_intermediate_size: int = 0
+    # how the router picks a token's experts, which decides the kernels the engines launch for it: softmax top-k,
+    # sigmoid top-k with a score-correction bias (MiniMax-M2), or the same within groups of experts (DeepSeek-V3's
+    # noaux_tc: n_group groups, the best topk_group of them)
+    routing: Routing = "softmax"
+    expert_groups: int = 1
 
 
 @dataclass(frozen=True)

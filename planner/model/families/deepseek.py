@@ -91,7 +91,9 @@ def routed_experts(c: Config, hidden: int, router_bias: bool) -> tuple[MoE, list
     tensors += gated_mlp("mlp.experts", hidden, expert_intermediate, role="expert", count=experts)
     if shared:
         tensors += gated_mlp("mlp.shared_experts", hidden, shared)
-    return MoE(experts, top_k, expert_intermediate, shared), tensors
+    # noaux_tc: sigmoid scores plus the correction bias, picked within the best topk_group of n_group groups
+    routing = "grouped" if router_bias else "softmax"
+    return MoE(experts, top_k, expert_intermediate, shared, routing, c.int("n_group", default=1)), tensors
 
 
 def mtp_modules(c: Config, hidden: int, vocab: int, decoder_layer: list[Tensor]) -> list[Tensor]:

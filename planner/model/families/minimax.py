@@ -30,5 +30,5 @@ def minimax_m2(c: Config, model_type: str, name: str) -> Architecture:
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=layers, embedding=embedding, head=head, tied_embeddings=tied, intermediate_size=0,
-        moe=MoE(experts, top_k, expert_intermediate), max_position_embeddings=c.opt_int("max_position_embeddings"),
+        moe=MoE(experts, top_k, expert_intermediate, routing="sigmoid"), max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
