@@ -43,9 +43,11 @@ DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throug
               ("2026b:", DATA / "throughput-2026b.jsonl"), ("2026c:", DATA / "throughput-2026c.jsonl"),
               ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"),
               ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"),
-              ("2026h:", DATA / "throughput-2026h.jsonl"), ("2026i:", DATA / "throughput-2026i.jsonl"))
+              ("2026h:", DATA / "throughput-2026h.jsonl"), ("2026i:", DATA / "throughput-2026i.jsonl"),
+              ("2026j:", DATA / "throughput-2026j.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
+           "TensorRT-LLM (trtllm-bench, PyTorch backend)": "trtllm",
            "TensorRT-LLM (trtllm-serve)": "trtllm",
            "NVIDIA NIM (TensorRT-LLM backend)": "trtllm", "vLLM": "vllm",
            "vLLM (ROCm)": "vllm", "vLLM (AMD ROCm fork)": "vllm", "SGLang": "sglang", "SGLang (ROCm)": "sglang",
@@ -71,13 +73,17 @@ SAME_ARCHITECTURE = {
     "meta-llama/meta-llama-3-70b": "llama-3.1-70b",
 }
 # Suffixes of quantized re-publications (nvidia/...-FP8, amd/...-FP8-KV): the same model's tensors.
-QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|fp4)$")
+QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|nvfp4|mxfp4|fp4)$")
+# Re-quantizations a row names without a repository id: the catalog model whose tensors they hold.
+REQUANTIZED = (("kimi k2.5", "kimi-k2.5"),)
 
 # The measured-precision text -> catalog precision, first match wins.
 PRECISIONS: tuple[tuple[str, str | None], ...] = (
     ("unverified", None), ("mlc q4f16_1", None), ("fp4 (mxfp4)", None),
     ("gguf f16", "fp16"), ("gguf q4_0", "q4_0"), ("gguf q4_k_m", "q4_k_m"),
     ("fp8 (native block", "fp8-block"), ("fp8", "fp8"), ("mxfp4", "mxfp4"), ("nvfp4", "nvfp4"),
+    # DeepSeek-V4's released format (FP8 linear layers, FP4 routed experts), as InferenceX prints it ("FP4")
+    ("fp4 moe experts", "fp8-block-mxfp4-experts"), ("int4 weights (native kimi", "int4-g32"),
     ("int4 awq", "awq"), ("int4 gptq", "gptq"), ("fp16/bf16", "fp16"), ("bf16/fp16", "bf16"),
     ("bf16", "bf16"), ("fp16", "fp16"),
 )
@@ -106,7 +112,8 @@ TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT ms (mean)", "TPOT_ms", "
                 "Median TPOT (ms)", "median_tpot_ms", "tpot_ms (P50, as printed)", "Median ITL (ms)", "tpot_ms (as printed)",
                 "TPOT (ms, as printed; mean or median not stated)", "TPOT (ms)", "ITL (ms)",
                 "TPOT (ms) (mean, per table heading)", "TPOT (ms) (mean or median not stated)", "tpot_ms (P50)",
-                "TPOT p50 (ms)", "tpot_ms")
+                "TPOT p50 (ms)", "tpot_ms", "Average time-per-output-token [TPOT] (ms)", "TPOT", "TPOT/ITL (median)",
+                "ITL (median)", "ITL (median) column, printed as")
 TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "first_token_latency_ms", "Mean TTFT",
                 "Mean TTFT (ms) (across the repeat means)", "Median TTFT (ms)", "ttft_ms (P50, as printed)",
                 "ttft_ms (as printed)", "TTFT (ms)", "TTFT (ms) (statistic not named)", "ttft_ms (P50)", "TTFT p50 (ms)",
@@ -184,6 +191,7 @@ def catalog_model(catalog: Catalog, text: str) -> str:
     base = name.split("/")[-1]
     stripped = QUANTIZED_SUFFIX.sub("", base.lower())
     candidates += [stripped, f"meta-llama/{stripped}", SAME_ARCHITECTURE.get(f"meta-llama/{stripped}", "")]
+    candidates += [model for needle, model in REQUANTIZED if needle in text.lower()]
     for candidate in filter(None, candidates):
         try:
             return catalog.models.get(candidate).name
