@@ -587,3 +587,23 @@ def test_weight_only_mxfp4_experts_take_the_measured_w4a16_kernel(catalog, perf)
     assert bf16.moe.bytes_per_s == pytest.approx(bandwidth * hopper.moe_rates("bf16", "vllm").read_efficiency)
     llamacpp = replica_timer(gpt_oss, "mxfp4", "auto", gpu, 1, 1, catalog, "llama.cpp").hw
     assert llamacpp.moe_column_s == 0.0
+
+
+def test_integer_4bit_experts_take_the_weight_only_moe_kernel_and_their_dense_layers_stay_16_bit(catalog, perf):
+    """Kimi-K2.5's native int4 experts (compressed-tensors W4A16, group 32) run on Marlin's weight-only MoE kernel in
+    both engines: the w4a16 MoE rates, as MXFP4 experts without FP4 tensor cores; its dense GEMMs (attention and the
+    shared expert, kept 16-bit by the checkpoint) keep the 16-bit rates; every int4 precision is weight-only."""
+    gpu = catalog.gpus.get("h200-sxm")
+    hopper = perf.generation("hopper")
+    bandwidth = gpu.memory_bandwidth_gbps * GB
+    kimi = arch(catalog, "kimi-k2.5")
+    for engine in ("vllm", "sglang"):
+        hw = replica_timer(kimi, "int4-g32", "auto", gpu, 8, 1, catalog, engine).hw
+        w4a16 = hopper.moe_rates("w4a16", engine)
+        assert hw.moe.bytes_per_s == pytest.approx(bandwidth * w4a16.read_efficiency)
+        assert hw.moe.half_m == w4a16.half_m != hopper.moe_rates("bf16", engine).half_m
+        assert hw.wide.flops_per_s == pytest.approx(gpu.dense_tflops["bf16"] * 1e12 * hopper.gemm_rates("bf16", engine)
+                                                    .compute_efficiency)
+    for name in ("int4", "int4-g32", "awq", "gptq"):
+        compute = perf.precision(name)
+        assert compute.weight_only_format == "w4a16" and compute.tensor_core_format is None

@@ -398,11 +398,12 @@ class InterconnectCost:
 
 @dataclass(frozen=True, kw_only=True)
 class PrecisionCompute:
-    """The tensor-core format in which a low-bit precision computes, where the GPU has it natively."""
+    """The tensor-core format in which a low-bit precision computes, where the GPU has it natively (None: a
+    weight-only precision, which no GPU computes in)."""
 
     name: str
-    tensor_core_format: str  # a key of Gpu.dense_tflops
-    kernel_format: str  # the key of its kernels' measurements (GenerationEfficiency.gemm / moe)
+    tensor_core_format: str | None = None  # a key of Gpu.dense_tflops
+    kernel_format: str | None = None  # the key of its kernels' measurements (GenerationEfficiency.gemm / moe)
     # the MoE kernel format of its weight-only path (4-bit weights read, 16-bit compute), where measured
     weight_only_format: str | None = None
     source: str
@@ -1114,8 +1115,8 @@ def _low_bit_format(gpu: Gpu, precision: Precision, wide: float, performance: Pe
     runs it natively on this GPU (`native`, Catalog.support), else the 16-bit rate and kernels (weight-only kernels
     dequantize and compute in 16 bits)."""
     compute = performance.precision(precision.name)
-    rate = _rate(gpu, compute.tensor_core_format) if compute and native else None
-    return (rate, compute.kernel_format) if rate and compute else (wide, WIDE_FORMAT)
+    rate = _rate(gpu, compute.tensor_core_format) if compute and compute.tensor_core_format and native else None
+    return (rate, compute.kernel_format or WIDE_FORMAT) if rate and compute else (wide, WIDE_FORMAT)
 
 
 class Step(NamedTuple):
