@@ -568,6 +568,21 @@ def test_a_moe_kernel_rule_must_name_a_measured_kernel(tmp_path):
         load_performance_catalog(str(tmp_path / "catalogs"))
 
 
+def assert_w4a16_experts(catalog, generation, gpu, model, precision, tp):
+    """Each engine's experts of `model` in `precision` are timed at the generation's w4a16 MoE rates (4-bit weights
+    read, 16-bit compute); returns (engine, hardware) for further checks."""
+    out = []
+    for engine in ("vllm", "sglang"):
+        hw = replica_timer(model, precision, "auto", gpu, tp, 1, catalog, engine).hw
+        w4a16 = generation.moe_rates("w4a16", engine)
+        assert hw.moe.bytes_per_s == pytest.approx(gpu.memory_bandwidth_gbps * GB * w4a16.read_efficiency)
+        assert hw.moe_column_s == pytest.approx(w4a16.column_ps * 1e-12)
+        assert hw.moe.flops_per_s == pytest.approx(gpu.dense_tflops["bf16"] * 1e12 * w4a16.compute_efficiency)
+        assert hw.moe.half_m == w4a16.half_m
+        out.append((engine, hw))
+    return out
+
+
 def test_weight_only_mxfp4_experts_take_the_measured_w4a16_kernel(catalog, perf):
     """gpt-oss's MXFP4 experts on Hopper run weight-only (no FP4 tensor cores): the fused MoE kernel takes the w4a16
     tables' rates (4-bit weights read, 16-bit compute), not the 16-bit MoE kernel's; llama.cpp's own kernels stay in
@@ -576,12 +591,7 @@ def test_weight_only_mxfp4_experts_take_the_measured_w4a16_kernel(catalog, perf)
     hopper = perf.generation("hopper")
     bandwidth = gpu.memory_bandwidth_gbps * GB
     gpt_oss = arch(catalog, "gpt-oss-20b")
-    for engine in ("vllm", "sglang"):
-        hw = replica_timer(gpt_oss, "mxfp4", "auto", gpu, 1, 1, catalog, engine).hw
-        w4a16 = hopper.moe_rates("w4a16", engine)
-        assert hw.moe.bytes_per_s == pytest.approx(bandwidth * w4a16.read_efficiency)
-        assert hw.moe_column_s == pytest.approx(w4a16.column_ps * 1e-12)
-        assert hw.moe.flops_per_s == pytest.approx(gpu.dense_tflops["bf16"] * 1e12 * w4a16.compute_efficiency)
+    assert_w4a16_experts(catalog, hopper, gpu, gpt_oss, "mxfp4", 1)
     assert hopper.moe_rates("w4a16", "vllm") != hopper.moe_rates("bf16", "vllm")
     bf16 = replica_timer(arch(catalog, "qwen3-30b-a3b"), "bf16", "auto", gpu, 1, 1, catalog, "vllm").hw
     assert bf16.moe.bytes_per_s == pytest.approx(bandwidth * hopper.moe_rates("bf16", "vllm").read_efficiency)
@@ -595,13 +605,8 @@ def test_integer_4bit_experts_take_the_weight_only_moe_kernel_and_their_dense_la
     shared expert, kept 16-bit by the checkpoint) keep the 16-bit rates; every int4 precision is weight-only."""
     gpu = catalog.gpus.get("h200-sxm")
     hopper = perf.generation("hopper")
-    bandwidth = gpu.memory_bandwidth_gbps * GB
-    kimi = arch(catalog, "kimi-k2.5")
-    for engine in ("vllm", "sglang"):
-        hw = replica_timer(kimi, "int4-g32", "auto", gpu, 8, 1, catalog, engine).hw
-        w4a16 = hopper.moe_rates("w4a16", engine)
-        assert hw.moe.bytes_per_s == pytest.approx(bandwidth * w4a16.read_efficiency)
-        assert hw.moe.half_m == w4a16.half_m != hopper.moe_rates("bf16", engine).half_m
+    for engine, hw in assert_w4a16_experts(catalog, hopper, gpu, arch(catalog, "kimi-k2.5"), "int4-g32", 8):
+        assert hw.moe.half_m != hopper.moe_rates("bf16", engine).half_m
         assert hw.wide.flops_per_s == pytest.approx(gpu.dense_tflops["bf16"] * 1e12 * hopper.gemm_rates("bf16", engine)
                                                     .compute_efficiency)
     for name in ("int4", "int4-g32", "awq", "gptq"):
