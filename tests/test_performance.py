@@ -486,6 +486,16 @@ def test_an_eager_pass_counts_each_layers_kernels_from_its_parts(catalog, perf):
     sglang = perf.engine("sglang").eager_kernels
     assert sglang.routing_kernels("grouped", 256, 8) == 2 and sglang.routing_kernels("grouped", 384, 1) == 8
     assert arch(catalog, "kimi-k2").moe.expert_groups == 1 and arch(catalog, "deepseek-v3").moe.expert_groups == 8
+    # DeepSeek-V3 on B200 takes FlashInfer's TensorRT-LLM MoE (one call), which turns the shared-expert fusion off:
+    # its gate-up and down (each after its FP8 quantization) and activation come back; Kimi-K2's 384 experts are
+    # never fused (the rule is for 256)
+    deepseek = arch(catalog, "deepseek-v3")
+    dense = sum(1 for layer in deepseek.layers if not layer.is_moe)
+    attention = 4 + 5 + 4 + 4 + 2
+    assert eager("deepseek-v3") == dense * (attention + 5) + (deepseek.num_layers - dense) * (
+        attention + 1 + 2 + 1 + 5) + 1
+    assert not any(rule.matches("deepseek_v3", 384, "nvidia", "triton") for rule in sglang.fused_shared_experts)
+    assert any(rule.matches("deepseek_v3", 256, "nvidia", "triton") for rule in sglang.fused_shared_experts)
     # a runner launching from C++ (FlashInfer's TensorRT-LLM MoE, picked for Qwen3-MoE bf16 from 0.5.8) is one call
     assert eager("qwen3-235b-a22b", release="0.5.8") == eager("qwen3-235b-a22b") - qwen.num_layers * (6 - 1)
     # block FP8 adds one quantization per quantized GEMM and two in the Triton fused MoE: MiniMax-M2.5 at 0.5.8

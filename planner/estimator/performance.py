@@ -255,6 +255,23 @@ class EagerPrefillRule:
                 and (self.until is None or release <= release_key(self.until)))
 
 
+@dataclass(frozen=True, kw_only=True)
+class SharedExpertFusion:
+    """Where an engine runs a model's shared expert as one more routed expert, so that it launches no kernel of its
+    own: these model types, with this many routed experts (None: any), on these GPU vendors (empty: any), unless the
+    fused-MoE kernel picked is one of `except_moe_kernels`; at expert-parallel size 1."""
+
+    model_types: tuple[str, ...]
+    routed_experts: int | None = None
+    vendors: tuple[str, ...] = ()
+    except_moe_kernels: tuple[str, ...] = ()
+    source: str
+
+    def matches(self, model_type: str, experts: int, vendor: str, moe_kernel: str | None) -> bool:
+        return (model_type in self.model_types and self.routed_experts in (None, experts)
+                and (not self.vendors or vendor in self.vendors) and moe_kernel not in self.except_moe_kernels)
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)  # compared and hashed by identity: its dicts have no hash
 class EagerKernels:
     """The kernels an engine's eager pass launches per part of a decoder layer, as its model code runs them (bench/
@@ -277,8 +294,8 @@ class EagerKernels:
     fused_moe: dict[str, int]
     fused_moe_block_fp8: int = bounded(ge=0)
     expert_remap: int = bounded(ge=0)  # expert parallelism: the routed ids mapped to the rank's local experts
-    # model types whose shared expert the engine runs as one more routed expert (at expert-parallel size 1)
-    fused_shared_experts: tuple[str, ...] = ()
+    # where the engine runs a shared expert as one more routed expert (at expert-parallel size 1)
+    fused_shared_experts: tuple[SharedExpertFusion, ...] = ()
     source: str
 
     def routing_kernels(self, routing: str, experts: int, groups: int) -> int:
@@ -703,7 +720,7 @@ def _block_fp8(bits: float, scales) -> bool:
 
 @lru_cache(maxsize=1024)
 def _eager_launches(arch: Architecture, precision: Precision, tp: int, pp: int, ep: int, counts: EagerKernels,
-                    moe_kernel: str | None) -> tuple[int, ...]:
+                    moe_kernel: str | None, vendor: str) -> tuple[int, ...]:
     """Per pipeline stage, the kernels an eager pass launches on one rank, each layer counted from its parts by the
     engine's `counts` (EagerKernels), the lm_head on the last stage; the all-reduces are added where the stage is
     costed."""
@@ -711,7 +728,8 @@ def _eager_launches(arch: Architecture, precision: Precision, tp: int, pp: int, 
     quantizes = _block_fp8(precision.bits, precision.scales)
     experts_format = precision.experts or precision
     moe = arch.moe
-    fused_shared = ep == 1 and arch.model_type in counts.fused_shared_experts
+    fused_shared = moe is not None and ep == 1 and any(
+        rule.matches(arch.model_type, moe.num_experts, vendor, moe_kernel) for rule in counts.fused_shared_experts)
     if moe is None:
         moe_launches = 0
     elif moe_kernel in counts.fused_moe:
@@ -1270,7 +1288,7 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
     counts = performance.engine(engine).eager_kernels
-    eager = _eager_launches(arch, prec, tp, pp, ep, counts, hw.moe_kernel) \
+    eager = _eager_launches(arch, prec, tp, pp, ep, counts, hw.moe_kernel, gpu.vendor) \
         if hw.eager_launch_s and counts is not None and arch.exact else ()
     return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep, dp), hw, growing, sliding, state, latent, pp,
                         engine_name, generation.name != gpu.generation, tp, dp, eager)
@@ -1440,6 +1458,6 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
     )
 
 
-__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerPrefillRule", "LayerAllReduceRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
+__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerKernels", "EagerPrefillRule", "LayerAllReduceRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]
