@@ -44,7 +44,7 @@ DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throug
               ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"),
               ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"),
               ("2026h:", DATA / "throughput-2026h.jsonl"), ("2026i:", DATA / "throughput-2026i.jsonl"),
-              ("2026j:", DATA / "throughput-2026j.jsonl"))
+              ("2026j:", DATA / "throughput-2026j.jsonl"), ("2026k:", DATA / "throughput-2026k.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
            "TensorRT-LLM (trtllm-bench, PyTorch backend)": "trtllm",
@@ -73,7 +73,7 @@ SAME_ARCHITECTURE = {
     "meta-llama/meta-llama-3-70b": "llama-3.1-70b",
 }
 # Suffixes of quantized re-publications (nvidia/...-FP8, amd/...-FP8-KV): the same model's tensors.
-QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|nvfp4|mxfp4|fp4)$")
+QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|nvfp4|mxfp4|fp4|awq)$")
 # Re-quantizations a row names without a repository id: the catalog model whose tensors they hold.
 REQUANTIZED = (("kimi k2.5", "kimi-k2.5"),)
 
@@ -84,6 +84,7 @@ PRECISIONS: tuple[tuple[str, str | None], ...] = (
     ("fp8 (native block", "fp8-block"), ("fp8", "fp8"), ("mxfp4", "mxfp4"), ("nvfp4", "nvfp4"),
     # DeepSeek-V4's released format (FP8 linear layers, FP4 routed experts), as InferenceX prints it ("FP4")
     ("fp4 moe experts", "fp8-block-mxfp4-experts"), ("int4 weights (native kimi", "int4-g32"),
+    ("int4 weights (gptq", "gptq"), ("int4 weights (awq", "awq"), ("awq int4", "awq"),
     ("int4 awq", "awq"), ("int4 gptq", "gptq"), ("fp16/bf16", "fp16"), ("bf16/fp16", "bf16"),
     ("bf16", "bf16"), ("fp16", "fp16"),
 )
@@ -120,11 +121,17 @@ TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "
                 "ttft_ms")
 # the same in seconds
 TPOT_S_KEYS = ("ITL p50 (s)",)
-TTFT_S_KEYS = ("TTFT p50 (s)",)
+TTFT_S_KEYS = ("TTFT p50 (s)", "ttft_seconds")
+# A single request's (prompt + generated tokens) over its whole time (the Qwen speed benchmark's "Speed"): the
+# request took (prompt + output) / speed seconds, of which the output tokens' rate is output / that
+REQUEST_SPEED_KEYS = ("Speed (tokens/s) ((prompt+generated tokens)/time)",)
+# A time-boxed decode sweep (llm_decode_bench.py): each request's own tokens/s, and the tokens all requests generated
+# (their mean is the run's output length per request)
+PER_REQUEST_TOKS_KEYS = ("per_request_avg_tps (tok/s)",)
 OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_tok_s_replica", "output_throughput", "output_tok_s", "Throughput_tok_s",
                     "derived_output_tok_s", "output_token_throughput_tok_s", "Output throughput (tok/s)", "Output throughput",
                     "Output tok/s", "Output Tok/s", "Output Tokens/s", "Output throughput in token per second (TPS)",
-                    "output tok/s")
+                    "output tok/s", "Output token throughput (tok/s) (approximate, as written)")
 PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu", "Output tok/s/GPU", "Out tok/GPU",
                             "Output tput/GPU (tok/s/GPU)")
 # A static batch's whole run (`vllm bench latency`: prefill and every decode step of `batch` requests), in seconds
@@ -288,9 +295,19 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     else:
         if batch is None:
             raise Skip("batch not stated (max-throughput or request-rate run)")
+        per_request = next((number(measured[k]) for k in PER_REQUEST_TOKS_KEYS if k in measured), None)
+        if per_request is not None and output is None and "total_tokens" in measured:
+            output = number(measured["total_tokens"]) / number(measured["num_completed"])
+        ttft_only = batch == 1 and not any(k in measured for k in (*TPOT_MS_KEYS, *TPOT_S_KEYS, *OUTPUT_TOKS_KEYS,
+                                                                      *PER_REQUEST_TOKS_KEYS, *REQUEST_SPEED_KEYS))
+        if output is None and ttft_only:
+            output = 1  # a single request's TTFT: its prompt is all that is timed
         if prompt is None or output is None:
             raise Skip("prompt/output lengths not stated")
+        prompt = max(1, prompt)
         tpot_ms = next((number(measured[k]) for k in TPOT_MS_KEYS if k in measured), None)
+        if tpot_ms is None and per_request is not None:
+            tpot_ms = 1000 / per_request
         if tpot_ms is None:
             tpot_ms = next((number(measured[k]) * 1000 for k in TPOT_S_KEYS if k in measured), None)
         tpot_s = tpot_ms / 1000 if tpot_ms is not None and output > 1 else None
@@ -304,6 +321,9 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
             toks = number(per_gpu) * raw["num_gpus"]
         elif form == "static" and (latency_s or latency_ms):
             toks = batch * output / (latency_s or latency_ms / 1000)
+        elif batch == 1 and any(k in measured for k in REQUEST_SPEED_KEYS):
+            speed = next(number(measured[k]) for k in REQUEST_SPEED_KEYS if k in measured)
+            toks = output / ((prompt + output) / speed)
         ttft_ms = next((number(measured[k]) for k in TTFT_MS_KEYS if k in measured), None)
         if ttft_ms is None:
             ttft_ms = next((number(measured[k]) * 1000 for k in TTFT_S_KEYS if k in measured), None)
