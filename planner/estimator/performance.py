@@ -54,7 +54,7 @@ from functools import cache, cached_property, lru_cache
 import re
 from math import ceil, floor, prod
 from pathlib import Path
-from typing import Callable, Literal, NamedTuple
+from typing import Callable, ClassVar, Literal, NamedTuple
 
 
 from planner.model.architecture import Architecture, Attention, Tensor
@@ -1057,6 +1057,10 @@ class ReplicaTimer:
     borrowed: bool  # the GPU's generation has no kernel measurements (the `default` generation's constants)
     tp: int
     dp: int = 1  # data-parallel attention groups: each attends to its own requests
+    # a decode step: every running request gains one token and takes one token of the step's budget (a speculative
+    # cycle gains more and takes more: planner.estimator.speculative.SpeculativeTimer)
+    tokens_per_step: ClassVar[float] = 1.0
+    budget_per_decode: ClassVar[int] = 1
 
     @cached_property
     def _costs(self) -> tuple[_StageCost, ...]:

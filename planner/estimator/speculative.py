@@ -128,23 +128,55 @@ class SpeculativeCycle:
 
 @dataclass(frozen=True)
 class SpeculativeTimer:
+    """A replica's steps with every decode step a speculative cycle: the timer the capacity model
+    (planner.estimator.capacity.StepTimes) runs an MTP replica with, as it runs a ReplicaTimer. A decoding request
+    gains `tokens_per_step` (L) tokens a cycle and takes `budget_per_decode` (s + 1) tokens of the step's token
+    budget: vLLM's scheduler schedules a running request's num_tokens_with_spec, its draft tokens with it
+    (vllm/v1/core/sched/scheduler.py @ v0.34.0, Scheduler.schedule)."""
+
     target: ReplicaTimer
     draft: ReplicaTimer  # without the engine's per-step cost: its forwards run inside the target's step
     speculation: Speculation
+
+    @property
+    def pp(self) -> int:
+        return self.target.pp  # 1: speculative decoding is planned on one pipeline stage (plan/search.py)
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.speculation.acceptance_length
+
+    @property
+    def budget_per_decode(self) -> int:
+        return self.speculation.draft_tokens + 1
 
     @cached_property
     def _verifier(self) -> ReplicaTimer:
         """The target as it verifies: under a graph even where its prefill runs eagerly."""
         return self.target.graphed()
 
-    def cycle(self, batch: int, context: float) -> SpeculativeCycle:
+    def cycle(self, batch: float, context: float) -> SpeculativeCycle:
         """`batch` requests at a mean `context`: each verifies s + 1 tokens (its cache read once, every token's
         logits computed), the draft runs s - 1 one-token forwards and one over the s + 1 tokens."""
+        return self.step(Step(batch, context))
+
+    def step(self, shape: Step | tuple[float, float, int, float, int]) -> SpeculativeCycle:
+        """One engine step: a cycle of its decoding requests (as `cycle`), with the step's prompt tokens computed in
+        the target's verify pass beside the drafted ones (a pass then run eagerly where the engine runs prefill
+        eagerly). Prefill is timed as without speculation, by the target alone: the draft's pass over new prompt
+        tokens is not counted (as speculative_performance times prefill)."""
+        batch, context, prompt_tokens, positions, prompt_seqs = shape
         drafted = batch * self.speculation.draft_tokens
         wide = Step(batch, context, drafted, drafted * context, drafted)
-        verify_s, verify, _ = self._verifier.step(wide)
+        verifier = self.target if prompt_tokens else self._verifier
+        verify_s, verify, _ = verifier.step(Step(batch, context, drafted + prompt_tokens,
+                                                 drafted * context + positions, drafted + prompt_seqs))
         draft_s = (self.speculation.draft_tokens - 1) * self.draft.step_s(Step(batch, context)) + self.draft.step_s(wide)
         return SpeculativeCycle(verify_s, draft_s, verify)
+
+    def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
+        """The step's seconds (ReplicaTimer.step_s's contract)."""
+        return self.step(shape).cycle_s
 
 
 def speculative_timer(target: ReplicaTimer, draft: ReplicaTimer, spec: Speculation) -> SpeculativeTimer:
