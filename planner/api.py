@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.estimator.fit import EngineFit
     from planner.estimator.performance import PerformanceCatalog
     from planner.plan.deadline import CommandStart, Deadline, OutOfTime
+    from planner.plan.configuration import Configuration
     from planner.plan.fleet import FleetPlan
     from planner.plan.profile import DayPlan
     from planner.plan.review import FleetReview, Review
@@ -663,6 +664,7 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
     for a in plan.assignments:
         w = by_name[a.workload]
         c = a.config.candidate
+        _replayable(c.configuration, f"workload {a.workload}")
         specs.append(ReplicaSpec(a.workload, w.space.arch, c.gpu, c.tp, c.pp, c.precision, c.kv_dtype, w.engine,
                                   a.config.scheduler, a.replicas, a.config.shape.prompt_tokens,
                                   a.config.shape.output_tokens, a.expected_rps_per_replica, a.demand_share,
@@ -696,6 +698,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
                 raise PlannerInputError(f"{path}: assignments[{i}].{key} is missing; write the plan again with this "
                                         "planner or simulate its scenario")
         c = plan.configuration
+        _replayable(c, f"{path}: assignments[{i}]")
         arch = resolve_model(catalog, c.model_id if c.model_id else c.model)
         target = GpuTarget.from_catalog(plan.card)
         request = replace(c.request(), batch=1)
@@ -711,6 +714,16 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
                                   engine_version=c.engine.version, dp=c.dp, ep=c.ep,
                                   role=getattr(row, "role", None) or BOTH))
     return specs
+
+
+def _replayable(configuration: Configuration, where: str) -> None:
+    """A one-line refusal for a replica the simulator cannot run as planned: one running speculative decoding."""
+    from planner.plan.loads import SPECULATIVE_NOT_SIMULATED
+
+    spec = configuration.speculation
+    if spec is not None:
+        raise PlannerInputError(f"{where}: {SPECULATIVE_NOT_SIMULATED} ({spec.name}), so planner does not simulate "
+                                "or replay it yet; solve with search.speculative: [none] to simulate the fleet")
 
 
 def _aggregated(specs: list[ReplicaSpec], source: object) -> list[ReplicaSpec]:
