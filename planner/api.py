@@ -276,7 +276,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
         raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
-                                "--concurrency and --pp (the scheduler under speculative decoding is not modelled yet)")
+                                "--concurrency and --pp (a fleet scenario sizes MTP replicas under traffic; perf's "
+                                "--rate and --concurrency runs are simulated one token a step)")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
                        calibration=calibration, performance=performance, ep=ep, dp=dp,

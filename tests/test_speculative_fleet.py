@@ -5,6 +5,7 @@ speculation, CP-SAT picks the cheaper, and the plan file, the rendered plan and 
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,18 +14,21 @@ from planner import api
 from planner.catalog.load import load_catalog
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler, StepTimes, steady_state
+from planner.estimator.engines import engine_budget
 from planner.estimator.memory import GpuTarget, estimate_memory
 from planner.estimator.performance import Step, Workload, replica_timer
 from planner.estimator.speculative import (
     draft_architecture,
     speculation,
     speculative_timer,
+    with_draft,
 )
 from planner.model.sources import resolve_model
 from planner.plan.configuration import check_configuration
 from planner.plan.fleet import fleet_problem, plan_fleet
 from planner.plan.planfile import load_plan_file
 from planner.plan.scenario import load_scenario, parse_scenario
+from planner.plan.serving import replica_scheduler
 from planner.render.export import export
 from planner.render.records import fleet_json
 from planner.render.summary import speculative_choice_lines
@@ -152,6 +156,23 @@ def test_the_picked_replica_is_rechecked_with_the_draft(fleets):
         assert a.memory.weights_bytes > alone.weights_bytes and a.memory.kv_bytes_per_token > alone.kv_bytes_per_token
         # the simulator advances one token a step: the MTP replica's expected load is its steady state only
         assert a.loads.simulated is None and "MTP speculative decoding" in a.loads.not_simulated
+
+
+def test_an_mtp_replica_pool_holds_the_draft_cache():
+    """The KV pool an MTP replica is sized with is the engine's for the model with the draft's layer (one more layer of
+    cache a token, and its weights): what the single-configuration search and the plan's re-check hold."""
+    problem = fleet_problem(parse_scenario(_fleet(speculative=["mtp"])), CATALOG)
+    [workload] = problem.workloads
+    plan = plan_fleet(problem, CATALOG, explain=False)
+    a = plan.assignments[0]
+    c = a.config.candidate
+    target = GpuTarget.from_catalog(c.gpu)
+    request = replace(c.configuration.request(), batch=1)
+    drafted = engine_budget(with_draft(workload.space.arch), request, workload.space.engine, target, CATALOG)
+    alone = engine_budget(workload.space.arch, request, workload.space.engine, target, CATALOG)
+    assert a.config.scheduler.pool_tokens == drafted.kv_cache_capacity_tokens < alone.kv_cache_capacity_tokens
+    plain = replace(c, configuration=replace(c.configuration, speculation=None))
+    assert replica_scheduler(workload.space, plain, CATALOG).pool_tokens == alone.kv_cache_capacity_tokens
 
 
 def test_the_plan_file_and_exports_carry_mtp(fleets, tmp_path):
