@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_cli import refused, run
 
 from planner import api
 from planner.catalog.load import load_catalog
@@ -27,9 +28,10 @@ from planner.model.sources import resolve_model
 from planner.plan.configuration import check_configuration
 from planner.plan.fleet import fleet_problem, plan_fleet
 from planner.plan.planfile import load_plan_file
-from planner.plan.scenario import load_scenario, parse_scenario
+from planner.plan.scenario import parse_scenario
 from planner.plan.serving import replica_scheduler
 from planner.render.export import export
+from planner.render.markdown import fleet_markdown, md
 from planner.render.records import fleet_json
 from planner.render.summary import speculative_choice_lines
 
@@ -141,6 +143,7 @@ def test_the_fleet_picks_the_cheaper_setting(fleets):
                            "deepseek_v32") if cheaper == "mtp" else line.startswith("dsv32: speculative decoding none")
     assert f"next best {'without MTP' if cheaper == 'mtp' else 'with MTP'}" in line
     assert f"${alone[other]:,.2f}/hour (+{alone[other] - plan.usd_per_hour:,.2f})" in line
+    assert f"- speculative: {md(line)}" in fleet_markdown("dsv32", plan)
 
 
 def test_the_picked_replica_is_rechecked_with_the_draft(fleets):
@@ -230,10 +233,21 @@ def test_what_a_fleet_cannot_plan_is_refused(change, message):
     assert "\n" not in str(refusal.value)
 
 
-def test_the_shipped_fleet_scenario_compares_with_and_without_mtp():
-    scenario = load_scenario(ROOT / "scenarios" / "deepseek-v3.2-chat-fleet-mtp.yaml")
-    plan = api.plan_fleet(scenario, catalog=CATALOG)
-    [choice] = plan.speculative
-    assert choice.running == "MTP 3 tokens, acceptance length 2.65"
-    assert choice.other == "without MTP" and choice.other_usd_per_hour > plan.usd_per_hour
-    assert all(a.configuration.speculation is not None for a in plan.assignments)
+def test_the_shipped_fleet_scenario_prints_what_it_picked_and_the_next_best(tmp_path):
+    """`planner solve` on the shipped fleet scenario: its replicas run MTP (the pool's line says so), and the plan
+    prints the fleet's cost without it; the JSON carries the same; `planner simulate` refuses it in one line."""
+    path = ROOT / "scenarios" / "deepseek-v3.2-chat-fleet-mtp.yaml"
+    proc = run("solve", str(path), "--format", "json", "-o", "fleet.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "fleet.json").read_text())
+    [choice] = data["speculative"]
+    assert choice["running"] == "MTP 3 tokens, acceptance length 2.65" and choice["other"] == "without MTP"
+    assert choice["other_usd_per_hour"] > data["usd_per_hour"]
+    assert all(a["speculation"]["draft_tokens"] == 3 for a in data["assignments"])
+    proc = run("solve", str(path), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # the terminal wraps long lines
+    assert "MTP 3 tokens, acceptance length 2.65" in text
+    assert (f"next best without MTP: ${choice['other_usd_per_hour']:,.2f}/hour "
+            f"(+{choice['other_usd_per_hour'] - data['usd_per_hour']:,.2f})") in text
+    refused("simulate", str(tmp_path / "fleet.json"), cwd=tmp_path, needle="runs MTP speculative decoding")
