@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_cli import refused, run
+from test_cli import run
 
 from planner import api
 from planner.catalog.load import load_catalog
@@ -22,6 +22,7 @@ from planner.estimator.speculative import (
     draft_architecture,
     speculation,
     speculative_timer,
+    token_steps,
     with_draft,
 )
 from planner.model.sources import resolve_model
@@ -157,8 +158,6 @@ def test_the_picked_replica_is_rechecked_with_the_draft(fleets):
         assert a.memory == check_configuration(arch, a.configuration, card, CATALOG)
         alone = estimate_memory(arch, a.configuration.request(), CATALOG, card)
         assert a.memory.weights_bytes > alone.weights_bytes and a.memory.kv_bytes_per_token > alone.kv_bytes_per_token
-        # the simulator advances one token a step: the MTP replica's expected load is its steady state only
-        assert a.loads.simulated is None and "MTP speculative decoding" in a.loads.not_simulated
 
 
 def test_an_mtp_replica_pool_holds_the_draft_cache():
@@ -202,14 +201,33 @@ def test_the_plan_file_and_exports_carry_mtp(fleets, tmp_path):
     assert "\n" not in str(refusal.value)
 
 
-def test_simulate_refuses_an_mtp_replica_in_one_line(fleets, tmp_path):
+def test_token_steps_by_hand(timers):
+    """The simulator runs an MTP replica in token steps: a decode-only step is the cycle over L (one token a request),
+    a step with prompt tokens adds their cost in the verify pass; no draft runs when nothing decodes."""
+    target, draft, spec_timer = timers
+    steps = token_steps(spec_timer)
+    batch, context, prompt = 16, 3000.0, 1024
+    positions = prompt * (prompt + 1) / 2
+    cycle = _cycle_by_hand(target, draft, batch, context)
+    assert steps.step_s(Step(batch, context)) == pytest.approx(cycle / 2.5, rel=1e-12)
+    with_prompt = _cycle_by_hand(target, draft, batch, context, prompt, positions, 1)
+    assert steps.step_s(Step(batch, context, prompt, positions, 1)) == pytest.approx(cycle / 2.5 + with_prompt - cycle,
+                                                                                    rel=1e-12)
+    assert steps.step_s(Step(0, 0.0, prompt, positions, 1)) == pytest.approx(
+        target.step_s(Step(0, 0.0, prompt, positions, 1)), rel=1e-12)
+    assert (steps.tokens_per_step, steps.budget_per_decode) == (1.0, 4)
+
+
+def test_simulate_runs_an_mtp_fleet_near_its_steady_state(fleets, tmp_path):
+    """`planner simulate` of the plan file runs each MTP replica at its expected load in token steps; its TPOT is
+    the steady state's within the run's spread (a minute of arrivals from an empty engine)."""
     plan, _ = fleets
     path = tmp_path / "fleet.json"
     path.write_text(fleet_json(plan, "dsv32"))
-    with pytest.raises(PlannerInputError, match=re.escape("assignments[0]: the simulator runs one token a step, and "
-                                                          "this replica runs MTP speculative decoding")) as refusal:
-        api.simulate(str(path), catalog=CATALOG)
-    assert "\n" not in str(refusal.value)
+    [replica] = api.simulate(str(path), duration_s=60, catalog=CATALOG)
+    [a] = plan.assignments
+    assert replica.result.completed > 0 and replica.result.preemptions == 0
+    assert replica.result.tpot_s.p50 == pytest.approx(a.loads.expected.tpot_s, rel=0.25)
 
 
 @pytest.mark.parametrize("data, message", [
@@ -235,7 +253,7 @@ def test_what_a_fleet_cannot_plan_is_refused(change, message):
 
 def test_the_shipped_fleet_scenario_prints_what_it_picked_and_the_next_best(tmp_path):
     """`planner solve` on the shipped fleet scenario: its replicas run MTP (the pool's line says so), and the plan
-    prints the fleet's cost without it; the JSON carries the same; `planner simulate` refuses it in one line."""
+    prints the fleet's cost without it; the JSON carries the same; `planner simulate` runs it."""
     path = ROOT / "scenarios" / "deepseek-v3.2-chat-fleet-mtp.yaml"
     proc = run("solve", str(path), "--format", "json", "-o", "fleet.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -250,4 +268,5 @@ def test_the_shipped_fleet_scenario_prints_what_it_picked_and_the_next_best(tmp_
     assert "MTP 3 tokens, acceptance length 2.65" in text
     assert (f"next best without MTP: ${choice['other_usd_per_hour']:,.2f}/hour "
             f"(+{choice['other_usd_per_hour'] - data['usd_per_hour']:,.2f})") in text
-    refused("simulate", str(tmp_path / "fleet.json"), cwd=tmp_path, needle="runs MTP speculative decoding")
+    proc = run("simulate", str(tmp_path / "fleet.json"), "--duration", "30", cwd=tmp_path)
+    assert proc.returncode == 0 and "TPOT  p50" in proc.stdout, proc.stderr

@@ -13,9 +13,11 @@ cycle on average (the bonus token included: SGLang's "accept len", vLLM's "Mean 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from math import isfinite
+from typing import ClassVar
 
 from planner.errors import PlannerInputError
 from planner.estimator.performance import ForwardTime, ReplicaPerformance, ReplicaTimer, Step, Workload, timer_performance
@@ -166,6 +168,9 @@ class SpeculativeTimer:
         eagerly). Prefill is timed as without speculation, by the target alone: the draft's pass over new prompt
         tokens is not counted (as speculative_performance times prefill)."""
         batch, context, prompt_tokens, positions, prompt_seqs = shape
+        if not batch:  # no request decodes: the target prefills alone, no draft runs
+            verify_s, verify, _ = self.target.step(Step(0, context, prompt_tokens, positions, prompt_seqs))
+            return SpeculativeCycle(verify_s, 0.0, verify)
         drafted = batch * self.speculation.draft_tokens
         wide = Step(batch, context, drafted, drafted * context, drafted)
         verifier = self.target if prompt_tokens else self._verifier
@@ -185,6 +190,48 @@ def speculative_timer(target: ReplicaTimer, draft: ReplicaTimer, spec: Speculati
     return SpeculativeTimer(target, replace(draft, hw=replace(draft.hw, step_overhead_s=0.0)), spec)
 
 
+def served_timer(timer_of: Callable[[Architecture], ReplicaTimer], arch: Architecture,
+                 spec: Speculation | None) -> ReplicaTimer | SpeculativeTimer:
+    """The timer of a replica serving `arch` (`timer_of`: a model's timer on the replica's GPUs, layout, engine and
+    constants): its steps, and with speculative decoding its cycles of the target and the checkpoint's MTP module
+    on the same layout. The one rule of a replica's timer with or without MTP, for the search, the fleet, `planner
+    perf` and `planner simulate`."""
+    target = timer_of(arch)
+    return target if spec is None else speculative_timer(target, timer_of(draft_architecture(arch)), spec)
+
+
+@dataclass(frozen=True)
+class TokenSteps:
+    """An MTP replica as the simulator (planner.estimator.simulate) runs it: in token steps, each decoding request
+    gaining one token a step of cycle / L seconds (the cycle's mean gain of L tokens spread evenly over it), a step
+    carrying prompt tokens taking their cost in the verify pass besides, and every decoding request taking s + 1
+    tokens of the step's budget. A request's TPOT and the KV it holds over time are the cycles'; its TTFT is short
+    of the engine's by up to (1 - 1 / L) of a cycle for each of its prompt's chunks (the chunk rides a whole cycle
+    in the engine, 1 / L of one here)."""
+
+    timer: SpeculativeTimer
+    tokens_per_step: ClassVar[float] = 1.0
+
+    @property
+    def pp(self) -> int:
+        return self.timer.pp
+
+    @property
+    def budget_per_decode(self) -> int:
+        return self.timer.budget_per_decode
+
+    def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
+        batch, context, prompt_tokens, _, _ = shape
+        decode_s = self.timer.step_s((batch, context, 0, 0.0, 0)) if batch else 0.0
+        prompt_s = self.timer.step_s(shape) - decode_s if prompt_tokens else 0.0
+        return decode_s / self.timer.tokens_per_step + prompt_s
+
+
+def token_steps(timer: ReplicaTimer | SpeculativeTimer) -> ReplicaTimer | TokenSteps:
+    """`timer` as the simulator steps it: a replica's own steps, or an MTP replica's token steps."""
+    return TokenSteps(timer) if isinstance(timer, SpeculativeTimer) else timer
+
+
 def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workload
                             ) -> tuple[ReplicaPerformance, SpeculativeCycle]:
     """timer_performance with every decode step a speculative cycle gaining L tokens a request."""
@@ -200,5 +247,5 @@ def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workl
 
 
 __all__ = ["SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer",
-           "draft_architecture", "scenario_speculation", "speculation", "speculative_performance", "speculative_timer",
-           "with_draft"]
+           "TokenSteps", "draft_architecture", "scenario_speculation", "served_timer", "speculation",
+           "speculative_performance", "speculative_timer", "token_steps", "with_draft"]

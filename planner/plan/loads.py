@@ -25,9 +25,6 @@ SIMULATED_S = 600.0  # seconds of arrivals: `planner simulate`'s default --durat
 # at its expected loads: 5.6-10 us a step (8,675 requests of 600 + 150 tokens on an L40S, ~19,000 steps, in 0.19 s;
 # 2,702 of 3,000 + 500 on an H100, ~39,000 steps, in 0.40 s), so this is about a second at most.
 MOST_SIMULATED_STEPS = 100_000
-# why a replica running speculative decoding has only its steady state: the simulator advances every decoding request
-# one token a step (planner.estimator.simulate), not the acceptance length's mean a cycle
-SPECULATIVE_NOT_SIMULATED = "the simulator runs one token a step, and this replica runs MTP speculative decoding"
 
 
 @dataclass(frozen=True)
@@ -79,8 +76,6 @@ def replica_loads(config: ServingConfig, workload: FleetWorkload, expected_rps: 
     run, why = None, ""
     if not simulated:
         why = "not asked for"
-    elif (spec := config.candidate.configuration.speculation) is not None:
-        why = f"{SPECULATIVE_NOT_SIMULATED} ({spec.name})"
     elif too_large := run_too_large(expected_rps, SIMULATED_S, config.shape):
         why = f"{too_large}; run `planner simulate` with a shorter --duration"
     elif steps > MOST_SIMULATED_STEPS:

@@ -545,16 +545,15 @@ def candidate_timer(c: Candidate, arch: Architecture, catalog: Catalog, engine: 
     """The speed model's timer of a candidate's replica of `arch` under `engine` (`release`; `performance`: the
     speed model's constants, calibrated or the catalog's): its layout's steps, and with speculative decoding its
     cycles of the target and the checkpoint's MTP module on the same layout (speculative_timer). The one rule of a
-    configuration's timer, for a single configuration's speed and a fleet replica's capacity."""
+    configuration's timer (served_timer), for a single configuration's speed and a fleet replica's capacity."""
     from planner.estimator.performance import replica_timer
-    from planner.estimator.speculative import draft_architecture, speculative_timer
+    from planner.estimator.speculative import served_timer
 
     def timer(model: Architecture) -> ReplicaTimer:
         return replica_timer(model, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine, performance,
                              ep=c.configuration.ep, dp=c.configuration.dp, release=release)
 
-    target, spec = timer(arch), c.configuration.speculation
-    return target if spec is None else speculative_timer(target, timer(draft_architecture(arch)), spec)
+    return served_timer(timer, arch, c.configuration.speculation)
 
 
 def full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> float:
