@@ -364,7 +364,7 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: i
     ones (a two-state Markov chain: f = a / (1 - b + a)); they must also serve rate x P tokens/s.
     A request sees the others beside it as Poisson with mean B_d (M/G/infinity): 1 + B_d in its steps."""
     decode = rate * timer.decode_steps(output) * mean_s
-    room = timer.decode_room(budget, decode) - 1
+    room = timer.decode_room(budget, decode) - timer.budget_per_decode  # the request's own decode beside them
     if room < 1:
         return None
     batch, mean_step = 1 + decode, timer.mean_step
@@ -398,7 +398,8 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: i
 def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int, cached: int) -> _StepMix:
     """The fixed point's round with the step whose budget is full beside the decoding requests (timed for the
     steady state's own fixed point only: no round, and no fixed point of _request_tpot, reads it)."""
-    full_s = timer.mean_step(1 + found.decode, context, timer.decode_room(budget, found.decode) - 1, prompt, cached)
+    room = timer.decode_room(budget, found.decode) - timer.budget_per_decode  # the request's own decode beside them
+    full_s = timer.mean_step(1 + found.decode, context, room, prompt, cached)
     return _StepMix(found.decode, found.decode_s, found.prefill_s, full_s, found.prefill_fraction, found.mean_s,
                     found.square_s)
 
