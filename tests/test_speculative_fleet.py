@@ -143,7 +143,9 @@ def test_the_fleet_picks_the_cheaper_setting(fleets):
     assert line.startswith("dsv32: speculative decoding MTP 3 tokens, acceptance length 2.65 (published for "
                            "deepseek_v32") if cheaper == "mtp" else line.startswith("dsv32: speculative decoding none")
     assert f"next best {'without MTP' if cheaper == 'mtp' else 'with MTP'}" in line
-    assert f"${alone[other]:,.2f}/hour (+{alone[other] - plan.usd_per_hour:,.2f})" in line
+    assert f"${alone[other]:,.2f}/hour (+{alone[other] - plan.usd_per_hour:,.2f}), {choice.other_replicas}" in line
+    assert re.fullmatch(r"\d+ x \(8 x (b200|h200-sxm), tp 8 x pp 1\)( \+ \d+ x \(8 x (b200|h200-sxm), tp 8 x pp 1\))*",
+                        choice.other_replicas)
     assert f"- speculative: {md(line)}" in fleet_markdown("dsv32", plan)
 
 

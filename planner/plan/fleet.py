@@ -210,6 +210,7 @@ class SpeculativeChoice:
     other: str | None  # the setting it was held to: `without MTP`, `with MTP 3 tokens, ...`; None when mixed
     other_usd_per_hour: float | None  # the fleet with the workload held to `other`; None: see other_note
     other_note: str = ""  # why other_usd_per_hour is None
+    other_replicas: str = ""  # that fleet's replicas of the workload: `5 x (8 x b200, tp 8 x pp 1)`
 
 
 @dataclass(frozen=True)
@@ -523,15 +524,19 @@ def _speculative(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache
         [spec] = settings
         drafted = w.space.speculations[-1]
         other = "without MTP" if spec is not None else f"with {drafted.name}"
+        replicas = ""
         try:
             held = replace(problem, held_speculative=problem.held_speculative + ((w.name, spec is None),))
-            cost, note = _resolve(held, catalog, cache, deadline).usd_per_hour, ""
+            result = _resolve(held, catalog, cache, deadline)
+            cost, note = result.usd_per_hour, ""
+            replicas = " + ".join(f"{a.replicas} x ({a.config.candidate.gpus} x {a.config.candidate.gpu.name}, "
+                                  f"{a.config.candidate.layout})" for a in result.assignments if a.workload == w.name)
         except OutOfTime:
             cost, note = None, f"the {deadline.limit_s:g} s time limit ran out first"
         if cost is None and not note:
             note = f"no fleet serves {w.name} {other}"
         out.append(SpeculativeChoice(w.name, spec.name if spec else "none", w.space.acceptance_source, other, cost,
-                                     note))
+                                     note, replicas if cost is not None else ""))
     return tuple(out)
 
 

@@ -313,6 +313,7 @@ def speculative_choice_lines(plan: FleetPlan) -> list[str]:
             else:
                 change = s.other_usd_per_hour - (plan.usd_per_hour or 0)
                 line += f"; next best {s.other}{source}: ${s.other_usd_per_hour:,.2f}/hour ({change:+,.2f})"
+                line += f", {s.other_replicas}" if s.other_replicas else ""
         lines.append(line)
     return lines
 
