@@ -232,6 +232,26 @@ def test_simulate_runs_an_mtp_fleet_near_its_steady_state(fleets, tmp_path):
     assert replica.result.tpot_s.p50 == pytest.approx(a.loads.expected.tpot_s, rel=0.25)
 
 
+def test_check_replays_and_replan_refuses_an_mtp_replica(fleets, tmp_path):
+    """`planner check` replays a run on the MTP replica in token steps; `--replan` fits no calibration on it (the
+    factors are fitted on replicas without MTP) and says so in one line."""
+    plan, _ = fleets
+    path = tmp_path / "fleet.json"
+    path.write_text(fleet_json(plan, "dsv32"))
+    example = ROOT / "examples" / "calibration" / "vllm-llama-3.1-8b-h100-c8.json"  # its shape, another model
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps({**json.loads(example.read_text()), "model_id": "deepseek-ai/DeepSeek-V3.2",
+                                    "tokenizer_id": "deepseek-ai/DeepSeek-V3.2"}))
+    [checked] = api.check(path, [run_file], catalog=CATALOG)
+    assert checked.gpu == plan.assignments[0].config.candidate.gpu.name and checked.predicted
+    scenario = tmp_path / "dsv32.yaml"
+    scenario.write_text(json.dumps(_fleet(speculative=["none", "mtp"])))
+    with pytest.raises(PlannerInputError, match=re.escape("--replan: the measured replica runs MTP speculative "
+                                                          "decoding (MTP 3 tokens, acceptance length 2.65)")) as no:
+        api.replan(path, [run_file], scenario, catalog=CATALOG)
+    assert "\n" not in str(no.value)
+
+
 @pytest.mark.parametrize("data, message", [
     (_fleet(speculative=["none", "mtp"], serving=["aggregated", "disaggregated"]),
      ("search.speculative (dsv32): mtp is sized for aggregated replicas; a disaggregated decode pool's MTP cycles "
