@@ -712,8 +712,10 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
         batching = engine_budget(served, request, EngineSettings("vllm"), target, catalog) if c.engine.name == "simple" else None
         engine = "vllm" if c.engine.name == "simple" else c.engine.name
         slo = None if row.slo is None else Slo(row.slo.ttft_s, row.slo.tpot_s, row.slo.percentile)
+        # an MTP replica runs at most the requests its plan states (SGLang's own limit drops under speculation)
+        cap = row.max_num_seqs if c.speculation is not None else None
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
-                                  engine, Scheduler.of(budget, batching, dp=c.dp), plan.record.replicas, prompt,
+                                  engine, Scheduler.of(budget, batching, cap, dp=c.dp), plan.record.replicas, prompt,
                                   output, rate, share, row.shared_prefix_tokens or 0, slo=slo,
                                   planned_rps=row.capacity_rps_per_replica,
                                   engine_version=c.engine.version, dp=c.dp, ep=c.ep,

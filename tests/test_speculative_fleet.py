@@ -19,6 +19,7 @@ from planner.estimator.engines import engine_budget
 from planner.estimator.memory import GpuTarget, estimate_memory
 from planner.estimator.performance import Step, Workload, replica_timer
 from planner.estimator.speculative import (
+    SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS,
     draft_architecture,
     speculation,
     speculative_timer,
@@ -179,6 +180,19 @@ def test_an_mtp_replica_pool_holds_the_draft_cache():
     assert replica_scheduler(workload.space, plain, CATALOG).pool_tokens == alone.kv_cache_capacity_tokens
 
 
+def test_sglang_runs_48_requests_with_mtp_unless_the_plan_says_otherwise():
+    """Without workload.concurrency an SGLang MTP replica is sized with SGLang's own limit under speculative decoding
+    (48 running requests: server_args.py), and its export states it."""
+    data = _fleet(speculative=["mtp"])
+    data["workload"]["concurrency"] = 1
+    plan = api.plan_fleet(parse_scenario(data), catalog=CATALOG)
+    assert {a.config.scheduler.max_num_seqs for a in plan.assignments} == {SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS}
+    assert all(a.config.performance.batch <= 48 for a in plan.assignments)
+    without = api.plan_fleet(parse_scenario({**data, "search": {**data["search"], "speculative": ["none"]}}),
+                             catalog=CATALOG)
+    assert {a.config.scheduler.max_num_seqs for a in without.assignments} == {None}  # SGLang's pool decides
+
+
 def test_the_plan_file_and_exports_carry_mtp(fleets, tmp_path):
     plan, _ = fleets
     path = tmp_path / "fleet.json"
@@ -189,9 +203,12 @@ def test_the_plan_file_and_exports_carry_mtp(fleets, tmp_path):
     [checked] = load_plan_file(path, CATALOG)  # re-checked with the draft's layer on load
     assert checked.configuration.speculation == speculation("mtp", 3, 2.65)
     [deployed] = api.export_plans(path, catalog=CATALOG)
-    assert export(deployed, "sglang").rstrip().endswith(
-        "--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 "
-        "--speculative-num-draft-tokens 4")
+    launch = export(deployed, "sglang")
+    assert launch.rstrip().endswith("--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 "
+                                    "--speculative-num-draft-tokens 4")
+    # the running requests the replica was sized with (workload.concurrency 128), stated: SGLang's own limit under
+    # speculative decoding would be 48
+    assert data["assignments"][0]["max_num_seqs"] == 128 and " --max-running-requests 128 " in launch
     assert "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'" in export(deployed, "vllm")
     # a disaggregated replica is sized without MTP: a plan file saying otherwise is refused in one line
     data["assignments"][0]["role"] = "decode"

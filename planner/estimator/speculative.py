@@ -29,6 +29,11 @@ SPECULATIVE_ENGINES = ("sglang", "vllm")
 # the MTP module's tensors by module: DeepSeek / GLM `mtp0.*`, Qwen3-Next / Qwen3.5 `mtp.layers.0.*`
 _MODULE_INDEX = re.compile(r"^mtp(?:\.layers\.)?(\d+)\.")
 _SHARED_WITH_TARGET = ("embedding", "lm_head")  # the engines point the draft's at the target's (one copy in memory)
+# SGLang runs at most this many requests at once with speculative decoding unless --max-running-requests is given
+# (server_args.py ServerArgs._handle_speculative_decoding, EAGLE / NEXTN: "Max running requests is reset to 48 for
+# speculative decoding. You can override this by explicitly setting --max-running-requests."); with data-parallel
+# attention each group runs its share of them
+SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,12 @@ def speculation(method: str, draft_tokens: int, acceptance_length: float) -> Spe
                                 "(--speculative-tokens + the bonus token): the mean tokens a request gains a cycle, as "
                                 "the engine logs it (SGLang 'accept len', vLLM 'Mean acceptance length')")
     return Speculation(method, draft_tokens, acceptance_length)
+
+
+def speculative_running_cap(engine: str, cap: int | None) -> int | None:
+    """The requests an MTP replica under `engine` runs at once, given the cap its plan sets (workload.concurrency,
+    exported as the engine's flag) or None: SGLang's own default with speculative decoding when none is set."""
+    return SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS if cap is None and engine == "sglang" else cap
 
 
 def draft_architecture(arch: Architecture) -> Architecture:
@@ -246,6 +257,6 @@ def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workl
                    decode_bound=cycle.verify.bound, decode=cycle.verify), cycle
 
 
-__all__ = ["SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer",
+__all__ = ["SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS", "SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer",
            "TokenSteps", "draft_architecture", "scenario_speculation", "served_timer", "speculation",
-           "speculative_performance", "speculative_timer", "token_steps", "with_draft"]
+           "speculative_performance", "speculative_running_cap", "speculative_timer", "token_steps", "with_draft"]

@@ -24,6 +24,7 @@ from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.need import Budgets, known_budget
 from planner.estimator.memory import GpuTarget
 from planner.estimator.performance import PerformanceCatalog, Workload, load_performance_catalog
+from planner.estimator.speculative import speculative_running_cap
 from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
 from planner.plan.search import Candidate, Rejection, SearchSpace, candidate_timer, enumerate_candidates
 
@@ -110,12 +111,16 @@ class ServingConfig:
 def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog, max_seqs_cap: int | None = None,
                       budgets: Budgets | None = None) -> Scheduler:
     """The engine's pool at the candidate's context (max-model-len) and its batching limits, for the model as it is
-    served (with speculative decoding, the MTP draft's layer beside it: its weights and its cache a token). `budgets`:
+    served (with speculative decoding, the MTP draft's layer beside it: its weights and its cache a token, and the
+    engine's running-request limit under it: speculative_running_cap). `budgets`:
     the pools the candidate search sized for that model (Enumeration.pools), read back rather than sized again."""
     target = GpuTarget.from_catalog(candidate.gpu)
     request = replace(candidate.configuration.request(), batch=1, overhead_fraction=space.overhead)
     settings = space.engine or EngineSettings("simple")
-    arch = space.served(candidate.configuration.speculation)
+    speculation = candidate.configuration.speculation
+    arch = space.served(speculation)
+    if speculation is not None:
+        max_seqs_cap = speculative_running_cap(settings.name, max_seqs_cap)
     budget = (known_budget(budgets, request, settings, target) if budgets else None) or engine_budget(
         arch, request, settings, target, catalog)
     batching = None if space.engine is not None else engine_budget(arch, request, EngineSettings("vllm"), target,
