@@ -17,8 +17,10 @@ region / GPU type shared by all workloads; an on-demand share of capacity when s
 with fleet.survive, demand met with any one region (provider) lost. Spot replicas count at their
 expected availability (fleet.spot; planner.plan.failure). With search.serving disaggregated, a bucket may instead be
 served by prefill and decode replicas (planner.plan.disaggregated), each kind meeting every demand rule: a boolean per
-bucket searched both ways picks the mode. Objective: $/hour (then, with both modes searched, aggregated buckets and
-the fewest GPUs at equal cost).
+bucket searched both ways picks the mode. With search.speculative listing none and mtp, a replica size keeps its best
+configuration with MTP and without (planner.plan.serving), CP-SAT picks between them by cost, and a re-solve with the
+workload held to the other setting says what it would cost. Objective: $/hour (then, with both modes searched,
+aggregated buckets and the fewest GPUs at equal cost).
 """
 
 from __future__ import annotations
