@@ -94,9 +94,8 @@ def test_prompt_tokens_join_the_verify_pass_as_without_speculation(timers):
 
 
 def test_the_steady_state_decodes_l_tokens_a_cycle(timers):
-    """At a rate, the decoding requests B make B x L / (mean step) tokens/s: the rate's (N - 1) tokens a request;
-    a request's TPOT is the mean step over L. Without MTP the same replica needs L times the decoding requests at the
-    same mean step."""
+    """At a rate, the decoding requests B make B x L / (mean step) tokens/s: the rate's (N - 1) tokens a request
+    (Little's law over (N - 1) / L cycles); a request's TPOT is the mean step over L. Without MTP, B / (mean step)."""
     target, _, spec_timer = timers
     scheduler = Scheduler(pool_tokens=2_000_000, block_tokens=1, max_num_batched_tokens=16384, max_num_seqs=None,
                           max_model_len=32768)
