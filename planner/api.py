@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # OR-Tools loads only when solving
     from planner.catalog.price_update import PriceUpdate
     from planner.estimator.engines import EngineSettings
     from planner.estimator.fit import EngineFit
-    from planner.estimator.performance import PerformanceCatalog
+    from planner.estimator.performance import PerformanceCatalog, ReplicaTimer
     from planner.plan.deadline import CommandStart, Deadline, OutOfTime
     from planner.plan.fleet import FleetPlan
     from planner.plan.profile import DayPlan
@@ -275,7 +275,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
         raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
-                                "--concurrency and --pp (the scheduler under speculative decoding is not modelled yet)")
+                                "--concurrency and --pp (a fleet scenario sizes MTP replicas under traffic; perf's "
+                                "--rate and --concurrency runs are simulated one token a step)")
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
                        calibration=calibration, performance=performance, ep=ep, dp=dp,
@@ -286,11 +287,10 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype)
         result = timer_performance(replica.timer, batch, shape)
     else:
-        from planner.estimator.speculative import draft_architecture, speculative_performance
+        from planner.estimator.speculative import speculative_performance
 
-        draft = draft_architecture(replica.arch)
         _check_runs(replica, prompt_tokens + output_tokens, batch, precision, kv_dtype, speculation)
-        result, cycle = speculative_performance(_speculative_timer(replica, draft, precision, kv_dtype, speculation,
+        result, cycle = speculative_performance(_speculative_timer(replica, precision, kv_dtype, speculation,
                                                                    performance), batch, shape)
     steady = closed = finite = None
     if rate is not None:
@@ -310,15 +310,19 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
                       closed, finite, replica.calibrated, replica.ep, speculation, cycle, replica.dp)
 
 
-def _speculative_timer(replica: Replica, draft: Architecture, precision: str, kv_dtype: str, spec: Speculation,
+def _speculative_timer(replica: Replica, precision: str, kv_dtype: str, spec: Speculation,
                        performance: PerformanceCatalog | None) -> SpeculativeTimer:
-    """The target's timer and the MTP draft's, on the same GPUs, layout, engine and constants."""
+    """The target's timer and the MTP draft's, on the same GPUs, layout, engine and constants (served_timer)."""
     from planner.estimator.performance import replica_timer
-    from planner.estimator.speculative import speculative_timer
+    from planner.estimator.speculative import served_timer
 
-    draft_timer = replica_timer(draft, precision, kv_dtype, replica.card, replica.tp, replica.pp, replica.catalog,
-                                replica.engine, performance, replica.ep, replica.dp, replica.release)
-    return speculative_timer(replica.timer, draft_timer, spec)
+    def timer(model: Architecture) -> ReplicaTimer:
+        if model is replica.arch:
+            return replica.timer
+        return replica_timer(model, precision, kv_dtype, replica.card, replica.tp, replica.pp, replica.catalog,
+                             replica.engine, performance, replica.ep, replica.dp, replica.release)
+
+    return served_timer(timer, replica.arch, spec)
 
 
 def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
@@ -450,7 +454,6 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
     from planner.calibration.check import load_check, slo_verdicts
     from planner.calibration.readers import read_results
     from planner.estimator.benchmark import run_benchmark
-    from planner.estimator.performance import replica_timer
 
     if not results:
         raise PlannerInputError("RESULT: give at least one benchmark result file of the deployed plan")
@@ -459,8 +462,7 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
     out = []
     for run in (run for path in results for run in read_results(path)):
         spec = _replica_of(catalog, specs, run, plan)
-        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
-                              ep=spec.ep, dp=spec.dp, release=spec.engine_version)
+        timer = _spec_timer(spec, catalog)
         replayed = simulated_metrics(run_benchmark(timer, spec.scheduler, replay_run(run)))
         measured = measured_metrics(run)
         if not measured:
@@ -492,6 +494,10 @@ def replan(plan: str | Path, results: Sequence[str | Path], scenario: str | Path
         raise PlannerInputError(f"--replan: the runs measured {len(kinds)} of the plan's replica types; a calibration "
                                 "is fitted on one: give runs of one replica type")
     spec = next(iter(measured.values()))
+    if spec.speculation is not None:
+        raise PlannerInputError(f"--replan: the measured replica runs MTP speculative decoding ({spec.speculation.name}); "
+                                "a calibration is fitted on replicas without it (bench/CALIBRATION_PROTOCOL.md): "
+                                "check it without --replan")
     loaded = _scenario(scenario)
     if not loaded.is_fleet:
         raise PlannerInputError("--replan: the scenario has no traffic; give the scenario the fleet plan was solved "
@@ -622,7 +628,7 @@ def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, 
     its requests, not the rate)."""
     from planner.api_records import ReplicaSimulation
     from planner.estimator.simulate import poisson_arrivals, read_trace, simulate as run
-    from planner.estimator.performance import Workload, replica_timer
+    from planner.estimator.performance import Workload
     from planner.plan.loads import SIMULATED_S
 
     catalog = catalog or load_catalog()
@@ -634,8 +640,7 @@ def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, 
     trace = None if arrivals == "poisson" else read_trace(arrivals)
     out = []
     for spec in _replicas_to_simulate(source, catalog):
-        timer = replica_timer(spec.arch, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
-                              spec.performance, spec.ep, spec.dp, spec.engine_version)
+        timer = _spec_timer(spec, catalog)
         per_replica = rate if rate is not None else spec.rate_per_replica
         shape = Workload(spec.prompt_tokens, spec.output_tokens, spec.shared_prefix_tokens,
                          prefilled=spec.role == DECODE)
@@ -669,7 +674,8 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
                                   a.config.shape.shared_prefix_tokens, w.performance(c.gpu.generation),
                                   w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None,
                                   planned_rps=a.config.capacity_rps, engine_version=w.engine_version,
-                                  dp=c.configuration.dp, ep=c.configuration.ep, role=a.config.role))
+                                  dp=c.configuration.dp, ep=c.configuration.ep, role=a.config.role,
+                                  speculation=c.configuration.speculation))
     return specs
 
 
@@ -680,6 +686,7 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
     from planner.api_records import ReplicaSpec
     from planner.estimator.capacity import Scheduler, Slo
     from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.plan.configuration import served_architecture
     from planner.plan.planfile import FleetAssignment, load_plan_file
 
     checked = load_plan_file(path, catalog)
@@ -697,20 +704,35 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
                                         "planner or simulate its scenario")
         c = plan.configuration
         arch = resolve_model(catalog, c.model_id if c.model_id else c.model)
+        served = served_architecture(arch, c.speculation)  # with MTP, the draft's layer beside the model
         target = GpuTarget.from_catalog(plan.card)
         request = replace(c.request(), batch=1)
-        budget = engine_budget(arch, request, c.engine, target, catalog)
+        budget = engine_budget(served, request, c.engine, target, catalog)
         # the `simple` planning margin has no scheduler: it runs vLLM's, as the fleet planned it
-        batching = engine_budget(arch, request, EngineSettings("vllm"), target, catalog) if c.engine.name == "simple" else None
+        batching = engine_budget(served, request, EngineSettings("vllm"), target, catalog) if c.engine.name == "simple" else None
         engine = "vllm" if c.engine.name == "simple" else c.engine.name
         slo = None if row.slo is None else Slo(row.slo.ttft_s, row.slo.tpot_s, row.slo.percentile)
+        # an MTP replica runs at most the requests its plan states (SGLang's own limit drops under speculation)
+        cap = row.max_num_seqs if c.speculation is not None else None
         specs.append(ReplicaSpec(plan.record.workload or "", arch, plan.card, c.tp, c.pp, c.precision, c.kv_dtype,
-                                  engine, Scheduler.of(budget, batching, dp=c.dp), plan.record.replicas, prompt,
+                                  engine, Scheduler.of(budget, batching, cap, dp=c.dp), plan.record.replicas, prompt,
                                   output, rate, share, row.shared_prefix_tokens or 0, slo=slo,
                                   planned_rps=row.capacity_rps_per_replica,
                                   engine_version=c.engine.version, dp=c.dp, ep=c.ep,
-                                  role=getattr(row, "role", None) or BOTH))
+                                  role=getattr(row, "role", None) or BOTH, speculation=c.speculation))
     return specs
+
+
+def _spec_timer(spec: ReplicaSpec, catalog: Catalog) -> ReplicaTimer | SpeculativeTimer:
+    """The timer of a replica to simulate or replay: its layout's, with MTP its cycles (served_timer)."""
+    from planner.estimator.performance import replica_timer
+    from planner.estimator.speculative import served_timer
+
+    def timer(model: Architecture) -> ReplicaTimer:
+        return replica_timer(model, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
+                             spec.performance, spec.ep, spec.dp, spec.engine_version)
+
+    return served_timer(timer, spec.arch, spec.speculation)
 
 
 def _aggregated(specs: list[ReplicaSpec], source: object) -> list[ReplicaSpec]:

@@ -175,6 +175,7 @@ class ReplicaSpec:
     dp: int = 1  # data-parallel attention groups among the tp GPUs
     ep: int = 1  # expert-parallel ranks among them
     role: str = "both"  # a disaggregated pair's prefill or decode replica, or an aggregated one (both)
+    speculation: Speculation | None = None  # MTP speculative decoding (its scheduler's pool holds the draft's layer)
 
 
 @dataclass(frozen=True)

@@ -173,9 +173,9 @@ def _scenario(**search):
      "search: acceptance_length: 2.5 must be at most draft_tokens + 1 = 2"),
     (_scenario(speculative=["eagle"]), "search.speculative.0: Input should be 'none' or 'mtp'"),
     (_scenario(speculative=["none", "mtp"], acceptance_length=0.5), "search.acceptance_length: Input should be greater"),
-    ({**_scenario(speculative=["none", "mtp"]), "workload": {"context": "8K", "traffic": {
+    ({**_scenario(speculative=["none", "mtp"], serving=["disaggregated"]), "workload": {"context": "8K", "traffic": {
         "requests_per_s": 1, "prompt_tokens": 100, "output_tokens": 100}}},
-     "search.speculative (deepseek-v3): a fleet sized by traffic is timed without speculative decoding"),
+     "search.speculative (deepseek-v3): mtp is sized for aggregated replicas; a disaggregated decode pool's MTP"),
 ])
 def test_scenario_keys_are_checked(data, message):
     with pytest.raises(PlannerInputError, match=re.escape(message)):
@@ -275,7 +275,9 @@ def test_when_only_pipeline_stages_hold_it_mtp_is_said_not_to_fit():
     assert speculative_lines(result)[1].endswith("no configuration searched fits its draft on one pipeline stage")
 
 
-def test_a_fleet_assignment_with_a_draft_is_refused(tmp_path):
+def test_a_fleet_assignment_with_a_draft_its_model_lacks_is_refused(tmp_path):
+    """Fleet assignments may run MTP (tests/test_speculative_fleet.py); one whose model ships no MTP module is refused
+    on load, naming the field."""
     from planner.render.records import fleet_json
 
     scenario = load_scenario(ROOT / "scenarios" / "spot-survive.yaml")
@@ -283,6 +285,6 @@ def test_a_fleet_assignment_with_a_draft_is_refused(tmp_path):
     data["assignments"][0]["speculation"] = {"method": "mtp", "draft_tokens": 1, "acceptance_length": 1.8}
     path = tmp_path / "fleet.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(PlannerInputError, match="speculation: a fleet assignment is sized without speculative") as no:
+    with pytest.raises(PlannerInputError, match="speculation: llama-3.1-8b's checkpoint ships no MTP module") as no:
         load_plan_file(path, CATALOG)
     assert "\n" not in str(no.value)

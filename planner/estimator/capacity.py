@@ -35,6 +35,10 @@ tokens' blocks once. Decode steps still read every request's whole context.
 A request whose prompt was prefilled elsewhere (Workload.prefilled: a disaggregated decode replica,
 planner.plan.disaggregated) computes only its prompt's last token and holds its whole prompt of its own, P + t per
 request (Scheduler.own_prompt): a transferred KV is held per request, a prefix-cache hit once per replica.
+With speculative decoding by the checkpoint's MTP module (a SpeculativeTimer: planner.estimator.speculative) every
+decode step is a cycle in which a request gains the acceptance length L tokens and takes s + 1 tokens of the step's
+budget: a request decodes for (N - 1) / L cycles, so B_d = lambda (N - 1) s / L, TPOT = cycle / L and the decoding
+requests make B_d x L / cycle tokens/s; prompt tokens join the cycle's verify pass, timed as without speculation.
 """
 
 from __future__ import annotations
@@ -43,12 +47,15 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil, exp, inf, log
 from statistics import NormalDist
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineBudget
 from planner.estimator.engines.registry import engine
 from planner.estimator.performance import ReplicaTimer, Workload
+
+if TYPE_CHECKING:
+    from planner.estimator.speculative import SpeculativeTimer
 
 # The fixed point and the search for the largest rate stop at this relative precision (capacity is
 # counted in milli-requests/s: 1e-3 of a rate is below what the fleet model can tell apart above 1 req/s).
@@ -157,11 +164,15 @@ def _whole_blocks(tokens: int, block_tokens: int) -> int:
 
 class StepTimes:
     """A replica's step times, memoised: the timer is deterministic, and the searches of this module (the
-    rate, the fixed point, the step mix) and the fleet's re-solves ask for the same steps again and again."""
+    rate, the fixed point, the step mix) and the fleet's re-solves ask for the same steps again and again.
+    With speculative decoding (a SpeculativeTimer) a decode step is a cycle in which each decoding request gains
+    `tokens_per_step` tokens (the acceptance length L) and takes `budget_per_decode` tokens of the step's budget."""
 
-    def __init__(self, timer: ReplicaTimer) -> None:
+    def __init__(self, timer: ReplicaTimer | SpeculativeTimer) -> None:
         self.timer = timer
         self.pp = timer.pp
+        self.tokens_per_step = timer.tokens_per_step
+        self.budget_per_decode = timer.budget_per_decode
         self._seconds: dict[tuple[float, float, int, float, int], float] = {}
         self._time = timer.step_s  # bound once: most of the memo's lookups miss (fractional batches)
 
@@ -171,6 +182,15 @@ class StepTimes:
         if seconds is None:
             seconds = self._seconds[key] = self._time(key)  # a Step's fields in order: no Step built per call
         return seconds
+
+    def decode_steps(self, output: int) -> float:
+        """The steps a request of `output` tokens decodes for: its first token comes out of its prefill step, each
+        step after it gains tokens_per_step of the rest (a mean: (N - 1) / L cycles with speculative decoding)."""
+        return (output - 1) / self.tokens_per_step
+
+    def decode_room(self, budget: int, decode: float) -> float:
+        """What `decode` decoding requests leave of a step's token budget for prompt tokens."""
+        return budget - decode * self.budget_per_decode
 
     def mean_step(self, decode: float, context: float, prefill: float, prompt: int, cached: int = 0) -> float:
         """The step time at a fractional decode batch, `prefill` prompt tokens beside it (chunks of prompts of
@@ -194,7 +214,7 @@ class StepTimes:
                                           - at_low)
 
 
-def step_times(timer: ReplicaTimer | StepTimes) -> StepTimes:
+def step_times(timer: ReplicaTimer | SpeculativeTimer | StepTimes) -> StepTimes:
     return timer if isinstance(timer, StepTimes) else StepTimes(timer)
 
 
@@ -258,7 +278,7 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     if isinstance(found, str):
         return _saturated(rate, output, scheduler, found)
     mix = _settled(timer, found, context, budget, prompt, cached)
-    room = budget - mix.decode
+    room = timer.decode_room(budget, mix.decode)
     # the prompt tokens as a queue: served at room / prefill-step tokens per second when the budget is full
     rho = rate * prompt * mix.full_s / room
     if rho >= 1:
@@ -268,8 +288,9 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     service_s = prompt * mix.full_s / room
     wait_s = rho * service_s / (2 * (1 - rho))
     prefilling = rate * own_s
+    # a request's time per token: the mean step of its decode window over the tokens a step gains it
     tpot_mean = (_request_tpot(timer, rate, prompt, cached, output, context, budget, mix) if window_spread
-                 else mix.mean_s)
+                 else mix.mean_s) / timer.tokens_per_step
     decoding = rate * (output - 1) * tpot_mean  # Little's law on the time requests spend decoding
     batch = decoding + prefilling
     # the shared prefix's blocks are held once (the cached ones are whole blocks: the requests' own start a block)
@@ -292,7 +313,8 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
         ttft = busy * q * biased_s + waited + own_s
         # a request's N - 1 steps each carry prompt tokens with probability f: its TPOT is their mean
         f = mix.prefill_fraction
-        spread = (mix.prefill_s - mix.decode_s) * (f * (1 - f) / max(output - 1, 1)) ** 0.5
+        spread = ((mix.prefill_s - mix.decode_s) * (f * (1 - f) / max(timer.decode_steps(output), 1)) ** 0.5
+                  / timer.tokens_per_step)
         tpot = tpot_mean + NormalDist().inv_cdf(q) * max(spread, 0.0)
     limit = ""
     if scheduler.max_num_seqs is not None and batch > scheduler.max_num_seqs:
@@ -341,8 +363,8 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: i
     1 - e^(-rate s) (Poisson arrivals), so prefill steps follow each other more often than decode-only
     ones (a two-state Markov chain: f = a / (1 - b + a)); they must also serve rate x P tokens/s.
     A request sees the others beside it as Poisson with mean B_d (M/G/infinity): 1 + B_d in its steps."""
-    decode = rate * (output - 1) * mean_s
-    room = budget - decode - 1
+    decode = rate * timer.decode_steps(output) * mean_s
+    room = timer.decode_room(budget, decode) - timer.budget_per_decode  # the request's own decode beside them
     if room < 1:
         return None
     batch, mean_step = 1 + decode, timer.mean_step
@@ -376,7 +398,8 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: i
 def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int, cached: int) -> _StepMix:
     """The fixed point's round with the step whose budget is full beside the decoding requests (timed for the
     steady state's own fixed point only: no round, and no fixed point of _request_tpot, reads it)."""
-    full_s = timer.mean_step(1 + found.decode, context, budget - found.decode - 1, prompt, cached)
+    room = timer.decode_room(budget, found.decode) - timer.budget_per_decode  # the request's own decode beside them
+    full_s = timer.mean_step(1 + found.decode, context, room, prompt, cached)
     return _StepMix(found.decode, found.decode_s, found.prefill_s, full_s, found.prefill_fraction, found.mean_s,
                     found.square_s)
 
@@ -443,12 +466,13 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, cached: int, output:
 
 def _request_tpot(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float, budget: int,
                   mix: _StepMix) -> float:
-    """The mean TPOT requests see. A request's TPOT averages the steps of its own N - 1 step window, whose
+    """The mean step requests see over their decode window (their TPOT times the tokens a step gains them). A
+    request's TPOT averages the steps of its own window of N - 1 steps (cycles: StepTimes.decode_steps), whose
     arrivals are Poisson: their count over the window deviates by sqrt(count), and a window with more of them
     has more prompt steps and more requests decoding beside it. TPOT grows convexly with the rate, so the
     mean over windows exceeds the TPOT at the mean rate: averaged over the rate one deviation either side
     (the two-point rule for a symmetric spread), a window never slower than steps whose budget is full."""
-    arrivals = rate * (output - 1) * mix.mean_s
+    arrivals = rate * timer.decode_steps(output) * mix.mean_s
     if arrivals <= 1:
         return mix.mean_s
     spread = rate / arrivals ** 0.5

@@ -54,7 +54,7 @@ from functools import cache, cached_property, lru_cache
 import re
 from math import ceil, floor, prod
 from pathlib import Path
-from typing import Callable, Literal, NamedTuple
+from typing import Callable, ClassVar, Literal, NamedTuple
 
 
 from planner.model.architecture import Architecture, Attention, Layer, Tensor
@@ -1170,6 +1170,10 @@ class ReplicaTimer:
     # per stage, the kernels an eager pass launches counted from its layers' parts (the engine's EagerKernels;
     # empty: section 1's flat counts)
     eager_launches: tuple[int, ...] = ()
+    # a decode step: every running request gains one token and takes one token of the step's budget (a speculative
+    # cycle gains more and takes more: planner.estimator.speculative.SpeculativeTimer)
+    tokens_per_step: ClassVar[float] = 1.0
+    budget_per_decode: ClassVar[int] = 1
 
     @cached_property
     def _costs(self) -> tuple[_StageCost, ...]:

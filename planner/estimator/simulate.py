@@ -20,6 +20,8 @@ and its blocks are held once for the whole run. Distinct prompts share nothing.
 A client may cap the requests it has in flight (`max_concurrency`, as `vllm bench serve --max-concurrency`:
 an asyncio.Semaphore around each request): a request is then sent when it has arrived and a slot is free,
 in arrival order, and its latencies count from when it was sent, as the benchmark's do.
+A replica running MTP speculative decoding (a SpeculativeTimer) runs in token steps (speculative.TokenSteps): each
+decoding request gains one token a step of cycle / L seconds and takes s + 1 tokens of its budget.
 Step times are memoised on (decode sequences, prompt tokens rounded to 64, mean context rounded to a block):
 what changes a step's time by well under 1%.
 """
@@ -37,6 +39,7 @@ from planner.errors import PlannerInputError
 from planner.files import TRACE, read_text
 from planner.estimator.capacity import Scheduler
 from planner.estimator.performance import ReplicaTimer, Step, Workload
+from planner.estimator.speculative import SpeculativeTimer, TokenSteps, token_steps
 
 # Memoisation grain of the step-time cache (see the module docstring).
 PREFILL_GRAIN_TOKENS = 64
@@ -232,7 +235,7 @@ def read_trace(path: str | Path) -> list[Arrival]:
 class _StepClock:
     """Step times from the performance model, memoised (see the module docstring)."""
 
-    def __init__(self, timer: ReplicaTimer, block_tokens: int):
+    def __init__(self, timer: ReplicaTimer | TokenSteps, block_tokens: int):
         self.timer, self.grain = timer, max(block_tokens, 16)
         self.cache: dict[tuple, float] = {}
 
@@ -246,7 +249,7 @@ class _StepClock:
         return value
 
 
-def simulate(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
+def simulate(timer: ReplicaTimer | SpeculativeTimer, scheduler: Scheduler, arrivals: list[Arrival],
              warmup_s: float = 0.0) -> SimulationResult:
     """Run `arrivals` through one replica until every request finished; latencies of requests arriving
     after `warmup_s` (the engine starts empty) are reported."""
@@ -256,7 +259,7 @@ def simulate(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
     return _summary(run_engine(timer, scheduler, arrivals), len(arrivals), warmup_s)
 
 
-def run_engine(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival],
+def run_engine(timer: ReplicaTimer | SpeculativeTimer, scheduler: Scheduler, arrivals: list[Arrival],
                max_concurrency: int | None = None) -> EngineRun:
     """Run `arrivals` (in time order) through one replica until every request finished, at most
     `max_concurrency` of them in flight at once (None: no limit)."""
@@ -270,7 +273,8 @@ def run_engine(timer: ReplicaTimer, scheduler: Scheduler, arrivals: list[Arrival
     total_blocks = scheduler.pool_tokens // block
     if total_blocks < ceil(scheduler.max_model_len / block):
         raise PlannerInputError("engine: the KV pool cannot hold one request of max-model-len")
-    return _Engine(timer, scheduler, total_blocks).run(arrivals, max_concurrency)
+    # an MTP replica runs in token steps (planner.estimator.speculative.TokenSteps): one token a request a step
+    return _Engine(token_steps(timer), scheduler, total_blocks).run(arrivals, max_concurrency)
 
 
 class _Engine:
@@ -279,12 +283,13 @@ class _Engine:
     allocate_slots and the stop check would find visiting them), which keeps a step's cost to the requests
     that change."""
 
-    def __init__(self, timer: ReplicaTimer, scheduler: Scheduler, total_blocks: int):
+    def __init__(self, timer: ReplicaTimer | TokenSteps, scheduler: Scheduler, total_blocks: int):
         self.scheduler, self.block, self.total_blocks = scheduler, scheduler.block_tokens, total_blocks
         self.budget = scheduler.max_num_batched_tokens
         # vLLM requires max_num_batched_tokens >= max_num_seqs, so every running request decodes each step
         self.max_seqs = min(scheduler.max_num_seqs or self.budget, self.budget)
         self.clock = _StepClock(timer, scheduler.block_tokens)
+        self.per_decode = timer.budget_per_decode  # tokens of a step's budget a decoding request takes
         self.running: dict[_Request, None] = {}  # admission order: decoding requests, then prefilling ones
         self.waiting: deque[_Request] = deque()
         self.free = total_blocks
@@ -388,7 +393,7 @@ class _Engine:
 
     def _schedule(self) -> tuple[list[tuple[_Request, int]], bool]:
         """One step's decisions: (prefill chunks scheduled, whether anything was preempted)."""
-        step, budget = self.step, self.budget - self.decoders
+        step, budget = self.step, self.budget - self.decoders * self.per_decode
         preempted = False
         # decoding requests: those crossing a block boundary need one block each
         due = [r for r, epoch in self.needs.pop(step, ()) if r.epoch == epoch and r.decoding]
@@ -397,7 +402,7 @@ class _Engine:
             preempted = True
             if victim in due:
                 due.remove(victim)
-            budget = self.budget - self.decoders
+            budget = self.budget - self.decoders * self.per_decode
         for request in due:
             self.free -= 1
             request.blocks += 1
@@ -412,7 +417,7 @@ class _Engine:
             while need > self.free and request in self.running:
                 victim = self._preempt_last()
                 preempted = True
-                budget = self.budget - self.decoders - sum(n for _, n in scheduled)
+                budget = self.budget - self.decoders * self.per_decode - sum(n for _, n in scheduled)
             if request not in self.running:
                 break
             self.free -= need

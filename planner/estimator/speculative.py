@@ -13,9 +13,11 @@ cycle on average (the bonus token included: SGLang's "accept len", vLLM's "Mean 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 from math import isfinite
+from typing import ClassVar
 
 from planner.errors import PlannerInputError
 from planner.estimator.performance import ForwardTime, ReplicaPerformance, ReplicaTimer, Step, Workload, timer_performance
@@ -27,6 +29,11 @@ SPECULATIVE_ENGINES = ("sglang", "vllm")
 # the MTP module's tensors by module: DeepSeek / GLM `mtp0.*`, Qwen3-Next / Qwen3.5 `mtp.layers.0.*`
 _MODULE_INDEX = re.compile(r"^mtp(?:\.layers\.)?(\d+)\.")
 _SHARED_WITH_TARGET = ("embedding", "lm_head")  # the engines point the draft's at the target's (one copy in memory)
+# SGLang runs at most this many requests at once with speculative decoding unless --max-running-requests is given
+# (server_args.py ServerArgs._handle_speculative_decoding, EAGLE / NEXTN: "Max running requests is reset to 48 for
+# speculative decoding. You can override this by explicitly setting --max-running-requests."); with data-parallel
+# attention each group runs its share of them
+SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,12 @@ def speculation(method: str, draft_tokens: int, acceptance_length: float) -> Spe
                                 "(--speculative-tokens + the bonus token): the mean tokens a request gains a cycle, as "
                                 "the engine logs it (SGLang 'accept len', vLLM 'Mean acceptance length')")
     return Speculation(method, draft_tokens, acceptance_length)
+
+
+def speculative_running_cap(engine: str, cap: int | None) -> int | None:
+    """The requests an MTP replica under `engine` runs at once, given the cap its plan sets (workload.concurrency,
+    exported as the engine's flag) or None: SGLang's own default with speculative decoding when none is set."""
+    return SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS if cap is None and engine == "sglang" else cap
 
 
 def draft_architecture(arch: Architecture) -> Architecture:
@@ -128,29 +141,106 @@ class SpeculativeCycle:
 
 @dataclass(frozen=True)
 class SpeculativeTimer:
+    """A replica's steps with every decode step a speculative cycle: the timer the capacity model
+    (planner.estimator.capacity.StepTimes) runs an MTP replica with, as it runs a ReplicaTimer. A decoding request
+    gains `tokens_per_step` (L) tokens a cycle and takes `budget_per_decode` (s + 1) tokens of the step's token
+    budget: vLLM's scheduler schedules a running request's num_tokens_with_spec, its draft tokens with it
+    (vllm/v1/core/sched/scheduler.py @ v0.34.0, Scheduler.schedule)."""
+
     target: ReplicaTimer
     draft: ReplicaTimer  # without the engine's per-step cost: its forwards run inside the target's step
     speculation: Speculation
+
+    @property
+    def pp(self) -> int:
+        return self.target.pp  # 1: speculative decoding is planned on one pipeline stage (plan/search.py)
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.speculation.acceptance_length
+
+    @property
+    def budget_per_decode(self) -> int:
+        return self.speculation.draft_tokens + 1
 
     @cached_property
     def _verifier(self) -> ReplicaTimer:
         """The target as it verifies: under a graph even where its prefill runs eagerly."""
         return self.target.graphed()
 
-    def cycle(self, batch: int, context: float) -> SpeculativeCycle:
+    def cycle(self, batch: float, context: float) -> SpeculativeCycle:
         """`batch` requests at a mean `context`: each verifies s + 1 tokens (its cache read once, every token's
         logits computed), the draft runs s - 1 one-token forwards and one over the s + 1 tokens."""
+        return self.step(Step(batch, context))
+
+    def step(self, shape: Step | tuple[float, float, int, float, int]) -> SpeculativeCycle:
+        """One engine step: a cycle of its decoding requests (as `cycle`), with the step's prompt tokens computed in
+        the target's verify pass beside the drafted ones (a pass then run eagerly where the engine runs prefill
+        eagerly). Prefill is timed as without speculation, by the target alone: the draft's pass over new prompt
+        tokens is not counted (as speculative_performance times prefill)."""
+        batch, context, prompt_tokens, positions, prompt_seqs = shape
+        if not batch:  # no request decodes: the target prefills alone, no draft runs
+            verify_s, verify, _ = self.target.step(Step(0, context, prompt_tokens, positions, prompt_seqs))
+            return SpeculativeCycle(verify_s, 0.0, verify)
         drafted = batch * self.speculation.draft_tokens
         wide = Step(batch, context, drafted, drafted * context, drafted)
-        verify_s, verify, _ = self._verifier.step(wide)
+        verifier = self.target if prompt_tokens else self._verifier
+        verify_s, verify, _ = verifier.step(Step(batch, context, drafted + prompt_tokens,
+                                                 drafted * context + positions, drafted + prompt_seqs))
         draft_s = (self.speculation.draft_tokens - 1) * self.draft.step_s(Step(batch, context)) + self.draft.step_s(wide)
         return SpeculativeCycle(verify_s, draft_s, verify)
+
+    def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
+        """The step's seconds (ReplicaTimer.step_s's contract)."""
+        return self.step(shape).cycle_s
 
 
 def speculative_timer(target: ReplicaTimer, draft: ReplicaTimer, spec: Speculation) -> SpeculativeTimer:
     """`draft`: the draft architecture's timer on the target's layout, engine and GPU."""
     draft = draft.graphed()
     return SpeculativeTimer(target, replace(draft, hw=replace(draft.hw, step_overhead_s=0.0)), spec)
+
+
+def served_timer(timer_of: Callable[[Architecture], ReplicaTimer], arch: Architecture,
+                 spec: Speculation | None) -> ReplicaTimer | SpeculativeTimer:
+    """The timer of a replica serving `arch` (`timer_of`: a model's timer on the replica's GPUs, layout, engine and
+    constants): its steps, and with speculative decoding its cycles of the target and the checkpoint's MTP module
+    on the same layout. The one rule of a replica's timer with or without MTP, for the search, the fleet, `planner
+    perf` and `planner simulate`."""
+    target = timer_of(arch)
+    return target if spec is None else speculative_timer(target, timer_of(draft_architecture(arch)), spec)
+
+
+@dataclass(frozen=True)
+class TokenSteps:
+    """An MTP replica as the simulator (planner.estimator.simulate) runs it: in token steps, each decoding request
+    gaining one token a step of cycle / L seconds (the cycle's mean gain of L tokens spread evenly over it), a step
+    carrying prompt tokens taking their cost in the verify pass besides, and every decoding request taking s + 1
+    tokens of the step's budget. A request's TPOT and the KV it holds over time are the cycles'; its TTFT is short
+    of the engine's by up to (1 - 1 / L) of a cycle for each of its prompt's chunks (the chunk rides a whole cycle
+    in the engine, 1 / L of one here)."""
+
+    timer: SpeculativeTimer
+    tokens_per_step: ClassVar[float] = 1.0
+
+    @property
+    def pp(self) -> int:
+        return self.timer.pp
+
+    @property
+    def budget_per_decode(self) -> int:
+        return self.timer.budget_per_decode
+
+    def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
+        batch, context, prompt_tokens, _, _ = shape
+        decode_s = self.timer.step_s((batch, context, 0, 0.0, 0)) if batch else 0.0
+        prompt_s = self.timer.step_s(shape) - decode_s if prompt_tokens else 0.0
+        return decode_s / self.timer.tokens_per_step + prompt_s
+
+
+def token_steps(timer: ReplicaTimer | SpeculativeTimer) -> ReplicaTimer | TokenSteps:
+    """`timer` as the simulator steps it: a replica's own steps, or an MTP replica's token steps."""
+    return TokenSteps(timer) if isinstance(timer, SpeculativeTimer) else timer
 
 
 def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workload
@@ -167,6 +257,6 @@ def speculative_performance(timer: SpeculativeTimer, batch: int, workload: Workl
                    decode_bound=cycle.verify.bound, decode=cycle.verify), cycle
 
 
-__all__ = ["SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer",
-           "draft_architecture", "scenario_speculation", "speculation", "speculative_performance", "speculative_timer",
-           "with_draft"]
+__all__ = ["SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS", "SPECULATIVE_ENGINES", "SPECULATIVE_METHODS", "Speculation", "SpeculativeCycle", "SpeculativeTimer",
+           "TokenSteps", "draft_architecture", "scenario_speculation", "served_timer", "speculation",
+           "speculative_performance", "speculative_running_cap", "speculative_timer", "token_steps", "with_draft"]

@@ -17,8 +17,10 @@ region / GPU type shared by all workloads; an on-demand share of capacity when s
 with fleet.survive, demand met with any one region (provider) lost. Spot replicas count at their
 expected availability (fleet.spot; planner.plan.failure). With search.serving disaggregated, a bucket may instead be
 served by prefill and decode replicas (planner.plan.disaggregated), each kind meeting every demand rule: a boolean per
-bucket searched both ways picks the mode. Objective: $/hour (then, with both modes searched, aggregated buckets and
-the fewest GPUs at equal cost).
+bucket searched both ways picks the mode. With search.speculative listing none and mtp, a replica size keeps its best
+configuration with MTP and without (planner.plan.serving), CP-SAT picks between them by cost, and a re-solve with the
+workload held to the other setting says what it would cost. Objective: $/hour (then, with both modes searched,
+aggregated buckets and the fewest GPUs at equal cost).
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class FleetProblem:
     spot: SpotRates | None = None  # interruption rates: spot replicas count at their expected availability
     survive: Survive | None = None  # every demand met with any one region (provider) lost
     held: tuple[tuple[str, str], ...] = ()  # (workload, serving mode) it is held to: what the other mode would cost
+    # (workload, whether its replicas run MTP) it is held to: what the other speculative setting would cost
+    held_speculative: tuple[tuple[str, bool], ...] = ()
 
     def available(self, pool: Pool) -> float:
         """The expected fraction of a pool's capacity serving: 1 but for a spot pool with an interruption rate."""
@@ -197,6 +201,21 @@ class LayoutComparison:
 
 
 @dataclass(frozen=True)
+class SpeculativeChoice:
+    """A workload whose search.speculative lists none and mtp: the setting its replicas run, and what the fleet costs
+    with the workload held to the other one (CP-SAT picked between them by cost)."""
+
+    workload: str
+    running: str  # the replicas' setting as plans print it (`MTP 3 tokens, acceptance length 2.65`), `none`, or
+    # `mixed` (some replicas with MTP, some without: no other setting to hold it to)
+    acceptance_source: str | None  # where the MTP setting's acceptance length comes from
+    other: str | None  # the setting it was held to: `without MTP`, `with MTP 3 tokens, ...`; None when mixed
+    other_usd_per_hour: float | None  # the fleet with the workload held to `other`; None: see other_note
+    other_note: str = ""  # why other_usd_per_hour is None
+    other_replicas: str = ""  # that fleet's replicas of the workload: `5 x (8 x b200, tp 8 x pp 1)`
+
+
+@dataclass(frozen=True)
 class FleetPlan:
     status: str
     gap: float
@@ -215,6 +234,7 @@ class FleetPlan:
     hosted: tuple[HostedCost, ...] = ()  # beside token_costs: each workload's cost against hosted APIs' list prices
     serving: tuple[ServingChoice, ...] = ()  # per workload bucket: aggregated or disaggregated, and the other's cost
     layouts: tuple[LayoutComparison, ...] = ()  # with tp and dp_ep searched: each replica against the other family's
+    speculative: tuple[SpeculativeChoice, ...] = ()  # per workload searching none and mtp: the other setting's cost
 
 
 def _footprint(config: ServingConfig, pool: Pool) -> int | None:
@@ -248,12 +268,14 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
     model = cp_model.CpModel()
     by_name = {w.name: w for w in problem.workloads}
     held = dict(problem.held)
+    held_speculative = dict(problem.held_speculative)
     replicas: dict[tuple[int, int], cp_model.IntVar] = {}
     upper: dict[tuple[int, int], int] = {}
     available = [problem.available(pool) for pool in pools]
     for ci, config in enumerate(configs):
         w = by_name[config.workload]
-        if held.get(w.name, _mode(config)) != _mode(config):
+        if held.get(w.name, _mode(config)) != _mode(config) or \
+                held_speculative.get(w.name, _drafts(config)) != _drafts(config):
             continue
         bucket = w.buckets[config.bucket]
         for pi, pool in enumerate(pools):
@@ -345,6 +367,11 @@ def _mode(config: ServingConfig) -> str:
     return AGGREGATED if config.role == BOTH else DISAGGREGATED
 
 
+def _drafts(config: ServingConfig) -> bool:
+    """The replica runs speculative decoding."""
+    return config.candidate.configuration.speculation is not None
+
+
 def _modes(model: cp_model.CpModel, configs: list[ServingConfig], replicas: dict[tuple[int, int], cp_model.IntVar],
            w: FleetWorkload, b: int) -> list[tuple[str, cp_model.IntVar | None]]:
     """The capacity groups of a bucket's demand rules, each with the literal that enforces it: aggregated replicas
@@ -419,6 +446,7 @@ def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: S
     plan = replace(plan, candidate_seconds=candidate_seconds, speed=_calibrated(problem, plan),
                    serving=_serving(problem, plan, catalog, cache, deadline, explain))
     if explain:
+        plan = replace(plan, speculative=_speculative(problem, plan, catalog, cache, deadline))
         plan = replace(plan, binding=_binding(problem, plan, catalog, cache, deadline),
                        left_out=_left_out(problem, plan, cache), layouts=_layout_comparisons(problem, plan, cache, deadline))
     return plan
@@ -438,6 +466,7 @@ def _layout_comparisons(problem: FleetProblem, plan: FleetPlan, cache: ServingCa
         mine = c.configuration.parallel
         others = [layout for layout in cache.search(w, deadline).layouts
                   if (layout.candidate.gpu.name, layout.candidate.gpus) == (c.gpu.name, c.gpus)
+                  and layout.candidate.configuration.speculation == c.configuration.speculation
                   and layout.candidate.configuration.parallel.expert_parallel != mine.expert_parallel]
         best = most_capacity(w, a.bucket, a.config.shape, others, deadline) if others else None
         out[key] = LayoutComparison(a.workload, a.bucket, c.gpu.name, c.gpus, mine, a.config.performance.requests_per_s,
@@ -477,6 +506,39 @@ def _serving(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: Se
             if other is not None and cost is None and not note:
                 note = f"no fleet serves {w.name} {other}"
             out.append(ServingChoice(w.name, b, mode, ttft, transfer, transfer_bytes, other, cost, note))
+    return tuple(out)
+
+
+def _speculative(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache: ServingCache,
+                 deadline: Deadline) -> tuple[SpeculativeChoice, ...]:
+    """Per workload whose search.speculative lists none and mtp: the setting its replicas run, and what the fleet
+    costs with the workload held to the other (a re-solve within what is left of the deadline)."""
+    out = []
+    for w in problem.workloads:
+        if len(w.space.speculations) < 2:
+            continue
+        settings = {a.configuration.speculation for a in plan.assignments if a.workload == w.name}
+        if not settings:
+            continue
+        if len(settings) > 1:
+            out.append(SpeculativeChoice(w.name, "mixed", w.space.acceptance_source, None, None))
+            continue
+        [spec] = settings
+        drafted = w.space.speculations[-1]
+        other = "without MTP" if spec is not None else f"with {drafted.name}"
+        replicas = ""
+        try:
+            held = replace(problem, held_speculative=problem.held_speculative + ((w.name, spec is None),))
+            result = _resolve(held, catalog, cache, deadline)
+            cost, note = result.usd_per_hour, ""
+            replicas = " + ".join(f"{a.replicas} x ({a.config.candidate.gpus} x {a.config.candidate.gpu.name}, "
+                                  f"{a.config.candidate.layout})" for a in result.assignments if a.workload == w.name)
+        except OutOfTime:
+            cost, note = None, f"the {deadline.limit_s:g} s time limit ran out first"
+        if cost is None and not note:
+            note = f"no fleet serves {w.name} {other}"
+        out.append(SpeculativeChoice(w.name, spec.name if spec else "none", w.space.acceptance_source, other, cost,
+                                     note, replicas if cost is not None else ""))
     return tuple(out)
 
 

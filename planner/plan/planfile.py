@@ -32,7 +32,7 @@ from planner.estimator.memory import ALL_TO_ALL_BACKENDS, GpuTarget, MemoryEstim
 from planner.estimator.speculative import SPECULATIVE_ENGINES, SPECULATIVE_METHODS, Speculation, draft_architecture
 from planner.model.sources import resolve_model
 from planner.plan.configuration import Configuration, check_configuration, loaded_model_id
-from planner.plan.roles import ROLES
+from planner.plan.roles import BOTH, ROLES
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_COUNT, MAX_GPUS_PER_REPLICA, MAX_SIZE_BYTES, format_bytes
 
 SCHEMA_VERSION = 2  # 2: plans carry the model, the engine and its resolved settings (1 had neither)
@@ -312,12 +312,14 @@ def _checked(record: PlanRecord, name: str, precision: str | None, catalog: Cata
 
 def _speculation_runs(arch, record: PlanRecord, configuration: Configuration, p: Path) -> None:
     """A plan's MTP draft as planner plans it: the checkpoint's own module, on one pipeline stage, under SGLang or
-    vLLM, in a single-configuration plan (planner.plan.search; a fleet is sized without it)."""
+    vLLM, in a single-configuration plan or an aggregated fleet replica (planner.plan.search, planner.plan.serving; a
+    disaggregated pair is sized without it)."""
     where = f"plan: {_name(p)}: speculation"
     spec = configuration.speculation
-    if record.workload is not None:
-        raise PlannerInputError(f"{where}: a fleet assignment is sized without speculative decoding (planner plans MTP "
-                                "for a single configuration); re-run `planner solve`")
+    role = getattr(record, "role", BOTH)
+    if role != BOTH:
+        raise PlannerInputError(f"{where}: a disaggregated {role} replica is sized without speculative decoding "
+                                "(planner plans MTP for aggregated replicas); re-run `planner solve`")
     if spec.acceptance_length > spec.draft_tokens + 1:
         raise PlannerInputError(f"{where}: acceptance_length {spec.acceptance_length:g} must be at most draft_tokens + 1 "
                                 f"= {spec.draft_tokens + 1} (the bonus token included); re-run `planner solve`")

@@ -480,11 +480,10 @@ class Scenario(_Strict):
                              "workloads list); add traffic or remove fleet")
         if self.is_fleet:
             for where, part in self.fleet_parts():
-                if part.search.speculative != ["none"]:
-                    raise ValueError(f"search.speculative ({where}): a fleet sized by traffic is timed without "
-                                     "speculative decoding (the scheduler under it is not modelled yet); MTP is planned "
-                                     "for a single configuration (a scenario without workload.traffic): remove "
-                                     "search.speculative")
+                if "mtp" in part.search.speculative and "disaggregated" in part.search.serving:
+                    raise ValueError(f"search.speculative ({where}): mtp is sized for aggregated replicas; a "
+                                     "disaggregated decode pool's MTP cycles beside transferred prompts are not "
+                                     "modelled yet: remove mtp or set search.serving: [aggregated]")
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
         if not self.is_fleet and "disaggregated" in self.search.serving:

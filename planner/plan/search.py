@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from planner.catalog.load import Catalog, Gpu, Offer, Precision, quality_at_least
 from planner.errors import PlannerInputError
@@ -32,6 +32,10 @@ from planner.plan.deadline import NO_DEADLINE, Deadline
 from planner.plan.rental import Rental, rent
 from planner.plan.scenario import Scenario, model_reference
 from planner.units import format_bytes, gb, parse_count
+
+if TYPE_CHECKING:
+    from planner.estimator.performance import PerformanceCatalog, ReplicaTimer
+    from planner.estimator.speculative import SpeculativeTimer
 
 # The largest search space accepted (every value x every layout). Set when every configuration cost an estimate
 # (about 1-3 ms here); the search now estimates a few per group (bisection) and stops at the deadline, so this
@@ -144,6 +148,12 @@ class Enumeration:
     # the engine pools the search sized, by card and request (replica sizing reads them back: need.known_budget)
     budgets: Budgets = field(default_factory=dict, compare=False, repr=False)
     too_slow: tuple[TooSlow, ...] = ()  # the configurations that fit but run below workload.min_tokens_per_s
+    # the pools sized with the MTP draft's layer beside the model (another model's pools: _Probe.drafted_budgets)
+    drafted_budgets: Budgets = field(default_factory=dict, compare=False, repr=False)
+
+    def pools(self, speculation: Speculation | None) -> Budgets:
+        """The engine pools the search sized for the model as served with `speculation`."""
+        return self.budgets if speculation is None else self.drafted_budgets
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,7 +349,7 @@ def enumerate_candidates(space: SearchSpace, catalog: Catalog, deadline: Deadlin
         elif isinstance(found, Rejection):
             rejections.append(found)
     return Enumeration(tuple(candidates), tuple(rejections), probe.checked, tuple(skipped), cut_short, probe.budgets,
-                       tuple(too_slow))
+                       tuple(too_slow), probe.drafted_budgets)
 
 
 def _rental_key(gpu: Gpu, layout: ParallelLayout) -> tuple[str, int, int]:
@@ -529,24 +539,32 @@ def rentals_for(candidate: Candidate, space: SearchSpace) -> list[Rental]:
             if (r := rent(candidate.gpus, candidate.configuration.parallel.node_group, space.replicas, o, m)) is not None]
 
 
+def candidate_timer(c: Candidate, arch: Architecture, catalog: Catalog, engine: str,
+                    performance: PerformanceCatalog | None = None, release: str | None = None
+                    ) -> ReplicaTimer | SpeculativeTimer:
+    """The speed model's timer of a candidate's replica of `arch` under `engine` (`release`; `performance`: the
+    speed model's constants, calibrated or the catalog's): its layout's steps, and with speculative decoding its
+    cycles of the target and the checkpoint's MTP module on the same layout (speculative_timer). The one rule of a
+    configuration's timer (served_timer), for a single configuration's speed and a fleet replica's capacity."""
+    from planner.estimator.performance import replica_timer
+    from planner.estimator.speculative import served_timer
+
+    def timer(model: Architecture) -> ReplicaTimer:
+        return replica_timer(model, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine, performance,
+                             ep=c.configuration.ep, dp=c.configuration.dp, release=release)
+
+    return served_timer(timer, arch, c.configuration.speculation)
+
+
 def full_context_step_s(c: Candidate, space: SearchSpace, catalog: Catalog) -> float:
     """The time a request gains one token with `concurrency` sequences each holding the whole context, as the engine's
     speed model times it (the planning margin `simple` is timed as vLLM): the worst steady decode step of a
     configuration without traffic; with speculative decoding, a cycle over its acceptance length (cycle / L)."""
-    from planner.estimator.performance import Step, replica_timer
-    from planner.estimator.speculative import draft_architecture, speculative_timer
+    from planner.estimator.performance import Step
 
     engine = "vllm" if c.configuration.engine.name == "simple" else c.configuration.engine.name
-
-    def timer(arch: Architecture):
-        return replica_timer(arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine,
-                             ep=c.configuration.ep, dp=c.configuration.dp, release=c.configuration.engine.version)
-
-    target, spec = timer(space.arch), c.configuration.speculation
-    if spec is None:
-        return target.step_s(Step(c.concurrency, float(c.context)))
-    cycle = speculative_timer(target, timer(draft_architecture(space.arch)), spec).cycle(c.concurrency, float(c.context))
-    return cycle.cycle_s / spec.acceptance_length
+    timer = candidate_timer(c, space.arch, catalog, engine, release=c.configuration.engine.version)
+    return timer.step_s(Step(c.concurrency, float(c.context))) / timer.tokens_per_step
 
 
 def recheck(candidate: Candidate, space: SearchSpace, catalog: Catalog) -> MemoryEstimate:

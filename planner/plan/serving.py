@@ -23,12 +23,14 @@ from planner.estimator.capacity import TOLERANCE, Scheduler, Slo, SteadyState, S
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.need import Budgets, known_budget
 from planner.estimator.memory import GpuTarget
-from planner.estimator.performance import PerformanceCatalog, Workload, load_performance_catalog, replica_timer
+from planner.estimator.performance import PerformanceCatalog, Workload, load_performance_catalog
+from planner.estimator.speculative import speculative_running_cap
 from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
-from planner.plan.search import Candidate, Rejection, SearchSpace, enumerate_candidates
+from planner.plan.search import Candidate, Rejection, SearchSpace, candidate_timer, enumerate_candidates
 
 if TYPE_CHECKING:
     from planner.calibration.calibrate import Calibration
+    from planner.estimator.speculative import Speculation
     from planner.plan.disaggregated import KvTransfer
 
 CAPACITY_UNITS_PER_RPS = 1000  # demand and capacity are integer milli-requests per second inside CP-SAT
@@ -108,14 +110,20 @@ class ServingConfig:
 
 def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog, max_seqs_cap: int | None = None,
                       budgets: Budgets | None = None) -> Scheduler:
-    """The engine's pool at the candidate's context (max-model-len) and its batching limits. `budgets`: the pools
-    the candidate search sized (Enumeration.budgets), read back rather than sized again."""
+    """The engine's pool at the candidate's context (max-model-len) and its batching limits, for the model as it is
+    served (with speculative decoding, the MTP draft's layer beside it: its weights and its cache a token, and the
+    engine's running-request limit under it: speculative_running_cap). `budgets`:
+    the pools the candidate search sized for that model (Enumeration.pools), read back rather than sized again."""
     target = GpuTarget.from_catalog(candidate.gpu)
     request = replace(candidate.configuration.request(), batch=1, overhead_fraction=space.overhead)
     settings = space.engine or EngineSettings("simple")
+    speculation = candidate.configuration.speculation
+    arch = space.served(speculation)
+    if speculation is not None:
+        max_seqs_cap = speculative_running_cap(settings.name, max_seqs_cap)
     budget = (known_budget(budgets, request, settings, target) if budgets else None) or engine_budget(
-        space.arch, request, settings, target, catalog)
-    batching = None if space.engine is not None else engine_budget(space.arch, request, EngineSettings("vllm"), target,
+        arch, request, settings, target, catalog)
+    batching = None if space.engine is not None else engine_budget(arch, request, EngineSettings("vllm"), target,
                                                                    catalog)
     return Scheduler.of(budget, batching, max_seqs_cap, candidate.configuration.dp)
 
@@ -197,24 +205,27 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadlin
     layouts = []
     for c in enumeration.candidates:
         _within(deadline, workload)
-        layouts.append(ReplicaLayout(c, replica_scheduler(space, c, catalog, cap, enumeration.budgets),
-                                     StepTimes(replica_timer(space.arch, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp,
-                                                             catalog, workload.engine,
-                                                             workload.performance(c.gpu.generation),
-                                                             ep=c.configuration.ep, dp=c.configuration.dp,
-                                                             release=workload.engine_version))))
+        speculation = c.configuration.speculation
+        layouts.append(ReplicaLayout(c, replica_scheduler(space, c, catalog, cap, enumeration.pools(speculation)),
+                                     StepTimes(candidate_timer(c, space.arch, catalog, workload.engine,
+                                                               workload.performance(c.gpu.generation),
+                                                               workload.engine_version))))
     return ReplicaSearch(layouts, enumeration.rejections, enumeration.skipped)
 
 
 def serving_configs(workload: FleetWorkload, catalog: Catalog, layouts: list[ReplicaLayout] | None = None,
                     deadline: Deadline = NO_DEADLINE) -> list[ServingConfig]:
-    """Per bucket and replica size on each GPU type: the configuration with the most SLO-meeting capacity
-    (bucket by bucket, most capacity first). `layouts`: the workload's replica_layouts, if already built.
-    Raises OutOfTime when the deadline ends the work: a fleet built on part of it could be wrong."""
-    sizes: dict[tuple[str, int], list[ReplicaLayout]] = {}
+    """Per bucket and replica size on each GPU type (and speculative setting, when search.speculative lists both):
+    the configuration with the most SLO-meeting capacity (bucket by bucket, most capacity first). `layouts`: the
+    workload's replica_layouts, if already built. Raises OutOfTime when the deadline ends the work: a fleet built on
+    part of it could be wrong."""
+    sizes: dict[tuple[str, int, Speculation | None], list[ReplicaLayout]] = {}
     for layout in replica_layouts(workload, catalog, deadline).layouts if layouts is None else layouts:
-        # on the same GPU type, replicas of the same size cost the same: only the most capacity counts
-        sizes.setdefault((layout.candidate.gpu.name, layout.candidate.gpus), []).append(layout)
+        # on the same GPU type, replicas of the same size cost the same: only the most capacity counts; with and
+        # without MTP each keeps its best, so that CP-SAT picks between them by cost and the fleet can say what the
+        # other setting would cost (planner.plan.fleet: held_speculative)
+        c = layout.candidate
+        sizes.setdefault((c.gpu.name, c.gpus, c.configuration.speculation), []).append(layout)
     configs = []
     for index, bucket in enumerate(workload.buckets):
         shape = Workload(bucket.prompt_tokens, bucket.output_tokens, bucket.shared_prefix_tokens)

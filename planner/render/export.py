@@ -475,6 +475,9 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
         # a fleet replica keeps SGLang's own limit, which follows its token pool: planner sized its capacity with
         # requests admitted by the pool (its concurrency, 1, is only the full-context request that must fit)
         args += ["--max-running-requests", str(plan.concurrency)]
+    elif plan.configuration.speculation is not None:
+        # with MTP SGLang's own limit is 48 (speculative_running_cap): the limit the replica was sized with, stated
+        args += ["--max-running-requests", str(plan.max_num_seqs)]
     fraction = sglang_fraction(plan)
     args += ["--mem-fraction-static", f"{plan.mem_fraction_static if fraction is None else fraction:.3f}",
              "--kv-cache-dtype", engine("sglang").kv_cache_dtype(plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]

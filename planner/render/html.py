@@ -9,7 +9,7 @@ from planner.render.records import fleet_rows
 from planner.render.summary import (layout_text, HOSTED_HEADER, column_label, fleet_cost_line, fleet_price_warnings, fleet_status,
                                     memory_line, NO_FLEET, hosted_lines, hosted_rows, load_rows, not_simulated_lines,
                                     offer_rows, prefix_lines, price_age_text, replica_label, running_text, serving_lines,
-                                    layout_comparison_lines, layout_lines, speculative_lines, spot_lines, status_line, tpot_ms)
+                                    layout_comparison_lines, layout_lines, speculative_choice_lines, speculative_lines, spot_lines, status_line, tpot_ms)
 from planner.units import gb
 
 if TYPE_CHECKING:
@@ -192,6 +192,7 @@ def _fleet_parts(name: str, plan: FleetPlan) -> list[str]:
         parts += [f"<p>prefix: {html.escape(x)}</p>" for x in prefix_lines(plan)]
         parts += [f"<p>serving: {html.escape(x)}</p>" for x in serving_lines(plan)]
         parts += [f"<p>layout: {html.escape(x)}</p>" for x in layout_comparison_lines(plan)]
+        parts += [f"<p>speculative: {html.escape(x)}</p>" for x in speculative_choice_lines(plan)]
         parts += [f"<p>note: {html.escape(x)}</p>" for x in not_simulated_lines(plan)]
         bars = []
         for a in plan.assignments:

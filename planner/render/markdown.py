@@ -9,7 +9,7 @@ from planner.render.plain import controls_escaped
 from planner.render.summary import (layout_text, DAY_COLUMNS, HOSTED_HEADER, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, hosted_rows, load_rows, spot_lines,
                                     memory_line, not_simulated_lines, offer_rows, prefix_lines, price_age_text,
-                                    replica_label, replicas_text, running_text, serving_lines, layout_comparison_lines, layout_lines, speculative_lines,
+                                    replica_label, replicas_text, running_text, serving_lines, speculative_choice_lines, layout_comparison_lines, layout_lines, speculative_lines,
                                     speed_line, status_line, tpot_ms)
 from planner.units import gb
 
@@ -119,6 +119,7 @@ def fleet_markdown(name: str, plan: FleetPlan) -> str:
                   for a in plan.assignments for level, rps, running, ttft, tpot in (load_rows(a.loads) if a.loads else [])]
     lines += [""] + [f"- unmet: {md(u)}" for u in plan.unmet] + [f"- serving: {md(x)}" for x in serving_lines(plan)]
     lines += [f"- layout: {md(x)}" for x in layout_comparison_lines(plan)]
+    lines += [f"- speculative: {md(x)}" for x in speculative_choice_lines(plan)]
     lines += [f"- binding: {md(b)}" for b in plan.binding]
     lines += [f"- left out: {md(x)}" for x in plan.left_out] + [f"- speed: {md(x)}" for x in plan.speed]
     lines += [f"- spot: {md(x)}" for x in spot_lines(plan)]

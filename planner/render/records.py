@@ -134,7 +134,7 @@ def fleet_json(plan: FleetPlan, scenario: str, day: DayPlan | None = None) -> st
                    "price_age": record(u.price_age), "spot": spot_record(u.spot)} for u in plan.pools],
         "unmet": list(plan.unmet), "binding": list(plan.binding), "left_out": list(plan.left_out),
         "speed": list(plan.speed), "serving": [record(s) for s in plan.serving],
-        "layouts": [record(c) for c in plan.layouts],
+        "layouts": [record(c) for c in plan.layouts], "speculative": [record(s) for s in plan.speculative],
         "hosted_comparison": [hosted_row(h) for h in plan.hosted],
         "configurations": plan.configurations,
         "variables": plan.variables, **({"day": record(day)} if day else {})})

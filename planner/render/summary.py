@@ -297,6 +297,27 @@ def serving_lines(plan: FleetPlan) -> list[str]:
     return lines
 
 
+def speculative_choice_lines(plan: FleetPlan) -> list[str]:
+    """Per workload whose search.speculative lists none and mtp: the setting its replicas run (with where the MTP
+    acceptance length comes from) and the fleet's cost held to the other setting, as a single configuration's
+    speculative_lines say it."""
+    lines = []
+    for s in plan.speculative:
+        line = f"{s.workload}: speculative decoding {s.running}"
+        if s.running not in ("none", "mixed") and s.acceptance_source:
+            line += f" ({s.acceptance_source})"
+        if s.other is not None:
+            source = f" (acceptance length {s.acceptance_source})" if s.running == "none" and s.acceptance_source else ""
+            if s.other_usd_per_hour is None:
+                line += f"; {s.other}{source}: {s.other_note}"
+            else:
+                change = s.other_usd_per_hour - (plan.usd_per_hour or 0)
+                line += f"; next best {s.other}{source}: ${s.other_usd_per_hour:,.2f}/hour ({change:+,.2f})"
+                line += f", {s.other_replicas}" if s.other_replicas else ""
+        lines.append(line)
+    return lines
+
+
 def prefix_lines(plan: FleetPlan) -> list[str]:
     """The prefix-cache assumption of each workload bucket with a shared prefix, once per replica type's block."""
     return list(dict.fromkeys(

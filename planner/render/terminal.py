@@ -12,7 +12,7 @@ from planner.render.plain import PlainConsole, PlainTable, as_text
 from planner.render.summary import (layout_text, DAY_COLUMNS, column_label, day_lines, day_rows, fleet_cost_line,
                                     fleet_price_warnings, fleet_status, hosted_lines, memory_line, NO_FLEET, spot_lines,
                                     load_rows, not_simulated_lines, prefix_lines, replica_label, replicas_text,
-                                    running_text, serving_lines, layout_comparison_lines, layout_lines, speculative_lines, tpot_ms, price_age_text, speed_line,
+                                    running_text, serving_lines, speculative_choice_lines, layout_comparison_lines, layout_lines, speculative_lines, tpot_ms, price_age_text, speed_line,
                                     status_line)
 from planner.units import MiB, format_bytes, format_count, gb, gib
 
@@ -293,6 +293,8 @@ def fleet_table(name: str, plan: FleetPlan, console: Console | PlainConsole) -> 
         console.print(f"[red]unmet:[/red] {as_text(line)}")
     for line in serving_lines(plan):
         console.print(f"serving: {as_text(line)}")
+    for line in speculative_choice_lines(plan):
+        console.print(f"speculative: {as_text(line)}")
     for line in layout_comparison_lines(plan):
         console.print(f"layout: {as_text(line)}")
     for line in plan.binding:
