@@ -31,7 +31,7 @@ from planner.plan.configuration import check_configuration
 from planner.plan.fleet import fleet_problem, plan_fleet
 from planner.plan.planfile import load_plan_file
 from planner.plan.scenario import parse_scenario
-from planner.plan.serving import replica_scheduler
+from planner.plan.serving import ServingCache, replica_scheduler
 from planner.render.export import export
 from planner.render.markdown import fleet_markdown, md
 from planner.render.records import fleet_json
@@ -268,10 +268,29 @@ def test_check_replays_and_replan_refuses_an_mtp_replica(fleets, tmp_path):
     assert "\n" not in str(no.value)
 
 
+def test_disaggregated_pairs_are_searched_without_mtp_beside_aggregated_replicas_with_it():
+    """search.serving [aggregated, disaggregated] with search.speculative [none, mtp]: aggregated replicas are searched
+    with and without MTP, prefill / decode pairs without it (not modelled), and the plan says so."""
+    plan = api.plan_fleet(parse_scenario(_fleet(speculative=["none", "mtp"], serving=["aggregated", "disaggregated"])),
+                          catalog=CATALOG)
+    assert plan.status == "OPTIMAL"
+    problem = fleet_problem(parse_scenario(_fleet(speculative=["none", "mtp"], serving=["aggregated",
+                                                                                         "disaggregated"])), CATALOG)
+    configs = ServingCache(CATALOG).configs(problem.workloads[0])
+    pairs = [c for c in configs if c.role != "both"]
+    assert pairs and all(c.candidate.configuration.speculation is None for c in pairs)
+    assert any(c.candidate.configuration.speculation is not None for c in configs if c.role == "both")
+    [choice] = plan.speculative
+    assert choice.pairs_without_mtp
+    [line] = speculative_choice_lines(plan)
+    assert line.endswith("disaggregated prefill/decode pairs are searched without MTP (a decode pool's MTP cycles "
+                         "beside transferred prompts are not modelled)")
+
+
 @pytest.mark.parametrize("data, message", [
-    (_fleet(speculative=["none", "mtp"], serving=["aggregated", "disaggregated"]),
+    (_fleet(speculative=["none", "mtp"], serving=["disaggregated"]),
      ("search.speculative (dsv32): mtp is sized for aggregated replicas; a disaggregated decode pool's MTP cycles "
-      "beside transferred prompts are not modelled yet: remove mtp or set search.serving: [aggregated]")),
+      "beside transferred prompts are not modelled yet: add aggregated to search.serving or remove mtp")),
 ])
 def test_fleet_refusals_name_the_field(data, message):
     with pytest.raises(PlannerInputError, match=re.escape(message)) as refusal:

@@ -175,7 +175,8 @@ def _scenario(**search):
     (_scenario(speculative=["none", "mtp"], acceptance_length=0.5), "search.acceptance_length: Input should be greater"),
     ({**_scenario(speculative=["none", "mtp"], serving=["disaggregated"]), "workload": {"context": "8K", "traffic": {
         "requests_per_s": 1, "prompt_tokens": 100, "output_tokens": 100}}},
-     "search.speculative (deepseek-v3): mtp is sized for aggregated replicas; a disaggregated decode pool's MTP"),
+     "search.speculative (deepseek-v3): mtp is sized for aggregated replicas; a disaggregated decode pool's MTP cycles "
+     "beside transferred prompts are not modelled yet: add aggregated to search.serving or remove mtp"),
 ])
 def test_scenario_keys_are_checked(data, message):
     with pytest.raises(PlannerInputError, match=re.escape(message)):

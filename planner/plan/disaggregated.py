@@ -96,10 +96,11 @@ def on_network(config: ServingConfig, offer: Offer) -> bool:
 def role_configs(workload: FleetWorkload, catalog: Catalog, layouts: list[ReplicaLayout],
                  deadline: Deadline = NO_DEADLINE) -> list[ServingConfig]:
     """Per bucket, role and replica size on each GPU type with a network figure: the configuration of most capacity
-    within the role's SLO."""
+    within the role's SLO. Pairs run without speculative decoding: a decode pool's MTP cycles beside transferred
+    prompts are not modelled (search.speculative's mtp applies to the aggregated replicas)."""
     sizes: dict[tuple[str, int], list[ReplicaLayout]] = {}
     for layout in layouts:
-        if layout.candidate.gpu.network is not None:
+        if layout.candidate.gpu.network is not None and layout.candidate.configuration.speculation is None:
             sizes.setdefault((layout.candidate.gpu.name, layout.candidate.gpus), []).append(layout)
     configs = []
     for index, bucket in enumerate(workload.buckets):

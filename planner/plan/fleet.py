@@ -213,6 +213,8 @@ class SpeculativeChoice:
     other_usd_per_hour: float | None  # the fleet with the workload held to `other`; None: see other_note
     other_note: str = ""  # why other_usd_per_hour is None
     other_replicas: str = ""  # that fleet's replicas of the workload: `5 x (8 x b200, tp 8 x pp 1)`
+    # the workload also searched disaggregated prefill / decode pairs, which run without speculative decoding
+    pairs_without_mtp: bool = False
 
 
 @dataclass(frozen=True)
@@ -520,8 +522,10 @@ def _speculative(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache
         settings = {a.configuration.speculation for a in plan.assignments if a.workload == w.name}
         if not settings:
             continue
+        pairs = "disaggregated" in w.serving
         if len(settings) > 1:
-            out.append(SpeculativeChoice(w.name, "mixed", w.space.acceptance_source, None, None))
+            out.append(SpeculativeChoice(w.name, "mixed", w.space.acceptance_source, None, None,
+                                         pairs_without_mtp=pairs))
             continue
         [spec] = settings
         drafted = w.space.speculations[-1]
@@ -538,7 +542,7 @@ def _speculative(problem: FleetProblem, plan: FleetPlan, catalog: Catalog, cache
         if cost is None and not note:
             note = f"no fleet serves {w.name} {other}"
         out.append(SpeculativeChoice(w.name, spec.name if spec else "none", w.space.acceptance_source, other, cost,
-                                     note, replicas if cost is not None else ""))
+                                     note, replicas if cost is not None else "", pairs))
     return tuple(out)
 
 

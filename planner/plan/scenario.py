@@ -480,10 +480,10 @@ class Scenario(_Strict):
                              "workloads list); add traffic or remove fleet")
         if self.is_fleet:
             for where, part in self.fleet_parts():
-                if "mtp" in part.search.speculative and "disaggregated" in part.search.serving:
+                if "mtp" in part.search.speculative and "aggregated" not in part.search.serving:
                     raise ValueError(f"search.speculative ({where}): mtp is sized for aggregated replicas; a "
                                      "disaggregated decode pool's MTP cycles beside transferred prompts are not "
-                                     "modelled yet: remove mtp or set search.serving: [aggregated]")
+                                     "modelled yet: add aggregated to search.serving or remove mtp")
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
         if not self.is_fleet and "disaggregated" in self.search.serving:

@@ -314,6 +314,9 @@ def speculative_choice_lines(plan: FleetPlan) -> list[str]:
                 change = s.other_usd_per_hour - (plan.usd_per_hour or 0)
                 line += f"; next best {s.other}{source}: ${s.other_usd_per_hour:,.2f}/hour ({change:+,.2f})"
                 line += f", {s.other_replicas}" if s.other_replicas else ""
+        if s.pairs_without_mtp:
+            line += ("; disaggregated prefill/decode pairs are searched without MTP (a decode pool's MTP cycles beside "
+                     "transferred prompts are not modelled)")
         lines.append(line)
     return lines
 
