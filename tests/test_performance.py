@@ -507,6 +507,26 @@ def test_an_eager_pass_counts_each_layers_kernels_from_its_parts(catalog, perf):
         4 + 2 + 4 + 2 + 2 + 1 + 2 + 8 + 3) + 1
 
 
+def test_a_graphed_step_adds_only_the_routing_kernels_the_moe_tables_do_not_time(catalog, perf):
+    """The MoE tables time the top-k routing inside the MoE forward, so a MoE layer adds no routing kernel of its own;
+    SGLang's torch.compile'd grouped top-k (GLM-4.6: 160 experts in one group, with the Triton fused MoE) runs its 8
+    kernels in the graph at the kernel floor. Where FlashInfer's TensorRT-LLM MoE routes inside its own call (GLM-4.x
+    bf16 on SM100 from 0.5.16), in vLLM, and for DeepSeek-V3's fused gate, none."""
+    glm = arch(catalog, "glm-4.6")
+    floor = perf.generation("hopper").kernel_floor_us * 1e-6
+
+    def moe_fixed(model, gpu="h200-sxm", engine="sglang", release="0.5.6", precision="auto"):
+        return replica_timer(model, precision, "auto", catalog.gpus.get(gpu), 8, 1, catalog, engine,
+                             release=release).hw.moe_layer_fixed_s
+
+    assert all(e.moe_layer_kernels == 0 for e in perf.engines)
+    assert moe_fixed(glm) == pytest.approx(8 * floor)
+    assert moe_fixed(glm, engine="vllm") == 0.0
+    assert moe_fixed(glm, gpu="b200", release="0.5.23") == 0.0  # the TensorRT-LLM MoE routes inside its call
+    assert moe_fixed(arch(catalog, "deepseek-v3")) == 0.0  # 8 groups of 32: the fused gate, in the tables
+    assert moe_fixed(arch(catalog, "qwen3-235b-a22b")) == 0.0  # softmax top-k, in the tables
+
+
 def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):
     """The rules as read from SGLang's source: every prefill through 0.5.9; AMD in every release; from 0.5.10 under
     PP or DP attention, and through 0.5.12 with the FlashInfer TensorRT-LLM MoE runner except gpt-oss; from 0.5.16

@@ -299,9 +299,19 @@ class EagerKernels:
     source: str
 
     def routing_kernels(self, routing: str, experts: int, groups: int) -> int:
+        return self.routing[self._routing_path(routing, experts, groups)]
+
+    def graphed_routing_kernels(self, routing: str, experts: int, groups: int, moe_kernel: str | None) -> int:
+        """Routing kernels a graphed step launches that the MoE tables do not time (they time the fused gate and the
+        top-k kernels inside the MoE forward): the compiled grouped path's, where its fused MoE kernel is one whose
+        Python launches it (a kernel launching from C++ routes inside itself)."""
+        compiled = self._routing_path(routing, experts, groups) == "compiled_grouped"
+        return self.routing["compiled_grouped"] if compiled and moe_kernel in self.fused_moe else 0
+
+    def _routing_path(self, routing: str, experts: int, groups: int) -> str:
         if routing == "grouped":
-            return self.routing["fused_gate" if experts // groups <= self.fused_gate_max_group else "compiled_grouped"]
-        return self.routing[routing]
+            return "fused_gate" if experts // groups <= self.fused_gate_max_group else "compiled_grouped"
+        return routing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1394,6 +1404,11 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     picked = engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release) if expert is not None else None
     moe = generation.moe_rates(expert_format, engine, picked)
     moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked) if expert is not None else None
+    counts = engine_cost.eager_kernels
+    if counts is not None and arch.moe is not None and not cycles:
+        # routing the tables do not time runs its kernels in the graph, each at the floor
+        moe_layer_s += counts.graphed_routing_kernels(arch.moe.routing, arch.moe.num_experts, arch.moe.expert_groups,
+                                                      moe_kernel) * floor_s
     layouts = frozenset(name for name, on in (("pipeline", pp > 1), ("dp_attention", bool(attention_tp) and attention_tp < tp))
                         if on)
     eager = engine_cost.eager_prefill(gpu, arch.model_type, moe_kernel, layouts, release)
