@@ -31,8 +31,8 @@ _MODULE_INDEX = re.compile(r"^mtp(?:\.layers\.)?(\d+)\.")
 _SHARED_WITH_TARGET = ("embedding", "lm_head")  # the engines point the draft's at the target's (one copy in memory)
 # SGLang runs at most this many requests at once with speculative decoding unless --max-running-requests is given
 # (v0.5.23 srt/arg_groups/speculative_hook.py:1086-1094 _handle_eagle_family, EAGLE / NEXTN: "Max running requests is
-# reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests."); with data-parallel
-# attention each group runs its share of them
+# reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests."); with
+# data-parallel attention each group runs its share of them
 SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 
 
