@@ -70,6 +70,10 @@ class PerfResult:
             # prefill passes launched without a CUDA graph: each takes at least the host's launch time
             # (catalogs/performance.yaml eager_prefill_rules)
             "eager_prefill": p.eager_prefill,
+            # then: the kernels one prefill pass launches (the slowest stage; eager_kernels) and the host's time for
+            # each (eager_launch_us): a pass takes at least their product
+            "eager_launches": p.eager_launches if p.eager_prefill else None,
+            "eager_launch_us": p.eager_launch_s * 1e6 if p.eager_prefill else None,
         }
         if self.steady is not None:
             s = self.steady

@@ -566,7 +566,8 @@ def perf_command(
              f"TTFT {data['ttft_s']:.3f} s · TPOT {data['tpot_ms']:.1f} ms · {data['output_tokens_per_s']:,.0f} "
              f"output tokens/s · {data['requests_per_s']:.2f} requests/s · decode {data['bound']}-bound"
              + (f" · MoE kernel {data['moe_kernel']}" if data["moe_kernel"] else "")
-             + (" · prefill launched eagerly (no CUDA graph)" if data["eager_prefill"] else "")]
+             + (f" · prefill launched eagerly (no CUDA graph: {data['eager_launches']:,} launches x "
+                f"{data['eager_launch_us']:.2f} us at least)" if data["eager_prefill"] else "")]
     spec = data.get("speculative")
     if spec:
         lines.append(f"speculative {spec['method']}: {spec['draft_tokens']} draft tokens, acceptance length "

@@ -507,6 +507,24 @@ def test_an_eager_pass_counts_each_layers_kernels_from_its_parts(catalog, perf):
         4 + 2 + 4 + 2 + 2 + 1 + 2 + 8 + 3) + 1
 
 
+def test_perf_names_an_eager_passs_launches_and_their_host_cost(catalog, perf):
+    """`planner perf` on an eagerly launched prefill: its JSON carries the pass's launches (GLM-4.6's hand count of the
+    test above: 89 MoE layers x 29 + 3 dense x 17 + the lm_head) and the host cost of each, whose product is the
+    one-request TTFT where the host sets the pace (a 1,000-token prompt); a graphed release carries neither."""
+    from planner import api
+
+    def record(release):
+        return api.perf("glm-4.6", gpu="b200", tp=8, engine="sglang", engine_version=release, batch=1,
+                        prompt_tokens=1000, output_tokens=100, catalog=catalog).to_dict()
+
+    eager = record("0.5.6")
+    assert eager["eager_prefill"] and eager["eager_launches"] == 89 * 29 + 3 * 17 + 1
+    assert eager["eager_launch_us"] == pytest.approx(perf.engine("sglang").eager_launch_us)
+    assert eager["ttft_s"] == pytest.approx(eager["eager_launches"] * eager["eager_launch_us"] * 1e-6)
+    graphed = record("0.5.23")
+    assert not graphed["eager_prefill"] and graphed["eager_launches"] is None and graphed["eager_launch_us"] is None
+
+
 def test_a_graphed_step_adds_only_the_routing_kernels_the_moe_tables_do_not_time(catalog, perf):
     """The MoE tables time the top-k routing inside the MoE forward, so a MoE layer adds no routing kernel of its own;
     SGLang's torch.compile'd grouped top-k (GLM-4.6: 160 experts in one group, with the Triton fused MoE) runs its 8

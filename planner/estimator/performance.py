@@ -591,6 +591,9 @@ class ReplicaPerformance:
     borrowed: bool  # the GPU's generation has no kernel measurements: the `default` generation's constants
     moe_kernel: str | None = None  # the fused-MoE kernel the step is timed with, where the catalog names it
     eager_prefill: bool = False  # the engine launches its prefill passes without a CUDA graph (its eager_prefill_rules)
+    # then: the kernels the slowest stage's prefill pass launches, and the host's seconds for each (0 when graphed)
+    eager_launches: int = 0
+    eager_launch_s: float = 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -959,6 +962,7 @@ class _StageCost(NamedTuple):
     attention_low_row_s: float = 0.0
     attention_wide_read_s: float = 0.0
     attention_wide_row_s: float = 0.0
+    launches: int = 0  # the kernels the pass launches (what eager_host_s counts, at the engine's host cost each)
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
@@ -990,7 +994,7 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         launch_s, launches * hw.eager_launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
         stage.layers * hw.norm_allreduces,
         attention.low_bit_bytes / low.bytes_per_s, attention.low_bit_flops / low.flops_per_s,
-        attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s)
+        attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s, launches)
 
 
 def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
@@ -1474,6 +1478,8 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
         decode_bound=slowest.bound, batch_prefill_s=batch_prefill_s, decode=slowest, pp_bubble_s=bubble_s,
         engine=timer.engine, borrowed=timer.borrowed, moe_kernel=timer.hw.moe_kernel,
         eager_prefill=timer.hw.eager_launch_s > 0,
+        eager_launches=max(cost.launches for cost in timer._costs) if timer.hw.eager_launch_s else 0,
+        eager_launch_s=timer.hw.eager_launch_s,
     )
 
 
