@@ -44,7 +44,8 @@ DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throug
               ("2026d:", DATA / "throughput-2026d.jsonl"), ("2026e:", DATA / "throughput-2026e.jsonl"),
               ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"),
               ("2026h:", DATA / "throughput-2026h.jsonl"), ("2026i:", DATA / "throughput-2026i.jsonl"),
-              ("2026j:", DATA / "throughput-2026j.jsonl"), ("2026k:", DATA / "throughput-2026k.jsonl"))
+              ("2026j:", DATA / "throughput-2026j.jsonl"), ("2026k:", DATA / "throughput-2026k.jsonl"),
+              ("2026l:", DATA / "throughput-2026l.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
            "TensorRT-LLM (trtllm-bench, PyTorch backend)": "trtllm",
@@ -61,7 +62,7 @@ GPUS: tuple[tuple[str, str | None], ...] = (
     ("gb300", "gb300"), ("gb200", "gb200"), ("b300", "b300"), ("gb10", None), ("gh200", "gh200"), ("h20 ", "h20"), ("h200", "h200-sxm"), ("h100 nvl", "h100-nvl"),
     ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"), ("a100-pcie", "a100-pcie-80gb"),
     ("a100 80gb pcie", "a100-pcie-80gb"), ("a100", "a100-sxm-80gb"), ("l40s", "l40s"), ("l4 ", "l4"),
-    ("rtx pro 6000 blackwell server", "rtx-pro-6000"), ("rtx a6000", "rtx-a6000"), ("rtx 4090", "rtx-4090"),
+    ("rtx pro 6000 blackwell server", "rtx-pro-6000"), ("rtx pro 6000 blackwell workstation", "rtx-pro-6000-ws"), ("rtx a6000", "rtx-a6000"), ("rtx 4090", "rtx-4090"),
     ("rtx 5090", "rtx-5090"), ("rtx 3090 ti", None), ("rtx 3090", "rtx-3090"), ("rtx 4080 super", None),
     ("rtx 4080", "rtx-4080"), ("mi300x", "mi300x"), ("mi325x", "mi325x"), ("mi355x", "mi355x"), ("b200", "b200"),
 )
@@ -75,7 +76,7 @@ SAME_ARCHITECTURE = {
 # Suffixes of quantized re-publications (nvidia/...-FP8, amd/...-FP8-KV): the same model's tensors.
 QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|nvfp4|mxfp4|fp4|awq)$")
 # Re-quantizations a row names without a repository id: the catalog model whose tensors they hold.
-REQUANTIZED = (("kimi k2.5", "kimi-k2.5"),)
+REQUANTIZED = (("kimi k2.5", "kimi-k2.5"), ("minimax-m2.5 nvfp4", "minimax-m2.5"))
 
 # The measured-precision text -> catalog precision, first match wins.
 PRECISIONS: tuple[tuple[str, str | None], ...] = (
@@ -114,7 +115,7 @@ TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT ms (mean)", "TPOT_ms", "
                 "TPOT (ms, as printed; mean or median not stated)", "TPOT (ms)", "ITL (ms)",
                 "TPOT (ms) (mean, per table heading)", "TPOT (ms) (mean or median not stated)", "tpot_ms (P50)",
                 "TPOT p50 (ms)", "tpot_ms", "Average time-per-output-token [TPOT] (ms)", "TPOT", "TPOT/ITL (median)",
-                "ITL (median)", "ITL (median) column, printed as")
+                "ITL (median)", "ITL (median) column, printed as", "Median TPOT", "TPOT p50")
 TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "first_token_latency_ms", "Mean TTFT",
                 "Mean TTFT (ms) (across the repeat means)", "Median TTFT (ms)", "ttft_ms (P50, as printed)",
                 "ttft_ms (as printed)", "TTFT (ms)", "TTFT (ms) (statistic not named)", "ttft_ms (P50)", "TTFT p50 (ms)",
@@ -131,15 +132,15 @@ PER_REQUEST_TOKS_KEYS = ("per_request_avg_tps (tok/s)",)
 OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_tok_s_replica", "output_throughput", "output_tok_s", "Throughput_tok_s",
                     "derived_output_tok_s", "output_token_throughput_tok_s", "Output throughput (tok/s)", "Output throughput",
                     "Output tok/s", "Output Tok/s", "Output Tokens/s", "Output throughput in token per second (TPS)",
-                    "output tok/s", "Output token throughput (tok/s) (approximate, as written)")
+                    "output tok/s", "Output token throughput (tok/s) (approximate, as written)", "Output TPS")
 PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu", "Output tok/s/GPU", "Out tok/GPU",
-                            "Output tput/GPU (tok/s/GPU)")
+                            "Output tput/GPU (tok/s/GPU)", "OTPS / GPU (Before, FP32 gate)")
 # A static batch's whole run (`vllm bench latency`: prefill and every decode step of `batch` requests), in seconds
 # or milliseconds: batch x output tokens over it is the batch's output tokens/s
 BATCH_LATENCY_S_KEYS = ("Average latency in seconds", "Latency (s) (column printed as 'Latency (sec)')",
                         "Latency (s) (column printed as 'Latency2')")
 BATCH_LATENCY_MS_KEYS = ("Mean latency (ms)",)
-SINGLE_STREAM_DECODE = re.compile(r"^(tg(\d+)_tok_s|avg_eval_tok_s|avg_eval_tok_s_and_prompt)$")
+SINGLE_STREAM_DECODE = re.compile(r"^(tg(\d+)(?:_tok_s| t/s)|avg_eval_tok_s|avg_eval_tok_s_and_prompt)$")
 SINGLE_STREAM_PREFILL = re.compile(r"^pp(\d+)_tok_s$")
 
 
