@@ -101,8 +101,10 @@ LLAMA_BENCH_GENERATED = 128
 # Rows the reference notes themselves flag as not representative.
 EXCLUDED = {"370": "flagged 'likely misconfigured' in the reference notes"}
 # Rows a later file copied from a source an earlier file already quotes (the same run, counted once)
-DUPLICATES = {f"2026i:{row}": f"the same run as 2026:{row - 12} (InferenceX issue 870, quoted by both files)"
-              for row in range(21, 25)}
+DUPLICATES = {**{f"2026i:{row}": f"the same run as 2026:{row - 12} (InferenceX issue 870, quoted by both files)"
+                 for row in range(21, 25)},
+              **{f"2026l:{row}": f"the same run as 2026b:{row + 105} (InferenceX PR 1053, which PR 1061 reopens with "
+                                 "identical text)" for row in range(4)}}
 # Builds the same machine's other rows contradict (vLLM ROCm 0.6.3.dev109 running Meta's FP8 405B 4-5x slower than
 # AMD's FP8 checkpoint on the same 8 x MI300X; vLLM ROCm 0.6.3.dev116 prefilling 7x slower than TGI on it).
 NOT_REPRESENTATIVE = {str(row) for row in (*range(386, 392), *range(405, 409))}
