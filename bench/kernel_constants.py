@@ -178,6 +178,36 @@ def saturating(form: str, x, emax, half):
 # ----------------------------------------------------------------------------------------- ops
 
 
+def gemm_fit(gpu, df: pd.DataFrame, bpw: float, peak: float, form: str, rate_rows):
+    """launch_s + max(bytes / (bw x read_eff), 2MNK / (peak x compute_eff(M))) over rows m, n, k, latency (ms): the
+    launch is the intercept of a fit over every row, the rates a fit over `rate_rows` with the launch held.
+    (params, predicted s, m, measured s, rate rows) or None when no row is a rate row."""
+
+    def arrays(rows):
+        m, n, k = (rows[c].to_numpy(float) for c in ("m", "n", "k"))
+        return m, n * k * bpw + m * k * 2 + m * n * 2, 2 * m * n * k, rows.latency.to_numpy() / 1e3
+
+    def timing(m, nbytes, flops):
+        def model(p, idx):
+            launch, read, emax, half = p
+            eff = saturating(form, m[idx], emax, half)
+            return launch + np.maximum(nbytes[idx] / (gpu.bw * read), flops[idx] / (peak * eff))
+        return model
+
+    m, nbytes, flops, t = arrays(df)
+    launch = fit_log(timing(m, nbytes, flops), [5e-6, 0.7, 0.7, 64], [0, 0.02, 0.02, 0.01], [1e-3, 2, 2, 1e5], t,
+                     subsample(len(t)))[0]
+    df = df[rate_rows]
+    if not len(df):
+        return None
+    m, nbytes, flops, t = arrays(df)
+    model = timing(m, nbytes, flops)
+    rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.7, 0.7, 64], [0.02, 0.02, 0.01], [2, 2, 1e5], t,
+                    subsample(len(t)))
+    p = [launch, *rates]
+    return p, model(p, slice(None)), m, t, df
+
+
 def gemm(gpu: Gpu, tables: Tables, engine: str, form: str) -> list[dict]:
     """launch_s + max(bytes / (bw x read_eff), 2MNK / (peak x compute_eff(M)))."""
     out = []
@@ -189,32 +219,11 @@ def gemm(gpu: Gpu, tables: Tables, engine: str, form: str) -> list[dict]:
             continue
         df = major_kernel(df)
         peak = gpu.peak(dtype)
-
-        def arrays(rows):
-            m, n, k = (rows[c].to_numpy(float) for c in ("m", "n", "k"))
-            return m, n * k * bpw + m * k * 2 + m * n * 2, 2 * m * n * k, rows.latency.to_numpy() / 1e3
-
-        def timing(m, nbytes, flops):
-            def model(p, idx):
-                launch, read, emax, half = p
-                eff = saturating(form, m[idx], emax, half)
-                return launch + np.maximum(nbytes[idx] / (gpu.bw * read), flops[idx] / (peak * eff))
-            return model
-
-        # the launch is what the smallest kernels show: the intercept of a fit over every row
-        m, nbytes, flops, t = arrays(df)
-        launch = fit_log(timing(m, nbytes, flops), [5e-6, 0.7, 0.7, 64], [0, 0.02, 0.02, 0.01], [1e-3, 2, 2, 1e5], t,
-                         subsample(len(t)))[0]
-        # the rates are what HBM reads show: rows whose weights are at least twice the L2, the launch held
-        df = df[df.n * df.k * bpw >= 2 * L2_MB[gpu.system] * 2**20]
-        if not len(df):
+        # the rates are what HBM reads show: rows whose weights are at least twice the L2
+        fitted = gemm_fit(gpu, df, bpw, peak, form, df.n * df.k * bpw >= 2 * L2_MB[gpu.system] * 2**20)
+        if fitted is None:
             continue
-        m, nbytes, flops, t = arrays(df)
-        model = timing(m, nbytes, flops)
-        rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.7, 0.7, 64], [0.02, 0.02, 0.01], [2, 2, 1e5], t,
-                        subsample(len(t)))
-        p = [launch, *rates]
-        pred = model(p, slice(None))
+        p, pred, m, t, df = fitted
         out.append(dict(gpu=gpu.system, engine=engine, dtype=dtype, kernel=df.kernel_source.iloc[0],
                         launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], m_half=p[3],
                         err_small=err_stats(pred, t, m <= 16), err_large=err_stats(pred, t, m >= 1024),
@@ -278,14 +287,17 @@ def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
     return fits, ratios
 
 
-def moe_fit(gpu: Gpu, df: pd.DataFrame, bpw: float, peak: float) -> tuple[dict | None, list[float]]:
+def moe_fit(gpu: Gpu, df: pd.DataFrame, bpw: float, peak: float, balanced: bool = True, l2_mb: float | None = None
+            ) -> tuple[dict | None, list[float]]:
+    """`balanced`: the rows' routing (aiconfigurator's balanced, or uniformly random scores); `l2_mb`: the cache whose
+    twice no rate row's touched experts may fit in (default: the GPU's L2; 0 for tables timed with cold copies)."""
     def arrays(rows):
         cols = {c: rows[c].to_numpy(float) for c in ("num_tokens", "hidden_size", "inter_size", "num_experts", "topk")}
         cols["inter_size"] = cols["inter_size"] / rows.moe_tp_size.to_numpy(float)  # one rank's slice
         return cols, rows.latency.to_numpy() / 1e3
 
     def timing(cols):
-        return lambda p, idx: moe_model(p, *(cols[c][idx] for c in cols), bpw, gpu, peak)
+        return lambda p, idx: moe_model(p, *(cols[c][idx] for c in cols), bpw, gpu, peak, balanced)
 
     # as gemm(): the launch from every row, the rates from rows whose touched experts outgrow the L2; no GPU reads
     # faster than its generation's streaming ceiling
@@ -293,8 +305,9 @@ def moe_fit(gpu: Gpu, df: pd.DataFrame, bpw: float, peak: float) -> tuple[dict |
     cols, t = arrays(df)
     launch = fit_log(timing(cols), [10e-6, 0.5, 0.5, 16, 10], [0, 0.01, 0.01, 0.01, 0],
                      [2e-3, ceiling, 2, 1e5, 1e3], t, subsample(len(t)))[0]
-    touched = moe_distinct(df.num_tokens, df.topk, df.num_experts, balanced=True)
-    df = df[touched * 3 * df.hidden_size * df.inter_size / df.moe_tp_size * bpw >= 2 * L2_MB[gpu.system] * 2**20]
+    touched = moe_distinct(df.num_tokens, df.topk, df.num_experts, balanced)
+    cache_mb = L2_MB[gpu.system] if l2_mb is None else l2_mb
+    df = df[touched * 3 * df.hidden_size * df.inter_size / df.moe_tp_size * bpw >= 2 * cache_mb * 2**20]
     if not len(df):
         return None, []
     cols, t = arrays(df)
@@ -543,7 +556,9 @@ def generation_summary(title: str, rows: list[dict], gpus: dict, by: list[str], 
 # catalogs/performance.yaml's kernel formats and the tables' dtypes; the read ceilings every read is capped at
 CATALOG_FORMAT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "fp4", "w4a16_mxfp4": "w4a16"}
 KV_BITS = {"bfloat16": 16, "fp8": 8}
-READ_CEILING = {"hopper": 0.933, "blackwell": 0.977, "ampere": 0.858, "ada": 0.977}
+# (cdna3: BabelStream HIP on MI300X, catalogs/performance.yaml's read_ceiling_source; cdna4 has no streaming
+# measurement and borrows it: bench/aiter_constants.py)
+READ_CEILING = {"hopper": 0.933, "blackwell": 0.977, "ampere": 0.858, "ada": 0.977, "cdna3": 0.804, "cdna4": 0.804}
 
 
 def _per_engine(rows: list[dict], gpus: dict, keys: list[str], values: list[str]) -> pd.DataFrame:
