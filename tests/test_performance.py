@@ -545,6 +545,23 @@ def test_a_graphed_step_adds_only_the_routing_kernels_the_moe_tables_do_not_time
     assert moe_fixed(arch(catalog, "qwen3-235b-a22b")) == 0.0  # softmax top-k, in the tables
 
 
+def test_a_graphed_amd_step_adds_the_top_k_and_the_sort_aiters_moe_times_leave_out(catalog, perf):
+    """AITER's tuned MoE times hold neither the top-k nor moe_sorting (bench/SPEED_PROTOCOL.md, the AITER amendment):
+    on CDNA a MoE layer adds one top-k kernel at the generation's floor and the sort at its measured time, on top of
+    any routing the engine adds; NVIDIA generations, whose tables time both, add nothing; a dense model nothing."""
+    def moe_fixed(model, gpu, engine="vllm"):
+        return replica_timer(arch(catalog, model), "auto", "auto", catalog.gpus.get(gpu), 8, 1, catalog, engine
+                             ).hw.moe_layer_fixed_s
+
+    for gpu, generation in (("mi300x", "cdna3"), ("mi355x", "cdna4")):
+        entry = perf.generation(generation)
+        assert entry.moe_untimed_kernels == 1 and entry.moe_sorting_us == pytest.approx(13.5)
+        assert moe_fixed("qwen3-235b-a22b", gpu) == pytest.approx((entry.kernel_floor_us + 13.5) * 1e-6)
+    assert perf.generation("cdna4").kernel_floor_us != perf.generation("cdna3").kernel_floor_us  # its own tables
+    assert moe_fixed("qwen3-235b-a22b", "h200-sxm") == 0.0
+    assert perf.generation("hopper").moe_untimed_kernels == 0 and perf.generation("hopper").moe_sorting_us == 0.0
+
+
 def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):
     """The rules as read from SGLang's source: every prefill through 0.5.9; AMD in every release; from 0.5.10 under
     PP or DP attention, and through 0.5.12 with the FlashInfer TensorRT-LLM MoE runner except gpt-oss; from 0.5.16

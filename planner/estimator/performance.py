@@ -151,6 +151,10 @@ class GenerationEfficiency:
     attention: dict[int, AttentionRates]  # by the KV cache's bits per value; a width not listed takes 16's
     attention_compute_efficiency: float = bounded(gt=0, le=1)  # of the 16-bit dense_tflops, prefill attention
     kernel_floor_us: float = bounded(ge=0)  # a latency-bound small kernel's time inside a CUDA graph
+    # what a MoE layer runs that this generation's MoE tables do not time (AMD: AITER's tuned times hold neither the
+    # top-k nor the sort): top-k kernels at the kernel floor, and the sort kernel at its own measured time
+    moe_untimed_kernels: int = bounded(0, ge=0)
+    moe_sorting_us: float = bounded(0.0, ge=0)
     # of memory_bandwidth_gbps, the most streaming benchmarks read on this generation's measured GPUs: no read
     # efficiency above may exceed it, nor an engine's own
     read_ceiling: float = bounded(gt=0, le=1)
@@ -872,7 +876,7 @@ class _Hardware:
     latent_bytes_per_s: float  # MLA decode reading the latent cache
     attention_flops_per_s: float
     layer_fixed_s: float  # a decoder layer's small kernels and its attention kernel's launch (or llama.cpp's cycles)
-    moe_layer_fixed_s: float  # a MoE layer's routing kernels
+    moe_layer_fixed_s: float  # a MoE layer's kernels its fused MoE kernel's measured time leaves out (routing, sort)
     mla_layer_fixed_s: float  # an MLA layer's extra kernels
     # host seconds per kernel launched in an eager prefill pass (0: the engine graphs this layout's prefill), and the
     # kernels a decoder layer, a MoE layer's routing and an MLA layer launch besides its GEMMs
@@ -1413,6 +1417,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         # routing the tables do not time runs its kernels in the graph, each at the floor
         moe_layer_s += counts.graphed_routing_kernels(arch.moe.routing, arch.moe.num_experts, arch.moe.expert_groups,
                                                       moe_kernel) * floor_s
+    if arch.moe is not None and not cycles:
+        moe_layer_s += generation.moe_untimed_kernels * floor_s + generation.moe_sorting_us * US
     layouts = frozenset(name for name, on in (("pipeline", pp > 1), ("dp_attention", bool(attention_tp) and attention_tp < tp))
                         if on)
     eager = engine_cost.eager_prefill(gpu, arch.model_type, moe_kernel, layouts, release)
