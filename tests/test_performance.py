@@ -88,7 +88,7 @@ def test_batch_one_dense_decode_is_the_weight_read_by_hand(catalog, perf):
     by_hand = (layers * 4 + 1) * bf16.launch_us + layers * (vllm.layer_kernels * generation.kernel_floor_us
                                                             + attention.launch_us)
     assert r.decode.kernel_launch_s == pytest.approx(by_hand * 1e-6)
-    assert r.decode.engine_step_s == pytest.approx(vllm.per_step_us * 1e-6)
+    assert r.decode.engine_step_s == pytest.approx(vllm.overlapped_step_us * 1e-6)  # the default release: async
     assert r.decode.attention_s == pytest.approx(r.decode.kv_bytes / (bandwidth * attention.kv_read_efficiency))
     assert r.decode.allreduce_s == 0 and r.decode.moe_s == 0
     assert r.tpot_s == r.decode_step_s  # nobody else's prefill to wait for
@@ -560,6 +560,26 @@ def test_a_graphed_amd_step_adds_the_top_k_and_the_sort_aiters_moe_times_leave_o
     assert perf.generation("cdna4").kernel_floor_us != perf.generation("cdna3").kernel_floor_us  # its own tables
     assert moe_fixed("qwen3-235b-a22b", "h200-sxm") == 0.0
     assert perf.generation("hopper").moe_untimed_kernels == 0 and perf.generation("hopper").moe_sorting_us == 0.0
+
+
+def test_vllm_waits_for_its_host_step_only_where_its_release_schedules_synchronously(catalog, perf):
+    """vLLM's async scheduler (on by default from 0.14.0; under PP only from 0.15) prepares the next step while the
+    GPU runs this one: the decode step then adds the overlapped hand-off, before it the whole per-step host work;
+    other engines have no rule."""
+    vllm = perf.engine("vllm")
+
+    def engine_step(release, pp=1):
+        return replica_timer(arch(catalog, "llama-3.1-8b"), "bf16", "auto", catalog.gpus.get("h100-sxm"), 1, pp,
+                             catalog, "vllm", release=release).hw.step_overhead_s
+
+    assert engine_step("0.13.0") == pytest.approx(vllm.per_step_us * 1e-6)
+    assert engine_step("0.11.0") == pytest.approx(270e-6)
+    assert engine_step("0.14.0") == pytest.approx(vllm.overlapped_step_us * 1e-6)
+    assert engine_step("0.14.0", pp=2) == pytest.approx(vllm.per_step_us * 1e-6)
+    assert engine_step("0.15.1", pp=2) == engine_step("0.34.0") == pytest.approx(vllm.overlapped_step_us * 1e-6)
+    assert engine_step(None) == engine_step("0.34.0")
+    assert vllm.overlapped_step_us < vllm.per_step_us
+    assert perf.engine("sglang").step_host_us("0.4.0", False) == perf.engine("sglang").per_step_us
 
 
 def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):

@@ -108,6 +108,7 @@ def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine:
     entry = performance.generation(generation)
     name = performance.engine(engine).name
     costs = tuple(replace(e, per_step_us=e.per_step_us * factors.fixed,
+                          overlapped_step_us=e.overlapped_step_us * factors.fixed,
                           per_layer_kilocycles=e.per_layer_kilocycles * factors.fixed,
                           eager_launch_us=e.eager_launch_us * factors.fixed,
                           memory_efficiency=None if e.memory_efficiency is None else e.memory_efficiency / factors.memory)

@@ -341,12 +341,33 @@ def release_key(version: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StepOverlapRule:
+    """Releases (from `since` to `until`, inclusive; none: open) in which the engine schedules and prepares the next
+    step while the GPU runs this one (vLLM's async scheduler), unless the replica runs pipeline parallelism and
+    `not_with_pipeline` says that release turns it off then."""
+
+    since: str | None = None
+    until: str | None = None
+    not_with_pipeline: bool = False
+    source: str
+
+    def matches(self, release: tuple[int, ...], pipeline: bool) -> bool:
+        return ((self.since is None or release >= release_key(self.since))
+                and (self.until is None or release <= release_key(self.until))
+                and not (pipeline and self.not_with_pipeline))
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineCost:
     name: str
     aliases: tuple[str, ...] = ()
     # the engine's own work once per step that the GPU waits for: scheduling, input preparation, sampling and the
     # step's graph launch, where not overlapped with the previous step's GPU work
     per_step_us: float = bounded(ge=0)
+    # where a release overlaps that work with the previous step's GPU work (the first rule matching), what the GPU
+    # still waits each step instead: the hand-off between the two
+    step_overlap_rules: tuple[StepOverlapRule, ...] = ()
+    overlapped_step_us: float = bounded(0.0, ge=0)
     # latency-bound small kernels a decoder layer launches besides its GEMMs and its attention kernel (norms, rotary,
     # KV-cache write, the activation), as the engine's model code runs them; a MoE layer's routing kernels and an
     # MLA layer's extra norms on top
@@ -378,6 +399,15 @@ class EngineCost:
             return None
         key = release_key(release or default_release(self.name))
         return next((r.kernel for r in self.moe_kernel_rules if r.matches(gpu, model_type, precision, key)), None)
+
+    def step_host_us(self, release: str | None, pipeline: bool) -> float:
+        """The host work a decode step waits for at `release` (None: the default): the overlapped hand-off where a
+        rule says the release schedules ahead, else `per_step_us`."""
+        if not self.step_overlap_rules:
+            return self.per_step_us
+        key = release_key(release or default_release(self.name))
+        overlapped = any(r.matches(key, pipeline) for r in self.step_overlap_rules)
+        return self.overlapped_step_us if overlapped else self.per_step_us
 
     def layer_allreduces(self, model_type: str, release: str | None) -> int:
         """All-reduces a layer of `model_type` adds at `release` (None: the default)."""
@@ -1438,7 +1468,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         # each layer's attention kernel and its small kernels; a MoE layer's routing kernels and its fused MoE kernel
         layer_launches=engine_cost.layer_kernels + 1, moe_layer_launches=engine_cost.moe_layer_kernels + 1,
         mla_layer_launches=engine_cost.mla_layer_kernels,
-        step_overhead_s=engine_cost.per_step_us * US,
+        step_overhead_s=engine_cost.step_host_us(release, pp > 1) * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
         attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
         attention_tp=attention_tp or tp,
@@ -1489,6 +1519,6 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
     )
 
 
-__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerKernels", "EagerPrefillRule", "LayerAllReduceRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
+__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerKernels", "EagerPrefillRule", "LayerAllReduceRule", "StepOverlapRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]
