@@ -45,7 +45,7 @@ DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throug
               ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"),
               ("2026h:", DATA / "throughput-2026h.jsonl"), ("2026i:", DATA / "throughput-2026i.jsonl"),
               ("2026j:", DATA / "throughput-2026j.jsonl"), ("2026k:", DATA / "throughput-2026k.jsonl"),
-              ("2026l:", DATA / "throughput-2026l.jsonl"))
+              ("2026l:", DATA / "throughput-2026l.jsonl"), ("2026m:", DATA / "throughput-2026m.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
            "TensorRT-LLM (trtllm-bench, PyTorch backend)": "trtllm",
@@ -72,6 +72,8 @@ SAME_ARCHITECTURE = {
     # Llama 3 and 3.1 config.json files differ only in rope_scaling and max_position_embeddings
     "meta-llama/meta-llama-3-8b": "llama-3.1-8b",
     "meta-llama/meta-llama-3-70b": "llama-3.1-70b",
+    # a run naming only "DSv3" (vLLM PR 47276): DeepSeek-V3 and R1 share one config.json architecture
+    "deepseek-v3 family": "deepseek-v3",
 }
 # Suffixes of quantized re-publications (nvidia/...-FP8, amd/...-FP8-KV): the same model's tensors.
 QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|nvfp4|mxfp4|fp4|awq)$")
@@ -117,11 +119,11 @@ TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT ms (mean)", "TPOT_ms", "
                 "TPOT (ms, as printed; mean or median not stated)", "TPOT (ms)", "ITL (ms)",
                 "TPOT (ms) (mean, per table heading)", "TPOT (ms) (mean or median not stated)", "tpot_ms (P50)",
                 "TPOT p50 (ms)", "tpot_ms", "Average time-per-output-token [TPOT] (ms)", "TPOT", "TPOT/ITL (median)",
-                "ITL (median)", "ITL (median) column, printed as", "Median TPOT", "TPOT p50")
+                "ITL (median)", "ITL (median) column, printed as", "Median TPOT", "TPOT p50", "TPOT P50 ms")
 TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "first_token_latency_ms", "Mean TTFT",
                 "Mean TTFT (ms) (across the repeat means)", "Median TTFT (ms)", "ttft_ms (P50, as printed)",
                 "ttft_ms (as printed)", "TTFT (ms)", "TTFT (ms) (statistic not named)", "ttft_ms (P50)", "TTFT p50 (ms)",
-                "ttft_ms")
+                "ttft_ms", "TTFT P50 ms")
 # the same in seconds
 TPOT_S_KEYS = ("ITL p50 (s)",)
 TTFT_S_KEYS = ("TTFT p50 (s)", "ttft_seconds")
