@@ -562,6 +562,24 @@ def test_a_graphed_amd_step_adds_the_top_k_and_the_sort_aiters_moe_times_leave_o
     assert perf.generation("hopper").moe_untimed_kernels == 0 and perf.generation("hopper").moe_sorting_us == 0.0
 
 
+def test_a_cdna_step_adds_the_graph_gap_after_every_kernel_it_counts(catalog, perf):
+    """AITER's tables hold device time alone, so on CDNA every kernel of a pass adds the HIP graph's gap between
+    kernels (SPEED_PROTOCOL, the HIP-gap amendment); Llama-3.1-8B at batch 1 on one MI300X launches, per layer, 4 GEMMs,
+    its attention kernel and vLLM's 5 small kernels, then the lm_head: 32 x 10 + 1 kernels, by hand. NVIDIA
+    generations, whose tables time kernels inside replayed graphs, add none."""
+    cdna3 = perf.generation("cdna3")
+    assert cdna3.graph_gap_us == pytest.approx(1.38) and perf.generation("cdna4").graph_gap_us == pytest.approx(1.46)
+    assert perf.generation("hopper").graph_gap_us == 0.0 and perf.generation("blackwell").graph_gap_us == 0.0
+    with_gap = run(catalog, "llama-3.1-8b", gpu="mi300x")
+    gapless = replace(perf, generations=tuple(replace(g, graph_gap_us=0.0) for g in perf.generations))
+    without = replica_performance(arch(catalog, "llama-3.1-8b"), "bf16", "auto", catalog.gpus.get("mi300x"), 1, 1, 1,
+                                  CHAT, catalog, "vllm", gapless)
+    layers = arch(catalog, "llama-3.1-8b").num_layers
+    kernels = layers * (4 + 1 + perf.engine("vllm").layer_kernels) + 1
+    assert with_gap.decode.kernel_launch_s - without.decode.kernel_launch_s == pytest.approx(
+        kernels * cdna3.graph_gap_us * 1e-6)
+
+
 def test_vllm_waits_for_its_host_step_only_where_its_release_schedules_synchronously(catalog, perf):
     """vLLM's async scheduler (on by default from 0.14.0; under PP only from 0.15) prepares the next step while the
     GPU runs this one: the decode step then adds the overlapped hand-off, before it the whole per-step host work;

@@ -71,6 +71,7 @@ def _generation(g: GenerationEfficiency, engine: str, f: Factors) -> GenerationE
         attention={k: _attention(r, f) for k, r in g.attention.items()},  # type: ignore[misc]
         attention_compute_efficiency=g.attention_compute_efficiency / f.compute,
         kernel_floor_us=g.kernel_floor_us * f.fixed, moe_sorting_us=g.moe_sorting_us * f.fixed,
+        graph_gap_us=g.graph_gap_us * f.fixed,
         read_ceiling=g.read_ceiling / f.memory,
         engines={name: _kernels(own, f) if name == engine else own for name, own in g.engines.items()})
 

@@ -155,6 +155,9 @@ class GenerationEfficiency:
     # top-k nor the sort): top-k kernels at the kernel floor, and the sort kernel at its own measured time
     moe_untimed_kernels: int = bounded(0, ge=0)
     moe_sorting_us: float = bounded(0.0, ge=0)
+    # the gap a replayed graph leaves between two kernels, where the tables time kernels by their device time alone
+    # (AMD: AITER's); 0 where they time kernels inside a replayed graph (aiconfigurator's), whose times hold it
+    graph_gap_us: float = bounded(0.0, ge=0)
     # of memory_bandwidth_gbps, the most streaming benchmarks read on this generation's measured GPUs: no read
     # efficiency above may exceed it, nor an engine's own
     read_ceiling: float = bounded(gt=0, le=1)
@@ -913,6 +916,7 @@ class _Hardware:
     eager_launch_s: float
     layer_launches: int
     moe_layer_launches: int
+    graph_gap_s: float  # added once per kernel a pass launches
     mla_layer_launches: int
     step_overhead_s: float
     allreduce: _AllReduce
@@ -1010,11 +1014,14 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
                 + stage.mla_layers * hw.mla_layer_fixed_s + (body.low_bit_kernels + attention.low_bit_kernels) * low.launch_s
                 + (body.wide_kernels + attention.wide_kernels) * wide.launch_s
                 + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
-    if eager_launches is None:
-        eager_launches = (stage.layers * hw.layer_launches + experts.layers * hw.moe_layer_launches
-                          + stage.mla_layers * hw.mla_layer_launches + body.low_bit_kernels + attention.low_bit_kernels
-                          + body.wide_kernels + attention.wide_kernels + head.low_bit_kernels + head.wide_kernels)
-    launches = eager_launches + ALLREDUCES_PER_LAYER * stage.layers * (hw.tp > 1) + stage.layers * hw.norm_allreduces
+    counted = (stage.layers * hw.layer_launches + experts.layers * hw.moe_layer_launches
+               + stage.mla_layers * hw.mla_layer_launches + body.low_bit_kernels + attention.low_bit_kernels
+               + body.wide_kernels + attention.wide_kernels + head.low_bit_kernels + head.wide_kernels)
+    allreduces = ALLREDUCES_PER_LAYER * stage.layers * (hw.tp > 1) + stage.layers * hw.norm_allreduces
+    # the graph's gap after every kernel of section 1's count, in every pass (the stage's fixed time serves them all;
+    # an eager pass's host time, over its own count at eager_launch_s each, is far above it)
+    launch_s += (counted + allreduces) * hw.graph_gap_s
+    launches = (counted if eager_launches is None else eager_launches) + allreduces
     return _StageCost(
         stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
@@ -1466,7 +1473,10 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
         eager_launch_s=engine_cost.eager_launch_us * US if eager else 0.0,
         # each layer's attention kernel and its small kernels; a MoE layer's routing kernels and its fused MoE kernel
-        layer_launches=engine_cost.layer_kernels + 1, moe_layer_launches=engine_cost.moe_layer_kernels + 1,
+        layer_launches=engine_cost.layer_kernels + 1,
+        moe_layer_launches=engine_cost.moe_layer_kernels + 1 + generation.moe_untimed_kernels
+        + (generation.moe_sorting_us > 0),
+        graph_gap_s=generation.graph_gap_us * US,
         mla_layer_launches=engine_cost.mla_layer_kernels,
         step_overhead_s=engine_cost.step_host_us(release, pp > 1) * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
