@@ -45,7 +45,8 @@ DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throug
               ("2026f:", DATA / "throughput-2026f.jsonl"), ("2026g:", DATA / "throughput-2026g.jsonl"),
               ("2026h:", DATA / "throughput-2026h.jsonl"), ("2026i:", DATA / "throughput-2026i.jsonl"),
               ("2026j:", DATA / "throughput-2026j.jsonl"), ("2026k:", DATA / "throughput-2026k.jsonl"),
-              ("2026l:", DATA / "throughput-2026l.jsonl"), ("2026m:", DATA / "throughput-2026m.jsonl"))
+              ("2026l:", DATA / "throughput-2026l.jsonl"), ("2026m:", DATA / "throughput-2026m.jsonl"),
+              ("2026n:", DATA / "throughput-2026n.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
            "TensorRT-LLM (trtllm-bench, PyTorch backend)": "trtllm",
@@ -78,7 +79,11 @@ SAME_ARCHITECTURE = {
 # Suffixes of quantized re-publications (nvidia/...-FP8, amd/...-FP8-KV): the same model's tensors.
 QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|nvfp4|mxfp4|fp4|awq)$")
 # Re-quantizations a row names without a repository id: the catalog model whose tensors they hold.
-REQUANTIZED = (("kimi k2.5", "kimi-k2.5"), ("minimax-m2.5 nvfp4", "minimax-m2.5"))
+REQUANTIZED = (("kimi k2.5", "kimi-k2.5"), ("minimax-m2.5 nvfp4", "minimax-m2.5"),
+               # ModelOpt re-quantizations (vLLM issue 49723: "Mistral-24B", a Mistral-Small-3.x-24B, one text
+               # architecture; NVIDIA's FP8 releases of its Nemotron models)
+               ("mistral 24b", "mistral-small-3.1-24b"), ("nemotron-3-nano-30b-a3b-fp8", "nemotron-3-nano-30b-a3b"),
+               ("llama-3_3-nemotron-super-49b-v1 fp8", "llama-3.3-nemotron-super-49b"))
 
 # The measured-precision text -> catalog precision, first match wins.
 PRECISIONS: tuple[tuple[str, str | None], ...] = (
@@ -119,11 +124,11 @@ TPOT_MS_KEYS = ("Mean TPOT (ms)", "mean_tpot_ms", "TPOT ms (mean)", "TPOT_ms", "
                 "TPOT (ms, as printed; mean or median not stated)", "TPOT (ms)", "ITL (ms)",
                 "TPOT (ms) (mean, per table heading)", "TPOT (ms) (mean or median not stated)", "tpot_ms (P50)",
                 "TPOT p50 (ms)", "tpot_ms", "Average time-per-output-token [TPOT] (ms)", "TPOT", "TPOT/ITL (median)",
-                "ITL (median)", "ITL (median) column, printed as", "Median TPOT", "TPOT p50", "TPOT P50 ms")
+                "ITL (median)", "ITL (median) column, printed as", "Median TPOT", "TPOT p50", "TPOT P50 ms", "TPOT P50 (ms)")
 TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "first_token_latency_ms", "Mean TTFT",
                 "Mean TTFT (ms) (across the repeat means)", "Median TTFT (ms)", "ttft_ms (P50, as printed)",
                 "ttft_ms (as printed)", "TTFT (ms)", "TTFT (ms) (statistic not named)", "ttft_ms (P50)", "TTFT p50 (ms)",
-                "ttft_ms", "TTFT P50 ms")
+                "ttft_ms", "TTFT P50 ms", "TTFT P50 (ms)")
 # the same in seconds
 TPOT_S_KEYS = ("ITL p50 (s)",)
 TTFT_S_KEYS = ("TTFT p50 (s)", "ttft_seconds")
@@ -280,7 +285,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     tp, pp = raw.get("tp") or 1, raw.get("pp") or 1
     batch = whole(raw.get("batch_size")) or whole(raw.get("concurrency"))
     form = "static" if whole(raw.get("batch_size")) else "closed loop"
-    prompt, output = raw.get("isl"), raw.get("osl")
+    prompt, output = whole(raw.get("isl")), whole(raw.get("osl"))  # "not stated": None
     tpot_s = ttft_s = toks = None
 
     decode_key = next((k for k in measured if SINGLE_STREAM_DECODE.match(k)), None)
