@@ -285,7 +285,9 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     tp, pp = raw.get("tp") or 1, raw.get("pp") or 1
     batch = whole(raw.get("batch_size")) or whole(raw.get("concurrency"))
     form = "static" if whole(raw.get("batch_size")) else "closed loop"
-    prompt, output = whole(raw.get("isl")), whole(raw.get("osl"))  # "not stated": None
+    # mean lengths may be fractional; a length given as text ("not stated") is none
+    prompt, output = (v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                      for v in (raw.get("isl"), raw.get("osl")))
     tpot_s = ttft_s = toks = None
 
     decode_key = next((k for k in measured if SINGLE_STREAM_DECODE.match(k)), None)
