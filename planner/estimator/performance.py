@@ -367,7 +367,7 @@ class EngineCost:
     # the engine's own work once per step that the GPU waits for: scheduling, input preparation, sampling and the
     # step's graph launch, where not overlapped with the previous step's GPU work
     per_step_us: float = bounded(ge=0)
-    # where a release overlaps that work with the previous step's GPU work (the first rule matching), what the GPU
+    # where a release overlaps that work with the previous step's GPU work (any rule matching), what the GPU
     # still waits each step instead: the hand-off between the two
     step_overlap_rules: tuple[StepOverlapRule, ...] = ()
     overlapped_step_us: float = bounded(0.0, ge=0)
