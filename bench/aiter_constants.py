@@ -104,6 +104,16 @@ def moe_rows(root: Path) -> dict[str, pd.DataFrame]:
     return {name: rows[mask].sort_values("us").drop_duplicates(keys) for name, mask in kinds.items()}
 
 
+def per_generation(tables: dict[str, pd.DataFrame], gpus: dict[int, Gpu], min_rows: int):
+    """(format, GPU, its rows, bytes per weight, peak) for every format a generation has rows of and a peak for."""
+    for name, rows in tables.items():
+        bpw, peak_format = FORMATS[name]
+        for cu, gpu in gpus.items():
+            own, peak = rows[rows.cu_num == cu], gpu.peak(peak_format)
+            if len(own) >= min_rows and np.isfinite(peak):
+                yield name, gpu, own, bpw, peak
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--aiter", type=Path, required=True, help="a ROCm/aiter checkout (its aiter/configs folder)")
@@ -115,32 +125,22 @@ def main() -> None:
     print("# GEMM: launch + max(bytes / (bandwidth x read), FLOPs / (peak x eff_max M / (M + half_m)))")
     print(f"{'generation':10s} {'format':9s} {'rows':>5s} {'launch_us':>9s} {'read':>6s} {'eff_max':>7s} "
           f"{'half_m':>7s}  err M<=16 / M>=1024  files")
-    for name, rows in gemms.items():
-        bpw, peak_format = FORMATS[name]
-        for cu, gpu in gpus.items():
-            own = rows[rows.cu_num == cu]
-            peak = gpu.peak(peak_format)
-            if not len(own) or not np.isfinite(peak):
-                continue
-            p, pred, m, t, _ = gemm_fit(gpu, own, bpw, peak, "hyperbolic", np.ones(len(own), bool))
-            print(f"{gpu.generation:10s} {name:9s} {len(own):5d} {p[0] * 1e6:9.2f} {p[1]:6.3f} {p[2]:7.3f} {p[3]:7.1f}"
-                  f"  {err_stats(pred, t, m <= 16)} / {err_stats(pred, t, m >= 1024)}  {own.file.nunique()}")
+    for name, gpu, own, bpw, peak in per_generation(gemms, gpus, min_rows=1):
+        p, pred, m, t, _ = gemm_fit(gpu, own, bpw, peak, "hyperbolic", np.ones(len(own), bool))
+        print(f"{gpu.generation:10s} {name:9s} {len(own):5d} {p[0] * 1e6:9.2f} {p[1]:6.3f} {p[2]:7.3f} {p[3]:7.1f}"
+              f"  {err_stats(pred, t, m <= 16)} / {err_stats(pred, t, m >= 1024)}  {own.file.nunique()}")
 
+    print("(CDNA4's bf16 GEMM rates are not used: half of its M <= 8 rows over 256 MB read faster than HBM, so those rows"
+          " were not cold; bench/SPEED_PROTOCOL.md, the AITER amendment's correction)")
     print("\n# Fused MoE (random routing): launch + max(touched bytes / (bandwidth x read), FLOPs / (peak x eff))"
           " + column_ps per output column of a touched expert")
     print(f"{'generation':10s} {'format':9s} {'rows':>5s} {'launch_us':>9s} {'read':>6s} {'eff_max':>7s} "
           f"{'x_half':>7s} {'column_ps':>9s}  err T<=16 / T>=1024  ceiling")
-    for name, rows in moes.items():
-        bpw, peak_format = FORMATS[name]
-        for cu, gpu in gpus.items():
-            own = rows[rows.cu_num == cu]
-            peak = gpu.peak(peak_format)
-            if len(own) < 5 or not np.isfinite(peak):
-                continue
-            fit, _ = moe_fit(gpu, own, bpw, peak, balanced=False, l2_mb=0)
-            print(f"{gpu.generation:10s} {name:9s} {len(own):5d} {fit['launch_us']:9.2f} {fit['read_eff']:6.3f} "
-                  f"{fit['eff_max']:7.3f} {fit['x_half']:7.1f} {fit['column_ps']:9.1f}  {fit['err_small']} / "
-                  f"{fit['err_large']}  {READ_CEILING[gpu.generation]}")
+    for name, gpu, own, bpw, peak in per_generation(moes, gpus, min_rows=5):
+        fit, _ = moe_fit(gpu, own, bpw, peak, balanced=False, l2_mb=0)
+        print(f"{gpu.generation:10s} {name:9s} {len(own):5d} {fit['launch_us']:9.2f} {fit['read_eff']:6.3f} "
+              f"{fit['eff_max']:7.3f} {fit['x_half']:7.1f} {fit['column_ps']:9.1f}  {fit['err_small']} / "
+              f"{fit['err_large']}  {READ_CEILING[gpu.generation]}")
 
     print("\n# Kernel floor: median of the 10 fastest bf16 GEMM rows (device time, us)")
     for cu, gpu in gpus.items():
