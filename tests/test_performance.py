@@ -583,7 +583,7 @@ def test_a_cdna_step_adds_the_graph_gap_after_every_kernel_it_counts(catalog, pe
 def test_vllm_waits_for_its_host_step_only_where_its_release_schedules_synchronously(catalog, perf):
     """vLLM's async scheduler (on by default from 0.14.0; under PP only from 0.15) prepares the next step while the
     GPU runs this one: the decode step then adds the overlapped hand-off, before it the whole per-step host work;
-    other engines have no rule."""
+    an engine without rules (llama.cpp) always waits its per-step work."""
     vllm = perf.engine("vllm")
 
     def engine_step(release, pp=1):
@@ -597,7 +597,33 @@ def test_vllm_waits_for_its_host_step_only_where_its_release_schedules_synchrono
     assert engine_step("0.15.1", pp=2) == engine_step("0.34.0") == pytest.approx(vllm.overlapped_step_us * 1e-6)
     assert engine_step(None) == engine_step("0.34.0")
     assert vllm.overlapped_step_us < vllm.per_step_us
-    assert perf.engine("sglang").step_host_us("0.4.0", False) == perf.engine("sglang").per_step_us
+    llama_cpp = perf.engine("llama.cpp")
+    assert llama_cpp.step_host_us("b5000", False, "llama") == llama_cpp.per_step_us
+
+
+def test_sglang_waits_for_its_host_step_where_its_release_turns_the_overlap_off(catalog, perf):
+    """SGLang's overlap scheduler is off under PP in every release, and for hybrid models on the no-buffer Mamba radix
+    cache by release: Qwen3-Next at 0.5.6-0.5.7 (not 0.5.8), NemotronH at 0.5.7-0.5.13, GLM-4.x MoE at 0.5.8 only,
+    Qwen3.5 at 0.5.9-0.5.13; from 0.5.14 the extra buffer keeps it on (bench/SPEED_PROTOCOL.md)."""
+    sglang = perf.engine("sglang")
+    on, off = sglang.overlapped_step_us, sglang.per_step_us
+    assert off == pytest.approx(675) and on == pytest.approx(9.58)
+    no_buffer = ("qwen3_next", "nemotron_h", "qwen3_5_moe_text", "qwen3_5_text")
+    without_overlap = {"0.5.6": ("qwen3_next",), "0.5.7": ("qwen3_next", "nemotron_h"),
+                       "0.5.8": ("nemotron_h", "glm4_moe"), "0.5.10": no_buffer, "0.5.13": no_buffer,
+                       "0.5.14": (), "0.5.23": ()}
+    for release, model_types in without_overlap.items():
+        for model_type in (*no_buffer, "glm4_moe", "llama"):
+            waits = off if model_type in model_types else on
+            assert sglang.step_host_us(release, False, model_type) == waits, (release, model_type)
+        assert sglang.step_host_us(release, True, "llama") == off
+
+    def engine_step(model, release):
+        return replica_timer(arch(catalog, model), "bf16", "auto", catalog.gpus.get("h100-sxm"), 4, 1, catalog,
+                             "sglang", release=release).hw.step_overhead_s
+
+    assert engine_step("qwen3.5-35b-a3b", "0.5.12") == pytest.approx(off * 1e-6)
+    assert engine_step("qwen3.5-35b-a3b", "0.5.14") == engine_step("qwen3.5-35b-a3b", None) == pytest.approx(on * 1e-6)
 
 
 def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):

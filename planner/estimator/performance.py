@@ -346,18 +346,20 @@ def release_key(version: str) -> tuple[int, ...]:
 @dataclass(frozen=True, kw_only=True)
 class StepOverlapRule:
     """Releases (from `since` to `until`, inclusive; none: open) in which the engine schedules and prepares the next
-    step while the GPU runs this one (vLLM's async scheduler), unless the replica runs pipeline parallelism and
-    `not_with_pipeline` says that release turns it off then."""
+    step while the GPU runs this one (vLLM's async scheduler, SGLang's overlap scheduler), unless the replica runs
+    pipeline parallelism and `not_with_pipeline` says that release turns it off then, or the model is of a type the
+    release runs without it (`except_model_types`: SGLang's hybrid models on the no-buffer Mamba radix cache)."""
 
     since: str | None = None
     until: str | None = None
     not_with_pipeline: bool = False
+    except_model_types: tuple[str, ...] = ()
     source: str
 
-    def matches(self, release: tuple[int, ...], pipeline: bool) -> bool:
+    def matches(self, release: tuple[int, ...], pipeline: bool, model_type: str) -> bool:
         return ((self.since is None or release >= release_key(self.since))
                 and (self.until is None or release <= release_key(self.until))
-                and not (pipeline and self.not_with_pipeline))
+                and not (pipeline and self.not_with_pipeline) and model_type not in self.except_model_types)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -403,13 +405,13 @@ class EngineCost:
         key = release_key(release or default_release(self.name))
         return next((r.kernel for r in self.moe_kernel_rules if r.matches(gpu, model_type, precision, key)), None)
 
-    def step_host_us(self, release: str | None, pipeline: bool) -> float:
-        """The host work a decode step waits for at `release` (None: the default): the overlapped hand-off where a
-        rule says the release schedules ahead, else `per_step_us`."""
+    def step_host_us(self, release: str | None, pipeline: bool, model_type: str) -> float:
+        """The host work a decode step of `model_type` waits for at `release` (None: the default): the overlapped
+        hand-off where a rule says the release schedules ahead, else `per_step_us`."""
         if not self.step_overlap_rules:
             return self.per_step_us
         key = release_key(release or default_release(self.name))
-        overlapped = any(r.matches(key, pipeline) for r in self.step_overlap_rules)
+        overlapped = any(r.matches(key, pipeline, model_type) for r in self.step_overlap_rules)
         return self.overlapped_step_us if overlapped else self.per_step_us
 
     def layer_allreduces(self, model_type: str, release: str | None) -> int:
@@ -1478,7 +1480,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         + (generation.moe_sorting_us > 0),
         graph_gap_s=generation.graph_gap_us * US,
         mla_layer_launches=engine_cost.mla_layer_kernels,
-        step_overhead_s=engine_cost.step_host_us(release, pp > 1) * US,
+        step_overhead_s=engine_cost.step_host_us(release, pp > 1, arch.model_type) * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
         attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
         attention_tp=attention_tp or tp,
