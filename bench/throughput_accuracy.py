@@ -177,6 +177,8 @@ class Measurement:
     form: str  # how it was run: static batch, closed loop (a concurrency) or a single stream
     speculation: Speculation | None = None  # the protocol's speculative-decoding amendment
     release: str | None = None  # the engine release the row states (its MoE kernel choice); None: the default
+    # the running-request cap the row's server command states (the protocol's running-cap amendment); None: the engine's
+    max_running: int | None = None
 
 
 class Skip(Exception):
@@ -353,8 +355,18 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, ep=raw.get("ep") or 1, dp=raw.get("dp_attention") or 1, batch=batch,
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
-        release=stated_release(raw.get("engine_version")),
+        release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
     )
+
+
+# SGLang's and vLLM's flags capping the requests the engine runs at once, as a server command writes them
+RUNNING_CAP_FLAG = re.compile(r"--(?:max-running-requests|max-num-seqs)[ =](\d+)\b")
+
+
+def stated_running_cap(notes: Any) -> int | None:
+    """The cap a row's server command states (the smallest, if it names several), or None."""
+    caps = [int(n) for n in RUNNING_CAP_FLAG.findall(str(notes or ""))]
+    return min(caps) if caps else None
 
 
 def stated_release(text: Any) -> str | None:
@@ -375,7 +387,8 @@ def as_checkpoint(catalog: Catalog, m: Measurement) -> Measurement:
 def architecture(catalog: Catalog, m: Measurement) -> Architecture:
     """The model, checked to hold the stated batch at its full context (else the engine ran fewer at once)."""
     arch = architecture_from_config(catalog.models.get(m.model).config, m.model)
-    request = Request(context=m.prompt_tokens + m.output_tokens, batch=m.batch, tp=m.tp, pp=m.pp,
+    running = min(m.batch, m.max_running) if m.max_running and m.form == "closed loop" else m.batch
+    request = Request(context=m.prompt_tokens + m.output_tokens, batch=running, tp=m.tp, pp=m.pp,
                       precision=m.precision, kv_dtype=m.kv_dtype, ep=m.ep, dp=m.dp)
     try:
         fit = estimate_memory(arch, request, catalog, GpuTarget.from_catalog(catalog.gpus.get(m.gpu))).gpu
@@ -415,7 +428,7 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     budget = engine_budget(arch, request, EngineSettings(m.engine), GpuTarget.from_catalog(card), catalog)
     if not budget.fits:
         raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
-    loop = closed_loop(step_timer, Scheduler.of(budget), shape, m.batch)
+    loop = closed_loop(step_timer, Scheduler.of(budget, max_seqs_cap=m.max_running), shape, m.batch)
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
                    requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
 

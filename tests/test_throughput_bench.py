@@ -1,0 +1,35 @@
+"""bench/throughput_accuracy.py reads what a published row states: here, the running-request cap of its server
+command (bench/SPEED_PROTOCOL.md, the running-cap amendment)."""
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import throughput_accuracy as bench  # noqa: E402 - bench/ is not a package
+
+
+@pytest.mark.parametrize("notes, cap", [
+    ("sglang serve ... --max-running-requests 128 --stream-interval 30", 128),
+    ("vllm serve ... --max-num-seqs=16 --trust-remote-code", 16),
+    ("--cuda-graph-max-bs 256 --max-running-requests 256; later --max-running-requests 64", 64),
+    ("max-num-seqs in {256, 512} (prose, not the flag)", None),
+    ("--max-running-requests and --cuda-graph-max-bs sized to the concurrency", None),
+    (None, None),
+])
+def test_the_running_cap_is_read_from_the_stated_flag(notes, cap):
+    assert bench.stated_running_cap(notes) == cap
+
+
+def test_a_capped_closed_loop_runs_at_most_the_cap(catalog):
+    row = bench.Measurement(row="t:0", engine="vllm", model="llama-3.1-8b", precision="bf16", kv_dtype="auto",
+                            gpu="h100-sxm", tp=1, pp=1, ep=1, dp=1, batch=256, prompt_tokens=1024, output_tokens=256,
+                            output_tokens_per_s=None, tpot_s=0.02, ttft_s=None, source="test", form="closed loop")
+    arch = bench.architecture(catalog, row)
+    free, capped = (bench.predict(catalog, r, arch) for r in (row, replace(row, max_running=32)))
+    # 32 running: each step decodes fewer requests (a shorter step) and the other 224 clients queue
+    assert capped.tpot_s < free.tpot_s
+    assert capped.ttft_s > free.ttft_s
+    assert capped.output_tokens_per_s < free.output_tokens_per_s
