@@ -179,6 +179,7 @@ class Measurement:
     release: str | None = None  # the engine release the row states (its MoE kernel choice); None: the default
     # the running-request cap the row's server command states (the protocol's running-cap amendment); None: the engine's
     max_running: int | None = None
+    prefix_cache: bool = True  # off where the row's server command disables it (SGLang --disable-radix-cache)
 
 
 class Skip(Exception):
@@ -356,11 +357,16 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
         release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
+        prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")),
     )
 
 
 # SGLang's and vLLM's flags capping the requests the engine runs at once, as a server command writes them
 RUNNING_CAP_FLAG = re.compile(r"--(?:max-running-requests|max-num-seqs)[ =](\d+)\b")
+
+
+# the flags that turn an engine's prefix cache off, as a server command writes them
+PREFIX_CACHE_OFF_FLAG = re.compile(r"--disable-radix-cache\b|--no-enable-prefix-caching\b")
 
 
 def stated_running_cap(notes: Any) -> int | None:
@@ -402,7 +408,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
 def timer(catalog: Catalog, m: Measurement, arch: Architecture,
           performance: PerformanceCatalog | None = None) -> ReplicaTimer:
     return replica_timer(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, catalog, m.engine,
-                         performance, m.ep, m.dp, m.release)
+                         performance, m.ep, m.dp, m.release, m.prefix_cache)
 
 
 def predict(catalog: Catalog, m: Measurement, arch: Architecture,

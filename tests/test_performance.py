@@ -604,7 +604,8 @@ def test_vllm_waits_for_its_host_step_only_where_its_release_schedules_synchrono
 def test_sglang_waits_for_its_host_step_where_its_release_turns_the_overlap_off(catalog, perf):
     """SGLang's overlap scheduler is off under PP in every release, and for hybrid models on the no-buffer Mamba radix
     cache by release: Qwen3-Next at 0.5.6-0.5.7 (not 0.5.8), NemotronH at 0.5.7-0.5.13, GLM-4.x MoE at 0.5.8 only,
-    Qwen3.5 at 0.5.9-0.5.13; from 0.5.14 the extra buffer keeps it on (bench/SPEED_PROTOCOL.md)."""
+    Qwen3.5 at 0.5.9-0.5.13, unless the radix cache is disabled; from 0.5.14 the extra buffer keeps it on
+    (bench/SPEED_PROTOCOL.md)."""
     sglang = perf.engine("sglang")
     on, off = sglang.overlapped_step_us, sglang.per_step_us
     assert off == pytest.approx(675) and on == pytest.approx(9.58)
@@ -616,6 +617,8 @@ def test_sglang_waits_for_its_host_step_where_its_release_turns_the_overlap_off(
         for model_type in (*no_buffer, "glm4_moe", "llama"):
             waits = off if model_type in model_types else on
             assert sglang.step_host_us(release, False, model_type) == waits, (release, model_type)
+            # --disable-radix-cache: no Mamba radix cache, so the overlap stays on
+            assert sglang.step_host_us(release, False, model_type, prefix_cache=False) == on
         assert sglang.step_host_us(release, True, "llama") == off
 
     def engine_step(model, release):
@@ -623,6 +626,9 @@ def test_sglang_waits_for_its_host_step_where_its_release_turns_the_overlap_off(
                              "sglang", release=release).hw.step_overhead_s
 
     assert engine_step("qwen3.5-35b-a3b", "0.5.12") == pytest.approx(off * 1e-6)
+    without_radix = replica_timer(arch(catalog, "qwen3.5-35b-a3b"), "bf16", "auto", catalog.gpus.get("h100-sxm"), 4, 1,
+                                  catalog, "sglang", release="0.5.12", prefix_cache=False)
+    assert without_radix.hw.step_overhead_s == pytest.approx(on * 1e-6)
     assert engine_step("qwen3.5-35b-a3b", "0.5.14") == engine_step("qwen3.5-35b-a3b", None) == pytest.approx(on * 1e-6)
 
 

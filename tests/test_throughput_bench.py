@@ -23,6 +23,19 @@ def test_the_running_cap_is_read_from_the_stated_flag(notes, cap):
     assert bench.stated_running_cap(notes) == cap
 
 
+@pytest.mark.parametrize("notes, on", [
+    ("sglang serve ... --disable-radix-cache --max-running-requests 256", False),
+    ("vllm serve ... --no-enable-prefix-caching", False),
+    ("vllm serve ... --enable-prefix-caching", True),
+    ("radix cache left at its default", True),
+])
+def test_a_stated_prefix_cache_switch_is_read(catalog, notes, on):
+    raw = {"source": "test", "engine": "SGLang", "engine_version": "0.5.12", "model": "Qwen/Qwen3.5-35B-A3B",
+           "precision": "bf16", "kv_cache_dtype": "auto", "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1,
+           "isl": 1024, "osl": 256, "concurrency": 4, "measured": {"Mean TPOT (ms)": "10"}, "notes": notes}
+    assert bench.normalise("t:0", raw, catalog).prefix_cache is on
+
+
 def test_a_capped_closed_loop_runs_at_most_the_cap(catalog):
     row = bench.Measurement(row="t:0", engine="vllm", model="llama-3.1-8b", precision="bf16", kv_dtype="auto",
                             gpu="h100-sxm", tp=1, pp=1, ep=1, dp=1, batch=256, prompt_tokens=1024, output_tokens=256,

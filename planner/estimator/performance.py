@@ -348,7 +348,8 @@ class StepOverlapRule:
     """Releases (from `since` to `until`, inclusive; none: open) in which the engine schedules and prepares the next
     step while the GPU runs this one (vLLM's async scheduler, SGLang's overlap scheduler), unless the replica runs
     pipeline parallelism and `not_with_pipeline` says that release turns it off then, or the model is of a type the
-    release runs without it (`except_model_types`: SGLang's hybrid models on the no-buffer Mamba radix cache)."""
+    release runs without it while its prefix cache is on (`except_model_types`: SGLang's hybrid models on the no-buffer
+    Mamba radix cache; with the radix cache disabled there is none, and the overlap stays on)."""
 
     since: str | None = None
     until: str | None = None
@@ -356,10 +357,11 @@ class StepOverlapRule:
     except_model_types: tuple[str, ...] = ()
     source: str
 
-    def matches(self, release: tuple[int, ...], pipeline: bool, model_type: str) -> bool:
+    def matches(self, release: tuple[int, ...], pipeline: bool, model_type: str, prefix_cache: bool) -> bool:
         return ((self.since is None or release >= release_key(self.since))
                 and (self.until is None or release <= release_key(self.until))
-                and not (pipeline and self.not_with_pipeline) and model_type not in self.except_model_types)
+                and not (pipeline and self.not_with_pipeline)
+                and not (prefix_cache and model_type in self.except_model_types))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -405,13 +407,14 @@ class EngineCost:
         key = release_key(release or default_release(self.name))
         return next((r.kernel for r in self.moe_kernel_rules if r.matches(gpu, model_type, precision, key)), None)
 
-    def step_host_us(self, release: str | None, pipeline: bool, model_type: str) -> float:
-        """The host work a decode step of `model_type` waits for at `release` (None: the default): the overlapped
-        hand-off where a rule says the release schedules ahead, else `per_step_us`."""
+    def step_host_us(self, release: str | None, pipeline: bool, model_type: str, prefix_cache: bool = True) -> float:
+        """The host work a decode step of `model_type` waits for at `release` (None: the default), with the engine's
+        prefix cache on or off: the overlapped hand-off where a rule says the release schedules ahead, else
+        `per_step_us`."""
         if not self.step_overlap_rules:
             return self.per_step_us
         key = release_key(release or default_release(self.name))
-        overlapped = any(r.matches(key, pipeline, model_type) for r in self.step_overlap_rules)
+        overlapped = any(r.matches(key, pipeline, model_type, prefix_cache) for r in self.step_overlap_rules)
         return self.overlapped_step_us if overlapped else self.per_step_us
 
     def layer_allreduces(self, model_type: str, release: str | None) -> int:
@@ -1333,18 +1336,20 @@ class ReplicaTimer:
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
                   engine: str = "vllm", performance: PerformanceCatalog | None = None, ep: int = 1,
-                  dp: int = 1, release: str | None = None) -> ReplicaTimer:
+                  dp: int = 1, release: str | None = None, prefix_cache: bool = True) -> ReplicaTimer:
     """The layout of one replica (tp x pp GPUs) resolved for timing its steps; `ep`: its routed experts dealt over
     that many of the tp ranks, the experts' outputs all-reduced as under TP (the engines' path without an
     all-to-all backend); `dp`: data-parallel attention groups among the tp ranks, each attending to its own
     requests at tp / dp-way TP (bench/SPEED_PROTOCOL.md); `release`: the engine's release (None: its default), which
-    picks its fused-MoE kernel."""
+    picks its fused-MoE kernel; `prefix_cache`: the engine's prefix (radix) cache on, its default (SGLang
+    runs some hybrid models without its overlap scheduler when it is: EngineCost.step_host_us)."""
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
     native = catalog.support(engine, prec, gpu).native
-    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp, release, pp)
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp, release, pp,
+                               prefix_cache)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
@@ -1413,7 +1418,7 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
               engine: str, kv_bits: int, native: bool, attention_tp: int | None = None, release: str | None = None,
-              pp: int = 1) -> tuple[_Hardware, GenerationEfficiency]:
+              pp: int = 1, prefix_cache: bool = True) -> tuple[_Hardware, GenerationEfficiency]:
     """`attention_tp`: the attention-TP group's size under data-parallel attention (tp without it); `release`: the
     engine's release, for the fused-MoE kernel it picks and whether it graphs prefill (None: its default release)."""
     generation = performance.generation(gpu.generation)
@@ -1480,7 +1485,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         + (generation.moe_sorting_us > 0),
         graph_gap_s=generation.graph_gap_us * US,
         mla_layer_launches=engine_cost.mla_layer_kernels,
-        step_overhead_s=engine_cost.step_host_us(release, pp > 1, arch.model_type) * US,
+        step_overhead_s=engine_cost.step_host_us(release, pp > 1, arch.model_type, prefix_cache) * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
         attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
         attention_tp=attention_tp or tp,
