@@ -92,7 +92,7 @@ def engine_estimate(model: str | None, settings: EngineSettings, *, context: int
     arch = served_architecture(resolve_model(catalog, model, count, layers, kv_heads, head_dim, heads), speculation)
     request = Request(context=context, batch=batch, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, dp=dp, ep=ep,
                       all_to_all=all_to_all)
-    memory = estimate_memory(arch, request, catalog, target)
+    memory = estimate_memory(arch, request, catalog, target, served_by=settings.name)
     return EngineEstimate(memory, engine_budget(arch, request, settings, target, catalog))
 
 

@@ -55,6 +55,14 @@ def test_weight_only_formats_are_left_out_only_when_the_scenario_says_so():
     ("sglang", "fp8", "t4", "unsupported"),  # SGLang Fp8Config min capability 80
     ("simple", "bf16", "t4", "unsupported"),  # the planning margin is checked as vLLM
     ("llamacpp", "q4_k_m", "rtx-4090", "unchecked"),
+    ("trtllm", "fp8", "l40s", "native"),  # FP8 from Ada (TensorRT-LLM's support matrix)
+    ("trtllm", "fp8", "a100-sxm-80gb", "unsupported"),  # no FP8 on Ampere
+    ("trtllm", "fp8-block", "h100-sxm", "native"),
+    ("trtllm", "nvfp4", "b200", "native"),
+    ("trtllm", "nvfp4", "h100-sxm", "unsupported"),  # FP4 on Blackwell only
+    ("trtllm", "awq", "a100-sxm-80gb", "weight-only"),
+    ("trtllm", "bf16", "mi300x", "unsupported"),  # NVIDIA GPUs only
+    ("trtllm", "q4_k_m", "h100-sxm", "unsupported"),  # no GGUF loader
 ])
 def test_support_levels_follow_the_engines_code(engine, precision, gpu, level):
     assert CATALOG.support(engine, CATALOG.precisions.get(precision), CATALOG.gpus.get(gpu)).level == level
@@ -84,3 +92,14 @@ def test_a_bad_support_table_is_one_line_error(tmp_path, edit, message):
     table.write_text(text.replace(edit[0], edit[1], 1))
     with pytest.raises(PlannerInputError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_catalog(str(folder))
+
+
+def test_the_memory_estimate_judges_the_precision_by_the_engine_asked_for():
+    """`planner estimate --engine E` warns with E's own verdict, not the planning margin's (vLLM's)."""
+    from planner import api
+    from planner.estimator.engines.base import EngineSettings
+
+    for engine in ("sglang", "trtllm"):
+        warnings = api.engine_estimate("llama-3.1-8b", EngineSettings(engine), gpu="mi300x", precision="nvfp4",
+                                       catalog=CATALOG).memory.warnings
+        assert any(w.startswith(f"{engine} ") and "cannot run nvfp4 on mi300x" in w for w in warnings), warnings

@@ -365,7 +365,8 @@ def _model_kv(arch: Architecture, kv_bits: int, state_bits: int, context: int) -
 
 
 def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: GpuTarget | None = None,
-                    engine: Engine | None = None) -> MemoryEstimate:
+                    engine: Engine | None = None, served_by: str | None = None) -> MemoryEstimate:
+    """`served_by`: the serving engine whose kernels the warnings judge the precision by (default `engine`'s)."""
     validate_request(arch, req)
     engine = engine or catalog.engines.get("simple")
     precision = resolve_precision(catalog, arch, req.precision)
@@ -424,7 +425,8 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
         attention_kinds=tuple(sorted(arch.attention_kinds)),
         dp=req.dp, ep=req.ep, buffers_bytes=sum(r.buffers_bytes for r in ranks), all_to_all=req.all_to_all,
     )
-    return replace(estimate, warnings=tuple(_warnings(arch, estimate, precision, gpu) + _kernels(catalog, engine, precision, gpu)))
+    kernels = _kernels(catalog, served_by or engine.name, precision, gpu)
+    return replace(estimate, warnings=tuple(_warnings(arch, estimate, precision, gpu) + kernels))
 
 
 def _fit(ranks: list[RankMemory], gpu: GpuTarget | None) -> GpuFit | None:
@@ -457,10 +459,10 @@ def _warnings(arch: Architecture, est: MemoryEstimate, precision: Precision, gpu
     return out
 
 
-def _kernels(catalog: Catalog, engine: Engine, precision: Precision, gpu: GpuTarget | None) -> list[str]:
+def _kernels(catalog: Catalog, engine: str, precision: Precision, gpu: GpuTarget | None) -> list[str]:
     """How the engine runs the precision on a catalog GPU, where it does not run it natively (Catalog.support)."""
     card = catalog.gpus._index.get(gpu.name.lower()) if gpu is not None else None
-    support = catalog.support(engine.name, precision, card) if card is not None else None
+    support = catalog.support(engine, precision, card) if card is not None else None
     if support is None or support.level not in ("weight-only", "unsupported"):
         return []
     return [support.reason(cited=not support.runs)]
