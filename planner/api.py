@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.model.sources import resolve_model
+from planner.model.precision import resolve_precision
 from planner.estimator.layout import parallel_refusal
 from planner.estimator.memory import GpuTarget, MemoryEstimate, Request, estimate_memory
 from planner.plan.roles import BOTH, DECODE
@@ -552,10 +553,16 @@ def _same_model(catalog: Catalog, run: MeasuredRun, model: str) -> None:
 
 def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_dtype: str,
                 speculation: Speculation | None = None) -> None:
-    """`planner perf` times what could run: a request no longer than the model's context, and `batch` of them in
-    the GPUs' memory (else its figures would be printed for a replica that cannot exist); with `speculation`, the MTP
-    draft's layer (its weights and its cache of the same requests) held too, as a plan holds it."""
+    """`planner perf` times what could run: a precision the engine runs on the GPU, a request no longer than the
+    model's context, and `batch` of them in the GPUs' memory (else its figures would be printed for a replica that
+    cannot exist); with `speculation`, the MTP draft's layer (its weights and its cache of the same requests) held
+    too, as a plan holds it."""
     from planner.plan.configuration import served_architecture
+
+    support = replica.catalog.support(replica.engine, resolve_precision(replica.catalog, replica.arch, precision),
+                                      replica.card)
+    if not support.runs:
+        raise PlannerInputError(f"--precision / --gpu: {support.reason()}; pick a precision, GPU or --engine that runs it")
 
     longest = replica.arch.max_position_embeddings
     if longest and context > longest:

@@ -103,3 +103,15 @@ def test_the_memory_estimate_judges_the_precision_by_the_engine_asked_for():
         warnings = api.engine_estimate("llama-3.1-8b", EngineSettings(engine), gpu="mi300x", precision="nvfp4",
                                        catalog=CATALOG).memory.warnings
         assert any(w.startswith(f"{engine} ") and "cannot run nvfp4 on mi300x" in w for w in warnings), warnings
+
+
+def test_perf_refuses_a_precision_the_engine_cannot_run_on_the_gpu():
+    """`planner perf` times what could run: TensorRT-LLM on an AMD card, or FP8 on Ampere, is one error naming the
+    engine's verdict and its source."""
+    from planner import api
+
+    with pytest.raises(PlannerInputError, match=r"^--precision / --gpu: trtllm 1\.1 cannot run bf16 on mi300x"):
+        api.perf("llama-3.1-8b", gpu="mi300x", engine="trtllm", precision="bf16", catalog=CATALOG)
+    with pytest.raises(PlannerInputError, match=r"cannot run fp8 on a100-sxm-80gb \(ampere\): support-matrix\.md"):
+        api.perf("llama-3.1-8b", gpu="a100-sxm-80gb", engine="trtllm", precision="fp8", catalog=CATALOG)
+    assert api.perf("llama-3.1-8b", gpu="a100-sxm-80gb", engine="vllm", precision="fp8", catalog=CATALOG).performance
