@@ -266,6 +266,7 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     ("Qwen/Qwen3-Coder-Next-Instruct", "qwen3-coder-next", None),  # an -Instruct the repo name does not carry
     ("moonshotai/Kimi-K3", "kimi-k3", None),
     ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral-small-3.2-24b", None),
+    ("zai-org/GLM-4.7-Flash", "glm-4.7-flash", None),
 ])
 def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
     record, suffix_precision = catalog.model_and_precision(hf_id)
@@ -433,3 +434,11 @@ def test_kimi_k3_ships_mxfp4_experts(catalog):
     from planner.model.precision import resolve_precision
     # compressed-tensors float 4-bit with one scale per 32 values: MXFP4, not NVFP4 (one scale per 16)
     assert resolve_precision(catalog, _arch("kimi-k3"), "auto").name == "mxfp4"
+
+
+def test_glm_4_7_flash_is_counted_as_its_safetensors_total(catalog):
+    from planner.model.sources import resolve_model
+    arch = resolve_model(catalog, "zai-org/GLM-4.7-Flash")
+    assert arch.checkpoint_params == 31_221_488_576  # the safetensors listing's total, quoted in the entry's params_source
+    assert arch.loaded_params == _arch("glm-4.7-flash").loaded_params  # the sizes-only copy transformers counted
+    assert [layer.is_moe for layer in arch.layers[:2]] == [False, True] and arch.num_layers == 47
