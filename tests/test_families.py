@@ -267,6 +267,7 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     ("moonshotai/Kimi-K3", "kimi-k3", None),
     ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral-small-3.2-24b", None),
     ("zai-org/GLM-4.7-Flash", "glm-4.7-flash", None),
+    ("moonshotai/Kimi-Linear-48B-A3B-Instruct", "kimi-linear-48b-a3b", None),
 ])
 def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
     record, suffix_precision = catalog.model_and_precision(hf_id)
@@ -442,3 +443,11 @@ def test_glm_4_7_flash_is_counted_as_its_safetensors_total(catalog):
     assert arch.checkpoint_params == 31_221_488_576  # the safetensors listing's total, quoted in the entry's params_source
     assert arch.loaded_params == _arch("glm-4.7-flash").loaded_params  # the sizes-only copy transformers counted
     assert [layer.is_moe for layer in arch.layers[:2]] == [False, True] and arch.num_layers == 47
+
+
+def test_kimi_linear_entry_is_the_sizes_transformers_counted(catalog):
+    from planner.model.sources import resolve_model
+    arch = resolve_model(catalog, "moonshotai/Kimi-Linear-48B-A3B-Instruct")
+    assert arch.checkpoint_params == arch.loaded_params == _arch("kimi-linear-48b-a3b").loaded_params == 49_122_681_728
+    kinds = [layer.attention.kind for layer in arch.layers]
+    assert kinds.count("mla") == 7 and kinds.count("linear") == 20 and kinds[3] == kinds[26] == "mla"
