@@ -268,6 +268,9 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral-small-3.2-24b", None),
     ("zai-org/GLM-4.7-Flash", "glm-4.7-flash", None),
     ("moonshotai/Kimi-Linear-48B-A3B-Instruct", "kimi-linear-48b-a3b", None),
+    ("mistralai/Ministral-3-14B-Reasoning-2512", "ministral-3-14b", None),
+    ("mistralai/Ministral-3-8B-Instruct-2512", "ministral-3-8b", None),  # the FP8 Instruct repo: same shapes
+    ("mistralai/Ministral-3-3B-Instruct-2512", "ministral-3-3b", None),
 ])
 def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
     record, suffix_precision = catalog.model_and_precision(hf_id)
@@ -451,3 +454,19 @@ def test_kimi_linear_entry_is_the_sizes_transformers_counted(catalog):
     assert arch.checkpoint_params == arch.loaded_params == _arch("kimi-linear-48b-a3b").loaded_params == 49_122_681_728
     kinds = [layer.attention.kind for layer in arch.layers]
     assert kinds.count("mla") == 7 and kinds.count("linear") == 20 and kinds[3] == kinds[26] == "mla"
+
+
+@pytest.mark.parametrize("name, total, tied", [("ministral-3-14b", 13_945_031_680, False), ("ministral-3-8b", 8_918_026_240, False),
+                                                ("ministral-3-3b", 4_251_743_232 - 131_072 * 3_072, True)])
+def test_ministral_3_counts_are_the_safetensors_totals(catalog, name, total, tied):
+    model = catalog.models.get(name)
+    arch = architecture_from_config(model.config, name)
+    # the index metadata's total_parameters; the 3B's counts its tied embedding twice
+    assert arch.checkpoint_params == total and arch.tied_embeddings == tied
+    assert arch.multimodal_params < arch.language_params // 7  # the 24-layer Pixtral tower and its projector
+
+
+def test_ministral_3_8b_differs_from_the_transformers_defaults_only_by_its_untied_head(catalog):
+    arch = architecture_from_config(catalog.models.get("ministral-3-8b").config, "ministral-3-8b")
+    defaults = _arch("ministral-3-8b-defaults")  # Ministral3Config() sizes with the outer tie left at true
+    assert arch.loaded_params - defaults.loaded_params == 131_072 * 4_096
