@@ -271,6 +271,9 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     ("mistralai/Ministral-3-14B-Reasoning-2512", "ministral-3-14b", None),
     ("mistralai/Ministral-3-8B-Instruct-2512", "ministral-3-8b", None),  # the FP8 Instruct repo: same shapes
     ("mistralai/Ministral-3-3B-Instruct-2512", "ministral-3-3b", None),
+    ("Qwen/Qwen3.8-27B", "qwen3.5-27b", None),  # the same shapes and total as Qwen3.5-27B
+    ("Qwen/Qwen3.8-27B-FP8", "qwen3.5-27b", "fp8-block"),
+    ("deepseek-ai/DeepSeek-Math-V2", "deepseek-v3.2", None),  # built on DeepSeek-V3.2-Exp-Base
 ])
 def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
     record, suffix_precision = catalog.model_and_precision(hf_id)
