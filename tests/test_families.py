@@ -266,6 +266,14 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     ("Qwen/Qwen3-Coder-Next-Instruct", "qwen3-coder-next", None),  # an -Instruct the repo name does not carry
     ("moonshotai/Kimi-K3", "kimi-k3", None),
     ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral-small-3.2-24b", None),
+    ("zai-org/GLM-4.7-Flash", "glm-4.7-flash", None),
+    ("moonshotai/Kimi-Linear-48B-A3B-Instruct", "kimi-linear-48b-a3b", None),
+    ("mistralai/Ministral-3-14B-Reasoning-2512", "ministral-3-14b", None),
+    ("mistralai/Ministral-3-8B-Instruct-2512", "ministral-3-8b", None),  # the FP8 Instruct repo: same shapes
+    ("mistralai/Ministral-3-3B-Instruct-2512", "ministral-3-3b", None),
+    ("Qwen/Qwen3.8-27B", "qwen3.5-27b", None),  # the same shapes and total as Qwen3.5-27B
+    ("Qwen/Qwen3.8-27B-FP8", "qwen3.5-27b", "fp8-block"),
+    ("deepseek-ai/DeepSeek-Math-V2", "deepseek-v3.2", None),  # built on DeepSeek-V3.2-Exp-Base
 ])
 def test_hf_ids_resolve_with_or_without_suffixes(catalog, hf_id, entry, precision):
     record, suffix_precision = catalog.model_and_precision(hf_id)
@@ -433,3 +441,35 @@ def test_kimi_k3_ships_mxfp4_experts(catalog):
     from planner.model.precision import resolve_precision
     # compressed-tensors float 4-bit with one scale per 32 values: MXFP4, not NVFP4 (one scale per 16)
     assert resolve_precision(catalog, _arch("kimi-k3"), "auto").name == "mxfp4"
+
+
+def test_glm_4_7_flash_is_counted_as_its_safetensors_total(catalog):
+    from planner.model.sources import resolve_model
+    arch = resolve_model(catalog, "zai-org/GLM-4.7-Flash")
+    assert arch.checkpoint_params == 31_221_488_576  # the safetensors listing's total, quoted in the entry's params_source
+    assert arch.loaded_params == _arch("glm-4.7-flash").loaded_params  # the sizes-only copy transformers counted
+    assert [layer.is_moe for layer in arch.layers[:2]] == [False, True] and arch.num_layers == 47
+
+
+def test_kimi_linear_entry_is_the_sizes_transformers_counted(catalog):
+    from planner.model.sources import resolve_model
+    arch = resolve_model(catalog, "moonshotai/Kimi-Linear-48B-A3B-Instruct")
+    assert arch.checkpoint_params == arch.loaded_params == _arch("kimi-linear-48b-a3b").loaded_params == 49_122_681_728
+    kinds = [layer.attention.kind for layer in arch.layers]
+    assert kinds.count("mla") == 7 and kinds.count("linear") == 20 and kinds[3] == kinds[26] == "mla"
+
+
+@pytest.mark.parametrize("name, total, tied", [("ministral-3-14b", 13_945_031_680, False), ("ministral-3-8b", 8_918_026_240, False),
+                                                ("ministral-3-3b", 4_251_743_232 - 131_072 * 3_072, True)])
+def test_ministral_3_counts_are_the_safetensors_totals(catalog, name, total, tied):
+    model = catalog.models.get(name)
+    arch = architecture_from_config(model.config, name)
+    # the index metadata's total_parameters; the 3B's counts its tied embedding twice
+    assert arch.checkpoint_params == total and arch.tied_embeddings == tied
+    assert arch.multimodal_params < arch.language_params // 7  # the 24-layer Pixtral tower and its projector
+
+
+def test_ministral_3_8b_differs_from_the_transformers_defaults_only_by_its_untied_head(catalog):
+    arch = architecture_from_config(catalog.models.get("ministral-3-8b").config, "ministral-3-8b")
+    defaults = _arch("ministral-3-8b-defaults")  # Ministral3Config() sizes with the outer tie left at true
+    assert arch.loaded_params - defaults.loaded_params == 131_072 * 4_096
