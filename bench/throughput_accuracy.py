@@ -317,6 +317,9 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
                                                                       *PER_REQUEST_TOKS_KEYS, *REQUEST_SPEED_KEYS))
         if output is None and ttft_only:
             output = 1  # a single request's TTFT: its prompt is all that is timed
+        run_lengths = lengths_run(measured)
+        if run_lengths is not None:  # what the run drew (random lengths below the requested, or a dataset's)
+            prompt, output = run_lengths
         if prompt is None or output is None:
             raise Skip("prompt/output lengths not stated")
         prompt = max(1, prompt)
@@ -359,6 +362,18 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")),
     )
+
+
+# The totals `vllm bench serve` and SGLang's bench_serving print over a run (the protocol's run-lengths amendment)
+RUN_TOTALS = ("Total input tokens", "Total generated tokens", "Successful requests")
+
+
+def lengths_run(measured: dict[str, str]) -> tuple[float, float] | None:
+    """(mean prompt, mean output tokens) of the requests a run completed, from its printed totals; None without them."""
+    if not all(k in measured for k in RUN_TOTALS):
+        return None
+    inputs, generated, completed = (number(measured[k]) for k in RUN_TOTALS)
+    return (inputs / completed, generated / completed) if completed else None
 
 
 # SGLang's and vLLM's flags capping the requests the engine runs at once, as a server command writes them

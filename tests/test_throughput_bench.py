@@ -46,3 +46,17 @@ def test_a_capped_closed_loop_runs_at_most_the_cap(catalog):
     assert capped.tpot_s < free.tpot_s
     assert capped.ttft_s > free.ttft_s
     assert capped.output_tokens_per_s < free.output_tokens_per_s
+
+
+def test_a_run_is_timed_at_the_lengths_it_drew(catalog):
+    """bench_serving's random lengths fall below the requested ones without --random-range-ratio: the printed totals
+    give the means the run had (the protocol's run-lengths amendment); without them the requested lengths stand."""
+    raw = {"source": "test", "engine": "SGLang", "engine_version": "0.5.7", "model": "Qwen/Qwen3-8B", "precision": "bf16",
+           "kv_cache_dtype": "auto", "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1, "isl": 1000, "osl": 1000,
+           "concurrency": 16, "measured": {"Mean TPOT (ms)": "10", "Total input tokens": "6101",
+                                           "Total generated tokens": "4220", "Successful requests": "10"}}
+    row = bench.normalise("t:0", raw, catalog)
+    assert (row.prompt_tokens, row.output_tokens) == (610, 422)
+    del raw["measured"]["Successful requests"]
+    row = bench.normalise("t:0", raw, catalog)
+    assert (row.prompt_tokens, row.output_tokens) == (1000, 1000)
