@@ -181,6 +181,8 @@ class Measurement:
     # the running-request cap the row's server command states (the protocol's running-cap amendment); None: the engine's
     max_running: int | None = None
     prefix_cache: bool = True  # off where the row's server command disables it (SGLang --disable-radix-cache)
+    # the run's lengths scattered around its means (its totals differ from the requested lengths, or none were asked)
+    lengths_vary: bool = False
 
 
 class Skip(Exception):
@@ -293,6 +295,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     prompt, output = (v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
                       for v in (raw.get("isl"), raw.get("osl")))
     tpot_s = ttft_s = toks = None
+    lengths_vary = False
 
     decode_key = next((k for k in measured if SINGLE_STREAM_DECODE.match(k)), None)
     prefill_key = next((k for k in measured if SINGLE_STREAM_PREFILL.match(k)), None)
@@ -320,6 +323,8 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
             output = 1  # a single request's TTFT: its prompt is all that is timed
         run_lengths = lengths_run(measured)
         if run_lengths is not None:  # what the run drew (random lengths below the requested, or a dataset's)
+            lengths_vary = not all(asked and abs(ran / asked - 1) <= LENGTHS_AS_ASKED
+                                   for ran, asked in zip(run_lengths, (prompt, output)))
             prompt, output = run_lengths
         if prompt is None or output is None:
             raise Skip("prompt/output lengths not stated")
@@ -361,12 +366,13 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
         release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
-        prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")),
+        prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
     )
 
 
 # The totals `vllm bench serve` and SGLang's bench_serving print over a run (the protocol's run-lengths amendment)
 RUN_TOTALS = ("Total input tokens", "Total generated tokens", "Successful requests")
+LENGTHS_AS_ASKED = 0.02  # run means within 2% of the requested lengths: a fixed-length run (the SGLang-prefill amendment)
 
 
 def lengths_run(measured: dict[str, str]) -> tuple[float, float] | None:
@@ -450,7 +456,7 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     budget = engine_budget(arch, request, EngineSettings(m.engine), GpuTarget.from_catalog(card), catalog)
     if not budget.fits:
         raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
-    loop = closed_loop(step_timer, Scheduler.of(budget, max_seqs_cap=m.max_running), shape, m.batch)
+    loop = closed_loop(step_timer, Scheduler.of(budget, max_seqs_cap=m.max_running), shape, m.batch, m.lengths_vary)
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
                    requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
 

@@ -217,3 +217,30 @@ def test_bad_options_are_one_line_exit_2(tmp_path, args, needle):
     proc = _cli(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout
     assert proc.stderr.startswith("error:") and needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_sglang_runs_each_batch_of_scattered_arrivals_as_a_prefill_pass_of_its_own():
+    """Lengths that vary scatter the requests' ends: about R / (N - 1) arrive a decode step, and SGLang, which runs a
+    prefill batch alone before any decode, adds (N - 1)(1 - e^-a) such passes a cycle (bench/SPEED_PROTOCOL.md, the
+    SGLang-prefill amendment); vLLM puts the prompts beside the decoding requests, and fixed lengths keep the packed
+    cycle."""
+    from dataclasses import replace as with_
+    from math import exp
+
+    timer, scheduler, _ = replica("qwen3-30b-a3b", "h100-sxm", context=2048)
+    sglang = with_(scheduler, mixes_prefill=False)
+    shape, clients = Workload(500, 500), 100
+    packed = closed_loop(timer, sglang, shape, clients)
+    scattered = closed_loop(timer, sglang, shape, clients, lengths_vary=True)
+    assert closed_loop(timer, scheduler, shape, clients, lengths_vary=True) == closed_loop(timer, scheduler, shape, clients)
+    arrivals = 100 / 499
+    batches = 499 * (1 - exp(-arrivals))
+    assert scattered.prefill_steps == ceil(batches)  # one chunk each: 100 / batches x 500 tokens within the budget
+    # the cycle: 499 decode steps of the 100 running, and the prefill passes
+    cycle = 499 * scattered.decode_step_s + batches * scattered.prefill_step_s
+    assert scattered.requests_per_s == pytest.approx(100 / cycle)
+    assert scattered.tpot_s == pytest.approx((cycle - scattered.prefill_step_s) / 499)
+    assert scattered.tpot_s > packed.tpot_s and scattered.requests_per_s < packed.requests_per_s
+    from planner.estimator.engines.registry import engine
+
+    assert not engine("sglang").mixes_prefill and engine("vllm").mixes_prefill and engine("trtllm").mixes_prefill

@@ -56,7 +56,9 @@ def test_a_run_is_timed_at_the_lengths_it_drew(catalog):
            "concurrency": 16, "measured": {"Mean TPOT (ms)": "10", "Total input tokens": "6101",
                                            "Total generated tokens": "4220", "Successful requests": "10"}}
     row = bench.normalise("t:0", raw, catalog)
-    assert (row.prompt_tokens, row.output_tokens) == (610, 422)
+    assert (row.prompt_tokens, row.output_tokens) == (610, 422) and row.lengths_vary
+    fixed = {**raw, "measured": {**raw["measured"], "Total input tokens": "10000", "Total generated tokens": "9990"}}
+    assert not bench.normalise("t:0", fixed, catalog).lengths_vary  # within 2% of the requested: a fixed-length run
     del raw["measured"]["Successful requests"]
     row = bench.normalise("t:0", raw, catalog)
-    assert (row.prompt_tokens, row.output_tokens) == (1000, 1000)
+    assert (row.prompt_tokens, row.output_tokens) == (1000, 1000) and not row.lengths_vary

@@ -17,12 +17,18 @@ N the prompts bound the loop and it repeats every k steps instead.
                law on the queue)
   TPOT         (E2E - TTFT) / (N - 1): the cycle's other steps, prompt-carrying ones of the other clients included;
                the mean ITL is the same (every gap is one step).
+
+When the requests' lengths vary (random lengths, a dataset's, real traffic) they finish at scattered steps, and on an
+engine that runs a prefill batch alone before any decode (SGLang: Scheduler.mixes_prefill False) the cycle is the
+N - 1 decode steps of the R running requests plus a prefill batch after each decode step that saw an arrival: with
+arrivals Poisson at a = R / (N - 1) a step, (N - 1)(1 - e^-a) batches of R over that many requests, each its prompts'
+tokens alone, cut at the token budget (bench/SPEED_PROTOCOL.md, the SGLang-prefill amendment).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil, floor
+from math import ceil, exp, floor
 
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler, StepTimes, step_times
@@ -49,8 +55,10 @@ class ClosedLoop:
     pool_tokens: int
 
 
-def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, concurrency: int) -> ClosedLoop:
-    """The steady state of `concurrency` clients sending requests of `shape` back to back (the module docstring)."""
+def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, concurrency: int,
+                lengths_vary: bool = False) -> ClosedLoop:
+    """The steady state of `concurrency` clients sending requests of `shape` back to back (the module docstring);
+    `lengths_vary`: the requests' lengths scatter around `shape`'s means, so they finish at scattered steps."""
     if concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     prompt, output = shape.prompt_tokens, shape.output_tokens
@@ -84,10 +92,22 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         prefilling = min(running, max(1.0, tokens / prompt))
         return times.mean_step(running - prefilling, context, tokens, prompt)
 
-    prompts_s = full_steps * carrying(full) + (carrying(rest) if rest > 0 else 0.0)
-    prefill_s = prompts_s / prefill_steps
     decode_s = times.mean_step(running, context, 0, prompt)
-    cycle_s = prompts_s + (cycle_steps - prefill_steps) * decode_s
+    if lengths_vary and not scheduler.mixes_prefill and output > 1:
+        # scattered arrivals, each decode step that saw one followed by a prefill batch of its arrivals alone
+        decode_steps = output - 1
+        arrivals = running / decode_steps
+        batches = decode_steps * (1 - exp(-arrivals))
+        tokens = running * prompt / batches
+        chunks = ceil(tokens / budget)
+        batch_s = chunks * times.mean_step(0, context, tokens / chunks, prompt)
+        prefill_steps, own_steps, cycle_steps = ceil(batches * chunks), chunks, decode_steps + ceil(batches * chunks)
+        prefill_s = batch_s / chunks
+        cycle_s = decode_steps * decode_s + batches * batch_s
+    else:
+        prompts_s = full_steps * carrying(full) + (carrying(rest) if rest > 0 else 0.0)
+        prefill_s = prompts_s / prefill_steps
+        cycle_s = prompts_s + (cycle_steps - prefill_steps) * decode_s
     throughput = running / cycle_s
     e2e = concurrency / throughput
     queue = (concurrency - running) / throughput

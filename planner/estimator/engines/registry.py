@@ -50,6 +50,9 @@ class Engine:
     batching: Callable[[EngineSettings, int], tuple[int, int | None, int | None]] = _token_batching
     cache_sized_by_batch: bool = False  # the cache is allocated for every slot at start-up (llama.cpp)
     scheduler_caps_sequences: bool = False  # max_num_seqs caps the requests running at once (not a graph size)
+    # a step carries prompt tokens beside the decoding requests (vLLM, TensorRT-LLM, llama-server); False: a prefill
+    # batch is a forward pass of its own, run before any decode (SGLang without --enable-mixed-chunk)
+    mixes_prefill: bool = True
     # where activations, CUDA graphs and non-torch memory live: inside the budget beside the pool ("remainder"),
     # outside the budget ("outside"), or as the budget's measured activation and non-torch rows ("measured")
     workspace: Literal["remainder", "outside", "measured"] = "measured"

@@ -280,8 +280,10 @@ def refusal(arch: Architecture) -> str | None:
 
 
 # SGLang's mem_fraction_static holds the weights and the KV pool only: activations, CUDA graphs and non-torch memory
-# live in the rest of the card; its max_num_seqs is its CUDA-graph batch, not a cap on the running requests
-ENGINE = Engine("sglang", sglang_budget, SglangProfile, refusal=refusal, workspace="outside",
+# live in the rest of the card; its max_num_seqs is its CUDA-graph batch, not a cap on the running requests; it runs a
+# prefill batch before any decode and alone (enable_mixed_chunk False: 0.5.8 server_args.py:572, 0.5.23
+# arg_groups/fields/schedule.py:208; scheduler.py get_next_batch_to_run, "Run prefill first if possible")
+ENGINE = Engine("sglang", sglang_budget, SglangProfile, refusal=refusal, workspace="outside", mixes_prefill=False,
                 fraction_field="mem_fraction_static", kv_cache_dtypes=SGLANG_KV_CACHE_DTYPES,
                 command="planner.render.export:sglang_command", expert_parallel="any", sizes_expert_parallel=True,
                 all_to_all_backends=("deepep",))
