@@ -253,10 +253,11 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
          concurrency: int | None = None, calibration: Calibration | None = None,
          speculation: Speculation | None = None,
          catalog: Catalog | None = None, performance: PerformanceCatalog | None = None,
-         engine_version: str | None = None) -> PerfResult:
+         engine_version: str | None = None, varying_lengths: bool = False) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
-    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop); `ep`:
+    `concurrency`, the steady state of that many clients sending requests back to back (a closed loop; with
+    `varying_lengths`, requests whose lengths scatter around the means, finishing at scattered steps); `ep`:
     the routed experts dealt over that many of the tp GPUs; `dp`: data-parallel attention groups among them, each
     attending to its own requests from its own pool (the requests dealt evenly over the groups); `speculation`: every
     decode step a speculative cycle of the checkpoint's MTP module (planner.estimator.speculative); with
@@ -274,6 +275,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--rate: {rate} must be 0 or more requests/s")
     if concurrency is not None and concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
+    if varying_lengths and concurrency is None:
+        raise PlannerInputError("--varying-lengths: only with --concurrency (the closed loop's clients)")
     if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
         raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
                                 "--concurrency and --pp (a fleet scenario sizes MTP replicas under traffic; perf's "
@@ -306,7 +309,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     if concurrency is not None:
         from planner.estimator.closed_loop import closed_loop
 
-        closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency)
+        closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency, varying_lengths)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
                       closed, finite, replica.calibrated, replica.ep, speculation, cycle, replica.dp)
 

@@ -542,6 +542,10 @@ def perf_command(
     rate: Optional[float] = Option(None, "--rate", help="Requests/s arriving: the steady state under continuous batching."),
     concurrency: Optional[int] = Option(None, "--concurrency", help="Clients each sending a request as soon as their "
                                         "last is answered (vllm bench serve --max-concurrency C): the closed loop."),
+    varying_lengths: bool = Option(False, "--varying-lengths", help="With --concurrency: the requests' lengths "
+                                   "scatter around --prompt-tokens / --output-tokens (random lengths, real traffic), "
+                                   "so they finish at scattered steps; SGLang then runs each batch of arrivals as a "
+                                   "prefill pass of its own."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
     speculative: Optional[str] = Option(None, "--speculative", help="Speculative decoding: mtp (the checkpoint's own "
@@ -556,7 +560,8 @@ def perf_command(
     result = api.perf(model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, ep=ep, dp=dp, precision=precision, kv_dtype=kv_dtype, engine=engine,
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
                       concurrency=concurrency, calibration=_calibration(calibration), engine_version=engine_version,
-                      speculation=_speculation(speculative, speculative_tokens, acceptance_length))
+                      speculation=_speculation(speculative, speculative_tokens, acceptance_length),
+                      varying_lengths=varying_lengths)
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))

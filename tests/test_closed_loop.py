@@ -244,3 +244,15 @@ def test_sglang_runs_each_batch_of_scattered_arrivals_as_a_prefill_pass_of_its_o
     from planner.estimator.engines.registry import engine
 
     assert not engine("sglang").mixes_prefill and engine("vllm").mixes_prefill and engine("trtllm").mixes_prefill
+
+
+def test_perf_takes_varying_lengths_for_its_closed_loop_only():
+    from planner import api
+    from planner.errors import PlannerInputError
+
+    args = dict(gpu="h100-sxm", tp=2, engine="sglang", concurrency=64, prompt_tokens=500, output_tokens=500)
+    fixed = api.perf("qwen3-30b-a3b", **args).closed_loop
+    scattered = api.perf("qwen3-30b-a3b", varying_lengths=True, **args).closed_loop
+    assert scattered.output_tokens_per_s < fixed.output_tokens_per_s and scattered.tpot_s > fixed.tpot_s
+    with pytest.raises(PlannerInputError, match=r"^--varying-lengths: only with --concurrency"):
+        api.perf("qwen3-30b-a3b", gpu="h100-sxm", varying_lengths=True)
