@@ -246,6 +246,58 @@ def test_sglang_runs_each_batch_of_scattered_arrivals_as_a_prefill_pass_of_its_o
     assert not engine("sglang").mixes_prefill and engine("vllm").mixes_prefill and engine("trtllm").mixes_prefill
 
 
+def test_a_step_with_prompts_on_sglang_is_their_pass_then_the_decode():
+    """SGLang runs a prefill batch as a forward pass of its own, before the decode (bench/SPEED_PROTOCOL.md, the
+    prompts-apart amendment): a step carrying both is the two passes, term by term; vLLM times one pass of both; a
+    step of prompts alone or of decodes alone is one pass either way."""
+    from dataclasses import replace as with_
+
+    from planner.catalog.load import load_catalog
+    from planner.estimator.performance import Step, replica_timer
+    from planner.model.sources import resolve_model
+
+    timer, _, _ = replica("qwen3-30b-a3b", "h100-sxm", context=4096)
+    catalog = load_catalog()
+    sglang = replica_timer(resolve_model(catalog, "qwen3-30b-a3b"), "bf16", "auto", catalog.gpus.get("h100-sxm"), 1, 1,
+                           catalog, "sglang")
+    assert timer.mixes_prefill and not sglang.mixes_prefill  # the engine registry's word
+    positions = 512 * 513 / 2
+    mixed, prompts, decode = Step(32, 1500.0, 512, positions, 1), Step(0, 1500.0, 512, positions, 1), Step(32, 1500.0)
+    for engine_timer in (sglang, with_(timer, mixes_prefill=False)):
+        total, terms, _ = engine_timer.step(mixed)
+        assert total == pytest.approx(engine_timer.forward_s(prompts) + engine_timer.forward_s(decode), rel=1e-12)
+        assert engine_timer.step_s(mixed) == pytest.approx(total, rel=1e-12)
+        assert terms == engine_timer.forward(prompts)[1].plus(engine_timer.forward(decode)[1])
+        assert sum(terms.terms_s().values()) == pytest.approx(terms.total_s, rel=1e-12)
+        for alone in (prompts, decode):
+            assert engine_timer.step_s(alone) == engine_timer.forward_s(alone)
+    assert timer.step_s(mixed) == timer.forward_s(mixed) < with_(timer, mixes_prefill=False).step_s(mixed)
+
+
+def test_the_simulated_first_token_comes_out_of_sglangs_prefill_pass():
+    """In the simulator, a request that arrives while others decode gets its first token at the end of the prompts'
+    pass on SGLang (the decode pass of the others comes after it); the step itself lasts both passes."""
+    from dataclasses import replace as with_
+
+    from planner.estimator.performance import Step
+
+    timer, scheduler, _ = replica("qwen3-30b-a3b", "h100-sxm", context=4096)
+    arrivals = [Arrival(0.0, 1000, 200), Arrival(0.05, 1000, 200)]
+    runs = {}
+    for mixes in (True, False):
+        runs[mixes] = run_engine(with_(timer, mixes_prefill=mixes), with_(scheduler, mixes_prefill=mixes), arrivals)
+    vllm, sglang = ({r.arrival.time_s: r for r in runs[m].served} for m in (True, False))
+    # the first request prefills alone: the same on both
+    assert sglang[0.0].first_token_s == vllm[0.0].first_token_s
+    # the second one's prompt rides a step beside the first's decode: SGLang's pass of it is its own
+    ends = runs[False].step_ends_s
+    step = next(i for i, end in enumerate(ends) if end > 0.05)  # the step that carries its prompt starts at ends[i - 1]
+    prompt_pass = timer.forward_s(Step(0, 0.0, 1000, 1000 * 1001 / 2, 1))
+    assert sglang[0.05].first_token_s == pytest.approx(ends[step] + prompt_pass, rel=1e-9)
+    assert sglang[0.05].first_token_s < ends[step + 1]  # before the step's decode pass ends
+    assert runs[False].end_s > runs[True].end_s  # two passes a prompt-carrying step
+
+
 def test_perf_takes_varying_lengths_for_its_closed_loop_only():
     from planner import api
     from planner.errors import PlannerInputError

@@ -59,11 +59,12 @@ def _cycle_by_hand(target, draft, batch: float, context: float, prompt_tokens: i
     forwards and one over the 3 drafted tokens, its engine step inside the target's (subtracted)."""
     drafted = batch * 3
     verifier = target if prompt_tokens else target.graphed()
-    verify = verifier.step_s(Step(batch, context, drafted + prompt_tokens, drafted * context + positions,
-                                  drafted + prompt_seqs))
+    verify = verifier.forward_s(Step(batch, context, drafted + prompt_tokens, drafted * context + positions,
+                                     drafted + prompt_seqs))
     engine_step = draft.hw.step_overhead_s
     wide = Step(batch, context, drafted, drafted * context, drafted)
-    return verify + 2 * (draft.step_s(Step(batch, context)) - engine_step) + draft.graphed().step_s(wide) - engine_step
+    return (verify + 2 * (draft.step_s(Step(batch, context)) - engine_step) + draft.graphed().forward_s(wide)
+            - engine_step)
 
 
 def test_a_decode_step_is_the_cycle_by_hand(timers):
@@ -82,15 +83,23 @@ def test_a_decode_step_is_the_cycle_by_hand(timers):
     assert times.decode_room(8192, batch) == 8192 - 4 * batch
 
 
-def test_prompt_tokens_join_the_verify_pass_as_without_speculation(timers):
-    """Prefill is unchanged: a step's prompt tokens are the target's work in the verify pass (run eagerly where the
-    engine runs prefill eagerly), the draft's forwards those of the decoding requests."""
-    target, draft, spec_timer = timers
+def test_prompt_tokens_join_the_verify_pass_where_the_engine_mixes_them(timers):
+    """Prefill is unchanged: on an engine that mixes prompts into decode steps (vLLM) a step's prompt tokens are the
+    target's work in the verify pass (run eagerly where the engine runs prefill eagerly), the draft's forwards those
+    of the decoding requests; SGLang runs them as a pass of their own before the cycle."""
+    sglang_target, draft, _ = timers
+    assert not sglang_target.mixes_prefill
+    target = replace(sglang_target, mixes_prefill=True)
+    spec_timer = speculative_timer(target, draft, SPEC)
     batch, context, prompt = 8, 1500.0, 512
     positions = prompt * (prompt + 1) / 2
     by_hand = _cycle_by_hand(target, draft, batch, context, prompt, positions, 1)
     assert StepTimes(spec_timer).step_s(batch, context, prompt, positions, 1) == pytest.approx(by_hand, rel=1e-12)
     assert by_hand > _cycle_by_hand(target, draft, batch, context)
+    apart = sglang_target.forward_s(Step(0, context, prompt, positions, 1)) + _cycle_by_hand(target, draft, batch,
+                                                                                             context)
+    sglang = speculative_timer(sglang_target, draft, SPEC)
+    assert StepTimes(sglang).step_s(batch, context, prompt, positions, 1) == pytest.approx(apart, rel=1e-12)
 
 
 def test_the_steady_state_decodes_l_tokens_a_cycle(timers):
@@ -113,7 +122,7 @@ def _fleet(**search) -> dict:
             "workload": {"context": "32K", "concurrency": 128,
                          "traffic": {"requests_per_s": 30, "prompt_tokens": 2000, "output_tokens": 500},
                          "slo": {"ttft_s": 3.0, "tpot_s": 0.05}},
-            "search": {"precisions": ["fp8-block"], "kv_dtypes": ["auto"], "gpus": ["h200", "b200"],
+            "search": {"precisions": ["fp8-block"], "kv_dtypes": ["auto"], "gpus": ["b200"],
                        "max_gpus_per_replica": 8, **search},
             "engine": {"name": "sglang"}, "solver": {"time_limit_s": 120}}
 
@@ -221,14 +230,14 @@ def test_the_plan_file_and_exports_carry_mtp(fleets, tmp_path):
 
 def test_token_steps_by_hand(timers):
     """The simulator runs an MTP replica in token steps: a decode-only step is the cycle over L (one token a request),
-    a step with prompt tokens adds their cost in the verify pass; no draft runs when nothing decodes."""
+    a step with prompt tokens adds their cost (SGLang: their own pass); no draft runs when nothing decodes."""
     target, draft, spec_timer = timers
     steps = token_steps(spec_timer)
     batch, context, prompt = 16, 3000.0, 1024
     positions = prompt * (prompt + 1) / 2
     cycle = _cycle_by_hand(target, draft, batch, context)
     assert steps.step_s(Step(batch, context)) == pytest.approx(cycle / 2.5, rel=1e-12)
-    with_prompt = _cycle_by_hand(target, draft, batch, context, prompt, positions, 1)
+    with_prompt = target.forward_s(Step(0, context, prompt, positions, 1)) + cycle  # SGLang: the prompts' own pass
     assert steps.step_s(Step(batch, context, prompt, positions, 1)) == pytest.approx(cycle / 2.5 + with_prompt - cycle,
                                                                                     rel=1e-12)
     assert steps.step_s(Step(0, 0.0, prompt, positions, 1)) == pytest.approx(

@@ -22,7 +22,8 @@ When the requests' lengths vary (random lengths, a dataset's, real traffic) they
 engine that runs a prefill batch alone before any decode (SGLang: Scheduler.mixes_prefill False) the cycle is the
 N - 1 decode steps of the R running requests plus a prefill batch after each decode step that saw an arrival: with
 arrivals Poisson at a = R / (N - 1) a step, (N - 1)(1 - e^-a) batches of R over that many requests, each its prompts'
-tokens alone, cut at the token budget (bench/SPEED_PROTOCOL.md, the SGLang-prefill amendment).
+tokens alone, cut at the token budget (bench/SPEED_PROTOCOL.md, the SGLang-prefill amendment). With fixed lengths such
+an engine keeps the packed cycle, each prompt-carrying step timed as its two passes (ReplicaTimer.prompts_apart).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ decode steps at the mean context P + N/2:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cache, cached_property, lru_cache
 import re
 from math import ceil, floor, prod
@@ -60,6 +60,7 @@ from typing import Callable, ClassVar, Literal, NamedTuple
 from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
+from planner.estimator.engines.registry import canonical, engine as registered_engine, engine_names
 from planner.estimator.layout import (model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
                                       tied_lm_head)
 from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
@@ -604,6 +605,10 @@ class ForwardTime:
                                            "overhead": self.kernel_launch_s + self.engine_step_s + self.eager_host_s,
                                            "communication": self.allreduce_s}
         return max(terms, key=lambda k: terms[k])
+
+    def plus(self, other: ForwardTime) -> ForwardTime:
+        """Two passes one after the other, term by term."""
+        return ForwardTime(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(ForwardTime)))
 
     def terms_s(self) -> dict[str, float]:
         """Every term of the stage's time by name; they add up to total_s."""
@@ -1230,6 +1235,9 @@ class ReplicaTimer:
     # per stage, the kernels an eager pass launches counted from its layers' parts (the engine's EagerKernels;
     # empty: section 1's flat counts)
     eager_launches: tuple[int, ...] = ()
+    # a step carries prompt tokens in the decoding requests' pass (vLLM, TensorRT-LLM, llama-server); False: the engine
+    # runs them as a pass of their own before the decode (the engine registry's Engine.mixes_prefill: SGLang)
+    mixes_prefill: bool = True
     # a decode step: every running request gains one token and takes one token of the step's budget (a speculative
     # cycle gains more and takes more: planner.estimator.speculative.SpeculativeTimer)
     tokens_per_step: ClassVar[float] = 1.0
@@ -1254,15 +1262,38 @@ class ReplicaTimer:
         return replace(self, hw=replace(self.hw, eager_launch_s=0.0)) if self.hw.eager_launch_s else self
 
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
-        """(seconds, the slowest stage's forward term by term, pipeline bubble) for one step. The step's
-        sequences are split into min(sequences, pp) microbatches unless `microbatches` is given."""
+        """(seconds, the slowest stage's forward term by term, pipeline bubble) for one engine step: one forward
+        pass, or where the engine runs prompts apart (prompts_apart) their pass and then the decode's, summed term by
+        term. The step's sequences are split into min(sequences, pp) microbatches unless `microbatches` is given."""
+        if self.prompts_apart(shape):
+            prompts, decode = _passes(shape)
+            first_s, first, first_bubble = self.forward(prompts, microbatches)
+            then_s, then, then_bubble = self.forward(decode, microbatches)
+            return first_s + then_s, first.plus(then), first_bubble + then_bubble
+        return self.forward(shape, microbatches)
+
+    def forward(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
+        """As `step`, for one forward pass over all of the shape's tokens whatever the engine (a speculative verify
+        pass over drafted tokens, a draft's pass)."""
         total, times, slowest, bubble = self._step(shape, microbatches)
         return total, ForwardTime(*times[slowest]), bubble
 
     def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
         """The step's seconds; `shape` a Step or a plain tuple of its fields in order (StepTimes passes its memo's
         keys as they are: no Step built per call on the solver's hot path)."""
+        if self.prompts_apart(shape):
+            prompts, decode = _passes(shape)
+            return self._step(prompts, None)[0] + self._step(decode, None)[0]
         return self._step(shape, None)[0]
+
+    def forward_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
+        """`forward`'s seconds."""
+        return self._step(shape, None)[0]
+
+    def prompts_apart(self, shape: Step | tuple[float, float, int, float, int]) -> bool:
+        """Whether a step of this shape is two passes: prompt tokens beside decoding requests on an engine that runs
+        a prefill batch alone, before any decode (bench/SPEED_PROTOCOL.md, the prompts-apart amendment)."""
+        return not self.mixes_prefill and bool(shape[0]) and bool(shape[2])
 
     def _step(self, shape: Step, microbatches: int | None) -> tuple[float, list[_Terms], int, float]:
         decode_seqs, context, prefill_tokens, prefill_positions, prefill_seqs = shape
@@ -1334,6 +1365,12 @@ class ReplicaTimer:
         return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
 
+def _passes(shape: Step | tuple[float, float, int, float, int]) -> tuple[Step, Step]:
+    """A step's prompts alone, then its decoding requests alone."""
+    decode, context, prefill_tokens, positions, prefill_seqs = shape
+    return Step(0, context, prefill_tokens, positions, prefill_seqs), Step(decode, context)
+
+
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
                   engine: str = "vllm", performance: PerformanceCatalog | None = None, ep: int = 1,
                   dp: int = 1, release: str | None = None, prefix_cache: bool = True) -> ReplicaTimer:
@@ -1357,7 +1394,14 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     eager = _eager_launches(arch, prec, tp, pp, ep, counts, hw.moe_kernel, gpu.vendor) \
         if hw.eager_launch_s and counts is not None and arch.exact else ()
     return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep, dp), hw, growing, sliding, state, latent, pp,
-                        engine_name, generation.name != gpu.generation, tp, dp, eager)
+                        engine_name, generation.name != gpu.generation, tp, dp, eager, _mixes_prefill(engine))
+
+
+def _mixes_prefill(engine: str) -> bool:
+    """The engine registry's Engine.mixes_prefill for a performance engine's name (an engine the registry does not
+    know, or the planning margin, which borrows vLLM's scheduler: True)."""
+    name = canonical(engine)
+    return registered_engine(name).mixes_prefill if name in engine_names() else True
 
 
 class _Same:

@@ -11,7 +11,9 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
      prompt longer than the budget left is cut).
   3. The step runs; its duration is the performance model's time for that mix (planner.estimator.
      performance.ReplicaTimer.step). Every request whose prompt is complete emits a token; a request
-     that has its output tokens finishes and frees its blocks.
+     that has its output tokens finishes and frees its blocks. On an engine that runs prompts as a pass of
+     their own before the decode (Scheduler.mixes_prefill False: SGLang) the step is the two passes, and the
+     prompts' tokens come out at the end of the first.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
 it fails when the new blocks exceed the free ones). Prefix caching: a request whose prompt starts with its workload's
 shared prefix (Arrival.shared_prefix_tokens) finds the prefix's whole blocks cached (Scheduler.cached_tokens, the
@@ -372,7 +374,11 @@ class _Engine:
             decode, decode_tokens = self.decoders, self.decode_tokens
             prefill = sum(new for _, new in scheduled)
             positions = sum(new * r.computed + new * (new + 1) / 2 for r, new in scheduled)
+            start = now
             now += self.clock(decode, decode_tokens, prefill, positions, len(scheduled))
+            # an engine that runs the prompts as a pass of their own, before the decode: their tokens come out of it
+            prompted = start + self.clock(0, 0, prefill, positions, len(scheduled)) \
+                if prefill and decode and not self.scheduler.mixes_prefill else now
             step_ends.append(now)
             scheduled_total += decode + len(scheduled)
             held = self.total_blocks - self.free
@@ -380,7 +386,7 @@ class _Engine:
             while now >= next_sample and next_sample <= window:
                 timeline.append((round(next_sample, 3), held / self.total_blocks))
                 next_sample += sample_every
-            done = self._advance(scheduled, now)
+            done = self._advance(scheduled, now, prompted)
             if done:
                 if in_flight == slots:
                     slot_freed_s = now
@@ -441,8 +447,9 @@ class _Engine:
             raise RuntimeError("internal error: the simulated scheduler is stuck")
         return scheduled, preempted
 
-    def _advance(self, scheduled: list[tuple[_Request, int]], now: float) -> list[_Request]:
-        """The step ran: decoding requests gained a token, prompts their chunk; who finished."""
+    def _advance(self, scheduled: list[tuple[_Request, int]], now: float, prompted: float) -> list[_Request]:
+        """The step ran, ending at `now`: decoding requests gained a token, prompts their chunk (their pass ending at
+        `prompted`); who finished."""
         step = self.step
         self.step += 1
         self.decode_tokens += self.decoders
@@ -457,8 +464,9 @@ class _Engine:
                 request.generated += 1
                 request.emitted(step, step)
                 if request.first_token_s is None:
-                    request.first_token_s = now
+                    request.first_token_s = prompted
                 if request.generated == request.arrival.output_tokens:
+                    request.finished_s = prompted
                     done.append(request)
                 else:
                     self._start_decoding(request)
@@ -466,7 +474,8 @@ class _Engine:
             del self.running[request]
             self.free += request.blocks
             request.blocks = 0
-            request.finished_s = now
+            if request.finished_s is None:
+                request.finished_s = now
         return done
 
 

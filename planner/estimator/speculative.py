@@ -176,18 +176,24 @@ class SpeculativeTimer:
     def step(self, shape: Step | tuple[float, float, int, float, int]) -> SpeculativeCycle:
         """One engine step: a cycle of its decoding requests (as `cycle`), with the step's prompt tokens computed in
         the target's verify pass beside the drafted ones (a pass then run eagerly where the engine runs prefill
-        eagerly). Prefill is timed as without speculation, by the target alone: the draft's pass over new prompt
+        eagerly), or, where the engine runs prompts apart (ReplicaTimer.prompts_apart), in a pass of their own before
+        the cycle. Prefill is timed as without speculation, by the target alone: the draft's pass over new prompt
         tokens is not counted (as speculative_performance times prefill)."""
         batch, context, prompt_tokens, positions, prompt_seqs = shape
         if not batch:  # no request decodes: the target prefills alone, no draft runs
-            verify_s, verify, _ = self.target.step(Step(0, context, prompt_tokens, positions, prompt_seqs))
+            verify_s, verify, _ = self.target.forward(Step(0, context, prompt_tokens, positions, prompt_seqs))
             return SpeculativeCycle(verify_s, 0.0, verify)
+        if self.target.prompts_apart(shape):
+            prompts_s = self.target.forward_s(Step(0, context, prompt_tokens, positions, prompt_seqs))
+            cycle = self.step(Step(batch, context))
+            return SpeculativeCycle(prompts_s + cycle.verify_s, cycle.draft_s, cycle.verify)
         drafted = batch * self.speculation.draft_tokens
         wide = Step(batch, context, drafted, drafted * context, drafted)
         verifier = self.target if prompt_tokens else self._verifier
-        verify_s, verify, _ = verifier.step(Step(batch, context, drafted + prompt_tokens,
-                                                 drafted * context + positions, drafted + prompt_seqs))
-        draft_s = (self.speculation.draft_tokens - 1) * self.draft.step_s(Step(batch, context)) + self.draft.step_s(wide)
+        verify_s, verify, _ = verifier.forward(Step(batch, context, drafted + prompt_tokens,
+                                                    drafted * context + positions, drafted + prompt_seqs))
+        draft_s = ((self.speculation.draft_tokens - 1) * self.draft.forward_s(Step(batch, context))
+                   + self.draft.forward_s(wide))
         return SpeculativeCycle(verify_s, draft_s, verify)
 
     def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
