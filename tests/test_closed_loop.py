@@ -298,6 +298,40 @@ def test_the_simulated_first_token_comes_out_of_sglangs_prefill_pass():
     assert runs[False].end_s > runs[True].end_s  # two passes a prompt-carrying step
 
 
+def test_an_sglang_prefill_pass_takes_the_whole_budget():
+    """SGLang sizes a prefill batch without the running requests (PrefillAdder gets running_bs only with mixed chunks;
+    bench/SPEED_PROTOCOL.md, the prefill-budget amendment): the packed closed loop fills its prompt steps with the whole
+    budget B, not (B - R) P / (P - 1); the simulator admits a budget's prompt beside decoding requests uncut; the steady
+    state's TTFT at a trickle of requests is the prompt's pass alone."""
+    from dataclasses import replace as with_
+
+    from planner.estimator.capacity import Slo, steady_state
+    from planner.estimator.performance import Step, prompt_room
+
+    assert prompt_room(2048, 100, 1, True) == 1948 and prompt_room(2048, 100, 4, True) == 1648
+    assert prompt_room(2048, 100, 1, False) == 2048
+    timer, scheduler, _ = replica("llama-3.1-8b", "h100-sxm", context=8192, max_num_batched_tokens=2048)
+    sglang_timer, sglang = with_(timer, mixes_prefill=False), with_(scheduler, mixes_prefill=False)
+    shape, clients = Workload(1000, 200), 64
+    # vLLM: F = (2048 - 64) x 1000 / 999 tokens a full step, 64 x 1000 prompt tokens in ceil(64,000 / F) steps
+    full = (2048 - 64) * 1000 / 999
+    assert closed_loop(timer, scheduler, shape, clients).prefill_steps == ceil(64 * 1000 / full) == 33
+    assert closed_loop(sglang_timer, sglang, shape, clients).prefill_steps == ceil(64 * 1000 / 2048) == 32
+    # the simulator: one request decodes while a 2,048-token prompt arrives; SGLang runs it in one pass, vLLM cuts it
+    arrivals = [Arrival(0.0, 100, 100), Arrival(0.01, 2048, 10)]
+    vllm_run = run_engine(timer, scheduler, arrivals)
+    sglang_run = run_engine(sglang_timer, sglang, arrivals)
+    vllm_ttft, sglang_ttft = ({r.arrival.time_s: r.first_token_s for r in run.served}[0.01]
+                              for run in (vllm_run, sglang_run))
+    start = next(end for end in sglang_run.step_ends_s if end > 0.01)  # the pass starts when the step before ends
+    assert sglang_ttft == pytest.approx(start + timer.forward_s(Step(0, 0.0, 2048, 2048 * 2049 / 2, 1)), rel=1e-9)
+    assert vllm_ttft > start + timer.forward_s(Step(1, 101.0, 2047, 2047 * 2048 / 2, 1))  # two steps: 2,047 then 1
+    # the steady state at a trickle: the first token comes out of the prompt's own pass
+    trickle = steady_state(sglang_timer, sglang, shape, 1e-4, Slo())
+    assert trickle.ttft_mean_s == pytest.approx(sglang_timer.step_s(Step(0, 1100.0, 1000, 1000 * 1001 / 2, 1)),
+                                                rel=1e-3)
+
+
 def test_perf_takes_varying_lengths_for_its_closed_loop_only():
     from planner import api
     from planner.errors import PlannerInputError

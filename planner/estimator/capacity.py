@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineBudget
 from planner.estimator.engines.registry import engine
-from planner.estimator.performance import ReplicaTimer, Workload
+from planner.estimator.performance import ReplicaTimer, Workload, prompt_room
 
 if TYPE_CHECKING:
     from planner.estimator.speculative import SpeculativeTimer
@@ -176,6 +176,7 @@ class StepTimes:
         self.pp = timer.pp
         self.tokens_per_step = timer.tokens_per_step
         self.budget_per_decode = timer.budget_per_decode
+        self.mixes_prefill = timer.mixes_prefill
         self._seconds: dict[tuple[float, float, int, float, int], float] = {}
         self._time = timer.step_s  # bound once: most of the memo's lookups miss (fractional batches)
 
@@ -192,8 +193,8 @@ class StepTimes:
         return (output - 1) / self.tokens_per_step
 
     def decode_room(self, budget: int, decode: float) -> float:
-        """What `decode` decoding requests leave of a step's token budget for prompt tokens."""
-        return budget - decode * self.budget_per_decode
+        """What `decode` decoding requests leave of a step's token budget for prompt tokens (prompt_room)."""
+        return prompt_room(budget, decode, self.budget_per_decode, self.mixes_prefill)
 
     def mean_step(self, decode: float, context: float, prefill: float, prompt: int, cached: int = 0) -> float:
         """The step time at a fractional decode batch, `prefill` prompt tokens beside it (chunks of prompts of
@@ -287,7 +288,7 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     if rho >= 1:
         return _saturated(rate, output, scheduler, "token budget")
     chunks = ceil(prompt / room)
-    own_s = chunks * mix.prefill_s
+    own_s = chunks * mix.first_token_s  # its chunks' steps (prompts apart: their passes, back to back)
     service_s = prompt * mix.full_s / room
     wait_s = rho * service_s / (2 * (1 - rho))
     prefilling = rate * own_s
@@ -342,6 +343,9 @@ class _StepMix:
     decode: float  # decoding requests (Little's law)
     decode_s: float
     prefill_s: float  # a step carrying the prompts that arrived during the step before
+    # of it, the part after which those prompts' first tokens come out: the whole step, or, where the engine runs
+    # prompts as a pass of their own before the decode (StepTimes.mixes_prefill False), that pass
+    first_token_s: float
     full_s: float  # a step whose token budget is full
     prefill_fraction: float  # of steps
     mean_s: float
@@ -357,6 +361,7 @@ class _Round(NamedTuple):
     prefill_fraction: float
     mean_s: float
     square_s: float
+    prefill_tokens: float  # prompt tokens a prompt-carrying step carries
 
 
 def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float, budget: int,
@@ -367,7 +372,7 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: i
     ones (a two-state Markov chain: f = a / (1 - b + a)); they must also serve rate x P tokens/s.
     A request sees the others beside it as Poisson with mean B_d (M/G/infinity): 1 + B_d in its steps."""
     decode = rate * timer.decode_steps(output) * mean_s
-    room = timer.decode_room(budget, decode) - timer.budget_per_decode  # the request's own decode beside them
+    room = timer.decode_room(budget, decode + 1)  # the request's own decode beside them
     if room < 1:
         return None
     batch, mean_step = 1 + decode, timer.mean_step
@@ -395,16 +400,18 @@ def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: i
         else:
             prompts = 1.0
     mean = f * prefill_s + (1 - f) * decode_s
-    return _Round(decode, decode_s, prefill_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2)
+    return _Round(decode, decode_s, prefill_s, f, mean, f * prefill_s ** 2 + (1 - f) * decode_s ** 2, tokens)
 
 
 def _settled(timer: StepTimes, found: _Round, context: float, budget: int, prompt: int, cached: int) -> _StepMix:
     """The fixed point's round with the step whose budget is full beside the decoding requests (timed for the
     steady state's own fixed point only: no round, and no fixed point of _request_tpot, reads it)."""
-    room = timer.decode_room(budget, found.decode) - timer.budget_per_decode  # the request's own decode beside them
+    room = timer.decode_room(budget, found.decode + 1)  # the request's own decode beside them
     full_s = timer.mean_step(1 + found.decode, context, room, prompt, cached)
-    return _StepMix(found.decode, found.decode_s, found.prefill_s, full_s, found.prefill_fraction, found.mean_s,
-                    found.square_s)
+    first_token_s = found.prefill_s if timer.mixes_prefill else \
+        timer.mean_step(0, context, found.prefill_tokens, prompt, cached)
+    return _StepMix(found.decode, found.decode_s, found.prefill_s, first_token_s, full_s, found.prefill_fraction,
+                    found.mean_s, found.square_s)
 
 
 def _mean_field(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float,

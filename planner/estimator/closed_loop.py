@@ -76,16 +76,17 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
     seqs = min(scheduler.max_num_seqs or budget, budget)
     running = min(concurrency, seqs, pool_holds)
     limit = "" if running == concurrency else ("kv pool" if pool_holds < seqs else "max_num_seqs")
+    times = step_times(timer)
     # a step full of prompt tokens: the budget less the requests decoding beside them, each prefilling request
     # taking its prompt tokens in place of its decode token (F = (B - R) P / (P - 1)), never more than the budget
-    full = min(budget, (budget - running) * prompt / (prompt - 1)) if prompt > 1 else budget
+    # (an engine that runs prompts apart gives them the whole budget: prompt_room)
+    full = min(budget, times.decode_room(budget, running) * prompt / (prompt - 1)) if prompt > 1 else budget
     full = max(full, 1.0)
     full_steps = floor(running * prompt / full)
     rest = running * prompt - full_steps * full  # FCFS fills the steps in turn: the last one takes the rest
     prefill_steps = full_steps + (1 if rest > 0 else 0)
     own_steps = ceil(prompt / full)  # a prompt longer than a full step's tokens is cut into chunks
     cycle_steps = max(own_steps + output - 1, prefill_steps)
-    times = step_times(timer)
     context = prompt + output / 2  # the decoding requests' mean context over their N - 1 steps
 
     def carrying(tokens: float) -> float:

@@ -1365,6 +1365,14 @@ class ReplicaTimer:
         return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
 
+def prompt_room(budget: float, decode: float, budget_per_decode: float, mixes_prefill: bool) -> float:
+    """The prompt tokens a step of `budget` tokens may carry beside `decode` decoding requests, each taking
+    `budget_per_decode` of it (vLLM's scheduler: running requests first); where the engine runs prompts as a pass of
+    their own (mixes_prefill False) the whole budget: SGLang sizes a prefill batch without the running requests unless
+    it mixes them in (bench/SPEED_PROTOCOL.md, the prefill-budget amendment)."""
+    return budget - decode * budget_per_decode if mixes_prefill else budget
+
+
 def _passes(shape: Step | tuple[float, float, int, float, int]) -> tuple[Step, Step]:
     """A step's prompts alone, then its decoding requests alone."""
     decode, context, prefill_tokens, positions, prefill_seqs = shape

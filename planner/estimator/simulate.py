@@ -12,8 +12,8 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
   3. The step runs; its duration is the performance model's time for that mix (planner.estimator.
      performance.ReplicaTimer.step). Every request whose prompt is complete emits a token; a request
      that has its output tokens finishes and frees its blocks. On an engine that runs prompts as a pass of
-     their own before the decode (Scheduler.mixes_prefill False: SGLang) the step is the two passes, and the
-     prompts' tokens come out at the end of the first.
+     their own before the decode (Scheduler.mixes_prefill False: SGLang) the step is the two passes, the
+     prompts take the whole budget (performance.prompt_room), and their tokens come out at the end of the first.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
 it fails when the new blocks exceed the free ones). Prefix caching: a request whose prompt starts with its workload's
 shared prefix (Arrival.shared_prefix_tokens) finds the prefix's whole blocks cached (Scheduler.cached_tokens, the
@@ -40,7 +40,7 @@ from pathlib import Path
 from planner.errors import PlannerInputError
 from planner.files import TRACE, read_text
 from planner.estimator.capacity import Scheduler
-from planner.estimator.performance import ReplicaTimer, Step, Workload
+from planner.estimator.performance import ReplicaTimer, Step, Workload, prompt_room
 from planner.estimator.speculative import SpeculativeTimer, TokenSteps, token_steps
 
 # Memoisation grain of the step-time cache (see the module docstring).
@@ -302,6 +302,10 @@ class _Engine:
         self.step = 0
         self.preemptions = 0
 
+    def _room(self) -> float:
+        """What the decoding requests leave of the step's budget for prompt tokens (prompt_room)."""
+        return prompt_room(self.budget, self.decoders, self.per_decode, self.scheduler.mixes_prefill)
+
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
 
@@ -399,7 +403,7 @@ class _Engine:
 
     def _schedule(self) -> tuple[list[tuple[_Request, int]], bool]:
         """One step's decisions: (prefill chunks scheduled, whether anything was preempted)."""
-        step, budget = self.step, self.budget - self.decoders * self.per_decode
+        step, budget = self.step, self._room()
         preempted = False
         # decoding requests: those crossing a block boundary need one block each
         due = [r for r, epoch in self.needs.pop(step, ()) if r.epoch == epoch and r.decoding]
@@ -408,7 +412,7 @@ class _Engine:
             preempted = True
             if victim in due:
                 due.remove(victim)
-            budget = self.budget - self.decoders * self.per_decode
+            budget = self._room()
         for request in due:
             self.free -= 1
             request.blocks += 1
@@ -423,7 +427,7 @@ class _Engine:
             while need > self.free and request in self.running:
                 victim = self._preempt_last()
                 preempted = True
-                budget = self.budget - self.decoders * self.per_decode - sum(n for _, n in scheduled)
+                budget = self._room() - sum(n for _, n in scheduled)
             if request not in self.running:
                 break
             self.free -= need

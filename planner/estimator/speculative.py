@@ -160,6 +160,10 @@ class SpeculativeTimer:
         return self.speculation.acceptance_length
 
     @property
+    def mixes_prefill(self) -> bool:
+        return self.target.mixes_prefill
+
+    @property
     def budget_per_decode(self) -> int:
         return self.speculation.draft_tokens + 1
 
@@ -236,6 +240,10 @@ class TokenSteps:
     @property
     def budget_per_decode(self) -> int:
         return self.timer.budget_per_decode
+
+    @property
+    def mixes_prefill(self) -> bool:
+        return self.timer.mixes_prefill
 
     def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
         batch, context, prompt_tokens, _, _ = shape
