@@ -332,6 +332,47 @@ def test_an_sglang_prefill_pass_takes_the_whole_budget():
                                                 rel=1e-3)
 
 
+def test_under_dp_attention_a_prompt_carrying_step_is_one_pass_of_every_group():
+    """SGLang's DP groups join every forward and vote on the decode graph, min-reduced: a step in which one group
+    prefills is one pass, the others decoding in it ungraphed (bench/SPEED_PROTOCOL.md, the DP-attention step
+    amendment). The closed loop with varying lengths: of the N - 1 tokens a request gains, M (1 - 1/dp) come out of the
+    M shared passes, the rest out of graphed decode steps; with dp = 1 the passes are the prompts' alone."""
+    from dataclasses import replace as with_
+    from math import exp
+
+    from planner.catalog.load import load_catalog
+    from planner.estimator.capacity import StepTimes
+    from planner.estimator.performance import Step, replica_timer
+    from planner.model.sources import resolve_model
+
+    catalog = load_catalog()
+    arch, card = resolve_model(catalog, "qwen3-30b-a3b"), catalog.gpus.get("h100-sxm")
+    dp = replica_timer(arch, "bf16", "auto", card, 4, 1, catalog, "sglang", None, 4, 4)
+    assert dp.dp == 4 and not dp.mixes_prefill and not dp.runs_prompts_apart
+    mixed = Step(64, 1200.0, 800, 800 * 801 / 2, 1)
+    assert dp.step(mixed) == dp.forward(mixed) and dp.step_s(mixed) == dp.forward_s(mixed)
+    assert with_(dp, dp=1).prompts_apart(mixed)  # the same layout without DP attention: two passes
+    _, scheduler, _ = replica("qwen3-30b-a3b", "h100-sxm", context=4096)
+    sglang = with_(scheduler, mixes_prefill=False)
+    shape, clients = Workload(500, 300), 64
+    loop = closed_loop(dp, sglang, shape, clients, lengths_vary=True)
+    times = StepTimes(dp)
+    batches = 299 * (1 - exp(-64 / 299))
+    shared = 64 * (1 - 1 / 4)  # the other three groups' requests decode in each shared pass
+    pass_s = times.mean_step(shared, 550.0, 64 * 500 / batches, 500)  # one chunk: 64 x 500 / M tokens < the budget
+    graphed = 299 - batches * shared / 64
+    assert loop.prefill_step_s == pytest.approx(pass_s, rel=1e-12)
+    assert loop.requests_per_s == pytest.approx(64 / (graphed * loop.decode_step_s + batches * pass_s), rel=1e-12)
+    alone = closed_loop(with_(dp, dp=1), sglang, shape, clients, lengths_vary=True)
+    without = StepTimes(with_(dp, dp=1))
+    assert alone.prefill_step_s == pytest.approx(without.mean_step(0, 550.0, 64 * 500 / batches, 500))
+    # the simulator: a prompt arriving while another request decodes gets its first token at the shared pass's end
+    run = run_engine(dp, sglang, [Arrival(0.0, 100, 100), Arrival(0.01, 1000, 10)])
+    first = {r.arrival.time_s: r.first_token_s for r in run.served}[0.01]
+    step = next(i for i, end in enumerate(run.step_ends_s) if end > 0.01) + 1  # the step that carries its prompt
+    assert first == run.step_ends_s[step]
+
+
 def test_perf_takes_varying_lengths_for_its_closed_loop_only():
     from planner import api
     from planner.errors import PlannerInputError

@@ -177,6 +177,8 @@ class StepTimes:
         self.tokens_per_step = timer.tokens_per_step
         self.budget_per_decode = timer.budget_per_decode
         self.mixes_prefill = timer.mixes_prefill
+        self.runs_prompts_apart = timer.runs_prompts_apart
+        self.dp = timer.dp
         self._seconds: dict[tuple[float, float, int, float, int], float] = {}
         self._time = timer.step_s  # bound once: most of the memo's lookups miss (fractional batches)
 
@@ -344,7 +346,7 @@ class _StepMix:
     decode_s: float
     prefill_s: float  # a step carrying the prompts that arrived during the step before
     # of it, the part after which those prompts' first tokens come out: the whole step, or, where the engine runs
-    # prompts as a pass of their own before the decode (StepTimes.mixes_prefill False), that pass
+    # prompts as a pass of their own before the decode (StepTimes.runs_prompts_apart), that pass
     first_token_s: float
     full_s: float  # a step whose token budget is full
     prefill_fraction: float  # of steps
@@ -408,8 +410,8 @@ def _settled(timer: StepTimes, found: _Round, context: float, budget: int, promp
     steady state's own fixed point only: no round, and no fixed point of _request_tpot, reads it)."""
     room = timer.decode_room(budget, found.decode + 1)  # the request's own decode beside them
     full_s = timer.mean_step(1 + found.decode, context, room, prompt, cached)
-    first_token_s = found.prefill_s if timer.mixes_prefill else \
-        timer.mean_step(0, context, found.prefill_tokens, prompt, cached)
+    first_token_s = timer.mean_step(0, context, found.prefill_tokens, prompt, cached) if timer.runs_prompts_apart \
+        else found.prefill_s
     return _StepMix(found.decode, found.decode_s, found.prefill_s, first_token_s, full_s, found.prefill_fraction,
                     found.mean_s, found.square_s)
 

@@ -22,8 +22,11 @@ When the requests' lengths vary (random lengths, a dataset's, real traffic) they
 engine that runs a prefill batch alone before any decode (SGLang: Scheduler.mixes_prefill False) the cycle is the
 N - 1 decode steps of the R running requests plus a prefill batch after each decode step that saw an arrival: with
 arrivals Poisson at a = R / (N - 1) a step, (N - 1)(1 - e^-a) batches of R over that many requests, each its prompts'
-tokens alone, cut at the token budget (bench/SPEED_PROTOCOL.md, the SGLang-prefill amendment). With fixed lengths such
-an engine keeps the packed cycle, each prompt-carrying step timed as its two passes (ReplicaTimer.prompts_apart).
+tokens alone, cut at the token budget (bench/SPEED_PROTOCOL.md, the SGLang-prefill amendment). Under DP attention
+each batch is one pass shared with the other groups' R (1 - 1/dp) decoding requests, none under the decode graph, so
+of the N - 1 tokens a request gains, M (1 - 1/dp) come out of the M shared passes and the rest out of graphed decode
+steps (the DP-attention step amendment). With fixed lengths such an engine keeps the packed cycle, each
+prompt-carrying step timed as its two passes (ReplicaTimer.prompts_apart), or as one under DP attention.
 """
 
 from __future__ import annotations
@@ -96,16 +99,20 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
 
     decode_s = times.mean_step(running, context, 0, prompt)
     if lengths_vary and not scheduler.mixes_prefill and output > 1:
-        # scattered arrivals, each decode step that saw one followed by a prefill batch of its arrivals alone
+        # scattered arrivals, each decode step that saw one followed by a prefill batch of its arrivals: alone, or
+        # under DP attention one shared pass in which the other groups decode (their requests gain a token in it)
         decode_steps = output - 1
         arrivals = running / decode_steps
         batches = decode_steps * (1 - exp(-arrivals))
         tokens = running * prompt / batches
         chunks = ceil(tokens / budget)
-        batch_s = chunks * times.mean_step(0, context, tokens / chunks, prompt)
-        prefill_steps, own_steps, cycle_steps = ceil(batches * chunks), chunks, decode_steps + ceil(batches * chunks)
-        prefill_s = batch_s / chunks
-        cycle_s = decode_steps * decode_s + batches * batch_s
+        shared = 0.0 if times.runs_prompts_apart else running * (1 - 1 / times.dp)
+        passes = batches * chunks
+        prefill_s = times.mean_step(shared, context, tokens / chunks, prompt)
+        prefill_steps, own_steps = ceil(passes), chunks
+        graphed = decode_steps - passes * shared / running
+        cycle_steps = ceil(graphed) + prefill_steps
+        cycle_s = graphed * decode_s + passes * prefill_s
     else:
         prompts_s = full_steps * carrying(full) + (carrying(rest) if rest > 0 else 0.0)
         prefill_s = prompts_s / prefill_steps

@@ -1290,10 +1290,16 @@ class ReplicaTimer:
         """`forward`'s seconds."""
         return self._step(shape, None)[0]
 
+    @property
+    def runs_prompts_apart(self) -> bool:
+        """A step carrying prompts beside decoding requests is two passes: on an engine that runs a prefill batch alone,
+        before any decode (bench/SPEED_PROTOCOL.md, the prompts-apart amendment), unless DP attention makes it one
+        forward of every group, none under the decode graph (the DP-attention step amendment)."""
+        return not self.mixes_prefill and self.dp == 1
+
     def prompts_apart(self, shape: Step | tuple[float, float, int, float, int]) -> bool:
-        """Whether a step of this shape is two passes: prompt tokens beside decoding requests on an engine that runs
-        a prefill batch alone, before any decode (bench/SPEED_PROTOCOL.md, the prompts-apart amendment)."""
-        return not self.mixes_prefill and bool(shape[0]) and bool(shape[2])
+        """Whether a step of this shape is two passes (runs_prompts_apart): it carries both."""
+        return self.runs_prompts_apart and bool(shape[0]) and bool(shape[2])
 
     def _step(self, shape: Step, microbatches: int | None) -> tuple[float, list[_Terms], int, float]:
         decode_seqs, context, prefill_tokens, prefill_positions, prefill_seqs = shape

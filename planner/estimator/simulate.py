@@ -12,8 +12,9 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
   3. The step runs; its duration is the performance model's time for that mix (planner.estimator.
      performance.ReplicaTimer.step). Every request whose prompt is complete emits a token; a request
      that has its output tokens finishes and frees its blocks. On an engine that runs prompts as a pass of
-     their own before the decode (Scheduler.mixes_prefill False: SGLang) the step is the two passes, the
-     prompts take the whole budget (performance.prompt_room), and their tokens come out at the end of the first.
+     their own before the decode (Scheduler.mixes_prefill False: SGLang) the prompts take the whole budget
+     (performance.prompt_room), and without DP attention (ReplicaTimer.runs_prompts_apart) the step is the two
+     passes, the prompts' tokens coming out at the end of the first.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
 it fails when the new blocks exceed the free ones). Prefix caching: a request whose prompt starts with its workload's
 shared prefix (Arrival.shared_prefix_tokens) finds the prefix's whole blocks cached (Scheduler.cached_tokens, the
@@ -382,7 +383,7 @@ class _Engine:
             now += self.clock(decode, decode_tokens, prefill, positions, len(scheduled))
             # an engine that runs the prompts as a pass of their own, before the decode: their tokens come out of it
             prompted = start + self.clock(0, 0, prefill, positions, len(scheduled)) \
-                if prefill and decode and not self.scheduler.mixes_prefill else now
+                if prefill and decode and self.clock.timer.runs_prompts_apart else now
             step_ends.append(now)
             scheduled_total += decode + len(scheduled)
             held = self.total_blocks - self.free

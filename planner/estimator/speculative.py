@@ -164,6 +164,14 @@ class SpeculativeTimer:
         return self.target.mixes_prefill
 
     @property
+    def runs_prompts_apart(self) -> bool:
+        return self.target.runs_prompts_apart
+
+    @property
+    def dp(self) -> int:
+        return self.target.dp
+
+    @property
     def budget_per_decode(self) -> int:
         return self.speculation.draft_tokens + 1
 
@@ -244,6 +252,10 @@ class TokenSteps:
     @property
     def mixes_prefill(self) -> bool:
         return self.timer.mixes_prefill
+
+    @property
+    def runs_prompts_apart(self) -> bool:
+        return self.timer.runs_prompts_apart
 
     def step_s(self, shape: Step | tuple[float, float, int, float, int]) -> float:
         batch, context, prompt_tokens, _, _ = shape
