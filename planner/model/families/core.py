@@ -21,8 +21,9 @@ Role = Literal["embedding", "lm_head", "linear", "expert", "router", "norm", "bi
 # vocab = embedding rows split, replicated = whole on every rank.
 Split = Literal["column", "row", "kv", "vocab", "replicated"]
 LayerKind = Literal["full", "sliding", "mla", "linear", "mamba"]
-# The recurrent mixers whose state planner sizes: Gated DeltaNet (Qwen3-Next, Qwen3.5), Kimi Delta Attention, Mamba-2
-Recurrence = Literal["gated_delta_net", "kda", "mamba2"]
+# The recurrent mixers whose state planner sizes: Gated DeltaNet (Qwen3-Next, Qwen3.5), Kimi Delta Attention, Mamba-2,
+# and LFM2's short convolution (a convolution window alone, no recurrent state beside it)
+Recurrence = Literal["gated_delta_net", "kda", "mamba2", "short_conv"]
 Routing = Literal["softmax", "sigmoid", "grouped"]
 # Bits per value of the dtypes a config may name for a recurrent state (torch element sizes)
 STATE_DTYPE_BITS = {"float32": 32, "bfloat16": 16, "float16": 16}

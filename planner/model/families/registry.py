@@ -31,6 +31,7 @@ FAMILY_BUILDERS: dict[str, tuple[str, ...]] = {
     "gemma4.gemma4": ("gemma4_text", "gemma4"),
     "glm.glm4_moe": ("glm4_moe",),
     "kimi_linear.kimi_linear": ("kimi_linear",),
+    "lfm2.lfm2": ("lfm2", "lfm2_moe"),
     "mimo.mimo_v2_flash": ("mimo_v2_flash",),
     "minimax.minimax_m2": ("minimax_m2",),
     "minimax_m3.minimax_m3": ("minimax_m3", "minimax_m3_vl", "minimax_m3_vl_text"),
