@@ -813,8 +813,12 @@ def _eager_launches(arch: Architecture, precision: Precision, tp: int, pp: int, 
         names = [t.name for t in layer.tensors]
         norms = [t.name for t in layer.tensors if t.role == "norm" and t.name.endswith(".weight")
                  and "norm" in t.name.rsplit(".", 2)[-2]]
-        qk_norms = [n for n in norms if n.endswith(("q_norm.weight", "k_norm.weight"))]
-        mlps = sum(1 for t in layer.tensors if t.role == "linear" and t.name.endswith("down_proj.weight")
+        # LFM2 names its per-head norms q_layernorm / k_layernorm and its MLP's down projection w2 (SGLang 0.5.9
+        # models/lfm2.py:187-192 copies each of q and k before its norm; :97-101 activates the MLP)
+        qk_norms = [n for n in norms if n.endswith(("q_norm.weight", "k_norm.weight", "q_layernorm.weight",
+                                                    "k_layernorm.weight"))]
+        mlps = sum(1 for t in layer.tensors if t.role == "linear" and t.name.endswith(("down_proj.weight",
+                                                                                       "feed_forward.w2.weight"))
                    and not (fused_shared and t in shared))
         attention = layer.attention
         kind = attention.recurrence if attention.kind in ("linear", "mamba") else attention.kind

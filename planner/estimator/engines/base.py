@@ -27,8 +27,10 @@ MEMO_ENTRIES = 4096
 T = TypeVar("T")
 # llama.cpp --cache-type-k/-v names and ggml block layouts (ggml/src/ggml-common.h): bytes per block of values
 # Recurrent mixers whose llama.cpp state the llamacpp profile sizes (src/llama-hparams.cpp n_embd_r / n_embd_s:
-# Mamba-2's conv and SSM states, which Qwen3-Next / Qwen3.5 Gated DeltaNet layers reuse); see engines/llamacpp.py
-LLAMACPP_RECURRENCES = ("gated_delta_net", "mamba2")
+# Mamba-2's conv and SSM states, which Qwen3-Next / Qwen3.5 Gated DeltaNet layers reuse; LFM2's short convolution, whose
+# r row is n_embd x (n_shortconv_l_cache - 1) and s row empty: n_embd_r's "for LFM2 models" branch @ 01b77b57, n_embd_s
+# d_state x d_inner = 0); see engines/llamacpp.py
+LLAMACPP_RECURRENCES = ("gated_delta_net", "mamba2", "short_conv")
 LLAMACPP_CACHE_TYPES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (34, 32), "q5_1": (24, 32),
                         "q5_0": (22, 32), "q4_1": (20, 32), "q4_0": (18, 32), "iq4_nl": (18, 32)}
 

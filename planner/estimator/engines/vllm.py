@@ -184,6 +184,11 @@ def state_blocks(gpu: GpuTarget, profile: VllmProfile) -> tuple[tuple[str, int],
     blocks = dict(profile.state_blocks_per_request.value)
     if gpu.name in profile.gdn_checkpoint_gpus.value and "gated_delta_net" in blocks:
         blocks["gated_delta_net"] += 1
+    # LFM2's ShortConv exports no prefill checkpoint (layers/mamba/short_conv.py @ v0.34.0 takes MambaBase's
+    # get_kv_cache_spec, abstract.py:78-98, num_prefill_checkpoint_blocks left 0): it holds MambaSpec.
+    # max_memory_usage_bytes's base count (v1/kv_cache_interface.py:1168-1174: page x 1 in "none", x 2 in "align"),
+    # the fewest any mixer holds
+    blocks.setdefault("short_conv", min(blocks.values()))
     return tuple(sorted(blocks.items()))
 
 
