@@ -604,17 +604,18 @@ def test_vllm_waits_for_its_host_step_only_where_its_release_schedules_synchrono
 def test_sglang_waits_for_its_host_step_where_its_release_turns_the_overlap_off(catalog, perf):
     """SGLang's overlap scheduler is off under PP in every release, and for hybrid models on the no-buffer Mamba radix
     cache by release: Qwen3-Next at 0.5.6-0.5.7 (not 0.5.8), NemotronH at 0.5.7-0.5.13, GLM-4.x MoE at 0.5.8 only,
-    Qwen3.5 at 0.5.9-0.5.13, unless the radix cache is disabled; from 0.5.14 the extra buffer keeps it on
-    (bench/SPEED_PROTOCOL.md)."""
+    Qwen3.5 at 0.5.9-0.5.13, unless the radix cache is disabled; from 0.5.14 the extra buffer keeps it on, but not
+    for LFM2 (no extra buffer in any release: off from 0.5.9, its MoE from 0.5.19; bench/SPEED_PROTOCOL.md)."""
     sglang = perf.engine("sglang")
     on, off = sglang.overlapped_step_us, sglang.per_step_us
     assert off == pytest.approx(675) and on == pytest.approx(9.58)
     no_buffer = ("qwen3_next", "nemotron_h", "qwen3_5_moe_text", "qwen3_5_text")
     without_overlap = {"0.5.6": ("qwen3_next",), "0.5.7": ("qwen3_next", "nemotron_h"),
-                       "0.5.8": ("nemotron_h", "glm4_moe"), "0.5.10": no_buffer, "0.5.13": no_buffer,
-                       "0.5.14": (), "0.5.23": ()}
+                       "0.5.8": ("nemotron_h", "glm4_moe"), "0.5.10": (*no_buffer, "lfm2"),
+                       "0.5.13": (*no_buffer, "lfm2"), "0.5.14": ("lfm2",), "0.5.16": ("lfm2",),
+                       "0.5.19": ("lfm2", "lfm2_moe"), "0.5.23": ("lfm2", "lfm2_moe")}
     for release, model_types in without_overlap.items():
-        for model_type in (*no_buffer, "glm4_moe", "llama"):
+        for model_type in (*no_buffer, "glm4_moe", "llama", "lfm2", "lfm2_moe"):
             waits = off if model_type in model_types else on
             assert sglang.step_host_us(release, False, model_type) == waits, (release, model_type)
             # --disable-radix-cache: no Mamba radix cache, so the overlap stays on
