@@ -399,9 +399,10 @@ def stated_running_cap(notes: Any) -> int | None:
 
 def stated_release(text: Any) -> str | None:
     """The release number a row's engine_version starts with ("v0.5.12 (image ...)" -> "0.5.12"); None when it
-    states none (a commit, "not stated")."""
+    states none (a commit, "not stated", or setuptools-scm's 0.0.0 of a build with no release tag in reach, as
+    "0.0.0.dev1+g631db6c75": a dev build of an unknown release)."""
     found = re.match(r"\s*v?(\d+(?:\.\d+)+)", str(text or ""))
-    return found.group(1) if found else None
+    return found.group(1) if found and set(found.group(1)) != {"0", "."} else None
 
 
 def as_checkpoint(catalog: Catalog, m: Measurement) -> Measurement:

@@ -1,5 +1,5 @@
-"""bench/throughput_accuracy.py reads what a published row states: here, the running-request cap of its server
-command (bench/SPEED_PROTOCOL.md, the running-cap amendment)."""
+"""bench/throughput_accuracy.py reads what a published row states: the running-request cap of its server command
+(bench/SPEED_PROTOCOL.md, the running-cap amendment), its release, its prefix cache, its run lengths."""
 
 import sys
 from dataclasses import replace
@@ -21,6 +21,18 @@ import throughput_accuracy as bench  # noqa: E402 - bench/ is not a package
 ])
 def test_the_running_cap_is_read_from_the_stated_flag(notes, cap):
     assert bench.stated_running_cap(notes) == cap
+
+
+@pytest.mark.parametrize("version, release", [
+    ("v0.5.12 (image lmsysorg/sglang:v0.5.12)", "0.5.12"),
+    ("0.10.1", "0.10.1"),
+    ("0.0.0.dev1+g631db6c75 (dev build)", None),  # setuptools-scm's fallback: no release tag in reach
+    ("commit 631db6c75", None),
+    ("not stated", None),
+    (None, None),
+])
+def test_the_release_is_what_the_version_states(version, release):
+    assert bench.stated_release(version) == release
 
 
 @pytest.mark.parametrize("notes, on", [
