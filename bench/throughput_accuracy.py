@@ -47,7 +47,7 @@ DATA_FILES = (("", DATA / "throughput-measured.jsonl"), ("2026:", DATA / "throug
               ("2026j:", DATA / "throughput-2026j.jsonl"), ("2026k:", DATA / "throughput-2026k.jsonl"),
               ("2026l:", DATA / "throughput-2026l.jsonl"), ("2026m:", DATA / "throughput-2026m.jsonl"),
               ("2026n:", DATA / "throughput-2026n.jsonl"), ("2026o:", DATA / "throughput-2026o.jsonl"),
-              ("2026p:", DATA / "throughput-2026p.jsonl"))
+              ("2026p:", DATA / "throughput-2026p.jsonl"), ("2026q:", DATA / "throughput-2026q.jsonl"))
 
 ENGINES = {"TensorRT-LLM": "trtllm", "TensorRT-LLM (trtllm-serve, PyTorch backend)": "trtllm",
            "TensorRT-LLM (trtllm-bench, PyTorch backend)": "trtllm",
