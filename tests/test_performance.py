@@ -735,6 +735,23 @@ def test_weight_only_mxfp4_experts_take_the_measured_w4a16_kernel(catalog, perf)
     assert llamacpp.moe_column_s == 0.0
 
 
+def test_a_generation_without_a_w4a16_table_borrows_the_default_generations(catalog, perf):
+    """Ampere and CDNA have no weight-only MoE table: their weight-only experts take the default generation's w4a16
+    rates (the measured generations' median, as a GPU without tables does; bench/SPEED_PROTOCOL.md, the borrowed
+    weight-only amendment), as fractions of their own bandwidth and 16-bit peak, not their 16-bit MoE kernel's; their
+    16-bit experts keep their own tables."""
+    default = perf.generation("default")
+    gpt_oss = arch(catalog, "gpt-oss-20b")
+    for gpu_name, generation in (("a100-sxm-80gb", "ampere"), ("mi300x", "cdna3"), ("mi355x", "cdna4")):
+        gpu = catalog.gpus.get(gpu_name)
+        own = perf.generation(generation)
+        assert not own.measures_moe("w4a16", "vllm") and not own.measures_moe("w4a16", "sglang")
+        for _, hw in assert_w4a16_experts(catalog, default, gpu, gpt_oss, "mxfp4", 1):
+            assert hw.moe.half_m != own.moe_rates("bf16", "vllm").half_m
+        bf16 = replica_timer(arch(catalog, "qwen3-30b-a3b"), "bf16", "auto", gpu, 1, 1, catalog, "vllm").hw
+        assert bf16.moe.half_m == own.moe_rates("bf16", "vllm").half_m
+
+
 def test_integer_4bit_experts_take_the_weight_only_moe_kernel_and_their_dense_layers_stay_16_bit(catalog, perf):
     """Kimi-K2.5's native int4 experts (compressed-tensors W4A16, group 32) run on Marlin's weight-only MoE kernel in
     both engines: the w4a16 MoE rates, as MXFP4 experts without FP4 tensor cores; its dense GEMMs (attention and the

@@ -1511,13 +1511,24 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
     expert_format = low_bit_format if expert_low_bit else WIDE_FORMAT
     weight_only = performance.precision(prec.name)
-    if expert_low_bit and expert_format == WIDE_FORMAT and weight_only and weight_only.weight_only_format \
-            and not cycles and generation.measures_moe(weight_only.weight_only_format, engine):
-        # the engine's weight-only MoE kernel, at the 16-bit peak (llama.cpp's own mat-vec kernels are in its cycles)
-        expert_format = weight_only.weight_only_format
     picked = engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release) if expert is not None else None
-    moe = generation.moe_rates(expert_format, engine, picked)
     moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked) if expert is not None else None
+    timed_by = generation
+    if expert_low_bit and expert_format == WIDE_FORMAT and weight_only and weight_only.weight_only_format \
+            and not cycles:
+        # the engine's weight-only MoE kernel, at the 16-bit peak (llama.cpp's own mat-vec kernels are in its cycles);
+        # a measured generation whose tables lack it borrows the default generation's, as a GPU without tables does
+        # (bench/SPEED_PROTOCOL.md, the borrowed weight-only amendment)
+        default = performance.generation("default")
+        timed_by = next((g for g in (generation, default) if g.measures_moe(weight_only.weight_only_format, engine)),
+                        None)
+        if timed_by is not None:
+            expert_format = weight_only.weight_only_format
+            if timed_by is generation:
+                moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked)
+        else:
+            timed_by = generation
+    moe = timed_by.moe_rates(expert_format, engine, picked)
     counts = engine_cost.eager_kernels
     if counts is not None and arch.moe is not None and not cycles:
         # routing the tables do not time runs its kernels in the graph, each at the floor
