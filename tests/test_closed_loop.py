@@ -228,10 +228,10 @@ def test_sglang_runs_each_batch_of_scattered_arrivals_as_a_prefill_pass_of_its_o
     from math import exp
 
     timer, scheduler, _ = replica("qwen3-30b-a3b", "h100-sxm", context=2048)
-    sglang = with_(scheduler, mixes_prefill=False)
+    sglang = with_(timer, mixes_prefill=False)
     shape, clients = Workload(500, 500), 100
-    packed = closed_loop(timer, sglang, shape, clients)
-    scattered = closed_loop(timer, sglang, shape, clients, lengths_vary=True)
+    packed = closed_loop(sglang, scheduler, shape, clients)
+    scattered = closed_loop(sglang, scheduler, shape, clients, lengths_vary=True)
     assert closed_loop(timer, scheduler, shape, clients, lengths_vary=True) == closed_loop(timer, scheduler, shape, clients)
     arrivals = 100 / 499
     batches = 499 * (1 - exp(-arrivals))
@@ -285,7 +285,7 @@ def test_the_simulated_first_token_comes_out_of_sglangs_prefill_pass():
     arrivals = [Arrival(0.0, 1000, 200), Arrival(0.05, 1000, 200)]
     runs = {}
     for mixes in (True, False):
-        runs[mixes] = run_engine(with_(timer, mixes_prefill=mixes), with_(scheduler, mixes_prefill=mixes), arrivals)
+        runs[mixes] = run_engine(with_(timer, mixes_prefill=mixes), scheduler, arrivals)
     vllm, sglang = ({r.arrival.time_s: r for r in runs[m].served} for m in (True, False))
     # the first request prefills alone: the same on both
     assert sglang[0.0].first_token_s == vllm[0.0].first_token_s
@@ -311,7 +311,7 @@ def test_an_sglang_prefill_pass_takes_the_whole_budget():
     assert prompt_room(2048, 100, 1, True) == 1948 and prompt_room(2048, 100, 4, True) == 1648
     assert prompt_room(2048, 100, 1, False) == 2048
     timer, scheduler, _ = replica("llama-3.1-8b", "h100-sxm", context=8192, max_num_batched_tokens=2048)
-    sglang_timer, sglang = with_(timer, mixes_prefill=False), with_(scheduler, mixes_prefill=False)
+    sglang_timer, sglang = with_(timer, mixes_prefill=False), scheduler
     shape, clients = Workload(1000, 200), 64
     # vLLM: F = (2048 - 64) x 1000 / 999 tokens a full step, 64 x 1000 prompt tokens in ceil(64,000 / F) steps
     full = (2048 - 64) * 1000 / 999
@@ -352,8 +352,7 @@ def test_under_dp_attention_a_prompt_carrying_step_is_one_pass_of_every_group():
     mixed = Step(64, 1200.0, 800, 800 * 801 / 2, 1)
     assert dp.step(mixed) == dp.forward(mixed) and dp.step_s(mixed) == dp.forward_s(mixed)
     assert with_(dp, dp=1).prompts_apart(mixed)  # the same layout without DP attention: two passes
-    _, scheduler, _ = replica("qwen3-30b-a3b", "h100-sxm", context=4096)
-    sglang = with_(scheduler, mixes_prefill=False)
+    _, sglang, _ = replica("qwen3-30b-a3b", "h100-sxm", context=4096)  # the pool and budget; the timer says SGLang
     shape, clients = Workload(500, 300), 64
     loop = closed_loop(dp, sglang, shape, clients, lengths_vary=True)
     times = StepTimes(dp)

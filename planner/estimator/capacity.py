@@ -104,8 +104,6 @@ class Scheduler:
     # the engine's prefix cache serves a shared prompt prefix (Scheduler.cached_tokens); off for models with recurrent
     # layers, whose states the cache keeps at checkpoints only (vLLM 0.19 runs them without prefix caching)
     prefix_cache: bool = True
-    # the engine puts prompt tokens beside the decoding requests in one step; False: a prefill batch runs alone
-    mixes_prefill: bool = True
 
     @classmethod
     def of(cls, budget: EngineBudget, batching: EngineBudget | None = None, max_seqs_cap: int | None = None,
@@ -125,8 +123,7 @@ class Scheduler:
             seqs = min(seqs, max_seqs_cap) if seqs is not None else max_seqs_cap
         return cls(pool_tokens=dp * budget.kv_cache_capacity_tokens, block_tokens=block,
                    max_num_batched_tokens=budget_tokens or context, max_num_seqs=seqs, max_model_len=context,
-                   prefix_cache=not (budget.layout and budget.layout.state_bytes),
-                   mixes_prefill=engine(settings.name).mixes_prefill)
+                   prefix_cache=not (budget.layout and budget.layout.state_bytes))
 
     def held_tokens(self, tokens: int) -> int:
         """What a request of `tokens` tokens holds of the pool: whole blocks."""

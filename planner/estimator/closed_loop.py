@@ -19,7 +19,7 @@ N the prompts bound the loop and it repeats every k steps instead.
                the mean ITL is the same (every gap is one step).
 
 When the requests' lengths vary (random lengths, a dataset's, real traffic) they finish at scattered steps, and on an
-engine that runs a prefill batch alone before any decode (SGLang: Scheduler.mixes_prefill False) the cycle is the
+engine that runs a prefill batch alone before any decode (SGLang: the timer's mixes_prefill False) the cycle is the
 N - 1 decode steps of the R running requests plus a prefill batch after each decode step that saw an arrival: with
 arrivals Poisson at a = R / (N - 1) a step, (N - 1)(1 - e^-a) batches of R over that many requests, each its prompts'
 tokens alone, cut at the token budget (bench/SPEED_PROTOCOL.md, the SGLang-prefill amendment). Under DP attention
@@ -98,7 +98,7 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         return times.mean_step(running - prefilling, context, tokens, prompt)
 
     decode_s = times.mean_step(running, context, 0, prompt)
-    if lengths_vary and not scheduler.mixes_prefill and output > 1:
+    if lengths_vary and not times.mixes_prefill and output > 1:
         # scattered arrivals, each decode step that saw one followed by a prefill batch of its arrivals: alone, or
         # under DP attention one shared pass in which the other groups decode (their requests gain a token in it)
         decode_steps = output - 1

@@ -12,7 +12,7 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
   3. The step runs; its duration is the performance model's time for that mix (planner.estimator.
      performance.ReplicaTimer.step). Every request whose prompt is complete emits a token; a request
      that has its output tokens finishes and frees its blocks. On an engine that runs prompts as a pass of
-     their own before the decode (Scheduler.mixes_prefill False: SGLang) the prompts take the whole budget
+     their own before the decode (the timer's mixes_prefill False: SGLang) the prompts take the whole budget
      (performance.prompt_room), and without DP attention (ReplicaTimer.runs_prompts_apart) the step is the two
      passes, the prompts' tokens coming out at the end of the first.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
@@ -305,7 +305,7 @@ class _Engine:
 
     def _room(self) -> float:
         """What the decoding requests leave of the step's budget for prompt tokens (prompt_room)."""
-        return prompt_room(self.budget, self.decoders, self.per_decode, self.scheduler.mixes_prefill)
+        return prompt_room(self.budget, self.decoders, self.per_decode, self.clock.timer.mixes_prefill)
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
