@@ -220,3 +220,30 @@ def test_the_step_mix_fixed_point_is_found_where_the_secant_swings_past_a_dip():
         assert not isinstance(mix, str), rate
         # a fixed point: the decoding requests (Little's law on the step it started from) and the step agree
         assert mix.decode == pytest.approx(rate * (output - 1) * mix.mean_s, rel=TOLERANCE), rate
+
+
+def test_a_rate_past_what_sglang_runs_at_once_saturates_instead_of_overflowing():
+    """SGLang's prompts take the whole step budget, so no token budget stops the step mix as the decoding requests
+    grow: the requests the engine runs at once do (its cap, or the requests whose mean KV the pool holds), named as
+    the limit. Found by bench/fuzz.py: a disaggregated SGLang scenario with a 1 s TPOT SLO overflowed a float."""
+    from dataclasses import replace as with_
+
+    from planner import api
+    from planner.plan.scenario import parse_scenario
+
+    timer, scheduler, _ = replica("llama-3.1-8b", context=8192)
+    sglang = with_(timer, mixes_prefill=False)
+    for rate in (1e3, 1e6, 1e9):
+        state = steady_state(sglang, scheduler, Workload(8000, 250), rate)
+        assert state.limit in ("kv pool", "max_num_seqs", "throughput"), (rate, state.limit)
+    capped = steady_state(sglang, with_(scheduler, max_num_seqs=4), Workload(1000, 250), 1e3)
+    assert capped.limit == "max_num_seqs"
+    scenario = {"name": "loose", "model": "llama-3.3-70b",
+                "workload": {"context": "16K", "traffic": {"requests_per_s": 12, "prompt_tokens": 8000,
+                                                           "output_tokens": 250}, "slo": {"ttft_s": 3.0, "tpot_s": 1}},
+                "search": {"precisions": ["fp8"], "kv_dtypes": ["auto"], "gpus": ["h100-sxm", "h200-sxm"],
+                           "serving": ["aggregated", "disaggregated"]},
+                "engine": {"name": "sglang"}}
+    plan = api.plan_fleet(parse_scenario(scenario), catalog=CATALOG)
+    assert plan.status in ("OPTIMAL", "FEASIBLE") and plan.usd_per_hour > 0
+

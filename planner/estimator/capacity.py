@@ -277,7 +277,10 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     prompt, cached, own, shared_prefix = scheduler.own_prompt(shape)
     budget = scheduler.max_num_batched_tokens
     context = shape.prompt_tokens + output / 2
-    found = _mean_field(timer, rate, prompt, cached, output, context, budget)
+    # the most requests the engine runs at once: its cap, or the requests whose mean KV the pool holds
+    most = min((scheduler.max_num_seqs or inf, "max_num_seqs"),
+               (scheduler.pool_tokens / _mean_held(scheduler, own, output), "kv pool"))
+    found = _mean_field(timer, rate, prompt, cached, output, context, budget, most=most)
     if isinstance(found, str):
         return _saturated(rate, output, scheduler, found)
     mix = _settled(timer, found, context, budget, prompt, cached)
@@ -292,7 +295,7 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     wait_s = rho * service_s / (2 * (1 - rho))
     prefilling = rate * own_s
     # a request's time per token: the mean step of its decode window over the tokens a step gains it
-    tpot_mean = (_request_tpot(timer, rate, prompt, cached, output, context, budget, mix) if window_spread
+    tpot_mean = (_request_tpot(timer, rate, prompt, cached, output, context, budget, mix, most) if window_spread
                  else mix.mean_s) / timer.tokens_per_step
     decoding = rate * (output - 1) * tpot_mean  # Little's law on the time requests spend decoding
     batch = decoding + prefilling
@@ -364,16 +367,21 @@ class _Round(NamedTuple):
 
 
 def _step_mix(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float, budget: int,
-              mean_s: float) -> _Round | None:
+              mean_s: float, most: tuple[float, str] = (inf, "")) -> _Round | str:
     """One round of the fixed point from the mean step `mean_s`. A step takes the prompts that arrived
     during the previous one: after a step of s seconds, the next carries prompt tokens with probability
     1 - e^(-rate s) (Poisson arrivals), so prefill steps follow each other more often than decode-only
     ones (a two-state Markov chain: f = a / (1 - b + a)); they must also serve rate x P tokens/s.
-    A request sees the others beside it as Poisson with mean B_d (M/G/infinity): 1 + B_d in its steps."""
+    A request sees the others beside it as Poisson with mean B_d (M/G/infinity): 1 + B_d in its steps. What stops
+    the round instead: "token budget" where the decoding requests leave no room in a step's budget, or `most`'s
+    limit where they are more than the engine runs at once (an engine whose prompts take the whole budget, SGLang,
+    is bounded by that alone)."""
     decode = rate * timer.decode_steps(output) * mean_s
     room = timer.decode_room(budget, decode + 1)  # the request's own decode beside them
     if room < 1:
-        return None
+        return "token budget"
+    if decode > most[0]:
+        return most[1]
     batch, mean_step = 1 + decode, timer.mean_step
     decode_s = mean_step(batch, context, 0, prompt, cached)
     a = 1 - exp(-rate * decode_s)
@@ -414,11 +422,12 @@ def _settled(timer: StepTimes, found: _Round, context: float, budget: int, promp
 
 
 def _mean_field(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float,
-                budget: int, start_s: float | None = None) -> _Round | str:
+                budget: int, start_s: float | None = None, most: tuple[float, str] = (inf, "")) -> _Round | str:
     """The fixed point s = F(s) of the step mix at `rate` (F: _step_mix's mean step from a mean step s), or what
-    stops it: "token budget" (the iteration reaches mean steps at which the decoding requests fill the budget)
-    or "throughput" (F jumps across s = F(s) without meeting it). `start_s`: a mean step to iterate from (a
-    nearby rate's), else a lone request's step.
+    stops it: "token budget" (the iteration reaches mean steps at which the decoding requests fill the budget), the
+    limit of `most` (the requests the engine runs at once, and what sets it) where they outnumber it, or
+    "throughput" (F jumps across s = F(s) without meeting it). `start_s`: a mean step to iterate from (a nearby
+    rate's), else a lone request's step.
     Secant steps on F(s) - s = 0: far fewer rounds than iterating s = F(s) when F's slope is near 1. Where F(s) - s
     dips towards 0 or runs level, a secant through two points points back behind them or far past them, and
     unchecked it swings there and back for good (it did in 40% of the rounds of bench/solver_scale.py, ending as
@@ -429,16 +438,17 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, cached: int, output:
     BRACKET_ROUNDS rounds, so it closes within a few times log2(1 / TOLERANCE) rounds."""
     mean_s = start_s or timer.mean_step(1, context, 0, prompt, cached)
     below, above, undefined = 0.0, inf, inf  # F(s) > s at `below`, F(s) < s at `above`, F undefined from `undefined`
+    undefined_by = "token budget"  # what leaves F undefined there
     previous: tuple[float, float] | None = None  # (s, F(s) - s) of the iteration before
     fallback: float | None = None  # the plain iterate, when another step was taken instead
     stalled, halved_at, since = 0, inf, 0  # plain steps in a row; |F(s) - s| when it last halved, rounds since
     for round_ in range(FIXED_POINT_ITERATIONS):
-        mix = _step_mix(timer, rate, prompt, cached, output, context, budget, mean_s)
-        if mix is None:
+        mix = _step_mix(timer, rate, prompt, cached, output, context, budget, mean_s, most)
+        if isinstance(mix, str):
             if fallback is None:
-                return "token budget"
+                return mix
             # the step overshot to where the budget runs out: go back to the plain iteration
-            mean_s, fallback, previous, undefined = fallback, None, None, min(undefined, mean_s)
+            mean_s, fallback, previous, undefined, undefined_by = fallback, None, None, min(undefined, mean_s), mix
             continue
         gap = mix.mean_s - mean_s
         if abs(gap) <= TOLERANCE * mean_s:
@@ -449,7 +459,7 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, cached: int, output:
             above = min(above, mean_s)
         top = min(above, undefined)
         if round_ >= SECANT_ROUNDS and top - below <= TOLERANCE * below:
-            return "token budget" if undefined < above else "throughput"
+            return undefined_by if undefined < above else "throughput"
         if abs(gap) <= halved_at / 2:
             halved_at, since = abs(gap), 0
         since += 1
@@ -474,7 +484,7 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, cached: int, output:
 
 
 def _request_tpot(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float, budget: int,
-                  mix: _StepMix) -> float:
+                  mix: _StepMix, most: tuple[float, str] = (inf, "")) -> float:
     """The mean step requests see over their decode window (their TPOT times the tokens a step gains them). A
     request's TPOT averages the steps of its own window of N - 1 steps (cycles: StepTimes.decode_steps), whose
     arrivals are Poisson: their count over the window deviates by sqrt(count), and a window with more of them
@@ -485,8 +495,8 @@ def _request_tpot(timer: StepTimes, rate: float, prompt: int, cached: int, outpu
     if arrivals <= 1:
         return mix.mean_s
     spread = rate / arrivals ** 0.5
-    busier = _mean_field(timer, rate + spread, prompt, cached, output, context, budget, mix.mean_s)
-    quieter = _mean_field(timer, max(rate - spread, 0.0), prompt, cached, output, context, budget, mix.mean_s)
+    busier = _mean_field(timer, rate + spread, prompt, cached, output, context, budget, mix.mean_s, most)
+    quieter = _mean_field(timer, max(rate - spread, 0.0), prompt, cached, output, context, budget, mix.mean_s, most)
     high = mix.full_s if isinstance(busier, str) else min(busier.mean_s, mix.full_s)
     low = mix.mean_s if isinstance(quieter, str) else quieter.mean_s
     return max(mix.mean_s, (high + low) / 2)
