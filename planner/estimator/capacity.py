@@ -295,7 +295,7 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     wait_s = rho * service_s / (2 * (1 - rho))
     prefilling = rate * own_s
     # a request's time per token: the mean step of its decode window over the tokens a step gains it
-    tpot_mean = (_request_tpot(timer, rate, prompt, cached, output, context, budget, mix, most) if window_spread
+    tpot_mean = (_request_tpot(timer, rate, prompt, cached, output, context, budget, mix) if window_spread
                  else mix.mean_s) / timer.tokens_per_step
     decoding = rate * (output - 1) * tpot_mean  # Little's law on the time requests spend decoding
     batch = decoding + prefilling
@@ -484,7 +484,7 @@ def _mean_field(timer: StepTimes, rate: float, prompt: int, cached: int, output:
 
 
 def _request_tpot(timer: StepTimes, rate: float, prompt: int, cached: int, output: int, context: float, budget: int,
-                  mix: _StepMix, most: tuple[float, str] = (inf, "")) -> float:
+                  mix: _StepMix) -> float:
     """The mean step requests see over their decode window (their TPOT times the tokens a step gains them). A
     request's TPOT averages the steps of its own window of N - 1 steps (cycles: StepTimes.decode_steps), whose
     arrivals are Poisson: their count over the window deviates by sqrt(count), and a window with more of them
@@ -495,8 +495,8 @@ def _request_tpot(timer: StepTimes, rate: float, prompt: int, cached: int, outpu
     if arrivals <= 1:
         return mix.mean_s
     spread = rate / arrivals ** 0.5
-    busier = _mean_field(timer, rate + spread, prompt, cached, output, context, budget, mix.mean_s, most)
-    quieter = _mean_field(timer, max(rate - spread, 0.0), prompt, cached, output, context, budget, mix.mean_s, most)
+    busier = _mean_field(timer, rate + spread, prompt, cached, output, context, budget, mix.mean_s)
+    quieter = _mean_field(timer, max(rate - spread, 0.0), prompt, cached, output, context, budget, mix.mean_s)
     high = mix.full_s if isinstance(busier, str) else min(busier.mean_s, mix.full_s)
     low = mix.mean_s if isinstance(quieter, str) else quieter.mean_s
     return max(mix.mean_s, (high + low) / 2)
