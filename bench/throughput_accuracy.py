@@ -136,9 +136,11 @@ TTFT_S_KEYS = ("TTFT p50 (s)", "ttft_seconds")
 # A single request's (prompt + generated tokens) over its whole time (the Qwen speed benchmark's "Speed"): the
 # request took (prompt + output) / speed seconds, of which the output tokens' rate is output / that
 REQUEST_SPEED_KEYS = ("Speed (tokens/s) ((prompt+generated tokens)/time)",)
-# A time-boxed decode sweep (llm_decode_bench.py): each request's own tokens/s, and the tokens all requests generated
-# (their mean is the run's output length per request)
+# A time-boxed decode sweep (llm_decode_bench.py): the server's generation rate over C, measured once every request
+# is past its prefill (a scout request warms the prefix cache first), and the tokens all requests generated (their
+# mean is the run's output length per request). C > 1 is a decode window (the protocol's decode-window amendment).
 PER_REQUEST_TOKS_KEYS = ("per_request_avg_tps (tok/s)",)
+DECODE_WINDOW = "decode window"
 OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_tok_s_replica", "output_throughput", "output_tok_s", "Throughput_tok_s",
                     "derived_output_tok_s", "output_token_throughput_tok_s", "Output throughput (tok/s)", "Output throughput",
                     "Output tok/s", "Output Tok/s", "Output Tokens/s", "Output throughput in token per second (TPS)",
@@ -175,7 +177,7 @@ class Measurement:
     tpot_s: float | None
     ttft_s: float | None  # single-request rows only
     source: str
-    form: str  # how it was run: static batch, closed loop (a concurrency) or a single stream
+    form: str  # how it was run: static batch, closed loop (a concurrency), decode window or a single stream
     speculation: Speculation | None = None  # the protocol's speculative-decoding amendment
     release: str | None = None  # the engine release the row states (its MoE kernel choice); None: the default
     # the running-request cap the row's server command states (the protocol's running-cap amendment); None: the engine's
@@ -315,6 +317,8 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         if batch is None:
             raise Skip("batch not stated (max-throughput or request-rate run)")
         per_request = next((number(measured[k]) for k in PER_REQUEST_TOKS_KEYS if k in measured), None)
+        if per_request is not None:
+            form = DECODE_WINDOW
         if per_request is not None and output is None and "total_tokens" in measured:
             output = number(measured["total_tokens"]) / number(measured["num_completed"])
         ttft_only = batch == 1 and not any(k in measured for k in (*TPOT_MS_KEYS, *TPOT_S_KEYS, *OUTPUT_TOKS_KEYS,
@@ -447,6 +451,8 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     shape = Workload(m.prompt_tokens, m.output_tokens)
     step_timer = timer(catalog, m, arch, performance)
     static = timer_performance(step_timer, m.batch, shape)
+    if m.form == DECODE_WINDOW:  # every request decoding, none prefilling: the batch's decode step is the TPOT
+        return replace(static, tpot_s=static.decode_step_s, output_tokens_per_s=m.batch / static.decode_step_s)
     # DP attention is timed at the stated batch (the protocol's DP amendment: its pool is not in the closed loop)
     if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES or m.dp > 1:
         return static

@@ -74,3 +74,22 @@ def test_a_run_is_timed_at_the_lengths_it_drew(catalog):
     del raw["measured"]["Successful requests"]
     row = bench.normalise("t:0", raw, catalog)
     assert (row.prompt_tokens, row.output_tokens) == (1000, 1000) and not row.lengths_vary
+
+
+def test_a_time_boxed_decode_sweep_is_a_decode_window(catalog):
+    """llm_decode_bench.py measures the server's generation rate once every request is past its prefill (the
+    protocol's decode-window amendment): its TPOT is the batch's decode step, with no prompt inside it."""
+    raw = {"source": "test", "engine": "vLLM", "engine_version": "0.17.0", "model": "Qwen/Qwen3-8B", "precision": "bf16",
+           "kv_cache_dtype": "auto", "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1, "isl": 16384, "osl": None,
+           "concurrency": 8, "measured": {"per_request_avg_tps (tok/s)": "50", "total_tokens": "12000",
+                                          "num_completed": "8", "ttft_avg (s)": "1.4"}}
+    row = bench.normalise("t:0", raw, catalog)
+    assert (row.form, row.batch, row.prompt_tokens, row.output_tokens) == (bench.DECODE_WINDOW, 8, 16384, 1500)
+    assert row.tpot_s == pytest.approx(0.02)
+    arch = bench.architecture(catalog, row)
+    window = bench.predict(catalog, row, arch)
+    assert window.tpot_s == window.decode_step_s
+    # the same requests as a closed loop re-prefill a 16K prompt whenever one finishes: slower per token
+    assert bench.predict(catalog, replace(row, form="closed loop"), arch).tpot_s > window.tpot_s
+    single = bench.normalise("t:1", {**raw, "concurrency": 1}, catalog)
+    assert single.form == "single stream"
