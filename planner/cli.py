@@ -645,7 +645,7 @@ def calibrate_command(
     engine: str = REPLICA_ENGINE,
     output: Optional[str] = Option(None, "--output", "-o", help="Write the calibration (YAML) to this file."),
 ) -> None:
-    """Fit the speed model's named factors (memory, compute, fixed, communication, host) for this GPU generation x engine
+    """Fit the speed model's named factors (memory, compute, fixed, communication) for this GPU generation x engine
     to your own benchmark runs, each replayed on the simulator; residuals before and after, and leave-one-out."""
     result = api.calibrate(results, model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision,
                            kv_dtype=kv_dtype, engine=engine)

@@ -5,11 +5,9 @@ constants of catalogs/performance.yaml) for one GPU generation x engine; 1.0 lea
   memory         every read: GEMM and fused-MoE weight reads, decode attention's KV and MLA latent reads
                  (read efficiencies and the generation's read ceiling divided by it; llama.cpp's own efficiency too)
   compute        every FLOP: GEMM and MoE compute efficiencies, prefill attention's (divided by it)
-  fixed          the GPU's fixed time per kernel: kernel launches in a replayed graph, the small kernels' floor, the
-                 MoE sort, the graph gap, llama.cpp's cycles per layer (multiplied by it)
+  fixed          every fixed time: kernel launches, the small kernels' floor, the engine's per-step work and its host
+                 time per kernel of an eager prefill, llama.cpp's cycles per layer (multiplied by it)
   communication  the all-reduce: its latencies multiplied, its bandwidths divided
-  host           the host CPU's time: the engine's per-step work, its overlapped hand-off and its host time per kernel
-                 of an eager prefill (multiplied by it; bench/CALIBRATION_PROTOCOL.md, the host amendment)
 A calibrated catalog is for timing configurations of that generation x engine only: it scales the generation's
 entry and the engine's, which other pairs share.
 """
@@ -22,7 +20,7 @@ from planner.catalog.load import bounded
 from planner.estimator.performance import (AllReduceFit, AttentionRates, EngineAttention, EngineKernels,
                                            GenerationEfficiency, KernelRates, MoeRates, PerformanceCatalog)
 
-FACTORS = ("memory", "compute", "fixed", "communication", "host")
+FACTORS = ("memory", "compute", "fixed", "communication")
 # The bounds of a fitted factor (the calibration issue: 0.25-4x): beyond 4x the kernel tables would be wrong by
 # more than any engine version or driver changes them, which is a wrong model, GPU or run, not a calibration.
 LOWEST, HIGHEST = 0.25, 4.0
@@ -34,7 +32,6 @@ class Factors:
     compute: float = bounded(1.0, ge=LOWEST, le=HIGHEST)
     fixed: float = bounded(1.0, ge=LOWEST, le=HIGHEST)
     communication: float = bounded(1.0, ge=LOWEST, le=HIGHEST)
-    host: float = bounded(1.0, ge=LOWEST, le=HIGHEST)
 
     def as_dict(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in FACTORS}
@@ -88,7 +85,7 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
     """Each factor's lowest credible value on `generation` x `engine` (bench/CALIBRATION_PROTOCOL.md): a factor
     below 1 speeds its terms up, and none may make a kernel beat the datasheet: `memory` no lower than the highest
     read efficiency it scales (the generation's read ceiling, its kernels', the engine's own), `compute` no lower
-    than the highest compute efficiency it scales; `fixed`, `communication` and `host` LOWEST (the catalog states no
+    than the highest compute efficiency it scales; `fixed` and `communication` LOWEST (the catalog states no
     floor for them)."""
     entry = performance.generation(generation)
     cost = performance.engine(engine)
@@ -101,7 +98,7 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
                *(r for rates in own.moe_kernels.values() for r in rates.values())]
     computes = [entry.attention_compute_efficiency, *(r.compute_efficiency for r in kernels)]
     return {"memory": max(LOWEST, *reads), "compute": max(LOWEST, *computes), "fixed": LOWEST,
-            "communication": LOWEST, "host": LOWEST}
+            "communication": LOWEST}
 
 
 def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine: str,
@@ -111,10 +108,10 @@ def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine:
         return performance
     entry = performance.generation(generation)
     name = performance.engine(engine).name
-    costs = tuple(replace(e, per_step_us=e.per_step_us * factors.host,
-                          overlapped_step_us=e.overlapped_step_us * factors.host,
+    costs = tuple(replace(e, per_step_us=e.per_step_us * factors.fixed,
+                          overlapped_step_us=e.overlapped_step_us * factors.fixed,
                           per_layer_kilocycles=e.per_layer_kilocycles * factors.fixed,
-                          eager_launch_us=e.eager_launch_us * factors.host,
+                          eager_launch_us=e.eager_launch_us * factors.fixed,
                           memory_efficiency=None if e.memory_efficiency is None else e.memory_efficiency / factors.memory)
                   if e.name == name else e for e in performance.engines)
     links = tuple(replace(link, allreduce=tuple(_all_reduce(fit, factors.communication) for fit in link.allreduce))
