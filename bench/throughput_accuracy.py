@@ -91,6 +91,8 @@ PRECISIONS: tuple[tuple[str, str | None], ...] = (
     ("unverified", None), ("mlc q4f16_1", None), ("fp4 (mxfp4)", None),
     ("gguf f16", "fp16"), ("gguf q4_0", "q4_0"), ("gguf q4_k_m", "q4_k_m"),
     ("fp8 (native block", "fp8-block"), ("fp8", "fp8"), ("mxfp4", "mxfp4"), ("nvfp4", "nvfp4"),
+    # AMD's Quark MXFP4 checkpoints quantize the activations too (the protocol's Quark MXFP4 amendment)
+    ("mxfp4 (amd quark mxfp4", "mxfp4-w4a4"), ("mxfp4 (amd mxfp4 checkpoint", "mxfp4-w4a4"),
     # DeepSeek-V4's released format (FP8 linear layers, FP4 routed experts), as InferenceX prints it ("FP4")
     ("fp4 moe experts", "fp8-block-mxfp4-experts"), ("int4 weights (native kimi", "int4-g32"),
     ("int4 weights (gptq", "gptq"), ("int4 weights (awq", "awq"), ("awq int4", "awq"),
