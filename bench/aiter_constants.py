@@ -7,8 +7,8 @@ with rotating deep copies of the arguments (aiter/test_common.py `perftest`), so
 HBM. bench/SPEED_PROTOCOL.md (the AITER amendment) says which rows count and how; this script applies it:
   * cu_num 304 -> cdna3 (timed against MI300X's catalog bandwidth and peaks), 256 -> cdna4 (MI355X's);
   * GEMM formats bf16 / fp8 (per-token) / fp8-block / fp4, fitted with bench/kernel_constants.py's gemm_fit;
-  * fused-MoE formats bf16 / fp8 / fp8-block / fp4, fitted with kernel_constants.moe_fit under the tuner's
-    uniformly random routing;
+  * fused-MoE formats bf16 / fp8 / fp8-block / fp4 / w4a16 (bf16 activations on 4-bit weights: the
+    a16w4 and int4 tables), fitted with kernel_constants.moe_fit under the tuner's uniformly random routing;
   * the kernel floor: the median of the 10 fastest bf16 GEMM rows.
 
 Standalone: not imported by planner, not run by tests.
@@ -31,7 +31,10 @@ REPO = Path(__file__).resolve().parents[1]
 # AITER's CU count -> (planner generation, the catalog GPU whose bandwidth and peaks the rows are timed against)
 CU_GENERATIONS = {304: ("cdna3", "mi300x"), 256: ("cdna4", "mi355x")}
 # bytes per weight and the catalog peak each format computes at
-FORMATS = {"bf16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "fp8-block": (1.0, "fp8"), "fp4": (0.5, "fp4")}
+# w4a16: bf16 activations on 4-bit weights with a scale per 32 (4.25 bits: the MX layout's e8m0 scale; the int4 rows'
+# scale width is not in their table and is counted the same), computed at the 16-bit peak
+FORMATS = {"bf16": (2.0, "bf16"), "fp8": (1.0, "fp8"), "fp8-block": (1.0, "fp8"), "fp4": (0.5, "fp4"),
+           "w4a16": (4.25 / 8, "bf16")}
 FLOOR_ROWS = 10
 
 
@@ -99,6 +102,8 @@ def moe_rows(root: Path) -> dict[str, pd.DataFrame]:
         "fp8": (q == "QuantType.per_Token") & w.str.contains("float8"),
         "fp8-block": (q == "QuantType.per_1x128") & w.str.contains("float8"),
         "fp4": (q == "QuantType.per_1x32") & w.str.contains("float4") & a.str.contains("float4"),
+        "w4a16": (q == "QuantType.per_1x32") & (w.str.contains("float4") | w.str.endswith("int4"))
+                 & a.str.endswith("bfloat16"),
     }
     keys = ["cu_num", "num_tokens", "hidden_size", "inter_size", "num_experts", "topk"]
     return {name: rows[mask].sort_values("us").drop_duplicates(keys) for name, mask in kinds.items()}
