@@ -736,13 +736,17 @@ def test_weight_only_mxfp4_experts_take_the_measured_w4a16_kernel(catalog, perf)
 
 
 def test_a_generation_without_a_w4a16_table_borrows_the_default_generations(catalog, perf):
-    """Ampere and CDNA have no weight-only MoE table: their weight-only experts take the default generation's w4a16
+    """Ampere and CDNA3 have no weight-only MoE table: their weight-only experts take the default generation's w4a16
     rates (the measured generations' median, as a GPU without tables does; bench/SPEED_PROTOCOL.md, the borrowed
     weight-only amendment), as fractions of their own bandwidth and 16-bit peak, not their 16-bit MoE kernel's; their
-    16-bit experts keep their own tables."""
+    16-bit experts keep their own tables. CDNA4 has AITER's own a16w4 / int4 table (the CDNA4 weight-only
+    amendment)."""
     default = perf.generation("default")
     gpt_oss = arch(catalog, "gpt-oss-20b")
-    for gpu_name, generation in (("a100-sxm-80gb", "ampere"), ("mi300x", "cdna3"), ("mi355x", "cdna4")):
+    cdna4 = perf.generation("cdna4")
+    assert cdna4.measures_moe("w4a16")
+    assert_w4a16_experts(catalog, cdna4, catalog.gpus.get("mi355x"), gpt_oss, "mxfp4", 1)
+    for gpu_name, generation in (("a100-sxm-80gb", "ampere"), ("mi300x", "cdna3")):
         gpu = catalog.gpus.get(gpu_name)
         own = perf.generation(generation)
         assert not own.measures_moe("w4a16", "vllm") and not own.measures_moe("w4a16", "sglang")
@@ -765,3 +769,39 @@ def test_integer_4bit_experts_take_the_weight_only_moe_kernel_and_their_dense_la
     for name in ("int4", "int4-g32", "awq", "gptq"):
         compute = perf.precision(name)
         assert compute.weight_only_format == "w4a16" and compute.tensor_core_format is None
+
+
+def test_compute_capability_12_blackwell_is_timed_on_its_own_kernel_tables(catalog, perf):
+    """The RTX PRO 6000 and RTX 5090 (compute capability 12.0) are generation blackwell-sm120, fitted from the RTX
+    PRO 6000's own kernel tables (bench/SPEED_PROTOCOL.md, the compute-capability-12.0 amendment): vLLM's weight-only
+    MoE there is Marlin's, not the B200's TensorRT-LLM MXFP4 kernel; the B200 keeps blackwell; its PCIe all-reduce
+    is the 12.0 entry's."""
+    for name in ("rtx-pro-6000", "rtx-pro-6000-ws", "rtx-5090"):
+        assert catalog.gpus.get(name).generation == "blackwell-sm120"
+    assert catalog.gpus.get("b200").generation == "blackwell"
+    sm120, blackwell = perf.generation("blackwell-sm120"), perf.generation("blackwell")
+    assert sm120.name == "blackwell-sm120"
+    own, b200 = sm120.moe_rates("w4a16", "vllm"), blackwell.moe_rates("w4a16", "vllm")
+    assert own.read_efficiency > 0.9 > b200.read_efficiency
+    assert_w4a16_experts(catalog, sm120, catalog.gpus.get("rtx-pro-6000"), arch(catalog, "qwen3-30b-a3b"), "awq", 1)
+    assert perf.interconnect("pcie", "blackwell-sm120", "vllm").generation == "blackwell-sm120"
+
+
+def test_amd_quark_mxfp4_is_w4a4_on_cdna4_and_refused_where_not_read(catalog, perf):
+    """An AMD Quark MXFP4 checkpoint quantizes the activations too (bench/SPEED_PROTOCOL.md, the Quark MXFP4
+    amendment): SGLang runs its experts on AITER's FP4 x FP4 MoE on MI355X (the fp4 MoE rates at the FP4 peak),
+    where gpt-oss's mxfp4 runs weight-only; engines and GPUs not read refuse it with the row's reason."""
+    quark = catalog.precisions.get("mxfp4-w4a4")
+    mi355x = catalog.gpus.get("mi355x")
+    assert catalog.support("sglang", quark, mi355x).level == "native"
+    refused = catalog.support("vllm", quark, mi355x)
+    assert refused.level == "unsupported" and "not read" in refused.source
+    assert catalog.support("sglang", quark, catalog.gpus.get("mi300x")).level == "unsupported"
+    model = arch(catalog, "qwen3-30b-a3b")
+    fp4 = perf.generation("cdna4").moe_rates("fp4", "sglang")
+    hw = replica_timer(model, "mxfp4-w4a4", "auto", mi355x, 1, 1, catalog, "sglang").hw
+    assert hw.moe.flops_per_s == pytest.approx(mi355x.dense_tflops["fp4"] * 1e12 * fp4.compute_efficiency)
+    assert hw.moe.bytes_per_s == pytest.approx(mi355x.memory_bandwidth_gbps * GB * fp4.read_efficiency)
+    weight_only = replica_timer(model, "mxfp4", "auto", mi355x, 1, 1, catalog, "sglang").hw
+    assert weight_only.moe.flops_per_s < hw.moe.flops_per_s
+
