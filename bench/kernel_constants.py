@@ -576,8 +576,10 @@ def _number(value: float) -> str:
 def _moe_entries(moe_rows: list[dict], gpus: dict) -> dict:
     """(generation, engine) -> {"kernel": the named kernel `moe` measures or None, "moe": {dtype: medians},
     "alternatives": {kernel name: {dtype: medians}}}, medians over the generation's GPUs. `moe` is, per format, the
-    kernel that is primary (most rows) on most of the generation's GPUs; the alternatives are the other kernels
-    MOE_KERNEL_NAMES names."""
+    kernel that is primary (most rows) on most of the generation's GPUs; it is named only where that is one named
+    kernel in every format (a table whose formats come from different kernels names none: compute capability 12.0's
+    SGLang runs Triton for bf16, FlashInfer CUTLASS for NVFP4 and Marlin for W4A16); the alternatives are the other
+    kernels MOE_KERNEL_NAMES names."""
     df = pd.DataFrame(moe_rows)
     df["generation"] = df.gpu.map(lambda s: gpus[s].generation)
     df["name"] = df.kernel_name.fillna(df.kernel)
@@ -587,10 +589,13 @@ def _moe_entries(moe_rows: list[dict], gpus: dict) -> dict:
         entry = out.setdefault((generation, engine), {"kernel": None, "moe": {}, "alternatives": {}})
         main = rows[rows.primary].name.mode().iloc[0]
         entry["moe"][dtype] = rows[rows.name == main][values].median()
-        if main in MOE_KERNEL_NAMES.values():
-            entry["kernel"] = main
+        entry.setdefault("mains", set()).add(main)
         for other, alt in rows[(rows.name != main) & rows.name.isin(MOE_KERNEL_NAMES.values())].groupby("name"):
             entry["alternatives"].setdefault(other, {})[dtype] = alt[values].median()
+    for entry in out.values():
+        mains = entry.pop("mains")
+        named = next(iter(mains)) if len(mains) == 1 else None
+        entry["kernel"] = named if named in MOE_KERNEL_NAMES.values() else None
     return out
 
 
