@@ -785,6 +785,9 @@ def test_compute_capability_12_blackwell_is_timed_on_its_own_kernel_tables(catal
     assert own.read_efficiency > 0.9 > b200.read_efficiency
     assert_w4a16_experts(catalog, sm120, catalog.gpus.get("rtx-pro-6000"), arch(catalog, "qwen3-30b-a3b"), "awq", 1)
     assert perf.interconnect("pcie", "blackwell-sm120", "vllm").generation == "blackwell-sm120"
+    # its SGLang MoE table mixes kernels by format (Triton bf16, CUTLASS NVFP4, Marlin W4A16): it names none
+    assert sm120.moe_kernel_timed("fp4", "sglang") is None and sm120.moe_kernel_timed("bf16", "sglang") is None
+    assert blackwell.moe_kernel_timed("fp4", "sglang") == "flashinfer_trtllm"
 
 
 def test_amd_quark_mxfp4_is_w4a4_on_cdna4_and_refused_where_not_read(catalog, perf):
