@@ -257,6 +257,7 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
 @pytest.mark.parametrize("hf_id, entry, precision", [
     ("Qwen/Qwen3.5-397B-A17B-FP8", "qwen3.5-397b-a17b", "fp8-block"),
     ("nvidia/Qwen3.5-397B-A17B-NVFP4", "qwen3.5-397b-a17b", "nvfp4"),
+    ("amd/Qwen3.5-397B-A17B-MXFP4", "qwen3.5-397b-a17b", "mxfp4-w4a4"),  # AMD Quark: weights and activations
     ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "qwen3-coder-480b-a35b", "fp8-block"),
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", "nemotron-3-nano-30b-a3b", "nvfp4"),
     ("Qwen/Qwen3-VL-8B", "qwen3-vl-8b", None),  # -Instruct left off
