@@ -328,6 +328,8 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         if output is None and ttft_only:
             output = 1  # a single request's TTFT: its prompt is all that is timed
         run_lengths = lengths_run(measured)
+        if run_lengths is None and prompt and output:
+            run_lengths = inferencex_lengths(raw, prompt, output)
         if run_lengths is not None:  # what the run drew (random lengths below the requested, or a dataset's)
             lengths_vary = not all(asked and abs(ran / asked - 1) <= LENGTHS_AS_ASKED
                                    for ran, asked in zip(run_lengths, (prompt, output)))
@@ -387,6 +389,24 @@ def lengths_run(measured: dict[str, str]) -> tuple[float, float] | None:
         return None
     inputs, generated, completed = (number(measured[k]) for k in RUN_TOTALS)
     return (inputs / completed, generated / completed) if completed else None
+
+
+# InferenceX's harness (the protocol's InferenceX-lengths amendment): its benchmark_serving.py draws each prompt and
+# output length uniformly over the integers [int(R L), L], R its --random-range-ratio, 0.8 in its CI workflow
+INFERENCEX_SOURCE = re.compile(r"SemiAnalysisAI/InferenceX", re.IGNORECASE)
+INFERENCEX_HARNESS = re.compile(r"InferenceX", re.IGNORECASE)
+INFERENCEX_RANGE_RATIO = 0.8
+STATED_RANGE_RATIO = re.compile(r"range[ _-]ratio[ =]+(0?\.\d+|1(?:\.0+)?)\b", re.IGNORECASE)
+
+
+def inferencex_lengths(raw: dict[str, Any], prompt: float, output: float) -> tuple[float, float] | None:
+    """(mean prompt, mean output tokens) InferenceX's harness drew for a row it ran; None for another harness."""
+    stated = " ".join(str(raw.get(k) or "") for k in ("dataset", "bench_type"))
+    if not (INFERENCEX_SOURCE.search(raw["source"]) or INFERENCEX_HARNESS.search(stated)):
+        return None
+    ratios = STATED_RANGE_RATIO.findall(f"{stated} {raw.get('notes') or ''}")
+    ratio = float(ratios[0]) if ratios else INFERENCEX_RANGE_RATIO
+    return tuple((math.floor(ratio * length) + length) / 2 for length in (prompt, output))  # type: ignore[return-value]
 
 
 # SGLang's and vLLM's flags capping the requests the engine runs at once, as a server command writes them

@@ -93,3 +93,22 @@ def test_a_time_boxed_decode_sweep_is_a_decode_window(catalog):
     assert bench.predict(catalog, replace(row, form="closed loop"), arch).tpot_s > window.tpot_s
     single = bench.normalise("t:1", {**raw, "concurrency": 1}, catalog)
     assert single.form == "single stream"
+
+
+def test_an_inferencex_row_runs_at_its_harness_lengths(catalog):
+    """InferenceX's benchmark_serving.py draws each length uniformly over [int(0.8 L), L] (the protocol's InferenceX-
+    lengths amendment): a row it ran is timed at those means, its lengths varying; a stated ratio wins, and printed
+    totals and other harnesses keep what they say."""
+    raw = {"source": "github.com/SemiAnalysisAI/InferenceX-app @ abc: blog, row Conc 16", "engine": "vLLM",
+           "engine_version": "0.21.0", "model": "Qwen/Qwen3-8B", "precision": "bf16", "kv_cache_dtype": "auto",
+           "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1, "isl": 8192, "osl": 1024, "concurrency": 16,
+           "dataset": "random 8192/1024 (InferenceX harness)", "measured": {"TPOT (ms)": "20"}}
+    row = bench.normalise("t:0", raw, catalog)
+    assert (row.prompt_tokens, row.output_tokens, row.lengths_vary) == (7372, 922, True)  # (6553 + 8192) / 2
+    stated = bench.normalise("t:1", {**raw, "dataset": "random, --random-range-ratio 0.5"}, catalog)
+    assert (stated.prompt_tokens, stated.output_tokens) == (6144, 768)
+    other = bench.normalise("t:2", {**raw, "source": "a vendor blog", "dataset": "random 8192/1024"}, catalog)
+    assert (other.prompt_tokens, other.output_tokens, other.lengths_vary) == (8192, 1024, False)
+    totals = {"Total input tokens": "80000", "Total generated tokens": "10000", "Successful requests": "10"}
+    printed = bench.normalise("t:3", {**raw, "measured": {**raw["measured"], **totals}}, catalog)
+    assert (printed.prompt_tokens, printed.output_tokens) == (8000, 1000)
