@@ -137,8 +137,8 @@ def main() -> None:
 
     print("(CDNA4's bf16 GEMM rates are not used: half of its M <= 8 rows over 256 MB read faster than HBM, so those rows"
           " were not cold; bench/SPEED_PROTOCOL.md, the AITER amendment's correction)")
-    print("\n# Fused MoE (random routing): launch + max(touched bytes / (bandwidth x read), FLOPs / (peak x eff))"
-          " + column_ps per output column of a touched expert")
+    print("\n# Fused MoE (random routing): launch + max(touched bytes / (bandwidth x read), FLOPs / (peak x eff)"
+          " + column_ps per output column of a touched expert)")
     print(f"{'generation':10s} {'format':9s} {'rows':>5s} {'launch_us':>9s} {'read':>6s} {'eff_max':>7s} "
           f"{'x_half':>7s} {'column_ps':>9s}  err T<=16 / T>=1024  ceiling")
     for name, gpu, own, bpw, peak in per_generation(moes, gpus, min_rows=5):

@@ -266,14 +266,15 @@ def moe_tables(gpu: Gpu, tables: Tables, engine: str, dtype: str):
 
 def moe_model(p, tokens, hidden, inter, experts, topk, bpw, gpu: Gpu, peak: float, balanced=True):
     """`inter`: one expert's intermediate size on the rank (inter / moe_tp). Every touched expert's two GEMMs pay
-    `column_ps` per output column (2 inter of gate-up, hidden of down): their tiles' fixed prologue and epilogue."""
+    `column_ps` per output column (2 inter of gate-up, hidden of down): their tiles' fixed prologue and epilogue, SM
+    time that runs while the weights stream in (bench/SPEED_PROTOCOL.md, the amendment on the tiles' overlap)."""
     launch, read, emax, half, column_ps = p
     distinct = moe_distinct(tokens, topk, experts, balanced)
     expert_bytes = 3 * hidden * inter * bpw
     flops = tokens * topk * 3 * 2 * hidden * inter
     eff = saturating("hyperbolic", tokens * topk / distinct, emax, half)
     tiles = distinct * (2 * inter + hidden) * column_ps * 1e-12
-    return launch + np.maximum(distinct * expert_bytes / (gpu.bw * read), flops / (peak * eff)) + tiles
+    return launch + np.maximum(distinct * expert_bytes / (gpu.bw * read), flops / (peak * eff) + tiles)
 
 
 def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:

@@ -15,8 +15,9 @@ sequences plus p prompt tokens):
   fused MoE     per MoE layer: the weights of the distinct experts the step's tokens route to, E (1 - (1 -
                 k/E)^T) on average when routing is uniform (what the routers' load-balancing losses aim
                 for), at moe_read_eff; its compute 2 W_expert_params x (T k + D m_half) / (R x
-                compute_eff_max) (compute_eff at T k / D rows per expert); plus column_ps per output column of
-                each touched expert's GEMMs on the rank (their tiles' fixed cost); nothing per expert merely held
+                compute_eff_max) (compute_eff at T k / D rows per expert) plus column_ps per output column of
+                each touched expert's GEMMs on the rank (their tiles' fixed cost, SM time that runs while the
+                weights stream in), the larger of that and the read; nothing per expert merely held
   attention     decode: the KV the d sequences hold (planner.estimator.memory), read once, paged caches at
                 kv_read_eff, MLA latent caches at latent_read_eff, or its FLOPs if more; prefill: causal
                 FLOPs 2 x heads x (d_k + d_v) per attended position (PaLM, Chowdhery et al. 2022, app. B) at
@@ -103,7 +104,8 @@ class KernelRates:
 class MoeRates(KernelRates):
     """The fused MoE kernel: a GEMM's rates, plus `column_ps` for every output column of each touched expert's
     GEMMs as the rank holds them (a grouped GEMM cuts each expert's output into tiles that each pay a fixed
-    prologue and epilogue; bench/SPEED_PROTOCOL.md, the amendment on expert slices)."""
+    prologue and epilogue, on the compute side of the kernel's read-or-compute bound; bench/SPEED_PROTOCOL.md, the
+    amendments on expert slices and on the tiles' overlap)."""
 
     column_ps: float = bounded(ge=0)
 
@@ -1088,10 +1090,12 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
         read_s = touched * cost.expert_read_s
         # compute_eff at rows / touched rows per expert: the routed rows plus touched x half_m
         expert_c = cost.expert_row_s * (rows + touched * cost.expert_half_m)
-        tiles_s = touched * cost.expert_tiles_s  # the SMs' fixed time on each touched expert's output tiles
-        moe_s = (read_s if read_s >= expert_c else expert_c) + tiles_s
+        # the SMs' fixed time on each touched expert's output tiles, run while the weights stream in
+        # (bench/SPEED_PROTOCOL.md, the amendment on the tiles' overlap)
+        sm_s = expert_c + touched * cost.expert_tiles_s
+        moe_s = read_s if read_s >= sm_s else sm_s
         memory_s += read_s
-        compute_s += expert_c + tiles_s
+        compute_s += sm_s
         weight_bytes += round(touched * cost.expert_bytes)
     kv_s = (kv_bytes - latent_bytes) / cost.kv_bytes_per_s + latent_bytes / cost.latent_bytes_per_s if latent_bytes \
         else kv_bytes / cost.kv_bytes_per_s
