@@ -187,6 +187,9 @@ class Measurement:
     prefix_cache: bool = True  # off where the row's server command disables it (SGLang --disable-radix-cache)
     # the run's lengths scattered around its means (its totals differ from the requested lengths, or none were asked)
     lengths_vary: bool = False
+    # the step budget and memory share the row's server command states (the protocol's budget amendment): EngineSettings
+    # fields -> values; empty: the engine's defaults
+    settings: tuple[tuple[str, float], ...] = ()
 
 
 class Skip(Exception):
@@ -375,6 +378,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
         release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
+        settings=stated_settings(engine, raw.get("notes")),
     )
 
 
@@ -415,6 +419,26 @@ RUNNING_CAP_FLAG = re.compile(r"--(?:max-running-requests|max-num-seqs)[ =](\d+)
 
 # the flags that turn an engine's prefix cache off, as a server command writes them
 PREFIX_CACHE_OFF_FLAG = re.compile(r"--disable-radix-cache\b|--no-enable-prefix-caching\b")
+
+
+# each engine's flags for its step budget and memory share, as a server command writes them -> EngineSettings fields
+SETTING_FLAGS = {
+    "vllm": {"max_num_batched_tokens": "--max-num-batched-tokens", "gpu_memory_utilization": "--gpu-memory-utilization"},
+    "sglang": {"max_num_batched_tokens": "--chunked-prefill-size", "mem_fraction_static": "--mem-fraction-static"},
+}
+
+
+def stated_settings(engine: str, notes: Any) -> tuple[tuple[str, float], ...]:
+    """The step budget and memory share a row's server command states, each where it states one value (a recipe's
+    per-concurrency branches that state two are not read)."""
+    text = str(notes or "")
+    found = []
+    for field, flag in SETTING_FLAGS.get(engine, {}).items():
+        values = {float(v) for v in re.findall(re.escape(flag) + r"[ =](\d+(?:\.\d+)?)(?![\d.])", text)}
+        if len(values) == 1:
+            value = values.pop()
+            found.append((field, int(value) if field == "max_num_batched_tokens" else value))
+    return tuple(found)
 
 
 def stated_running_cap(notes: Any) -> int | None:
@@ -482,7 +506,8 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     card = catalog.gpus.get(m.gpu)
     request = Request(context=m.prompt_tokens + m.output_tokens, batch=1, tp=m.tp, pp=m.pp, precision=m.precision,
                       kv_dtype=m.kv_dtype)
-    budget = engine_budget(arch, request, EngineSettings(m.engine), GpuTarget.from_catalog(card), catalog)
+    settings = EngineSettings(m.engine, **dict(m.settings))  # type: ignore[arg-type]
+    budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(card), catalog)
     if not budget.fits:
         raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
     loop = closed_loop(step_timer, Scheduler.of(budget, max_seqs_cap=m.max_running), shape, m.batch, m.lengths_vary)

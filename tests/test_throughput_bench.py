@@ -112,3 +112,22 @@ def test_an_inferencex_row_runs_at_its_harness_lengths(catalog):
     totals = {"Total input tokens": "80000", "Total generated tokens": "10000", "Successful requests": "10"}
     printed = bench.normalise("t:3", {**raw, "measured": {**raw["measured"], **totals}}, catalog)
     assert (printed.prompt_tokens, printed.output_tokens) == (8000, 1000)
+
+
+def test_a_rows_stated_step_budget_and_memory_share_size_its_closed_loop(catalog):
+    """The server flags a row's notes state for the step budget and the memory share reach the engine's memory budget
+    (the protocol's budget amendment): the engine's own flags, each where it states one value."""
+    raw = {"source": "test", "engine": "vLLM", "engine_version": "0.21.0", "model": "Qwen/Qwen3-8B", "precision": "bf16",
+           "kv_cache_dtype": "auto", "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1, "isl": 8192, "osl": 1024,
+           "concurrency": 32, "measured": {"TPOT (ms)": "20"},
+           "notes": "vllm serve ... --max-num-batched-tokens 2048 --gpu-memory-utilization 0.8 --chunked-prefill-size 4096"}
+    row = bench.normalise("t:0", raw, catalog)
+    assert dict(row.settings) == {"max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.8}
+    sglang = bench.normalise("t:1", {**raw, "engine": "SGLang", "engine_version": "0.5.12",
+                                     "notes": "--chunked-prefill-size 16384 (c < 16) or --chunked-prefill-size 8192; "
+                                              "--mem-fraction-static 0.85"}, catalog)
+    assert dict(sglang.settings) == {"mem_fraction_static": 0.85}  # two budgets stated: neither is read
+    default = replace(row, settings=())
+    arch = bench.architecture(catalog, row)
+    # a 2,048-token budget cuts each 8K prompt into four steps' chunks, where the default takes it in one
+    assert bench.predict(catalog, row, arch).tpot_s != bench.predict(catalog, default, arch).tpot_s
