@@ -62,13 +62,13 @@ ENGINES = ("vllm", "sglang", "trtllm")
 # design); NVIDIA RTX Blackwell whitepaper (GB202: 128 MB); NVIDIA Ada whitepaper (AD102: 96 MB, the L40S's die).
 L2_MB = {"a100_sxm": 40, "h100_sxm": 50, "h200_sxm": 50, "b200_sxm": 126, "b300_sxm": 126, "gb200": 126, "gb300": 126,
          "rtx_pro_6000_server": 128, "l40s": 96, "l4": 48}
-# Fused-MoE kernels an engine chooses between by model family, quantization, GPU and version (catalogs/
-# performance.yaml engines[].moe_kernel_rules): the tables' kernel_source -> the name the rules use.
 # MoE shapes whose aiconfigurator cases route the balanced logits through a group-limited top-k (DeepSeek-V3: 8 groups
 # of 32, the best 4 kept; collector/cases/models/DeepseekV3ForCausalLM_cases.yaml): every token lands in the same 4
 # tied groups, so the rows touch about 4 min(T, 32) + 4 experts, not the min(E, T k) the fit counts (bench/
 # SPEED_PROTOCOL.md, the amendment on MoE rows not routed as the fit assumes). (hidden, expert width, experts, top-k)
 GROUP_ROUTED_SHAPES = {(7168, 2048, 256, 8)}
+# Fused-MoE kernels an engine chooses between by model family, quantization, GPU and version (catalogs/
+# performance.yaml engines[].moe_kernel_rules): the tables' kernel_source -> the name the rules use.
 MOE_KERNEL_NAMES = {"sglang_fused_moe_triton": "triton", "sglang_flashinfer_trtllm_moe": "flashinfer_trtllm"}
 # w4a16_mxfp4: weight-only MXFP4 experts (4-bit values and one 8-bit scale per 32: 4.25 bits), computed in 16 bits
 BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5, "w4a16_mxfp4": 4.25 / 8}
