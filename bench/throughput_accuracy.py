@@ -190,6 +190,7 @@ class Measurement:
     # the step budget and memory share the row's server command states (the protocol's budget amendment): EngineSettings
     # fields -> values; empty: the engine's defaults
     settings: tuple[tuple[str, float], ...] = ()
+    recv_interval: int = 1  # SGLang's --scheduler-recv-interval as the row's server command states it (the protocol)
 
 
 class Skip(Exception):
@@ -378,7 +379,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
         release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
-        settings=stated_settings(engine, raw.get("notes")),
+        settings=stated_settings(engine, raw.get("notes")), recv_interval=stated_recv_interval(engine, raw.get("notes")),
     )
 
 
@@ -439,6 +440,17 @@ def stated_settings(engine: str, notes: Any) -> tuple[tuple[str, float], ...]:
             value = values.pop()
             found.append((field, int(value) if field == "max_num_batched_tokens" else value))
     return tuple(found)
+
+
+# SGLang's decode steps between polls for new requests, as a server command writes it (the protocol's receive-interval
+# amendment)
+RECV_INTERVAL_FLAG = re.compile(r"--scheduler-recv-interval[ =](\d+)\b")
+
+
+def stated_recv_interval(engine: str, notes: Any) -> int:
+    """The interval an SGLang row's server command states, where it states one value; 1 (every loop) otherwise."""
+    values = {int(v) for v in RECV_INTERVAL_FLAG.findall(str(notes or ""))}
+    return values.pop() if engine == "sglang" and len(values) == 1 else 1
 
 
 def stated_running_cap(notes: Any) -> int | None:
@@ -510,7 +522,8 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(card), catalog)
     if not budget.fits:
         raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
-    loop = closed_loop(step_timer, Scheduler.of(budget, max_seqs_cap=m.max_running), shape, m.batch, m.lengths_vary)
+    loop = closed_loop(step_timer, Scheduler.of(budget, max_seqs_cap=m.max_running), shape, m.batch, m.lengths_vary,
+                       m.recv_interval)
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
                    requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
 

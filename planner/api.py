@@ -253,11 +253,13 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
          concurrency: int | None = None, calibration: Calibration | None = None,
          speculation: Speculation | None = None,
          catalog: Catalog | None = None, performance: PerformanceCatalog | None = None,
-         engine_version: str | None = None, varying_lengths: bool = False) -> PerfResult:
+         engine_version: str | None = None, varying_lengths: bool = False,
+         scheduler_recv_interval: int = 1) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop; with
-    `varying_lengths`, requests whose lengths scatter around the means, finishing at scattered steps); `ep`:
+    `varying_lengths`, requests whose lengths scatter around the means, finishing at scattered steps, and SGLang's
+    `scheduler_recv_interval`, the decode steps between its polls for them); `ep`:
     the routed experts dealt over that many of the tp GPUs; `dp`: data-parallel attention groups among them, each
     attending to its own requests from its own pool (the requests dealt evenly over the groups); `speculation`: every
     decode step a speculative cycle of the checkpoint's MTP module (planner.estimator.speculative); with
@@ -277,6 +279,9 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     if varying_lengths and concurrency is None:
         raise PlannerInputError("--varying-lengths: only with --concurrency (the closed loop's clients)")
+    if scheduler_recv_interval != 1 and not (varying_lengths and engine == "sglang"):
+        raise PlannerInputError("--scheduler-recv-interval: SGLang's polling for new requests, timed in a closed loop "
+                                "whose lengths vary; add --engine sglang --concurrency C --varying-lengths, or drop it")
     if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
         raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
                                 "--concurrency and --pp (a fleet scenario sizes MTP replicas under traffic; perf's "
@@ -309,7 +314,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     if concurrency is not None:
         from planner.estimator.closed_loop import closed_loop
 
-        closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency, varying_lengths)
+        closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency, varying_lengths,
+                             scheduler_recv_interval)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
                       closed, finite, replica.calibrated, replica.ep, speculation, cycle, replica.dp)
 

@@ -546,6 +546,9 @@ def perf_command(
                                    "scatter around --prompt-tokens / --output-tokens (random lengths, real traffic), "
                                    "so they finish at scattered steps; SGLang then runs each batch of arrivals as a "
                                    "prefill pass of its own."),
+    scheduler_recv_interval: int = Option(1, "--scheduler-recv-interval", help="With --engine sglang --concurrency "
+                                          "--varying-lengths: SGLang's --scheduler-recv-interval, the decode steps "
+                                          "between its polls for new requests (their arrivals are prefilled together)."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
     speculative: Optional[str] = Option(None, "--speculative", help="Speculative decoding: mtp (the checkpoint's own "
@@ -561,7 +564,7 @@ def perf_command(
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
                       concurrency=concurrency, calibration=_calibration(calibration), engine_version=engine_version,
                       speculation=_speculation(speculative, speculative_tokens, acceptance_length),
-                      varying_lengths=varying_lengths)
+                      varying_lengths=varying_lengths, scheduler_recv_interval=scheduler_recv_interval)
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))

@@ -7,6 +7,7 @@ from math import floor, ceil, inf
 
 import pytest
 
+from planner.errors import PlannerInputError
 from planner.estimator.benchmark import BenchmarkRun, measure, run_benchmark
 from planner.estimator.closed_loop import closed_loop
 from planner.estimator.performance import Workload
@@ -246,6 +247,30 @@ def test_sglang_runs_each_batch_of_scattered_arrivals_as_a_prefill_pass_of_its_o
     assert not engine("sglang").mixes_prefill and engine("vllm").mixes_prefill and engine("trtllm").mixes_prefill
 
 
+def test_sglang_polling_every_few_decode_steps_prefills_their_arrivals_together():
+    """With --scheduler-recv-interval I SGLang polls for new requests once every I decode steps
+    (sglang/srt/managers/scheduler_recv_skipper.py; bench/SPEED_PROTOCOL.md, the receive-interval amendment): a cycle's
+    (N - 1) / I polls each prefill a Poisson number of arrivals of mean R I / (N - 1), so fewer, larger prefill passes,
+    and a request waits (I - 1) / 2 decode steps for its poll."""
+    from dataclasses import replace as with_
+    from math import exp
+
+    timer, scheduler, _ = replica("qwen3-30b-a3b", "h100-sxm", context=2048)
+    sglang = with_(timer, mixes_prefill=False)
+    shape, clients = Workload(500, 500), 100
+    every = closed_loop(sglang, scheduler, shape, clients, lengths_vary=True)
+    assert closed_loop(sglang, scheduler, shape, clients, lengths_vary=True, recv_interval=1) == every
+    polled = closed_loop(sglang, scheduler, shape, clients, lengths_vary=True, recv_interval=10)
+    batches = 499 / 10 * (1 - exp(-100 * 10 / 499))
+    assert polled.prefill_steps == ceil(batches)
+    cycle = 499 * polled.decode_step_s + batches * polled.prefill_step_s
+    assert polled.requests_per_s == pytest.approx(100 / cycle)
+    assert polled.tpot_s < every.tpot_s and polled.prefill_step_s > every.prefill_step_s
+    assert polled.ttft_s == pytest.approx(4.5 * polled.decode_step_s + polled.prefill_step_s)
+    with pytest.raises(PlannerInputError, match="--scheduler-recv-interval"):
+        closed_loop(sglang, scheduler, shape, clients, lengths_vary=True, recv_interval=0)
+
+
 def test_a_step_with_prompts_on_sglang_is_their_pass_then_the_decode():
     """SGLang runs a prefill batch as a forward pass of its own, before the decode (bench/SPEED_PROTOCOL.md, the
     prompts-apart amendment): a step carrying both is the two passes, term by term; vLLM times one pass of both; a
@@ -382,3 +407,20 @@ def test_perf_takes_varying_lengths_for_its_closed_loop_only():
     assert scattered.output_tokens_per_s < fixed.output_tokens_per_s and scattered.tpot_s > fixed.tpot_s
     with pytest.raises(PlannerInputError, match=r"^--varying-lengths: only with --concurrency"):
         api.perf("qwen3-30b-a3b", gpu="h100-sxm", varying_lengths=True)
+
+
+def test_perf_takes_sglangs_receive_interval_for_a_varying_closed_loop_only(tmp_path):
+    """`planner perf --scheduler-recv-interval I` times SGLang's polling in the closed loop whose lengths vary, and is
+    refused (one line, exit 2) where it would change nothing."""
+    from planner import api
+
+    args = dict(gpu="h100-sxm", engine="sglang", concurrency=32, prompt_tokens=1000, output_tokens=1000)
+    every = api.perf("qwen3-30b-a3b", varying_lengths=True, **args).closed_loop
+    polled = api.perf("qwen3-30b-a3b", varying_lengths=True, scheduler_recv_interval=30, **args).closed_loop
+    assert polled.prefill_steps < every.prefill_steps and polled.ttft_s > every.ttft_s
+    with pytest.raises(PlannerInputError, match="--scheduler-recv-interval"):
+        api.perf("qwen3-30b-a3b", scheduler_recv_interval=30, **args)
+    refused = _cli("perf", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--engine", "vllm", "--concurrency", "8",
+                   "--varying-lengths", "--scheduler-recv-interval", "10", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("error: --scheduler-recv-interval")

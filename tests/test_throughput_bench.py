@@ -131,3 +131,19 @@ def test_a_rows_stated_step_budget_and_memory_share_size_its_closed_loop(catalog
     arch = bench.architecture(catalog, row)
     # a 2,048-token budget cuts each 8K prompt into four steps' chunks, where the default takes it in one
     assert bench.predict(catalog, row, arch).tpot_s != bench.predict(catalog, default, arch).tpot_s
+
+
+def test_an_sglang_rows_stated_receive_interval_reaches_its_closed_loop(catalog):
+    """SGLang's --scheduler-recv-interval, where a row's notes state one value, sets how often its closed loop polls for
+    new requests (the protocol's receive-interval amendment); other engines' rows and two values keep every loop."""
+    raw = {"source": "test", "engine": "SGLang", "engine_version": "0.5.12", "model": "Qwen/Qwen3-8B",
+           "precision": "bf16", "kv_cache_dtype": "auto", "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1,
+           "isl": 1024, "osl": 1024, "concurrency": 32, "measured": {"TPOT (ms)": "20"},
+           "dataset": "random 1024/1024 (InferenceX harness)", "notes": "... --scheduler-recv-interval 30 ..."}
+    row = bench.normalise("t:0", raw, catalog)
+    assert row.recv_interval == 30 and row.lengths_vary
+    assert bench.normalise("t:1", {**raw, "engine": "vLLM", "engine_version": "0.21.0"}, catalog).recv_interval == 1
+    both = {**raw, "notes": "--scheduler-recv-interval 10 below 16 clients, --scheduler-recv-interval 30 from 16"}
+    assert bench.normalise("t:2", both, catalog).recv_interval == 1
+    arch = bench.architecture(catalog, row)
+    assert bench.predict(catalog, row, arch).tpot_s < bench.predict(catalog, replace(row, recv_interval=1), arch).tpot_s

@@ -60,11 +60,14 @@ class ClosedLoop:
 
 
 def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, concurrency: int,
-                lengths_vary: bool = False) -> ClosedLoop:
+                lengths_vary: bool = False, recv_interval: int = 1) -> ClosedLoop:
     """The steady state of `concurrency` clients sending requests of `shape` back to back (the module docstring);
-    `lengths_vary`: the requests' lengths scatter around `shape`'s means, so they finish at scattered steps."""
+    `lengths_vary`: the requests' lengths scatter around `shape`'s means, so they finish at scattered steps;
+    `recv_interval`: SGLang's `--scheduler-recv-interval`, the decode steps between its polls for new requests."""
     if concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
+    if recv_interval < 1:
+        raise PlannerInputError(f"--scheduler-recv-interval: {recv_interval} must be at least 1 decode step")
     prompt, output = shape.prompt_tokens, shape.output_tokens
     if prompt + output > scheduler.max_model_len:
         raise PlannerInputError(f"--concurrency: a request of {prompt:,} + {output:,} tokens is longer than "
@@ -98,12 +101,17 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         return times.mean_step(running - prefilling, context, tokens, prompt)
 
     decode_s = times.mean_step(running, context, 0, prompt)
+    waited_s = 0.0
     if lengths_vary and not times.mixes_prefill and output > 1:
-        # scattered arrivals, each decode step that saw one followed by a prefill batch of its arrivals: alone, or
-        # under DP attention one shared pass in which the other groups decode (their requests gain a token in it)
+        # scattered arrivals, each poll for new requests that found one followed by a prefill batch of its arrivals:
+        # alone, or under DP attention one shared pass in which the other groups decode (their requests gain a token
+        # in it); SGLang polls every recv_interval decode steps (sglang/srt/managers/scheduler_recv_skipper.py), and a
+        # request waits half a poll's steps on average, in its TTFT (the batch stays R: the wait is short of a cycle)
         decode_steps = output - 1
-        arrivals = running / decode_steps
-        batches = decode_steps * (1 - exp(-arrivals))
+        polls = decode_steps / recv_interval
+        arrivals = running / polls
+        batches = polls * (1 - exp(-arrivals))
+        waited_s = (recv_interval - 1) / 2 * decode_s
         tokens = running * prompt / batches
         chunks = ceil(tokens / budget)
         shared = 0.0 if times.runs_prompts_apart else running * (1 - 1 / times.dp)
@@ -120,7 +128,7 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
     throughput = running / cycle_s
     e2e = concurrency / throughput
     queue = (concurrency - running) / throughput
-    ttft = queue + own_steps * prefill_s
+    ttft = queue + waited_s + own_steps * prefill_s
     # E2E - TTFT is the cycle less its own prefill: computed so, the queue's seconds do not round into it
     tpot = (cycle_s - own_steps * prefill_s) / (output - 1) if output > 1 else 0.0
     return ClosedLoop(
