@@ -429,28 +429,28 @@ SETTING_FLAGS = {
 }
 
 
+def stated_value(flag: str, notes: Any) -> float | None:
+    """The number a row's server command gives `flag`, where it states one (a recipe's per-concurrency branches that
+    state two are not read)."""
+    values = {float(v) for v in re.findall(re.escape(flag) + r"[ =](\d+(?:\.\d+)?)(?![\d.])", str(notes or ""))}
+    return values.pop() if len(values) == 1 else None
+
+
 def stated_settings(engine: str, notes: Any) -> tuple[tuple[str, float], ...]:
-    """The step budget and memory share a row's server command states, each where it states one value (a recipe's
-    per-concurrency branches that state two are not read)."""
-    text = str(notes or "")
+    """The step budget and memory share a row's server command states."""
     found = []
     for field, flag in SETTING_FLAGS.get(engine, {}).items():
-        values = {float(v) for v in re.findall(re.escape(flag) + r"[ =](\d+(?:\.\d+)?)(?![\d.])", text)}
-        if len(values) == 1:
-            value = values.pop()
+        value = stated_value(flag, notes)
+        if value is not None:
             found.append((field, int(value) if field == "max_num_batched_tokens" else value))
     return tuple(found)
 
 
-# SGLang's decode steps between polls for new requests, as a server command writes it (the protocol's receive-interval
-# amendment)
-RECV_INTERVAL_FLAG = re.compile(r"--scheduler-recv-interval[ =](\d+)\b")
-
-
 def stated_recv_interval(engine: str, notes: Any) -> int:
-    """The interval an SGLang row's server command states, where it states one value; 1 (every loop) otherwise."""
-    values = {int(v) for v in RECV_INTERVAL_FLAG.findall(str(notes or ""))}
-    return values.pop() if engine == "sglang" and len(values) == 1 else 1
+    """SGLang's decode steps between polls for new requests as the row's server command states them (the protocol's
+    receive-interval amendment); 1 (every loop) otherwise."""
+    value = stated_value("--scheduler-recv-interval", notes) if engine == "sglang" else None
+    return int(value) if value else 1
 
 
 def stated_running_cap(notes: Any) -> int | None:
