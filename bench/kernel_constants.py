@@ -72,9 +72,24 @@ GROUP_ROUTED_SHAPES = {(7168, 2048, 256, 8)}
 MOE_KERNEL_NAMES = {"sglang_fused_moe_triton": "triton", "sglang_flashinfer_trtllm_moe": "flashinfer_trtllm"}
 # w4a16_mxfp4: weight-only MXFP4 experts (4-bit values and one 8-bit scale per 32: 4.25 bits), computed in 16 bits
 BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5, "w4a16_mxfp4": 4.25 / 8}
-CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "bf16"}
+CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "bf16",
+                "int4_wo": "bf16"}
 AIC_PEAK = {"bfloat16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops", "nvfp4": "fp4_tc_flops",
-            "w4a16_mxfp4": "bfloat16_tc_flops"}
+            "w4a16_mxfp4": "bfloat16_tc_flops", "int4_wo": "bfloat16_tc_flops"}
+# int4_wo: group-quantized integer 4-bit experts (Marlin's int4 path; FlashInfer's TRT-LLM MoE on SGLang 10.x), computed
+# in 16 bits, a 16-bit scale per group. Fused-MoE tables only (bench/SPEED_PROTOCOL.md, the amendment on integer
+# experts' own tables). The collectors time each case's own group size from vLLM 0.24.0 (collector d5bad971c) and
+# SGLang 0.5.14 (e23be5a79): the Kimi-K2.5 cases' 32 (collector/cases/models/KimiK25ForConditionalGeneration_cases.yaml);
+# before, their default 128 (collector/sglang/collect_moe.py `group_size = 128` at 507f0fb07).
+INT4_GROUPED_SINCE = {"vllm": Version("0.24.0"), "sglang": Version("0.5.14")}
+
+
+def moe_bytes_per_weight(dtype: str, engine: str, version: str) -> float:
+    if dtype != "int4_wo":
+        return BYTES_PER_WEIGHT[dtype]
+    since = INT4_GROUPED_SINCE.get(engine)
+    group = 32 if since is not None and version_key(version) >= (1, since) else 128
+    return (4 + 16 / group) / 8
 MAX_FIT_ROWS = 20000
 
 
@@ -281,10 +296,11 @@ def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
     """Fit launch_s / moe_read_eff / compute_eff(tokens per expert) / column_ps per kernel; test a cost per expert
     held; report t(4 tokens) / t(1 token) for real shapes (primary kernels)."""
     fits, ratios = [], []
-    for dtype, bpw in BYTES_PER_WEIGHT.items():
+    for dtype in (*BYTES_PER_WEIGHT, "int4_wo"):
         if not np.isfinite(gpu.peak(dtype)):
             continue
         for path, df, name, primary in moe_tables(gpu, tables, engine, dtype):
+            bpw = moe_bytes_per_weight(dtype, engine, Path(path).parent.name)
             fit, p = moe_fit(gpu, df, bpw, gpu.peak(dtype))
             if fit is None:
                 continue
@@ -562,7 +578,8 @@ def generation_summary(title: str, rows: list[dict], gpus: dict, by: list[str], 
 
 
 # catalogs/performance.yaml's kernel formats and the tables' dtypes; the read ceilings every read is capped at
-CATALOG_FORMAT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "fp4", "w4a16_mxfp4": "w4a16"}
+CATALOG_FORMAT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "fp4", "w4a16_mxfp4": "w4a16",
+                  "int4_wo": "w4a16-int4"}
 KV_BITS = {"bfloat16": 16, "fp8": 8}
 # (cdna3: BabelStream HIP on MI300X, catalogs/performance.yaml's read_ceiling_source; cdna4 has no streaming
 # measurement and borrows it: bench/aiter_constants.py)
@@ -598,11 +615,12 @@ def _moe_entries(moe_rows: list[dict], gpus: dict) -> dict:
         entry = out.setdefault((generation, engine), {"kernel": None, "moe": {}, "alternatives": {}})
         main = rows[rows.primary].name.mode().iloc[0]
         entry["moe"][dtype] = rows[rows.name == main][values].median()
-        entry.setdefault("mains", set()).add(main)
+        if dtype != "int4_wo":  # its runner is fixed by compute capability, no rule chooses it (SPEED_PROTOCOL)
+            entry.setdefault("mains", set()).add(main)
         for other, alt in rows[(rows.name != main) & rows.name.isin(MOE_KERNEL_NAMES.values())].groupby("name"):
             entry["alternatives"].setdefault(other, {})[dtype] = alt[values].median()
     for entry in out.values():
-        mains = entry.pop("mains")
+        mains = entry.pop("mains", set())
         named = next(iter(mains)) if len(mains) == 1 else None
         entry["kernel"] = named if named in MOE_KERNEL_NAMES.values() else None
     return out

@@ -716,13 +716,13 @@ def test_a_moe_kernel_rule_must_name_a_measured_kernel(tmp_path):
         load_performance_catalog(str(tmp_path / "catalogs"))
 
 
-def assert_w4a16_experts(catalog, generation, gpu, model, precision, tp):
-    """Each engine's experts of `model` in `precision` are timed at the generation's w4a16 MoE rates (4-bit weights
-    read, 16-bit compute); returns (engine, hardware) for further checks."""
+def assert_w4a16_experts(catalog, generation, gpu, model, precision, tp, kernel_format="w4a16"):
+    """Each engine's experts of `model` in `precision` are timed at the generation's `kernel_format` MoE rates (a
+    weight-only one: 4-bit weights read, 16-bit compute); returns (engine, hardware) for further checks."""
     out = []
     for engine in ("vllm", "sglang"):
         hw = replica_timer(model, precision, "auto", gpu, tp, 1, catalog, engine).hw
-        w4a16 = generation.moe_rates("w4a16", engine)
+        w4a16 = generation.moe_rates(kernel_format, engine)
         assert hw.moe.bytes_per_s == pytest.approx(gpu.memory_bandwidth_gbps * GB * w4a16.read_efficiency)
         assert hw.moe_column_s == pytest.approx(w4a16.column_ps * 1e-12)
         assert hw.moe.flops_per_s == pytest.approx(gpu.dense_tflops["bf16"] * 1e12 * w4a16.compute_efficiency)
@@ -770,24 +770,40 @@ def test_a_generation_without_a_w4a16_table_borrows_the_default_generations(cata
 
 def test_integer_4bit_experts_take_the_weight_only_moe_kernel_and_their_dense_layers_stay_16_bit(catalog, perf):
     """Kimi-K2.5's native int4 experts (compressed-tensors W4A16, group 32) run on Marlin's weight-only MoE kernel in
-    both engines: the w4a16 MoE rates, as MXFP4 experts without FP4 tensor cores; its dense GEMMs (attention and the
-    shared expert, kept 16-bit by the checkpoint) keep the 16-bit rates; every int4 precision is weight-only."""
+    both engines: the w4a16-int4 MoE rates (aiconfigurator's int4_wo tables), not the MXFP4 experts' w4a16; its dense
+    GEMMs (attention and the shared expert, kept 16-bit by the checkpoint) keep the 16-bit rates; every int4
+    precision is weight-only, with w4a16 its nearest measured kernel."""
     gpu = catalog.gpus.get("h200-sxm")
     hopper = perf.generation("hopper")
-    for engine, hw in assert_w4a16_experts(catalog, hopper, gpu, arch(catalog, "kimi-k2.5"), "int4-g32", 8):
+    for engine in ("vllm", "sglang"):
+        assert hopper.moe_rates("w4a16-int4", engine) != hopper.moe_rates("w4a16", engine)
+    for engine, hw in assert_w4a16_experts(catalog, hopper, gpu, arch(catalog, "kimi-k2.5"), "int4-g32", 8,
+                                           "w4a16-int4"):
         assert hw.moe.half_m != hopper.moe_rates("bf16", engine).half_m
         assert hw.wide.flops_per_s == pytest.approx(gpu.dense_tflops["bf16"] * 1e12 * hopper.gemm_rates("bf16", engine)
                                                     .compute_efficiency)
     for name in ("int4", "int4-g32", "awq", "gptq"):
         compute = perf.precision(name)
-        assert compute.weight_only_format == "w4a16" and compute.tensor_core_format is None
+        assert compute.weight_only_formats == ("w4a16-int4", "w4a16") and compute.tensor_core_format is None
+
+
+def test_integer_4bit_experts_fall_back_to_the_nearest_weight_only_kernel(catalog, perf):
+    """Where a generation has no int4 table its int4 experts take its own w4a16 (CDNA4's AITER table, fitted from its
+    int4 rows among others) before the default generation's w4a16-int4 (CDNA3, which has neither)."""
+    kimi = arch(catalog, "kimi-k2.5")
+    cdna4, default = perf.generation("cdna4"), perf.generation("default")
+    assert not cdna4.measures_moe("w4a16-int4") and cdna4.measures_moe("w4a16")
+    assert_w4a16_experts(catalog, cdna4, catalog.gpus.get("mi355x"), kimi, "int4-g32", 8)
+    cdna3 = perf.generation("cdna3")
+    assert not cdna3.measures_moe("w4a16-int4") and not cdna3.measures_moe("w4a16")
+    assert_w4a16_experts(catalog, default, catalog.gpus.get("mi300x"), kimi, "int4-g32", 8, "w4a16-int4")
 
 
 def test_compute_capability_12_blackwell_is_timed_on_its_own_kernel_tables(catalog, perf):
     """The RTX PRO 6000 and RTX 5090 (compute capability 12.0) are generation blackwell-sm120, fitted from the RTX
     PRO 6000's own kernel tables (bench/SPEED_PROTOCOL.md, the compute-capability-12.0 amendment): vLLM's weight-only
-    MoE there is Marlin's, not the B200's TensorRT-LLM MXFP4 kernel; the B200 keeps blackwell; its PCIe all-reduce
-    is the 12.0 entry's."""
+    MoE there is Marlin's, not the B200's TensorRT-LLM MXFP4 kernel (and its AWQ experts Marlin's int4 path); the
+    B200 keeps blackwell; its PCIe all-reduce is the 12.0 entry's."""
     for name in ("rtx-pro-6000", "rtx-pro-6000-ws", "rtx-5090"):
         assert catalog.gpus.get(name).generation == "blackwell-sm120"
     assert catalog.gpus.get("b200").generation == "blackwell"
@@ -795,7 +811,8 @@ def test_compute_capability_12_blackwell_is_timed_on_its_own_kernel_tables(catal
     assert sm120.name == "blackwell-sm120"
     own, b200 = sm120.moe_rates("w4a16", "vllm"), blackwell.moe_rates("w4a16", "vllm")
     assert own != b200 and own.read_efficiency > b200.read_efficiency
-    assert_w4a16_experts(catalog, sm120, catalog.gpus.get("rtx-pro-6000"), arch(catalog, "qwen3-30b-a3b"), "awq", 1)
+    assert_w4a16_experts(catalog, sm120, catalog.gpus.get("rtx-pro-6000"), arch(catalog, "qwen3-30b-a3b"), "awq", 1,
+                         "w4a16-int4")
     assert perf.interconnect("pcie", "blackwell-sm120", "vllm").generation == "blackwell-sm120"
     # its SGLang MoE table mixes kernels by format (Triton bf16, CUTLASS NVFP4, Marlin W4A16): it names none
     assert sm120.moe_kernel_timed("fp4", "sglang") is None and sm120.moe_kernel_timed("bf16", "sglang") is None

@@ -478,7 +478,14 @@ class PrecisionCompute:
     kernel_format: str | None = None  # the key of its kernels' measurements (GenerationEfficiency.gemm / moe)
     # the MoE kernel format of its weight-only path (4-bit weights read, 16-bit compute), where measured
     weight_only_format: str | None = None
+    # where no table measures weight_only_format: the nearest measured kernel of the same kind
+    weight_only_nearest: str | None = None
     source: str
+
+    @property
+    def weight_only_formats(self) -> tuple[str, ...]:
+        """The weight-only MoE formats to time its experts on, the kernel that runs them first."""
+        return tuple(f for f in (self.weight_only_format, self.weight_only_nearest) if f)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1524,10 +1531,11 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         # a measured generation whose tables lack it borrows the default generation's, as a GPU without tables does
         # (bench/SPEED_PROTOCOL.md, the borrowed weight-only amendment)
         default = performance.generation("default")
-        timed_by = next((g for g in (generation, default) if g.measures_moe(weight_only.weight_only_format, engine)),
-                        None)
+        timed_by, weight_only_format = next(
+            ((g, f) for g in (generation, default) for f in weight_only.weight_only_formats if g.measures_moe(f, engine)),
+            (None, None))
         if timed_by is not None:
-            expert_format = weight_only.weight_only_format
+            expert_format = weight_only_format
             if timed_by is generation:
                 moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked)
         else:
