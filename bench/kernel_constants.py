@@ -292,6 +292,20 @@ def moe_model(p, tokens, hidden, inter, experts, topk, bpw, gpu: Gpu, peak: floa
     return launch + np.maximum(distinct * expert_bytes / (gpu.bw * read), flops / (peak * eff) + tiles)
 
 
+# Fused-MoE kernels two engines call alike, measured in one engine's tables only: (engine measured, format, kernel
+# name) -> the engine that can be told to run it. FlashInfer's trtllm_mxint4_block_scale_moe runs group-32 int4
+# experts in SGLang (0.5.23 compressed_tensors_w4a4_mxint4_moe.py:45, :341) and in vLLM with
+# VLLM_USE_FLASHINFER_MOE_INT4=1 on 10.x (0.21.0 quantization/utils/flashinfer_mxint4_moe.py:24-31, :217-241)
+# (bench/SPEED_PROTOCOL.md, the amendment on the kernel a run states).
+SHARED_KERNELS = {("sglang", "int4_wo", "flashinfer_trtllm"): "vllm"}
+
+
+def shared_kernel_rows(moe_rows: list[dict]) -> list[dict]:
+    """The fits of SHARED_KERNELS' kernels again, as the other engine's alternative kernel."""
+    return [{**row, "engine": SHARED_KERNELS[key], "primary": False} for row in moe_rows
+            if (key := (row["engine"], row["dtype"], row["kernel_name"])) in SHARED_KERNELS]
+
+
 def moe(gpu: Gpu, tables: Tables, engine: str) -> tuple[list[dict], list[dict]]:
     """Fit launch_s / moe_read_eff / compute_eff(tokens per expert) / column_ps per kernel; test a cost per expert
     held; report t(4 tokens) / t(1 token) for real shapes (primary kernels)."""
@@ -743,6 +757,7 @@ def main() -> None:
             fits, ratios = moe(g, tables, e)
             moe_rows += fits
             ratio_rows += ratios
+    moe_rows += shared_kernel_rows(moe_rows)
     table("2. Fused MoE (balanced routing, ep=1, every moe_tp); compute_eff(x = tokens*k/D); column_ps per output "
           "column of a touched expert; err_sliced: rows at moe_tp >= 4; slope = us per expert held",
           moe_rows, ["gpu", "engine", "dtype", "kernel", "primary", "launch_us", "read_eff", "eff_max", "x_half", "column_ps",

@@ -191,6 +191,10 @@ class Measurement:
     # fields -> values; empty: the engine's defaults
     settings: tuple[tuple[str, float], ...] = ()
     recv_interval: int = 1  # SGLang's --scheduler-recv-interval as the row's server command states it (the protocol)
+    # the fused-MoE kernel the row's server was told to run, where the catalog measures it (the protocol's stated-kernel
+    # amendment); `unmeasured_kernel`: one it states that no table measures (timed on the release's pick)
+    moe_kernel: str | None = None
+    unmeasured_kernel: str | None = None
 
 
 class Skip(Exception):
@@ -380,6 +384,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
         settings=stated_settings(engine, raw.get("notes")), recv_interval=stated_recv_interval(engine, raw.get("notes")),
+        moe_kernel=stated_moe_kernel(engine, raw.get("notes"), first_match(raw["precision"], PRECISIONS, "precision")),
     )
 
 
@@ -446,6 +451,38 @@ def stated_settings(engine: str, notes: Any) -> tuple[tuple[str, float], ...]:
     return tuple(found)
 
 
+# vLLM's switch to FlashInfer's MxInt4 MoE for group-32 int4 experts (0.21.0 flashinfer_mxint4_moe.py:24-31 and
+# compressed_tensors_moe_wna16_marlin.py:79-83; it does nothing on GPUs other than compute capability 10.x, where the
+# catalog has no such table and the row keeps Marlin)
+VLLM_FLASHINFER_INT4 = re.compile(r"VLLM_USE_FLASHINFER_MOE_INT4=1\b")
+
+
+def stated_moe_kernel(engine: str, notes: Any, precision: str) -> str | None:
+    """The fused-MoE kernel a row's server command tells the engine to run (SGLang --moe-runner-backend, one name;
+    vLLM's VLLM_USE_FLASHINFER_MOE_INT4=1 for int4-g32 experts), the protocol's stated-kernel amendment."""
+    text = str(notes or "")
+    if engine == "sglang":
+        names = set(re.findall(r"--moe-runner-backend[ =]([a-z][a-z0-9_]*)", text))
+        return names.pop() if len(names) == 1 else None
+    if engine == "vllm" and precision == "int4-g32" and VLLM_FLASHINFER_INT4.search(text):
+        return "flashinfer_trtllm"
+    return None
+
+
+def with_measured_kernel(catalog: Catalog, m: Measurement, arch: Architecture) -> Measurement:
+    """The row as timed: a stated kernel no table measures for its engine, GPU generation and experts' format is
+    kept as `unmeasured_kernel` and the row timed on its release's pick."""
+    if m.moe_kernel is None:
+        return m
+    try:
+        timer(catalog, m, arch)
+    except PlannerInputError as refusal:
+        if not str(refusal).startswith("--moe-kernel"):
+            raise
+        return replace(m, moe_kernel=None, unmeasured_kernel=m.moe_kernel)
+    return m
+
+
 def stated_recv_interval(engine: str, notes: Any) -> int:
     """SGLang's decode steps between polls for new requests as the row's server command states them (the protocol's
     receive-interval amendment); 1 (every loop) otherwise."""
@@ -493,7 +530,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
 def timer(catalog: Catalog, m: Measurement, arch: Architecture,
           performance: PerformanceCatalog | None = None) -> ReplicaTimer:
     return replica_timer(arch, m.precision, m.kv_dtype, catalog.gpus.get(m.gpu), m.tp, m.pp, catalog, m.engine,
-                         performance, m.ep, m.dp, m.release, m.prefix_cache)
+                         performance, m.ep, m.dp, m.release, m.prefix_cache, m.moe_kernel)
 
 
 def predict(catalog: Catalog, m: Measurement, arch: Architecture,
@@ -505,7 +542,8 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     if m.speculation is not None:
         return api.perf(m.model, gpu=m.gpu, tp=m.tp, pp=m.pp, ep=m.ep, precision=m.precision, kv_dtype=m.kv_dtype,
                         engine=m.engine, batch=m.batch, prompt_tokens=m.prompt_tokens, output_tokens=m.output_tokens,
-                        speculation=m.speculation, catalog=catalog, performance=performance).performance
+                        speculation=m.speculation, catalog=catalog, performance=performance,
+                        moe_kernel=m.moe_kernel).performance
     shape = Workload(m.prompt_tokens, m.output_tokens)
     step_timer = timer(catalog, m, arch, performance)
     static = timer_performance(step_timer, m.batch, shape)
@@ -561,7 +599,8 @@ def load_measurements(catalog: Catalog) -> tuple[list[tuple[Measurement, Archite
         for index, raw in enumerate(rows):
             try:
                 m = as_checkpoint(catalog, normalise(f"{prefix}{index}", raw, catalog))
-                usable.append((m, architecture(catalog, m)))
+                arch = architecture(catalog, m)
+                usable.append((with_measured_kernel(catalog, m, arch), arch))
             except Skip as reason:
                 skipped[str(reason)] += 1
     return usable, skipped, total
@@ -648,6 +687,12 @@ def print_summary(comparisons: list[Comparison], usable: list[tuple[Measurement,
     print(f"\nrows read {total}: scored {len(comparisons)}, skipped {sum(skipped.values())}")
     for reason, count in skipped.most_common():
         print(f"  skipped {count:>3}: {reason}")
+    stated = Counter(m.moe_kernel for m, _ in usable if m.moe_kernel)
+    unmeasured = Counter(m.unmeasured_kernel for m, _ in usable if m.unmeasured_kernel)
+    print(f"  a stated MoE kernel timed on its table: {sum(stated.values())} rows "
+          f"({', '.join(f'{k} {n}' for k, n in stated.most_common()) or 'none'}); stated but measured by no table "
+          f"(timed on the release's pick): {sum(unmeasured.values())} "
+          f"({', '.join(f'{k} {n}' for k, n in unmeasured.most_common()) or 'none'})")
     by_class: dict[str, list[float]] = {}
     archs = {m.row: arch for m, arch in usable}
     for c in comparisons:

@@ -254,7 +254,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
          speculation: Speculation | None = None,
          catalog: Catalog | None = None, performance: PerformanceCatalog | None = None,
          engine_version: str | None = None, varying_lengths: bool = False,
-         scheduler_recv_interval: int = 1) -> PerfResult:
+         scheduler_recv_interval: int = 1, moe_kernel: str | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop; with
@@ -264,7 +264,9 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     attending to its own requests from its own pool (the requests dealt evenly over the groups); `speculation`: every
     decode step a speculative cycle of the checkpoint's MTP module (planner.estimator.speculative); with
     `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
-    `performance`: the speed model's constants to time it with (default catalogs/performance.yaml)."""
+    `performance`: the speed model's constants to time it with (default catalogs/performance.yaml); `moe_kernel`:
+    the fused-MoE kernel the engine was told to run (SGLang --moe-runner-backend, vLLM's VLLM_USE_FLASHINFER_MOE_INT4),
+    timed on its own table (None: the kernel the release picks)."""
     from planner.api_records import PerfResult
     from planner.estimator.performance import Workload, timer_performance
 
@@ -289,7 +291,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
                        calibration=calibration, performance=performance, ep=ep, dp=dp,
-                       engine_version=engine_version)
+                       engine_version=engine_version, moe_kernel=moe_kernel)
     shape = Workload(prompt_tokens, output_tokens)
     cycle = None
     if speculation is None:
@@ -330,7 +332,8 @@ def _speculative_timer(replica: Replica, precision: str, kv_dtype: str, spec: Sp
         if model is replica.arch:
             return replica.timer
         return replica_timer(model, precision, kv_dtype, replica.card, replica.tp, replica.pp, replica.catalog,
-                             replica.engine, performance, replica.ep, replica.dp, replica.release)
+                             replica.engine, performance, replica.ep, replica.dp, replica.release,
+                             moe_kernel=replica.moe_kernel)
 
     return served_timer(timer, replica.arch, spec)
 
@@ -591,7 +594,7 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
              engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
              performance: PerformanceCatalog | None = None, ep: int = 1, dp: int = 1,
-             engine_version: str | None = None) -> Replica:
+             engine_version: str | None = None, moe_kernel: str | None = None) -> Replica:
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
     of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget (the profile of
     `engine_version`, default the current release) gives it at max-model-len `context` (which must hold one request,
@@ -622,7 +625,8 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         refusal = parallel_refusal(arch, tp, pp, dp, ep)
         if refusal:
             raise PlannerInputError(refusal)
-    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep, dp, engine_version)
+    timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, name, performance, ep, dp, engine_version,
+                          moe_kernel=moe_kernel)
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, dp=dp)
@@ -631,7 +635,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
         scheduler = Scheduler.of(budget, dp=dp)  # every DP group's own pool
-    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp, engine_version)
+    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp, engine_version, moe_kernel)
 
 
 def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, rate: float | None = None,

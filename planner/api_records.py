@@ -129,6 +129,7 @@ class Replica:
     ep: int = 1  # expert-parallel ranks among the tp GPUs
     dp: int = 1  # data-parallel attention groups among the tp GPUs
     release: str | None = None  # the engine release asked for (None: its default), which picks its MoE kernel
+    moe_kernel: str | None = None  # the fused-MoE kernel the engine was told to run (None: the release's pick)
 
 
 @dataclass(frozen=True)

@@ -549,6 +549,10 @@ def perf_command(
     scheduler_recv_interval: int = Option(1, "--scheduler-recv-interval", help="With --engine sglang --concurrency "
                                           "--varying-lengths: SGLang's --scheduler-recv-interval, the decode steps "
                                           "between its polls for new requests (their arrivals are prefilled together)."),
+    moe_kernel: Optional[str] = Option(None, "--moe-kernel", help="The fused-MoE kernel the engine was told to run "
+                                       "(SGLang --moe-runner-backend triton / flashinfer_trtllm; vLLM's "
+                                       "VLLM_USE_FLASHINFER_MOE_INT4=1 is flashinfer_trtllm), timed on its own table; "
+                                       "default: the kernel the release picks."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
     speculative: Optional[str] = Option(None, "--speculative", help="Speculative decoding: mtp (the checkpoint's own "
@@ -564,7 +568,8 @@ def perf_command(
                       batch=batch, prompt_tokens=prompt_tokens, output_tokens=output_tokens, rate=rate,
                       concurrency=concurrency, calibration=_calibration(calibration), engine_version=engine_version,
                       speculation=_speculation(speculative, speculative_tokens, acceptance_length),
-                      varying_lengths=varying_lengths, scheduler_recv_interval=scheduler_recv_interval)
+                      varying_lengths=varying_lengths, scheduler_recv_interval=scheduler_recv_interval,
+                      moe_kernel=moe_kernel)
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))

@@ -110,6 +110,9 @@ def test_catalog_models_and_gpus_carry_the_contract_fields(tmp_path):
     (["estimate", "nowhere/config.json"], "no file"),
     (["estimate", "llama-3.1-8b", "--kv-dtype", "fp4"], "unknown kv-dtype 'fp4'"),
     (["estimate", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpu-memory", "80GB"], "give one of them"),
+    (["perf", "kimi-k2.5", "--gpu", "h200-sxm", "--tp", "8", "--precision", "int4-g32", "--moe-kernel",
+      "flashinfer_trtllm"], "--moe-kernel: no vllm table on hopper GPUs times 'flashinfer_trtllm'"),
+    (["perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--moe-kernel", "triton"], "the model has no routed experts"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     proc = run(*args, cwd=tmp_path)

@@ -799,6 +799,30 @@ def test_integer_4bit_experts_fall_back_to_the_nearest_weight_only_kernel(catalo
     assert_w4a16_experts(catalog, default, catalog.gpus.get("mi300x"), kimi, "int4-g32", 8, "w4a16-int4")
 
 
+def test_a_stated_moe_kernel_is_timed_on_its_own_table_or_refused(catalog, perf):
+    """vLLM told to run FlashInfer's MxInt4 MoE (VLLM_USE_FLASHINFER_MOE_INT4=1) times Kimi-K2.5's int4 experts on
+    B200 on that kernel's table (SGLang's of the same FlashInfer function), not Marlin's; a kernel no table of the
+    generation measures for the experts' format, or a model without experts, is refused naming --moe-kernel
+    (bench/SPEED_PROTOCOL.md, the amendment on the kernel a run states)."""
+    kimi, b200 = arch(catalog, "kimi-k2.5"), catalog.gpus.get("b200")
+    blackwell = perf.generation("blackwell")
+    stated = replica_timer(kimi, "int4-g32", "auto", b200, 8, 1, catalog, "vllm", moe_kernel="flashinfer_trtllm").hw
+    picked = replica_timer(kimi, "int4-g32", "auto", b200, 8, 1, catalog, "vllm").hw
+    flashinfer = blackwell.moe_rates("w4a16-int4", "vllm", "flashinfer_trtllm")
+    assert flashinfer == blackwell.moe_rates("w4a16-int4", "sglang", "flashinfer_trtllm")
+    assert flashinfer != blackwell.moe_rates("w4a16-int4", "vllm")
+    assert stated.moe_kernel == "flashinfer_trtllm" and picked.moe_kernel is None
+    assert stated.moe.flops_per_s == pytest.approx(b200.dense_tflops["bf16"] * 1e12 * flashinfer.compute_efficiency)
+    assert stated.moe_column_s == pytest.approx(flashinfer.column_ps * 1e-12) != picked.moe_column_s
+    with pytest.raises(PlannerInputError, match=r"--moe-kernel: no vllm table on hopper GPUs times 'flashinfer_trtllm'"):
+        replica_timer(kimi, "int4-g32", "auto", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "vllm",
+                      moe_kernel="flashinfer_trtllm")
+    with pytest.raises(PlannerInputError, match=r"or use flashinfer_trtllm"):
+        replica_timer(kimi, "int4-g32", "auto", b200, 8, 1, catalog, "sglang", moe_kernel="cutlass")
+    with pytest.raises(PlannerInputError, match="no routed experts"):
+        replica_timer(arch(catalog, "llama-3.1-8b"), "auto", "auto", b200, 1, 1, catalog, "vllm", moe_kernel="triton")
+
+
 def test_compute_capability_12_blackwell_is_timed_on_its_own_kernel_tables(catalog, perf):
     """The RTX PRO 6000 and RTX 5090 (compute capability 12.0) are generation blackwell-sm120, fitted from the RTX
     PRO 6000's own kernel tables (bench/SPEED_PROTOCOL.md, the compute-capability-12.0 amendment): vLLM's weight-only

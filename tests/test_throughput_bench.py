@@ -147,3 +147,29 @@ def test_an_sglang_rows_stated_receive_interval_reaches_its_closed_loop(catalog)
     assert bench.normalise("t:2", both, catalog).recv_interval == 1
     arch = bench.architecture(catalog, row)
     assert bench.predict(catalog, row, arch).tpot_s < bench.predict(catalog, replace(row, recv_interval=1), arch).tpot_s
+
+
+@pytest.mark.parametrize("engine, notes, precision, kernel", [
+    ("sglang", "python3 -m sglang.launch_server ... --moe-runner-backend flashinfer_trtllm --tp 8", "fp8", "flashinfer_trtllm"),
+    ("sglang", "--moe-runner-backend=triton", "bf16", "triton"),
+    ("sglang", "--moe-runner-backend triton; the other arm --moe-runner-backend flashinfer_trtllm", "bf16", None),
+    ("vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=1 (no --kv-cache-dtype)", "int4-g32", "flashinfer_trtllm"),
+    ("vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=1", "fp4", None),  # the switch is for group-32 int4 experts only
+    ("vllm", "--moe-runner-backend triton", "fp8", None),  # an SGLang flag in a vLLM row's prose
+    ("sglang", None, "fp8", None),
+])
+def test_the_stated_moe_kernel_is_read_from_the_server_command(engine, notes, precision, kernel):
+    assert bench.stated_moe_kernel(engine, notes, precision) == kernel
+
+
+def test_a_stated_kernel_no_table_measures_keeps_the_releases_pick(catalog):
+    """An SGLang row stating a kernel the catalog has no table of is timed on its release's pick and says so."""
+    row = bench.Measurement(row="t", engine="sglang", model="kimi-k2.5", precision="int4-g32", kv_dtype="auto",
+                            gpu="b200", tp=8, pp=1, ep=1, dp=1, batch=4, prompt_tokens=1000, output_tokens=1000,
+                            output_tokens_per_s=None, tpot_s=0.01, ttft_s=None, source="test", form="closed loop",
+                            moe_kernel="cutlass")
+    kimi = bench.architecture(catalog, row)
+    kept = bench.with_measured_kernel(catalog, row, kimi)
+    assert kept.moe_kernel is None and kept.unmeasured_kernel == "cutlass"
+    measured = replace(row, moe_kernel="flashinfer_trtllm")
+    assert bench.with_measured_kernel(catalog, measured, kimi) == measured

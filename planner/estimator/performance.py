@@ -1402,20 +1402,22 @@ def _passes(shape: Step | tuple[float, float, int, float, int]) -> tuple[Step, S
 
 def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, tp: int, pp: int, catalog: Catalog,
                   engine: str = "vllm", performance: PerformanceCatalog | None = None, ep: int = 1,
-                  dp: int = 1, release: str | None = None, prefix_cache: bool = True) -> ReplicaTimer:
+                  dp: int = 1, release: str | None = None, prefix_cache: bool = True,
+                  moe_kernel: str | None = None) -> ReplicaTimer:
     """The layout of one replica (tp x pp GPUs) resolved for timing its steps; `ep`: its routed experts dealt over
     that many of the tp ranks, the experts' outputs all-reduced as under TP (the engines' path without an
     all-to-all backend); `dp`: data-parallel attention groups among the tp ranks, each attending to its own
     requests at tp / dp-way TP (bench/SPEED_PROTOCOL.md); `release`: the engine's release (None: its default), which
     picks its fused-MoE kernel; `prefix_cache`: the engine's prefix (radix) cache on, its default (SGLang
-    runs some hybrid models without its overlap scheduler when it is: EngineCost.step_host_us)."""
+    runs some hybrid models without its overlap scheduler when it is: EngineCost.step_host_us); `moe_kernel`: the
+    fused-MoE kernel the engine was told to run (SGLang --moe-runner-backend; None: the one its release picks)."""
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
     native = catalog.support(engine, prec, gpu).native
     hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp, release, pp,
-                               prefix_cache)
+                               prefix_cache, moe_kernel)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
@@ -1489,11 +1491,37 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
     return tuple(growing), tuple(sliding), tuple(latent)
 
 
+def moe_kernel_timed_as(generation: GenerationEfficiency, kernel_format: str, engine: str, kernel: str) -> bool:
+    """Whether the engine's tables of this generation time `kernel` for experts of this format."""
+    return generation.moe_kernel_timed(kernel_format, engine, kernel) == kernel
+
+
+def _check_stated_kernel(kernel: str, expert: object, cycles: float, measured: bool,
+                         generation: GenerationEfficiency, kernel_format: str, engine: str) -> None:
+    """A stated fused-MoE kernel is timed on its own table or refused (bench/SPEED_PROTOCOL.md, the amendment on
+    the kernel a run states)."""
+    if expert is None:
+        raise PlannerInputError(f"--moe-kernel: {kernel!r} names a fused-MoE kernel, but the model has no routed "
+                                f"experts; drop it")
+    if cycles:
+        raise PlannerInputError(f"--moe-kernel: {kernel!r}: {engine} is timed on its own measured cycles per layer, "
+                                f"not on fused-MoE kernel tables; drop it")
+    if not measured:
+        kernels = generation.engines.get(engine, EngineKernels())
+        named = [name for name in (kernels.moe_kernel, *kernels.moe_kernels)
+                 if name and moe_kernel_timed_as(generation, kernel_format, engine, name)]
+        others = f", or use {' or '.join(named)}" if named else ""
+        raise PlannerInputError(f"--moe-kernel: no {engine} table on {generation.name} GPUs times {kernel!r} for "
+                                f"{kernel_format} experts; drop it for the kernel the release picks{others}")
+
+
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
               engine: str, kv_bits: int, native: bool, attention_tp: int | None = None, release: str | None = None,
-              pp: int = 1, prefix_cache: bool = True) -> tuple[_Hardware, GenerationEfficiency]:
+              pp: int = 1, prefix_cache: bool = True, stated_kernel: str | None = None
+              ) -> tuple[_Hardware, GenerationEfficiency]:
     """`attention_tp`: the attention-TP group's size under data-parallel attention (tp without it); `release`: the
-    engine's release, for the fused-MoE kernel it picks and whether it graphs prefill (None: its default release)."""
+    engine's release, for the fused-MoE kernel it picks and whether it graphs prefill (None: its default release);
+    `stated_kernel`: the fused-MoE kernel the engine was told to run (None: the one its release picks)."""
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
     link = performance.interconnect(gpu.interconnect.kind, gpu.generation, engine)
@@ -1522,7 +1550,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
     expert_format = low_bit_format if expert_low_bit else WIDE_FORMAT
     weight_only = performance.precision(prec.name)
-    picked = engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release) if expert is not None else None
+    picked = (stated_kernel or engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release)) \
+        if expert is not None else None
     moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked) if expert is not None else None
     timed_by = generation
     if expert_low_bit and expert_format == WIDE_FORMAT and weight_only and weight_only.weight_only_format \
@@ -1540,6 +1569,9 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
                 moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked)
         else:
             timed_by = generation
+    if stated_kernel is not None:
+        _check_stated_kernel(stated_kernel, expert, cycles, timed_by is generation and moe_kernel_timed_as(
+            generation, expert_format, engine, stated_kernel), generation, expert_format, engine)
     moe = timed_by.moe_rates(expert_format, engine, picked)
     counts = engine_cost.eager_kernels
     if counts is not None and arch.moe is not None and not cycles:
