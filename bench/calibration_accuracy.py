@@ -3,8 +3,8 @@
 Reads the rows bench/throughput_accuracy.py maps (its files, mapping and skip reasons), groups them into series (the
 same source (its numbers blanked), model, precision, KV dtype, GPU, engine, TP and PP, and the same way of running: rows that differ only in
 batch / concurrency and lengths), and for every series of at least MIN_ROWS rows with a measured TPOT fits the named
-factors (planner.calibration.fit, as `planner calibrate` fits them) to its lowest-batch row alone, then predicts the
-other rows' TPOT with and without them. Prints per series the calibration row's own error before and after the fit,
+factors (planner.calibration.fit, as `planner calibrate` fits them: on every one of TPOT, TTFT and output tokens/s the
+row states) to its lowest-batch row alone, then predicts the other rows' TPOT with and without them. Prints per series the calibration row's own error before and after the fit,
 the median |TPOT error| of the other rows before and after, the change in points (WORSE past WORSE_POINTS) and the
 factors (starred at a bound; a factor the row asked past a bound stays 1.0 and is named,
 bench/CALIBRATION_PROTOCOL.md); then over every predicted row against the calibration issue's targets: the overall
@@ -75,6 +75,15 @@ class SeriesResult:
         return [name for name, value in self.factors.as_dict().items() if value in (LOWEST, HIGHEST)]
 
 
+def measured_metrics(m: Measurement) -> dict[str, float]:
+    """What `planner calibrate` fits of a run (planner.calibration.calibrate.measured_metrics), as the row states it:
+    its TPOT, TTFT and output tokens/s (bench/CALIBRATION_PROTOCOL.md, the amendment on fitting a row as the tool
+    fits a run)."""
+    values = {"tpot_ms": m.tpot_s * 1000 if m.tpot_s else None, "ttft_ms": m.ttft_s * 1000 if m.ttft_s else None,
+              "output_tok_s": m.output_tokens_per_s}
+    return {k: v for k, v in values.items() if v}
+
+
 def calibrate_series(catalog, performance, rows) -> SeriesResult:
     """Fit on the series' lowest-batch row, predict the rest with and without the fit."""
     rows.sort(key=lambda row: (row[0].batch, row[0].prompt_tokens, row[0].output_tokens))
@@ -83,16 +92,16 @@ def calibrate_series(catalog, performance, rows) -> SeriesResult:
     profile = performance.engine(first.engine).name
     assert first.tpot_s is not None
 
-    def tpot_ms(factors):
-        scaled = calibrated_catalog(performance, gpu.generation, profile, factors)
-        return predict(catalog, first, first_arch, scaled).tpot_s * 1000
+    def metrics(factors) -> dict[str, float]:
+        p = predict(catalog, first, first_arch, calibrated_catalog(performance, gpu.generation, profile, factors))
+        return {"tpot_ms": p.tpot_s * 1000, "ttft_ms": p.ttft_s * 1000, "output_tok_s": p.output_tokens_per_s}
 
-    fit = fit_factors([Observation(first.row, {"tpot_ms": first.tpot_s * 1000})], lambda f, i: {"tpot_ms": tpot_ms(f)},
+    fit = fit_factors([Observation(first.row, measured_metrics(first))], lambda f, i: metrics(f),
                       floors(performance, gpu.generation, profile))
     scaled = calibrated_catalog(performance, gpu.generation, profile, fit.factors)
     errors = [(abs(predict(catalog, m, arch).tpot_s / m.tpot_s - 1),
                abs(predict(catalog, m, arch, scaled).tpot_s / m.tpot_s - 1)) for m, arch in rest if m.tpot_s]
-    own, = fit.residuals
+    own = next(r for r in fit.residuals if r.metric == "tpot_ms")
     label = f"{first.row} {first.model} {first.gpu} {first.engine} tp{first.tp} {first.form}"
     return SeriesResult(label, len(rows), (abs(own.before / own.measured - 1), abs(own.after / own.measured - 1)),
                         errors, fit.factors, fit.past_bounds)

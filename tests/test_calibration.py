@@ -564,6 +564,25 @@ def test_calibration_accuracy_flags_a_series_worse_by_more_than_five_points():
     assert edge.change == pytest.approx(5.0) and not edge.worse  # more than 5 points: 5 is not worse
 
 
+def test_calibration_accuracy_fits_a_row_on_what_it_states_as_planner_calibrate_fits_a_run():
+    """The bench fits its calibration row on the metrics `planner calibrate` fits (TPOT, TTFT, output tokens/s), where
+    the row states them (bench/CALIBRATION_PROTOCOL.md, the amendment on fitting a row as the tool fits a run)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from calibration_accuracy import measured_metrics
+    from throughput_accuracy import Measurement
+
+    from planner.calibration.calibrate import METRICS
+
+    row = Measurement(row="t", engine="vllm", model="llama-3.1-8b", precision="bf16", kv_dtype="auto", gpu="h100-sxm",
+                      tp=1, pp=1, ep=1, dp=1, batch=1, prompt_tokens=1000, output_tokens=100, output_tokens_per_s=90.0,
+                      tpot_s=0.011, ttft_s=0.05, source="t", form="single stream")
+    assert measured_metrics(row) == {"tpot_ms": 11.0, "ttft_ms": 50.0, "output_tok_s": 90.0}
+    assert set(measured_metrics(row)) == set(METRICS)
+    closed = Measurement(**{**row.__dict__, "batch": 16, "ttft_s": None, "output_tokens_per_s": None,
+                            "form": "closed loop"})
+    assert measured_metrics(closed) == {"tpot_ms": 11.0}
+
+
 SCRAPES = Path(__file__).parent / "data" / "metrics"
 
 
