@@ -424,7 +424,7 @@ def _replays_out_of_time(deadline: Deadline, replays: int, before: str) -> OutOf
 
 def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu, tp: int, pp: int, precision: str,
                      kv_dtype: str, engine: str, scheduler: Scheduler, catalog: Catalog,
-                     deadline: Deadline | None = None) -> Calibration:
+                     deadline: Deadline | None = None, moe_kernel: str | None = None) -> Calibration:
     """The factors fitted to `runs`, each replayed on one replica (this layout, engine and scheduler) within the
     `deadline` (default none), and the record of what they were fitted on: `planner calibrate`'s, and `planner
     check --replan`'s on the plan's replica."""
@@ -444,7 +444,7 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
             raise _replays_out_of_time(deadline, replays, "before the factors were fitted")
         replays += 1
         timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, engine,
-                              calibrated_catalog(performance, generation, profile, factors))
+                              calibrated_catalog(performance, generation, profile, factors), moe_kernel=moe_kernel)
         return run_benchmark(timer, scheduler, replay_run(run))
 
     files = {r.file: r.sha256 for r in runs}
@@ -521,7 +521,7 @@ def replan(plan: str | Path, results: Sequence[str | Path], scenario: str | Path
         raise PlannerInputError(f"--replan: the scenario is named {name!r}, and the plan was solved from "
                                 f"{header.scenario!r}; give that scenario")
     calibration = _fit_calibration(runs, spec.arch, spec.gpu, spec.tp, spec.pp, spec.precision, spec.kv_dtype,
-                                   spec.engine, spec.scheduler, catalog)
+                                   spec.engine, spec.scheduler, catalog, moe_kernel=spec.moe_kernel)
     fleet = plan_fleet(loaded, time_limit_s=time_limit_s, catalog=catalog, calibration=calibration)
     return Replan(name, calibration, fleet, sum(a.replicas for a in header.assignments), header.usd_per_hour)
 
@@ -695,7 +695,8 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
                                   w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None,
                                   planned_rps=a.config.capacity_rps, engine_version=w.engine_version,
                                   dp=c.configuration.dp, ep=c.configuration.ep, role=a.config.role,
-                                  speculation=c.configuration.speculation))
+                                  speculation=c.configuration.speculation,
+                                  moe_kernel=c.configuration.engine.moe_kernel))
     return specs
 
 
@@ -739,7 +740,8 @@ def _plan_file_replicas(path: Path, catalog: Catalog) -> list[ReplicaSpec]:
                                   output, rate, share, row.shared_prefix_tokens or 0, slo=slo,
                                   planned_rps=row.capacity_rps_per_replica,
                                   engine_version=c.engine.version, dp=c.dp, ep=c.ep,
-                                  role=getattr(row, "role", None) or BOTH, speculation=c.speculation))
+                                  role=getattr(row, "role", None) or BOTH, speculation=c.speculation,
+                                  moe_kernel=c.engine.moe_kernel))
     return specs
 
 
@@ -750,7 +752,7 @@ def _spec_timer(spec: ReplicaSpec, catalog: Catalog) -> ReplicaTimer | Speculati
 
     def timer(model: Architecture) -> ReplicaTimer:
         return replica_timer(model, spec.precision, spec.kv_dtype, spec.gpu, spec.tp, spec.pp, catalog, spec.engine,
-                             spec.performance, spec.ep, spec.dp, spec.engine_version)
+                             spec.performance, spec.ep, spec.dp, spec.engine_version, moe_kernel=spec.moe_kernel)
 
     return served_timer(timer, spec.arch, spec.speculation)
 

@@ -181,6 +181,7 @@ class ReplicaSpec:
     ep: int = 1  # expert-parallel ranks among them
     role: str = "both"  # a disaggregated pair's prefill or decode replica, or an aggregated one (both)
     speculation: Speculation | None = None  # MTP speculative decoding (its scheduler's pool holds the draft's layer)
+    moe_kernel: str | None = None  # the fused-MoE kernel the engine is told to run (None: the release's pick)
 
 
 @dataclass(frozen=True)

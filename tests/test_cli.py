@@ -111,7 +111,7 @@ def test_catalog_models_and_gpus_carry_the_contract_fields(tmp_path):
     (["estimate", "llama-3.1-8b", "--kv-dtype", "fp4"], "unknown kv-dtype 'fp4'"),
     (["estimate", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpu-memory", "80GB"], "give one of them"),
     (["perf", "kimi-k2.5", "--gpu", "h200-sxm", "--tp", "8", "--precision", "int4-g32", "--moe-kernel",
-      "flashinfer_trtllm"], "--moe-kernel: no vllm table on hopper GPUs times 'flashinfer_trtllm'"),
+      "flashinfer_trtllm"], "no vllm table on hopper GPUs times 'flashinfer_trtllm'"),
     (["perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--moe-kernel", "triton"], "the model has no routed experts"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
@@ -161,6 +161,11 @@ def test_solve_writes_the_output_file(tmp_path):
     ("model: llama-3.1-8b\nworkload: {context: 8192}\nserach: {}\n", "serach: unknown key"),
     ("model: llama-3.1-8b\nworkload: {context: 8192}\nsearch: {gpus: [h10]}\n", "did you mean"),
     ("model: [unclosed\n", "invalid YAML"),
+    ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {moe_kernel: 'triton; rm -rf /'}\n", "moe_kernel"),
+    ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: simple, moe_kernel: triton}\n",
+     "simple is not told which fused-MoE kernel to run"),
+    ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: llamacpp, moe_kernel: triton}\n",
+     "use engine vllm or sglang"),
 ])
 def test_solve_bad_scenarios_exit_2_with_one_line(tmp_path, content, needle):
     (tmp_path / "s.yaml").write_text(content)

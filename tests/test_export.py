@@ -541,3 +541,58 @@ def test_a_plan_pins_the_engine_release_it_was_checked_against(tmp_path):
     assert container["image"] == "vllm/vllm-openai:v0.34.0"
     # the SGLang export of a vLLM plan pins SGLang's current release
     assert "pip install \"sglang==0.5.23\"" in export(plan, "sglang")
+
+
+@pytest.fixture(scope="module")
+def stated_kernel(tmp_path_factory):
+    """Kimi-K2.5's int4 experts timed on FlashInfer's MxInt4 MoE, which vLLM runs when told to (engine.moe_kernel)."""
+    return write_plan(tmp_path_factory.mktemp("p"), {
+        "name": "kimi", "model": "kimi-k2.5", "workload": {"context": 16384, "concurrency": 32},
+        "search": {"gpus": ["h200-sxm", "b200"], "precisions": ["int4-g32"]},
+        "engine": {"name": "vllm", "moe_kernel": "flashinfer_trtllm"}})
+
+
+def test_a_stated_moe_kernel_is_exported_as_the_engines_switch_and_only_to_that_engine(stated_kernel):
+    """The plan was timed on the stated kernel: vLLM is started with VLLM_USE_FLASHINFER_MOE_INT4=1 (command,
+    SkyPilot envs, Kubernetes env); an export to another engine, which would not run that kernel, is refused."""
+    data = json.loads(stated_kernel.read_text())
+    assert data["best"]["engine"]["moe_kernel"] == "flashinfer_trtllm"
+    assert any("h200-sxm" in line and "'flashinfer_trtllm'" in line for line in data["skipped"])
+    plan = load_plan(stated_kernel, CATALOG)
+    assert plan.gpu == "b200" and plan.configuration.engine.moe_kernel == "flashinfer_trtllm"
+    command = export(plan, "vllm")
+    assert "export VLLM_USE_FLASHINFER_MOE_INT4=1" in command.splitlines()
+    assert yaml.safe_load(export(plan, "skypilot"))["envs"] == {"VLLM_USE_FLASHINFER_MOE_INT4": "1"}
+    container = yaml.safe_load(export(plan, "kubernetes"))["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "VLLM_USE_FLASHINFER_MOE_INT4", "value": "1"} in container["env"]
+    for target in ("sglang", "llamacpp"):
+        with pytest.raises(PlannerInputError, match=f"--to {target}: the plan was timed on vllm's 'flashinfer_trtllm'"):
+            export(plan, target)
+
+
+def test_sglang_is_told_the_stated_moe_kernel(multi_node):
+    """An SGLang plan's stated kernel is its --moe-runner-backend (a choice SGLang documents); vLLM is started with
+    no switch when none is stated."""
+    plan = load_plan(multi_node, CATALOG)
+    assert "VLLM_USE_FLASHINFER_MOE" not in export(plan, "vllm") and "envs" not in yaml.safe_load(export(plan, "skypilot"))
+    sglang = changed(plan, engine=replace(plan.configuration.engine, name="sglang", version="0.5.23",
+                                          moe_kernel="triton"))
+    for argv in command_lines(export(sglang, "sglang"), "python3 -m sglang.launch_server"):
+        flags = flags_and_values(argv)
+        assert flags["--moe-runner-backend"] == "triton"
+        assert flags["--moe-runner-backend"] in ENGINE_ARGS["sglang"]["moe_runner_backend"]
+    with pytest.raises(PlannerInputError, match="--to vllm: the plan was timed on sglang's 'triton'"):
+        export(sglang, "vllm")
+
+
+@pytest.mark.parametrize("engine, needle", [
+    ({"name": "vllm", "moe_kernel": "triton; reboot"}, "moe_kernel"),
+    ({"name": "llamacpp", "moe_kernel": "triton"}, "llamacpp is not told which fused-MoE kernel to run"),
+])
+def test_a_plan_files_moe_kernel_is_checked_as_hostile_input(stated_kernel, tmp_path, engine, needle):
+    data = json.loads(stated_kernel.read_text())
+    data["best"]["engine"] = {**data["best"]["engine"], **engine}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlannerInputError, match=needle):
+        load_plan(path, CATALOG)

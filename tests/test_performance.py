@@ -814,7 +814,7 @@ def test_a_stated_moe_kernel_is_timed_on_its_own_table_or_refused(catalog, perf)
     assert stated.moe_kernel == "flashinfer_trtllm" and picked.moe_kernel is None
     assert stated.moe.flops_per_s == pytest.approx(b200.dense_tflops["bf16"] * 1e12 * flashinfer.compute_efficiency)
     assert stated.moe_column_s == pytest.approx(flashinfer.column_ps * 1e-12) != picked.moe_column_s
-    with pytest.raises(PlannerInputError, match=r"--moe-kernel: no vllm table on hopper GPUs times 'flashinfer_trtllm'"):
+    with pytest.raises(PlannerInputError, match=r"--moe-kernel / engine.moe_kernel: no vllm table on hopper GPUs times 'flashinfer_trtllm'"):
         replica_timer(kimi, "int4-g32", "auto", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "vllm",
                       moe_kernel="flashinfer_trtllm")
     with pytest.raises(PlannerInputError, match=r"or use flashinfer_trtllm"):

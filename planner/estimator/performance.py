@@ -1496,23 +1496,39 @@ def moe_kernel_timed_as(generation: GenerationEfficiency, kernel_format: str, en
     return generation.moe_kernel_timed(kernel_format, engine, kernel) == kernel
 
 
+class UnmeasuredMoeKernel(PlannerInputError):
+    """A stated fused-MoE kernel no kernel table times for the model's experts on this GPU generation and engine."""
+
+
 def _check_stated_kernel(kernel: str, expert: object, cycles: float, measured: bool,
                          generation: GenerationEfficiency, kernel_format: str, engine: str) -> None:
     """A stated fused-MoE kernel is timed on its own table or refused (bench/SPEED_PROTOCOL.md, the amendment on
     the kernel a run states)."""
     if expert is None:
-        raise PlannerInputError(f"--moe-kernel: {kernel!r} names a fused-MoE kernel, but the model has no routed "
-                                f"experts; drop it")
+        raise UnmeasuredMoeKernel(f"--moe-kernel / engine.moe_kernel: {kernel!r} names a fused-MoE kernel, but the "
+                                  "model has no routed experts; drop it")
     if cycles:
-        raise PlannerInputError(f"--moe-kernel: {kernel!r}: {engine} is timed on its own measured cycles per layer, "
-                                f"not on fused-MoE kernel tables; drop it")
+        raise UnmeasuredMoeKernel(f"--moe-kernel / engine.moe_kernel: {kernel!r}: {engine} is timed on its own "
+                                  "measured cycles per layer, not on fused-MoE kernel tables; drop it")
     if not measured:
         kernels = generation.engines.get(engine, EngineKernels())
         named = [name for name in (kernels.moe_kernel, *kernels.moe_kernels)
                  if name and moe_kernel_timed_as(generation, kernel_format, engine, name)]
         others = f", or use {' or '.join(named)}" if named else ""
-        raise PlannerInputError(f"--moe-kernel: no {engine} table on {generation.name} GPUs times {kernel!r} for "
-                                f"{kernel_format} experts; drop it for the kernel the release picks{others}")
+        raise UnmeasuredMoeKernel(f"--moe-kernel / engine.moe_kernel: no {engine} table on {generation.name} GPUs "
+                                  f"times {kernel!r} for {kernel_format} experts; drop it for the kernel the release "
+                                  f"picks{others}")
+
+
+def moe_kernel_refusal(arch: Architecture, precision: str, gpu: Gpu, catalog: Catalog, engine: str, kernel: str,
+                       performance: PerformanceCatalog | None = None, release: str | None = None) -> str | None:
+    """Why `kernel` cannot time `arch`'s experts in `precision` on `gpu` under `engine` (None: it can)."""
+    try:
+        replica_timer(arch, precision, "auto", gpu, 1, 1, catalog, engine, performance, release=release,
+                      moe_kernel=kernel)
+    except UnmeasuredMoeKernel as refusal:
+        return str(refusal)
+    return None
 
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
@@ -1655,4 +1671,5 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
 
 __all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerKernels", "EagerPrefillRule", "LayerAllReduceRule", "StepOverlapRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
-           "busiest_expert_rank", "load_performance_catalog", "replica_performance", "replica_timer"]
+           "UnmeasuredMoeKernel", "busiest_expert_rank", "load_performance_catalog", "moe_kernel_refusal",
+           "replica_performance", "replica_timer"]

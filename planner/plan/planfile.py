@@ -26,7 +26,7 @@ from planner.catalog.prices import MAX_INSTANCE_GPUS, one_line
 from planner.errors import PlannerInputError
 from planner.files import PLAN, read_bytes
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings
-from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES
+from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES, MOE_KERNEL_ENGINES
 from planner.estimator.layout import parallel_refusal
 from planner.estimator.memory import ALL_TO_ALL_BACKENDS, GpuTarget, MemoryEstimate
 from planner.estimator.speculative import SPECULATIVE_ENGINES, SPECULATIVE_METHODS, Speculation, draft_architecture
@@ -69,6 +69,15 @@ class EngineRecord(_Schema):
     kv_cache_memory_bytes: int | None = Field(default=None, ge=1, le=MAX_SIZE_BYTES)
     kv_cache_memory: Literal[KV_CACHE_MEMORY_MODES] = "utilization"  # type: ignore[valid-type]
     version: Token | None = None  # the engine release the plan was checked against (None: planned with the margin)
+    # the fused-MoE kernel the plan was timed on, told to the engine (None: the release's pick)
+    moe_kernel: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{0,39}$")
+
+    @model_validator(mode="after")
+    def _kernel_of_an_engine_told_one(self) -> EngineRecord:
+        if self.moe_kernel is not None and self.name not in MOE_KERNEL_ENGINES:
+            raise ValueError(f"moe_kernel: {self.name} is not told which fused-MoE kernel to run; a plan names one "
+                             f"for {' or '.join(MOE_KERNEL_ENGINES)} only")
+        return self
 
 
 class SpeculationRecord(_Schema):

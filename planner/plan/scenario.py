@@ -350,6 +350,9 @@ class EngineSpec(_Strict):
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH)  # vLLM
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10_000_000)  # vLLM
     mem_fraction_static: float | None = Field(default=None, gt=0, le=1)  # SGLang
+    # the fused-MoE kernel the servers are told to run (SGLang --moe-runner-backend; vLLM's
+    # VLLM_USE_FLASHINFER_MOE_INT4=1 is flashinfer_trtllm); default: the kernel the release picks
+    moe_kernel: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{0,39}$")
 
 
 class Pricing(_Strict):

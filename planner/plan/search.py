@@ -256,12 +256,16 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
 def engine_settings(scenario: Scenario) -> EngineSettings | None:
     spec = scenario.engine
     if spec.name == "simple":
-        EngineSettings("simple", version=spec.version).validate()  # the margin has no release: a version is refused
+        # the margin has no release and no kernels: a version or a MoE kernel is refused
+        EngineSettings("simple", version=spec.version, moe_kernel=spec.moe_kernel).validate()
         return None
-    return EngineSettings(spec.name, gpu_memory_utilization=spec.gpu_memory_utilization,
-                          max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
-                          mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory,
-                          version=load_profiles().versions(spec.name).resolve(spec.version, spec.name))
+    settings = EngineSettings(spec.name, gpu_memory_utilization=spec.gpu_memory_utilization,
+                              max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
+                              mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory,
+                              version=load_profiles().versions(spec.name).resolve(spec.version, spec.name),
+                              moe_kernel=spec.moe_kernel)
+    settings.validate()
+    return settings
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,6 +368,7 @@ def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tup
     A precision the engine cannot run on a GPU is refused there (Catalog.support, with its source); one it runs only
     with weight-only kernels is searched unless search.allow_emulated is false."""
     engine = space.engine.name if space.engine is not None else SIMPLE_ENGINE
+    kernel = space.engine.moe_kernel if space.engine is not None else None
     groups = []
     refused: dict[str, list[str]] = {}  # why, by the GPUs left with no precision for that reason
     for gpu in space.gpus:
@@ -377,6 +382,16 @@ def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tup
                        "(search.allow_emulated: true allows them)")
                 refused.setdefault(why, []).append(gpu.name)
             continue
+        if kernel is not None:  # the stated MoE kernel times the experts only where a table measures it
+            from planner.estimator.performance import moe_kernel_refusal
+
+            kernel_refusals = {p.name: moe_kernel_refusal(space.arch, p.name, gpu, catalog, engine, kernel,
+                                                          release=space.engine.version) for p in precisions}
+            for why in dict.fromkeys(why for why in kernel_refusals.values() if why):
+                refused.setdefault(why, []).append(gpu.name)
+            precisions = [p for p in precisions if kernel_refusals[p.name] is None]
+            if not precisions:
+                continue
         # "auto" may resolve to a KV dtype also listed: each is searched once; speculative decoding on one pipeline
         # stage (the speed model times its cycle there)
         groups += [(gpu, layout, precision, kv, spec) for layout in parallel_layouts(space.arch, gpu, space)
@@ -551,7 +566,8 @@ def candidate_timer(c: Candidate, arch: Architecture, catalog: Catalog, engine: 
 
     def timer(model: Architecture) -> ReplicaTimer:
         return replica_timer(model, c.precision, c.kv_dtype, c.gpu, c.tp, c.pp, catalog, engine, performance,
-                             ep=c.configuration.ep, dp=c.configuration.dp, release=release)
+                             ep=c.configuration.ep, dp=c.configuration.dp, release=release,
+                             moe_kernel=c.configuration.engine.moe_kernel)
 
     return served_timer(timer, arch, c.configuration.speculation)
 

@@ -49,6 +49,10 @@ VLLM_PORT, SGLANG_PORT, LLAMACPP_PORT = 8000, 30000, 8080
 # for SGLang's own reserve, which the margin does not model (plans made with an engine carry their own share)
 SGLANG_STATIC_BELOW_UTILIZATION = 0.05
 SGLANG_AMD_ATTENTION = "aiter"  # SGLang's ROCm attention backend (server_args.py ATTENTION_BACKEND_CHOICES)
+# The environment that tells vLLM to run a fused-MoE kernel in place of its own pick: FlashInfer's MxInt4 MoE for
+# group-32 int4 experts on compute capability 10.x (vLLM 0.21.0 envs.py:1320, quantization/utils/
+# flashinfer_mxint4_moe.py:24-31). SGLang takes the kernel as --moe-runner-backend.
+VLLM_MOE_KERNEL_ENV = {"flashinfer_trtllm": {"VLLM_USE_FLASHINFER_MOE_INT4": "1"}}
 LLAMACPP_UNQUANTIZED_CACHES = {"f16", "bf16", "f32"}  # any other V cache type needs flash attention (server README)
 HF_TOKEN_SECRET = {"name": "hf-token", "key": "token"}  # kubectl create secret generic hf-token --from-literal=token=...
 
@@ -235,6 +239,32 @@ def _engine_flags(flag: str | None, prequantized: bool) -> list[str]:
     return [] if prequantized or not flag else flag.split()
 
 
+def _stated_kernel(plan: ExportPlan, runs: str, target: str) -> None:
+    """A plan timed on a stated fused-MoE kernel exports only to the engine it was timed under (another engine's
+    kernels and switches differ)."""
+    planned = plan.configuration.engine
+    if planned.moe_kernel is not None and planned.name != runs:
+        raise PlannerInputError(f"--to {target}: the plan was timed on {planned.name}'s {planned.moe_kernel!r} fused-MoE "
+                                f"kernel (engine.moe_kernel), which this export's {runs} would not run; export --to "
+                                f"{planned.name}, or re-solve without engine.moe_kernel")
+
+
+def vllm_environment(plan: ExportPlan) -> dict[str, str]:
+    """The environment vLLM is started with: the switch to the plan's stated fused-MoE kernel, if any."""
+    kernel = plan.configuration.engine.moe_kernel
+    if kernel is None or plan.configuration.engine.name != "vllm":
+        return {}
+    if kernel not in VLLM_MOE_KERNEL_ENV:
+        raise PlannerInputError(f"--to vllm: vLLM has no switch to the {kernel!r} fused-MoE kernel (engine.moe_kernel); "
+                                f"use {' or '.join(VLLM_MOE_KERNEL_ENV)}, or re-solve without it")
+    return VLLM_MOE_KERNEL_ENV[kernel]
+
+
+def _exported_environment(plan: ExportPlan) -> list[str]:
+    """`export NAME=value` lines for a shell that starts vLLM."""
+    return [f"export {name}={shlex.quote(value)}" for name, value in vllm_environment(plan).items()]
+
+
 def _settings(plan: ExportPlan, engine: str) -> EngineSettings:
     """The settings the plan was checked with when it was planned for `engine`, else that engine's defaults."""
     planned = plan.configuration.engine
@@ -416,7 +446,7 @@ def _vllm_notes(plan: ExportPlan, checkpoint: str | None) -> list[str]:
 
 
 def vllm_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
-    lines = _vllm_notes(plan, checkpoint)
+    lines = _vllm_notes(plan, checkpoint) + _exported_environment(plan)
     serve = "vllm serve " + shlex.join(vllm_args(plan, checkpoint))
     if plan.nodes_per_replica > 1:
         lines += [_comment(f"{plan.nodes_per_replica} nodes of {plan.gpus_per_node} GPUs per replica: a Ray cluster "
@@ -484,6 +514,8 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
     if plan.vendor == "amd":
         args += ["--attention-backend", SGLANG_AMD_ATTENTION]
     args += _engine_flags(plan.precision.sglang_flag, prequantized) + sglang_speculative_args(plan)
+    if plan.configuration.engine.moe_kernel is not None:
+        args += ["--moe-runner-backend", plan.configuration.engine.moe_kernel]
     if plan.nodes_per_replica > 1:
         args += ["--nnodes", str(plan.nodes_per_replica), "--node-rank", str(node_rank or 0),
                  "--dist-init-addr", "$HEAD_IP:5000"]
@@ -621,6 +653,8 @@ def skypilot_task(plan: ExportPlan, checkpoint: str | None = None) -> str:
         run = serve + "\n"
     task: dict[str, Any] = {"name": _slug(plan.name), "resources": resources, "num_nodes": plan.nodes_per_replica,
                             "secrets": {"HF_TOKEN": None}}
+    if environment := vllm_environment(plan):
+        task["envs"] = environment
     if packages:
         task["setup"] = "pip install " + shlex.join(packages)
     task["run"] = run
@@ -639,8 +673,10 @@ def kubernetes_manifest(plan: ExportPlan, checkpoint: str | None = None) -> str:
     labels = {"app": name}
     token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {**HF_TOKEN_SECRET, "optional": True}}}
 
+    environment = [token, *({"name": name, "value": value} for name, value in vllm_environment(plan).items())]
+
     def container(role: str, command: list[str]) -> dict[str, Any]:
-        return {"name": role, "image": image, "command": command, "env": [token],
+        return {"name": role, "image": image, "command": command, "env": environment,
                 "ports": [{"containerPort": VLLM_PORT}] if role in ("vllm", "leader") else [],
                 "resources": {"limits": {resource: plan.gpus_per_node}},
                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
@@ -702,6 +738,11 @@ def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
     deployments = {"skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
     if target not in deployments:
         role_args(target, plan.role)  # a disaggregated replica: refused for an engine without its flags
+    if plan.configuration.engine.moe_kernel is not None:
+        # the engine the export starts: the target, or for a deployment the planned engine's own manifest, else vLLM
+        planned = plan.configuration.engine.name
+        own_manifest = target == "kubernetes" and engine(planned).kubernetes is not None
+        _stated_kernel(plan, target if target not in deployments else planned if own_manifest else "vllm", target)
     render = deployments.get(target) or renderer(engine(target).command)
     return render(_checked(plan), checkpoint)
 

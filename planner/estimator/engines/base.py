@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -22,6 +23,10 @@ ENGINE_NAMES = engine_names()  # simple, then each engine of the registry (catal
 # own default); the figure vLLM's start-up log gives "to fully utilize gpu memory"; or that figure only where the
 # budget cannot hold one request of max_model_len (what vLLM's error then suggests). See engines/vllm.py.
 KV_CACHE_MEMORY_MODES = ("utilization", "full", "auto")
+# Engines a server command tells which fused-MoE kernel to run (SGLang --moe-runner-backend, vLLM's
+# VLLM_USE_FLASHINFER_MOE_INT4), and how such a name is spelled
+MOE_KERNEL_ENGINES = ("vllm", "sglang")
+MOE_KERNEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 # Results a Memo keeps before it starts afresh: the distinct layouts of one run (as _stage_weights' lru_cache)
 MEMO_ENTRIES = 4096
 T = TypeVar("T")
@@ -55,6 +60,9 @@ class EngineSettings:
     kv_cache_memory_bytes: int | None = None  # vLLM --kv-cache-memory-bytes: the KV pool per GPU (the budget is ignored)
     kv_cache_memory: str = "utilization"  # vLLM, without kv_cache_memory_bytes: one of KV_CACHE_MEMORY_MODES
     version: str | None = None  # the engine release whose profile sizes it (catalogs/engine_profiles.yaml); None: default
+    # the fused-MoE kernel the engine is told to run (SGLang --moe-runner-backend; vLLM's VLLM_USE_FLASHINFER_MOE_INT4=1
+    # is flashinfer_trtllm), timed on its own table; None: the kernel its release picks
+    moe_kernel: str | None = None
 
     def validate(self) -> None:
         if self.name not in ENGINE_NAMES:
@@ -80,6 +88,13 @@ class EngineSettings:
                 raise PlannerInputError(f"{flag}: must be at least 1, got {count}")
         if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
             raise PlannerInputError(f"--n-gpu-layers: must be 0 or more, got {self.n_gpu_layers}")
+        if self.moe_kernel is not None:
+            if self.name not in MOE_KERNEL_ENGINES:
+                raise PlannerInputError(f"--moe-kernel / engine.moe_kernel: {self.name} is not told which fused-MoE "
+                                        f"kernel to run here; use engine {spoken_list(MOE_KERNEL_ENGINES)} or drop it")
+            if not MOE_KERNEL_NAME.fullmatch(self.moe_kernel):
+                raise PlannerInputError(f"--moe-kernel / engine.moe_kernel: {self.moe_kernel!r} is not a kernel name "
+                                        "(lowercase letters, digits and _, e.g. flashinfer_trtllm)")
         if self.cache_type is not None and self.cache_type not in LLAMACPP_CACHE_TYPES:
             raise PlannerInputError(f"--cache-type: {self.cache_type!r} is not a llama.cpp cache type; "
                                     f"use one of {', '.join(LLAMACPP_CACHE_TYPES)}")
