@@ -357,7 +357,7 @@ def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, t
 def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None,
                    tp: int | None = None, pp: int = 1, precision: str = "auto", kv_dtype: str = "auto",
                    engine: str = "vllm", time_limit_s: float | None = None,
-                   catalog: Catalog | None = None) -> tuple[ReplayedRun, ...]:
+                   catalog: Catalog | None = None, moe_kernel: str | None = None) -> tuple[ReplayedRun, ...]:
     """Each measured run of the `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape
     files) replayed on one simulated replica as `planner calibrate` replays it before fitting: what the run measured
     against what the simulator predicts; `time_limit_s` (default none) bounds the replays from now."""
@@ -365,7 +365,8 @@ def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus:
     from planner.calibration.calibrate import replay_run
     from planner.estimator.benchmark import run_benchmark
 
-    runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog)
+    runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog,
+                                      moe_kernel)
     scheduler = replica.scheduler
     assert scheduler is not None  # sized
     deadline = _time_limit(time_limit_s)
@@ -379,20 +380,22 @@ def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus:
 
 def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None, tp: int | None = None,
               pp: int = 1, precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm",
-              time_limit_s: float | None = None, catalog: Catalog | None = None) -> Calibration:
+              time_limit_s: float | None = None, catalog: Catalog | None = None,
+              moe_kernel: str | None = None) -> Calibration:
     """The named factors (planner.calibration.factors) that make one replica's simulated benchmark runs match the
     measured `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape files), with the
     residuals before and after and each run predicted by a fit on the others; `time_limit_s` (default none) bounds
-    the fit from now."""
-    runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog)
+    the fit from now; `moe_kernel`: the fused-MoE kernel the runs' server was told to run (None: its release's)."""
+    runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog,
+                                      moe_kernel)
     assert replica.scheduler is not None  # sized
     return _fit_calibration(runs, replica.arch, replica.card, replica.tp, replica.pp, precision, kv_dtype,
-                            replica.engine, replica.scheduler, replica.catalog, _time_limit(time_limit_s))
+                            replica.engine, replica.scheduler, replica.catalog, _time_limit(time_limit_s), moe_kernel)
 
 
 def _measured_replica(results: Sequence[str | Path], model: str, gpu: str, gpus: int | None, tp: int | None, pp: int,
                       precision: str, kv_dtype: str, engine: str,
-                      catalog: Catalog | None) -> tuple[list[MeasuredRun], Replica]:
+                      catalog: Catalog | None, moe_kernel: str | None = None) -> tuple[list[MeasuredRun], Replica]:
     """The runs of the result files and the sized replica that replays them (its max-model-len the longest replayed
     request), every run of the replica's model."""
     from planner.calibration.calibrate import replay_run
@@ -403,7 +406,8 @@ def _measured_replica(results: Sequence[str | Path], model: str, gpu: str, gpus:
     catalog = catalog or load_catalog()
     runs = [run for path in results for run in read_results(path)]
     context = max(replay_run(r).input_len + replay_run(r).output_len for r in runs)
-    replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog, sized=True)
+    replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog, sized=True,
+                       moe_kernel=moe_kernel)
     for run in runs:
         _same_model(catalog, run, replica.arch.name)
     return runs, replica
@@ -452,7 +456,7 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
         model=arch.name, gpu=card.name, generation=generation, engine=profile,
         engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=tp, pp=pp,
         precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
-        results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()))
+        results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()), moe_kernel=moe_kernel)
     return calibration_record(fit_runs(runs, replay, floors(performance, generation, profile)), runs, fitted_on)
 
 

@@ -509,6 +509,9 @@ REPLICA_PRECISION = Option("auto", help="Weight precision; auto = the checkpoint
 REPLICA_KV_DTYPE = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8.")
 REPLICA_ENGINE = Option("vllm", "--engine", help=f"{spoken_list(profiled_engines())} (its fixed costs and scheduler).")
 REPLICA_ENGINE_VERSION = Option(None, "--engine-version", help=ENGINE_VERSION_HELP)
+MOE_KERNEL = Option(None, "--moe-kernel", help="The fused-MoE kernel the engine was told to run (SGLang "
+                    "--moe-runner-backend triton / flashinfer_trtllm; vLLM's VLLM_USE_FLASHINFER_MOE_INT4=1 is "
+                    "flashinfer_trtllm), timed on its own table; default: the kernel the release picks.")
 # a benchmark run as `vllm bench serve` takes it: its defaults, and the cap planner.estimator.benchmark.MAX_PROMPTS (not
 # imported: it loads the simulator, which a command line typer reads for --help does not need)
 BENCH_NUM_PROMPTS = Option(1000, "--num-prompts", help="Requests in the run (at most 20,000).")
@@ -549,10 +552,7 @@ def perf_command(
     scheduler_recv_interval: int = Option(1, "--scheduler-recv-interval", help="With --engine sglang --concurrency "
                                           "--varying-lengths: SGLang's --scheduler-recv-interval, the decode steps "
                                           "between its polls for new requests (their arrivals are prefilled together)."),
-    moe_kernel: Optional[str] = Option(None, "--moe-kernel", help="The fused-MoE kernel the engine was told to run "
-                                       "(SGLang --moe-runner-backend triton / flashinfer_trtllm; vLLM's "
-                                       "VLLM_USE_FLASHINFER_MOE_INT4=1 is flashinfer_trtllm), timed on its own table; "
-                                       "default: the kernel the release picks."),
+    moe_kernel: Optional[str] = MOE_KERNEL,
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
     speculative: Optional[str] = Option(None, "--speculative", help="Speculative decoding: mtp (the checkpoint's own "
@@ -651,17 +651,19 @@ def calibrate_command(
     precision: str = REPLICA_PRECISION,
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
+    moe_kernel: Optional[str] = MOE_KERNEL,
     output: Optional[str] = Option(None, "--output", "-o", help="Write the calibration (YAML) to this file."),
 ) -> None:
     """Fit the speed model's named factors (memory, compute, fixed, communication) for this GPU generation x engine
     to your own benchmark runs, each replayed on the simulator; residuals before and after, and leave-one-out."""
     result = api.calibrate(results, model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision,
-                           kv_dtype=kv_dtype, engine=engine)
+                           kv_dtype=kv_dtype, engine=engine, moe_kernel=moe_kernel)
     on = result.fitted_on
     runs = len(result.prompts_per_replay)
     factors = " · ".join(f"{name} {value:.2f}" for name, value in result.factors.as_dict().items())
     uninformed = [name for name in result.factors.as_dict() if name not in (*result.informed, *result.past_bounds)]
-    lines = [f"{on.model} on {on.tp * on.pp} x {on.gpu} (tp {on.tp} x pp {on.pp}), {on.generation} x {on.engine}: "
+    kernel = f", MoE kernel {on.moe_kernel}" if on.moe_kernel else ""
+    lines = [f"{on.model} on {on.tp * on.pp} x {on.gpu} (tp {on.tp} x pp {on.pp}), {on.generation} x {on.engine}{kernel}: "
              f"{runs} run{'s' if runs != 1 else ''} replayed",
              f"factors (x the time of their terms): {factors}"]
     if uninformed:

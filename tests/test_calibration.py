@@ -700,3 +700,24 @@ def test_cli_calibrate_takes_a_metrics_window(tmp_path):
     bad.write_text(_first((SCRAPES / "vllm-window.prom").read_text()))
     proc = cli("calibrate", str(bad), "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("error: result: bad.prom: holds 1 `# planner-scrape` lines")
+
+
+def test_calibrate_replays_runs_on_the_moe_kernel_their_server_was_told_to_run(tmp_path):
+    """`planner calibrate --moe-kernel`: the runs are replayed on the stated kernel's table (SGLang's FlashInfer MxInt4
+    MoE, which vLLM runs with VLLM_USE_FLASHINFER_MOE_INT4=1), the file records it, and a kernel no table of the GPU
+    measures is refused in one line."""
+    (tmp_path / "kimi.jsonl").write_text(json.dumps(sglang_line(
+        server_info={"model_path": "moonshotai/Kimi-K2.5", "version": "0.5.23"}, completed=32, max_concurrency=4,
+        random_input_len=512, random_output_len=32, total_input_tokens=16384, total_output_tokens=1024,
+        mean_tpot_ms=9.0, median_tpot_ms=9.0, output_throughput=400.0)) + "\n")
+    common = dict(model="kimi-k2.5", tp=8, precision="int4-g32", engine="sglang")
+    stated = api.calibrate([tmp_path / "kimi.jsonl"], gpu="b200", moe_kernel="flashinfer_trtllm", **common)
+    assert stated.fitted_on.moe_kernel == "flashinfer_trtllm"
+    path = tmp_path / "calibration.yaml"
+    path.write_text(stated.to_yaml())
+    assert load_calibration(path) == stated
+    assert api.calibrate([tmp_path / "kimi.jsonl"], gpu="b200", **common).fitted_on.moe_kernel is None
+    proc = cli("calibrate", str(tmp_path / "kimi.jsonl"), "--model", "kimi-k2.5", "--gpu", "h200-sxm", "--tp", "8",
+               "--precision", "int4-g32", "--engine", "sglang", "--moe-kernel", "flashinfer_trtllm", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "no sglang table on hopper GPUs times 'flashinfer_trtllm'" in proc.stderr

@@ -58,6 +58,7 @@ class FittedOn:
     kv_dtype: str
     dates: tuple[str, ...] = ()
     results: tuple[ResultFile, ...]
+    moe_kernel: str | None = None  # the fused-MoE kernel the runs were replayed on (None: the release's pick)
 
 
 @dataclass(frozen=True, kw_only=True)
