@@ -340,16 +340,17 @@ def _speculative_timer(replica: Replica, precision: str, kv_dtype: str, spec: Sp
 
 def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
           precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", calibration: Calibration | None = None,
-          catalog: Catalog | None = None, engine_version: str | None = None) -> BenchResult:
+          catalog: Catalog | None = None, engine_version: str | None = None,
+          moe_kernel: str | None = None) -> BenchResult:
     """A `vllm bench serve` run (`run`: its random dataset, request rate and max concurrency) replayed on one
     simulated replica, whose max-model-len is the longest request the run can draw; with `calibration`, timed
-    with its factors when it is of this GPU generation x engine."""
+    with its factors when it is of this GPU generation x engine; `moe_kernel` as perf's."""
     from planner.api_records import BenchResult
     from planner.estimator.benchmark import run_benchmark
 
     context = run.input_bounds[1] + run.output_bounds[1]
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog or load_catalog(),
-                       sized=True, calibration=calibration, engine_version=engine_version)
+                       sized=True, calibration=calibration, engine_version=engine_version, moe_kernel=moe_kernel)
     return BenchResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine,
                        run_benchmark(replica.timer, replica.scheduler, run), replica.calibrated)
 

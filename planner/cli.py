@@ -814,23 +814,25 @@ def bench_command(
     seed: int = Option(0, "--seed", help="Seed of the lengths and arrivals."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table, or json (vLLM's saved-result keys)."),
     calibration: Optional[str] = CALIBRATION_FILE,
+    moe_kernel: Optional[str] = MOE_KERNEL,
 ) -> None:
     """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics
     (also `planner simulate --benchmark`)."""
     _benchmark(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, rate, max_concurrency, input_len,
-               output_len, range_ratio, seed, output_format, calibration, engine_version)
+               output_len, range_ratio, seed, output_format, calibration, engine_version, moe_kernel)
 
 
 def _benchmark(model: str, gpu: str, gpus: Optional[int], tp: Optional[int], pp: int, precision: str, kv_dtype: str,
                engine: str, num_prompts: int, rate: str, max_concurrency: Optional[int], input_len: int, output_len: int,
                range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str],
-               engine_version: Optional[str] = None) -> None:
+               engine_version: Optional[str] = None, moe_kernel: Optional[str] = None) -> None:
     from planner.estimator.benchmark import BenchmarkRun
 
     run = BenchmarkRun(num_prompts=num_prompts, request_rate=request_rate(rate), max_concurrency=max_concurrency,
                        input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
     result = api.bench(model, run, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
-                       engine=engine, calibration=_calibration(calibration), engine_version=engine_version)
+                       engine=engine, calibration=_calibration(calibration), engine_version=engine_version,
+                       moe_kernel=moe_kernel)
     if output_format is OutputFormat.json:
         _echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return
@@ -891,6 +893,8 @@ def simulate_command(
     calibration: Optional[str] = Option(None, "--calibration", metavar="FILE", help="A file from `planner calibrate`: "
                                         "a scenario's replicas (in place of its calibration:) or, with --benchmark, "
                                         "the replica, timed with it on the GPU generation x engine it was fitted on."),
+    moe_kernel: Optional[str] = Option(None, "--moe-kernel", help="--benchmark: the fused-MoE kernel the engine was "
+                                       "told to run (as `planner bench`)."),
 ) -> None:
     """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use;
     with --benchmark, a `vllm bench serve` run replayed on one replica of a model."""
@@ -898,7 +902,7 @@ def simulate_command(
                      "--kv-dtype": kv_dtype != "auto", "--engine": engine != "vllm", "--num-prompts": num_prompts != 1000,
                      "--request-rate": request_rate_text != "inf", "--max-concurrency": max_concurrency,
                      "--input-len": input_len != 1024, "--output-len": output_len != 128,
-                     "--random-range-ratio": range_ratio != 0.0}
+                     "--random-range-ratio": range_ratio != 0.0, "--moe-kernel": moe_kernel}
     if benchmark:
         fleet_only = next((flag for flag, value in (("--duration", duration), ("--rate", rate),
                                                     ("--arrivals", arrivals)) if value is not None), None)
@@ -908,7 +912,8 @@ def simulate_command(
         if gpu is None:
             raise PlannerInputError("--gpu: --benchmark needs the replica's GPU (see `planner catalog gpus`)")
         _benchmark(source, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, request_rate_text,
-                   max_concurrency, input_len, output_len, range_ratio, seed, output_format, calibration)
+                   max_concurrency, input_len, output_len, range_ratio, seed, output_format, calibration,
+                   moe_kernel=moe_kernel)
         return
     unused = next((flag for flag, value in replica_given.items() if value), None)
     if unused:
