@@ -79,8 +79,9 @@ AIC_PEAK = {"bfloat16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block":
 # int4_wo: group-quantized integer 4-bit experts (Marlin's int4 path; FlashInfer's TRT-LLM MoE on SGLang 10.x), computed
 # in 16 bits, a 16-bit scale per group. Fused-MoE tables only (bench/SPEED_PROTOCOL.md, the amendment on integer
 # experts' own tables). The collectors time each case's own group size from vLLM 0.24.0 (collector d5bad971c) and
-# SGLang 0.5.14 (e23be5a79): the Kimi-K2.5 cases' 32 (collector/cases/models/KimiK25ForConditionalGeneration_cases.yaml);
-# before, their default 128 (collector/sglang/collect_moe.py `group_size = 128` at 507f0fb07).
+# SGLang 0.5.14 (e23be5a79), whose only int4 cases are Kimi-K2.5's, group 32 (collector/cases/models/
+# KimiK25ForConditionalGeneration_cases.yaml); before, their default 128 (collector/sglang/collect_moe.py
+# `group_size = 128` at 507f0fb07). A later collector with other int4 cases needs its groups read per case.
 INT4_GROUPED_SINCE = {"vllm": Version("0.24.0"), "sglang": Version("0.5.14")}
 
 
@@ -631,6 +632,8 @@ def _moe_entries(moe_rows: list[dict], gpus: dict) -> dict:
         entry["moe"][dtype] = rows[rows.name == main][values].median()
         if dtype != "int4_wo":  # its runner is fixed by compute capability, no rule chooses it (SPEED_PROTOCOL)
             entry.setdefault("mains", set()).add(main)
+        elif main in MOE_KERNEL_NAMES.values():  # the label does not name it: listed under its own name as well
+            entry["alternatives"].setdefault(main, {})[dtype] = entry["moe"][dtype]
         for other, alt in rows[(rows.name != main) & rows.name.isin(MOE_KERNEL_NAMES.values())].groupby("name"):
             entry["alternatives"].setdefault(other, {})[dtype] = alt[values].median()
     for entry in out.values():

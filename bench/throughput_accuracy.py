@@ -33,6 +33,7 @@ from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.estimator.speculative import Speculation, speculation
 from planner.model.precision import resolve_precision
+from planner.estimator.engines.moe_kernels import VLLM_SWITCHES
 from planner.estimator.performance import (PerformanceCatalog, ReplicaPerformance, ReplicaTimer,
                                            UnmeasuredMoeKernel, Workload, replica_timer, timer_performance)
 
@@ -384,7 +385,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
         settings=stated_settings(engine, raw.get("notes")), recv_interval=stated_recv_interval(engine, raw.get("notes")),
-        moe_kernel=stated_moe_kernel(engine, raw.get("notes"), first_match(raw["precision"], PRECISIONS, "precision")),
+        moe_kernel=stated_moe_kernel(engine, raw.get("notes")),
     )
 
 
@@ -451,21 +452,17 @@ def stated_settings(engine: str, notes: Any) -> tuple[tuple[str, float], ...]:
     return tuple(found)
 
 
-# vLLM's switch to FlashInfer's MxInt4 MoE for group-32 int4 experts (0.21.0 flashinfer_mxint4_moe.py:24-31 and
-# compressed_tensors_moe_wna16_marlin.py:79-83; it does nothing on GPUs other than compute capability 10.x, where the
-# catalog has no such table and the row keeps Marlin)
-VLLM_FLASHINFER_INT4 = re.compile(r"VLLM_USE_FLASHINFER_MOE_INT4=1\b")
-
-
-def stated_moe_kernel(engine: str, notes: Any, precision: str) -> str | None:
+def stated_moe_kernel(engine: str, notes: Any) -> str | None:
     """The fused-MoE kernel a row's server command tells the engine to run (SGLang --moe-runner-backend, one name;
-    vLLM's VLLM_USE_FLASHINFER_MOE_INT4=1 for int4-g32 experts), the protocol's stated-kernel amendment."""
+    vLLM's switches, planner.estimator.engines.moe_kernels), the protocol's stated-kernel amendment. Whether it
+    reaches the row's experts is the timer's to say (with_measured_kernel)."""
     text = str(notes or "")
     if engine == "sglang":
         names = set(re.findall(r"--moe-runner-backend[ =]([a-z][a-z0-9_]*)", text))
         return names.pop() if len(names) == 1 else None
-    if engine == "vllm" and precision == "int4-g32" and VLLM_FLASHINFER_INT4.search(text):
-        return "flashinfer_trtllm"
+    if engine == "vllm":
+        return next((kernel for kernel, switch in VLLM_SWITCHES.items()
+                     if all(re.search(rf"{name}={value}\b", text) for name, value in switch.environment)), None)
     return None
 
 

@@ -616,6 +616,8 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         tp = (gpus or pp) // pp
     if tp < 1 or pp < 1 or (gpus is not None and gpus != tp * pp):
         raise PlannerInputError(f"--gpus/--tp/--pp: {gpus} GPUs cannot be split as tp {tp} x pp {pp}; give --gpus = tp x pp")
+    if moe_kernel is not None:  # an engine told which fused-MoE kernel to run (the margin and llama.cpp are not)
+        EngineSettings(canonical(engine), moe_kernel=moe_kernel).validate()
     card = catalog.gpus.get(gpu)
     arch = resolve_model(catalog, model)
     name = "vllm" if engine == "simple" else engine

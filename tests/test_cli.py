@@ -114,7 +114,9 @@ def test_catalog_models_and_gpus_carry_the_contract_fields(tmp_path):
       "flashinfer_trtllm"], "no vllm table on hopper GPUs times 'flashinfer_trtllm'"),
     (["perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--moe-kernel", "triton"], "the model has no routed experts"),
     (["bench", "kimi-k2.5", "--gpu", "b200", "--tp", "8", "--precision", "int4-g32", "--moe-kernel", "cutlass"],
-     "no vllm table on blackwell GPUs times 'cutlass' for w4a16-int4 experts"),
+     "vLLM has no switch to 'cutlass'"),
+    (["perf", "kimi-k2.5", "--gpu", "b200", "--tp", "8", "--precision", "int4-g32", "--engine", "simple",
+      "--moe-kernel", "flashinfer_trtllm"], "simple is not told which fused-MoE kernel to run"),
     (["simulate", "nowhere.yaml", "--moe-kernel", "triton"], "--moe-kernel: a benchmark replay's option"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):

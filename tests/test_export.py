@@ -588,11 +588,15 @@ def test_sglang_is_told_the_stated_moe_kernel(multi_node):
 @pytest.mark.parametrize("engine, needle", [
     ({"name": "vllm", "moe_kernel": "triton; reboot"}, "moe_kernel"),
     ({"name": "llamacpp", "moe_kernel": "triton"}, "llamacpp is not told which fused-MoE kernel to run"),
+    ({"name": "vllm", "moe_kernel": "foo"}, "vLLM has no switch to 'foo'"),
+    ({"name": "sglang", "version": "0.5.23", "moe_kernel": "foo"}, "no sglang table on blackwell GPUs times 'foo'"),
 ])
 def test_a_plan_files_moe_kernel_is_checked_as_hostile_input(stated_kernel, tmp_path, engine, needle):
+    """A kernel name is checked as the plan file loads, and again as the export re-times it: one the engine cannot be
+    told, or no table times for the plan's experts, is refused before it reaches a command."""
     data = json.loads(stated_kernel.read_text())
     data["best"]["engine"] = {**data["best"]["engine"], **engine}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(data))
     with pytest.raises(PlannerInputError, match=needle):
-        load_plan(path, CATALOG)
+        export(load_plan(path, CATALOG), engine["name"] if engine["name"] != "llamacpp" else "vllm")

@@ -821,6 +821,18 @@ def test_a_stated_moe_kernel_is_timed_on_its_own_table_or_refused(catalog, perf)
         replica_timer(kimi, "int4-g32", "auto", b200, 8, 1, catalog, "sglang", moe_kernel="cutlass")
     with pytest.raises(PlannerInputError, match="no routed experts"):
         replica_timer(arch(catalog, "llama-3.1-8b"), "auto", "auto", b200, 1, 1, catalog, "vllm", moe_kernel="triton")
+    # vLLM's switch reaches compressed-tensors group-32 int4 experts only (AWQ / GPTQ keep their Marlin methods)
+    qwen = arch(catalog, "qwen3-30b-a3b")
+    for precision in ("awq", "gptq", "int4"):
+        with pytest.raises(PlannerInputError, match=f"reaches int4-g32 experts only, not {precision}"):
+            replica_timer(qwen, precision, "auto", b200, 1, 1, catalog, "vllm", moe_kernel="flashinfer_trtllm")
+    # SGLang's Hopper tables name Triton as their kernel, but int4 experts run Marlin there (their runner is fixed by
+    # compute capability): Triton is not timed for them; on 10.x FlashInfer's is, under its own name
+    with pytest.raises(PlannerInputError, match="no sglang table on hopper GPUs times 'triton' for w4a16-int4"):
+        replica_timer(kimi, "int4-g32", "auto", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "sglang",
+                      moe_kernel="triton")
+    assert replica_timer(kimi, "int4-g32", "auto", b200, 8, 1, catalog, "sglang",
+                         moe_kernel="flashinfer_trtllm").hw.moe_kernel == "flashinfer_trtllm"
 
 
 def test_compute_capability_12_blackwell_is_timed_on_its_own_kernel_tables(catalog, perf):

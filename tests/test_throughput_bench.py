@@ -149,17 +149,17 @@ def test_an_sglang_rows_stated_receive_interval_reaches_its_closed_loop(catalog)
     assert bench.predict(catalog, row, arch).tpot_s < bench.predict(catalog, replace(row, recv_interval=1), arch).tpot_s
 
 
-@pytest.mark.parametrize("engine, notes, precision, kernel", [
-    ("sglang", "python3 -m sglang.launch_server ... --moe-runner-backend flashinfer_trtllm --tp 8", "fp8", "flashinfer_trtllm"),
-    ("sglang", "--moe-runner-backend=triton", "bf16", "triton"),
-    ("sglang", "--moe-runner-backend triton; the other arm --moe-runner-backend flashinfer_trtllm", "bf16", None),
-    ("vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=1 (no --kv-cache-dtype)", "int4-g32", "flashinfer_trtllm"),
-    ("vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=1", "fp4", None),  # the switch is for group-32 int4 experts only
-    ("vllm", "--moe-runner-backend triton", "fp8", None),  # an SGLang flag in a vLLM row's prose
-    ("sglang", None, "fp8", None),
+@pytest.mark.parametrize("engine, notes, kernel", [
+    ("sglang", "python3 -m sglang.launch_server ... --moe-runner-backend flashinfer_trtllm --tp 8", "flashinfer_trtllm"),
+    ("sglang", "--moe-runner-backend=triton", "triton"),
+    ("sglang", "--moe-runner-backend triton; the other arm --moe-runner-backend flashinfer_trtllm", None),
+    ("vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=1 (no --kv-cache-dtype)", "flashinfer_trtllm"),
+    ("vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=0", None),
+    ("vllm", "--moe-runner-backend triton", None),  # an SGLang flag in a vLLM row's prose
+    ("sglang", None, None),
 ])
-def test_the_stated_moe_kernel_is_read_from_the_server_command(engine, notes, precision, kernel):
-    assert bench.stated_moe_kernel(engine, notes, precision) == kernel
+def test_the_stated_moe_kernel_is_read_from_the_server_command(engine, notes, kernel):
+    assert bench.stated_moe_kernel(engine, notes) == kernel
 
 
 def test_a_stated_kernel_no_table_measures_keeps_the_releases_pick(catalog):
@@ -173,3 +173,6 @@ def test_a_stated_kernel_no_table_measures_keeps_the_releases_pick(catalog):
     assert kept.moe_kernel is None and kept.unmeasured_kernel == "cutlass"
     measured = replace(row, moe_kernel="flashinfer_trtllm")
     assert bench.with_measured_kernel(catalog, measured, kimi) == measured
+    # vLLM's switch reaches compressed-tensors group-32 int4 experts only: a GPTQ row keeps Marlin
+    gptq = replace(row, engine="vllm", precision="gptq", moe_kernel="flashinfer_trtllm")
+    assert bench.with_measured_kernel(catalog, gptq, kimi).unmeasured_kernel == "flashinfer_trtllm"

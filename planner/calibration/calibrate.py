@@ -99,7 +99,10 @@ class Calibration:
 
     def verdict(self, generation: str, engine: str) -> str:
         """What it does to a replica of this GPU generation x engine, as a fleet plan's speed: line says it."""
-        on = f"{self.fitted_on.generation} x {self.fitted_on.engine}"
+        # its factors apply to the generation x engine whatever MoE kernel a replica runs; the line names the one its
+        # runs ran where they were told one
+        kernel = f", fitted on runs of its {self.fitted_on.moe_kernel} MoE kernel" if self.fitted_on.moe_kernel else ""
+        on = f"{self.fitted_on.generation} x {self.fitted_on.engine}{kernel}"
         return f"calibrated ({on})" if self.applies_to(generation, engine) else \
             f"not calibrated ({generation} x {engine}; the calibration is for {on})"
 

@@ -61,6 +61,7 @@ from typing import Callable, ClassVar, Literal, NamedTuple
 from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
+from planner.estimator.engines.moe_kernels import switch_refusal
 from planner.estimator.engines.registry import canonical, engine as registered_engine, engine_names
 from planner.estimator.layout import (model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
                                       tied_lm_head)
@@ -194,6 +195,14 @@ class GenerationEfficiency:
         if kernel_format in kernels.moe_kernels.get(kernel or "", {}):
             return kernel
         return kernels.moe_kernel if kernel_format in kernels.moe else None
+
+    def times_kernel(self, kernel_format: str, engine: str, kernel: str) -> bool:
+        """Whether the engine's tables time `kernel` itself for this format: an entry under its name, or the primary
+        entry its `moe_kernel` names (which does not name RUNNER_FIXED_FORMATS' entries)."""
+        kernels = self.engines.get(engine, EngineKernels())
+        if kernel_format in kernels.moe_kernels.get(kernel, {}):
+            return True
+        return kernel == kernels.moe_kernel and kernel_format in kernels.moe and kernel_format not in RUNNER_FIXED_FORMATS
 
     def attention_rates(self, kv_bits: int, engine: str | None = None) -> AttentionRates:
         median = self.attention.get(kv_bits) or self.attention[UNQUANTIZED_BITS]
@@ -1491,9 +1500,11 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
     return tuple(growing), tuple(sliding), tuple(latent)
 
 
-def moe_kernel_timed_as(generation: GenerationEfficiency, kernel_format: str, engine: str, kernel: str) -> bool:
-    """Whether the engine's tables of this generation time `kernel` for experts of this format."""
-    return generation.moe_kernel_timed(kernel_format, engine, kernel) == kernel
+# Fused-MoE formats whose primary entry the engine's `moe_kernel` does not name: the engines pick their runner by
+# compute capability alone (integer 4-bit experts: Marlin, or FlashInfer's on 10.x), so bench/kernel_constants.py
+# names the kernel over the other formats and lists such an entry under its kernel's own name where it is a named
+# one (SPEED_PROTOCOL, the amendment on integer experts' own tables)
+RUNNER_FIXED_FORMATS = frozenset({"w4a16-int4"})
 
 
 class UnmeasuredMoeKernel(PlannerInputError):
@@ -1501,19 +1512,22 @@ class UnmeasuredMoeKernel(PlannerInputError):
 
 
 def _check_stated_kernel(kernel: str, expert: object, cycles: float, measured: bool,
-                         generation: GenerationEfficiency, kernel_format: str, engine: str) -> None:
-    """A stated fused-MoE kernel is timed on its own table or refused (bench/SPEED_PROTOCOL.md, the amendment on
-    the kernel a run states)."""
+                         generation: GenerationEfficiency, kernel_format: str, engine: str, precision: str) -> None:
+    """A stated fused-MoE kernel is timed on its own table or refused: the engine must be able to be told to run it
+    for these experts (engines.moe_kernels), and a table must time it (bench/SPEED_PROTOCOL.md, the amendment on the
+    kernel a run states)."""
     if expert is None:
         raise UnmeasuredMoeKernel(f"--moe-kernel / engine.moe_kernel: {kernel!r} names a fused-MoE kernel, but the "
                                   "model has no routed experts; drop it")
     if cycles:
         raise UnmeasuredMoeKernel(f"--moe-kernel / engine.moe_kernel: {kernel!r}: {engine} is timed on its own "
                                   "measured cycles per layer, not on fused-MoE kernel tables; drop it")
+    if (refusal := switch_refusal(engine, kernel, precision)) is not None:
+        raise UnmeasuredMoeKernel(f"--moe-kernel / engine.moe_kernel: {refusal}")
     if not measured:
         kernels = generation.engines.get(engine, EngineKernels())
         named = [name for name in (kernels.moe_kernel, *kernels.moe_kernels)
-                 if name and moe_kernel_timed_as(generation, kernel_format, engine, name)]
+                 if name and generation.times_kernel(kernel_format, engine, name)]
         others = f", or use {' or '.join(named)}" if named else ""
         raise UnmeasuredMoeKernel(f"--moe-kernel / engine.moe_kernel: no {engine} table on {generation.name} GPUs "
                                   f"times {kernel!r} for {kernel_format} experts; drop it for the kernel the release "
@@ -1586,8 +1600,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         else:
             timed_by = generation
     if stated_kernel is not None:
-        _check_stated_kernel(stated_kernel, expert, cycles, timed_by is generation and moe_kernel_timed_as(
-            generation, expert_format, engine, stated_kernel), generation, expert_format, engine)
+        _check_stated_kernel(stated_kernel, expert, cycles, timed_by is generation and generation.times_kernel(
+            expert_format, engine, stated_kernel), generation, expert_format, engine, prec.name)
     moe = timed_by.moe_rates(expert_format, engine, picked)
     counts = engine_cost.eager_kernels
     if counts is not None and arch.moe is not None and not cycles:

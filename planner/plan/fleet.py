@@ -445,7 +445,7 @@ def _plan_fleet(problem: FleetProblem, catalog: Catalog, explain: bool, cache: S
         plan = _unmet_plan(problem, configs, pools, catalog, started, status_name(status), deadline)
         return replace(plan, candidate_seconds=candidate_seconds)
     plan = _read(problem, built, solver, configs, pools, catalog, status_name(status), started, ())
-    plan = replace(plan, candidate_seconds=candidate_seconds, speed=_calibrated(problem, plan),
+    plan = replace(plan, candidate_seconds=candidate_seconds, speed=_speed_basis(problem, plan),
                    serving=_serving(problem, plan, catalog, cache, deadline, explain))
     if explain:
         plan = replace(plan, speculative=_speculative(problem, plan, catalog, cache, deadline))
@@ -569,15 +569,18 @@ def _disaggregated_ttft(workload: FleetWorkload, assignments: list[Assignment]) 
     return ttft, max((t for _, t in prefill), key=lambda t: t.seconds)
 
 
-def _calibrated(problem: FleetProblem, plan: FleetPlan) -> tuple[str, ...]:
-    """Which assignments' speed a scenario's calibration file scaled (its GPU generation x engine) and which it did
-    not: a plan says where its capacity rests on the catalog's constants alone."""
+def _speed_basis(problem: FleetProblem, plan: FleetPlan) -> tuple[str, ...]:
+    """What each assignment's speed rests on besides the catalog's constants: whether a scenario's calibration file
+    scaled it (its GPU generation x engine) or not, and the fused-MoE kernel the scenario tells the engine to run."""
     by_name = {w.name: w for w in problem.workloads}
     lines = []
     for a in plan.assignments:
-        workload, gpu = by_name[a.workload], a.config.candidate.gpu
+        workload, candidate = by_name[a.workload], a.config.candidate
+        gpu, kernel = candidate.gpu, candidate.configuration.engine.moe_kernel
         if workload.calibration is not None:
             lines.append(f"{a.workload}: {gpu.name}: {workload.calibration.verdict(gpu.generation, workload.engine)}")
+        if kernel is not None:
+            lines.append(f"{a.workload}: {gpu.name}: MoE on the {kernel} kernel (engine.moe_kernel)")
     return tuple(dict.fromkeys(lines))
 
 

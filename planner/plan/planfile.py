@@ -26,7 +26,7 @@ from planner.catalog.prices import MAX_INSTANCE_GPUS, one_line
 from planner.errors import PlannerInputError
 from planner.files import PLAN, read_bytes
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings
-from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES, MOE_KERNEL_ENGINES
+from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES, MOE_KERNEL_ENGINES, MOE_KERNEL_PATTERN
 from planner.estimator.layout import parallel_refusal
 from planner.estimator.memory import ALL_TO_ALL_BACKENDS, GpuTarget, MemoryEstimate
 from planner.estimator.speculative import SPECULATIVE_ENGINES, SPECULATIVE_METHODS, Speculation, draft_architecture
@@ -70,7 +70,7 @@ class EngineRecord(_Schema):
     kv_cache_memory: Literal[KV_CACHE_MEMORY_MODES] = "utilization"  # type: ignore[valid-type]
     version: Token | None = None  # the engine release the plan was checked against (None: planned with the margin)
     # the fused-MoE kernel the plan was timed on, told to the engine (None: the release's pick)
-    moe_kernel: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    moe_kernel: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
 
     @model_validator(mode="after")
     def _kernel_of_an_engine_told_one(self) -> EngineRecord:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from planner.catalog.load import Quality
 from planner.catalog.prices import MAX_PRICE_AGE_DAYS, PRICE_KINDS, PriceKind, Term
 from planner.errors import PlannerInputError
+from planner.estimator.engines.base import MOE_KERNEL_PATTERN
 from planner.estimator.engines.registry import PLANNING_MARGIN, profiled_engines
 from planner.plan.failure import Survive, interruption_rate
 from planner.yamlfile import parse_yaml, printable
@@ -352,7 +353,7 @@ class EngineSpec(_Strict):
     mem_fraction_static: float | None = Field(default=None, gt=0, le=1)  # SGLang
     # the fused-MoE kernel the servers are told to run (SGLang --moe-runner-backend; vLLM's
     # VLLM_USE_FLASHINFER_MOE_INT4=1 is flashinfer_trtllm); default: the kernel the release picks
-    moe_kernel: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    moe_kernel: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
 
 
 class Pricing(_Strict):

@@ -25,6 +25,7 @@ from planner.catalog.load import Catalog, Precision, load_catalog
 from planner.catalog.skypilot import load_skypilot
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
+from planner.estimator.engines.moe_kernels import VLLM_SWITCHES
 from planner.estimator.engines.registry import DEPLOYMENT_TARGETS, engine, export_targets, renderer
 from planner.estimator.speculative import SPECULATIVE_ENGINES
 from planner.plan.configuration import Configuration, ConfiguredBy
@@ -49,10 +50,6 @@ VLLM_PORT, SGLANG_PORT, LLAMACPP_PORT = 8000, 30000, 8080
 # for SGLang's own reserve, which the margin does not model (plans made with an engine carry their own share)
 SGLANG_STATIC_BELOW_UTILIZATION = 0.05
 SGLANG_AMD_ATTENTION = "aiter"  # SGLang's ROCm attention backend (server_args.py ATTENTION_BACKEND_CHOICES)
-# The environment that tells vLLM to run a fused-MoE kernel in place of its own pick: FlashInfer's MxInt4 MoE for
-# group-32 int4 experts on compute capability 10.x (vLLM 0.21.0 envs.py:1320, quantization/utils/
-# flashinfer_mxint4_moe.py:24-31). SGLang takes the kernel as --moe-runner-backend.
-VLLM_MOE_KERNEL_ENV = {"flashinfer_trtllm": {"VLLM_USE_FLASHINFER_MOE_INT4": "1"}}
 LLAMACPP_UNQUANTIZED_CACHES = {"f16", "bf16", "f32"}  # any other V cache type needs flash attention (server README)
 HF_TOKEN_SECRET = {"name": "hf-token", "key": "token"}  # kubectl create secret generic hf-token --from-literal=token=...
 
@@ -241,23 +238,31 @@ def _engine_flags(flag: str | None, prequantized: bool) -> list[str]:
 
 def _stated_kernel(plan: ExportPlan, runs: str, target: str) -> None:
     """A plan timed on a stated fused-MoE kernel exports only to the engine it was timed under (another engine's
-    kernels and switches differ)."""
+    kernels and switches differ), and only with a kernel that engine can be told to run and a table times for the
+    plan's experts, as the solve checked (a plan file is untrusted)."""
     planned = plan.configuration.engine
-    if planned.moe_kernel is not None and planned.name != runs:
+    if planned.moe_kernel is None:
+        return
+    if planned.name != runs:
         raise PlannerInputError(f"--to {target}: the plan was timed on {planned.name}'s {planned.moe_kernel!r} fused-MoE "
                                 f"kernel (engine.moe_kernel), which this export's {runs} would not run; export --to "
                                 f"{planned.name}, or re-solve without engine.moe_kernel")
+    from planner.estimator.performance import moe_kernel_refusal
+    from planner.model.sources import resolve_model
+
+    catalog = load_catalog()
+    refusal = moe_kernel_refusal(resolve_model(catalog, plan.configuration.model), plan.precision.name,
+                                 catalog.gpus.get(plan.gpu), catalog, planned.name, planned.moe_kernel,
+                                 release=planned.version)
+    if refusal is not None:
+        raise PlannerInputError(f"plan: {refusal}; re-run `planner solve`")
 
 
 def vllm_environment(plan: ExportPlan) -> dict[str, str]:
-    """The environment vLLM is started with: the switch to the plan's stated fused-MoE kernel, if any."""
+    """The environment vLLM is started with: the switch to the plan's stated fused-MoE kernel, if any (_stated_kernel
+    checked that vLLM has one for it)."""
     kernel = plan.configuration.engine.moe_kernel
-    if kernel is None or plan.configuration.engine.name != "vllm":
-        return {}
-    if kernel not in VLLM_MOE_KERNEL_ENV:
-        raise PlannerInputError(f"--to vllm: vLLM has no switch to the {kernel!r} fused-MoE kernel (engine.moe_kernel); "
-                                f"use {' or '.join(VLLM_MOE_KERNEL_ENV)}, or re-solve without it")
-    return VLLM_MOE_KERNEL_ENV[kernel]
+    return {} if kernel is None else dict(VLLM_SWITCHES[kernel].environment)
 
 
 def _exported_environment(plan: ExportPlan) -> list[str]:
@@ -738,11 +743,9 @@ def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
     deployments = {"skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
     if target not in deployments:
         role_args(target, plan.role)  # a disaggregated replica: refused for an engine without its flags
-    if plan.configuration.engine.moe_kernel is not None:
-        # the engine the export starts: the target, or for a deployment the planned engine's own manifest, else vLLM
-        planned = plan.configuration.engine.name
-        own_manifest = target == "kubernetes" and engine(planned).kubernetes is not None
-        _stated_kernel(plan, target if target not in deployments else planned if own_manifest else "vllm", target)
+    # the engine the export starts: the target, or vLLM for a deployment (an engine told a kernel has no manifest of
+    # its own: only TensorRT-LLM's has, and it is told none)
+    _stated_kernel(plan, "vllm" if target in deployments else target, target)
     render = deployments.get(target) or renderer(engine(target).command)
     return render(_checked(plan), checkpoint)
 

@@ -52,9 +52,11 @@ def status_line(result: SolveResult) -> str:
 
 def speed_line(p: PlanOption) -> str:
     """A plan's speed without traffic: its decode step with every request holding the whole context."""
+    kernel = p.configuration.engine.moe_kernel
     return (f"speed at the full context: TPOT {p.full_context_step_s * 1000:,.1f} ms with {p.concurrency} x "
             f"{p.context:,} tokens held · {p.full_context_output_tokens_per_s:,.0f} output tokens/s · "
-            f"${p.usd_per_million_output_tokens:,.2f} per million output tokens, busy all hour")
+            f"${p.usd_per_million_output_tokens:,.2f} per million output tokens, busy all hour"
+            + (f" · MoE on the {kernel} kernel (engine.moe_kernel)" if kernel else ""))
 
 
 def speculative_lines(result: SolveResult) -> list[str]:

@@ -26,7 +26,8 @@ KV_CACHE_MEMORY_MODES = ("utilization", "full", "auto")
 # Engines a server command tells which fused-MoE kernel to run (SGLang --moe-runner-backend, vLLM's
 # VLLM_USE_FLASHINFER_MOE_INT4), and how such a name is spelled
 MOE_KERNEL_ENGINES = ("vllm", "sglang")
-MOE_KERNEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+MOE_KERNEL_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"  # as the scenario and plan file schemas check it
+MOE_KERNEL_NAME = re.compile(MOE_KERNEL_PATTERN)
 # Results a Memo keeps before it starts afresh: the distinct layouts of one run (as _stage_weights' lru_cache)
 MEMO_ENTRIES = 4096
 T = TypeVar("T")
@@ -91,7 +92,7 @@ class EngineSettings:
         if self.moe_kernel is not None:
             if self.name not in MOE_KERNEL_ENGINES:
                 raise PlannerInputError(f"--moe-kernel / engine.moe_kernel: {self.name} is not told which fused-MoE "
-                                        f"kernel to run here; use engine {spoken_list(MOE_KERNEL_ENGINES)} or drop it")
+                                        f"kernel to run here; use engine {spoken_list(MOE_KERNEL_ENGINES)}, or drop it")
             if not MOE_KERNEL_NAME.fullmatch(self.moe_kernel):
                 raise PlannerInputError(f"--moe-kernel / engine.moe_kernel: {self.moe_kernel!r} is not a kernel name "
                                         "(lowercase letters, digits and _, e.g. flashinfer_trtllm)")
