@@ -79,13 +79,16 @@ SAME_ARCHITECTURE = {
     "deepseek-v3 family": "deepseek-v3",
 }
 # Suffixes of quantized re-publications (nvidia/...-FP8, amd/...-FP8-KV): the same model's tensors.
-QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|nvfp4|mxfp4|fp4|awq)$")
+QUANTIZED_SUFFIX = re.compile(r"-(fp8-kv|fp8|nvfp4|mxfp4|fp4|awq)(-v2)?$")  # -v2: NVIDIA's second NVFP4 releases
 # Re-quantizations a row names without a repository id: the catalog model whose tensors they hold.
 REQUANTIZED = (("kimi k2.5", "kimi-k2.5"), ("minimax-m2.5 nvfp4", "minimax-m2.5"),
                # ModelOpt re-quantizations (vLLM issue 49723: "Mistral-24B", a Mistral-Small-3.x-24B, one text
                # architecture; NVIDIA's FP8 releases of its Nemotron models)
                ("mistral 24b", "mistral-small-3.1-24b"), ("nemotron-3-nano-30b-a3b-fp8", "nemotron-3-nano-30b-a3b"),
-               ("llama-3_3-nemotron-super-49b-v1 fp8", "llama-3.3-nemotron-super-49b"))
+               ("llama-3_3-nemotron-super-49b-v1 fp8", "llama-3.3-nemotron-super-49b"),
+               # DeepSeek-R1 (DeepseekV3ForCausalLM, DeepSeek-V3's shapes) and GLM-5's FP8 release, named without a
+               # repository id (the correction note on model names)
+               ("deepseek-r1 fp8", "deepseek-v3"), ("deepseek-r1 fp4", "deepseek-v3"), ("glm-5 fp8", "glm-5"))
 
 # The measured-precision text -> catalog precision, first match wins.
 PRECISIONS: tuple[tuple[str, str | None], ...] = (
@@ -222,7 +225,7 @@ def first_match(text: str, table: tuple[tuple[str, str | None], ...], what: str)
 
 
 def catalog_model(catalog: Catalog, text: str) -> str:
-    name = re.sub(r"\s*\(.*\)\s*$", "", text).strip()
+    name = re.sub(r"\s*\(.*$", "", text).strip()  # the model is what precedes a first parenthesis
     candidates = [name, SAME_ARCHITECTURE.get(name.lower(), "")]
     base = name.split("/")[-1]
     stripped = QUANTIZED_SUFFIX.sub("", base.lower())
