@@ -176,3 +176,21 @@ def test_a_stated_kernel_no_table_measures_keeps_the_releases_pick(catalog):
     # vLLM's switch reaches compressed-tensors group-32 int4 experts only: a GPTQ row keeps Marlin
     gptq = replace(row, engine="vllm", precision="gptq", moe_kernel="flashinfer_trtllm")
     assert bench.with_measured_kernel(catalog, gptq, kimi).unmeasured_kernel == "flashinfer_trtllm"
+
+
+@pytest.mark.parametrize("text, model", [
+    ("nvidia/DeepSeek-R1-0528-FP4-v2 (DeepSeek-R1-0528, NVFP4)", "deepseek-v3"),
+    ("nvidia/DeepSeek-R1-0528-NVFP4-v2", "deepseek-v3"),
+    ("DeepSeek-R1 FP8 (printed as 'DeepSeek-R1 FP8'; path not stated)", "deepseek-v3"),
+    ("GLM-5 FP8 checkpoint (printed 'GLM-5 FP8', 744B MoE)", "glm-5"),
+    ("deepseek-ai/DeepSeek-V4-Flash (cookbook variant 'flash'); cookbook name 'DeepSeek-V4 Flash'", "deepseek-v4-flash"),
+    ("zai-org/GLM-5.2", None),  # another model: not GLM-5's FP8 release
+])
+def test_a_rows_model_name_is_reduced_to_the_catalog_model_it_runs(catalog, text, model):
+    """The correction note on model names (bench/SPEED_PROTOCOL.md): the model is what precedes a first parenthesis;
+    NVIDIA's -v2 NVFP4 releases and DeepSeek-R1 / GLM-5 FP8 named without a repository id are their catalog models."""
+    if model is None:
+        with pytest.raises(bench.Skip, match="model not in the catalog"):
+            bench.catalog_model(catalog, text)
+    else:
+        assert bench.catalog_model(catalog, text) == model
