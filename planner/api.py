@@ -291,7 +291,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
                        calibration=calibration, performance=performance, ep=ep, dp=dp,
-                       engine_version=engine_version, moe_kernel=moe_kernel)
+                       engine_version=engine_version, moe_kernel=moe_kernel, speculative=speculation is not None)
     shape = Workload(prompt_tokens, output_tokens)
     cycle = None
     if speculation is None:
@@ -319,7 +319,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency, varying_lengths,
                              scheduler_recv_interval)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
-                      closed, finite, replica.calibrated, replica.ep, speculation, cycle, replica.dp)
+                      closed, finite, replica.calibration, replica.ep, speculation, cycle, replica.dp)
 
 
 def _speculative_timer(replica: Replica, precision: str, kv_dtype: str, spec: Speculation,
@@ -352,7 +352,7 @@ def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, t
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog or load_catalog(),
                        sized=True, calibration=calibration, engine_version=engine_version, moe_kernel=moe_kernel)
     return BenchResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine,
-                       run_benchmark(replica.timer, replica.scheduler, run), replica.calibrated)
+                       run_benchmark(replica.timer, replica.scheduler, run), replica.calibration)
 
 
 def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None,
@@ -453,10 +453,11 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
         return run_benchmark(timer, scheduler, replay_run(run))
 
     files = {r.file: r.sha256 for r in runs}
+    resolved, resolved_kv = _resolved_dtypes(catalog, arch, precision, kv_dtype)
     fitted_on = FittedOn(
         model=arch.name, gpu=card.name, generation=generation, engine=profile,
         engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=tp, pp=pp,
-        precision=precision, kv_dtype=kv_dtype, dates=tuple(sorted({r.date for r in runs if r.date})),
+        precision=resolved, kv_dtype=resolved_kv, dates=tuple(sorted({r.date for r in runs if r.date})),
         results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()), moe_kernel=moe_kernel)
     return calibration_record(fit_runs(runs, replay, floors(performance, generation, profile)), runs, fitted_on)
 
@@ -596,10 +597,19 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
                                 "add GPUs (--tp / --pp)")
 
 
+def _resolved_dtypes(catalog: Catalog, arch: Architecture, precision: str, kv_dtype: str) -> tuple[str, str]:
+    """The catalog precision and KV dtype `precision` / `kv_dtype` (or `auto`: the checkpoint's) name for `arch`."""
+    from planner.model.precision import resolve_kv_dtype
+
+    resolved = resolve_precision(catalog, arch, precision)
+    return resolved.name, resolve_kv_dtype(arch, resolved, kv_dtype)
+
+
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
              engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
              performance: PerformanceCatalog | None = None, ep: int = 1, dp: int = 1,
-             engine_version: str | None = None, moe_kernel: str | None = None) -> Replica:
+             engine_version: str | None = None, moe_kernel: str | None = None,
+             speculative: bool = False) -> Replica:
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
     of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget (the profile of
     `engine_version`, default the current release) gives it at max-model-len `context` (which must hold one request,
@@ -623,8 +633,16 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     name = "vllm" if engine == "simple" else engine
     performance = performance or load_performance_catalog()
     profile = performance.engine(name).name  # the engine's speed profile (llamacpp: llama.cpp)
-    calibrated = None if calibration is None else calibration.applies_to(card.generation, profile)
-    if calibration is not None and calibrated:
+    coverage = None
+    if calibration is not None:
+        from planner.calibration.calibrate import TimedReplica
+
+        resolved, resolved_kv = _resolved_dtypes(catalog, arch, precision, kv_dtype)
+        coverage = calibration.coverage(TimedReplica(
+            model=arch.name, gpu=card.name, generation=card.generation, engine=profile, tp=tp, pp=pp,
+            precision=resolved, kv_dtype=resolved_kv, ep=ep, dp=dp, moe_kernel=moe_kernel, release=engine_version,
+            speculative=speculative))
+    if calibration is not None and coverage is not None and coverage.applied:
         from planner.calibration.factors import calibrated_catalog
 
         performance = calibrated_catalog(performance, card.generation, profile, calibration.factors)
@@ -642,7 +660,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")
         scheduler = Scheduler.of(budget, dp=dp)  # every DP group's own pool
-    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, calibrated, ep, dp, engine_version, moe_kernel)
+    return Replica(arch, card, tp, pp, name, catalog, timer, scheduler, coverage, ep, dp, engine_version, moe_kernel)
 
 
 def simulate(source: str | Path | Scenario, *, duration_s: float | None = None, rate: float | None = None,
@@ -699,7 +717,7 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
                                   a.config.scheduler, a.replicas, a.config.shape.prompt_tokens,
                                   a.config.shape.output_tokens, a.expected_rps_per_replica, a.demand_share,
                                   a.config.shape.shared_prefix_tokens, w.performance(c.gpu.generation),
-                                  w.calibration.verdict(c.gpu.generation, w.engine) if w.calibration else None,
+                                  coverage.describe() if (coverage := w.calibration_coverage(c)) else None,
                                   planned_rps=a.config.capacity_rps, engine_version=w.engine_version,
                                   dp=c.configuration.dp, ep=c.configuration.ep, role=a.config.role,
                                   speculation=c.configuration.speculation,

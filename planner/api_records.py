@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from planner.catalog.load import Catalog, Gpu
     from planner.estimator.benchmark import BenchmarkResult
-    from planner.calibration.calibrate import Calibration
+    from planner.calibration.calibrate import Calibration, Coverage
     from planner.calibration.check import LoadCheck, SloVerdict
     from planner.calibration.readers import MeasuredRun
     from planner.estimator.capacity import Scheduler, Slo, SteadyState
@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from planner.estimator.speculative import Speculation, SpeculativeCycle
     from planner.model.architecture import Architecture
     from planner.plan.fleet import FleetPlan
+
+
+def _calibration_keys(coverage: Coverage | None) -> dict[str, Any]:
+    """`calibrated`: whether a calibration's factors timed the replica (None: none given); `calibration`: what it is
+    to the replica (calibrated, extrapolated or not calibrated, and what differs from the runs it was fitted on)."""
+    return {"calibrated": None if coverage is None else coverage.applied,
+            "calibration": None if coverage is None else coverage.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class PerfResult:
     steady: SteadyState | None = None  # at --rate
     closed_loop: ClosedLoop | None = None  # at --concurrency
     finite_run: BenchmarkResult | None = None  # at a --rate it does not keep up with
-    calibrated: bool | None = None  # None: no calibration given; else whether it is of this GPU generation x engine
+    calibration: Coverage | None = None  # None: no calibration given; else what it is to this replica
     ep: int = 1  # expert-parallel ranks among the tp GPUs
     speculation: Speculation | None = None
     cycle: SpeculativeCycle | None = None  # with speculation: one decode cycle at the batch
@@ -64,7 +71,7 @@ class PerfResult:
             "pp_bubble_ms": p.pp_bubble_s * 1000,
             "weight_bytes_read": p.decode.weight_bytes, "kv_bytes_read": p.decode.kv_bytes,
             # the GPU's generation has no kernel measurements: the catalog's `default` generation timed it
-            "constants_borrowed": p.borrowed, "calibrated": self.calibrated,
+            "constants_borrowed": p.borrowed, **_calibration_keys(self.calibration),
             # the fused-MoE kernel the engine runs at this release (catalogs/performance.yaml moe_kernel_rules)
             "moe_kernel": p.moe_kernel,
             # prefill passes launched without a CUDA graph: each takes at least the host's launch time
@@ -105,12 +112,12 @@ class BenchResult:
     pp: int
     engine: str
     result: BenchmarkResult
-    calibrated: bool | None = None  # None: no calibration given; else whether it is of this GPU generation x engine
+    calibration: Coverage | None = None  # None: no calibration given; else what it is to this replica
 
     def to_dict(self) -> dict[str, Any]:
         """vLLM's saved-result keys (planner.estimator.benchmark), then the replica's."""
         return {**self.result.to_dict(), "model_id": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
-                "engine": self.engine, "calibrated": self.calibrated}
+                "engine": self.engine, **_calibration_keys(self.calibration)}
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,8 @@ class Replica:
     catalog: Catalog
     timer: ReplicaTimer
     scheduler: Scheduler | None
-    calibrated: bool | None  # None: no calibration given; else whether the timer took it
+    calibration: Coverage | None  # None: no calibration given; else what it is to this replica (its factors in the
+    # timer when applied)
     ep: int = 1  # expert-parallel ranks among the tp GPUs
     dp: int = 1  # data-parallel attention groups among the tp GPUs
     release: str | None = None  # the engine release asked for (None: its default), which picks its MoE kernel
@@ -146,7 +154,7 @@ class ReplicaSimulation:
     rate_per_replica: float  # requests/s arriving at each replica
     share: float  # of the workload bucket's traffic this assignment takes
     result: SimulationResult
-    speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
+    speed: str | None = None  # a scenario's calibration: what it is to this replica (Coverage.describe)
     shared_prefix_tokens: int = 0  # of prompt_tokens: the same for every request, found in the prefix cache
     # a disaggregated pair's prefill replica (its requests end at their first token) or decode replica (their prompts
     # arrive computed), or an aggregated one (both)
@@ -173,7 +181,7 @@ class ReplicaSpec:
     share: float
     shared_prefix_tokens: int = 0  # of prompt_tokens: the same for every request, cached once per replica
     performance: PerformanceCatalog | None = None  # the speed model's constants (None: the catalog's)
-    speed: str | None = None  # a scenario's calibration: whether it timed this replica (Calibration.verdict)
+    speed: str | None = None  # a scenario's calibration: what it is to this replica (Coverage.describe)
     slo: Slo | None = None  # a plan file's: its workload's SLO (None: the file carries none)
     planned_rps: float | None = None  # the capacity the plan sized each replica for (at the SLO x utilisation)
     engine_version: str | None = None  # the engine release the plan or scenario names (None: the default)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import typer
     from rich.console import Console
 
-    from planner.calibration.calibrate import Calibration
+    from planner.calibration.calibrate import Calibration, Coverage
     from planner.plan.deadline import CommandStart
     from planner.render.plain import PlainConsole
 
@@ -606,7 +606,7 @@ def perf_command(
                      f"{loop.requests_per_s:.2f} req/s, {loop.output_tokens_per_s:,.0f} output tokens/s")
         lines.append(f"  TTFT {loop.ttft_s:.3f} s · TPOT {loop.tpot_s * 1000:.1f} ms · E2E {loop.e2e_s:.2f} s · "
                      f"KV peak {loop.kv_tokens_peak:,} of {loop.pool_tokens:,} tokens")
-    _print_lines(lines + _calibration_line(calibration, result.calibrated))
+    _print_lines(lines + _calibration_line(calibration, result.calibration))
 
 
 def _speculation(method: Optional[str], tokens: int, acceptance: Optional[float]):
@@ -631,12 +631,16 @@ def _calibration(path: Optional[str]) -> Optional[Calibration]:
     return load_calibration(path)
 
 
-def _calibration_line(path: Optional[str], calibrated: Optional[bool]) -> list[str]:
+def _calibration_line(path: Optional[str], coverage: Optional[Coverage]) -> list[str]:
     """What --calibration did: nothing said without one."""
-    if path is None:
+    if path is None or coverage is None:
         return []
-    return [f"calibrated ({path})" if calibrated else
-            f"not calibrated ({path} is of another GPU generation x engine: the kernel tables' constants)"]
+    if not coverage.applied:
+        return [f"not calibrated ({path} is of another GPU generation x engine: the kernel tables' constants)"]
+    if coverage.differs:
+        return [f"extrapolated ({path}, fitted on another configuration of {coverage.fitted_on}: "
+                f"{'; '.join(coverage.differs)})"]
+    return [f"calibrated ({path})"]
 
 
 @command("calibrate")
@@ -836,7 +840,7 @@ def _benchmark(model: str, gpu: str, gpus: Optional[int], tp: Optional[int], pp:
     if output_format is OutputFormat.json:
         _echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return
-    _print_lines(_bench_lines(result) + _calibration_line(calibration, result.calibrated))
+    _print_lines(_bench_lines(result) + _calibration_line(calibration, result.calibration))
 
 
 def _bench_lines(bench: api.BenchResult) -> list[str]:

@@ -285,12 +285,59 @@ def test_perf_and_bench_take_a_calibration_only_for_its_generation_and_engine(tm
     calibration = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
     plain = api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1)
     calibrated = api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, calibration=calibration)
-    assert plain.calibrated is None and calibrated.calibrated is True
+    assert plain.calibration is None and plain.to_dict()["calibrated"] is None
+    assert calibrated.calibration.state == "calibrated" and calibrated.calibration.differs == ()
+    assert calibrated.to_dict()["calibrated"] is True
     assert calibrated.performance.tpot_s > plain.performance.tpot_s  # the examples ran slower than the tables
     elsewhere = api.perf("llama-3.1-8b", gpu="a100-sxm-80gb", tp=1, calibration=calibration)
-    assert elsewhere.calibrated is False
+    assert elsewhere.calibration.state == "not calibrated" and not elsewhere.calibration.applied
+    assert elsewhere.to_dict()["calibration"]["differs"] == ["ampere x vllm"]
     assert elsewhere.performance == api.perf("llama-3.1-8b", gpu="a100-sxm-80gb", tp=1).performance
-    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, engine="sglang", calibration=calibration).calibrated is False
+    assert not api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, engine="sglang",
+                        calibration=calibration).calibration.applied
+
+
+def test_a_calibration_names_what_a_replica_changes_from_the_runs_it_was_fitted_on():
+    """Issue 23: a calibration's factors scale its GPU generation x engine, but only the configuration its runs ran
+    is calibrated; another model, card of the generation, layout or precision is extrapolated, each change named."""
+    calibration = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    assert calibration.fitted_on.precision == "bf16" and calibration.fitted_on.kv_dtype == "bf16"  # `auto` resolved
+    same = api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, precision="bf16", calibration=calibration)
+    assert same.calibration.state == "calibrated"
+    other = api.perf("llama-3.1-70b", gpu="h200-sxm", tp=4, precision="fp8", calibration=calibration)
+    assert other.calibration.state == "extrapolated" and other.calibration.applied
+    assert other.calibration.differs == ("model llama-3.1-70b, not llama-3.1-8b", "GPU h200-sxm, not h100-sxm",
+                                         "layout tp 4 x pp 1, not tp 1 x pp 1", "precision fp8, not bf16")
+    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, kv_dtype="fp8", calibration=calibration
+                    ).calibration.differs == ("KV dtype fp8, not bf16",)
+    plain = api.perf("llama-3.1-70b", gpu="h200-sxm", tp=4, precision="fp8")
+    assert other.performance.tpot_s > plain.performance.tpot_s  # extrapolated: the factors still time it
+    assert other.to_dict()["calibration"] == {"state": "extrapolated", "fitted_on": "hopper x vllm",
+                                              "differs": list(other.calibration.differs)}
+    # a release the runs did not record (vLLM's results carry none) is not held against the replica
+    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, engine_version="0.15.1",
+                    calibration=calibration).calibration.state == "calibrated"
+
+
+def test_a_calibration_holds_the_engine_release_its_runs_recorded_against_the_replicas():
+    from dataclasses import replace
+
+    from planner.calibration.calibrate import TimedReplica
+
+    calibration = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    sglang = replace(calibration, fitted_on=replace(calibration.fitted_on, engine="sglang",
+                                                    engine_versions=("0.5.12.post1",)))
+    replica = TimedReplica(model="llama-3.1-8b", gpu="h100-sxm", generation="hopper", engine="sglang", tp=1, pp=1,
+                           precision="bf16", kv_dtype="bf16", release="0.5.12")
+    assert sglang.coverage(replica).state == "calibrated"
+    newer = sglang.coverage(replace(replica, release="0.5.23", ep=1, dp=1, speculative=True,
+                                    moe_kernel="triton"))
+    assert newer.differs == ("MoE kernel triton, not the release's pick", "engine release 0.5.23, not 0.5.12.post1",
+                             "MTP speculation")
+    assert newer.describe() == ("extrapolated (hopper x sglang; MoE kernel triton, not the release's pick; engine "
+                                "release 0.5.23, not 0.5.12.post1; MTP speculation)")
+    # no release asked for: the engine's default one, which is not 0.5.12
+    assert "engine release" in sglang.coverage(replace(replica, release=None)).differs[0]
 
 
 def cli(*args, cwd):
@@ -309,6 +356,9 @@ def test_cli_calibrate_then_perf_and_bench_say_whether_they_are_calibrated(tmp_p
     assert proc.returncode == 0 and f"calibrated ({out})" in proc.stdout
     proc = cli("bench", "llama-3.1-8b", "--gpu", "l40s", "--num-prompts", "10", "--calibration", str(out), cwd=tmp_path)
     assert proc.returncode == 0 and f"not calibrated ({out}" in proc.stdout
+    proc = cli("perf", "llama-3.1-8b", "--gpu", "h200-sxm", "--calibration", str(out), cwd=tmp_path)
+    assert proc.returncode == 0 and " ".join(proc.stdout.split()).endswith(
+        f"extrapolated ({out}, fitted on another configuration of hopper x vllm: GPU h200-sxm, not h100-sxm)")
     proc = cli("simulate", "llama-3.1-8b", "--benchmark", "--gpu", "h100-sxm", "--num-prompts", "10",
                "--calibration", str(out), "--format", "json", cwd=tmp_path)
     assert proc.returncode == 0 and json.loads(proc.stdout)["calibrated"] is True
@@ -336,6 +386,9 @@ def test_a_fleet_solve_takes_a_calibration_for_the_gpus_it_was_fitted_on(tmp_pat
     assert scaled.assignments[0].config.capacity_rps < plain.assignments[0].config.capacity_rps
     other, other_scaled = fleet("l40s", False), fleet("l40s", True)
     assert other_scaled.speed == ("chat: l40s: not calibrated (ada x vllm; the calibration is for hopper x vllm)",)
+    sibling = fleet("h200-sxm", True)  # the calibrated generation, another card of it: scaled, by extrapolation
+    assert sibling.speed == ("chat: h200-sxm: extrapolated (hopper x vllm; GPU h200-sxm, not h100-sxm)",)
+    assert sibling.assignments[0].config.capacity_rps < fleet("h200-sxm", False).assignments[0].config.capacity_rps
     assert other_scaled.assignments[0].config.capacity_rps == other.assignments[0].config.capacity_rps
     with pytest.raises(PlannerInputError, match="calibration"):
         api.plan_fleet({"model": "llama-3.1-8b", "workload": {"context": 8192, "traffic": {

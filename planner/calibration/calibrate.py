@@ -61,6 +61,73 @@ class FittedOn:
     moe_kernel: str | None = None  # the fused-MoE kernel the runs were replayed on (None: the release's pick)
 
 
+CALIBRATED, EXTRAPOLATED, NOT_CALIBRATED = "calibrated", "extrapolated", "not calibrated"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimedReplica:
+    """A replica configuration a calibration may time: what Calibration.coverage holds against its runs'."""
+
+    model: str  # the architecture's catalog name
+    gpu: str
+    generation: str
+    engine: str  # its speed profile's name
+    tp: int
+    pp: int
+    precision: str  # resolved: a catalog precision's name
+    kv_dtype: str  # resolved
+    ep: int = 1
+    dp: int = 1
+    moe_kernel: str | None = None  # the fused-MoE kernel the engine is told to run (None: the release's pick)
+    release: str | None = None  # the engine release asked for (None: the engine's default)
+    speculative: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Coverage:
+    """What a calibration is to one replica: `calibrated` (the configuration its runs ran, on the generation x engine
+    it was fitted on), `extrapolated` (its factors scale another configuration of that generation x engine; `differs`
+    names each change) or `not calibrated` (another generation x engine, timed on the catalog's constants; `differs`
+    names it)."""
+
+    state: str
+    fitted_on: str  # "<generation> x <engine>"
+    differs: tuple[str, ...] = ()
+    moe_kernel: str | None = None  # the kernel its runs were told to run, where they were told one
+
+    @property
+    def applied(self) -> bool:
+        """Whether its factors time the replica."""
+        return self.state != NOT_CALIBRATED
+
+    def describe(self) -> str:
+        """As a plan's speed: line says it."""
+        kernel = f", fitted on runs of its {self.moe_kernel} MoE kernel" if self.moe_kernel else ""
+        if self.state == CALIBRATED:
+            return f"calibrated ({self.fitted_on}{kernel})"
+        if self.state == EXTRAPOLATED:
+            return f"extrapolated ({self.fitted_on}{kernel}; {'; '.join(self.differs)})"
+        return f"not calibrated ({self.differs[0]}; the calibration is for {self.fitted_on}{kernel})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "fitted_on": self.fitted_on, "differs": list(self.differs)}
+
+
+def _release_outside(replica: TimedReplica, versions: Sequence[str]) -> str | None:
+    """"engine release R, not V" when the runs recorded their engine's release and the replica runs another (its
+    stated one, else the engine's default); None when they match or the runs recorded none."""
+    from planner.estimator.engines.registry import profiled_engines
+    from planner.estimator.performance import default_release, release_key
+
+    fitted = {release_key(v): v for v in versions if release_key(v)}
+    if not fitted or replica.engine not in profiled_engines():  # llama.cpp: no releases kept
+        return None
+    release = replica.release or default_release(replica.engine)
+    if release_key(release) in fitted:
+        return None
+    return f"engine release {release}, not {' / '.join(fitted.values())}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ResidualRow:
     result: str  # the run: its file's name (#N for the N-th run of a file)
@@ -97,14 +164,32 @@ class Calibration:
     def applies_to(self, generation: str, engine: str) -> bool:
         return generation == self.fitted_on.generation and engine == self.fitted_on.engine
 
-    def verdict(self, generation: str, engine: str) -> str:
-        """What it does to a replica of this GPU generation x engine, as a fleet plan's speed: line says it."""
-        # its factors apply to the generation x engine whatever MoE kernel a replica runs; the line names the one its
-        # runs ran where they were told one
-        kernel = f", fitted on runs of its {self.fitted_on.moe_kernel} MoE kernel" if self.fitted_on.moe_kernel else ""
-        on = f"{self.fitted_on.generation} x {self.fitted_on.engine}{kernel}"
-        return f"calibrated ({on})" if self.applies_to(generation, engine) else \
-            f"not calibrated ({generation} x {engine}; the calibration is for {on})"
+    def coverage(self, replica: TimedReplica) -> Coverage:
+        """What it is to `replica`: its factors scale the GPU generation x engine they were fitted on, whatever the
+        configuration; a replica that is not the one its runs ran (another model, card of the generation, layout,
+        precision, KV dtype, MoE kernel, engine release, or serving mode) is timed by extrapolation, and each
+        difference is named."""
+        fitted = self.fitted_on
+        on = f"{fitted.generation} x {fitted.engine}"
+        if not self.applies_to(replica.generation, replica.engine):
+            return Coverage(state=NOT_CALIBRATED, fitted_on=on,
+                            differs=(f"{replica.generation} x {replica.engine}",))
+        differs = [f"{what} {here}, not {there}" for what, here, there in (
+            ("model", replica.model, fitted.model), ("GPU", replica.gpu, fitted.gpu),
+            ("layout", f"tp {replica.tp} x pp {replica.pp}", f"tp {fitted.tp} x pp {fitted.pp}"),
+            # files written before the fit recorded resolved names say `auto`: nothing to compare
+            ("precision", replica.precision, fitted.precision if fitted.precision != "auto" else replica.precision),
+            ("KV dtype", replica.kv_dtype, fitted.kv_dtype if fitted.kv_dtype != "auto" else replica.kv_dtype),
+            ("MoE kernel", replica.moe_kernel or "the release's pick", fitted.moe_kernel or "the release's pick"))
+            if here != there]
+        release = _release_outside(replica, fitted.engine_versions)
+        if release:
+            differs.append(release)
+        differs += [mode for mode, runs in ((f"expert parallel {replica.ep}", replica.ep > 1),
+                                            (f"DP attention {replica.dp}", replica.dp > 1),
+                                            ("MTP speculation", replica.speculative)) if runs]
+        return Coverage(state=EXTRAPOLATED if differs else CALIBRATED, fitted_on=on, differs=tuple(differs),
+                        moe_kernel=fitted.moe_kernel)
 
     def to_yaml(self) -> str:
         import yaml

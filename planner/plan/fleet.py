@@ -571,14 +571,16 @@ def _disaggregated_ttft(workload: FleetWorkload, assignments: list[Assignment]) 
 
 def _speed_basis(problem: FleetProblem, plan: FleetPlan) -> tuple[str, ...]:
     """What each assignment's speed rests on besides the catalog's constants: whether a scenario's calibration file
-    scaled it (its GPU generation x engine) or not, and the fused-MoE kernel the scenario tells the engine to run."""
+    scaled it (its GPU generation x engine), on the configuration its runs ran or by extrapolation to another, or not,
+    and the fused-MoE kernel the scenario tells the engine to run."""
     by_name = {w.name: w for w in problem.workloads}
     lines = []
     for a in plan.assignments:
         workload, candidate = by_name[a.workload], a.config.candidate
         gpu, kernel = candidate.gpu, candidate.configuration.engine.moe_kernel
-        if workload.calibration is not None:
-            lines.append(f"{a.workload}: {gpu.name}: {workload.calibration.verdict(gpu.generation, workload.engine)}")
+        coverage = workload.calibration_coverage(candidate)
+        if coverage is not None:
+            lines.append(f"{a.workload}: {gpu.name}: {coverage.describe()}")
         if kernel is not None:
             lines.append(f"{a.workload}: {gpu.name}: MoE on the {kernel} kernel (engine.moe_kernel)")
     return tuple(dict.fromkeys(lines))

@@ -29,7 +29,7 @@ from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
 from planner.plan.search import Candidate, Rejection, SearchSpace, candidate_timer, enumerate_candidates
 
 if TYPE_CHECKING:
-    from planner.calibration.calibrate import Calibration
+    from planner.calibration.calibrate import Calibration, Coverage
     from planner.estimator.speculative import Speculation
     from planner.plan.disaggregated import KvTransfer
 
@@ -72,6 +72,19 @@ class FleetWorkload:
         """The demand in prompt and reply tokens per hour: each bucket's requests/s x its tokens per request."""
         return (sum(b.requests_per_s * b.prompt_tokens for b in self.buckets) * 3600,
                 sum(b.requests_per_s * b.output_tokens for b in self.buckets) * 3600)
+
+    def calibration_coverage(self, candidate: Candidate) -> Coverage | None:
+        """What the calibration is to a replica of `candidate` (None: no calibration): the configuration its runs ran,
+        another one of their GPU generation x engine (extrapolated), or another generation x engine."""
+        if self.calibration is None:
+            return None
+        from planner.calibration.calibrate import TimedReplica
+
+        c = candidate.configuration
+        return self.calibration.coverage(TimedReplica(
+            model=self.space.arch.name, gpu=candidate.gpu.name, generation=candidate.gpu.generation,
+            engine=self.engine, tp=c.tp, pp=c.pp, precision=c.precision, kv_dtype=c.kv_dtype, ep=c.ep, dp=c.dp,
+            moe_kernel=c.engine.moe_kernel, release=self.engine_version, speculative=c.speculation is not None))
 
     def performance(self, generation: str) -> PerformanceCatalog | None:
         """The speed model's constants for a replica on this GPU generation: calibrated where the calibration was
