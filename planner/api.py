@@ -358,7 +358,8 @@ def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, t
 def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None,
                    tp: int | None = None, pp: int = 1, precision: str = "auto", kv_dtype: str = "auto",
                    engine: str = "vllm", time_limit_s: float | None = None,
-                   catalog: Catalog | None = None, moe_kernel: str | None = None) -> tuple[ReplayedRun, ...]:
+                   catalog: Catalog | None = None, moe_kernel: str | None = None,
+                   engine_version: str | None = None) -> tuple[ReplayedRun, ...]:
     """Each measured run of the `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape
     files) replayed on one simulated replica as `planner calibrate` replays it before fitting: what the run measured
     against what the simulator predicts; `time_limit_s` (default none) bounds the replays from now."""
@@ -367,7 +368,7 @@ def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus:
     from planner.estimator.benchmark import run_benchmark
 
     runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog,
-                                      moe_kernel)
+                                      moe_kernel, engine_version)
     scheduler = replica.scheduler
     assert scheduler is not None  # sized
     deadline = _time_limit(time_limit_s)
@@ -382,24 +383,28 @@ def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus:
 def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None, tp: int | None = None,
               pp: int = 1, precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm",
               time_limit_s: float | None = None, catalog: Catalog | None = None,
-              moe_kernel: str | None = None) -> Calibration:
+              moe_kernel: str | None = None, engine_version: str | None = None) -> Calibration:
     """The named factors (planner.calibration.factors) that make one replica's simulated benchmark runs match the
     measured `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape files), with the
     residuals before and after and each run predicted by a fit on the others; `time_limit_s` (default none) bounds
-    the fit from now; `moe_kernel`: the fused-MoE kernel the runs' server was told to run (None: its release's)."""
+    the fit from now; `moe_kernel`: the fused-MoE kernel the runs' server was told to run (None: its release's);
+    `engine_version`: the engine release the runs' server ran (None: the one the results record, else the engine's
+    default), whose profile replays them."""
     runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog,
-                                      moe_kernel)
+                                      moe_kernel, engine_version)
     assert replica.scheduler is not None  # sized
     return _fit_calibration(runs, replica.arch, replica.card, replica.tp, replica.pp, precision, kv_dtype,
-                            replica.engine, replica.scheduler, replica.catalog, _time_limit(time_limit_s), moe_kernel)
+                            replica.engine, replica.scheduler, replica.catalog, _time_limit(time_limit_s), moe_kernel,
+                            replica.release)
 
 
 def _measured_replica(results: Sequence[str | Path], model: str, gpu: str, gpus: int | None, tp: int | None, pp: int,
                       precision: str, kv_dtype: str, engine: str,
-                      catalog: Catalog | None, moe_kernel: str | None = None) -> tuple[list[MeasuredRun], Replica]:
+                      catalog: Catalog | None, moe_kernel: str | None = None,
+                      engine_version: str | None = None) -> tuple[list[MeasuredRun], Replica]:
     """The runs of the result files and the sized replica that replays them (its max-model-len the longest replayed
-    request), every run of the replica's model."""
-    from planner.calibration.calibrate import replay_run
+    request, at the release the runs ran: runs_release), every run of the replica's model."""
+    from planner.calibration.calibrate import replay_run, runs_release
     from planner.calibration.readers import read_results
 
     if not results:
@@ -408,7 +413,7 @@ def _measured_replica(results: Sequence[str | Path], model: str, gpu: str, gpus:
     runs = [run for path in results for run in read_results(path)]
     context = max(replay_run(r).input_len + replay_run(r).output_len for r in runs)
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog, sized=True,
-                       moe_kernel=moe_kernel)
+                       moe_kernel=moe_kernel, engine_version=runs_release(runs, engine_version))
     for run in runs:
         _same_model(catalog, run, replica.arch.name)
     return runs, replica
@@ -429,8 +434,9 @@ def _replays_out_of_time(deadline: Deadline, replays: int, before: str) -> OutOf
 
 def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu, tp: int, pp: int, precision: str,
                      kv_dtype: str, engine: str, scheduler: Scheduler, catalog: Catalog,
-                     deadline: Deadline | None = None, moe_kernel: str | None = None) -> Calibration:
-    """The factors fitted to `runs`, each replayed on one replica (this layout, engine and scheduler) within the
+                     deadline: Deadline | None = None, moe_kernel: str | None = None,
+                     engine_version: str | None = None) -> Calibration:
+    """The factors fitted to `runs`, each replayed on one replica (this layout, engine, release and scheduler) within the
     `deadline` (default none), and the record of what they were fitted on: `planner calibrate`'s, and `planner
     check --replan`'s on the plan's replica."""
     from planner.calibration.calibrate import FittedOn, ResultFile, calibration_record, fit_runs, replay_run
@@ -449,14 +455,16 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
             raise _replays_out_of_time(deadline, replays, "before the factors were fitted")
         replays += 1
         timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, engine,
-                              calibrated_catalog(performance, generation, profile, factors), moe_kernel=moe_kernel)
+                              calibrated_catalog(performance, generation, profile, factors), release=engine_version,
+                              moe_kernel=moe_kernel)
         return run_benchmark(timer, scheduler, replay_run(run))
 
     files = {r.file: r.sha256 for r in runs}
     resolved, resolved_kv = _resolved_dtypes(catalog, arch, precision, kv_dtype)
     fitted_on = FittedOn(
         model=arch.name, gpu=card.name, generation=generation, engine=profile,
-        engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version})), tp=tp, pp=pp,
+        engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version}))
+        or ((engine_version,) if engine_version else ()), tp=tp, pp=pp,
         precision=resolved, kv_dtype=resolved_kv, dates=tuple(sorted({r.date for r in runs if r.date})),
         results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()), moe_kernel=moe_kernel)
     return calibration_record(fit_runs(runs, replay, floors(performance, generation, profile)), runs, fitted_on)
@@ -527,7 +535,8 @@ def replan(plan: str | Path, results: Sequence[str | Path], scenario: str | Path
         raise PlannerInputError(f"--replan: the scenario is named {name!r}, and the plan was solved from "
                                 f"{header.scenario!r}; give that scenario")
     calibration = _fit_calibration(runs, spec.arch, spec.gpu, spec.tp, spec.pp, spec.precision, spec.kv_dtype,
-                                   spec.engine, spec.scheduler, catalog, moe_kernel=spec.moe_kernel)
+                                   spec.engine, spec.scheduler, catalog, moe_kernel=spec.moe_kernel,
+                                   engine_version=spec.engine_version)
     fleet = plan_fleet(loaded, time_limit_s=time_limit_s, catalog=catalog, calibration=calibration)
     return Replan(name, calibration, fleet, sum(a.replicas for a in header.assignments), header.usd_per_hour)
 

@@ -656,18 +656,22 @@ def calibrate_command(
     kv_dtype: str = REPLICA_KV_DTYPE,
     engine: str = REPLICA_ENGINE,
     moe_kernel: Optional[str] = MOE_KERNEL,
+    engine_version: Optional[str] = Option(None, "--engine-version", help="The engine release the runs' server ran, "
+                                           "whose profile replays them (default: the one the results record, else "
+                                           "the current release)."),
     output: Optional[str] = Option(None, "--output", "-o", help="Write the calibration (YAML) to this file."),
 ) -> None:
     """Fit the speed model's named factors (memory, compute, fixed, communication) for this GPU generation x engine
     to your own benchmark runs, each replayed on the simulator; residuals before and after, and leave-one-out."""
     result = api.calibrate(results, model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision,
-                           kv_dtype=kv_dtype, engine=engine, moe_kernel=moe_kernel)
+                           kv_dtype=kv_dtype, engine=engine, moe_kernel=moe_kernel, engine_version=engine_version)
     on = result.fitted_on
     runs = len(result.prompts_per_replay)
     factors = " · ".join(f"{name} {value:.2f}" for name, value in result.factors.as_dict().items())
     uninformed = [name for name in result.factors.as_dict() if name not in (*result.informed, *result.past_bounds)]
     kernel = f", MoE kernel {on.moe_kernel}" if on.moe_kernel else ""
-    lines = [f"{on.model} on {on.tp * on.pp} x {on.gpu} (tp {on.tp} x pp {on.pp}), {on.generation} x {on.engine}{kernel}: "
+    release = f" {' / '.join(on.engine_versions)}" if on.engine_versions else ""
+    lines = [f"{on.model} on {on.tp * on.pp} x {on.gpu} (tp {on.tp} x pp {on.pp}), {on.generation} x {on.engine}{release}{kernel}: "
              f"{runs} run{'s' if runs != 1 else ''} replayed",
              f"factors (x the time of their terms): {factors}"]
     if uninformed:

@@ -319,6 +319,27 @@ def test_a_calibration_names_what_a_replica_changes_from_the_runs_it_was_fitted_
                     calibration=calibration).calibration.state == "calibrated"
 
 
+def test_calibrate_replays_the_runs_at_the_engine_release_they_ran(tmp_path):
+    """--engine-version: the runs are replayed on that release's profile (vLLM 0.19.0's, whose replays predict other
+    times than the default 0.34.0's), the file records it, and a replica of another release is extrapolated; a
+    release the results contradict is refused in one line."""
+    at_default = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    old = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1, engine_version="0.19.0")
+    assert at_default.fitted_on.engine_versions == () and old.fitted_on.engine_versions == ("0.19.0",)
+    assert [r.before for r in old.residuals] != [r.before for r in at_default.residuals]
+    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, engine_version="0.19.0",
+                    calibration=old).calibration.state == "calibrated"
+    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, calibration=old).calibration.differs == (
+        "engine release 0.34.0, not 0.19.0",)
+    (tmp_path / "run.jsonl").write_text(json.dumps(sglang_line()) + "\n")  # server_info: SGLang 0.5.23
+    with pytest.raises(PlannerInputError, match=r"^--engine-version: 0.5.10, and the results record release 0.5.23"):
+        api.calibrate([tmp_path / "run.jsonl"], model="llama-3.1-8b", gpu="h100-sxm", tp=1, engine="sglang",
+                      engine_version="0.5.10")
+    proc = cli("calibrate", *map(str, EXAMPLES), "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine-version",
+               "0.15.1", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --engine-version") and "0.19.0" in proc.stderr
+
+
 def test_a_calibration_holds_the_engine_release_its_runs_recorded_against_the_replicas():
     from dataclasses import replace
 

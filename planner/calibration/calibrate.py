@@ -226,6 +226,20 @@ def load_calibration(path: str | Path) -> Calibration:
     return calibration
 
 
+def runs_release(runs: Sequence[MeasuredRun], stated: str | None) -> str | None:
+    """The engine release whose profile replays `runs`: `stated` (--engine-version; None: the engine's default), which
+    every release the results record (SGLang's server_info; vLLM's results record none) must be, else one line.
+    A recorded release alone does not pick the profile: planner keeps profiles of a few releases only."""
+    from planner.estimator.performance import release_key
+
+    other = next((r.engine_version for r in runs if stated is not None and r.engine_version
+                  and release_key(r.engine_version) and release_key(r.engine_version) != release_key(stated)), None)
+    if other is not None:
+        raise PlannerInputError(f"--engine-version: {stated}, and the results record release {other}; give the "
+                                "release the runs' server ran, or drop --engine-version")
+    return stated
+
+
 def replay_prompts(run: MeasuredRun) -> int:
     """The prompts a replay of `run` sends: its requests in flight (its max concurrency; at a request rate, its
     rate x mean E2E latency by Little's law; all of them when sent at once) times the waves REPLAY_STEPS allows,
