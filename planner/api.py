@@ -435,7 +435,7 @@ def _replays_out_of_time(deadline: Deadline, replays: int, before: str) -> OutOf
 def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu, tp: int, pp: int, precision: str,
                      kv_dtype: str, engine: str, scheduler: Scheduler, catalog: Catalog,
                      deadline: Deadline | None = None, moe_kernel: str | None = None,
-                     engine_version: str | None = None) -> Calibration:
+                     engine_version: str | None = None, ep: int = 1, dp: int = 1) -> Calibration:
     """The factors fitted to `runs`, each replayed on one replica (this layout, engine, release and scheduler) within the
     `deadline` (default none), and the record of what they were fitted on: `planner calibrate`'s, and `planner
     check --replan`'s on the plan's replica."""
@@ -455,8 +455,8 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
             raise _replays_out_of_time(deadline, replays, "before the factors were fitted")
         replays += 1
         timer = replica_timer(arch, precision, kv_dtype, card, tp, pp, catalog, engine,
-                              calibrated_catalog(performance, generation, profile, factors), release=engine_version,
-                              moe_kernel=moe_kernel)
+                              calibrated_catalog(performance, generation, profile, factors), ep, dp,
+                              release=engine_version, moe_kernel=moe_kernel)
         return run_benchmark(timer, scheduler, replay_run(run))
 
     files = {r.file: r.sha256 for r in runs}
@@ -464,7 +464,7 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
     fitted_on = FittedOn(
         model=arch.name, gpu=card.name, generation=generation, engine=profile,
         engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version}))
-        or ((engine_version,) if engine_version else ()), tp=tp, pp=pp,
+        or ((engine_version,) if engine_version else ()), tp=tp, pp=pp, ep=ep, dp=dp,
         precision=resolved, kv_dtype=resolved_kv, dates=tuple(sorted({r.date for r in runs if r.date})),
         results=tuple(ResultFile(name=name, sha256=digest) for name, digest in files.items()), moe_kernel=moe_kernel)
     return calibration_record(fit_runs(runs, replay, floors(performance, generation, profile)), runs, fitted_on)
@@ -536,7 +536,7 @@ def replan(plan: str | Path, results: Sequence[str | Path], scenario: str | Path
                                 f"{header.scenario!r}; give that scenario")
     calibration = _fit_calibration(runs, spec.arch, spec.gpu, spec.tp, spec.pp, spec.precision, spec.kv_dtype,
                                    spec.engine, spec.scheduler, catalog, moe_kernel=spec.moe_kernel,
-                                   engine_version=spec.engine_version)
+                                   engine_version=spec.engine_version, ep=spec.ep, dp=spec.dp)
     fleet = plan_fleet(loaded, time_limit_s=time_limit_s, catalog=catalog, calibration=calibration)
     return Replan(name, calibration, fleet, sum(a.replicas for a in header.assignments), header.usd_per_hour)
 
@@ -611,7 +611,7 @@ def _resolved_dtypes(catalog: Catalog, arch: Architecture, precision: str, kv_dt
     from planner.model.precision import resolve_kv_dtype
 
     resolved = resolve_precision(catalog, arch, precision)
-    return resolved.name, resolve_kv_dtype(arch, resolved, kv_dtype)
+    return resolved.name, catalog.kv_dtypes.get(resolve_kv_dtype(arch, resolved, kv_dtype)).name
 
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
@@ -726,7 +726,7 @@ def _replicas_to_simulate(source: str | Path | Scenario, catalog: Catalog) -> li
                                   a.config.scheduler, a.replicas, a.config.shape.prompt_tokens,
                                   a.config.shape.output_tokens, a.expected_rps_per_replica, a.demand_share,
                                   a.config.shape.shared_prefix_tokens, w.performance(c.gpu.generation),
-                                  coverage.describe() if (coverage := w.calibration_coverage(c)) else None,
+                                  coverage.describe() if (coverage := w.calibration_coverage(c, a.config.role)) else None,
                                   planned_rps=a.config.capacity_rps, engine_version=w.engine_version,
                                   dp=c.configuration.dp, ep=c.configuration.ep, role=a.config.role,
                                   speculation=c.configuration.speculation,

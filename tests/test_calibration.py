@@ -313,10 +313,60 @@ def test_a_calibration_names_what_a_replica_changes_from_the_runs_it_was_fitted_
     plain = api.perf("llama-3.1-70b", gpu="h200-sxm", tp=4, precision="fp8")
     assert other.performance.tpot_s > plain.performance.tpot_s  # extrapolated: the factors still time it
     assert other.to_dict()["calibration"] == {"state": "extrapolated", "fitted_on": "hopper x vllm",
-                                              "differs": list(other.calibration.differs)}
+                                              "differs": list(other.calibration.differs), "moe_kernel": None}
     # a release the runs did not record (vLLM's results carry none) is not held against the replica
     assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, engine_version="0.15.1",
                     calibration=calibration).calibration.state == "calibrated"
+
+
+def test_a_calibration_compares_names_as_the_catalog_gives_them(tmp_path):
+    """A KV dtype alias is recorded by its catalog name, and a file written before fits recorded resolved names
+    (`auto`, or a name as typed) is read as the catalog names it for the fitted model: neither turns the runs'
+    configuration into an extrapolation, nor hides another precision."""
+    aliased = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1, kv_dtype="fp8_e4m3")
+    assert aliased.fitted_on.kv_dtype == "fp8"
+    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, kv_dtype="fp8",
+                    calibration=aliased).calibration.state == "calibrated"
+    calibration = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
+    text = calibration.to_yaml().replace("precision: bf16", "precision: auto").replace("kv_dtype: bf16", "kv_dtype: BF16")
+    assert "precision: auto" in text and "kv_dtype: BF16" in text
+    (tmp_path / "old.yaml").write_text(text)
+    old = load_calibration(tmp_path / "old.yaml")
+    assert (old.fitted_on.precision, old.fitted_on.kv_dtype) == ("bf16", "bf16")
+    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, calibration=old).calibration.state == "calibrated"
+    assert api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, precision="fp8",
+                    calibration=old).calibration.differs == ("precision fp8, not bf16",)
+
+
+def test_a_calibration_applies_to_a_llama_cpp_fleet_it_was_fitted_for(tmp_path):
+    """The scenario names the engine `llamacpp`, the speed model (and so the calibration) `llama.cpp`."""
+    calibration = tmp_path / "calibration.yaml"
+    fitted = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1, engine="llamacpp")
+    assert fitted.fitted_on.engine == "llama.cpp"
+    # vLLM's example runs leave llama.cpp's factors at 1.0: a slower per-step cost, to see it applied
+    text = fitted.to_yaml()
+    assert "  fixed: 1.0\n" in text
+    calibration.write_text(text.replace("  fixed: 1.0\n", "  fixed: 2.0\n"))
+    scenario = {"name": "chat", "model": "llama-3.1-8b", "workload": {
+        "context": 8192, "concurrency": 8, "traffic": {"requests_per_s": 2, "prompt_tokens": 500, "output_tokens": 200},
+        "slo": {"ttft_s": 5.0, "tpot_s": 0.1}}, "search": {"gpus": ["h100-sxm"], "precisions": ["bf16"]},
+        "engine": {"name": "llamacpp"}}
+    plain, scaled = api.plan_fleet(scenario), api.plan_fleet({**scenario, "calibration": str(calibration)})
+    assert scaled.speed == ("chat: h100-sxm: calibrated (hopper x llama.cpp)",)
+    assert scaled.assignments[0].config.capacity_rps < plain.assignments[0].config.capacity_rps
+
+
+def test_a_disaggregated_pool_is_extrapolated_from_aggregated_runs(tmp_path):
+    calibration = tmp_path / "calibration.yaml"
+    calibration.write_text(api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1).to_yaml())
+    plan = api.plan_fleet({"name": "chat", "model": "llama-3.1-8b", "calibration": str(calibration), "workload": {
+        "context": 16384, "concurrency": 64, "slo": {"ttft_s": 3.0, "tpot_s": 0.04},
+        "traffic": {"requests_per_s": 12, "prompt_tokens": 8000, "output_tokens": 250}},
+        "search": {"gpus": ["h100-sxm"], "precisions": ["bf16"], "serving": ["disaggregated"]},
+        "engine": {"name": "vllm"}})
+    assert {a.config.role for a in plan.assignments} == {"prefill", "decode"}
+    assert set(plan.speed) == {f"chat: h100-sxm: extrapolated (hopper x vllm; {role} pool of a disaggregated pair)"
+                               for role in ("prefill", "decode")}
 
 
 def test_calibrate_replays_the_runs_at_the_engine_release_they_ran(tmp_path):
@@ -351,14 +401,17 @@ def test_a_calibration_holds_the_engine_release_its_runs_recorded_against_the_re
     replica = TimedReplica(model="llama-3.1-8b", gpu="h100-sxm", generation="hopper", engine="sglang", tp=1, pp=1,
                            precision="bf16", kv_dtype="bf16", release="0.5.12")
     assert sglang.coverage(replica).state == "calibrated"
-    newer = sglang.coverage(replace(replica, release="0.5.23", ep=1, dp=1, speculative=True,
-                                    moe_kernel="triton"))
+    newer = sglang.coverage(replace(replica, release="0.5.23", speculative=True, moe_kernel="triton"))
     assert newer.differs == ("MoE kernel triton, not the release's pick", "engine release 0.5.23, not 0.5.12.post1",
                              "MTP speculation")
     assert newer.describe() == ("extrapolated (hopper x sglang; MoE kernel triton, not the release's pick; engine "
                                 "release 0.5.23, not 0.5.12.post1; MTP speculation)")
     # no release asked for: the engine's default one, which is not 0.5.12
     assert "engine release" in sglang.coverage(replace(replica, release=None)).differs[0]
+    # a DP-attention replica, as `planner check --replan` fits one: calibrated where the runs' replica was one too
+    assert sglang.coverage(replace(replica, dp=4)).differs == ("DP attention 4, not 1",)
+    dp_fit = replace(sglang, fitted_on=replace(sglang.fitted_on, dp=4, ep=4))
+    assert dp_fit.coverage(replace(replica, dp=4, ep=4)).state == "calibrated"
 
 
 def cli(*args, cwd):

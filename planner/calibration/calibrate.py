@@ -9,7 +9,7 @@ within REPLAY_STEPS steps. Compared: mean TPOT, mean TTFT and output tokens/s, w
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from math import ceil, inf
 from pathlib import Path
 from typing import Any, Sequence
@@ -54,6 +54,8 @@ class FittedOn:
     engine_versions: tuple[str, ...] = ()  # as the results record them
     tp: int = bounded(ge=1)
     pp: int = bounded(ge=1)
+    ep: int = bounded(1, ge=1)  # expert-parallel ranks among the tp GPUs
+    dp: int = bounded(1, ge=1)  # data-parallel attention groups among them
     precision: str
     kv_dtype: str
     dates: tuple[str, ...] = ()
@@ -81,6 +83,7 @@ class TimedReplica:
     moe_kernel: str | None = None  # the fused-MoE kernel the engine is told to run (None: the release's pick)
     release: str | None = None  # the engine release asked for (None: the engine's default)
     speculative: bool = False
+    pool: str | None = None  # a disaggregated pair's prefill or decode pool (None: an aggregated replica)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +113,8 @@ class Coverage:
         return f"not calibrated ({self.differs[0]}; the calibration is for {self.fitted_on}{kernel})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "fitted_on": self.fitted_on, "differs": list(self.differs)}
+        return {"state": self.state, "fitted_on": self.fitted_on, "differs": list(self.differs),
+                "moe_kernel": self.moe_kernel}
 
 
 def _release_outside(replica: TimedReplica, versions: Sequence[str]) -> str | None:
@@ -177,17 +181,18 @@ class Calibration:
         differs = [f"{what} {here}, not {there}" for what, here, there in (
             ("model", replica.model, fitted.model), ("GPU", replica.gpu, fitted.gpu),
             ("layout", f"tp {replica.tp} x pp {replica.pp}", f"tp {fitted.tp} x pp {fitted.pp}"),
-            # files written before the fit recorded resolved names say `auto`: nothing to compare
-            ("precision", replica.precision, fitted.precision if fitted.precision != "auto" else replica.precision),
-            ("KV dtype", replica.kv_dtype, fitted.kv_dtype if fitted.kv_dtype != "auto" else replica.kv_dtype),
+            ("precision", replica.precision, fitted.precision), ("KV dtype", replica.kv_dtype, fitted.kv_dtype),
             ("MoE kernel", replica.moe_kernel or "the release's pick", fitted.moe_kernel or "the release's pick"))
             if here != there]
         release = _release_outside(replica, fitted.engine_versions)
         if release:
             differs.append(release)
-        differs += [mode for mode, runs in ((f"expert parallel {replica.ep}", replica.ep > 1),
-                                            (f"DP attention {replica.dp}", replica.dp > 1),
-                                            ("MTP speculation", replica.speculative)) if runs]
+        differs += [f"{what} {here}, not {there}" for what, here, there in (
+            ("expert parallel", replica.ep, fitted.ep), ("DP attention", replica.dp, fitted.dp)) if here != there]
+        if replica.speculative:  # calibrations are fitted on replicas without it
+            differs.append("MTP speculation")
+        if replica.pool is not None:  # and on aggregated ones: benchmark results are of a whole server
+            differs.append(f"{replica.pool} pool of a disaggregated pair")
         return Coverage(state=EXTRAPOLATED if differs else CALIBRATED, fitted_on=on, differs=tuple(differs),
                         moe_kernel=fitted.moe_kernel)
 
@@ -223,7 +228,25 @@ def load_calibration(path: str | Path) -> Calibration:
     if unknown is not None:
         raise PlannerInputError(f"--calibration {p.name}: informed names {unknown!r}; the factors are "
                                 f"{', '.join(FACTORS)}")
-    return calibration
+    return replace(calibration, fitted_on=_catalog_dtypes(calibration.fitted_on))
+
+
+def _catalog_dtypes(fitted: FittedOn) -> FittedOn:
+    """The precision and KV dtype as the catalog names them for the fitted model: files written before fits recorded
+    resolved names say `auto` (the checkpoint's) or the name as typed (`BF16`). Left as written where the catalog
+    does not know the model (a config.json's, not resolved from the file's text) or the names."""
+    from planner.catalog.load import load_catalog
+    from planner.model.architecture import architecture_from_config
+    from planner.model.precision import resolve_kv_dtype, resolve_precision
+
+    catalog = load_catalog()
+    try:
+        arch = architecture_from_config(catalog.models.get(fitted.model).config, fitted.model)
+        precision = resolve_precision(catalog, arch, fitted.precision)
+        kv_dtype = catalog.kv_dtypes.get(resolve_kv_dtype(arch, precision, fitted.kv_dtype)).name
+    except PlannerInputError:
+        return fitted
+    return replace(fitted, precision=precision.name, kv_dtype=kv_dtype)
 
 
 def runs_release(runs: Sequence[MeasuredRun], stated: str | None) -> str | None:

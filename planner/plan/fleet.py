@@ -578,7 +578,7 @@ def _speed_basis(problem: FleetProblem, plan: FleetPlan) -> tuple[str, ...]:
     for a in plan.assignments:
         workload, candidate = by_name[a.workload], a.config.candidate
         gpu, kernel = candidate.gpu, candidate.configuration.engine.moe_kernel
-        coverage = workload.calibration_coverage(candidate)
+        coverage = workload.calibration_coverage(candidate, a.config.role)
         if coverage is not None:
             lines.append(f"{a.workload}: {gpu.name}: {coverage.describe()}")
         if kernel is not None:

@@ -26,6 +26,7 @@ from planner.estimator.memory import GpuTarget
 from planner.estimator.performance import PerformanceCatalog, Workload, load_performance_catalog
 from planner.estimator.speculative import speculative_running_cap
 from planner.plan.deadline import NO_DEADLINE, Deadline, OutOfTime
+from planner.plan.roles import BOTH
 from planner.plan.search import Candidate, Rejection, SearchSpace, candidate_timer, enumerate_candidates
 
 if TYPE_CHECKING:
@@ -73,9 +74,9 @@ class FleetWorkload:
         return (sum(b.requests_per_s * b.prompt_tokens for b in self.buckets) * 3600,
                 sum(b.requests_per_s * b.output_tokens for b in self.buckets) * 3600)
 
-    def calibration_coverage(self, candidate: Candidate) -> Coverage | None:
-        """What the calibration is to a replica of `candidate` (None: no calibration): the configuration its runs ran,
-        another one of their GPU generation x engine (extrapolated), or another generation x engine."""
+    def calibration_coverage(self, candidate: Candidate, role: str = BOTH) -> Coverage | None:
+        """What the calibration is to a replica of `candidate` in `role` (None: no calibration): the configuration its
+        runs ran, another one of their GPU generation x engine (extrapolated), or another generation x engine."""
         if self.calibration is None:
             return None
         from planner.calibration.calibrate import TimedReplica
@@ -83,17 +84,23 @@ class FleetWorkload:
         c = candidate.configuration
         return self.calibration.coverage(TimedReplica(
             model=self.space.arch.name, gpu=candidate.gpu.name, generation=candidate.gpu.generation,
-            engine=self.engine, tp=c.tp, pp=c.pp, precision=c.precision, kv_dtype=c.kv_dtype, ep=c.ep, dp=c.dp,
-            moe_kernel=c.engine.moe_kernel, release=self.engine_version, speculative=c.speculation is not None))
+            engine=self.speed_profile, tp=c.tp, pp=c.pp, precision=c.precision, kv_dtype=c.kv_dtype, ep=c.ep, dp=c.dp,
+            moe_kernel=c.engine.moe_kernel, release=self.engine_version, speculative=c.speculation is not None,
+            pool=None if role == BOTH else role))
 
     def performance(self, generation: str) -> PerformanceCatalog | None:
         """The speed model's constants for a replica on this GPU generation: calibrated where the calibration was
         fitted (that generation and this engine), the catalog's elsewhere (None)."""
-        if self.calibration is None or not self.calibration.applies_to(generation, self.engine):
+        if self.calibration is None or not self.calibration.applies_to(generation, self.speed_profile):
             return None
         from planner.calibration.factors import calibrated_catalog
 
-        return calibrated_catalog(load_performance_catalog(), generation, self.engine, self.calibration.factors)
+        return calibrated_catalog(load_performance_catalog(), generation, self.speed_profile, self.calibration.factors)
+
+    @property
+    def speed_profile(self) -> str:
+        """The engine's name in the speed model (llamacpp: llama.cpp), which a calibration records."""
+        return load_performance_catalog().engine(self.engine).name
 
 
 @dataclass(frozen=True)
