@@ -510,8 +510,16 @@ def as_checkpoint(catalog: Catalog, m: Measurement) -> Measurement:
     return replace(m, precision=native) if m.precision == "fp8" and native == "fp8-block" else m
 
 
+def schedules_closed_loop(m: Measurement) -> bool:
+    """Whether the row is predicted as a closed loop the engine schedules (its pool and limits admit R of the C
+    clients); DP attention is timed at the stated batch (the protocol's DP amendment: its pool is not in the loop)."""
+    return m.form == "closed loop" and m.engine in CLOSED_LOOP_ENGINES and m.dp == 1
+
+
 def architecture(catalog: Catalog, m: Measurement) -> Architecture:
-    """The model, checked to hold the stated batch at its full context (else the engine ran fewer at once)."""
+    """The model, checked to hold the stated batch at its full context (else the engine ran fewer at once: skipped,
+    unless the closed loop's admission schedules it; the protocol's amendment on closed loops whose concurrency the
+    engine could not run at once)."""
     arch = architecture_from_config(catalog.models.get(m.model).config, m.model)
     running = min(m.batch, m.max_running) if m.max_running and m.form == "closed loop" else m.batch
     request = Request(context=m.prompt_tokens + m.output_tokens, batch=running, tp=m.tp, pp=m.pp,
@@ -520,7 +528,7 @@ def architecture(catalog: Catalog, m: Measurement) -> Architecture:
         fit = estimate_memory(arch, request, catalog, GpuTarget.from_catalog(catalog.gpus.get(m.gpu))).gpu
     except PlannerInputError as exc:
         raise Skip(f"configuration planner rejects ({str(exc).split(':')[0]})") from None
-    if fit is None or not fit.fits:
+    if (fit is None or not fit.fits) and not schedules_closed_loop(m):
         raise Skip("stated batch does not fit in memory (the engine ran fewer at once)")
     return arch
 
@@ -547,8 +555,7 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     static = timer_performance(step_timer, m.batch, shape)
     if m.form == DECODE_WINDOW:  # every request decoding, none prefilling: the batch's decode step is the TPOT
         return replace(static, tpot_s=static.decode_step_s, output_tokens_per_s=m.batch / static.decode_step_s)
-    # DP attention is timed at the stated batch (the protocol's DP amendment: its pool is not in the closed loop)
-    if m.form != "closed loop" or m.engine not in CLOSED_LOOP_ENGINES or m.dp > 1:
+    if not schedules_closed_loop(m):
         return static
     # as `planner perf --concurrency` (api._replica): the engine's default profile's pool, the row's release's kernels
     card = catalog.gpus.get(m.gpu)
