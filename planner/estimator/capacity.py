@@ -119,8 +119,13 @@ class Scheduler:
         settings = (batching or budget).settings
         context = budget.context
         block, budget_tokens, seqs = engine(settings.name).batching(settings, context)
-        if max_seqs_cap is not None:
-            seqs = min(seqs, max_seqs_cap) if seqs is not None else max_seqs_cap
+        # SGLang admits at most its state slots' worth of requests per data-parallel worker (resolve_max_num_reqs,
+        # mem_cache/kv_cache_configurator.py @ v0.5.23: max_mamba_cache_size // ratio; DeepSeek-V4's
+        # max_running_requests), a cap its budget computes
+        states = budget.layout.running_requests * dp if budget.layout and budget.layout.running_requests else None
+        for cap in (max_seqs_cap, states):
+            if cap is not None:
+                seqs = min(seqs, cap) if seqs is not None else cap
         return cls(pool_tokens=dp * budget.kv_cache_capacity_tokens, block_tokens=block,
                    max_num_batched_tokens=budget_tokens or context, max_num_seqs=seqs, max_model_len=context,
                    prefix_cache=not (budget.layout and budget.layout.state_bytes))
