@@ -424,3 +424,28 @@ def test_perf_takes_sglangs_receive_interval_for_a_varying_closed_loop_only(tmp_
                    "--varying-lengths", "--scheduler-recv-interval", "10", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert refused.stderr.startswith("error: --scheduler-recv-interval")
+
+
+def test_sglang_runs_a_hybrid_model_at_most_its_state_slots_worth_of_requests():
+    """SPEED_PROTOCOL's correction on SGLang's running-request cap: resolve_max_num_reqs (kv_cache_configurator.py
+    @ v0.5.23) admits at most max_mamba_cache_size // 5 requests per worker for Qwen3.5 (43 on one H200 at 9,216
+    tokens), fewer than the token pool holds (61): a closed loop of 1,024 clients runs that many, and so does the
+    engine budget's concurrency."""
+    from planner import api
+    from planner.catalog.load import load_catalog
+    from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.estimator.memory import GpuTarget, Request
+    from planner.model.sources import resolve_model
+
+    catalog = load_catalog()
+    arch = resolve_model(catalog, "qwen3.5-27b")
+    budget = engine_budget(arch, Request(context=9216, batch=1, tp=1, pp=1, precision="bf16", kv_dtype="auto"),
+                           EngineSettings("sglang"), GpuTarget.from_catalog(catalog.gpus.get("h200-sxm")), catalog)
+    cap = budget.layout.running_requests
+    assert 0 < cap < budget.kv_cache_capacity_tokens // 9216
+    loop = api.perf("qwen3.5-27b", gpu="h200-sxm", engine="sglang", concurrency=1024, prompt_tokens=8192,
+                    output_tokens=1024).closed_loop
+    assert loop.running == cap and loop.limit == "max_num_seqs"
+    # vLLM's budget carries no such cap: its pool alone holds the loop
+    assert api.perf("qwen3.5-27b", gpu="h200-sxm", concurrency=1024, prompt_tokens=8192,
+                    output_tokens=1024).closed_loop.limit == "kv pool"
