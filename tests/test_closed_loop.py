@@ -445,7 +445,7 @@ def test_sglang_runs_a_hybrid_model_at_most_its_state_slots_worth_of_requests():
     assert 0 < cap < budget.kv_cache_capacity_tokens // 9216
     loop = api.perf("qwen3.5-27b", gpu="h200-sxm", engine="sglang", concurrency=1024, prompt_tokens=8192,
                     output_tokens=1024).closed_loop
-    assert loop.running == cap and loop.limit == "max_num_seqs"
+    assert loop.running == cap and loop.limit == "state slots"
     # vLLM's budget carries no such cap: its pool alone holds the loop
     assert api.perf("qwen3.5-27b", gpu="h200-sxm", concurrency=1024, prompt_tokens=8192,
                     output_tokens=1024).closed_loop.limit == "kv pool"

@@ -104,6 +104,8 @@ class Scheduler:
     # the engine's prefix cache serves a shared prompt prefix (Scheduler.cached_tokens); off for models with recurrent
     # layers, whose states the cache keeps at checkpoints only (vLLM 0.19 runs them without prefix caching)
     prefix_cache: bool = True
+    # what sets max_num_seqs, as a limit names it: the engine's setting, or SGLang's state slots
+    seqs_limit: str = "max_num_seqs"
 
     @classmethod
     def of(cls, budget: EngineBudget, batching: EngineBudget | None = None, max_seqs_cap: int | None = None,
@@ -123,12 +125,14 @@ class Scheduler:
         # mem_cache/kv_cache_configurator.py @ v0.5.23: max_mamba_cache_size // ratio; DeepSeek-V4's
         # max_running_requests), a cap its budget computes
         states = budget.layout.running_requests * dp if budget.layout and budget.layout.running_requests else None
-        for cap in (max_seqs_cap, states):
-            if cap is not None:
-                seqs = min(seqs, cap) if seqs is not None else cap
+        if max_seqs_cap is not None:
+            seqs = min(seqs, max_seqs_cap) if seqs is not None else max_seqs_cap
+        limit = "max_num_seqs"
+        if states is not None and (seqs is None or states < seqs):
+            seqs, limit = states, "state slots"
         return cls(pool_tokens=dp * budget.kv_cache_capacity_tokens, block_tokens=block,
                    max_num_batched_tokens=budget_tokens or context, max_num_seqs=seqs, max_model_len=context,
-                   prefix_cache=not (budget.layout and budget.layout.state_bytes))
+                   prefix_cache=not (budget.layout and budget.layout.state_bytes), seqs_limit=limit)
 
     def held_tokens(self, tokens: int) -> int:
         """What a request of `tokens` tokens holds of the pool: whole blocks."""
@@ -242,7 +246,7 @@ class SteadyState:
     kv_tokens_peak: int  # every running request at its last token
     pool_tokens: int
     # what stops a higher rate (max_rate) or what this rate breaks (steady_state): "ttft", "tpot", "kv pool",
-    # "max_num_seqs", "token budget", "throughput"; empty when it keeps up
+    # "max_num_seqs" (or "state slots"), "token budget", "throughput"; empty when it keeps up
     limit: str
     kv_tokens_shared: int = 0  # of kv_tokens_mean and kv_tokens_peak: the shared prefix's blocks, held once
 
@@ -283,7 +287,7 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     budget = scheduler.max_num_batched_tokens
     context = shape.prompt_tokens + output / 2
     # the most requests the engine runs at once: its cap, or the requests whose mean KV the pool holds
-    most = min((scheduler.max_num_seqs or inf, "max_num_seqs"),
+    most = min((scheduler.max_num_seqs or inf, scheduler.seqs_limit),
                (scheduler.pool_tokens / _mean_held(scheduler, own, output), "kv pool"))
     found = _mean_field(timer, rate, prompt, cached, output, context, budget, most=most)
     if isinstance(found, str):
@@ -329,7 +333,7 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
         tpot = tpot_mean + NormalDist().inv_cdf(q) * max(spread, 0.0)
     limit = ""
     if scheduler.max_num_seqs is not None and batch > scheduler.max_num_seqs:
-        limit = "max_num_seqs"
+        limit = scheduler.seqs_limit
     elif kv_high > scheduler.pool_tokens:
         limit = "kv pool"
     elif slo.ttft_s is not None and ttft > slo.ttft_s:

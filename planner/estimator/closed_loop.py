@@ -43,7 +43,7 @@ from planner.estimator.performance import ReplicaTimer, Workload
 class ClosedLoop:
     concurrency: int  # clients (C)
     running: int  # requests the engine runs at once (R)
-    limit: str  # what holds the running requests below C: "max_num_seqs", "kv pool", or empty
+    limit: str  # what holds the running requests below C: "max_num_seqs" (SGLang's "state slots"), "kv pool", or empty
     prefill_steps: int  # of each cycle, the steps that carry prompt tokens (k)
     cycle_steps: int  # steps in which every client has one request answered
     prefill_step_s: float
@@ -81,7 +81,7 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
     # vLLM requires max_num_batched_tokens >= max_num_seqs, so every running request decodes each step
     seqs = min(scheduler.max_num_seqs or budget, budget)
     running = min(concurrency, seqs, pool_holds)
-    limit = "" if running == concurrency else ("kv pool" if pool_holds < seqs else "max_num_seqs")
+    limit = "" if running == concurrency else ("kv pool" if pool_holds < seqs else scheduler.seqs_limit)
     times = step_times(timer)
     # a step full of prompt tokens: the budget less the requests decoding beside them, each prefilling request
     # taking its prompt tokens in place of its decode token (F = (B - R) P / (P - 1)), never more than the budget
