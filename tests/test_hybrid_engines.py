@@ -183,6 +183,20 @@ def test_the_table_explains_the_hybrid_layout(qwen3_next, h100, catalog):
         assert all(phrase in text for phrase in expected), text
 
 
+def test_a_sliding_window_model_on_sglang_shows_no_state_pool(h100, catalog):
+    """Sliding and full attention layers, no recurrent state: the table names the layers and the token pool only."""
+    from rich.console import Console
+
+    from planner.model.sources import resolve_model
+    from planner.render.terminal import engine_table
+
+    console = Console(record=True, width=400)
+    engine_table(engine_budget(resolve_model(catalog, "gemma-4-31b"), Request(context=2000),
+                               EngineSettings(name="sglang"), h100, catalog), console)
+    text = console.export_text()
+    assert "sliding" in text and "token pool" in text and "state pool" not in text, text
+
+
 def test_layers_without_a_cache_take_no_pages(h100, catalog):
     """Nemotron-H interleaves MLP-only blocks (no attention, no state): vLLM gives them no KV cache spec."""
     mamba = Layer(Attention("mamba", state_elements=MAMBA2_STATE))

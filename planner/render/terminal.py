@@ -351,8 +351,10 @@ def _pool_layout_lines(e: EngineBudget) -> list[str]:
         return list(layout.notes)
     kinds = ", ".join(f"{g.layers} {g.kind}" for g in layout.groups)
     if e.name == "sglang":
-        return [f"layers per rank: {kinds}; token pool of {layout.page_bytes:,} B per token (attention layers "
-                f"only); separate state pool: {layout.state_slots:,} sequence slots of {layout.state_bytes:,} B per "
+        pool = f"layers per rank: {kinds}; token pool of {layout.page_bytes:,} B per token (attention layers only)"
+        if not layout.state_bytes:  # sliding and full attention layers, no recurrent state
+            return [pool]
+        return [f"{pool}; separate state pool: {layout.state_slots:,} sequence slots of {layout.state_bytes:,} B per "
                 f"recurrent layer ({format_bytes(layout.state_pool_bytes)}); it admits {layout.running_requests:,} "
                 "running requests for them (the radix cache keeps the other slots for cached prefixes)"]
     groups = ", ".join(f"{g.groups} {g.kind} group(s) x {g.blocks_per_request} block(s)" for g in layout.groups)
