@@ -99,6 +99,8 @@ PRECISIONS: tuple[tuple[str, str | None], ...] = (
     ("mxfp4 (amd quark mxfp4", "mxfp4-w4a4"), ("mxfp4 (amd mxfp4 checkpoint", "mxfp4-w4a4"),
     # DeepSeek-V4's released format (FP8 linear layers, FP4 routed experts), as InferenceX prints it ("FP4")
     ("fp4 moe experts", "fp8-block-mxfp4-experts"), ("int4 weights (native kimi", "int4-g32"),
+    # Kimi-K2.5's own experts: compressed-tensors W4A16, group 32 (the precision `auto` resolves it to)
+    ("int4 routed experts (checkpoint native compressed-tensors w4a16)", "int4-g32"),
     ("int4 weights (gptq", "gptq"), ("int4 weights (awq", "awq"), ("awq int4", "awq"),
     ("int4 awq", "awq"), ("int4 gptq", "gptq"), ("fp16/bf16", "fp16"), ("bf16/fp16", "bf16"),
     ("bf16", "bf16"), ("fp16", "fp16"),

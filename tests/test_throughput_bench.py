@@ -215,3 +215,14 @@ def test_a_rows_model_name_is_reduced_to_the_catalog_model_it_runs(catalog, text
             bench.catalog_model(catalog, text)
     else:
         assert bench.catalog_model(catalog, text) == model
+
+
+def test_a_kimi_row_naming_its_checkpoints_int4_experts_is_read_as_int4_g32(catalog):
+    """The correction on Kimi-K2.5 rows: "int4 routed experts (checkpoint native ...), bf16 rest" is the checkpoint's
+    group-32 int4 experts, not the fall-through bf16 of "bf16 rest"."""
+    raw = {"source": "test", "engine": "SGLang", "engine_version": "0.5.6.post2", "model": "moonshotai/Kimi-K2.5",
+           "precision": "int4 routed experts (checkpoint native compressed-tensors W4A16), bf16 rest",
+           "kv_cache_dtype": "auto", "gpu": "H200", "num_gpus": 8, "tp": 8, "pp": 1, "isl": 500, "osl": 500,
+           "concurrency": 16, "measured": {"Mean TPOT (ms)": "30"}}
+    assert bench.normalise("t:0", raw, catalog).precision == "int4-g32"
+
