@@ -449,3 +449,14 @@ def test_sglang_runs_a_hybrid_model_at_most_its_state_slots_worth_of_requests():
     # vLLM's budget carries no such cap: its pool alone holds the loop
     assert api.perf("qwen3.5-27b", gpu="h200-sxm", concurrency=1024, prompt_tokens=8192,
                     output_tokens=1024).closed_loop.limit == "kv pool"
+
+
+def test_sglang_runs_deepseek_v4_at_its_servers_max_running_requests_whatever_the_dp_groups():
+    """DeepSeek-V4's default max_running_requests (256) is the server's: each of the attention DP workers runs
+    256 // dp of them (resolve_max_num_reqs, kv_cache_configurator.py:3128 @ v0.5.23), so the replica runs 256."""
+    from planner import api
+
+    for dp in (1, 8):
+        loop = api.perf("deepseek-v4-flash", gpu="h200-sxm", engine="sglang", tp=8, dp=dp, ep=dp, concurrency=4096,
+                        prompt_tokens=1024, output_tokens=256).closed_loop
+        assert loop.running == 256 and loop.limit == "max_running_requests"

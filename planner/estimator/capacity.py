@@ -104,7 +104,7 @@ class Scheduler:
     # the engine's prefix cache serves a shared prompt prefix (Scheduler.cached_tokens); off for models with recurrent
     # layers, whose states the cache keeps at checkpoints only (vLLM 0.19 runs them without prefix caching)
     prefix_cache: bool = True
-    # what sets max_num_seqs, as a limit names it: the engine's setting, or SGLang's state slots
+    # what sets max_num_seqs, as a limit names it: the engine's setting, or SGLang's budgeted running requests
     seqs_limit: str = "max_num_seqs"
 
     @classmethod
@@ -121,15 +121,16 @@ class Scheduler:
         settings = (batching or budget).settings
         context = budget.context
         block, budget_tokens, seqs = engine(settings.name).batching(settings, context)
-        # SGLang admits at most its state slots' worth of requests per data-parallel worker (resolve_max_num_reqs,
-        # mem_cache/kv_cache_configurator.py @ v0.5.23: max_mamba_cache_size // ratio; DeepSeek-V4's
-        # max_running_requests), a cap its budget computes
-        states = budget.layout.running_requests * dp if budget.layout and budget.layout.running_requests else None
+        # SGLang admits at most a budgeted number of requests per data-parallel worker (resolve_max_num_reqs,
+        # mem_cache/kv_cache_configurator.py @ v0.5.23: max_mamba_cache_size // ratio for its state slots; DeepSeek-V4's
+        # max_running_requests // attn_dp_size)
+        layout = budget.layout
+        running = layout.running_requests * dp if layout and layout.running_requests else None
         if max_seqs_cap is not None:
             seqs = min(seqs, max_seqs_cap) if seqs is not None else max_seqs_cap
         limit = "max_num_seqs"
-        if states is not None and (seqs is None or states < seqs):
-            seqs, limit = states, "state slots"
+        if running is not None and (seqs is None or running <= seqs):
+            seqs, limit = running, layout.running_limit  # type: ignore[union-attr]
         return cls(pool_tokens=dp * budget.kv_cache_capacity_tokens, block_tokens=block,
                    max_num_batched_tokens=budget_tokens or context, max_num_seqs=seqs, max_model_len=context,
                    prefix_cache=not (budget.layout and budget.layout.state_bytes), seqs_limit=limit)

@@ -507,8 +507,9 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
     args = ["--model-path", repo, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp), *sglang_parallel_args(plan),
             "--context-length", str(plan.context)]
     if not plan.sized_by_traffic:
-        # a fleet replica keeps SGLang's own limit, which follows its token pool: planner sized its capacity with
-        # requests admitted by the pool (its concurrency, 1, is only the full-context request that must fit)
+        # a fleet replica keeps SGLang's own limit, which follows its token pool (and a hybrid model's state slots):
+        # planner sized its capacity with the requests those admit (its concurrency, 1, is only the full-context
+        # request that must fit)
         args += ["--max-running-requests", str(plan.concurrency)]
     elif plan.configuration.speculation is not None:
         # with MTP SGLang's own limit is 48 (speculative_running_cap): the limit the replica was sized with, stated

@@ -139,7 +139,10 @@ class PoolLayout:
     state_bytes: int = 0  # one sequence's recurrent state in one layer, before padding
     state_slots: int = 0  # sequences whose recurrent state the pool holds at once (vLLM: capped by max_num_seqs)
     state_pool_bytes: int = 0  # SGLang: its separate state pool (vLLM shares one pool)
-    running_requests: int = 0  # SGLang: requests it admits at once for the state slots (0: no cap from states)
+    # SGLang: requests one data-parallel worker admits at once (0: no cap but the pool's), and what sets it: its
+    # recurrent-state slots, or DeepSeek-V4's max_running_requests default
+    running_requests: int = 0
+    running_limit: str = "state slots"
     block_size_reason: str | None = None  # why the engine chose this block size, when it is not its default
     # the engine's own account of a layout the fields above cannot say (vLLM's DeepSeek-V4 groups of several page
     # sizes in one packed pool), one line each

@@ -167,8 +167,10 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     slots = min((pool.slots for pool in pools.values() if pool.per_request_bytes), default=None)
     tokens, context = limit.kv_capacity_tokens, request.context
     running = None if slots is None else slots // profile.mamba_slots_per_running_request.value
-    if compressed:  # _resolve_max_num_reqs keeps DeepSeek-V4's default max_running_requests
-        running = profile.deepseek_v4_max_running_requests.value
+    if compressed:  # DeepSeek-V4's default max_running_requests is the server's; each DP worker runs its share
+        # (resolve_max_num_reqs, mem_cache/kv_cache_configurator.py:3128 @ v0.5.23: max(1, max_running_requests //
+        # attn_dp_size))
+        running = max(1, profile.deepseek_v4_max_running_requests.value // request.dp)
     # with data-parallel attention each of the dp groups runs its own scheduler over its own pool of `tokens`
     # (every rank's pool is sized alike), the requests dealt over the groups
     concurrency = request.dp * (tokens / context if running is None else min(tokens / context, running))
@@ -200,7 +202,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
         kv_pool_bytes=limit.kv_pool_bytes, kv_cache_capacity_tokens=tokens, max_concurrency=concurrency,
         fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=tuple(ranks), warnings=tuple(warnings),
-        layout=(v4.pool_layout(model, stage, v4.pools(stage, tokens, profile), profile) if compressed
+        layout=(v4.pool_layout(model, stage, v4.pools(stage, tokens, profile), profile, running) if compressed
                 else _pool_layout(model, stage, pools[limit.pp_stage], running or 0, profile)),
     )
 

@@ -116,8 +116,10 @@ def pools(stage: Stage, full: int, profile: SglangProfile) -> V4Pools:
                    (len(ratios), ratios.count(4), ratios.count(128)))
 
 
-def pool_layout(model: ServedModel, stage: Stage, sized: V4Pools, profile: SglangProfile) -> PoolLayout:
-    """The table's account of the rank's pools, in DSV4PoolConfigurator's terms."""
+def pool_layout(model: ServedModel, stage: Stage, sized: V4Pools, profile: SglangProfile,
+                running: int) -> PoolLayout:
+    """The table's account of the rank's pools, in DSV4PoolConfigurator's terms; `running`: the requests one
+    data-parallel worker admits."""
     total, c4, c128 = sized.layers
     entry = profile.deepseek_v4_entry_bytes.value
     groups = tuple(CacheGroup(kind, layers, 1, 1) for kind, layers in
@@ -133,4 +135,4 @@ def pool_layout(model: ServedModel, stage: Stage, sized: V4Pools, profile: Sglan
     # no one page size: the notes carry SGLang's own (fractional) bytes per full token
     return PoolLayout(block_size=profile.deepseek_v4_page_size.value, page_bytes=0,
                       layers_per_group=len(model.cache_layers(stage)), groups=groups,
-                      running_requests=profile.deepseek_v4_max_running_requests.value, notes=notes)
+                      running_requests=running, running_limit="max_running_requests", notes=notes)
