@@ -460,3 +460,16 @@ def test_sglang_runs_deepseek_v4_at_its_servers_max_running_requests_whatever_th
         loop = api.perf("deepseek-v4-flash", gpu="h200-sxm", engine="sglang", tp=8, dp=dp, ep=dp, concurrency=4096,
                         prompt_tokens=1024, output_tokens=256).closed_loop
         assert loop.running == 256 and loop.limit == "max_running_requests"
+
+
+def test_sglang_runs_at_most_its_default_max_running_requests():
+    """SPEED_PROTOCOL's correction on SGLang's default limit: without --max-running-requests a worker runs at most
+    clamp(tokens / context x 512, 2048, 4096) requests (resolve_max_num_reqs @ v0.5.23), however many the pool
+    holds."""
+    from planner import api
+
+    loop = api.perf("llama-3.1-8b", gpu="h200-sxm", engine="sglang", concurrency=20000, prompt_tokens=64,
+                    output_tokens=64).closed_loop
+    assert loop.running == 4096 and loop.limit == "max_running_requests"
+    assert loop.pool_tokens // 128 > 4096  # the pool alone would hold more
+

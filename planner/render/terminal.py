@@ -354,9 +354,11 @@ def _pool_layout_lines(e: EngineBudget) -> list[str]:
         pool = f"layers per rank: {kinds}; token pool of {layout.page_bytes:,} B per token (attention layers only)"
         if not layout.state_bytes:  # sliding and full attention layers, no recurrent state
             return [pool]
+        admits = (f"it admits {layout.running_requests:,} running requests for them (the radix cache keeps the other "
+                  "slots for cached prefixes)" if layout.running_limit == "state slots" else
+                  f"SGLang's default max_running_requests, {layout.running_requests:,}, is below what they admit")
         return [f"{pool}; separate state pool: {layout.state_slots:,} sequence slots of {layout.state_bytes:,} B per "
-                f"recurrent layer ({format_bytes(layout.state_pool_bytes)}); it admits {layout.running_requests:,} "
-                "running requests for them (the radix cache keeps the other slots for cached prefixes)"]
+                f"recurrent layer ({format_bytes(layout.state_pool_bytes)}); {admits}"]
     groups = ", ".join(f"{g.groups} {g.kind} group(s) x {g.blocks_per_request} block(s)" for g in layout.groups)
     lines = [f"one pool, one page size: blocks of {layout.block_size:,} tokens, {layout.page_bytes:,} B per "
              f"layer; layers per rank: {kinds}, in groups of {layout.layers_per_group}; one request of "

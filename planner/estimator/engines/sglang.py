@@ -166,16 +166,21 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     limit = limiting_rank(tuple(r for r in ranks if _cell_bytes(model, model.stages[r.pp_stage], profile)) or ranks)
     slots = min((pool.slots for pool in pools.values() if pool.per_request_bytes), default=None)
     tokens, context = limit.kv_capacity_tokens, request.context
-    running = None if slots is None else slots // profile.mamba_slots_per_running_request.value
+    # the requests one DP worker runs at once, and what sets it: SGLang's default limit, the state slots' cap below it
+    running, running_limit = default_running_requests(tokens, context), "max_running_requests"
+    state_cap = None if slots is None else slots // profile.mamba_slots_per_running_request.value
+    if state_cap is not None and state_cap <= running:
+        running, running_limit = state_cap, "state slots"
     if compressed:  # DeepSeek-V4's default max_running_requests is the server's; each DP worker runs its share
         # (resolve_max_num_reqs, mem_cache/kv_cache_configurator.py:3128 @ v0.5.23: max(1, max_running_requests //
         # attn_dp_size))
-        running = max(1, profile.deepseek_v4_max_running_requests.value // request.dp)
+        running, running_limit = max(1, profile.deepseek_v4_max_running_requests.value // request.dp), \
+            "max_running_requests"
     # with data-parallel attention each of the dp groups runs its own scheduler over its own pool of `tokens`
     # (every rank's pool is sized alike), the requests dealt over the groups
-    concurrency = request.dp * (tokens / context if running is None else min(tokens / context, running))
+    concurrency = request.dp * min(tokens / context, running)
     message, longest = None, None
-    if running is not None and running <= 0:
+    if state_cap is not None and state_cap <= 0:
         message = (f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests: "
                    f"max_mamba_cache_size={slots}; increase --mem-fraction-static or use GPUs with more memory.")
     elif limit.kv_pool_bytes <= 0 or tokens <= 0:
@@ -203,7 +208,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
         fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=tuple(ranks), warnings=tuple(warnings),
         layout=(v4.pool_layout(model, stage, v4.pools(stage, tokens, profile), profile, running) if compressed
-                else _pool_layout(model, stage, pools[limit.pp_stage], running or 0, profile)),
+                else _pool_layout(model, stage, pools[limit.pp_stage], running, running_limit, profile)),
     )
 
 
@@ -260,7 +265,16 @@ def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfi
     return StatePool(per_request, max(budget - padding * per_request, 0) // per_request, padding)
 
 
-def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int, profile: SglangProfile) -> PoolLayout:
+def default_running_requests(tokens: int, context: int) -> int:
+    """The requests one DP worker runs at once without --max-running-requests: clamp(int(tokens / context x 512),
+    2048, 4096) (model_runner_kv_cache_mixin.py:344-353 @ v0.5.9; resolve_max_num_reqs,
+    mem_cache/kv_cache_configurator.py:3123-3132 @ v0.5.23, whose further `tokens // 2` never binds below the pool's
+    own limit: every request holds at least two tokens)."""
+    return min(max(int(tokens / context * 512), 2048), 4096)
+
+
+def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int, running_limit: str,
+                 profile: SglangProfile) -> PoolLayout:
     """The limiting rank's token pool (page size 1) and state pool, for the table."""
     layers = model.cache_layers(stage)
     kinds = Counter("state" if layer.attention.kind in RECURRENT_KINDS else layer.attention.kind for layer in layers)
@@ -269,7 +283,8 @@ def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int
                       layers_per_group=len(layers),
                       groups=tuple(CacheGroup(kind, count, 1, 1) for kind, count in kinds.items()),
                       state_bytes=pool.per_request_bytes // state_layers if state_layers else 0,
-                      state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, running_requests=running)
+                      state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, running_requests=running,
+                      running_limit=running_limit)
 
 
 def refusal(arch: Architecture) -> str | None:
