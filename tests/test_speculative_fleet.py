@@ -200,7 +200,11 @@ def test_sglang_runs_48_requests_with_mtp_unless_the_plan_says_otherwise():
     assert all(a.config.performance.batch <= 48 for a in plan.assignments)
     without = api.plan_fleet(parse_scenario({**data, "search": {**data["search"], "speculative": ["none"]}}),
                              catalog=CATALOG)
-    assert {a.config.scheduler.max_num_seqs for a in without.assignments} == {None}  # SGLang's pool decides
+    # without MTP, SGLang's default max_running_requests, clamp(tokens / context x 512, 2048, 4096): 4,096 here (the
+    # pool holds at least 8 full-context requests), far above what the pool runs at once, which decides
+    assert {a.config.scheduler.max_num_seqs for a in without.assignments} == {4096}
+    assert all(a.config.scheduler.pool_tokens // a.config.scheduler.max_model_len * 512 >= 4096
+               for a in without.assignments)
 
 
 def test_the_plan_file_and_exports_carry_mtp(fleets, tmp_path):
