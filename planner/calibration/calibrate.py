@@ -182,13 +182,12 @@ class Calibration:
             ("model", replica.model, fitted.model), ("GPU", replica.gpu, fitted.gpu),
             ("layout", f"tp {replica.tp} x pp {replica.pp}", f"tp {fitted.tp} x pp {fitted.pp}"),
             ("precision", replica.precision, fitted.precision), ("KV dtype", replica.kv_dtype, fitted.kv_dtype),
-            ("MoE kernel", replica.moe_kernel or "the release's pick", fitted.moe_kernel or "the release's pick"))
+            ("MoE kernel", replica.moe_kernel or "the release's pick", fitted.moe_kernel or "the release's pick"),
+            ("expert parallel", replica.ep, fitted.ep), ("DP attention", replica.dp, fitted.dp))
             if here != there]
         release = _release_outside(replica, fitted.engine_versions)
         if release:
             differs.append(release)
-        differs += [f"{what} {here}, not {there}" for what, here, there in (
-            ("expert parallel", replica.ep, fitted.ep), ("DP attention", replica.dp, fitted.dp)) if here != there]
         if replica.speculative:  # calibrations are fitted on replicas without it
             differs.append("MTP speculation")
         if replica.pool is not None:  # and on aggregated ones: benchmark results are of a whole server
