@@ -388,8 +388,8 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
     measured `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape files), with the
     residuals before and after and each run predicted by a fit on the others; `time_limit_s` (default none) bounds
     the fit from now; `moe_kernel`: the fused-MoE kernel the runs' server was told to run (None: its release's);
-    `engine_version`: the engine release the runs' server ran (None: the one the results record, else the engine's
-    default), whose profile replays them."""
+    `engine_version`: the engine release the runs' server ran, whose profile replays them (None: the engine's
+    default; the release the results record is kept in the file either way, and must agree with it)."""
     runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog,
                                       moe_kernel, engine_version)
     assert replica.scheduler is not None  # sized
@@ -403,7 +403,7 @@ def _measured_replica(results: Sequence[str | Path], model: str, gpu: str, gpus:
                       catalog: Catalog | None, moe_kernel: str | None = None,
                       engine_version: str | None = None) -> tuple[list[MeasuredRun], Replica]:
     """The runs of the result files and the sized replica that replays them (its max-model-len the longest replayed
-    request, at the release the runs ran: runs_release), every run of the replica's model."""
+    request, at the stated release the results agree with: runs_release), every run of the replica's model."""
     from planner.calibration.calibrate import replay_run, runs_release
     from planner.calibration.readers import read_results
 
