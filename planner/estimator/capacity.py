@@ -247,7 +247,8 @@ class SteadyState:
     kv_tokens_peak: int  # every running request at its last token
     pool_tokens: int
     # what stops a higher rate (max_rate) or what this rate breaks (steady_state): "ttft", "tpot", "kv pool",
-    # "max_num_seqs" (or "state slots"), "token budget", "throughput"; empty when it keeps up
+    # "max_num_seqs" (SGLang: "max_running_requests" or "state slots"), "token budget", "throughput"; empty
+    # when it keeps up
     limit: str
     kv_tokens_shared: int = 0  # of kv_tokens_mean and kv_tokens_peak: the shared prefix's blocks, held once
 

@@ -43,7 +43,9 @@ from planner.estimator.performance import ReplicaTimer, Workload
 class ClosedLoop:
     concurrency: int  # clients (C)
     running: int  # requests the engine runs at once (R)
-    limit: str  # what holds the running requests below C: "max_num_seqs" (SGLang's "state slots"), "kv pool", or empty
+    # what holds the running requests below C: "max_num_seqs" (SGLang's "max_running_requests" or "state slots"),
+    # "kv pool", or empty
+    limit: str
     prefill_steps: int  # of each cycle, the steps that carry prompt tokens (k)
     cycle_steps: int  # steps in which every client has one request answered
     prefill_step_s: float

@@ -114,8 +114,8 @@ class PlanRecord(_Schema):
     gpus_per_instance: int = Field(ge=1, le=MAX_INSTANCE_GPUS)
     workload: Line | None = None  # fleet assignments: the workload served
     # fleet assignments: the requests a replica may run at once, as its capacity was planned (the engine's
-    # max_num_seqs capped by workload.concurrency); None: the engine's own limit (SGLang's: its pool and, for a
-    # hybrid model or DeepSeek-V4, the running requests its budget admits)
+    # max_num_seqs capped by workload.concurrency); None: the engine's own limit (SGLang's: its pool and the running
+    # requests its budget admits, its default max_running_requests or a hybrid model's state slots)
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH)
     # data-parallel attention groups among the tp GPUs, the expert-parallel size and the experts' all-to-all backend
     # (plans written before them are TP x PP: 1, 1, none); checked against the model and tp in _checked
