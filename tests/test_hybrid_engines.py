@@ -4,6 +4,8 @@ vLLM v0.19 keeps states and attention blocks in one pool with one page size; SGL
 """
 
 import json
+from dataclasses import replace
+from fractions import Fraction
 from math import ceil, floor
 
 import pytest
@@ -148,6 +150,56 @@ def test_sglang_splits_a_state_pool_off_by_its_ratio(qwen3_next, h100, catalog):
 def test_sglang_state_slots_cap_the_concurrency(qwen3_next, h100, catalog):
     budget = engine_budget(qwen3_next, Request(context=256, tp=4), EngineSettings(name="sglang", version="0.5.9"), h100, catalog)
     assert budget.max_concurrency == budget.layout.state_slots // 3 == budget.layout.running_requests
+
+
+def test_sglang_makes_room_for_the_intermediate_states_of_speculative_decoding(qwen3_next, h100, catalog):
+    """With an MTP draft of 3 tokens SGLang verifies D = 4 tokens a step and keeps each running request's intermediate
+    states for them. v0.5.23 sizes the slots K and that scratch jointly in the ratio's budget, each with a padding
+    slot (kv_cache_configurator.py:3352-3377): K = (B - S (1 + D)) // (S (1 + D / 5)), scratch S (min(48, K // 5) + 1) D;
+    v0.5.9 took S x 48 x D off the rest first (model_runner_kv_cache_mixin.py:155-170) and reserved 2 GiB more."""
+    drafted = replace(qwen3_next, draft_tokens=3)
+    request = Request(context=32768, tp=4)
+    per_request = 36 * (GDN_CONV // 4 * 2 + (GDN_STATE - GDN_CONV) // 4 * 4)
+    budget = engine_budget(drafted, request, EngineSettings(name="sglang"), h100, catalog)
+    rank = budget.per_rank[0]
+    rest = rank.budget_bytes - rank.weights_bytes
+    slots = floor((Fraction(rest) * Fraction(9, 19) - per_request * 5) / (per_request * Fraction(9, 5)))
+    scratch = per_request * (min(48, slots // 5) + 1) * 4
+    layout = budget.layout
+    assert (layout.state_slots, layout.state_scratch_bytes, layout.running_requests) == (slots, scratch, slots // 5)
+    assert budget.kv_pool_bytes == rest - (slots + 1) * per_request - scratch
+    plain = engine_budget(qwen3_next, request, EngineSettings(name="sglang"), h100, catalog)
+    assert plain.layout.state_slots > slots and plain.layout.state_scratch_bytes == 0
+
+    old = engine_budget(drafted, request, EngineSettings(name="sglang", version="0.5.9"), h100, catalog)
+    rank = old.per_rank[0]
+    rest = rank.budget_bytes - rank.weights_bytes
+    scratch = per_request * 48 * 4
+    slots = floor((rest - scratch) * Fraction(9, 19)) // per_request
+    assert (old.layout.state_slots, old.layout.state_scratch_bytes) == (slots, scratch)
+    assert old.kv_pool_bytes == rest - slots * per_request - scratch
+    plain = engine_budget(qwen3_next, request, EngineSettings(name="sglang", version="0.5.9"), h100, catalog)
+    gpu_mib = h100.memory_bytes // 2**20
+    reserved = (1 - Fraction(str(plain.settings.mem_fraction_static))) * gpu_mib  # within the rounding of 3 decimals
+    assert old.settings.mem_fraction_static == round(float((gpu_mib - reserved - 2048) / gpu_mib), 3)
+
+
+def test_sglang_runs_half_the_requests_of_qwen35_27b_with_mtp():
+    """Qwen3.5-27B on one H200 at 8K on SGLang 0.5.23: 215 state slots and 43 running requests without speculative
+    decoding; with MTP's 3 draft tokens (NEXTN's default) the verify step's intermediate states take 14.8 GB of the
+    state budget: 115 slots, 23 requests. The figures are SGLang's formula worked by hand from planner's sizes
+    (one request's states 48 x 3,207,168 B, the rest after weights 70.2 GB, less the MTP layer's 0.85 GB)."""
+    from planner import api
+    from planner.estimator.speculative import speculation
+
+    def budget(spec):
+        return api.engine_estimate("qwen3.5-27b", EngineSettings("sglang"), gpu="h200-sxm", context=8192,
+                                   speculation=spec).engine
+
+    plain, mtp = budget(None), budget(speculation("mtp", 3, 2.0))
+    assert (plain.layout.state_slots, plain.layout.running_requests, plain.kv_cache_capacity_tokens) == (215, 43, 563_853)
+    assert (mtp.layout.state_slots, mtp.layout.running_requests, mtp.kv_cache_capacity_tokens) == (115, 23, 527_330)
+    assert mtp.layout.state_scratch_bytes == 48 * 3_207_168 * 24 * 4
 
 
 def test_the_pool_layout_of_attention_only_models_has_no_state(arch, h100, catalog):

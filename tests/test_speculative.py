@@ -83,7 +83,7 @@ def test_more_draft_tokens_cost_more_a_cycle():
 
 
 def test_the_draft_memory_counts_in_the_fit(catalog, arch):
-    served, card = with_draft(arch), GpuTarget.from_catalog(catalog.gpus.get(GPU))
+    served, card = with_draft(arch, 1), GpuTarget.from_catalog(catalog.gpus.get(GPU))
     context = 32_000
     for batch in range(1, 400):
         request = Request(context=context, batch=batch, tp=8)

@@ -183,7 +183,7 @@ def test_an_mtp_replica_pool_holds_the_draft_cache():
     c = a.config.candidate
     target = GpuTarget.from_catalog(c.gpu)
     request = replace(c.configuration.request(), batch=1)
-    drafted = engine_budget(with_draft(workload.space.arch), request, workload.space.engine, target, CATALOG)
+    drafted = engine_budget(with_draft(workload.space.arch, c.configuration.speculation.draft_tokens), request, workload.space.engine, target, CATALOG)
     alone = engine_budget(workload.space.arch, request, workload.space.engine, target, CATALOG)
     assert a.config.scheduler.pool_tokens == drafted.kv_cache_capacity_tokens < alone.kv_cache_capacity_tokens
     plain = replace(c, configuration=replace(c.configuration, speculation=None))

@@ -64,7 +64,7 @@ def test_the_draft_memory_by_hand():
     bf16 = 1,152 bytes, for each of the batch's tokens on every GPU (MLA's latent is whole on each TP rank)."""
     arch = resolve_model(CATALOG, "deepseek-v3")
     request = Request(context=32_768, batch=4, tp=8, precision="fp8-block")
-    alone, served = estimate_memory(arch, request, CATALOG), estimate_memory(with_draft(arch), request, CATALOG)
+    alone, served = estimate_memory(arch, request, CATALOG), estimate_memory(with_draft(arch, 1), request, CATALOG)
     assert served.kv_bytes_per_token - alone.kv_bytes_per_token == (512 + 64) * 2
     assert served.per_gpu[0].kv_cache_bytes - alone.per_gpu[0].kv_cache_bytes == 4 * 32_768 * 1_152
     # FP8 weights with their block scales and the 16-bit norms, router and eh_proj: 1 to 1.1 bytes a parameter

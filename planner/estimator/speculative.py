@@ -20,6 +20,7 @@ from math import isfinite
 from typing import ClassVar
 
 from planner.errors import PlannerInputError
+from planner.estimator.engines.sglang import SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS
 from planner.estimator.performance import ForwardTime, ReplicaPerformance, ReplicaTimer, Step, Workload, timer_performance
 from planner.model.families.core import Architecture, Layer
 
@@ -29,11 +30,6 @@ SPECULATIVE_ENGINES = ("sglang", "vllm")
 # the MTP module's tensors by module: DeepSeek / GLM `mtp0.*`, Qwen3-Next / Qwen3.5 `mtp.layers.0.*`
 _MODULE_INDEX = re.compile(r"^mtp(?:\.layers\.)?(\d+)\.")
 _SHARED_WITH_TARGET = ("embedding", "lm_head")  # the engines point the draft's at the target's (one copy in memory)
-# SGLang runs at most this many requests at once with speculative decoding unless --max-running-requests is given
-# (v0.5.23 srt/arg_groups/speculative_hook.py:1086-1094 _handle_eagle_family, EAGLE / NEXTN: "Max running requests is
-# reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests."); with
-# data-parallel attention each group runs its share of them
-SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 
 
 @dataclass(frozen=True)
@@ -116,14 +112,15 @@ def scenario_speculation(arch: Architecture, draft_tokens: int | None, acceptanc
             f"published for {arch.model_type} ({figure.as_of}): {figure.source.split()[0]}")
 
 
-def with_draft(arch: Architecture) -> Architecture:
-    """The target with its MTP module's layer after its own: what the engines hold with the draft on. The draft's
+def with_draft(arch: Architecture, draft_tokens: int) -> Architecture:
+    """The target with its MTP module's layer after its own, proposing `draft_tokens` a cycle: what the engines hold
+    with the draft on (Architecture.draft_tokens sizes their speculative scratch). The draft's
     weights load before the KV pool is sized, and one pool holds both models' cache a token: SGLang
     model_executor/pool_configurator.py @ v0.5.23 adds the draft's layers to the target's cell size
     (draft_num_layers x the target's per-layer bytes); vLLM v1/worker/gpu/attn_utils.py @ v0.34.0 get_kv_cache_spec
     gives every attention layer, the draft's (is_draft) too, its spec in the one KV cache config. The draft shares the
     target's embedding and lm_head."""
-    return replace(arch, layers=arch.layers + draft_architecture(arch).layers)
+    return replace(arch, layers=arch.layers + draft_architecture(arch).layers, draft_tokens=draft_tokens)
 
 
 @dataclass(frozen=True)

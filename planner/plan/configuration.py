@@ -133,7 +133,7 @@ def served_architecture(arch: Architecture, speculation: Speculation | None) -> 
         return arch
     from planner.estimator.speculative import with_draft
 
-    return with_draft(arch)
+    return with_draft(arch, speculation.draft_tokens)
 
 
 def check_configuration(arch: Architecture, configuration: Configuration, card: GpuTarget,

@@ -357,8 +357,10 @@ def _pool_layout_lines(e: EngineBudget) -> list[str]:
         admits = (f"it admits {layout.running_requests:,} running requests for them (the radix cache keeps the other "
                   "slots for cached prefixes)" if layout.running_limit == "state slots" else
                   f"SGLang's default max_running_requests, {layout.running_requests:,}, is below what they admit")
+        scratch = (f", and {format_bytes(layout.state_scratch_bytes)} of intermediate states for the tokens a "
+                   "speculative verify step checks" if layout.state_scratch_bytes else "")
         return [f"{pool}; separate state pool: {layout.state_slots:,} sequence slots of {layout.state_bytes:,} B per "
-                f"recurrent layer ({format_bytes(layout.state_pool_bytes)}); {admits}"]
+                f"recurrent layer ({format_bytes(layout.state_pool_bytes)}){scratch}; {admits}"]
     groups = ", ".join(f"{g.groups} {g.kind} group(s) x {g.blocks_per_request} block(s)" for g in layout.groups)
     lines = [f"one pool, one page size: blocks of {layout.block_size:,} tokens, {layout.page_bytes:,} B per "
              f"layer; layers per rank: {kinds}, in groups of {layout.layers_per_group}; one request of "

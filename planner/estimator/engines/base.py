@@ -139,6 +139,7 @@ class PoolLayout:
     state_bytes: int = 0  # one sequence's recurrent state in one layer, before padding
     state_slots: int = 0  # sequences whose recurrent state the pool holds at once (vLLM: capped by max_num_seqs)
     state_pool_bytes: int = 0  # SGLang: its separate state pool (vLLM shares one pool)
+    state_scratch_bytes: int = 0  # SGLang with speculative decoding: the verify step's intermediate states beside it
     # SGLang: requests one data-parallel worker admits at once (0: no cap but the pool's), and what sets it: its
     # recurrent-state slots, or DeepSeek-V4's max_running_requests default
     running_requests: int = 0

@@ -211,6 +211,11 @@ class SglangProfile(_Strict):
     mamba_slots_per_running_request: Sourced[int]
     # slots the state pool allocates beside max_mamba_cache_size (None: none, as modelled before the engine oracle)
     state_pool_padding_slots: Sourced[int] | None = None
+    # with speculative decoding (an EAGLE / NEXTN draft): MiB the default reserve adds, and how the state pool makes
+    # room for the intermediate states a verify step writes: "before_split" off the rest before the ratio split,
+    # for the default running requests; "joint" inside the ratio's budget, for the requests the slots admit
+    speculative_reserve_mib: Sourced[int]
+    speculative_state_scratch: Sourced[Literal["before_split", "joint"]]
     # the page size SGLang forces for DeepSeek Sparse Attention (None: page size 1, not checked there)
     dsa_page_size: Sourced[int] | None = None
     # a multimodal model's embedding cache and default fraction (None: as a text model, not checked there)

@@ -21,6 +21,10 @@
   _resolve_max_num_reqs admits at most max_mamba_cache_size // 3 running requests (the radix cache keeps
   the other slots for the states of cached prefixes; v0.5.23: // 5, the extra_buffer strategy's two tracking slots
   per request, profile `mamba_slots_per_running_request`), which caps the concurrency too.
+  With speculative decoding (an MTP / EAGLE draft of D - 1 tokens, D verified a step) the verify step writes each
+  running request's intermediate states for its D tokens: v0.5.23 sizes the slots and that scratch for
+  min(48 // dp, slots // ratio) requests jointly inside the ratio's budget, v0.5.9 took the scratch for 48 // dp
+  requests off the rest first and reserved 2 GiB more (profile `speculative_state_scratch`, `speculative_reserve_mib`).
   Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
   DeepSeek-V4's window, compressed and compressor-state pools (later code) are sized in sglang_deepseek_v4.
   v0.5.23 (profile "0.5.23", python/sglang/srt/arg_groups/memory_hook.py): A10/4090-class cards default to a 4096-token
@@ -50,6 +54,11 @@ from planner.units import MiB, gib
 
 # SGLang --kv-cache-dtype (sglang/srt/server_args.py) names the fp8 flavour; any other dtype runs "auto"
 SGLANG_KV_CACHE_DTYPES = {"fp8": "fp8_e4m3"}
+# SGLang runs at most this many requests at once with speculative decoding unless --max-running-requests is given
+# (v0.5.23 srt/arg_groups/speculative_hook.py:1086-1094 _handle_eagle_family, EAGLE / NEXTN: "Max running requests is
+# reset to 48 for speculative decoding. You can override this by explicitly setting --max-running-requests."); with
+# data-parallel attention each group runs its share of them
+SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS = 48
 
 
 def resolve_settings(settings: EngineSettings, gpu: GpuTarget, model: ServedModel, profile: SglangProfile,
@@ -82,6 +91,8 @@ def default_fraction(settings: EngineSettings, gpu_mib: int, model: ServedModel,
         reserved += Fraction(str(dp_reserve.graph_mib(graph_batch, model.request.dp, deepep, bool(prefill_graphs))))
     if gpu_mib > profile.large_gpu_min_mib.value:
         reserved = max(reserved, Fraction(profile.reserved_floor_large_gpu_mib.value))
+    if model.arch.draft_tokens:
+        reserved += profile.speculative_reserve_mib.value
     if dp_reserve is not None:
         reserved += dp_reserve.all_to_all_mib(graph_batch, deepep)
     if gpu_mib <= reserved:  # the reservations alone fill the card: SGLang keeps nothing for weights or KV
@@ -155,7 +166,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     for stage in model.stages:
         available = static - stage.weights_bytes - multimodal_reserve(model, profile)
         pool = pools[stage.index] = state_pool(model, stage, available, profile)
-        rest = available - pool.pool_bytes
+        rest = available - pool.pool_bytes - pool.scratch_bytes
         tokens = _stage_tokens(model, stage, rest, profile, compressed)
         for tp_rank in range(request.tp):
             ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
@@ -244,6 +255,9 @@ class StatePool:
     per_request_bytes: int  # one sequence's states in every recurrent layer of the rank (mamba_cache_per_req)
     slots: int  # max_mamba_cache_size
     padding_slots: int = 0  # allocated beside them (v0.5.23: the pool's padding slot)
+    # with speculative decoding: the intermediate states a verify step writes for each draft token of each running
+    # request (MambaPool's intermediate_ssm and intermediate_conv_window), taken off the rest beside the slots
+    scratch_bytes: int = 0
 
     @property
     def pool_bytes(self) -> int:
@@ -251,7 +265,9 @@ class StatePool:
 
 
 def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile) -> StatePool:
-    """_handle_max_mamba_cache without --max-mamba-cache-size or speculative decoding: the ratio split of `rest`."""
+    """_handle_max_mamba_cache without --max-mamba-cache-size: the ratio split of `rest`; with speculative decoding, the
+    intermediate states of the tokens a verify step checks, for each request it may run, made room for as the
+    release does (profile `speculative_state_scratch`)."""
     per_request = sum(model.layer_state_bytes(layer, *model.state_bits(layer, profile.state_dtypes.value))
                       for layer in stage.layers
                       if layer.attention.kind in RECURRENT_KINDS)
@@ -259,10 +275,27 @@ def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfi
         return StatePool(0, 0)
     ratio = Fraction(str(profile.mamba_full_memory_ratio.value))
     padding = profile.state_pool_padding_slots.value if profile.state_pool_padding_slots is not None else 0
-    # kv_cache_configurator.py @ v0.5.23: max_mamba_cache_size = (mamba_budget_bytes - per_slot) // per_slot (line
-    # 3383), the pool (max_mamba_cache_size + 1) slots ("+1 accounts for each pool's padding slot", line 3404)
-    budget = floor(max(rest, 0) * ratio / (1 + ratio))
-    return StatePool(per_request, max(budget - padding * per_request, 0) // per_request, padding)
+    rest = max(rest, 0)
+    if not model.arch.draft_tokens:
+        # kv_cache_configurator.py @ v0.5.23: max_mamba_cache_size = (mamba_budget_bytes - per_slot) // per_slot (line
+        # 3383), the pool (max_mamba_cache_size + 1) slots ("+1 accounts for each pool's padding slot", line 3404)
+        budget = floor(rest * ratio / (1 + ratio))
+        return StatePool(per_request, max(budget - padding * per_request, 0) // per_request, padding)
+    # speculative_num_draft_tokens: the draft's tokens and the one the target decodes (a chain draft, topk 1); the
+    # running requests the scratch is sized for: SGLang's default under speculative decoding, per DP worker
+    verified = model.arch.draft_tokens + 1
+    running = max(1, SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS // model.request.dp)
+    if profile.speculative_state_scratch.value == "before_split":
+        scratch = per_request * running * verified
+        return StatePool(per_request, floor((rest - scratch) * ratio / (1 + ratio)) // per_request if rest > scratch
+                         else 0, padding, scratch)
+    # "joint": the slots K and the scratch for min(running, K // slots a request) requests (each with its padding
+    # slot) share the ratio's budget: K = (budget - S (1 + D)) // (S (1 + D / ratio)) with one padding slot
+    ratio_slots = profile.mamba_slots_per_running_request.value
+    budget = rest * ratio / (1 + ratio)
+    slots = max(floor((budget - per_request * padding * (1 + verified))
+                      / (per_request * (1 + Fraction(verified, ratio_slots)))), 0)
+    return StatePool(per_request, slots, padding, per_request * (min(running, slots // ratio_slots) + padding) * verified)
 
 
 def default_running_requests(tokens: int, context: int) -> int:
@@ -283,7 +316,8 @@ def _pool_layout(model: ServedModel, stage: Stage, pool: StatePool, running: int
                       layers_per_group=len(layers),
                       groups=tuple(CacheGroup(kind, count, 1, 1) for kind, count in kinds.items()),
                       state_bytes=pool.per_request_bytes // state_layers if state_layers else 0,
-                      state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, running_requests=running,
+                      state_slots=pool.slots, state_pool_bytes=pool.pool_bytes, state_scratch_bytes=pool.scratch_bytes,
+                      running_requests=running,
                       running_limit=running_limit)
 
 

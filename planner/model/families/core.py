@@ -184,6 +184,9 @@ class Architecture:
     stored_bytes: int | None = None  # exact bytes of the weights files (safetensors / GGUF), when read
     stored_precision: str | None = None  # the catalog precision those files are stored in, when known
     max_position_embeddings: int | None = None
+    # served with speculative decoding (speculative.with_draft): the tokens its MTP draft proposes a cycle, which the
+    # target verifies a step beside the one it decodes; engines size scratch for them (SGLang's intermediate states)
+    draft_tokens: int = 0
 
     @property
     def num_layers(self) -> int:
