@@ -30,6 +30,7 @@ from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler
 from planner.estimator.closed_loop import closed_loop
 from planner.estimator.engines import EngineSettings, engine_budget
+from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.estimator.speculative import Speculation, speculation
 from planner.model.precision import resolve_precision
@@ -559,11 +560,13 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
         return replace(static, tpot_s=static.decode_step_s, output_tokens_per_s=m.batch / static.decode_step_s)
     if not schedules_closed_loop(m):
         return static
-    # as `planner perf --concurrency` (api._replica): the engine's default profile's pool, the row's release's kernels
+    # as `planner perf --concurrency --engine-version R` (api._replica): the pool of the row's release where planner
+    # keeps a profile of it, else the engine's default (the protocol's release-pool amendment); the release's kernels
     card = catalog.gpus.get(m.gpu)
     request = Request(context=m.prompt_tokens + m.output_tokens, batch=1, tp=m.tp, pp=m.pp, precision=m.precision,
                       kv_dtype=m.kv_dtype)
-    settings = EngineSettings(m.engine, **dict(m.settings))  # type: ignore[arg-type]
+    pool_release = m.release if m.release and load_profiles().versions(m.engine).knows(m.release) else None
+    settings = EngineSettings(m.engine, **dict(m.settings), version=pool_release)  # type: ignore[arg-type]
     budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(card), catalog)
     if not budget.fits:
         raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")

@@ -43,7 +43,7 @@ def test_an_older_release_is_selectable_with_or_without_its_v(arch, h100, catalo
 def test_an_unknown_version_is_refused_naming_the_known_ones(arch, h100, catalog):
     with pytest.raises(PlannerInputError, match=r"vLLM 0\.20\.0 has no profile.*0\.19\.0, 0\.34\.0 \(default 0\.34\.0\)"):
         engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("vllm", version="0.20.0"), h100, catalog)
-    with pytest.raises(PlannerInputError, match=r"SGLang 0\.4\.3 has no profile.*0\.5\.9, 0\.5\.23"):
+    with pytest.raises(PlannerInputError, match=r"SGLang 0\.4\.3 has no profile.*0\.5\.9, 0\.5\.10, 0\.5\.12, 0\.5\.13, 0\.5\.15, 0\.5\.16, 0\.5\.19, 0\.5\.23 \(default"):
         engine_settings(Scenario(model="llama-3.1-8b", workload={"context": 8192, "concurrency": 1},
                                  engine={"name": "sglang", "version": "0.4.3"}))
     with pytest.raises(PlannerInputError, match="simple planning margin has none"):

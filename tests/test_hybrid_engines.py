@@ -156,7 +156,8 @@ def test_sglang_makes_room_for_the_intermediate_states_of_speculative_decoding(q
     """With an MTP draft of 3 tokens SGLang verifies D = 4 tokens a step and keeps each running request's intermediate
     states for them. v0.5.23 sizes the slots K and that scratch jointly in the ratio's budget, each with a padding
     slot (kv_cache_configurator.py:3352-3377): K = (B - S (1 + D)) // (S (1 + D / 5)), scratch S (min(48, K // 5) + 1) D;
-    v0.5.9 took S x 48 x D off the rest first (model_runner_kv_cache_mixin.py:155-170) and reserved 2 GiB more."""
+    v0.5.9 turned the radix cache off (server_args.py:1760-1764), kept a slot and the scratch S x D for each of the 48
+    requests it runs (model_runner_kv_cache_mixin.py:155-185) and reserved 2 GiB more."""
     drafted = replace(qwen3_next, draft_tokens=3)
     request = Request(context=32768, tp=4)
     per_request = 36 * (GDN_CONV // 4 * 2 + (GDN_STATE - GDN_CONV) // 4 * 4)
@@ -174,10 +175,9 @@ def test_sglang_makes_room_for_the_intermediate_states_of_speculative_decoding(q
     old = engine_budget(drafted, request, EngineSettings(name="sglang", version="0.5.9"), h100, catalog)
     rank = old.per_rank[0]
     rest = rank.budget_bytes - rank.weights_bytes
-    scratch = per_request * 48 * 4
-    slots = floor((rest - scratch) * Fraction(9, 19)) // per_request
-    assert (old.layout.state_slots, old.layout.state_scratch_bytes) == (slots, scratch)
-    assert old.kv_pool_bytes == rest - slots * per_request - scratch
+    assert (old.layout.state_slots, old.layout.state_scratch_bytes, old.layout.running_requests) == \
+        (48, per_request * 48 * 4, 48)
+    assert old.kv_pool_bytes == rest - 48 * per_request * (1 + 4)
     plain = engine_budget(qwen3_next, request, EngineSettings(name="sglang", version="0.5.9"), h100, catalog)
     gpu_mib = h100.memory_bytes // 2**20
     reserved = (1 - Fraction(str(plain.settings.mem_fraction_static))) * gpu_mib  # within the rounding of 3 decimals
@@ -200,6 +200,20 @@ def test_sglang_runs_half_the_requests_of_qwen35_27b_with_mtp():
     assert (plain.layout.state_slots, plain.layout.running_requests, plain.kv_cache_capacity_tokens) == (215, 43, 563_853)
     assert (mtp.layout.state_slots, mtp.layout.running_requests, mtp.kv_cache_capacity_tokens) == (115, 23, 527_330)
     assert mtp.layout.state_scratch_bytes == 48 * 3_207_168 * 24 * 4
+
+
+def test_sglang_keeps_tracking_slots_only_for_the_architectures_it_gives_the_extra_buffer(qwen3_next, catalog):
+    """SGLang 0.5.23 resolves the `auto` Mamba radix cache to extra_buffer (3 + 2 tracking slots a running request) for
+    the architectures it lists, Qwen3-Next among them, and to no_buffer (3) for LFM2 (arg_groups/overrides.py:370-487);
+    0.5.9 gives every model no_buffer."""
+    from planner.api import resolve_model
+    from planner.estimator.engines.sglang import slots_per_running_request
+
+    sglang = load_profiles().sglang
+    for arch, default in ((qwen3_next, 5), (resolve_model(catalog, "lfm2-8b-a1b"), 3)):
+        model = serve(arch, Request(context=8192), catalog, "sglang")
+        assert slots_per_running_request(model, sglang.get(None, "sglang")) == default
+        assert slots_per_running_request(model, sglang.get("0.5.9", "sglang")) == 3
 
 
 def test_the_pool_layout_of_attention_only_models_has_no_state(arch, h100, catalog):

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from functools import cache, cached_property, lru_cache
-import re
 from math import ceil, floor, prod
 from pathlib import Path
 from typing import Callable, ClassVar, Literal, NamedTuple
@@ -62,7 +61,7 @@ from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
 from planner.estimator.engines.moe_kernels import switch_refusal
-from planner.estimator.engines.registry import canonical, engine as registered_engine, engine_names
+from planner.estimator.engines.registry import canonical, engine as registered_engine, engine_names, release_key
 from planner.estimator.layout import (model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
                                       tied_lm_head)
 from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
@@ -347,12 +346,6 @@ class LayerAllReduceRule:
     def matches(self, model_type: str, release: tuple[int, ...]) -> bool:
         return (model_type in self.model_types and (self.since is None or release >= release_key(self.since))
                 and (self.until is None or release <= release_key(self.until)))
-
-
-def release_key(version: str) -> tuple[int, ...]:
-    """A release as numbers to compare: "v0.5.6.post1" -> (0, 5, 6); a build without numbers sorts first."""
-    found = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
-    return tuple(int(part) for part in found.group(1).split(".")) if found else ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from planner.catalog.load import catalog_dir, read_yaml, validate_record
 from planner.errors import PlannerInputError
-from planner.estimator.engines.registry import PROFILES_FILE, engine, label, profiled_engines
+from planner.estimator.engines.registry import PROFILES_FILE, engine, label, profiled_engines, release_key
 from planner.model.families.core import Recurrence
 from planner.units import MiB
 
@@ -133,11 +133,27 @@ class PrefillCudaGraphs(_Strict):
     sizes: tuple[tuple[int, int, int], ...]
     mib_per_size: int
     mla_mib: int
+    # the replicas the release captures none for by default (the rules run before the reserve is summed): these model
+    # types (config.json's, as planner's Architecture names them), MLA models, pipeline-parallel and data-parallel-
+    # attention replicas, and multimodal models (None: not a rule) but those of the model types listed
+    off_for_model_types: tuple[str, ...] = ()
+    off_for_mla: bool = False
+    off_with_pipeline: bool = False
+    off_with_dp_attention: bool = False
+    multimodal_on_for: tuple[str, ...] | None = None
 
     def reserved_mib(self, max_tokens: int, mla: bool) -> int:
         if mla:
             return self.mla_mib
         return self.mib_per_size * sum(len(range(start, min(stop, max_tokens) + 1, step)) for start, stop, step in self.sizes)
+
+
+class MambaExtraBuffer(_Strict):
+    """The extra_buffer strategy SGLang's `auto` Mamba radix cache resolves to for the architectures it lists, with the
+    overlap scheduler on: each running request keeps `tracking_slots` more state slots (ping-pong tracking)."""
+
+    tracking_slots: int
+    model_types: tuple[str, ...]  # as config.json names them (planner's Architecture.model_type)
 
 
 class DpAttentionReserve(_Strict):
@@ -208,14 +224,16 @@ class SglangProfile(_Strict):
     hybrid_swa_model_types: Sourced[tuple[str, ...]] | None = None
     mamba_full_memory_ratio: Sourced[float]
     state_dtypes: Sourced[dict[Recurrence, StatePartDtypes]]
-    mamba_slots_per_running_request: Sourced[int]
+    mamba_slots_per_running_request: Sourced[int]  # the no_buffer strategy's
+    mamba_extra_buffer: Sourced[MambaExtraBuffer] | None = None  # None: `auto` resolves to no_buffer for every model
     # slots the state pool allocates beside max_mamba_cache_size (None: none, as modelled before the engine oracle)
     state_pool_padding_slots: Sourced[int] | None = None
     # with speculative decoding (an EAGLE / NEXTN draft): MiB the default reserve adds, and how the state pool makes
-    # room for the intermediate states a verify step writes: "before_split" off the rest before the ratio split,
-    # for the default running requests; "joint" inside the ratio's budget, for the requests the slots admit
+    # room for the intermediate states a verify step writes: "radix_off", the radix cache off, a slot and the scratch
+    # for each request the engine runs; "joint", the slots and the scratch for the requests they admit sized together
+    # inside the ratio's budget; "refused", the release will not start a hybrid model with a draft by default
     speculative_reserve_mib: Sourced[int]
-    speculative_state_scratch: Sourced[Literal["before_split", "joint"]]
+    speculative_state_scratch: Sourced[Literal["radix_off", "joint", "refused"]]
     # the page size SGLang forces for DeepSeek Sparse Attention (None: page size 1, not checked there)
     dsa_page_size: Sourced[int] | None = None
     # a multimodal model's embedding cache and default fraction (None: as a text model, not checked there)
@@ -252,25 +270,36 @@ P = TypeVar("P", bound=BaseModel)
 
 class EngineVersions(_Strict, Generic[P]):
     """One engine's profiles by release: `default` is what planner models when no version is asked for. In the YAML
-    a version may give `based_on: VERSION` and only the constants that changed since that release; `label` is how the
+    a version may give `based_on: VERSION` and only the constants that changed since that release, and `covers:` the
+    other releases whose code was read to have the same constants (they take its profile); `label` is how the
     engine names itself, `aliases` other names --engine takes for it (registry.canonical)."""
 
     label: str
     aliases: tuple[str, ...] = ()
     default: str
     versions: dict[str, P]
+    covered: dict[str, str] = {}  # a release -> the version whose profile it takes (from the versions' `covers`)
 
     @model_validator(mode="before")
     @classmethod
     def _based_on(cls, data: Any) -> Any:
         if not isinstance(data, dict) or not isinstance(data.get("versions"), dict):
             return data
-        versions = dict(data["versions"])
-        for name, entry in versions.items():
-            if isinstance(entry, dict) and "based_on" in entry:
-                base = versions[entry["based_on"]]
-                versions[name] = {**base, **{k: v for k, v in entry.items() if k != "based_on"}}
-        return {**data, "versions": versions}
+        raw = data["versions"]
+
+        def merged(name: str, seen: tuple[str, ...] = ()) -> Any:
+            entry = raw[name]
+            if not isinstance(entry, dict):
+                return entry
+            base = entry.get("based_on")
+            if base is not None and (base not in raw or base in seen):
+                raise ValueError(f"versions.{name}.based_on: {base!r} is not another version")
+            own = {k: v for k, v in entry.items() if k not in ("based_on", "covers")}
+            return {**merged(base, (*seen, name)), **own} if base is not None else own
+
+        covered = {str(release): name for name, entry in raw.items() if isinstance(entry, dict)
+                   for release in entry.get("covers", ())}
+        return {**data, "versions": {name: merged(name) for name in raw}, "covered": covered}
 
     @model_validator(mode="after")
     def _default_known(self) -> EngineVersions:
@@ -279,19 +308,26 @@ class EngineVersions(_Strict, Generic[P]):
         return self
 
     def resolve(self, version: str | None, engine: str) -> str:
-        """The version planner models for `version` (None: the default; a leading v is dropped); an unknown version is
+        """The release planner models for `version` (None: the default; a leading v is dropped); an unknown release is
         refused in one line naming the known ones."""
         if version is None:
             return self.default
-        if version.removeprefix("v") not in self.versions:
+        release = version.removeprefix("v")
+        if not self.knows(release):
             raise PlannerInputError(
                 f"--engine-version / engine.version: {label(engine)} {version} has no profile in planner; use one "
-                f"of {', '.join(self.versions)} (default {self.default})")
-        return version.removeprefix("v")
+                f"of {', '.join(sorted({*self.versions, *self.covered}, key=release_key))} (default {self.default})")
+        return release
+
+    def knows(self, release: str) -> bool:
+        """Whether planner keeps a profile of `release` (its own, or one that covers it)."""
+        release = release.removeprefix("v")
+        return release in self.versions or release in self.covered
 
     def get(self, version: str | None, engine: str) -> P:
-        """The profile of `version` (None: the default)."""
-        return self.versions[self.resolve(version, engine)]
+        """The profile of `version` (None: the default), a covered release's being the version's it names."""
+        release = self.resolve(version, engine)
+        return self.versions[self.covered.get(release, release)]
 
 
 class EngineProfiles(_Strict):

@@ -12,6 +12,8 @@ the command line builds its choices from them at start-up.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import import_module
@@ -113,10 +115,19 @@ def canonical(name: str) -> str:
 
 
 def _versions(name: str) -> list[str]:
-    """The engine's releases, its default first, then the newest first (the catalog lists them oldest first)."""
+    """The engine's releases, its default first, then the newest first: each profile's version and the releases it
+    covers."""
     entry = _entries()[name]
     default = str(entry["default"])
-    return [default, *(str(v) for v in reversed(list(entry["versions"])) if str(v) != default)]
+    releases = [str(r) for version, profile in entry["versions"].items()
+                for r in (version, *(profile.get("covers", ()) if isinstance(profile, dict) else ()))]
+    return [default, *sorted((r for r in releases if r != default), key=release_key, reverse=True)]
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """A release as numbers to compare: "v0.5.6.post1" -> (0, 5, 6); a build without numbers sorts first."""
+    found = re.match(r"v?(\d+(?:\.\d+)*)", version.strip())
+    return tuple(int(part) for part in found.group(1).split(".")) if found else ()
 
 
 def versions_help() -> str:
@@ -159,4 +170,4 @@ def renderer(reference: str) -> Callable[..., str]:
 
 
 __all__ = ["DEPLOYMENT_TARGETS", "Engine", "PLANNING_MARGIN", "PROFILES_FILE", "canonical", "engine", "engine_names",
-           "export_targets", "label", "profiled_engines", "renderer", "spoken_list", "versions_help"]
+           "export_targets", "label", "profiled_engines", "release_key", "renderer", "spoken_list", "versions_help"]

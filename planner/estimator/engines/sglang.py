@@ -19,12 +19,13 @@
   every recurrent layer of the rank (v0.5.23: less one padding slot the pool also allocates, profile
   `state_pool_padding_slots`), and the attention layers' token pool gets what is left.
   _resolve_max_num_reqs admits at most max_mamba_cache_size // 3 running requests (the radix cache keeps
-  the other slots for the states of cached prefixes; v0.5.23: // 5, the extra_buffer strategy's two tracking slots
-  per request, profile `mamba_slots_per_running_request`), which caps the concurrency too.
+  the other slots for the states of cached prefixes; from v0.5.15: // 5 for the architectures whose `auto` strategy is
+  extra_buffer, its two tracking slots per request, profile `mamba_extra_buffer`), which caps the concurrency too.
   With speculative decoding (an MTP / EAGLE draft of D - 1 tokens, D verified a step) the verify step writes each
   running request's intermediate states for its D tokens: v0.5.23 sizes the slots and that scratch for
-  min(48 // dp, slots // ratio) requests jointly inside the ratio's budget, v0.5.9 took the scratch for 48 // dp
-  requests off the rest first and reserved 2 GiB more (profile `speculative_state_scratch`, `speculative_reserve_mib`).
+  min(48 // dp, slots // ratio) requests jointly inside the ratio's budget; v0.5.9 turned the radix cache off, kept a
+  slot and the scratch for each of the 48 // dp requests it runs, and reserved 2 GiB more (profile
+  `speculative_state_scratch`, `speculative_reserve_mib`).
   Activations and CUDA graphs live in the (1 - fraction) left over; SGLang does not profile them.
   DeepSeek-V4's window, compressed and compressor-state pools (later code) are sized in sglang_deepseek_v4.
   v0.5.23 (profile "0.5.23", python/sglang/srt/arg_groups/memory_hook.py): A10/4090-class cards default to a 4096-token
@@ -76,7 +77,14 @@ def prefill_graph_mib(settings: EngineSettings, model: ServedModel, profile: Sgl
     """The prefill CUDA graphs' reserve (reserve_for_graph_mb): none where the release or the platform captures none."""
     if profile.prefill_cuda_graphs is None or settings.enforce_eager or not cuda:
         return 0
-    return profile.prefill_cuda_graphs.value.reserved_mib(settings.max_num_batched_tokens, "mla" in model.arch.attention_kinds)
+    graphs, arch = profile.prefill_cuda_graphs.value, model.arch
+    mla = "mla" in arch.attention_kinds
+    if (arch.model_type in graphs.off_for_model_types or (mla and graphs.off_for_mla)
+            or (model.request.pp > 1 and graphs.off_with_pipeline) or (model.request.dp > 1 and graphs.off_with_dp_attention)
+            or (_serves_multimodal(model, profile) and graphs.multimodal_on_for is not None
+                and arch.model_type not in graphs.multimodal_on_for)):
+        return 0
+    return graphs.reserved_mib(settings.max_num_batched_tokens, mla)
 
 
 def default_fraction(settings: EngineSettings, gpu_mib: int, model: ServedModel, profile: SglangProfile,
@@ -143,6 +151,12 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     if (request.dp, request.all_to_all) != (1, None) and profile.dp_attention_reserve is None:
         raise PlannerInputError(f"--engine-version {profile.release}: planner models SGLang's reserves for "
                                 "data-parallel attention and DeepEP only from v0.5.23; use the default release")
+    if (arch.draft_tokens and profile.speculative_state_scratch.value == "refused"
+            and arch.attention_kinds & set(RECURRENT_KINDS)):
+        raise PlannerInputError(f"--engine-version {profile.release}: SGLang {profile.release} refuses speculative decoding "
+                                f"for {arch.name}'s recurrent layers with its default radix cache (a ValueError at start-"
+                                "up; it asks for the extra_buffer strategy or --disable-radix-cache, which planner does not "
+                                "model); use another release or drop --speculative")
     model = serve(arch, request, catalog, "sglang")
     card = catalog_card(gpu, catalog)
     amd = card is not None and card.vendor == "amd"
@@ -179,7 +193,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     tokens, context = limit.kv_capacity_tokens, request.context
     # the requests one DP worker runs at once, and what sets it: SGLang's default limit, the state slots' cap below it
     running, running_limit = default_running_requests(tokens, context), "max_running_requests"
-    state_cap = None if slots is None else slots // profile.mamba_slots_per_running_request.value
+    state_cap = None if slots is None else slots // slots_per_running_request(model, profile)
     if state_cap is not None and state_cap <= running:
         running, running_limit = state_cap, "state slots"
     if compressed:  # DeepSeek-V4's default max_running_requests is the server's; each DP worker runs its share
@@ -229,6 +243,13 @@ def multimodal_reserve(model: ServedModel, profile: SglangProfile) -> int:
     multimodal off by default for the model types the profile names (configs/model_config.py:692 mm_disabled_models)."""
     vlm = _multimodal(model, profile)
     return vlm.cache_mib * MiB if vlm is not None else 0
+
+
+def _serves_multimodal(model: ServedModel, profile: SglangProfile) -> bool:
+    """ModelConfig.is_multimodal: a model with a vision tower, unless SGLang serves its architecture text-only by
+    default (mm_disabled_models)."""
+    vlm = profile.multimodal
+    return bool(model.arch.multimodal) and (vlm is None or model.arch.model_type not in vlm.value.disabled_model_types)
 
 
 def _multimodal(model: ServedModel, profile: SglangProfile) -> SglangMultimodal | None:
@@ -285,17 +306,25 @@ def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfi
     # running requests the scratch is sized for: SGLang's default under speculative decoding, per DP worker
     verified = model.arch.draft_tokens + 1
     running = max(1, SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS // model.request.dp)
-    if profile.speculative_state_scratch.value == "before_split":
-        scratch = per_request * running * verified
-        return StatePool(per_request, floor((rest - scratch) * ratio / (1 + ratio)) // per_request if rest > scratch
-                         else 0, padding, scratch)
+    if profile.speculative_state_scratch.value == "radix_off":  # a slot for each request it runs, no ratio split
+        return StatePool(per_request, running, padding, per_request * running * verified)
     # "joint": the slots K and the scratch for min(running, K // slots a request) requests (each with its padding
     # slot) share the ratio's budget: K = (budget - S (1 + D)) // (S (1 + D / ratio)) with one padding slot
-    ratio_slots = profile.mamba_slots_per_running_request.value
+    ratio_slots = slots_per_running_request(model, profile)
     budget = rest * ratio / (1 + ratio)
     slots = max(floor((budget - per_request * padding * (1 + verified))
                       / (per_request * (1 + Fraction(verified, ratio_slots)))), 0)
     return StatePool(per_request, slots, padding, per_request * (min(running, slots // ratio_slots) + padding) * verified)
+
+
+def slots_per_running_request(model: ServedModel, profile: SglangProfile) -> int:
+    """The state slots the radix cache keeps per running request (_calculate_mamba_ratio): the no_buffer strategy's, and
+    the extra buffer's tracking slots for the architectures `auto` gives it."""
+    if model.arch.draft_tokens and profile.speculative_state_scratch.value == "radix_off":
+        return 1  # no cached prefixes to keep states for
+    extra = profile.mamba_extra_buffer
+    tracking = extra.value.tracking_slots if extra is not None and model.arch.model_type in extra.value.model_types else 0
+    return profile.mamba_slots_per_running_request.value + tracking
 
 
 def default_running_requests(tokens: int, context: int) -> int:
