@@ -226,3 +226,24 @@ def test_a_kimi_row_naming_its_checkpoints_int4_experts_is_read_as_int4_g32(cata
            "concurrency": 16, "measured": {"Mean TPOT (ms)": "30"}}
     assert bench.normalise("t:0", raw, catalog).precision == "int4-g32"
 
+
+
+def test_a_closed_loop_is_sized_at_the_release_it_states_where_planner_keeps_its_profile(catalog):
+    """The protocol's release-pool amendment: an SGLang 0.5.12 closed loop of Qwen3.5 is sized with 0.5.12's pool (3
+    state slots a running request) as `planner perf --engine-version 0.5.12` sizes it; a release planner keeps no
+    profile of, or none, is sized with the default's (5 slots a request at 0.5.23)."""
+    row = bench.Measurement(row="t:0", engine="sglang", model="qwen3.5-27b", precision="bf16", kv_dtype="auto",
+                            gpu="h200-sxm", tp=1, pp=1, ep=1, dp=1, batch=1024, prompt_tokens=8192, output_tokens=1024,
+                            output_tokens_per_s=None, tpot_s=0.04, ttft_s=None, source="test", form="closed loop",
+                            release="0.5.12")
+    arch = bench.architecture(catalog, row)
+
+    def loop(version):
+        return api.perf("qwen3.5-27b", gpu="h200-sxm", engine="sglang", engine_version=version, concurrency=1024,
+                        prompt_tokens=8192, output_tokens=1024, catalog=catalog).closed_loop
+
+    stated, default = loop("0.5.12"), loop(None)
+    # 0.5.12 admits 218 // 3 = 72 for its state slots and its token pool holds 61; 0.5.23, 215 // 5 = 43
+    assert (stated.running, stated.limit, default.running, default.limit) == (61, "kv pool", 43, "state slots")
+    assert bench.predict(catalog, row, arch).tpot_s == pytest.approx(stated.tpot_s)
+    assert bench.predict(catalog, replace(row, release=None), arch).tpot_s == pytest.approx(default.tpot_s)
