@@ -254,3 +254,12 @@ def test_sglang_0523_serves_a_vision_model_with_a_smaller_fraction_and_an_embedd
     assert qwen.kv_pool_bytes == _sglang_rest(qwen) - 100 * MiB - layout.state_pool_bytes
     gemma = engine_budget(arch("gemma-3-27b"), request, settings, h100, catalog)
     assert gemma.settings.mem_fraction_static == 0.83 and gemma.kv_pool_bytes == _sglang_rest(gemma)
+
+
+def test_sglang_0512_pools_gemma_3s_sliding_layers_with_its_full_ones(arch, h100, catalog):
+    """SGLang 0.5.10-0.5.13 list their hybrid-SWA architectures (configs/model_config.py:1660-1674 @ v0.5.12) without
+    Gemma 3: its sliding layers take a slot per token in the one pool, as at 0.5.23, not a pool of their own."""
+    gemma, request = arch("gemma-3-27b"), Request(context=8192)
+    budgets = [engine_budget(gemma, request, EngineSettings("sglang", version=v), h100, catalog) for v in ("0.5.12", "0.5.23")]
+    assert budgets[0].layout.page_bytes == budgets[1].layout.page_bytes
+    assert budgets[0].kv_cache_capacity_tokens == budgets[0].kv_pool_bytes // budgets[0].layout.page_bytes

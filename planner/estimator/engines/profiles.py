@@ -140,6 +140,8 @@ class PrefillCudaGraphs(_Strict):
     off_for_mla: bool = False
     off_with_pipeline: bool = False
     off_with_dp_attention: bool = False
+    off_with_all_to_all: bool = False  # an expert all-to-all backend (--moe-a2a-backend deepep)
+    off_with_speculative: bool = False  # an MTP / EAGLE draft
     multimodal_on_for: tuple[str, ...] | None = None
 
     def reserved_mib(self, max_tokens: int, mla: bool) -> int:
@@ -270,15 +272,13 @@ P = TypeVar("P", bound=BaseModel)
 
 class EngineVersions(_Strict, Generic[P]):
     """One engine's profiles by release: `default` is what planner models when no version is asked for. In the YAML
-    a version may give `based_on: VERSION` and only the constants that changed since that release, and `covers:` the
-    other releases whose code was read to have the same constants (they take its profile); `label` is how the
+    a version may give `based_on: VERSION` and only the constants that changed since that release; `label` is how the
     engine names itself, `aliases` other names --engine takes for it (registry.canonical)."""
 
     label: str
     aliases: tuple[str, ...] = ()
     default: str
     versions: dict[str, P]
-    covered: dict[str, str] = {}  # a release -> the version whose profile it takes (from the versions' `covers`)
 
     @model_validator(mode="before")
     @classmethod
@@ -294,12 +294,10 @@ class EngineVersions(_Strict, Generic[P]):
             base = entry.get("based_on")
             if base is not None and (base not in raw or base in seen):
                 raise ValueError(f"versions.{name}.based_on: {base!r} is not another version")
-            own = {k: v for k, v in entry.items() if k not in ("based_on", "covers")}
+            own = {k: v for k, v in entry.items() if k != "based_on"}
             return {**merged(base, (*seen, name)), **own} if base is not None else own
 
-        covered = {str(release): name for name, entry in raw.items() if isinstance(entry, dict)
-                   for release in entry.get("covers", ())}
-        return {**data, "versions": {name: merged(name) for name in raw}, "covered": covered}
+        return {**data, "versions": {name: merged(name) for name in raw}}
 
     @model_validator(mode="after")
     def _default_known(self) -> EngineVersions:
@@ -316,18 +314,16 @@ class EngineVersions(_Strict, Generic[P]):
         if not self.knows(release):
             raise PlannerInputError(
                 f"--engine-version / engine.version: {label(engine)} {version} has no profile in planner; use one "
-                f"of {', '.join(sorted({*self.versions, *self.covered}, key=release_key))} (default {self.default})")
+                f"of {', '.join(sorted(self.versions, key=release_key))} (default {self.default})")
         return release
 
     def knows(self, release: str) -> bool:
-        """Whether planner keeps a profile of `release` (its own, or one that covers it)."""
-        release = release.removeprefix("v")
-        return release in self.versions or release in self.covered
+        """Whether planner keeps a profile of `release`."""
+        return release.removeprefix("v") in self.versions
 
     def get(self, version: str | None, engine: str) -> P:
-        """The profile of `version` (None: the default), a covered release's being the version's it names."""
-        release = self.resolve(version, engine)
-        return self.versions[self.covered.get(release, release)]
+        """The profile of `version` (None: the default)."""
+        return self.versions[self.resolve(version, engine)]
 
 
 class EngineProfiles(_Strict):

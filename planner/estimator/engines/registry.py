@@ -115,13 +115,10 @@ def canonical(name: str) -> str:
 
 
 def _versions(name: str) -> list[str]:
-    """The engine's releases, its default first, then the newest first: each profile's version and the releases it
-    covers."""
+    """The engine's releases, its default first, then the newest first."""
     entry = _entries()[name]
     default = str(entry["default"])
-    releases = [str(r) for version, profile in entry["versions"].items()
-                for r in (version, *(profile.get("covers", ()) if isinstance(profile, dict) else ()))]
-    return [default, *sorted((r for r in releases if r != default), key=release_key, reverse=True)]
+    return [default, *sorted((str(v) for v in entry["versions"] if str(v) != default), key=release_key, reverse=True)]
 
 
 def release_key(version: str) -> tuple[int, ...]:

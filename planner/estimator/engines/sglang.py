@@ -81,6 +81,8 @@ def prefill_graph_mib(settings: EngineSettings, model: ServedModel, profile: Sgl
     mla = "mla" in arch.attention_kinds
     if (arch.model_type in graphs.off_for_model_types or (mla and graphs.off_for_mla)
             or (model.request.pp > 1 and graphs.off_with_pipeline) or (model.request.dp > 1 and graphs.off_with_dp_attention)
+            or (model.request.all_to_all is not None and graphs.off_with_all_to_all)
+            or (arch.draft_tokens and graphs.off_with_speculative)
             or (_serves_multimodal(model, profile) and graphs.multimodal_on_for is not None
                 and arch.model_type not in graphs.multimodal_on_for)):
         return 0
@@ -148,12 +150,13 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                   catalog: Catalog) -> EngineBudget:
     profiles = load_profiles()
     profile, cuda = profiles.sglang.get(settings.version, "sglang"), profiles.cuda
+    release = profile.release
     if (request.dp, request.all_to_all) != (1, None) and profile.dp_attention_reserve is None:
-        raise PlannerInputError(f"--engine-version {profile.release}: planner models SGLang's reserves for "
+        raise PlannerInputError(f"--engine-version {release}: planner models SGLang's reserves for "
                                 "data-parallel attention and DeepEP only from v0.5.23; use the default release")
     if (arch.draft_tokens and profile.speculative_state_scratch.value == "refused"
             and arch.attention_kinds & set(RECURRENT_KINDS)):
-        raise PlannerInputError(f"--engine-version {profile.release}: SGLang {profile.release} refuses speculative decoding "
+        raise PlannerInputError(f"--engine-version {release}: SGLang {release} refuses speculative decoding "
                                 f"for {arch.name}'s recurrent layers with its default radix cache (a ValueError at start-"
                                 "up; it asks for the extra_buffer strategy or --disable-radix-cache, which planner does not "
                                 "model); use another release or drop --speculative")
@@ -226,8 +229,8 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                         "capture may run out of memory")
     stage = model.stages[limit.pp_stage]
     return EngineBudget(
-        name="sglang", release=(f"{profile.release}; DeepSeek-V4 pools as {profile.deepseek_v4_release.value}"
-                                if compressed else profile.release), gpu_memory_utilization=None, budget_bytes=static,
+        name="sglang", release=(f"{release}; DeepSeek-V4 pools as {profile.deepseek_v4_release.value}"
+                                if compressed else release), gpu_memory_utilization=None, budget_bytes=static,
         weights_bytes=limit.weights_bytes, activation_bytes=activation, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
         kv_pool_bytes=limit.kv_pool_bytes, kv_cache_capacity_tokens=tokens, max_concurrency=concurrency,
         fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
