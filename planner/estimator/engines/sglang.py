@@ -150,13 +150,12 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                   catalog: Catalog) -> EngineBudget:
     profiles = load_profiles()
     profile, cuda = profiles.sglang.get(settings.version, "sglang"), profiles.cuda
-    release = profile.release
     if (request.dp, request.all_to_all) != (1, None) and profile.dp_attention_reserve is None:
-        raise PlannerInputError(f"--engine-version {release}: planner models SGLang's reserves for "
+        raise PlannerInputError(f"--engine-version {profile.release}: planner models SGLang's reserves for "
                                 "data-parallel attention and DeepEP only from v0.5.23; use the default release")
     if (arch.draft_tokens and profile.speculative_state_scratch.value == "refused"
             and arch.attention_kinds & set(RECURRENT_KINDS)):
-        raise PlannerInputError(f"--engine-version {release}: SGLang {release} refuses speculative decoding "
+        raise PlannerInputError(f"--engine-version {profile.release}: SGLang {profile.release} refuses speculative decoding "
                                 f"for {arch.name}'s recurrent layers with its default radix cache (a ValueError at start-"
                                 "up; it asks for the extra_buffer strategy or --disable-radix-cache, which planner does not "
                                 "model); use another release or drop --speculative")
@@ -229,8 +228,8 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                         "capture may run out of memory")
     stage = model.stages[limit.pp_stage]
     return EngineBudget(
-        name="sglang", release=(f"{release}; DeepSeek-V4 pools as {profile.deepseek_v4_release.value}"
-                                if compressed else release), gpu_memory_utilization=None, budget_bytes=static,
+        name="sglang", release=(f"{profile.release}; DeepSeek-V4 pools as {profile.deepseek_v4_release.value}"
+                                if compressed else profile.release), gpu_memory_utilization=None, budget_bytes=static,
         weights_bytes=limit.weights_bytes, activation_bytes=activation, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
         kv_pool_bytes=limit.kv_pool_bytes, kv_cache_capacity_tokens=tokens, max_concurrency=concurrency,
         fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
@@ -258,9 +257,7 @@ def _serves_multimodal(model: ServedModel, profile: SglangProfile) -> bool:
 def _multimodal(model: ServedModel, profile: SglangProfile) -> SglangMultimodal | None:
     """The profile's multimodal defaults, for a model SGLang serves with its vision tower (else None)."""
     vlm = profile.multimodal
-    if vlm is None or not model.arch.multimodal or model.arch.model_type in vlm.value.disabled_model_types:
-        return None
-    return vlm.value
+    return vlm.value if vlm is not None and _serves_multimodal(model, profile) else None
 
 
 def _stage_tokens(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile, compressed: bool) -> int:
