@@ -574,3 +574,22 @@ def test_sglang_deepseek_v4_pools_replay_a_logged_start_up(catalog):
     sized = v4.pools(stage, 32768, logged)
     assert (sized.full_tokens, sized.swa_tokens, sized.c4_entries, sized.c128_entries, sized.c4_state_rows) == (
         32768, 3200, 8192, 256, 200)
+
+
+def test_sglang_0512_refuses_mtp_on_a_hybrid_model_on_cuda_and_runs_it_without_the_radix_cache_on_rocm(catalog):
+    """SGLang 0.5.10-0.5.13 raise a ValueError at start-up for speculative decoding with the no_buffer strategy and the
+    radix cache on (server_args.py:2557-2571 @ v0.5.12): the budget does not fit, with SGLang's reason, so a search
+    drops those candidates rather than stopping. On ROCm 0.5.12 turns the radix cache off instead (:2558-2565): a slot
+    for each of the 48 requests it runs under speculative decoding; 0.5.10 raises there too."""
+    from planner.api import resolve_model
+    from planner.estimator.engines.need import engine_need
+
+    drafted = replace(resolve_model(catalog, "qwen3.5-27b"), draft_tokens=3)
+    request = Request(context=8192)
+    h200, mi300x = (GpuTarget.from_catalog(catalog.gpus.get(name)) for name in ("h200-sxm", "mi300x"))
+    cuda = engine_budget(drafted, request, EngineSettings("sglang", version="0.5.12"), h200, catalog)
+    assert not cuda.fits and "refuses speculative decoding" in cuda.message
+    assert not engine_need(drafted, request, EngineSettings("sglang", version="0.5.12"), h200, catalog).fits
+    rocm = engine_budget(drafted, request, EngineSettings("sglang", version="0.5.12"), mi300x, catalog)
+    assert rocm.fits and (rocm.layout.state_slots, rocm.layout.running_requests) == (48, 48)
+    assert not engine_budget(drafted, request, EngineSettings("sglang", version="0.5.10"), mi300x, catalog).fits

@@ -236,6 +236,7 @@ class SglangProfile(_Strict):
     # inside the ratio's budget; "refused", the release will not start a hybrid model with a draft by default
     speculative_reserve_mib: Sourced[int]
     speculative_state_scratch: Sourced[Literal["radix_off", "joint", "refused"]]
+    speculative_state_scratch_amd: Sourced[Literal["radix_off", "joint", "refused"]] | None = None  # None: as on CUDA
     # the page size SGLang forces for DeepSeek Sparse Attention (None: page size 1, not checked there)
     dsa_page_size: Sourced[int] | None = None
     # a multimodal model's embedding cache and default fraction (None: as a text model, not checked there)

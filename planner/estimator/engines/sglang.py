@@ -153,15 +153,13 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     if (request.dp, request.all_to_all) != (1, None) and profile.dp_attention_reserve is None:
         raise PlannerInputError(f"--engine-version {profile.release}: planner models SGLang's reserves for "
                                 "data-parallel attention and DeepEP only from v0.5.23; use the default release")
-    if (arch.draft_tokens and profile.speculative_state_scratch.value == "refused"
-            and arch.attention_kinds & set(RECURRENT_KINDS)):
-        raise PlannerInputError(f"--engine-version {profile.release}: SGLang {profile.release} refuses speculative decoding "
-                                f"for {arch.name}'s recurrent layers with its default radix cache (a ValueError at start-"
-                                "up; it asks for the extra_buffer strategy or --disable-radix-cache, which planner does not "
-                                "model); use another release or drop --speculative")
     model = serve(arch, request, catalog, "sglang")
     card = catalog_card(gpu, catalog)
     amd = card is not None and card.vendor == "amd"
+    if amd and profile.speculative_state_scratch_amd is not None:
+        profile = profile.model_copy(update={"speculative_state_scratch": profile.speculative_state_scratch_amd})
+    refused = (arch.draft_tokens and profile.speculative_state_scratch.value == "refused"
+               and arch.attention_kinds & set(RECURRENT_KINDS))
     resolved = resolve_settings(settings, gpu, model, profile, not amd)
     fraction = Fraction(str(resolved.mem_fraction_static))
     if amd and request.context > profile.aiter_min_context_exclusive.value:
@@ -207,7 +205,11 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     # (every rank's pool is sized alike), the requests dealt over the groups
     concurrency = request.dp * min(tokens / context, running)
     message, longest = None, None
-    if state_cap is not None and state_cap <= 0:
+    if refused:
+        message = (f"SGLang {profile.release} refuses speculative decoding for {arch.name}'s recurrent layers with its "
+                   "default radix cache (a ValueError at start-up asking for the extra_buffer strategy or "
+                   "--disable-radix-cache, which planner does not model); use another release or no MTP draft")
+    elif state_cap is not None and state_cap <= 0:
         message = (f"Hybrid (mamba/linear-attention) state cache is too small to serve any requests: "
                    f"max_mamba_cache_size={slots}; increase --mem-fraction-static or use GPUs with more memory.")
     elif limit.kv_pool_bytes <= 0 or tokens <= 0:
