@@ -593,3 +593,15 @@ def test_sglang_0512_refuses_mtp_on_a_hybrid_model_on_cuda_and_runs_it_without_t
     rocm = engine_budget(drafted, request, EngineSettings("sglang", version="0.5.12"), mi300x, catalog)
     assert rocm.fits and (rocm.layout.state_slots, rocm.layout.running_requests) == (48, 48)
     assert not engine_budget(drafted, request, EngineSettings("sglang", version="0.5.10"), mi300x, catalog).fits
+
+
+def test_vllm_holds_a_state_block_more_a_request_for_each_mtp_draft_token(qwen3_next, h100, catalog):
+    """vLLM gives each request num_speculative_tokens more state blocks in every recurrent group (MambaSpec
+    .num_speculative_blocks, layers/mamba/abstract.py:94-98 @ v0.34.0, :53-57 @ v0.19.0): fewer requests' states fit."""
+    request = Request(context=32768, tp=4)
+    for version in ("0.19.0", "0.34.0"):
+        plain, drafted = (engine_budget(a, request, EngineSettings("vllm", version=version), h100, catalog)
+                          for a in (qwen3_next, replace(qwen3_next, draft_tokens=3)))
+        blocks = [{g.kind: g.blocks_per_request for g in b.layout.groups}[STATE] for b in (plain, drafted)]
+        assert blocks[1] == blocks[0] + 3
+        assert drafted.layout.state_slots < plain.layout.state_slots

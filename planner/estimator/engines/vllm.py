@@ -178,10 +178,13 @@ def _state_shape(model: ServedModel, head256_card: bool, profile: VllmProfile) -
     return StateShape(state, token, alignment)
 
 
-def state_blocks(gpu: GpuTarget, profile: VllmProfile) -> tuple[tuple[str, int], ...]:
+def state_blocks(gpu: GpuTarget, profile: VllmProfile, draft_tokens: int = 0) -> tuple[tuple[str, int], ...]:
     """Blocks one request holds in a recurrent group, by mixer, on this card (Gated DeltaNet exports one more
-    prefill checkpoint where its prefill runs FlashInfer)."""
-    blocks = dict(profile.state_blocks_per_request.value)
+    prefill checkpoint where its prefill runs FlashInfer), and one more for each token an MTP draft proposes
+    (MambaSpec.num_speculative_blocks = num_speculative_tokens, layers/mamba/abstract.py:94-98 @ v0.34.0, :53-57 @
+    v0.19.0; counted in max_memory_usage_bytes in both cache modes, v1/kv_cache_interface.py:1168-1174 @ v0.34.0,
+    :292-300 @ v0.19.0)."""
+    blocks = {mixer: count + draft_tokens for mixer, count in profile.state_blocks_per_request.value.items()}
     if gpu.name in profile.gdn_checkpoint_gpus.value and "gated_delta_net" in blocks:
         blocks["gated_delta_net"] += 1
     # LFM2's ShortConv exports no prefill checkpoint (layers/mamba/short_conv.py @ v0.34.0 takes MambaBase's
@@ -393,7 +396,7 @@ def vllm_budget(arch: Architecture, request: Request, settings: EngineSettings, 
         # DeepSeek-V4's packed caches follow their own release (deepseek_v4_release): one batch of new tokens a window
         stage.index: (packed_layout(model, stage, block_size, batched, profile) if compressed else
                       kv_layout(model, stage, block_size, in_flight_tokens(resolved, request.pp, profile), shape,
-                                state_blocks(gpu, profile), profile))
+                                state_blocks(gpu, profile, arch.draft_tokens), profile))
         for stage in model.stages}
     uses = {stage.index: _StageUse(stage.weights_bytes, activation_peak(model, stage, resolved, profile),
                                    non_torch_bytes(request.tp, request.pp, custom_all_reduce, profile))
