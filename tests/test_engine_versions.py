@@ -11,6 +11,7 @@ import pytest
 
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.profiles import load_profiles
+from planner.estimator.engines.sglang import rocm_attention_backend
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, Request
 from planner.plan.scenario import Scenario
@@ -126,6 +127,38 @@ def test_sglang_prefill_graphs_are_not_reserved_on_amd(arch, catalog):
     budget = engine_budget(arch("llama-3.1-8b"), Request(context=8192), EngineSettings("sglang"), card, catalog)
     gpu_mib = card.memory_bytes // MiB
     assert budget.settings.mem_fraction_static == round((gpu_mib - 26_240) / gpu_mib, 3)
+
+
+@pytest.mark.parametrize("model, tp, version, backend", [
+    ("llama-3.1-8b", 1, "0.5.23", "aiter"),  # MHA: the is_hip() default
+    ("qwen3.5-35b-a3b", 2, "0.5.23", "aiter"),  # a hybrid model: the wrapper is built around the setting's backend
+    ("deepseek-v3", 8, "0.5.23", "aiter"),  # MLA at 128 / 8 = 16 heads a rank
+    ("deepseek-v3", 4, "0.5.23", "triton"),  # 32 heads a rank
+    ("kimi-k2.5", 4, "0.5.23", "aiter"),  # 64 / 4 = 16
+    ("kimi-k2.5", 8, "0.5.23", "triton"),  # 8
+    ("glm-4.7-flash", 1, "0.5.23", "triton"),  # 20 heads: never 16 or 128
+    ("glm-5", 4, "0.5.12", "nsa"),  # DeepSeek Sparse Attention, named "dsa" from v0.5.13
+    ("glm-5", 4, "0.5.23", "dsa"),
+    ("gpt-oss-120b", 1, "0.5.9", "triton"),  # aiter from v0.5.10
+    ("gpt-oss-120b", 1, "0.5.10", "aiter"),
+])
+def test_sglang_resolves_its_rocm_attention_backend_by_model_and_release(model, tp, version, backend, arch):
+    profile = load_profiles().sglang.get(version, "sglang")
+    assert rocm_attention_backend(arch(model), tp, profile) == backend
+
+
+def test_sglang_on_rocm_takes_085_of_the_fraction_only_where_it_resolves_aiter(arch, catalog):
+    """GLM-5 FP8 on 4 x MI355X at 8,294 tokens (InferenceX's 8K / 1K rows): SGLang runs it on its DSA backend, so
+    the pool keeps the whole fraction, as it does at 8,192 tokens; Qwen3.5-397B at the same layout resolves aiter
+    and gets 0.85 of its fraction above 8K."""
+    card = _card(catalog, "mi355x")
+
+    def budget(model, context):
+        return engine_budget(arch(model), Request(context=context, tp=4, precision="fp8", kv_dtype="fp8"),
+                             EngineSettings("sglang"), card, catalog).budget_bytes
+
+    assert budget("glm-5", 8294) == budget("glm-5", 8192)
+    assert budget("qwen3.5-397b-a17b", 8294) / budget("qwen3.5-397b-a17b", 8192) == pytest.approx(0.85, abs=1e-6)
 
 
 def test_vllm_034_hybrids_hold_align_mode_state_blocks(arch, catalog):

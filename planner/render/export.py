@@ -49,7 +49,6 @@ VLLM_PORT, SGLANG_PORT, LLAMACPP_PORT = 8000, 30000, 8080
 # A plan made with the planning margin leaves SGLang's static share this far below vLLM's utilization: room
 # for SGLang's own reserve, which the margin does not model (plans made with an engine carry their own share)
 SGLANG_STATIC_BELOW_UTILIZATION = 0.05
-SGLANG_AMD_ATTENTION = "aiter"  # SGLang's ROCm attention backend (server_args.py ATTENTION_BACKEND_CHOICES)
 LLAMACPP_UNQUANTIZED_CACHES = {"f16", "bf16", "f32"}  # any other V cache type needs flash attention (server README)
 HF_TOKEN_SECRET = {"name": "hf-token", "key": "token"}  # kubectl create secret generic hf-token --from-literal=token=...
 
@@ -472,8 +471,8 @@ def sglang_budget(plan: ExportPlan) -> Any:
 def sglang_fraction(plan: ExportPlan) -> float | None:
     """The --mem-fraction-static SGLang's profile checks the plan with (the plan's own when it was planned for
     SGLang, else SGLang's default for this GPU and model; on AMD above 8K context the profile applies the aiter
-    backend's 0.85 on top, as SGLang does). Refuses when that pool cannot hold the plan's sequences.
-    None: the model is not in the catalog, so there is no profile to ask."""
+    backend's 0.85 on top where SGLang resolves that backend). Refuses when that pool cannot hold the plan's
+    sequences. None: the model is not in the catalog, so there is no profile to ask."""
     budget = sglang_budget(plan)
     if budget is None:
         return None
@@ -482,6 +481,19 @@ def sglang_fraction(plan: ExportPlan) -> float | None:
                                 f"{plan.context:,} tokens, the plan needs {plan.concurrency} ({budget.message}); "
                                 "re-solve with `engine: sglang` in the scenario")
     return budget.settings.mem_fraction_static
+
+
+def _aiter_shrinks(plan: ExportPlan) -> bool:
+    """Whether SGLang resolves its aiter attention backend on ROCm for the plan's catalog model (no backend is passed:
+    the server picks the one the profile sized the pool with) and so takes 0.85 of the fraction at its context."""
+    from planner.estimator.engines.profiles import load_profiles
+    from planner.estimator.engines.sglang import aiter_shrinks_fraction
+    from planner.model.sources import resolve_model
+
+    catalog = load_catalog()
+    arch = resolve_model(catalog, catalog.models.get(plan.configuration.model).name)
+    profile = load_profiles().sglang.get(engine_version(plan, "sglang"), "sglang")
+    return aiter_shrinks_fraction(arch, plan.tp, plan.context, profile)
 
 
 def sglang_parallel_args(plan: ExportPlan) -> list[str]:
@@ -517,8 +529,6 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
     fraction = sglang_fraction(plan)
     args += ["--mem-fraction-static", f"{plan.mem_fraction_static if fraction is None else fraction:.3f}",
              "--kv-cache-dtype", engine("sglang").kv_cache_dtype(plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
-    if plan.vendor == "amd":
-        args += ["--attention-backend", SGLANG_AMD_ATTENTION]
     args += _engine_flags(plan.precision.sglang_flag, prequantized) + sglang_speculative_args(plan)
     if plan.configuration.engine.moe_kernel is not None:
         args += ["--moe-runner-backend", plan.configuration.engine.moe_kernel]
@@ -536,9 +546,9 @@ def sglang_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
         lines.append(_comment(router))
     if prequantized:
         lines.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
-    if plan.vendor == "amd" and sglang_fraction(plan) is not None:
-        lines.append(_comment("AMD: with the aiter backend above 8K context SGLang multiplies --mem-fraction-static by 0.85 "
-                              "(python/sglang/srt/server_args.py); planner's SGLang profile sized the pool that way"))
+    if plan.vendor == "amd" and sglang_fraction(plan) is not None and _aiter_shrinks(plan):
+        lines.append(_comment("AMD: SGLang picks its aiter attention backend for this model, and above 8K context "
+                              "multiplies --mem-fraction-static by 0.85; planner's SGLang profile sized the pool that way"))
     if plan.nodes_per_replica > 1:
         lines.append(_comment(f"one command per node; node 0 is the head ($HEAD_IP), nodes 1..{plan.nodes_per_replica - 1} join it"))
         for rank in range(plan.nodes_per_replica):

@@ -204,6 +204,16 @@ class SglangMultimodal(_Strict):
         return self.base_factor * max(low, min(high, 1.0 - self.sensitivity * (complexity - 1.0)))
 
 
+class RocmAttention(_Strict):
+    """The attention backend SGLang resolves on ROCm when none is passed (its model-specific adjustments, then
+    _get_default_attn_backend's is_hip() arms): the model types an adjustment gives a backend of their own, and the KV
+    heads per rank (num_key_value_heads // tp) at which an MLA model gets aiter (triton otherwise); every other model
+    gets aiter."""
+
+    model_type_backends: dict[str, str]
+    mla_aiter_heads_per_rank: tuple[int, ...]
+
+
 class SglangProfile(_Strict):
     release: str
     # None: the release's reserves for data-parallel attention and DeepEP are not modelled (no DP/EP layouts)
@@ -218,6 +228,7 @@ class SglangProfile(_Strict):
     reserved_floor_large_gpu_mib: Sourced[int]
     large_gpu_min_mib: Sourced[int]
     gpu_buckets: Sourced[tuple[SglangGpuBucket, ...]]
+    rocm_attention: Sourced[RocmAttention]
     aiter_long_context_factor: Sourced[float]
     aiter_min_context_exclusive: Sourced[int]
     swa_full_tokens_ratio: Sourced[float]

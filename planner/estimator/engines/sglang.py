@@ -31,8 +31,9 @@
   v0.5.23 (profile "0.5.23", python/sglang/srt/arg_groups/memory_hook.py): A10/4090-class cards default to a 4096-token
   chunk and decode graphs up to 48 (160 at tp >= 4), and on CUDA the breakable prefill CUDA graphs (on by default)
   reserve 8 MiB per captured token count up to the chunk (1.5 GiB with MLA) in the fraction's reserve.
-  On AMD the aiter attention backend (what `planner export --to sglang` passes there) multiplies the
-  fraction, even an explicit one, by 0.85 when the context is above 8K: the pool is sized with that.
+  On AMD the aiter attention backend multiplies the fraction, even an explicit one, by 0.85 when the context is
+  above 8K; SGLang resolves aiter for most models there, not for DSA, DeepSeek-V4, Gemma 4 or MLA models at other
+  than 16 or 128 heads a rank (profile `rocm_attention`): the pool is sized with what it resolves.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                and arch.attention_kinds & set(RECURRENT_KINDS))
     resolved = resolve_settings(settings, gpu, model, profile, not amd)
     fraction = Fraction(str(resolved.mem_fraction_static))
-    if amd and request.context > profile.aiter_min_context_exclusive.value:
+    if amd and aiter_shrinks_fraction(arch, request.tp, request.context, profile):
         fraction *= Fraction(str(profile.aiter_long_context_factor.value))
     visible = cuda.visible_bytes(gpu.memory_bytes)
     total = visible - cuda.startup_bytes(model.gpus, profile.distributed_init_mib)
@@ -239,6 +240,25 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
         layout=(v4.pool_layout(model, stage, v4.pools(stage, tokens, profile), profile, running) if compressed
                 else _pool_layout(model, stage, pools[limit.pp_stage], running, running_limit, profile)),
     )
+
+
+def rocm_attention_backend(arch: Architecture, tp: int, profile: SglangProfile) -> str:
+    """The attention backend SGLang resolves on ROCm when none is passed (profile `rocm_attention`). An MLA model's
+    head count is its num_attention_heads: SGLang reads num_key_value_heads, which every MLA config planner reads
+    sets equal to it (DeepSeek-V2 / V3 / V3.2, Kimi-K2 / K2.5 / Linear, GLM-4.7-Flash, GLM-5)."""
+    rule = profile.rocm_attention.value
+    if arch.model_type in rule.model_type_backends:
+        return rule.model_type_backends[arch.model_type]
+    if "mla" in arch.attention_kinds:
+        return "aiter" if max(1, arch.num_attention_heads // tp) in rule.mla_aiter_heads_per_rank else "triton"
+    return "aiter"
+
+
+def aiter_shrinks_fraction(arch: Architecture, tp: int, context: int, profile: SglangProfile) -> bool:
+    """On ROCm: whether SGLang multiplies mem_fraction_static by aiter_long_context_factor, which it does when the
+    backend it resolves is aiter (its decode workspace grows with the context) and --context-length is above 8K."""
+    return (rocm_attention_backend(arch, tp, profile) == "aiter"
+            and context > profile.aiter_min_context_exclusive.value)
 
 
 def multimodal_reserve(model: ServedModel, profile: SglangProfile) -> int:
