@@ -201,6 +201,9 @@ class Measurement:
     # the fused-MoE kernel the row's server was told to run, where the catalog measures it (the protocol's stated-kernel
     # amendment); `unmeasured_kernel`: one it states that no table measures (timed on the release's pick)
     moe_kernel: str | None = None
+    # the attention backend the row's SGLang server was told to run (the protocol's attention-backend amendment); None:
+    # the one SGLang resolves
+    attention_backend: str | None = None
     unmeasured_kernel: str | None = None
 
 
@@ -392,6 +395,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
         settings=stated_settings(engine, raw.get("notes")), recv_interval=stated_recv_interval(engine, raw.get("notes")),
         moe_kernel=stated_moe_kernel(engine, raw.get("notes")),
+        attention_backend=stated_attention_backend(engine, raw.get("notes")),
     )
 
 
@@ -464,12 +468,23 @@ def stated_moe_kernel(engine: str, notes: Any) -> str | None:
     reaches the row's experts is the timer's to say (with_measured_kernel)."""
     text = str(notes or "")
     if engine == "sglang":
-        names = set(re.findall(r"--moe-runner-backend[ =]([a-z][a-z0-9_]*)", text))
-        return names.pop() if len(names) == 1 else None
+        return named_once("--moe-runner-backend", text)
     if engine == "vllm":
         return next((kernel for kernel, switch in VLLM_SWITCHES.items()
                      if all(re.search(rf"{name}={value}\b", text) for name, value in switch.environment)), None)
     return None
+
+
+def stated_attention_backend(engine: str, notes: Any) -> str | None:
+    """The attention backend a row's SGLang server command names (--attention-backend, one name; the protocol's
+    attention-backend amendment)."""
+    return named_once("--attention-backend", str(notes or "")) if engine == "sglang" else None
+
+
+def named_once(flag: str, text: str) -> str | None:
+    """The one name a server command gives `flag` (a command naming two is not read)."""
+    names = set(re.findall(re.escape(flag) + r"[ =]([a-z][a-z0-9_]*)", text))
+    return names.pop() if len(names) == 1 else None
 
 
 def with_measured_kernel(catalog: Catalog, m: Measurement, arch: Architecture) -> Measurement:
@@ -566,7 +581,8 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     request = Request(context=m.prompt_tokens + m.output_tokens, batch=1, tp=m.tp, pp=m.pp, precision=m.precision,
                       kv_dtype=m.kv_dtype)
     pool_release = m.release if m.release and load_profiles().versions(m.engine).knows(m.release) else None
-    settings = EngineSettings(m.engine, **dict(m.settings), version=pool_release)  # type: ignore[arg-type]
+    settings = EngineSettings(m.engine, **dict(m.settings), version=pool_release,  # type: ignore[arg-type]
+                              attention_backend=m.attention_backend)
     budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(card), catalog)
     if not budget.fits:
         raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")

@@ -196,6 +196,9 @@ def estimate(
     block_size: Optional[int] = Option(None, "--block-size", help="vLLM KV block size (default 16)."),
     enforce_eager: bool = Option(False, "--enforce-eager", help="vLLM: no CUDA graphs."),
     mem_fraction_static: Optional[float] = Option(None, "--mem-fraction-static", help="SGLang."),
+    attention_backend: Optional[str] = Option(None, "--attention-backend",
+                                              help="SGLang: the backend the server is told (on AMD it decides the "
+                                                   "0.85 of the fraction above 8K; default: the one SGLang picks)."),
     n_gpu_layers: Optional[int] = Option(None, "--n-gpu-layers", help="llama.cpp: layers on the GPUs (default: as many as fit)."),
     cache_type: Optional[str] = Option(None, "--cache-type", help="llama.cpp KV cache type: f16, q8_0, q4_0 ..."),
     n_batch: Optional[int] = Option(None, "--n-batch", help="llama.cpp logical batch."),
@@ -204,10 +207,11 @@ def estimate(
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
     if engine is EngineName.simple:
-        if engine_version is not None:  # the margin has no release: a version is refused (the engines load pydantic)
+        if engine_version is not None or attention_backend is not None:
+            # the margin has no release and no backend: either is refused (the engines load pydantic)
             from planner.estimator.engines import EngineSettings
 
-            EngineSettings("simple", version=engine_version).validate()
+            EngineSettings("simple", version=engine_version, attention_backend=attention_backend).validate()
     else:
         from planner.estimator.engines import EngineSettings
 
@@ -216,6 +220,7 @@ def estimate(
                                     "attention or expert parallelism yet; drop --engine (the simple estimate places them)")
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
                                   block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
+                                  attention_backend=attention_backend,
                                   n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type,
                                   kv_cache_memory_bytes=kv_cache_memory_bytes, version=engine_version)
         both = api.engine_estimate(model, settings, context=context_tokens(context), batch=batch, tp=tp, pp=pp,

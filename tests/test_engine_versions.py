@@ -147,6 +147,16 @@ def test_sglang_resolves_its_rocm_attention_backend_by_model_and_release(model, 
     assert rocm_attention_backend(arch(model), tp, profile) == backend
 
 
+@pytest.mark.parametrize("model, stated, backend", [
+    ("llama-3.1-8b", "triton", "triton"),  # a backend the server is told is kept
+    ("glm-5", "aiter", "aiter"),  # the DSA adjustment runs only when none is told
+    ("deepseek-v4-flash", "aiter", "dsv4"),  # DeepSeek-V4's is forced over any
+])
+def test_sglang_keeps_the_rocm_attention_backend_it_is_told_unless_the_model_forces_its_own(model, stated, backend,
+                                                                                           arch):
+    assert rocm_attention_backend(arch(model), 8, load_profiles().sglang.get("0.5.23", "sglang"), stated) == backend
+
+
 def test_sglang_on_rocm_takes_085_of_the_fraction_only_where_it_resolves_aiter(arch, catalog):
     """GLM-5 FP8 on 4 x MI355X at 8,294 tokens (InferenceX's 8K / 1K rows): SGLang runs it on its DSA backend, so
     the pool keeps the whole fraction, as it does at 8,192 tokens; Qwen3.5-397B at the same layout resolves aiter

@@ -170,17 +170,37 @@ def test_an_sglang_rows_stated_receive_interval_reaches_its_closed_loop(catalog)
     assert bench.predict(catalog, row, arch).tpot_s < bench.predict(catalog, replace(row, recv_interval=1), arch).tpot_s
 
 
-@pytest.mark.parametrize("engine, notes, kernel", [
-    ("sglang", "python3 -m sglang.launch_server ... --moe-runner-backend flashinfer_trtllm --tp 8", "flashinfer_trtllm"),
-    ("sglang", "--moe-runner-backend=triton", "triton"),
-    ("sglang", "--moe-runner-backend triton; the other arm --moe-runner-backend flashinfer_trtllm", None),
-    ("vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=1 (no --kv-cache-dtype)", "flashinfer_trtllm"),
-    ("vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=0", None),
-    ("vllm", "--moe-runner-backend triton", None),  # an SGLang flag in a vLLM row's prose
-    ("sglang", None, None),
+@pytest.mark.parametrize("reader, engine, notes, name", [
+    ("stated_moe_kernel", "sglang", "python3 -m sglang.launch_server ... --moe-runner-backend flashinfer_trtllm --tp 8",
+     "flashinfer_trtllm"),
+    ("stated_moe_kernel", "sglang", "--moe-runner-backend=triton", "triton"),
+    ("stated_moe_kernel", "sglang", "--moe-runner-backend triton; the other arm --moe-runner-backend flashinfer_trtllm",
+     None),
+    ("stated_moe_kernel", "vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=1 (no --kv-cache-dtype)", "flashinfer_trtllm"),
+    ("stated_moe_kernel", "vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=0", None),
+    ("stated_moe_kernel", "vllm", "--moe-runner-backend triton", None),  # an SGLang flag in a vLLM row's prose
+    ("stated_moe_kernel", "sglang", None, None),
+    ("stated_attention_backend", "sglang", "--attention-backend triton --tensor-parallel-size $TP", "triton"),
+    ("stated_attention_backend", "sglang", "--attention-backend=aiter", "aiter"),
+    ("stated_attention_backend", "sglang", "--attention-backend triton; the other arm --attention-backend aiter", None),
+    ("stated_attention_backend", "vllm", "--attention-backend triton", None),
+    ("stated_attention_backend", "sglang", None, None),
 ])
-def test_the_stated_moe_kernel_is_read_from_the_server_command(engine, notes, kernel):
-    assert bench.stated_moe_kernel(engine, notes) == kernel
+def test_the_stated_kernel_and_attention_backend_are_read_from_the_server_command(reader, engine, notes, name):
+    assert getattr(bench, reader)(engine, notes) == name
+
+
+def test_a_rocm_closed_loop_told_triton_keeps_the_whole_fraction(catalog):
+    """InferenceX's Qwen3.5-397B FP8 recipe on MI355X (--attention-backend triton --mem-fraction-static 0.8, 8K / 1K at
+    TP 2): told triton, SGLang 0.5.12 takes no 0.85 of the fraction, so the pool holds the 32 clients (about 30 ran);
+    resolving aiter, it would hold 14."""
+    row = bench.Measurement(row="t", engine="sglang", model="qwen3.5-397b-a17b", precision="fp8", kv_dtype="auto",
+                            gpu="mi355x", tp=2, pp=1, ep=1, dp=1, batch=32, prompt_tokens=7372, output_tokens=922,
+                            output_tokens_per_s=None, tpot_s=0.031, ttft_s=None, source="test", form="closed loop",
+                            release="0.5.12", settings=(("mem_fraction_static", 0.8),), attention_backend="triton")
+    arch = bench.architecture(catalog, row)
+    told, resolved = (bench.predict(catalog, r, arch).tpot_s for r in (row, replace(row, attention_backend=None)))
+    assert told > resolved * 1.3  # 32 running against 14
 
 
 def test_a_stated_kernel_no_table_measures_keeps_the_releases_pick(catalog):

@@ -24,7 +24,7 @@ ENGINE_NAMES = engine_names()  # simple, then each engine of the registry (catal
 # budget cannot hold one request of max_model_len (what vLLM's error then suggests). See engines/vllm.py.
 KV_CACHE_MEMORY_MODES = ("utilization", "full", "auto")
 # Engines a server command tells which fused-MoE kernel to run (SGLang --moe-runner-backend, vLLM's
-# VLLM_USE_FLASHINFER_MOE_INT4), and how such a name is spelled
+# VLLM_USE_FLASHINFER_MOE_INT4), and how such a name (or an SGLang attention backend's) is spelled
 MOE_KERNEL_ENGINES = ("vllm", "sglang")
 MOE_KERNEL_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"  # as the scenario and plan file schemas check it
 MOE_KERNEL_NAME = re.compile(MOE_KERNEL_PATTERN)
@@ -64,6 +64,9 @@ class EngineSettings:
     # the fused-MoE kernel the engine is told to run (SGLang --moe-runner-backend; vLLM's VLLM_USE_FLASHINFER_MOE_INT4=1
     # is flashinfer_trtllm), timed on its own table; None: the kernel its release picks
     moe_kernel: str | None = None
+    # SGLang --attention-backend: the backend the server is told to run (None: the one SGLang resolves); on ROCm it
+    # decides whether SGLang takes 0.85 of the fraction (engines/sglang.py rocm_attention_backend)
+    attention_backend: str | None = None
 
     def validate(self) -> None:
         if self.name not in ENGINE_NAMES:
@@ -96,6 +99,13 @@ class EngineSettings:
             if not MOE_KERNEL_NAME.fullmatch(self.moe_kernel):
                 raise PlannerInputError(f"--moe-kernel / engine.moe_kernel: {self.moe_kernel!r} is not a kernel name "
                                         "(lowercase letters, digits and _, e.g. flashinfer_trtllm)")
+        if self.attention_backend is not None:
+            if self.name != "sglang":
+                raise PlannerInputError(f"--attention-backend: only SGLang's budget depends on its attention backend "
+                                        f"here, not {self.name}'s; use --engine sglang, or drop it")
+            if not MOE_KERNEL_NAME.fullmatch(self.attention_backend):
+                raise PlannerInputError(f"--attention-backend: {self.attention_backend!r} is not a backend name "
+                                        "(lowercase letters, digits and _, e.g. triton)")
         if self.cache_type is not None and self.cache_type not in LLAMACPP_CACHE_TYPES:
             raise PlannerInputError(f"--cache-type: {self.cache_type!r} is not a llama.cpp cache type; "
                                     f"use one of {', '.join(LLAMACPP_CACHE_TYPES)}")

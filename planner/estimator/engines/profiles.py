@@ -208,9 +208,10 @@ class RocmAttention(_Strict):
     """The attention backend SGLang resolves on ROCm when none is passed (its model-specific adjustments, then
     _get_default_attn_backend's is_hip() arms): the model types an adjustment gives a backend of their own, and the KV
     heads per rank (num_key_value_heads // tp) at which an MLA model gets aiter (triton otherwise); every other model
-    gets aiter."""
+    gets aiter. A backend the server is told wins, but for the model types whose adjustment forces its own."""
 
     model_type_backends: dict[str, str]
+    forced_model_types: tuple[str, ...] = ()
     mla_aiter_heads_per_rank: tuple[int, ...]
 
 

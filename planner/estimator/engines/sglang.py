@@ -163,7 +163,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
                and arch.attention_kinds & set(RECURRENT_KINDS))
     resolved = resolve_settings(settings, gpu, model, profile, not amd)
     fraction = Fraction(str(resolved.mem_fraction_static))
-    if amd and aiter_shrinks_fraction(arch, request.tp, request.context, profile):
+    if amd and aiter_shrinks_fraction(arch, request.tp, request.context, profile, settings.attention_backend):
         fraction *= Fraction(str(profile.aiter_long_context_factor.value))
     visible = cuda.visible_bytes(gpu.memory_bytes)
     total = visible - cuda.startup_bytes(model.gpus, profile.distributed_init_mib)
@@ -242,11 +242,14 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     )
 
 
-def rocm_attention_backend(arch: Architecture, tp: int, profile: SglangProfile) -> str:
-    """The attention backend SGLang resolves on ROCm when none is passed (profile `rocm_attention`). An MLA model's
-    head count is its num_attention_heads: SGLang reads num_key_value_heads, which every MLA config planner reads
-    sets equal to it (DeepSeek-V2 / V3 / V3.2, Kimi-K2 / K2.5 / Linear, GLM-4.7-Flash, GLM-5)."""
+def rocm_attention_backend(arch: Architecture, tp: int, profile: SglangProfile, stated: str | None = None) -> str:
+    """The attention backend SGLang runs on ROCm: `stated`, the one the server is told (--attention-backend), unless
+    the model's adjustment forces its own; else the one it resolves (profile `rocm_attention`). An MLA model's head
+    count is its num_attention_heads: SGLang reads num_key_value_heads, which every MLA config planner reads sets
+    equal to it (DeepSeek-V2 / V3 / V3.2, Kimi-K2 / K2.5 / Linear, GLM-4.7-Flash, GLM-5)."""
     rule = profile.rocm_attention.value
+    if stated is not None and arch.model_type not in rule.forced_model_types:
+        return stated
     if arch.model_type in rule.model_type_backends:
         return rule.model_type_backends[arch.model_type]
     if "mla" in arch.attention_kinds:
@@ -254,10 +257,11 @@ def rocm_attention_backend(arch: Architecture, tp: int, profile: SglangProfile) 
     return "aiter"
 
 
-def aiter_shrinks_fraction(arch: Architecture, tp: int, context: int, profile: SglangProfile) -> bool:
+def aiter_shrinks_fraction(arch: Architecture, tp: int, context: int, profile: SglangProfile,
+                           stated: str | None = None) -> bool:
     """On ROCm: whether SGLang multiplies mem_fraction_static by aiter_long_context_factor, which it does when the
-    backend it resolves is aiter (its decode workspace grows with the context) and --context-length is above 8K."""
-    return (rocm_attention_backend(arch, tp, profile) == "aiter"
+    backend it runs is aiter (its decode workspace grows with the context) and --context-length is above 8K."""
+    return (rocm_attention_backend(arch, tp, profile, stated) == "aiter"
             and context > profile.aiter_min_context_exclusive.value)
 
 
