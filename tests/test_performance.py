@@ -873,3 +873,14 @@ def test_amd_quark_mxfp4_is_w4a4_on_cdna4_and_refused_where_not_read(catalog, pe
     weight_only = replica_timer(model, "mxfp4", "auto", mi355x, 1, 1, catalog, "sglang").hw
     assert weight_only.moe.flops_per_s < hw.moe.flops_per_s
 
+
+
+def test_sglang_graphs_kimi_k25s_prefill_on_blackwell_where_it_runs_kimi_k2s_eagerly(catalog):
+    """SGLang >= 0.5.16 disables the prefill graph for the DeepseekV3ForCausalLM architecture on the trtllm_mla backend
+    (arg_groups/cuda_graph_hook.py:291-295 @ v0.5.23): Kimi-K2 is that architecture; Kimi-K2.5, whose text model is a
+    kimi_k2 too, is KimiK25ForConditionalGeneration and keeps its graph."""
+    b200 = catalog.gpus.get("b200")
+    k2, k25 = (replica_timer(arch(catalog, name), "auto", "auto", b200, 8, 1, catalog, "sglang")
+               for name in ("kimi-k2", "kimi-k2.5"))
+    assert k2.hw.eager_launch_s > 0
+    assert k25.hw.eager_launch_s == 0

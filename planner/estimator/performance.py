@@ -250,11 +250,13 @@ class EagerPrefillRule:
     """Where an engine runs its prefill (extend) passes without a CUDA graph, as its source decides at the releases
     named: on these GPU vendors or GPUs (both empty: any), for these model types, except those, with the fused-MoE
     kernel it picks among these, or under these layouts ("pipeline": PP > 1, "dp_attention"); every field given
-    must hold, from `since` to `until` (inclusive; none: open)."""
+    must hold, from `since` to `until` (inclusive; none: open). `text_only`: the source names an architecture, which of
+    the model types listed a checkpoint with a vision tower is not (Kimi-K2.5's text model is a kimi_k2)."""
 
     vendors: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
     model_types: tuple[str, ...] = ()
+    text_only: bool = False
     except_model_types: tuple[str, ...] = ()
     moe_kernels: tuple[str, ...] = ()
     layouts: tuple[Literal["pipeline", "dp_attention"], ...] = ()
@@ -262,10 +264,10 @@ class EagerPrefillRule:
     until: str | None = None
     source: str
 
-    def matches(self, gpu: Gpu, model_type: str, moe_kernel: str | None, layouts: frozenset[str],
+    def matches(self, gpu: Gpu, model_type: str, multimodal: bool, moe_kernel: str | None, layouts: frozenset[str],
                 release: tuple[int, ...]) -> bool:
         return ((not self.vendors or gpu.vendor in self.vendors) and (not self.gpus or gpu.name in self.gpus)
-                and (not self.model_types or model_type in self.model_types)
+                and (not self.model_types or model_type in self.model_types) and not (self.text_only and multimodal)
                 and model_type not in self.except_model_types
                 and (not self.moe_kernels or moe_kernel in self.moe_kernels)
                 and (not self.layouts or any(layout in layouts for layout in self.layouts))
@@ -429,13 +431,14 @@ class EngineCost:
         key = release_key(release or default_release(self.name))
         return next((r.allreduces for r in self.layer_allreduce_rules if r.matches(model_type, key)), 0)
 
-    def eager_prefill(self, gpu: Gpu, model_type: str, moe_kernel: str | None, layouts: frozenset[str],
-                      release: str | None) -> bool:
-        """Whether this layout's prefill passes run without a CUDA graph at `release` (None: the default)."""
+    def eager_prefill(self, gpu: Gpu, model_type: str, multimodal: bool, moe_kernel: str | None,
+                      layouts: frozenset[str], release: str | None) -> bool:
+        """Whether this layout's prefill passes run without a CUDA graph at `release` (None: the default);
+        `multimodal`: the checkpoint has a vision tower."""
         if not self.eager_prefill_rules:
             return False
         key = release_key(release or default_release(self.name))
-        return any(r.matches(gpu, model_type, moe_kernel, layouts, key) for r in self.eager_prefill_rules)
+        return any(r.matches(gpu, model_type, multimodal, moe_kernel, layouts, key) for r in self.eager_prefill_rules)
 
 
 def default_release(engine: str) -> str:
@@ -1605,7 +1608,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe_layer_s += generation.moe_untimed_kernels * floor_s + generation.moe_sorting_us * US
     layouts = frozenset(name for name, on in (("pipeline", pp > 1), ("dp_attention", bool(attention_tp) and attention_tp < tp))
                         if on)
-    eager = engine_cost.eager_prefill(gpu, arch.model_type, moe_kernel, layouts, release)
+    eager = engine_cost.eager_prefill(gpu, arch.model_type, bool(arch.multimodal), moe_kernel, layouts, release)
     fit, pair = link.fit(tp), link.fit(2)
     return _Hardware(
         low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
