@@ -171,6 +171,10 @@ def test_solve_writes_the_output_file(tmp_path):
      "simple is not told which fused-MoE kernel to run"),
     ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: llamacpp, moe_kernel: triton}\n",
      "use engine vllm or sglang"),
+    ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: sglang, attention_backend: 'aiter; reboot'}\n",
+     "attention_backend"),
+    ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: vllm, attention_backend: triton}\n",
+     "only SGLang's budget depends on its attention backend"),
 ])
 def test_solve_bad_scenarios_exit_2_with_one_line(tmp_path, content, needle):
     (tmp_path / "s.yaml").write_text(content)

@@ -301,7 +301,7 @@ def test_sglang_on_amd_long_context_uses_the_aiter_fraction_the_profile_sized(si
     held = api.engine_estimate(plan.model_id, settings, context=plan.context, precision="bf16", gpu="mi300x").engine
     fits = changed(plan, concurrency=int(held.max_concurrency))
     exported = export(fits, "sglang")
-    assert "SGLang picks its aiter attention backend for this model" in exported
+    assert "SGLang runs its aiter attention backend for this model" in exported
     [argv] = command_lines(exported, "python3 -m sglang.launch_server")
     flags = flags_and_values(argv)
     # no backend is passed: SGLang resolves aiter for Llama on ROCm, the backend the profile sized the pool with
@@ -587,6 +587,24 @@ def test_sglang_is_told_the_stated_moe_kernel(multi_node):
         assert flags["--moe-runner-backend"] in ENGINE_ARGS["sglang"]["moe_runner_backend"]
     with pytest.raises(PlannerInputError, match="--to vllm: the plan was timed on sglang's 'triton'"):
         export(sglang, "vllm")
+
+
+def test_an_sglang_plan_told_an_attention_backend_is_sized_and_exported_with_it(tmp_path):
+    """engine.attention_backend: triton on MI300X at 32K: SGLang keeps its whole fraction (no aiter, no 0.85), the
+    plan records the backend, and the export tells the servers it (and says nothing of aiter's 0.85)."""
+    scenario = {"name": "amd", "model": "llama-3.1-8b", "workload": {"context": 32768, "concurrency": 8},
+                "search": {"gpus": ["mi300x"], "precisions": ["bf16"], "kv_dtypes": ["bf16"]}}
+    told = load_plan(write_plan(tmp_path, {**scenario, "engine": {"name": "sglang", "attention_backend": "triton"}}),
+                     CATALOG)
+    assert told.configuration.engine.attention_backend == "triton"
+    exported = export(told, "sglang")
+    assert "aiter" not in exported
+    [argv] = command_lines(exported, "python3 -m sglang.launch_server")
+    assert flags_and_values(argv)["--attention-backend"] == "triton"
+    budgets = [api.engine_estimate("llama-3.1-8b", EngineSettings("sglang", attention_backend=backend), context=32768,
+                                   precision="bf16", kv_dtype="bf16", gpu="mi300x").engine.budget_bytes
+               for backend in ("triton", None)]
+    assert budgets[1] / budgets[0] == pytest.approx(0.85, abs=1e-6)
 
 
 @pytest.mark.parametrize("engine, needle", [

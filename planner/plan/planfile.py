@@ -71,12 +71,17 @@ class EngineRecord(_Schema):
     version: Token | None = None  # the engine release the plan was checked against (None: planned with the margin)
     # the fused-MoE kernel the plan was timed on, told to the engine (None: the release's pick)
     moe_kernel: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
+    # the attention backend the SGLang servers are told (None: the one SGLang picks)
+    attention_backend: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
 
     @model_validator(mode="after")
     def _kernel_of_an_engine_told_one(self) -> EngineRecord:
         if self.moe_kernel is not None and self.name not in MOE_KERNEL_ENGINES:
             raise ValueError(f"moe_kernel: {self.name} is not told which fused-MoE kernel to run; a plan names one "
                              f"for {' or '.join(MOE_KERNEL_ENGINES)} only")
+        if self.attention_backend is not None and self.name != "sglang":
+            raise ValueError(f"attention_backend: {self.name} is not told an attention backend here; a plan names one "
+                             "for sglang only")
         return self
 
 

@@ -354,6 +354,8 @@ class EngineSpec(_Strict):
     # the fused-MoE kernel the servers are told to run (SGLang --moe-runner-backend; vLLM's
     # VLLM_USE_FLASHINFER_MOE_INT4=1 is flashinfer_trtllm); default: the kernel the release picks
     moe_kernel: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
+    # SGLang --attention-backend (on AMD it decides the 0.85 of the fraction above 8K); default: the one SGLang picks
+    attention_backend: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
 
 
 class Pricing(_Strict):

@@ -256,14 +256,15 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
 def engine_settings(scenario: Scenario) -> EngineSettings | None:
     spec = scenario.engine
     if spec.name == "simple":
-        # the margin has no release and no kernels: a version or a MoE kernel is refused
-        EngineSettings("simple", version=spec.version, moe_kernel=spec.moe_kernel).validate()
+        # the margin has no release, kernels or backend: a version, a MoE kernel or an attention backend is refused
+        EngineSettings("simple", version=spec.version, moe_kernel=spec.moe_kernel,
+                       attention_backend=spec.attention_backend).validate()
         return None
     settings = EngineSettings(spec.name, gpu_memory_utilization=spec.gpu_memory_utilization,
                               max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
                               mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory,
                               version=load_profiles().versions(spec.name).resolve(spec.version, spec.name),
-                              moe_kernel=spec.moe_kernel)
+                              moe_kernel=spec.moe_kernel, attention_backend=spec.attention_backend)
     settings.validate()
     return settings
 

@@ -484,8 +484,9 @@ def sglang_fraction(plan: ExportPlan) -> float | None:
 
 
 def _aiter_shrinks(plan: ExportPlan) -> bool:
-    """Whether SGLang resolves its aiter attention backend on ROCm for the plan's catalog model (no backend is passed:
-    the server picks the one the profile sized the pool with) and so takes 0.85 of the fraction at its context."""
+    """Whether SGLang runs its aiter attention backend on ROCm for the plan's catalog model (the one the plan's
+    engine.attention_backend tells it, else the one it picks: the profile sized the pool with it) and so takes 0.85
+    of the fraction at its context."""
     from planner.estimator.engines.profiles import load_profiles
     from planner.estimator.engines.sglang import aiter_shrinks_fraction
     from planner.model.sources import resolve_model
@@ -493,7 +494,7 @@ def _aiter_shrinks(plan: ExportPlan) -> bool:
     catalog = load_catalog()
     arch = resolve_model(catalog, catalog.models.get(plan.configuration.model).name)
     profile = load_profiles().sglang.get(engine_version(plan, "sglang"), "sglang")
-    return aiter_shrinks_fraction(arch, plan.tp, plan.context, profile)
+    return aiter_shrinks_fraction(arch, plan.tp, plan.context, profile, _settings(plan, "sglang").attention_backend)
 
 
 def sglang_parallel_args(plan: ExportPlan) -> list[str]:
@@ -532,6 +533,8 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
     args += _engine_flags(plan.precision.sglang_flag, prequantized) + sglang_speculative_args(plan)
     if plan.configuration.engine.moe_kernel is not None:
         args += ["--moe-runner-backend", plan.configuration.engine.moe_kernel]
+    if (backend := _settings(plan, "sglang").attention_backend) is not None:
+        args += ["--attention-backend", backend]
     if plan.nodes_per_replica > 1:
         args += ["--nnodes", str(plan.nodes_per_replica), "--node-rank", str(node_rank or 0),
                  "--dist-init-addr", "$HEAD_IP:5000"]
@@ -547,7 +550,7 @@ def sglang_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
     if prequantized:
         lines.append(_comment(f"{plan.precision.name} weights: the pre-quantized checkpoint {repo}"))
     if plan.vendor == "amd" and sglang_fraction(plan) is not None and _aiter_shrinks(plan):
-        lines.append(_comment("AMD: SGLang picks its aiter attention backend for this model, and above 8K context "
+        lines.append(_comment("AMD: SGLang runs its aiter attention backend for this model, and above 8K context "
                               "multiplies --mem-fraction-static by 0.85; planner's SGLang profile sized the pool that way"))
     if plan.nodes_per_replica > 1:
         lines.append(_comment(f"one command per node; node 0 is the head ($HEAD_IP), nodes 1..{plan.nodes_per_replica - 1} join it"))
