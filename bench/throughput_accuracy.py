@@ -404,11 +404,22 @@ RUN_TOTALS = ("Total input tokens", "Total generated tokens", "Successful reques
 LENGTHS_AS_ASKED = 0.02  # run means within 2% of the requested lengths: a fixed-length run (the SGLang-prefill amendment)
 
 
+# ... or the same run's rates over its duration, which benchmark_serving computes as each total over the duration (the
+# protocol's run-rates correction)
+RUN_RATES = ("Input token throughput (tok/s)", "Output token throughput (tok/s)", "Benchmark duration (s)",
+             "Successful requests")
+
+
 def lengths_run(measured: dict[str, str]) -> tuple[float, float] | None:
-    """(mean prompt, mean output tokens) of the requests a run completed, from its printed totals; None without them."""
-    if not all(k in measured for k in RUN_TOTALS):
+    """(mean prompt, mean output tokens) of the requests a run completed, from its printed totals, or its rates
+    times its duration; None without either."""
+    if all(k in measured for k in RUN_TOTALS):
+        inputs, generated, completed = (number(measured[k]) for k in RUN_TOTALS)
+    elif all(k in measured for k in RUN_RATES):
+        input_rate, output_rate, duration, completed = (number(measured[k]) for k in RUN_RATES)
+        inputs, generated = input_rate * duration, output_rate * duration
+    else:
         return None
-    inputs, generated, completed = (number(measured[k]) for k in RUN_TOTALS)
     return (inputs / completed, generated / completed) if completed else None
 
 

@@ -133,6 +133,11 @@ def test_an_inferencex_row_runs_at_its_harness_lengths(catalog):
     totals = {"Total input tokens": "80000", "Total generated tokens": "10000", "Successful requests": "10"}
     printed = bench.normalise("t:3", {**raw, "measured": {**raw["measured"], **totals}}, catalog)
     assert (printed.prompt_tokens, printed.output_tokens) == (8000, 1000)
+    # rates over the run's duration are its totals too (the protocol's run-rates correction): a fixed-length run
+    rates = {"Input token throughput (tok/s)": "31663.74", "Output token throughput (tok/s)": "989.49",
+             "Benchmark duration (s)": "82.79", "Successful requests": "640"}
+    timed = bench.normalise("t:4", {**raw, "isl": 4096, "osl": 128, "measured": {**raw["measured"], **rates}}, catalog)
+    assert (timed.prompt_tokens, timed.output_tokens, timed.lengths_vary) == (4096, 128, False)
 
 
 def test_a_rows_stated_step_budget_and_memory_share_size_its_closed_loop(catalog):
