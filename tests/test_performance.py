@@ -373,6 +373,87 @@ def test_dsa_reads_every_indexer_key_but_only_its_top_k_latents(catalog):
         assert terms.kv_bytes == read
 
 
+def without_sparse_prefill(perf):
+    """The catalog with no engine's DSA prefill kernels: every DSA layer timed as dense MLA over its window."""
+    return replace(perf, generations=tuple(
+        replace(g, engines={name: replace(own, sparse_prefill=()) for name, own in g.engines.items()})
+        for g in perf.generations))
+
+
+def sglang_prefill(catalog, perf, gpu, kv, prompt, release=None, engine="sglang"):
+    """GLM-5 FP8 on 8 GPUs: one prompt alone, and the timer's terms for it."""
+    timer = replica_timer(arch(catalog, "glm-5"), "fp8", kv, catalog.gpus.get(gpu), 8, 1, catalog, engine, perf,
+                          release=release)
+    total, terms, _ = timer.forward(Step(0, 0.0, prompt, causal_positions(prompt), 1))
+    return total, terms, timer
+
+
+def test_sglang_prefills_dsa_past_its_top_k_with_the_kernel_its_release_picks(catalog, perf):
+    """SGLang (SPEED_PROTOCOL, the DSA sparse-prefill amendment): a prompt of at most index_topk tokens runs dense
+    MHA, as before; past it, every token costs the kernel's index_topk slots. On B200 with an FP8 cache, from 0.5.10
+    the trtllm kernel gathers each token's 2,048 latents of 576 bytes at its read efficiency (by hand, GLM-5's 78
+    layers at TP 8), plus the indexer's logits over every earlier key and its top-k past 2,048 tokens."""
+    model = arch(catalog, "glm-5")
+    dense = without_sparse_prefill(perf)
+    short, _, _ = sglang_prefill(catalog, perf, "b200", "fp8", 2048)
+    assert short == sglang_prefill(catalog, dense, "b200", "fp8", 2048)[0]
+    prompt = 8192
+    total, terms, timer = sglang_prefill(catalog, perf, "b200", "fp8", prompt)
+    _, dense_terms, _ = sglang_prefill(catalog, dense, "b200", "fp8", prompt)
+    blackwell = perf.generation("blackwell").engines["sglang"]
+    trtllm = next(k for k in blackwell.sparse_prefill if k.kernel == "trtllm")
+    b200 = catalog.gpus.get("b200")
+    layers = [layer.attention for layer in model.layers]
+    gather_s = len(layers) * prompt * 2048 * 576 / (b200.memory_bandwidth_gbps * 1e9 * trtllm.read_efficiency)
+    pairs = causal_positions(prompt)
+    logits_s = sum(2 * a.indexer_heads * a.indexer_head_dim for a in layers) * pairs / (
+        b200.dense_tflops["fp8"] * 1e12 * blackwell.indexer.logits_compute_efficiency)
+    topk_s = sum(1 for a in layers if a.indexer_heads) * (prompt - 2048) * blackwell.indexer.topk_us * 1e-6
+    # what the step timed them at before: each prompt token's top-k positions (the step's window term)
+    window_flops = sum(4 * 64 // 8 * a.latent_dim for a in layers) * prompt * 2048
+    window_s = window_flops / (b200.dense_tflops["bf16"] * 1e12 * perf.generation("blackwell").attention_compute_efficiency)
+    assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s + gather_s + logits_s + topk_s)
+    assert terms.attention_s > 4 * dense_terms.attention_s
+    assert timer.prefill_s(1, prompt) == pytest.approx(total)  # whole prompts alone: the same kernels
+    # through 0.5.9 the FP8 cache goes through flashmla_auto, which runs flashmla_sparse: 8 heads padded to 128
+    assert sglang_prefill(catalog, perf, "b200", "fp8", prompt, "0.5.9")[0] > total
+    # vLLM keeps the window term (its DSA kernels are not timed here)
+    assert sglang_prefill(catalog, perf, "b200", "fp8", prompt, engine="vllm")[0] == \
+        sglang_prefill(catalog, dense, "b200", "fp8", prompt, engine="vllm")[0]
+
+
+def test_a_flashmla_kernel_computes_its_padded_heads(catalog, perf):
+    """FlashMLA's sparse kernels run a block of heads (64 on Hopper): GLM-5's 8 heads a rank at TP 8 cost what 64
+    do, so the kernel's time per token is 64 heads' FLOPs over 2,048 slots at its own efficiency, by hand."""
+    prompt = 8192
+    _, terms, _ = sglang_prefill(catalog, perf, "h200-sxm", "fp8", prompt)
+    _, dense_terms, _ = sglang_prefill(catalog, without_sparse_prefill(perf), "h200-sxm", "fp8", prompt)
+    hopper = perf.generation("hopper")
+    kv = next(k for k in hopper.engines["sglang"].sparse_prefill if k.kv_bits == 8)
+    h200 = catalog.gpus.get("h200-sxm")
+    layers = [layer.attention for layer in arch(catalog, "glm-5").layers]
+    kernel_s = sum(4 * 64 * a.latent_dim for a in layers) * 2048 * prompt / (
+        h200.dense_tflops["bf16"] * 1e12 * kv.compute_efficiency)
+    indexer = hopper.engines["sglang"].indexer
+    logits_s = sum(2 * a.indexer_heads * a.indexer_head_dim for a in layers) * causal_positions(prompt) / (
+        h200.dense_tflops["fp8"] * 1e12 * indexer.logits_compute_efficiency)
+    topk_s = len(layers) * (prompt - 2048) * indexer.topk_us * 1e-6
+    window_flops = sum(4 * 8 * a.latent_dim for a in layers) * prompt * 2048
+    window_s = window_flops / (h200.dense_tflops["bf16"] * 1e12 * hopper.attention_compute_efficiency)
+    assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s + kernel_s + logits_s + topk_s)
+
+
+def test_a_sparse_prefill_kernel_is_either_padded_flashmla_or_a_gather(tmp_path):
+    """A catalog entry naming both a head block and a read efficiency is refused with the field to fix."""
+    text = (Path(catalog_dir()) / "performance.yaml").read_text()
+    broken = text.replace("            kernel: trtllm\n            read_efficiency: 0.706\n",
+                          "            kernel: trtllm\n            head_block: 64\n            read_efficiency: 0.706\n", 1)
+    assert broken != text
+    (tmp_path / "performance.yaml").write_text(broken)
+    with pytest.raises(PlannerInputError, match=r"engines.sglang.sparse_prefill trtllm: give head_block"):
+        load_performance_catalog(str(tmp_path))
+
+
 def test_each_engine_is_timed_with_its_own_kernel_tables(catalog, perf):
     """Where an engine's tables hold a kernel, its measurement replaces the generation's median: vLLM's per-tensor
     fp8 MoE kernel on Hopper (FlashInfer-CUTLASS) is several times slower at one token than TensorRT-LLM's, and a

@@ -120,6 +120,45 @@ class AttentionRates:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SparsePrefillKernel:
+    """The kernel an engine's prefill runs for a DeepSeek Sparse Attention layer whose prompt's KV exceeds index_topk,
+    on one KV width, from `since` to `until` (inclusive; none: open), as its release picks it (bench/dsa_constants.py):
+    each prompt token attends to index_topk slots, whatever its context. A FlashMLA kernel runs the rank's heads
+    padded to `head_block` at `compute_efficiency` of the 16-bit peak; the trtllm-gen decode kernel (no head block)
+    reads each token's index_topk latents at `read_efficiency` of the bandwidth."""
+
+    kv_bits: int = bounded(ge=1)
+    kernel: str
+    head_block: int = bounded(0, ge=0)
+    compute_efficiency: float | None = bounded(None, gt=0, le=1)
+    read_efficiency: float | None = bounded(None, gt=0, le=1)
+    since: str | None = None
+    until: str | None = None
+    source: str
+
+    @property
+    def well_formed(self) -> bool:
+        """head_block with compute_efficiency (a FlashMLA kernel), or read_efficiency alone (a gathering kernel)."""
+        flashmla = self.head_block > 0
+        return flashmla == (self.compute_efficiency is not None) and flashmla != (self.read_efficiency is not None)
+
+    def matches(self, kv_bits: int, release: tuple[int, ...]) -> bool:
+        return (self.kv_bits == kv_bits and (self.since is None or release >= release_key(self.since))
+                and (self.until is None or release <= release_key(self.until)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexerRates:
+    """A DeepSeek Sparse Attention indexer's prefill kernels (bench/dsa_constants.py): the FP8 logits of every query
+    against every earlier key at `logits_compute_efficiency` of the FP8 peak, and the top-k over them, `topk_us` per
+    query whose context exceeds index_topk."""
+
+    logits_compute_efficiency: float = bounded(gt=0, le=1)
+    topk_us: float = bounded(ge=0)
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineKernels:
     """One engine's own kernel measurements on a generation, where its tables hold them: they take precedence over
     the generation's medians (a format or width not listed here takes the generation's)."""
@@ -129,6 +168,11 @@ class EngineKernels:
     moe_kernel: str | None = None  # the fused-MoE kernel `moe` measures, when the engine's rules can pick another
     moe_kernels: dict[str, dict[str, MoeRates]] = field(default_factory=dict)  # the others, by kernel and format
     attention: dict[int, EngineAttention] = field(default_factory=dict)
+    sparse_prefill: tuple[SparsePrefillKernel, ...] = ()  # the first matching entry is the kernel the release runs
+    indexer: IndexerRates | None = None
+
+    def sparse_prefill_kernel(self, kv_bits: int, release: tuple[int, ...]) -> SparsePrefillKernel | None:
+        return next((k for k in self.sparse_prefill if k.matches(kv_bits, release)), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,6 +261,9 @@ class GenerationEfficiency:
         for prefix, kernels in (("", self), *((f"engines.{name}.", own) for name, own in self.engines.items())):
             out.update({f"{prefix}gemm.{k}.read_efficiency": r.read_efficiency for k, r in kernels.gemm.items()})
             out.update({f"{prefix}moe.{k}.read_efficiency": r.read_efficiency for k, r in kernels.moe.items()})
+            sparse = kernels.sparse_prefill if isinstance(kernels, EngineKernels) else ()
+            out.update({f"{prefix}sparse_prefill.{k.kernel}.{k.kv_bits}.read_efficiency": k.read_efficiency
+                        for k in sparse if k.read_efficiency is not None})
             for bits, a in kernels.attention.items():
                 out[f"{prefix}attention.{bits}.kv_read_efficiency"] = a.kv_read_efficiency
                 if a.latent_read_efficiency is not None:
@@ -551,6 +598,13 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
         if "default" not in names:
             raise PlannerInputError(f"catalog {path.name}: {section} needs a 'default' entry")
     for generation in catalog.generations:
+        for engine_name, own in generation.engines.items():
+            for kernel in own.sparse_prefill:
+                if not kernel.well_formed:
+                    raise PlannerInputError(
+                        f"catalog {path.name}: generations[{generation.name}].engines.{engine_name}.sparse_prefill "
+                        f"{kernel.kernel}: give head_block with compute_efficiency (a FlashMLA kernel) or "
+                        f"read_efficiency alone (a kernel that gathers the latents)")
         for field, value in generation.read_efficiencies.items():
             if value > generation.read_ceiling:
                 raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].{field} {value:g} is above "
@@ -708,6 +762,7 @@ class _Stage:
     attention: tuple[tuple[float, int | None], ...]
     # with data-parallel attention, the GEMMs of the attention-TP group (each DP group's own tokens)
     attention_body: _Gemms = _Gemms()
+    sparse: _SparseLayers | None = None  # its DeepSeek Sparse Attention layers
 
     @cached_property
     def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
@@ -716,6 +771,18 @@ class _Stage:
         for per_position, window in self.attention:
             summed[window] = summed.get(window, 0.0) + per_position
         return tuple((flops, window) for window, flops in summed.items())
+
+
+class _SparseLayers(NamedTuple):
+    """A stage's DeepSeek Sparse Attention layers on one rank, as a sparse prefill kernel times them."""
+
+    layers: int
+    topk: int  # index_topk: the slots each query attends to
+    heads: int  # query heads on the rank
+    position_flops: float  # one layer's FLOPs per attended position at those heads (_attention_flops_per_position)
+    latent_dim: int  # values of one latent slot
+    indexed: int  # the layers that run their own indexer (GLM-5's shared layers reuse the previous one's top-k)
+    logits_flops: float  # the indexer's FLOPs per (query, earlier key) pair, summed over those layers
 
 
 def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
@@ -868,6 +935,11 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
         attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank),
                            layer.attention.window or layer.attention.index_topk or None) for layer in layers)
         mla = sum(1 for layer in layers if layer.attention.kind == "mla")
+        dsa = [layer.attention for layer in layers if layer.attention.kind == "mla" and layer.attention.index_topk]
+        sparse = _SparseLayers(len(dsa), dsa[0].index_topk, heads_per_rank,
+                               _attention_flops_per_position(dsa[0], heads_per_rank), dsa[0].latent_dim,
+                               sum(1 for a in dsa if a.indexer_heads),
+                               sum(2 * a.indexer_heads * a.indexer_head_dim for a in dsa)) if dsa else None
         if not arch.exact:
             stages.append(_size_only_stage(arch, precision, tp, len(layers), mla, attention, as_stored))
             continue
@@ -882,6 +954,7 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
             attention=attention,
             attention_body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep, dp, True) for layer in layers),
                                _Gemms()) if dp > 1 else _Gemms(),
+            sparse=sparse,
         ))
     return tuple(stages)
 
@@ -913,6 +986,17 @@ class _Rates(NamedTuple):
     flops_per_s: float
     half_m: float
     launch_s: float
+
+
+class _SparseRates(NamedTuple):
+    """An engine's DeepSeek Sparse Attention prefill kernels on this GPU (SparsePrefillKernel, IndexerRates)."""
+
+    head_block: int  # a FlashMLA kernel's: the heads it runs at least (0: the gathering kernel)
+    flops_per_s: float  # a FlashMLA kernel's
+    read_bytes_per_s: float  # the gathering kernel's
+    value_bytes: float  # of one cached latent value (the KV width)
+    logits_flops_per_s: float
+    topk_s: float  # the indexer's top-k, per query past index_topk
 
 
 class _AllReduce(NamedTuple):
@@ -954,6 +1038,7 @@ class _Hardware:
     attention_allreduce: _AllReduce | None = None  # over the attention-TP group, with DP attention and tp / dp > 1
     attention_tp: int = 1
     norm_allreduces: int = 0  # all-reduces of per-token sums a layer adds over the attention-TP ranks (0 at TP 1)
+    sparse_prefill: _SparseRates | None = None  # the engine's DSA prefill kernels where its tables time them
 
     def attention_allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations over the attention-TP group (0 when it is one GPU)."""
@@ -1029,6 +1114,14 @@ class _StageCost(NamedTuple):
     attention_wide_read_s: float = 0.0
     attention_wide_row_s: float = 0.0
     launches: int = 0  # the kernels the pass launches (what eager_host_s counts, at the engine's host cost each)
+    # a sparse DSA prefill (0 topk: the engine's tables time none): index_topk, the kernel's seconds per prompt token
+    # over the stage's DSA layers, the indexer's per (query, earlier key) pair and per query past index_topk, and the
+    # dense FLOPs per attended position those layers were timed at otherwise
+    sparse_topk: int = 0
+    sparse_token_s: float = 0.0
+    sparse_pair_s: float = 0.0
+    sparse_past_topk_s: float = 0.0
+    sparse_position_flops: float = 0.0
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
@@ -1063,19 +1156,39 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         launch_s, launches * hw.eager_launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
         stage.layers * hw.norm_allreduces,
         attention.low_bit_bytes / low.bytes_per_s, attention.low_bit_flops / low.flops_per_s,
-        attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s, launches)
+        attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s, launches,
+        *_sparse_cost(stage.sparse, hw))
+
+
+def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, float, float, float, float]:
+    """_StageCost's sparse fields: a FlashMLA kernel computes its padded heads over index_topk slots a prompt token;
+    the gathering kernel reads the token's index_topk latents, or computes its own heads if that is slower."""
+    rates = hw.sparse_prefill
+    if layers is None or rates is None:
+        return 0, 0.0, 0.0, 0.0, 0.0
+    slots_flops = layers.position_flops * layers.topk
+    if rates.head_block:
+        padded = ceil(layers.heads / rates.head_block) * rates.head_block
+        token_s = slots_flops * padded / layers.heads / rates.flops_per_s
+    else:
+        slots_bytes = layers.topk * layers.latent_dim * rates.value_bytes
+        token_s = max(slots_bytes / rates.read_bytes_per_s, slots_flops / hw.attention_flops_per_s)
+    return (layers.topk, layers.layers * token_s, layers.logits_flops / rates.logits_flops_per_s,
+            layers.indexed * rates.topk_s, layers.layers * layers.position_flops)
 
 
 def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
              kv_bytes: int, latent_bytes: int, allreduce_s: float, group_tokens: float = 0.0,
-             group_allreduce_s: float = 0.0, prefill: bool = False, norm_allreduce_s: float = 0.0) -> _Terms:
+             group_allreduce_s: float = 0.0, prefill: bool = False, norm_allreduce_s: float = 0.0,
+             sparse_s: float = 0.0) -> _Terms:
     """`decode_flops` / `prefill_flops`: the stage's attention FLOPs over the positions the decoding sequences and
     the prompt tokens attend to; `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents;
     `allreduce_s`: one all-reduce of the pass's activations (the same on every stage); with data-parallel attention,
     `group_tokens` the busiest DP group's tokens through its attention GEMMs and `group_allreduce_s` one all-reduce
     of them over its attention-TP ranks (once a layer); `prefill`: the pass computes prompt tokens (an extend pass,
     which the engine may launch eagerly: then it takes at least the host's launch time); `norm_allreduce_s`: one
-    all-reduce of a layer's per-token sums (LayerAllReduceRule)."""
+    all-reduce of a layer's per-token sums (LayerAllReduceRule); `sparse_s`: the DSA layers' sparse prefill kernels
+    (_sparse_prefill), in place of their share of `prefill_flops`."""
     # each GEMM group: the larger of its weight read and its compute at compute_eff(M) (rows + half_m, see header)
     low_c = cost.low_row_s * (tokens + cost.low_half_m) if cost.low_row_s else 0.0
     wide_c = cost.wide_row_s * (tokens + cost.wide_half_m)
@@ -1113,9 +1226,9 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
         else kv_bytes / cost.kv_bytes_per_s
     decode_c = decode_flops / cost.attention_flops_per_s
     prefill_c = prefill_flops / cost.attention_flops_per_s
-    attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c
+    attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c + sparse_s
     memory_s += kv_s
-    compute_s += decode_c + prefill_c
+    compute_s += decode_c + prefill_c + sparse_s
     allreduces_s = (cost.allreduces * allreduce_s + (cost.allreduces // ALLREDUCES_PER_LAYER) * group_allreduce_s
                     + cost.norm_allreduces * norm_allreduce_s)
     total_s = dense_s + moe_s + attention_s + cost.launch_s + cost.step_s + allreduces_s
@@ -1169,6 +1282,21 @@ def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) 
     for per_position, window in cost.attention_by_window:
         flops += per_position * attended(window)
     return flops
+
+
+def _sparse_prefill(cost: _StageCost, tokens: float, positions: float, prompts: float) -> float:
+    """Seconds of the stage's DSA layers over a step's prompt tokens where the engine runs them sparse (0: dense, and
+    their window term stands; else the caller takes it out): `prompts` sequences' chunks of `tokens` in all, attending to `positions`, whose mean
+    sequence holds more KV than index_topk after the step (below it SGLang runs dense MHA, as the window term times
+    it). Then every token costs the kernel's index_topk slots, the indexer's logits against every earlier key, and
+    the top-k every token past index_topk (bench/SPEED_PROTOCOL.md, the DSA sparse-prefill amendment)."""
+    topk = cost.sparse_topk
+    chunk = tokens / prompts
+    held = positions / tokens + (chunk - 1) / 2  # a chunk of c after a prefix p attends c p + c (c + 1) / 2
+    if held <= topk:
+        return 0.0
+    past = prompts * min(chunk, held - topk)
+    return tokens * cost.sparse_token_s + positions * cost.sparse_pair_s + past * cost.sparse_past_topk_s
 
 
 def _pipeline(totals: list[float], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
@@ -1333,6 +1461,7 @@ class ReplicaTimer:
             prefill_tokens = ceil(prefill_tokens / parts)
             prefill_positions = prefill_positions / parts
             logits = decode + ceil(prefill_seqs / parts)
+        prompts = prefill_seqs if parts == 1 else ceil(prefill_seqs / parts)
         tokens = decode + prefill_tokens
         allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0  # one rank: nothing to reduce
         group_tokens, group_allreduce_s = tokens, 0.0
@@ -1340,6 +1469,7 @@ class ReplicaTimer:
             share = ceil(prefill_seqs / self.dp) / prefill_seqs if prefill_seqs else 0.0
             decode, prefill_tokens, prefill_positions = (ceil(decode / self.dp), ceil(prefill_tokens * share),
                                                          prefill_positions * share)
+            prompts = ceil(prompts / self.dp)
             group_tokens = decode + prefill_tokens
             group_allreduce_s = self.hw.attention_allreduce_s(group_tokens)
         norm_s = self.hw.norm_allreduce_s(group_tokens)
@@ -1358,6 +1488,13 @@ class ReplicaTimer:
                     prefill_flops += per_position * (capped if capped < prefill_positions else prefill_positions)
                 else:
                     prefill_flops += per_position * prefill_positions
+            sparse_s = 0.0
+            if cost.sparse_topk and prefill_tokens:
+                sparse_s = _sparse_prefill(cost, prefill_tokens, prefill_positions, prompts)
+                if sparse_s:  # in place of the DSA layers' window term above
+                    capped = prefill_tokens * cost.sparse_topk
+                    prefill_flops -= cost.sparse_position_flops * (capped if capped < prefill_positions
+                                                                   else prefill_positions)
             # the cache one sequence of `context` tokens holds on one rank (as planner.estimator.memory), read once
             held = cost.kv_growing * context
             if cost.kv_sliding:
@@ -1370,7 +1507,7 @@ class ReplicaTimer:
                 latent += per_token * (window if window < context else context)
             times.append(_forward(cost, tokens, logits, decode_flops, prefill_flops,
                                   round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s,
-                                  group_tokens, group_allreduce_s, prefill_tokens > 0, norm_s))
+                                  group_tokens, group_allreduce_s, prefill_tokens > 0, norm_s, sparse_s))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
             return times[0][_TOTAL], times, 0, 0.0
         total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
@@ -1384,10 +1521,16 @@ class ReplicaTimer:
         allreduce_s = self.hw.allreduce_s(tokens) if self.tp > 1 else 0.0
         own = ceil(per_part / self.dp)  # with DP attention, the busiest group's prompts through attention
         group_allreduce_s = self.hw.attention_allreduce_s(own * prompt) if self.dp > 1 else 0.0
-        times = [_forward(cost, tokens, per_part, 0.0,
-                          _attention_flops(cost, lambda w: own * _causal_positions(prompt, w)), 0, 0, allreduce_s,
-                          own * prompt, group_allreduce_s, True, self.hw.norm_allreduce_s(own * prompt))
-                 for cost in self._costs]
+        times = []
+        for cost in self._costs:
+            flops = _attention_flops(cost, lambda w: own * _causal_positions(prompt, w))
+            sparse_s = _sparse_prefill(cost, own * prompt, own * _causal_positions(prompt, None), own) \
+                if cost.sparse_topk else 0.0
+            if sparse_s:  # in place of the DSA layers' window term
+                flops -= cost.sparse_position_flops * own * _causal_positions(prompt, cost.sparse_topk)
+            times.append(_forward(cost, tokens, per_part, 0.0, flops,
+                                  0, 0, allreduce_s, own * prompt, group_allreduce_s, True,
+                                  self.hw.norm_allreduce_s(own * prompt), sparse_s))
         return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
 
@@ -1610,6 +1753,9 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
                         if on)
     eager = engine_cost.eager_prefill(gpu, arch.model_type, bool(arch.multimodal), moe_kernel, layouts, release)
     fit, pair = link.fit(tp), link.fit(2)
+    kernels = generation.engines.get(engine, EngineKernels())
+    sparse = kernels.sparse_prefill_kernel(kv_bits, release_key(release or default_release(engine))) \
+        if kernels.sparse_prefill and kernels.indexer else None
     return _Hardware(
         low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
         wide=rates(generation.gemm_rates(WIDE_FORMAT, engine), wide),
@@ -1633,7 +1779,17 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
         attention_tp=attention_tp or tp,
         norm_allreduces=engine_cost.layer_allreduces(arch.model_type, release) if (attention_tp or tp) > 1 else 0,
+        sparse_prefill=_sparse_rates(sparse, kernels.indexer, gpu, wide, kv_bits) if sparse and kernels.indexer else None,
     ), generation
+
+
+def _sparse_rates(kernel: SparsePrefillKernel, indexer: IndexerRates, gpu: Gpu, wide: float, kv_bits: int
+                  ) -> _SparseRates:
+    """The kernels' rates on this GPU: a FlashMLA kernel's of the 16-bit peak, the gathering kernel's of the
+    bandwidth, the indexer's logits of the FP8 peak (the 16-bit one on a GPU without FP8)."""
+    return _SparseRates(kernel.head_block, wide * (kernel.compute_efficiency or 0.0),
+                        gpu.memory_bandwidth_gbps * GB * (kernel.read_efficiency or 0.0), kv_bits / 8,
+                        (_rate(gpu, "fp8") or wide) * indexer.logits_compute_efficiency, indexer.topk_us * US)
 
 
 def _all_reduce(fit: AllReduceFit) -> _AllReduce:

@@ -79,6 +79,7 @@ class Attention:
     state_groups: int = 0
     state_group_elements: int = 0
     indexer_head_dim: int = 0  # MLA with DeepSeek Sparse Attention: the indexer's key per token
+    indexer_heads: int = 0  # and the indexer's query heads, each scoring every earlier token's key
     # DeepSeek Sparse Attention: the tokens each query attends to at most (the indexer's top-k; layers that reuse
     # another layer's top-k attend as sparsely); 0: every token
     index_topk: int = 0

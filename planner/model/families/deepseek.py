@@ -128,11 +128,13 @@ def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     dense_mlp = gated_mlp("mlp", hidden, dense_intermediate)
 
     index_dim = c.int("index_head_dim") if indexer else 0
+    index_heads = c.int("index_n_heads") if indexer else 0
     # transformers DeepseekV32Config / GlmMoeDsaConfig `index_topk`: the tokens every layer's queries attend to
     topk = c.int("index_topk") if indexer else 0
     layers = []
     for sparse, indexed in zip(_sparse_layers(c, num_layers), _indexed_layers(c, model_type, num_layers)):
-        attention = Attention("mla", latent_dim=latent, indexer_head_dim=index_dim if indexed else 0, index_topk=topk)
+        attention = Attention("mla", latent_dim=latent, indexer_head_dim=index_dim if indexed else 0,
+                              indexer_heads=index_heads if indexed else 0, index_topk=topk)
         tensors = attn + (indexer if indexed else []) + norms + (moe_mlp if sparse else dense_mlp)
         layers.append(Layer(attention, tuple(tensors), is_moe=sparse))
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
