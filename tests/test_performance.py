@@ -443,6 +443,29 @@ def test_a_flashmla_kernel_computes_its_padded_heads(catalog, perf):
     assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s + kernel_s + logits_s + topk_s)
 
 
+def test_a_speculative_verify_pass_runs_the_dsa_decode_kernels(catalog, perf):
+    """SGLang verifies drafted tokens with its DSA decode backend (target_verify takes dsa_decode_impl): a verify pass
+    over 4 tokens a request at 30,000 tokens of context is not timed with the sparse prefill kernels, while the same
+    tokens as prompt chunks are."""
+    from planner.estimator.speculative import Speculation, draft_architecture, speculative_timer
+
+    model = arch(catalog, "deepseek-v3.2")
+    spec = Speculation(method="mtp", draft_tokens=3, acceptance_length=2.65)
+
+    def cycle_s(constants):
+        def timer_of(a):
+            return replica_timer(a, "fp8-block", "bf16", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "sglang",
+                                 constants)
+        return speculative_timer(timer_of(model), timer_of(draft_architecture(model)), spec).cycle(8, 30000.0).cycle_s
+
+    assert cycle_s(perf) == cycle_s(without_sparse_prefill(perf))
+    prompt_chunks = Step(0, 0.0, 32, 32 * 30000.0, 8)
+    timer = replica_timer(model, "fp8-block", "bf16", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "sglang", perf)
+    dense = replica_timer(model, "fp8-block", "bf16", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "sglang",
+                          without_sparse_prefill(perf))
+    assert timer.forward_s(prompt_chunks) > dense.forward_s(prompt_chunks)
+
+
 def test_a_sparse_prefill_kernel_is_either_padded_flashmla_or_a_gather(tmp_path):
     """A catalog entry naming both a head block and a read efficiency is refused with the field to fix."""
     text = (Path(catalog_dir()) / "performance.yaml").read_text()

@@ -1286,10 +1286,11 @@ def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) 
 
 def _sparse_prefill(cost: _StageCost, tokens: float, positions: float, prompts: float) -> float:
     """Seconds of the stage's DSA layers over a step's prompt tokens where the engine runs them sparse (0: dense, and
-    their window term stands; else the caller takes it out): `prompts` sequences' chunks of `tokens` in all, attending to `positions`, whose mean
-    sequence holds more KV than index_topk after the step (below it SGLang runs dense MHA, as the window term times
-    it). Then every token costs the kernel's index_topk slots, the indexer's logits against every earlier key, and
-    the top-k every token past index_topk (bench/SPEED_PROTOCOL.md, the DSA sparse-prefill amendment)."""
+    their window term stands; else the caller takes it out): `prompts` sequences' chunks of `tokens` in all,
+    attending to `positions`, whose mean sequence holds more KV than index_topk after the step (below it SGLang runs
+    dense MHA, as the window term times it). Then every token costs the kernel's index_topk slots, the indexer's
+    logits against every earlier key, and the top-k every token past index_topk (bench/SPEED_PROTOCOL.md, the DSA
+    sparse-prefill amendment)."""
     topk = cost.sparse_topk
     chunk = tokens / prompts
     held = positions / tokens + (chunk - 1) / 2  # a chunk of c after a prefix p attends c p + c (c + 1) / 2
@@ -1406,8 +1407,12 @@ class ReplicaTimer:
     def graphed(self) -> ReplicaTimer:
         """This layout with every pass under a CUDA graph: a speculative cycle's verify and draft-extend passes, which
         carry several tokens a request but replay graphs of their own (SGLang forward_batch_info.py is_cuda_graph:
-        TARGET_VERIFY; speculative/eagle_draft_extend_cuda_graph_runner.py, 0.5.6)."""
-        return replace(self, hw=replace(self.hw, eager_launch_s=0.0)) if self.hw.eager_launch_s else self
+        TARGET_VERIFY; speculative/eagle_draft_extend_cuda_graph_runner.py, 0.5.6), and whose DSA layers run the
+        engine's decode kernels, not its sparse prefill ones (dsa_backend.py forward_extend @ v0.5.15: target_verify
+        and draft_extend_v2 take dsa_decode_impl)."""
+        if not (self.hw.eager_launch_s or self.hw.sparse_prefill):
+            return self
+        return replace(self, hw=replace(self.hw, eager_launch_s=0.0, sparse_prefill=None))
 
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
         """(seconds, the slowest stage's forward term by term, pipeline bubble) for one engine step: one forward
