@@ -75,6 +75,25 @@ def test_sglang_command(single_node):
     assert flags["--kv-cache-dtype"] in ENGINE_ARGS["sglang"]["kv_cache_dtype"]
 
 
+def test_sglang_is_told_bf16_kv_where_its_auto_would_store_a_dsa_model_in_fp8(tmp_path):
+    """SGLang's --kv-cache-dtype auto stores a DeepSeek Sparse Attention model's cache as fp8_e4m3 on Blackwell: a
+    DSA plan sized and timed with bf16 KV says bfloat16; a model without DSA keeps auto, and FP8 stays fp8_e4m3."""
+    def kv_flag(model, kv):
+        folder = tmp_path / f"{model}-{kv}"
+        folder.mkdir()
+        path = write_plan(folder, {
+            "name": "dsa", "model": model, "workload": {"context": 8192, "concurrency": 4, "replicas": 1},
+            "search": {"gpus": ["b200"], "precisions": ["fp8-block"], "kv_dtypes": [kv], "max_gpus_per_replica": 8},
+            "engine": {"name": "sglang"}})
+        [argv] = command_lines(export(load_plan(path, CATALOG), "sglang"), "python3 -m sglang.launch_server")
+        return flags_and_values(argv)["--kv-cache-dtype"]
+
+    assert kv_flag("deepseek-v3.2", "bf16") == "bfloat16"
+    assert kv_flag("deepseek-v3.2", "fp8") == "fp8_e4m3"
+    assert kv_flag("deepseek-v3", "bf16") == "auto"
+    assert {"bfloat16", "fp8_e4m3", "auto"} <= set(ENGINE_ARGS["sglang"]["kv_cache_dtype"])
+
+
 def test_llamacpp_needs_a_gguf_precision(single_node, tmp_path):
     plan = load_plan(single_node, CATALOG)
     if plan.precision.gguf_type is None:

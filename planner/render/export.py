@@ -28,6 +28,7 @@ from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.moe_kernels import VLLM_SWITCHES
 from planner.estimator.engines.registry import DEPLOYMENT_TARGETS, engine, export_targets, renderer
 from planner.estimator.speculative import SPECULATIVE_ENGINES
+from planner.model.architecture import Architecture
 from planner.plan.configuration import Configuration, ConfiguredBy
 from planner.plan.planfile import CheckedPlan, FleetAssignment, load_plan_file
 from planner.render.disaggregation import role_args, router_note
@@ -489,12 +490,18 @@ def _aiter_shrinks(plan: ExportPlan) -> bool:
     of the fraction at its context."""
     from planner.estimator.engines.profiles import load_profiles
     from planner.estimator.engines.sglang import aiter_shrinks_fraction
+
+    profile = load_profiles().sglang.get(engine_version(plan, "sglang"), "sglang")
+    return aiter_shrinks_fraction(_plan_architecture(plan), plan.tp, plan.context, profile,
+                                  _settings(plan, "sglang").attention_backend)
+
+
+def _plan_architecture(plan: ExportPlan) -> Architecture:
+    """The plan's catalog model, as the estimator read it."""
     from planner.model.sources import resolve_model
 
     catalog = load_catalog()
-    arch = resolve_model(catalog, catalog.models.get(plan.configuration.model).name)
-    profile = load_profiles().sglang.get(engine_version(plan, "sglang"), "sglang")
-    return aiter_shrinks_fraction(arch, plan.tp, plan.context, profile, _settings(plan, "sglang").attention_backend)
+    return resolve_model(catalog, catalog.models.get(plan.configuration.model).name)
 
 
 def sglang_parallel_args(plan: ExportPlan) -> list[str]:
@@ -514,6 +521,8 @@ def sglang_parallel_args(plan: ExportPlan) -> list[str]:
 
 
 def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str | None = None) -> list[str]:
+    from planner.estimator.engines.sglang import sglang_kv_cache_flag
+
     if plan.precision.sglang_flag is None:
         raise PlannerInputError(f"--to sglang: SGLang does not serve {plan.precision.name}; export to llamacpp or re-solve with another precision")
     repo, prequantized = weights(plan, checkpoint)
@@ -529,7 +538,8 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
         args += ["--max-running-requests", str(plan.max_num_seqs)]
     fraction = sglang_fraction(plan)
     args += ["--mem-fraction-static", f"{plan.mem_fraction_static if fraction is None else fraction:.3f}",
-             "--kv-cache-dtype", engine("sglang").kv_cache_dtype(plan.kv_dtype), "--host", "0.0.0.0", "--port", str(SGLANG_PORT)]
+             "--kv-cache-dtype", sglang_kv_cache_flag(_plan_architecture(plan), plan.kv_dtype), "--host", "0.0.0.0",
+             "--port", str(SGLANG_PORT)]
     args += _engine_flags(plan.precision.sglang_flag, prequantized) + sglang_speculative_args(plan)
     if plan.configuration.engine.moe_kernel is not None:
         args += ["--moe-runner-backend", plan.configuration.engine.moe_kernel]

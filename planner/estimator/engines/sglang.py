@@ -54,7 +54,8 @@ from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
 
-# SGLang --kv-cache-dtype (sglang/srt/server_args.py) names the fp8 flavour; any other dtype runs "auto"
+# SGLang --kv-cache-dtype (sglang/srt/server_args.py) names the fp8 flavour; any other dtype runs "auto", but a DSA
+# model's bf16 (sglang_kv_cache_flag)
 SGLANG_KV_CACHE_DTYPES = {"fp8": "fp8_e4m3"}
 # SGLang runs at most this many requests at once with speculative decoding unless --max-running-requests is given
 # (v0.5.23 srt/arg_groups/speculative_hook.py:1086-1094 _handle_eagle_family, EAGLE / NEXTN: "Max running requests is
@@ -393,3 +394,13 @@ ENGINE = Engine("sglang", sglang_budget, SglangProfile, refusal=refusal, workspa
                 fraction_field="mem_fraction_static", kv_cache_dtypes=SGLANG_KV_CACHE_DTYPES,
                 command="planner.render.export:sglang_command", expert_parallel="any", sizes_expert_parallel=True,
                 all_to_all_backends=("deepep",))
+
+
+def sglang_kv_cache_flag(arch: Architecture, kv_dtype: str) -> str:
+    """SGLang's --kv-cache-dtype for the KV dtype a plan was sized and timed with. Its `auto` is the model's dtype
+    except for DeepSeek Sparse Attention models, which it stores as fp8_e4m3 on compute capability 10 and above
+    (server_args.py:979-983 @ v0.5.6, :1741-1747 @ v0.5.13; arg_groups/overrides.py:537 @ v0.5.23): a DSA plan with
+    bf16 KV is stated as bfloat16, which every release's flag takes."""
+    flag = SGLANG_KV_CACHE_DTYPES.get(kv_dtype, "auto")
+    sparse = any(layer.attention.kind == "mla" and layer.attention.index_topk for layer in arch.layers)
+    return "bfloat16" if flag == "auto" and kv_dtype == "bf16" and sparse else flag
