@@ -443,3 +443,22 @@ def test_no_cp_sat_call_may_run_past_the_time_limit(cp_sat_calls):
         pass  # the limit covers the candidate search too (planner.plan.deadline): it may end before CP-SAT runs
     for started, budget, _ in cp_sat_calls:
         assert started - solve_started + budget <= limit + 0.01
+
+
+def test_a_search_that_spends_the_limit_leaves_cp_sat_uncalled(cp_sat_calls, monkeypatch):
+    # a busy machine's candidate search may end past a short limit: CP-SAT is then not started with no time (it
+    # would return nothing), the cheapest pair found stands as the unproven answer
+    import planner.plan.solver as solver_module
+
+    searched = solver_module.slower_speculative
+
+    def slow(*args):
+        time.sleep(0.1)
+        return searched(*args)
+
+    monkeypatch.setattr(solver_module, "slower_speculative", slow)
+    result = solve_scenario(load_scenario(SCENARIOS["8b-budget"]), CATALOG, time_limit_s=0.05, top=5)
+    assert cp_sat_calls == []
+    assert result.status == "FEASIBLE" and result.gap == 1 and result.best is not None
+    proven = solve_scenario(load_scenario(SCENARIOS["8b-budget"]), CATALOG, top=0)
+    assert proven.status == "OPTIMAL" and result.best.usd_per_hour == proven.best.usd_per_hour

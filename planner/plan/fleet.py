@@ -396,6 +396,8 @@ def _when(constraint: cp_model.Constraint, enforced: cp_model.IntVar | None) -> 
 
 def _solve(built: _Built, time_limit_s: float) -> tuple[cp_model.CpSolver, int]:
     solver = cp_model.CpSolver()
+    if time_limit_s <= 0:  # the sizing before it spent the limit: no call, nothing found
+        return solver, cp_model.UNKNOWN
     solver.parameters.max_time_in_seconds = time_limit_s
     # One worker with the full LP relaxation: measured on bench/solver_scale.py (5 workloads x 15 pools)
     # it proves optimality in 0.05 s where the default 2-worker portfolio, which has no LP worker, took 7 s;

@@ -242,7 +242,10 @@ def _solve(pairs: list[Pair], space: SearchSpace, deadline: float,
 
 def _run(model: cp_model.CpModel, deadline: float) -> tuple[int, cp_model.CpSolver]:
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.0, deadline - time.perf_counter())
+    budget = deadline - time.perf_counter()
+    if budget <= 0:  # the search before it spent the limit: no call, the caller keeps its hinted answer
+        return cp_model.UNKNOWN, solver
+    solver.parameters.max_time_in_seconds = budget
     solver.parameters.num_workers = 2
     return solver.solve(model), solver
 
