@@ -988,3 +988,58 @@ def test_sglang_graphs_kimi_k25s_prefill_on_blackwell_where_it_runs_kimi_k2s_eag
                for name in ("kimi-k2", "kimi-k2.5"))
     assert k2.hw.eager_launch_s > 0
     assert k25.hw.eager_launch_s == 0
+
+
+def without_delta_prefill(perf):
+    """The catalog with no engine's Gated DeltaNet prefill kernels: those layers timed by their projections alone."""
+    return replace(perf, generations=tuple(
+        replace(g, engines={name: replace(own, gated_delta_prefill=()) for name, own in g.engines.items()})
+        for g in perf.generations))
+
+
+def qwen35_timer(catalog, perf, gpu="h200-sxm", engine="sglang", release=None):
+    return replica_timer(arch(catalog, "qwen3.5-397b-a17b"), "fp8", "auto", catalog.gpus.get(gpu), 8, 1, catalog,
+                         engine, perf, release=release)
+
+
+def test_a_gated_deltanet_prefill_runs_its_chunked_kernels(catalog, perf):
+    """SPEED_PROTOCOL, the Gated DeltaNet prefill amendment: each GDN layer of a prompt adds its state pass's steps
+    through the prompt's 64-token chunks and the chunks' FLOPs per token and value head. By hand for Qwen3.5-397B's
+    45 GDN layers at TP 8 on H200 (64 value heads: 8 a rank), SGLang's FLA kernels: 4 prompts of 2,000 tokens (32
+    chunks each) in one step."""
+    model = arch(catalog, "qwen3.5-397b-a17b")
+    delta = [layer.attention for layer in model.layers if layer.attention.delta_heads]
+    assert len(delta) == 45 and {(a.delta_heads, a.delta_key_dim, a.delta_value_dim) for a in delta} == {(64, 128, 128)}
+    kernel = perf.generation("hopper").engines["sglang"].delta_prefill_kernel((0, 5, 23))
+    assert kernel.kernel == "triton"
+    h200 = catalog.gpus.get("h200-sxm")
+    per_head_token = 2 * 64 * 128 + 4 * 64 * 256 + 6 * 128 * 128  # 180,224
+    step = Step(0, 0.0, 8000, 4 * causal_positions(2000), 4)
+    expected = 45 * (32 * kernel.chunk_us * 1e-6 + 8000 * 8 * per_head_token / (
+        h200.dense_tflops["bf16"] * 1e12 * kernel.compute_efficiency))
+    timed, untimed = qwen35_timer(catalog, perf), qwen35_timer(catalog, without_delta_prefill(perf))
+    assert timed.forward(step)[1].attention_s == pytest.approx(untimed.forward(step)[1].attention_s + expected)
+    # whole prompts alone: the same kernels (one 8,192-token prompt: 128 chunks)
+    alone = 45 * (128 * kernel.chunk_us * 1e-6 + 8192 * 8 * per_head_token / (
+        h200.dense_tflops["bf16"] * 1e12 * kernel.compute_efficiency))
+    assert timed.prefill_s(1, 8192) == pytest.approx(untimed.prefill_s(1, 8192) + alone)
+    # a decode step reads the state as before, and a verify pass (graphed) runs the recurrent kernel instead
+    decode = Step(32, 4096.0, 0, 0.0, 0)
+    assert timed.forward_s(decode) == untimed.forward_s(decode)
+    assert timed.graphed().forward_s(step) == untimed.graphed().forward_s(step)
+
+
+def test_vllm_runs_the_gated_deltanet_prefill_kernel_its_release_picks(catalog, perf):
+    """vLLM on Blackwell: 0.19 runs FLA's Triton kernels (FlashInfer's only on SM90), aiconfigurator's 0.24 FlashInfer's;
+    a release between them, read in neither, keeps the layers untimed; Hopper runs FlashInfer's."""
+    step = Step(0, 0.0, 8192, causal_positions(8192), 1)
+    untimed = qwen35_timer(catalog, without_delta_prefill(perf), "b200", "vllm", "0.19.0").forward_s(step)
+    blackwell = perf.generation("blackwell").engines["vllm"]
+    assert blackwell.delta_prefill_kernel((0, 19, 0)).kernel == "triton"
+    assert blackwell.delta_prefill_kernel((0, 34, 0)).kernel == "flashinfer"
+    assert blackwell.delta_prefill_kernel((0, 21, 0)) is None
+    triton = qwen35_timer(catalog, perf, "b200", "vllm", "0.19.0").forward_s(step)
+    flashinfer = qwen35_timer(catalog, perf, "b200", "vllm", "0.24.0").forward_s(step)
+    assert triton > flashinfer > untimed
+    assert qwen35_timer(catalog, perf, "b200", "vllm", "0.21.0").forward_s(step) == pytest.approx(untimed, rel=1e-9)
+    assert perf.generation("hopper").engines["vllm"].delta_prefill_kernel((0, 34, 0)).kernel == "flashinfer"

@@ -159,6 +159,25 @@ class IndexerRates:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DeltaPrefillKernel:
+    """The chunked Gated DeltaNet kernels an engine's prefill runs, from `since` to `until` (inclusive; none: open), as
+    its release picks them on the generation (bench/gdn_constants.py): per layer, `chunk_us` for each 64-token chunk of
+    a prompt (the state pass steps through them in order) and the chunks' FLOPs per token and value head at
+    `compute_efficiency` of the 16-bit peak."""
+
+    kernel: str
+    chunk_us: float = bounded(ge=0)
+    compute_efficiency: float = bounded(gt=0, le=1)
+    since: str | None = None
+    until: str | None = None
+    source: str
+
+    def matches(self, release: tuple[int, ...]) -> bool:
+        return ((self.since is None or release >= release_key(self.since))
+                and (self.until is None or release <= release_key(self.until)))
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineKernels:
     """One engine's own kernel measurements on a generation, where its tables hold them: they take precedence over
     the generation's medians (a format or width not listed here takes the generation's)."""
@@ -170,6 +189,10 @@ class EngineKernels:
     attention: dict[int, EngineAttention] = field(default_factory=dict)
     sparse_prefill: tuple[SparsePrefillKernel, ...] = ()  # the first matching entry is the kernel the release runs
     indexer: IndexerRates | None = None
+    gated_delta_prefill: tuple[DeltaPrefillKernel, ...] = ()  # the first matching entry is the one the release runs
+
+    def delta_prefill_kernel(self, release: tuple[int, ...]) -> DeltaPrefillKernel | None:
+        return next((k for k in self.gated_delta_prefill if k.matches(release)), None)
 
     def sparse_prefill_kernel(self, kv_bits: int, release: tuple[int, ...]) -> SparsePrefillKernel | None:
         return next((k for k in self.sparse_prefill if k.matches(kv_bits, release)), None)
@@ -763,6 +786,8 @@ class _Stage:
     # with data-parallel attention, the GEMMs of the attention-TP group (each DP group's own tokens)
     attention_body: _Gemms = _Gemms()
     sparse: _SparseLayers | None = None  # its DeepSeek Sparse Attention layers
+    delta_layers: int = 0  # its Gated DeltaNet layers
+    delta_token_flops: float = 0.0  # and their chunked prefill kernels' FLOPs per prompt token on one rank
 
     @cached_property
     def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
@@ -783,6 +808,20 @@ class _SparseLayers(NamedTuple):
     latent_dim: int  # values of one latent slot
     indexed: int  # the layers that run their own indexer (GLM-5's shared layers reuse the previous one's top-k)
     logits_flops: float  # the indexer's FLOPs per (query, earlier key) pair, summed over those layers
+
+
+# FLA's chunk (CHUNK_SIZE in SGLang kernels/ops/attention/fla/chunk.py @ v0.5.23 and vLLM's layers/fla/ops)
+DELTA_CHUNK = 64
+
+
+def _delta_flops_per_token(attention: Attention, attention_tp: int) -> float:
+    """A Gated DeltaNet layer's chunked prefill FLOPs per prompt token on one rank, 2 C d_k + 4 C (d_k + d_v) +
+    6 d_k d_v per value head (C = DELTA_CHUNK): K K^T in a chunk, the W and U recomputation, the state pass's two
+    products, and the output's inter-chunk product and intra-chunk scores and sum (bench/SPEED_PROTOCOL.md, the Gated
+    DeltaNet prefill amendment)."""
+    k, v = attention.delta_key_dim, attention.delta_value_dim
+    per_head = 2 * DELTA_CHUNK * k + 4 * DELTA_CHUNK * (k + v) + 6 * k * v
+    return ceil(attention.delta_heads / attention_tp) * per_head
 
 
 def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
@@ -940,6 +979,7 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
                                _attention_flops_per_position(dsa[0], heads_per_rank), dsa[0].latent_dim,
                                sum(1 for a in dsa if a.indexer_heads),
                                sum(2 * a.indexer_heads * a.indexer_head_dim for a in dsa)) if dsa else None
+        delta = [layer.attention for layer in layers if layer.attention.delta_heads]
         if not arch.exact:
             stages.append(_size_only_stage(arch, precision, tp, len(layers), mla, attention, as_stored))
             continue
@@ -955,6 +995,7 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
             attention_body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep, dp, True) for layer in layers),
                                _Gemms()) if dp > 1 else _Gemms(),
             sparse=sparse,
+            delta_layers=len(delta), delta_token_flops=sum(_delta_flops_per_token(a, tp // dp) for a in delta),
         ))
     return tuple(stages)
 
@@ -1039,6 +1080,9 @@ class _Hardware:
     attention_tp: int = 1
     norm_allreduces: int = 0  # all-reduces of per-token sums a layer adds over the attention-TP ranks (0 at TP 1)
     sparse_prefill: _SparseRates | None = None  # the engine's DSA prefill kernels where its tables time them
+    # the engine's Gated DeltaNet prefill kernels where its tables time them: seconds a layer per chunk, FLOP/s
+    delta_chunk_s: float = 0.0
+    delta_flops_per_s: float = 0.0
 
     def attention_allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations over the attention-TP group (0 when it is one GPU)."""
@@ -1122,6 +1166,10 @@ class _StageCost(NamedTuple):
     sparse_pair_s: float = 0.0
     sparse_past_topk_s: float = 0.0
     sparse_position_flops: float = 0.0
+    # the Gated DeltaNet layers' chunked prefill kernels (0: untimed): seconds per chunk of a prompt, summed over the
+    # stage's layers (the state pass steps through them in order), and per prompt token
+    delta_chunk_s: float = 0.0
+    delta_token_s: float = 0.0
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
@@ -1157,7 +1205,9 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         stage.layers * hw.norm_allreduces,
         attention.low_bit_bytes / low.bytes_per_s, attention.low_bit_flops / low.flops_per_s,
         attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s, launches,
-        *_sparse_cost(stage.sparse, hw))
+        *_sparse_cost(stage.sparse, hw),
+        *((stage.delta_layers * hw.delta_chunk_s, stage.delta_token_flops / hw.delta_flops_per_s)
+          if hw.delta_flops_per_s and stage.delta_layers else (0.0, 0.0)))
 
 
 def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, float, float, float, float]:
@@ -1180,15 +1230,16 @@ def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, floa
 def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
              kv_bytes: int, latent_bytes: int, allreduce_s: float, group_tokens: float = 0.0,
              group_allreduce_s: float = 0.0, prefill: bool = False, norm_allreduce_s: float = 0.0,
-             sparse_s: float = 0.0) -> _Terms:
+             prefill_kernels_s: float = 0.0) -> _Terms:
     """`decode_flops` / `prefill_flops`: the stage's attention FLOPs over the positions the decoding sequences and
     the prompt tokens attend to; `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents;
     `allreduce_s`: one all-reduce of the pass's activations (the same on every stage); with data-parallel attention,
     `group_tokens` the busiest DP group's tokens through its attention GEMMs and `group_allreduce_s` one all-reduce
     of them over its attention-TP ranks (once a layer); `prefill`: the pass computes prompt tokens (an extend pass,
     which the engine may launch eagerly: then it takes at least the host's launch time); `norm_allreduce_s`: one
-    all-reduce of a layer's per-token sums (LayerAllReduceRule); `sparse_s`: the DSA layers' sparse prefill kernels
-    (_sparse_prefill), in place of their share of `prefill_flops`."""
+    all-reduce of a layer's per-token sums (LayerAllReduceRule); `prefill_kernels_s`: the DSA layers' sparse prefill
+    kernels (_sparse_prefill, in place of their share of `prefill_flops`) and the Gated DeltaNet layers' chunked ones
+    (_delta_prefill)."""
     # each GEMM group: the larger of its weight read and its compute at compute_eff(M) (rows + half_m, see header)
     low_c = cost.low_row_s * (tokens + cost.low_half_m) if cost.low_row_s else 0.0
     wide_c = cost.wide_row_s * (tokens + cost.wide_half_m)
@@ -1226,9 +1277,9 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
         else kv_bytes / cost.kv_bytes_per_s
     decode_c = decode_flops / cost.attention_flops_per_s
     prefill_c = prefill_flops / cost.attention_flops_per_s
-    attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c + sparse_s
+    attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c + prefill_kernels_s
     memory_s += kv_s
-    compute_s += decode_c + prefill_c + sparse_s
+    compute_s += decode_c + prefill_c + prefill_kernels_s
     allreduces_s = (cost.allreduces * allreduce_s + (cost.allreduces // ALLREDUCES_PER_LAYER) * group_allreduce_s
                     + cost.norm_allreduces * norm_allreduce_s)
     total_s = dense_s + moe_s + attention_s + cost.launch_s + cost.step_s + allreduces_s
@@ -1282,6 +1333,15 @@ def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) 
     for per_position, window in cost.attention_by_window:
         flops += per_position * attended(window)
     return flops
+
+
+def _delta_prefill(cost: _StageCost, tokens: float, prompts: float) -> float:
+    """Seconds of the stage's Gated DeltaNet layers' chunked kernels over a step's prompt tokens, `prompts` sequences'
+    chunks of `tokens` in all: the state pass steps through a prompt's 64-token chunks in order (the sequences and
+    heads side by side), and every token's FLOPs run in parallel (bench/SPEED_PROTOCOL.md, the Gated DeltaNet prefill
+    amendment)."""
+    per_prompt = tokens / prompts if prompts else tokens
+    return ceil(per_prompt / DELTA_CHUNK) * cost.delta_chunk_s + tokens * cost.delta_token_s
 
 
 def _sparse_prefill(cost: _StageCost, tokens: float, positions: float, prompts: float) -> float:
@@ -1409,10 +1469,13 @@ class ReplicaTimer:
         carry several tokens a request but replay graphs of their own (SGLang forward_batch_info.py is_cuda_graph:
         TARGET_VERIFY; speculative/eagle_draft_extend_cuda_graph_runner.py, 0.5.6), and whose DSA layers run the
         engine's decode kernels, not its sparse prefill ones (dsa_backend.py forward_extend @ v0.5.15: target_verify
-        and draft_extend_v2 take dsa_decode_impl)."""
-        if not (self.hw.eager_launch_s or self.hw.sparse_prefill):
+        and draft_extend_v2 take dsa_decode_impl), and whose Gated DeltaNet layers run the recurrent kernel over the
+        drafted tokens, not the chunked prefill (SGLang layers/attention/linear/gdn_backend.py forward_extend @ v0.5.10: a
+        target_verify pass takes the dispatcher's target_verify, not its chunked extend)."""
+        if not (self.hw.eager_launch_s or self.hw.sparse_prefill or self.hw.delta_flops_per_s):
             return self
-        return replace(self, hw=replace(self.hw, eager_launch_s=0.0, sparse_prefill=None))
+        return replace(self, hw=replace(self.hw, eager_launch_s=0.0, sparse_prefill=None, delta_chunk_s=0.0,
+                                        delta_flops_per_s=0.0))
 
     def step(self, shape: Step, microbatches: int | None = None) -> tuple[float, ForwardTime, float]:
         """(seconds, the slowest stage's forward term by term, pipeline bubble) for one engine step: one forward
@@ -1512,7 +1575,9 @@ class ReplicaTimer:
                 latent += per_token * (window if window < context else context)
             times.append(_forward(cost, tokens, logits, decode_flops, prefill_flops,
                                   round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s,
-                                  group_tokens, group_allreduce_s, prefill_tokens > 0, norm_s, sparse_s))
+                                  group_tokens, group_allreduce_s, prefill_tokens > 0, norm_s,
+                                  sparse_s + (_delta_prefill(cost, prefill_tokens, prompts)
+                                              if cost.delta_token_s and prefill_tokens else 0.0)))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
             return times[0][_TOTAL], times, 0, 0.0
         total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
@@ -1535,7 +1600,8 @@ class ReplicaTimer:
                 flops -= cost.sparse_position_flops * own * _causal_positions(prompt, cost.sparse_topk)
             times.append(_forward(cost, tokens, per_part, 0.0, flops,
                                   0, 0, allreduce_s, own * prompt, group_allreduce_s, True,
-                                  self.hw.norm_allreduce_s(own * prompt), sparse_s))
+                                  self.hw.norm_allreduce_s(own * prompt),
+                                  sparse_s + (_delta_prefill(cost, own * prompt, own) if cost.delta_token_s else 0.0)))
         return _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)[0]
 
 
@@ -1759,8 +1825,10 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     eager = engine_cost.eager_prefill(gpu, arch.model_type, bool(arch.multimodal), moe_kernel, layouts, release)
     fit, pair = link.fit(tp), link.fit(2)
     kernels = generation.engines.get(engine, EngineKernels())
-    sparse = kernels.sparse_prefill_kernel(kv_bits, release_key(release or default_release(engine))) \
-        if kernels.sparse_prefill and kernels.indexer else None
+    released = release_key(release or default_release(engine)) if kernels.sparse_prefill or kernels.gated_delta_prefill \
+        else ()  # read only where a kernel is picked by release
+    sparse = kernels.sparse_prefill_kernel(kv_bits, released) if kernels.sparse_prefill and kernels.indexer else None
+    delta = kernels.delta_prefill_kernel(released) if kernels.gated_delta_prefill else None
     return _Hardware(
         low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
         wide=rates(generation.gemm_rates(WIDE_FORMAT, engine), wide),
@@ -1785,6 +1853,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         attention_tp=attention_tp or tp,
         norm_allreduces=engine_cost.layer_allreduces(arch.model_type, release) if (attention_tp or tp) > 1 else 0,
         sparse_prefill=_sparse_rates(sparse, kernels.indexer, gpu, wide, kv_bits) if sparse and kernels.indexer else None,
+        delta_chunk_s=delta.chunk_us * US if delta else 0.0,
+        delta_flops_per_s=wide * delta.compute_efficiency if delta else 0.0,
     ), generation
 
 

@@ -164,7 +164,9 @@ def recurrent_attention(c: Config, kind: LayerKind) -> Attention:
     conv, recurrent = recurrent_state_parts(c, kind)
     if kind != "mamba":
         return Attention(kind, state_elements=conv + recurrent, conv_state_elements=conv, recurrence="gated_delta_net",
-                         config_ssm_dtype=config_state_dtype(c, "mamba_ssm_dtype"))
+                         config_ssm_dtype=config_state_dtype(c, "mamba_ssm_dtype"),
+                         delta_heads=c.int("linear_num_value_heads"), delta_key_dim=c.int("linear_key_head_dim"),
+                         delta_value_dim=c.int("linear_value_head_dim"))
     return Attention(kind, state_elements=conv + recurrent, conv_state_elements=conv, recurrence="mamba2",
                      config_ssm_dtype=config_state_dtype(c, "mamba_ssm_cache_dtype"),
                      state_groups=c.int("mamba_n_groups", default=1),

@@ -87,6 +87,10 @@ class Attention:
     # DeepSeek-V4 compressed attention: beside the window, one entry of compressed_dim values per compress_ratio tokens
     compress_ratio: int = 0
     compressed_dim: int = 0
+    # Gated DeltaNet: value heads and the key / value head dims its chunked prefill kernels run per head
+    delta_heads: int = 0
+    delta_key_dim: int = 0
+    delta_value_dim: int = 0
 
     @property
     def values_per_token(self) -> int:
