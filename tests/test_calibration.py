@@ -131,6 +131,39 @@ def test_factors_scale_their_terms_and_only_theirs():
     assert eager.eager_launch_us == 2 * performance.engine("sglang").eager_launch_us > 0
 
 
+def test_the_engines_own_prefill_kernels_scale_with_compute():
+    """bench/CALIBRATION_PROTOCOL.md, the correction on the engines' own prefill kernels: a compute factor of 2 doubles
+    the Gated DeltaNet layers' chunked prefill time (Qwen3.5-397B on 8 x H200, SGLang), and SGLang's DSA prefill
+    kernels' efficiencies and times move with it (its trtllm gather with memory)."""
+    from dataclasses import replace
+
+    catalog = api.load_catalog()
+    performance = load_performance_catalog()
+    card, arch = catalog.gpus.get("h200-sxm"), api.resolve_model(catalog, "qwen3.5-397b-a17b")
+    untimed = replace(performance, generations=tuple(
+        replace(g, engines={name: replace(own, gated_delta_prefill=()) for name, own in g.engines.items()})
+        for g in performance.generations))
+
+    def prefill(constants):
+        return replica_timer(arch, "fp8", "auto", card, 8, 1, catalog, "sglang", constants).prefill_s(1, 8192)
+
+    doubled = calibrated_catalog(performance, "hopper", "sglang", Factors(compute=2.0))
+    doubled_untimed = calibrated_catalog(untimed, "hopper", "sglang", Factors(compute=2.0))
+    assert prefill(doubled) - prefill(doubled_untimed) == pytest.approx(2 * (prefill(performance) - prefill(untimed)))
+    blackwell = calibrated_catalog(performance, "blackwell", "sglang", Factors(compute=2.0, memory=2.0))
+    own, scaled = (c.generation("blackwell").engines["sglang"] for c in (performance, blackwell))
+    assert [k.compute_efficiency and k.compute_efficiency / 2 for k in own.sparse_prefill] == \
+        [k.compute_efficiency for k in scaled.sparse_prefill]
+    assert [k.read_efficiency and k.read_efficiency / 2 for k in own.sparse_prefill] == \
+        [k.read_efficiency for k in scaled.sparse_prefill]
+    assert scaled.indexer.topk_us == 2 * own.indexer.topk_us
+    assert scaled.indexer.logits_compute_efficiency == own.indexer.logits_compute_efficiency / 2
+    # no factor may make one of them beat the datasheet: the compute floor is at least their highest efficiency
+    assert floors(performance, "hopper", "sglang")["compute"] >= max(
+        k.compute_efficiency for k in performance.generation("hopper").engines["sglang"].sparse_prefill
+        if k.compute_efficiency)
+
+
 def test_fit_recovers_known_factors_and_leaves_the_uninformed_at_one():
     # two runs, each a sum of a memory-bound and a fixed term in other proportions; truth: memory x 2^(8/16)
     terms = [(10.0, 1.0), (2.0, 6.0), (5.0, 5.0)]

@@ -2,9 +2,11 @@
 
 Each factor multiplies the time of a group of the speed model's terms (planner.estimator.performance, the
 constants of catalogs/performance.yaml) for one GPU generation x engine; 1.0 leaves the kernel tables' figure:
-  memory         every read: GEMM and fused-MoE weight reads, decode attention's KV and MLA latent reads
-                 (read efficiencies and the generation's read ceiling divided by it; llama.cpp's own efficiency too)
-  compute        every FLOP: GEMM and MoE compute efficiencies, prefill attention's (divided by it)
+  memory         every read: GEMM and fused-MoE weight reads, decode attention's KV and MLA latent reads, the DSA
+                 prefill's latent gather (read efficiencies and the generation's read ceiling divided by it;
+                 llama.cpp's own efficiency too)
+  compute        every FLOP: GEMM and MoE compute efficiencies, prefill attention's, the engines' own prefill kernels'
+                 (DSA, its indexer, Gated DeltaNet) (divided by it; their SM time per token or chunk multiplied)
   fixed          every fixed time: kernel launches, the small kernels' floor, the engine's per-step work and its host
                  time per kernel of an eager prefill, llama.cpp's cycles per layer (multiplied by it)
   communication  the all-reduce: its latencies multiplied, its bandwidths divided
@@ -17,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from planner.catalog.load import bounded
-from planner.estimator.performance import (AllReduceFit, AttentionRates, EngineAttention, EngineKernels,
-                                           GenerationEfficiency, KernelRates, MoeRates, PerformanceCatalog)
+from planner.estimator.performance import (AllReduceFit, AttentionRates, DeltaPrefillKernel, EngineAttention,
+                                           EngineKernels, GenerationEfficiency, IndexerRates, KernelRates, MoeRates,
+                                           PerformanceCatalog, SparsePrefillKernel)
 
 FACTORS = ("memory", "compute", "fixed", "communication")
 # The bounds of a fitted factor (the calibration issue: 0.25-4x): beyond 4x the kernel tables would be wrong by
@@ -55,14 +58,33 @@ def _attention(rates: AttentionRates | EngineAttention, f: Factors) -> Attention
                    latent_read_efficiency=None if latent is None else latent / f.memory)
 
 
+def _sparse(kernel: SparsePrefillKernel, f: Factors) -> SparsePrefillKernel:
+    computed, read = kernel.compute_efficiency, kernel.read_efficiency
+    return replace(kernel, compute_efficiency=None if computed is None else computed / f.compute,
+                   read_efficiency=None if read is None else read / f.memory)
+
+
+def _indexer(rates: IndexerRates | None, f: Factors) -> IndexerRates | None:
+    return None if rates is None else replace(rates, logits_compute_efficiency=rates.logits_compute_efficiency / f.compute,
+                                              topk_us=rates.topk_us * f.compute)
+
+
+def _delta(kernel: DeltaPrefillKernel, f: Factors) -> DeltaPrefillKernel:
+    return replace(kernel, chunk_us=kernel.chunk_us * f.compute, compute_efficiency=kernel.compute_efficiency / f.compute)
+
+
 def _kernels(own: EngineKernels, f: Factors) -> EngineKernels:
     """Every table of the engine's own scaled, its other fields kept (the release's fused-MoE kernel among them:
-    rebuilt from three tables alone, a calibrated catalog timed another kernel than the plain one)."""
+    rebuilt from three tables alone, a calibrated catalog timed another kernel than the plain one). Its prefill
+    kernels count as compute in the speed model (bench/CALIBRATION_PROTOCOL.md, the correction on them), the DSA
+    gather's read as memory."""
     return replace(own, gemm={k: _kernel(r, f) for k, r in own.gemm.items()},
                    moe={k: _kernel(r, f) for k, r in own.moe.items()},  # type: ignore[misc]
                    moe_kernels={kernel: {k: _kernel(r, f) for k, r in rates.items()}  # type: ignore[misc]
                                 for kernel, rates in own.moe_kernels.items()},
-                   attention={k: _attention(r, f) for k, r in own.attention.items()})  # type: ignore[misc]
+                   attention={k: _attention(r, f) for k, r in own.attention.items()},  # type: ignore[misc]
+                   sparse_prefill=tuple(_sparse(k, f) for k in own.sparse_prefill), indexer=_indexer(own.indexer, f),
+                   gated_delta_prefill=tuple(_delta(k, f) for k in own.gated_delta_prefill))
 
 
 def _generation(g: GenerationEfficiency, engine: str, f: Factors) -> GenerationEfficiency:
@@ -91,12 +113,16 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
     cost = performance.engine(engine)
     own = entry.engines.get(cost.name, EngineKernels())
     reads = [entry.read_ceiling, *entry.read_efficiencies.values(), *(r.read_efficiency for kernels in
-                                                                       own.moe_kernels.values() for r in kernels.values())]
+                                                                       own.moe_kernels.values() for r in kernels.values()),
+             *(k.read_efficiency for k in own.sparse_prefill if k.read_efficiency is not None)]
     if cost.memory_efficiency is not None:
         reads.append(cost.memory_efficiency)
     kernels = [*entry.gemm.values(), *entry.moe.values(), *own.gemm.values(), *own.moe.values(),
                *(r for rates in own.moe_kernels.values() for r in rates.values())]
-    computes = [entry.attention_compute_efficiency, *(r.compute_efficiency for r in kernels)]
+    computes = [entry.attention_compute_efficiency, *(r.compute_efficiency for r in kernels),
+                *(k.compute_efficiency for k in own.sparse_prefill if k.compute_efficiency is not None),
+                *((own.indexer.logits_compute_efficiency,) if own.indexer else ()),
+                *(k.compute_efficiency for k in own.gated_delta_prefill)]
     return {"memory": max(LOWEST, *reads), "compute": max(LOWEST, *computes), "fixed": LOWEST,
             "communication": LOWEST}
 
