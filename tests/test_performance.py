@@ -1043,3 +1043,17 @@ def test_vllm_runs_the_gated_deltanet_prefill_kernel_its_release_picks(catalog, 
     assert triton > flashinfer > untimed
     assert qwen35_timer(catalog, perf, "b200", "vllm", "0.21.0").forward_s(step) == pytest.approx(untimed, rel=1e-9)
     assert perf.generation("hopper").engines["vllm"].delta_prefill_kernel((0, 34, 0)).kernel == "flashinfer"
+
+
+def test_a_decode_step_reads_and_writes_back_each_recurrent_state(catalog, perf):
+    """SPEED_PROTOCOL, the correction on recurrent decode: the fused recurrent kernels store the updated state in place,
+    so 32 decoding sequences of Qwen3.5-397B at 4,096 tokens move their GDN states twice (read, written back) beside
+    their full-attention layers' KV, all at the cache's read rate."""
+    timer = qwen35_timer(catalog, perf)
+    cost = timer._costs[0]
+    assert cost.kv_state > 0
+    decode = Step(32, 4096.0, 0, 0.0, 0)
+    _, terms, _ = timer.forward(decode)
+    read = 32 * (cost.kv_growing * 4096 + cost.kv_state)
+    assert terms.kv_bytes == read  # what the step reads, as before
+    assert terms.attention_s == pytest.approx((read + 32 * cost.kv_state) / cost.kv_bytes_per_s)

@@ -1122,7 +1122,7 @@ class _StageCost(NamedTuple):
     attention_by_window: tuple[tuple[float, int | None], ...]
     kv_growing: int  # cache bytes per token of the layers whose KV grows with the context, on one rank
     kv_sliding: tuple[tuple[int, int], ...]  # (bytes per token, window) of the sliding-window layers
-    kv_state: int  # the constant state of recurrent layers
+    kv_state: int  # the constant state of recurrent layers, read and written back by every decode step
     kv_latent: tuple[tuple[int, int], ...]  # (bytes per token, tokens read at most) of the MLA latents
     # dense GEMMs by format, and the lm_head: (read seconds per pass, compute seconds per row, rows at half rate)
     low_read_s: float
@@ -1230,9 +1230,10 @@ def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, floa
 def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float, prefill_flops: float,
              kv_bytes: int, latent_bytes: int, allreduce_s: float, group_tokens: float = 0.0,
              group_allreduce_s: float = 0.0, prefill: bool = False, norm_allreduce_s: float = 0.0,
-             prefill_kernels_s: float = 0.0) -> _Terms:
+             prefill_kernels_s: float = 0.0, state_written: int = 0) -> _Terms:
     """`decode_flops` / `prefill_flops`: the stage's attention FLOPs over the positions the decoding sequences and
     the prompt tokens attend to; `kv_bytes`: the cache the pass reads, of which `latent_bytes` MLA latents;
+    `state_written`: the recurrent states the decoding sequences write back, at the cache's read rate;
     `allreduce_s`: one all-reduce of the pass's activations (the same on every stage); with data-parallel attention,
     `group_tokens` the busiest DP group's tokens through its attention GEMMs and `group_allreduce_s` one all-reduce
     of them over its attention-TP ranks (once a layer); `prefill`: the pass computes prompt tokens (an extend pass,
@@ -1275,6 +1276,8 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
         weight_bytes += round(touched * cost.expert_bytes)
     kv_s = (kv_bytes - latent_bytes) / cost.kv_bytes_per_s + latent_bytes / cost.latent_bytes_per_s if latent_bytes \
         else kv_bytes / cost.kv_bytes_per_s
+    if state_written:
+        kv_s += state_written / cost.kv_bytes_per_s
     decode_c = decode_flops / cost.attention_flops_per_s
     prefill_c = prefill_flops / cost.attention_flops_per_s
     attention_s = (kv_s if kv_s >= decode_c else decode_c) + prefill_c + prefill_kernels_s
@@ -1577,7 +1580,8 @@ class ReplicaTimer:
                                   round(decode * (held + cost.kv_state)), round(decode * latent), allreduce_s,
                                   group_tokens, group_allreduce_s, prefill_tokens > 0, norm_s,
                                   sparse_s + (_delta_prefill(cost, prefill_tokens, prompts)
-                                              if cost.delta_token_s and prefill_tokens else 0.0)))
+                                              if cost.delta_token_s and prefill_tokens else 0.0),
+                                  round(decode * cost.kv_state)))
         if parts == 1 and len(times) == 1:  # one stage, one microbatch (the solver's hot path): no wait
             return times[0][_TOTAL], times, 0, 0.0
         total, slowest, bubble = _pipeline([t[_TOTAL] for t in times], self.hw, parts, tokens)
