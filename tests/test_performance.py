@@ -1030,8 +1030,8 @@ def test_a_gated_deltanet_prefill_runs_its_chunked_kernels(catalog, perf):
 
 
 def test_vllm_runs_the_gated_deltanet_prefill_kernel_its_release_picks(catalog, perf):
-    """vLLM on Blackwell: 0.19 runs FLA's Triton kernels (FlashInfer's only on SM90), aiconfigurator's 0.24 FlashInfer's;
-    a release between them, read in neither, keeps the layers untimed; Hopper runs FlashInfer's."""
+    """vLLM on Blackwell: 0.19 runs FLA's Triton kernels (FlashInfer's only on SM90), aiconfigurator's 0.24
+    FlashInfer's; a release between them, read in neither, keeps the layers untimed; Hopper runs FlashInfer's."""
     step = Step(0, 0.0, 8192, causal_positions(8192), 1)
     untimed = qwen35_timer(catalog, without_delta_prefill(perf), "b200", "vllm", "0.19.0").forward_s(step)
     blackwell = perf.generation("blackwell").engines["vllm"]

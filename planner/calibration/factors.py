@@ -65,12 +65,15 @@ def _sparse(kernel: SparsePrefillKernel, f: Factors) -> SparsePrefillKernel:
 
 
 def _indexer(rates: IndexerRates | None, f: Factors) -> IndexerRates | None:
-    return None if rates is None else replace(rates, logits_compute_efficiency=rates.logits_compute_efficiency / f.compute,
-                                              topk_us=rates.topk_us * f.compute)
+    if rates is None:
+        return None
+    return replace(rates, logits_compute_efficiency=rates.logits_compute_efficiency / f.compute,
+                   topk_us=rates.topk_us * f.compute)
 
 
 def _delta(kernel: DeltaPrefillKernel, f: Factors) -> DeltaPrefillKernel:
-    return replace(kernel, chunk_us=kernel.chunk_us * f.compute, compute_efficiency=kernel.compute_efficiency / f.compute)
+    return replace(kernel, chunk_us=kernel.chunk_us * f.compute,
+                   compute_efficiency=kernel.compute_efficiency / f.compute)
 
 
 def _kernels(own: EngineKernels, f: Factors) -> EngineKernels:
@@ -112,8 +115,8 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
     entry = performance.generation(generation)
     cost = performance.engine(engine)
     own = entry.engines.get(cost.name, EngineKernels())
-    reads = [entry.read_ceiling, *entry.read_efficiencies.values(), *(r.read_efficiency for kernels in
-                                                                       own.moe_kernels.values() for r in kernels.values()),
+    reads = [entry.read_ceiling, *entry.read_efficiencies.values(),
+             *(r.read_efficiency for kernels in own.moe_kernels.values() for r in kernels.values()),
              *(k.read_efficiency for k in own.sparse_prefill if k.read_efficiency is not None)]
     if cost.memory_efficiency is not None:
         reads.append(cost.memory_efficiency)

@@ -1473,8 +1473,8 @@ class ReplicaTimer:
         TARGET_VERIFY; speculative/eagle_draft_extend_cuda_graph_runner.py, 0.5.6), and whose DSA layers run the
         engine's decode kernels, not its sparse prefill ones (dsa_backend.py forward_extend @ v0.5.15: target_verify
         and draft_extend_v2 take dsa_decode_impl), and whose Gated DeltaNet layers run the recurrent kernel over the
-        drafted tokens, not the chunked prefill (SGLang layers/attention/linear/gdn_backend.py forward_extend @ v0.5.10: a
-        target_verify pass takes the dispatcher's target_verify, not its chunked extend)."""
+        drafted tokens, not the chunked prefill (SGLang layers/attention/linear/gdn_backend.py forward_extend @
+        v0.5.10: a target_verify pass takes the dispatcher's target_verify, not its chunked extend)."""
         if not (self.hw.eager_launch_s or self.hw.sparse_prefill or self.hw.delta_flops_per_s):
             return self
         return replace(self, hw=replace(self.hw, eager_launch_s=0.0, sparse_prefill=None, delta_chunk_s=0.0,
@@ -1829,8 +1829,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     eager = engine_cost.eager_prefill(gpu, arch.model_type, bool(arch.multimodal), moe_kernel, layouts, release)
     fit, pair = link.fit(tp), link.fit(2)
     kernels = generation.engines.get(engine, EngineKernels())
-    released = release_key(release or default_release(engine)) if kernels.sparse_prefill or kernels.gated_delta_prefill \
-        else ()  # read only where a kernel is picked by release
+    picked_by_release = kernels.sparse_prefill or kernels.gated_delta_prefill
+    released = release_key(release or default_release(engine)) if picked_by_release else ()
     sparse = kernels.sparse_prefill_kernel(kv_bits, released) if kernels.sparse_prefill and kernels.indexer else None
     delta = kernels.delta_prefill_kernel(released) if kernels.gated_delta_prefill else None
     return _Hardware(
