@@ -119,6 +119,11 @@ class AttentionRates:
     latent_read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, MLA's latent cache
 
 
+def _released_between(release: tuple[int, ...], since: str | None, until: str | None) -> bool:
+    """`release` from `since` to `until`, both inclusive (None: open)."""
+    return (since is None or release >= release_key(since)) and (until is None or release <= release_key(until))
+
+
 @dataclass(frozen=True, kw_only=True)
 class SparsePrefillKernel:
     """The kernel an engine's prefill runs for a DeepSeek Sparse Attention layer whose prompt's KV exceeds index_topk,
@@ -143,8 +148,7 @@ class SparsePrefillKernel:
         return flashmla == (self.compute_efficiency is not None) and flashmla != (self.read_efficiency is not None)
 
     def matches(self, kv_bits: int, release: tuple[int, ...]) -> bool:
-        return (self.kv_bits == kv_bits and (self.since is None or release >= release_key(self.since))
-                and (self.until is None or release <= release_key(self.until)))
+        return self.kv_bits == kv_bits and _released_between(release, self.since, self.until)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,8 +177,7 @@ class DeltaPrefillKernel:
     source: str
 
     def matches(self, release: tuple[int, ...]) -> bool:
-        return ((self.since is None or release >= release_key(self.since))
-                and (self.until is None or release <= release_key(self.until)))
+        return _released_between(release, self.since, self.until)
 
 
 @dataclass(frozen=True, kw_only=True)
