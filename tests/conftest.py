@@ -1,5 +1,6 @@
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,3 +17,10 @@ CONFIGS = DATA / "configs"
 @pytest.fixture(scope="session")
 def catalog():
     return load_catalog()
+
+
+def without_delta_prefill(perf):
+    """The catalog with no engine's Gated DeltaNet prefill kernels: those layers timed by their projections alone."""
+    return replace(perf, generations=tuple(
+        replace(g, engines={name: replace(own, gated_delta_prefill=()) for name, own in g.engines.items()})
+        for g in perf.generations))

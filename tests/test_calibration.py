@@ -135,14 +135,12 @@ def test_the_engines_own_prefill_kernels_scale_with_compute():
     """bench/CALIBRATION_PROTOCOL.md, the correction on the engines' own prefill kernels: a compute factor of 2 doubles
     the Gated DeltaNet layers' chunked prefill time (Qwen3.5-397B on 8 x H200, SGLang), and SGLang's DSA prefill
     kernels' efficiencies and times move with it (its trtllm gather with memory)."""
-    from dataclasses import replace
+    from conftest import without_delta_prefill
 
     catalog = api.load_catalog()
     performance = load_performance_catalog()
     card, arch = catalog.gpus.get("h200-sxm"), api.resolve_model(catalog, "qwen3.5-397b-a17b")
-    untimed = replace(performance, generations=tuple(
-        replace(g, engines={name: replace(own, gated_delta_prefill=()) for name, own in g.engines.items()})
-        for g in performance.generations))
+    untimed = without_delta_prefill(performance)
 
     def prefill(constants):
         return replica_timer(arch, "fp8", "auto", card, 8, 1, catalog, "sglang", constants).prefill_s(1, 8192)

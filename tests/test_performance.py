@@ -22,7 +22,7 @@ from planner.estimator.performance import (
 )
 from planner.units import GB
 
-from conftest import DATA
+from conftest import DATA, without_delta_prefill
 
 CHAT = Workload(prompt_tokens=512, output_tokens=256)
 # every sample row within 50%: nothing is fitted to any row (bench/SPEED_PROTOCOL.md)
@@ -988,13 +988,6 @@ def test_sglang_graphs_kimi_k25s_prefill_on_blackwell_where_it_runs_kimi_k2s_eag
                for name in ("kimi-k2", "kimi-k2.5"))
     assert k2.hw.eager_launch_s > 0
     assert k25.hw.eager_launch_s == 0
-
-
-def without_delta_prefill(perf):
-    """The catalog with no engine's Gated DeltaNet prefill kernels: those layers timed by their projections alone."""
-    return replace(perf, generations=tuple(
-        replace(g, engines={name: replace(own, gated_delta_prefill=()) for name, own in g.engines.items()})
-        for g in perf.generations))
 
 
 def qwen35_timer(catalog, perf, gpu="h200-sxm", engine="sglang", release=None):
