@@ -610,8 +610,9 @@ def test_an_eager_pass_counts_each_layers_kernels_from_its_parts(catalog, perf):
     attention = 4 + 5 + 4 + 4 + 2
     assert eager("deepseek-v3") == dense * (attention + 5) + (deepseek.num_layers - dense) * (
         attention + 1 + 2 + 1 + 5) + 1
-    assert not any(rule.matches("deepseek_v3", 384, "nvidia", "triton") for rule in sglang.fused_shared_experts)
-    assert any(rule.matches("deepseek_v3", 256, "nvidia", "triton") for rule in sglang.fused_shared_experts)
+    rules = perf.engine("sglang").fused_shared_experts
+    assert not any(rule.matches("deepseek_v3", 384, "nvidia", "triton", (0, 5, 6)) for rule in rules)
+    assert any(rule.matches("deepseek_v3", 256, "nvidia", "triton", (0, 5, 6)) for rule in rules)
     # a runner launching from C++ (FlashInfer's TensorRT-LLM MoE, picked for Qwen3-MoE bf16 from 0.5.8) is one call
     assert eager("qwen3-235b-a22b", release="0.5.8") == eager("qwen3-235b-a22b") - qwen.num_layers * (6 - 1)
     # block FP8 adds one quantization per quantized GEMM and two in the Triton fused MoE: MiniMax-M2.5 at 0.5.8
@@ -621,6 +622,72 @@ def test_an_eager_pass_counts_each_layers_kernels_from_its_parts(catalog, perf):
     minimax = arch(catalog, "minimax-m2.5")
     assert eager("minimax-m2.5", release="0.5.8") + minimax.num_layers == minimax.num_layers * (
         4 + 2 + 4 + 2 + 2 + 1 + 2 + 8 + 3) + 1
+
+
+def test_a_fused_shared_expert_runs_inside_the_moe_kernel_in_every_pass(catalog, perf):
+    """SGLang's fused shared expert (DeepSeek-V3 on H200, the Triton MoE, EP 1) is one more expert of every token in a
+    graphed decode step too: its gate-up and down GEMMs leave the dense terms (two launches and their graph gaps a MoE
+    layer), and at one token the step still reads the same bytes (8 routed experts + the shared one, as wide and as
+    FP8 as a routed one); under EP 8 (no fusion) the shared expert stays dense."""
+    model = arch(catalog, "deepseek-v3")
+    gpu, hopper = catalog.gpus.get("h200-sxm"), perf.generation("hopper")
+    fused = replica_timer(model, "fp8-block", "auto", gpu, 8, 1, catalog, "sglang", release="0.5.7")
+    moe = sum(1 for layer in model.layers if layer.is_moe)
+    stage = fused.stages[0]
+    assert stage.experts.shared == 1 and stage.experts.layers == moe == 58
+    unfused_stage = replace(stage, body=stage.body + _shared_gemms(model, catalog), experts=replace(stage.experts,
+                                                                                                   shared=0))
+    unfused = replace(fused, stages=(unfused_stage,))
+    assert unfused.stages[0].body.low_bit_kernels - stage.body.low_bit_kernels == 2 * moe
+    one = Step(1, 1000.0)
+    _, with_fusion, _ = fused.step(one)
+    _, without, _ = unfused.step(one)
+    gemm = hopper.engines["sglang"].gemm["fp8-block"]
+    assert without.kernel_launch_s - with_fusion.kernel_launch_s == pytest.approx(
+        2 * moe * (gemm.launch_us + hopper.graph_gap_us) * 1e-6)
+    assert with_fusion.weight_bytes == without.weight_bytes
+    spread = replica_timer(model, "fp8-block", "auto", gpu, 8, 1, catalog, "sglang", release="0.5.7", ep=8)
+    assert spread.stages[0].experts.shared == 0
+
+
+def _shared_gemms(model, catalog):
+    """The dense GEMM terms of DeepSeek-V3's shared experts at TP 8, every MoE layer (as planner places them)."""
+    from planner.estimator.layout import model_kv_heads
+    from planner.estimator.performance import _fused_shared_tensors, _gemms
+    from planner.model.precision import resolve_precision
+    precision = resolve_precision(catalog, model, "fp8-block")
+    total = None
+    for layer in model.layers:
+        shared = _fused_shared_tensors(layer)
+        if shared:
+            gemms = _gemms(shared, precision, 8, model_kv_heads(model))
+            total = gemms if total is None else total + gemms
+    return total
+
+
+def test_sglang_fuses_qwen35s_shared_expert_on_rocm_from_0_5_11(catalog, perf):
+    """Qwen3.5-397B FP8 on MI355X at TP 4: SGLang 0.5.11+ with AITER fuses the shared expert (qwen2_moe.py
+    can_fuse_shared_expert), 0.5.10 does not; CUDA does not (no model asks it to), nor EP 2 (not modelled). An
+    eager pass's gate keeps its sigmoid and adds the top-k append (2 kernels, not 3), and drops the shared expert's
+    gate-up, down and activation."""
+    model = arch(catalog, "qwen3.5-397b-a17b")
+
+    def shared(gpu, release, ep=1):
+        return replica_timer(model, "fp8", "auto", catalog.gpus.get(gpu), 4, 1, catalog, "sglang", release=release,
+                             ep=ep).stages[0].experts.shared
+
+    assert shared("mi355x", "0.5.11") == shared("mi355x", "0.5.12") == 1
+    assert shared("mi355x", "0.5.10") == shared("h200-sxm", "0.5.12") == shared("mi355x", "0.5.12", ep=2) == 0
+    from planner.estimator.performance import _eager_launches
+    from planner.model.precision import resolve_precision
+    counts = perf.engine("sglang").eager_kernels
+    precision = resolve_precision(catalog, model, "fp8")
+    moe = sum(1 for layer in model.layers if layer.is_moe)
+    apart = _eager_launches(model, precision, 4, 1, 1, counts, None, False)[0]
+    together = _eager_launches(model, precision, 4, 1, 1, counts, None, True)[0]
+    assert (counts.shared_expert_gate, counts.fused_shared_expert_gate) == (3, 2)
+    quantized = 2 * counts.block_fp8_quant * (precision.scales is not None and precision.scales.granularity == "block")
+    assert apart - together == moe * (2 + quantized + counts.activation + 1)
 
 
 def test_perf_names_an_eager_passs_launches_and_their_host_cost(catalog, perf):

@@ -350,19 +350,23 @@ class EagerPrefillRule:
 
 @dataclass(frozen=True, kw_only=True)
 class SharedExpertFusion:
-    """Where an engine runs a model's shared expert as one more routed expert, so that it launches no kernel of its
-    own: these model types, with this many routed experts (None: any), on these GPU vendors (empty: any), unless the
-    fused-MoE kernel picked is one of `except_moe_kernels`; at expert-parallel size 1."""
+    """Where an engine runs a model's shared expert as one more expert of every token inside its fused MoE kernel, in
+    every pass (bench/SPEED_PROTOCOL.md, the fused-shared-expert amendment): these model types, with this many routed
+    experts (None: any), on these GPU vendors (empty: any), unless the fused-MoE kernel picked is one of
+    `except_moe_kernels`, from release `since` (None: every release); at expert-parallel size 1."""
 
     model_types: tuple[str, ...]
     routed_experts: int | None = None
     vendors: tuple[str, ...] = ()
     except_moe_kernels: tuple[str, ...] = ()
+    since: str | None = None
     source: str
 
-    def matches(self, model_type: str, experts: int, vendor: str, moe_kernel: str | None) -> bool:
+    def matches(self, model_type: str, experts: int, vendor: str, moe_kernel: str | None,
+                release: tuple[int, ...]) -> bool:
         return (model_type in self.model_types and self.routed_experts in (None, experts)
-                and (not self.vendors or vendor in self.vendors) and moe_kernel not in self.except_moe_kernels)
+                and (not self.vendors or vendor in self.vendors) and moe_kernel not in self.except_moe_kernels
+                and (self.since is None or release >= release_key(self.since)))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)  # compared and hashed by identity: its dicts have no hash
@@ -378,6 +382,8 @@ class EagerKernels:
     block_fp8_quant: int = bounded(ge=0)  # per block-scaled FP8 GEMM: its activations' quantization
     activation: int = bounded(ge=0)  # per dense MLP or shared expert the engine runs on its own
     shared_expert_gate: int = bounded(ge=0)  # a sigmoid-gated shared expert's sigmoid, product and sum
+    # the same gate where the shared expert is fused: its sigmoid and the kernel appending it to the top-k
+    fused_shared_expert_gate: int = bounded(ge=0)
     # per routing kind: softmax, sigmoid, and grouped routing through the fused gate (every group at most
     # fused_gate_max_group experts) or else the compiled grouped path
     routing: dict[Literal["softmax", "sigmoid", "fused_gate", "compiled_grouped"], int]
@@ -387,8 +393,6 @@ class EagerKernels:
     fused_moe: dict[str, int]
     fused_moe_block_fp8: int = bounded(ge=0)
     expert_remap: int = bounded(ge=0)  # expert parallelism: the routed ids mapped to the rank's local experts
-    # where the engine runs a shared expert as one more routed expert (at expert-parallel size 1)
-    fused_shared_experts: tuple[SharedExpertFusion, ...] = ()
     source: str
 
     def routing_kernels(self, routing: str, experts: int, groups: int) -> int:
@@ -478,6 +482,8 @@ class EngineCost:
     layer_allreduce_rules: tuple[LayerAllReduceRule, ...] = ()
     # the kernels an eager pass launches counted from each layer's parts (None: section 1's flat counts)
     eager_kernels: EagerKernels | None = None
+    # where the engine runs a model's shared expert inside its fused MoE kernel, in every pass
+    fused_shared_experts: tuple[SharedExpertFusion, ...] = ()
     source: str
 
     def moe_kernel(self, gpu: str, model_type: str, precision: str, release: str | None) -> str | None:
@@ -486,6 +492,16 @@ class EngineCost:
             return None
         key = release_key(release or default_release(self.name))
         return next((r.kernel for r in self.moe_kernel_rules if r.matches(gpu, model_type, precision, key)), None)
+
+    def fuses_shared_expert(self, arch: Architecture, vendor: str, moe_kernel: str | None, release: str | None,
+                            ep: int) -> bool:
+        """Whether this layout's shared expert runs inside the fused MoE kernel at `release` (None: the default)."""
+        moe = arch.moe
+        if moe is None or not moe.shared_intermediate_size or ep != 1 or not self.fused_shared_experts:
+            return False
+        key = release_key(release or default_release(self.name))
+        return any(rule.matches(arch.model_type, moe.num_experts, vendor, moe_kernel, key)
+                   for rule in self.fused_shared_experts)
 
     def step_host_us(self, release: str | None, pipeline: bool, model_type: str, prefix_cache: bool = True) -> float:
         """The host work a decode step of `model_type` waits for at `release` (None: the default), with the engine's
@@ -775,6 +791,7 @@ class _Experts:
     flops: float = 0.0
     columns: int = 0  # output columns of one expert's GEMMs (the sum of their output dimensions on the rank)
     low_bit: bool = False  # stored below 16 bits
+    shared: int = 0  # shared experts run inside the fused MoE kernel: every token routes to them, in every MoE layer
 
 
 @dataclass(frozen=True)
@@ -901,18 +918,26 @@ def _block_fp8(bits: float, scales) -> bool:
     return bits == 8 and scales is not None and scales.granularity == "block"
 
 
+def _fused_shared_tensors(layer: Layer) -> tuple[Tensor, ...]:
+    """The shared expert's MLP GEMMs of a MoE layer, which a fused shared expert runs inside the fused MoE kernel (its
+    sigmoid gate, a router GEMM, stays: SGLang qwen2_moe.py _get_shared_expert_weights @ v0.5.12)."""
+    if not layer.is_moe:
+        return ()
+    return tuple(t for t in layer.tensors if t.role == "linear" and (".shared_expert." in t.name
+                                                                     or ".shared_experts." in t.name))
+
+
 @lru_cache(maxsize=1024)
 def _eager_launches(arch: Architecture, precision: Precision, tp: int, pp: int, ep: int, counts: EagerKernels,
-                    moe_kernel: str | None, vendor: str) -> tuple[int, ...]:
+                    moe_kernel: str | None, fused_shared: bool) -> tuple[int, ...]:
     """Per pipeline stage, the kernels an eager pass launches on one rank, each layer counted from its parts by the
     engine's `counts` (EagerKernels), the lm_head on the last stage; the all-reduces are added where the stage is
-    costed."""
+    costed. `fused_shared`: the shared expert runs inside the fused MoE kernel (EngineCost.fuses_shared_expert)."""
     kv_heads = model_kv_heads(arch)
     quantizes = _block_fp8(precision.bits, precision.scales)
     experts_format = precision.experts or precision
     moe = arch.moe
-    fused_shared = moe is not None and ep == 1 and any(
-        rule.matches(arch.model_type, moe.num_experts, vendor, moe_kernel) for rule in counts.fused_shared_experts)
+    gate_kernels = counts.fused_shared_expert_gate if fused_shared else counts.shared_expert_gate
     if moe is None:
         moe_launches = 0
     elif moe_kernel in counts.fused_moe:
@@ -925,12 +950,12 @@ def _eager_launches(arch: Architecture, precision: Precision, tp: int, pp: int, 
                          + counts.expert_remap * (ep > 1))
 
     def layer_launches(layer: Layer) -> int:
-        shared = [t for t in layer.tensors if ".shared_expert" in t.name and t.role == "linear"]
+        shared = _fused_shared_tensors(layer) if fused_shared else ()
         gemms = _gemms(layer.tensors, precision, tp, kv_heads, ep)
         gemm_kernels = gemms.low_bit_kernels + gemms.wide_kernels
         quantized = gemms.low_bit_kernels
-        if fused_shared and shared:
-            own = _gemms(tuple(shared), precision, tp, kv_heads, ep)
+        if shared:
+            own = _gemms(shared, precision, tp, kv_heads, ep)
             gemm_kernels -= own.low_bit_kernels + own.wide_kernels
             quantized -= own.low_bit_kernels
         names = [t.name for t in layer.tensors]
@@ -942,12 +967,12 @@ def _eager_launches(arch: Architecture, precision: Precision, tp: int, pp: int, 
                                                     "k_layernorm.weight"))]
         mlps = sum(1 for t in layer.tensors if t.role == "linear" and t.name.endswith(("down_proj.weight",
                                                                                        "feed_forward.w2.weight"))
-                   and not (fused_shared and t in shared))
+                   and t not in shared)
         attention = layer.attention
         kind = attention.recurrence if attention.kind in ("linear", "mamba") else attention.kind
         return (counts.norm * len(norms) + counts.qk_norm_copy * len(qk_norms) + counts.attention.get(kind or "", 1)
                 + gemm_kernels + counts.block_fp8_quant * quantized * quantizes + counts.activation * mlps
-                + counts.shared_expert_gate * any(n.endswith("shared_expert_gate.weight") for n in names)
+                + gate_kernels * any(n.endswith("shared_expert_gate.weight") for n in names)
                 + moe_launches * layer.is_moe)
 
     head = _gemms(arch.head + tied_lm_head(arch), precision, tp, kv_heads)
@@ -966,8 +991,10 @@ def _summed_experts(parts: list[_Experts]) -> _Experts:
 
 
 @lru_cache(maxsize=1024)
-def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool, ep: int = 1, dp: int = 1
-            ) -> tuple[_Stage, ...]:
+def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_stored: bool, ep: int = 1, dp: int = 1,
+            fused_shared: bool = False) -> tuple[_Stage, ...]:
+    """`fused_shared`: the shared expert runs inside the fused MoE kernel as one more expert of every token (as wide as
+    a routed one: the fusion rules' models), not as dense GEMMs of its own."""
     heads_per_rank = ceil(arch.num_attention_heads / (tp // dp))
     kv_heads = model_kv_heads(arch)
     k = arch.moe.experts_per_token if arch.moe else 0
@@ -989,13 +1016,18 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
         head: tuple[Tensor, ...] = ()
         if index == pp - 1:
             head = arch.head + tied_lm_head(arch)
+        dense = [tuple(t for t in layer.tensors if t not in fused) if fused else layer.tensors
+                 for layer in layers for fused in (_fused_shared_tensors(layer) if fused_shared else (),)]
+        experts = _summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k, ep) for layer in layers])
+        if fused_shared and experts.count:
+            experts = replace(experts, shared=arch.moe.shared_intermediate_size // arch.moe.expert_intermediate_size)
         stages.append(_Stage(
             layers=len(layers), mla_layers=mla,
-            body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep, dp) for layer in layers), _Gemms()),
+            body=sum((_gemms(tensors, precision, tp, kv_heads, ep, dp) for tensors in dense), _Gemms()),
             head=_gemms(head, precision, tp, kv_heads),
-            experts=_summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k, ep) for layer in layers]),
+            experts=experts,
             attention=attention,
-            attention_body=sum((_gemms(layer.tensors, precision, tp, kv_heads, ep, dp, True) for layer in layers),
+            attention_body=sum((_gemms(tensors, precision, tp, kv_heads, ep, dp, True) for tensors in dense),
                                _Gemms()) if dp > 1 else _Gemms(),
             sparse=sparse,
             delta_layers=len(delta), delta_token_flops=sum(_delta_flops_per_token(a, tp // dp) for a in delta),
@@ -1173,6 +1205,7 @@ class _StageCost(NamedTuple):
     # stage's layers (the state pass steps through them in order), and per prompt token
     delta_chunk_s: float = 0.0
     delta_token_s: float = 0.0
+    shared_experts: int = 0  # run inside the fused MoE kernel: touched by every step, a row for every token
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
@@ -1210,7 +1243,8 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         attention.wide_bytes / wide.bytes_per_s, attention.wide_flops / wide.flops_per_s, launches,
         *_sparse_cost(stage.sparse, hw),
         *((stage.delta_layers * hw.delta_chunk_s, stage.delta_token_flops / hw.delta_flops_per_s)
-          if hw.delta_flops_per_s and stage.delta_layers else (0.0, 0.0)))
+          if hw.delta_flops_per_s and stage.delta_layers else (0.0, 0.0)),
+        experts.shared)
 
 
 def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, float, float, float, float]:
@@ -1263,8 +1297,8 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
     moe_s = 0.0
     if cost.experts:  # the distinct experts the step's tokens route to per MoE layer: E (1 - (1 - k/E)^T)
         if cost.expert_ranks == 1:
-            touched = cost.experts * (1 - cost.expert_missed ** tokens)
-            rows = tokens * cost.per_token
+            touched = cost.experts * (1 - cost.expert_missed ** tokens) + cost.shared_experts
+            rows = tokens * (cost.per_token + cost.shared_experts)
         else:  # the busiest of the EP ranks, which the step waits for
             touched, rows = busiest_expert_rank(cost.experts, cost.per_token, cost.expert_ranks, tokens)
         read_s = touched * cost.expert_read_s
@@ -1647,11 +1681,14 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
-    counts = performance.engine(engine).eager_kernels
-    eager = _eager_launches(arch, prec, tp, pp, ep, counts, hw.moe_kernel, gpu.vendor) \
+    engine_cost = performance.engine(engine)
+    counts = engine_cost.eager_kernels
+    fused_shared = engine_cost.fuses_shared_expert(arch, gpu.vendor, hw.moe_kernel, release, ep)
+    eager = _eager_launches(arch, prec, tp, pp, ep, counts, hw.moe_kernel, fused_shared) \
         if hw.eager_launch_s and counts is not None and arch.exact else ()
-    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep, dp), hw, growing, sliding, state, latent, pp,
-                        engine_name, generation.name != gpu.generation, tp, dp, eager, _mixes_prefill(engine))
+    return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep, dp, fused_shared), hw, growing, sliding, state,
+                        latent, pp, engine_name, generation.name != gpu.generation, tp, dp, eager,
+                        _mixes_prefill(engine))
 
 
 def _mixes_prefill(engine: str) -> bool:
