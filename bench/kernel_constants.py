@@ -649,10 +649,12 @@ def _moe_line(indent: str, dtype: str, r, ceiling: float) -> str:
             f"{_number(r.x_half)}, column_ps: {_number(r.column_ps)}}}")
 
 
-def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, ar_rows) -> None:
+def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) -> None:
     """Each generation's fused-MoE medians and per-engine kernel rates (medians over its GPUs) and each engine's
     all-reduce fits, in catalogs/performance.yaml's shape: paste under the generation and into `interconnects:`."""
     gemm_df = _per_engine(gemm_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "m_half"])
+    # the engines' MLA prefill kernels, their FLOPs counted in the multi-head form (prefill_attention)
+    mla_prefill = _per_engine([r for r in pre if r["kind"] == "mla"], gpus, [], ["compute_eff"])
     moe = _moe_entries(moe_rows, gpus)
     dec_df = _per_engine(dec, gpus, ["kv_dtype"], ["launch_us", "kv_eff"])
     mla_df = _per_engine(mla, gpus, ["kv_dtype"], ["latent_eff"])
@@ -696,6 +698,9 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, ar_rows) -> No
                 part = f", latent_read_efficiency: {_number(min(latent.latent_eff.iloc[0], ceiling))}" if len(latent) else ""
                 print(f"          {KV_BITS[r.kv_dtype]}: {{launch_us: {_number(r.launch_us)}, kv_read_efficiency: "
                       f"{_number(min(r.kv_eff, ceiling))}{part}}}")
+            sel = mla_prefill[(mla_prefill.generation == generation) & (mla_prefill.engine == engine)]
+            if len(sel):
+                print(f"        mla_prefill_compute_efficiency: {_number(sel.compute_eff.iloc[0])}")
     ar = pd.DataFrame(ar_rows)
     ar = ar[ar.impl.isin(ENGINES)]
     # an all-reduce is the interconnect's: group by the catalog's kind (RTX PRO 6000 Server is a PCIe Blackwell)
@@ -799,7 +804,7 @@ def main() -> None:
 
     if args.yaml:
         sys.stdout = sys.__stdout__
-        print_catalog_yaml(gpus, gemm_rows, moe_rows, dec, mla, ar_rows)
+        print_catalog_yaml(gpus, gemm_rows, moe_rows, dec, mla, pre, ar_rows)
         return
 
     floor = [small_kernel_floor(g, tables, e) for g in with_data for e in ENGINES]

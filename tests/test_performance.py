@@ -650,6 +650,33 @@ def test_a_fused_shared_expert_runs_inside_the_moe_kernel_in_every_pass(catalog,
     assert spread.stages[0].experts.shared == 0
 
 
+def test_mla_prefill_attention_runs_in_the_engines_multi_head_form(catalog, perf):
+    """DeepSeek-V3 at TP 8 on H200, one 4,096-token prompt: vLLM and SGLang run an MLA layer's prefill as dense
+    attention over per-head keys of 128 + 64 and values of 128 (2 x 16 heads x 320 FLOPs a position, 3.6x fewer than
+    the absorbed form's 2 x 16 x 2 x 576), vLLM at hopper's prefill-attention efficiency (no MLA table of its own),
+    SGLang at its own MLA tables' rate; a decode step keeps the absorbed form, as llama.cpp's prefill does."""
+    model = arch(catalog, "deepseek-v3")
+    gpu, hopper = catalog.gpus.get("h200-sxm"), perf.generation("hopper")
+    prompt, layers, heads = 4096, 61, 128 // 8
+    positions = prompt * (prompt + 1) / 2
+    peak = gpu.dense_tflops["bf16"] * 1e12
+    multi_head, absorbed = layers * 2 * heads * (192 + 128), layers * 2 * heads * 2 * 576
+
+    def timer(engine):
+        return replica_timer(model, "fp8-block", "auto", gpu, 8, 1, catalog, engine)
+
+    def prefill_attention_s(engine):
+        return timer(engine).step(Step(0, 0.0, prompt, positions, 1))[1].attention_s
+
+    assert prefill_attention_s("vllm") == pytest.approx(
+        multi_head * positions / (peak * hopper.attention_compute_efficiency))
+    assert prefill_attention_s("sglang") == pytest.approx(
+        multi_head * positions / (peak * hopper.engines["sglang"].mla_prefill_compute_efficiency))
+    for engine in ("vllm", "sglang"):
+        assert sum(flops for flops, _ in timer(engine).stages[0].attention_by_window) == pytest.approx(absorbed)
+    assert perf.engine("llama.cpp").mla_prefill == "absorbed"
+
+
 def _shared_gemms(model, catalog):
     """The dense GEMM terms of DeepSeek-V3's shared experts at TP 8, every MoE layer (as planner places them)."""
     from planner.estimator.layout import model_kv_heads

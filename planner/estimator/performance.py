@@ -193,6 +193,9 @@ class EngineKernels:
     sparse_prefill: tuple[SparsePrefillKernel, ...] = ()  # the first matching entry is the kernel the release runs
     indexer: IndexerRates | None = None
     gated_delta_prefill: tuple[DeltaPrefillKernel, ...] = ()  # the first matching entry is the one the release runs
+    # its MLA prefill kernels' FLOPs in the multi-head form, of the 16-bit peak (None: the generation's
+    # attention_compute_efficiency)
+    mla_prefill_compute_efficiency: float | None = bounded(None, gt=0, le=1)
 
     def delta_prefill_kernel(self, release: tuple[int, ...]) -> DeltaPrefillKernel | None:
         return next((k for k in self.gated_delta_prefill if k.matches(release)), None)
@@ -484,6 +487,10 @@ class EngineCost:
     eager_kernels: EagerKernels | None = None
     # where the engine runs a model's shared expert inside its fused MoE kernel, in every pass
     fused_shared_experts: tuple[SharedExpertFusion, ...] = ()
+    # how its prefill runs an MLA layer: the latent up-projected to every head's key and value, then dense attention
+    # (multi-head), or over the latent as decode does (absorbed); mla_prefill_source says where that was read
+    mla_prefill: Literal["absorbed", "multi-head"] = "absorbed"
+    mla_prefill_source: str | None = None
     source: str
 
     def moe_kernel(self, gpu: str, model_type: str, precision: str, release: str | None) -> str | None:
@@ -801,8 +808,9 @@ class _Stage:
     body: _Gemms
     head: _Gemms  # the lm_head on the last stage (its rows are the positions whose logits are computed)
     experts: _Experts
-    # (FLOPs per attended position, window) per layer
-    attention: tuple[tuple[float, int | None], ...]
+    # (FLOPs per attended position, in an MLA layer's multi-head prefill form (0: not MLA, or a DSA layer), window) per
+    # layer
+    attention: tuple[tuple[float, float, int | None], ...]
     # with data-parallel attention, the GEMMs of the attention-TP group (each DP group's own tokens)
     attention_body: _Gemms = _Gemms()
     sparse: _SparseLayers | None = None  # its DeepSeek Sparse Attention layers
@@ -812,9 +820,15 @@ class _Stage:
     @cached_property
     def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
         """FLOPs per attended position summed over the layers sharing a window (one term per window)."""
+        return self.prefill_attention_by_window(None)
+
+    def prefill_attention_by_window(self, mla_scale: float | None) -> tuple[tuple[float, int | None], ...]:
+        """As attention_by_window for a prefill, with the MLA layers in their multi-head form scaled by `mla_scale`
+        (the attention rate over the engine's MLA prefill rate; None: the engine runs them absorbed, as decode)."""
         summed: dict[int | None, float] = {}
-        for per_position, window in self.attention:
-            summed[window] = summed.get(window, 0.0) + per_position
+        for per_position, multi_head, window in self.attention:
+            flops = multi_head * mla_scale if multi_head and mla_scale is not None else per_position
+            summed[window] = summed.get(window, 0.0) + flops
         return tuple((flops, window) for window, flops in summed.items())
 
 
@@ -852,6 +866,15 @@ def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> 
         # absorbed MLA (vLLM/SGLang decode): every head scores and sums over the shared latent
         return 2 * heads_per_rank * 2 * attention.latent_dim
     return 0.0  # linear-attention / Mamba: constant state, no per-position attention
+
+
+def _multi_head_prefill_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
+    """An MLA layer's prefill as the engines' prefill kernels run it: the latent up-projected to every head's key and
+    value, then dense attention over them (bench/SPEED_PROTOCOL.md, the MLA prefill amendment); 0 for other layers
+    and for DSA layers (their sparse prefill is timed on its own)."""
+    if attention.kind != "mla" or attention.index_topk or not attention.k_head_dim:
+        return 0.0
+    return 2 * heads_per_rank * (attention.k_head_dim + attention.v_head_dim)
 
 
 # Projections that read the same input, which the engines run as one GEMM (vLLM QKVParallelLinear,
@@ -1002,6 +1025,7 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
     for index, (first, last) in enumerate(pipeline_stages(arch.num_layers, pp)):
         layers = arch.layers[first:last]
         attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank),
+                           _multi_head_prefill_flops_per_position(layer.attention, heads_per_rank),
                            layer.attention.window or layer.attention.index_topk or None) for layer in layers)
         mla = sum(1 for layer in layers if layer.attention.kind == "mla")
         dsa = [layer.attention for layer in layers if layer.attention.kind == "mla" and layer.attention.index_topk]
@@ -1036,7 +1060,7 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
 
 
 def _size_only_stage(arch: Architecture, precision: Precision, tp: int, layers: int, mla_layers: int,
-                     attention: tuple[tuple[float, int | None], ...], as_stored: bool) -> _Stage:
+                     attention: tuple[tuple[float, float, int | None], ...], as_stored: bool) -> _Stage:
     """A model known by its weight count: weights and matmuls spread evenly over layers and ranks, four GEMMs a
     layer (a transformer layer's fused QKV, output, gate-up and down projections); the bytes of its weights files
     when they were read and no other precision is asked (as planner.estimator.memory)."""
@@ -1118,6 +1142,8 @@ class _Hardware:
     # the engine's Gated DeltaNet prefill kernels where its tables time them: seconds a layer per chunk, FLOP/s
     delta_chunk_s: float = 0.0
     delta_flops_per_s: float = 0.0
+    # FLOP/s of an MLA layer's prefill in the multi-head form, where the engine runs it so (0: absorbed, as decode)
+    mla_prefill_flops_per_s: float = 0.0
 
     def attention_allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations over the attention-TP group (0 when it is one GPU)."""
@@ -1206,6 +1232,8 @@ class _StageCost(NamedTuple):
     delta_chunk_s: float = 0.0
     delta_token_s: float = 0.0
     shared_experts: int = 0  # run inside the fused MoE kernel: touched by every step, a row for every token
+    # as attention_by_window for prompt tokens: MLA layers in the form the engine's prefill runs, at its rate
+    prefill_attention_by_window: tuple[tuple[float, int | None], ...] = ()
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
@@ -1244,7 +1272,9 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         *_sparse_cost(stage.sparse, hw),
         *((stage.delta_layers * hw.delta_chunk_s, stage.delta_token_flops / hw.delta_flops_per_s)
           if hw.delta_flops_per_s and stage.delta_layers else (0.0, 0.0)),
-        experts.shared)
+        experts.shared,
+        stage.prefill_attention_by_window(hw.attention_flops_per_s / hw.mla_prefill_flops_per_s
+                                          if hw.mla_prefill_flops_per_s else None))
 
 
 def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, float, float, float, float]:
@@ -1367,10 +1397,10 @@ def busiest_expert_rank(experts: int, per_token: int, ranks: int, tokens: float)
             _expected_max_smooth(tokens * per_token, 1 / ranks, ranks))
 
 
-def _attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) -> float:
-    """`attended(window)`: attended positions summed over the pass's tokens, for a layer with that window."""
+def _prefill_attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) -> float:
+    """`attended(window)`: attended positions summed over the prompt tokens, for a layer with that window."""
     flops = 0.0
-    for per_position, window in cost.attention_by_window:
+    for per_position, window in cost.prefill_attention_by_window:
         flops += per_position * attended(window)
     return flops
 
@@ -1591,11 +1621,13 @@ class ReplicaTimer:
             decode_flops = prefill_flops = 0.0  # attended positions by window (inlined: the solver's hot path)
             for per_position, window in cost.attention_by_window:
                 decode_flops += per_position * decode * (window if window and window < context else context)
-                if prefill_tokens and window:
-                    capped = prefill_tokens * window
-                    prefill_flops += per_position * (capped if capped < prefill_positions else prefill_positions)
-                else:
-                    prefill_flops += per_position * prefill_positions
+            if prefill_tokens:
+                for per_position, window in cost.prefill_attention_by_window:
+                    if window:
+                        capped = prefill_tokens * window
+                        prefill_flops += per_position * (capped if capped < prefill_positions else prefill_positions)
+                    else:
+                        prefill_flops += per_position * prefill_positions
             sparse_s = 0.0
             if cost.sparse_topk and prefill_tokens:
                 sparse_s = _sparse_prefill(cost, prefill_tokens, prefill_positions, prompts)
@@ -1634,7 +1666,7 @@ class ReplicaTimer:
         group_allreduce_s = self.hw.attention_allreduce_s(own * prompt) if self.dp > 1 else 0.0
         times = []
         for cost in self._costs:
-            flops = _attention_flops(cost, lambda w: own * _causal_positions(prompt, w))
+            flops = _prefill_attention_flops(cost, lambda w: own * _causal_positions(prompt, w))
             sparse_s = _sparse_prefill(cost, own * prompt, own * _causal_positions(prompt, None), own) \
                 if cost.sparse_topk else 0.0
             if sparse_s:  # in place of the DSA layers' window term
@@ -1899,6 +1931,9 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         sparse_prefill=_sparse_rates(sparse, kernels.indexer, gpu, wide, kv_bits) if sparse and kernels.indexer else None,
         delta_chunk_s=delta.chunk_us * US if delta else 0.0,
         delta_flops_per_s=wide * delta.compute_efficiency if delta else 0.0,
+        mla_prefill_flops_per_s=wide * (kernels.mla_prefill_compute_efficiency
+                                        or generation.attention_compute_efficiency)
+        if engine_cost.mla_prefill == "multi-head" else 0.0,
     ), generation
 
 

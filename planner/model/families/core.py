@@ -62,6 +62,8 @@ class Attention:
 
     kind: LayerKind
     kv_heads: int = 0
+    # per KV head; MLA: the per-query-head key (qk_nope + qk_rope) and value its latent is up-projected to, where an
+    # engine runs the layer's prefill as multi-head attention (the cache holds the latent alone)
     k_head_dim: int = 0
     v_head_dim: int = 0
     window: int | None = None  # sliding / chunked layers: tokens held at most

@@ -34,6 +34,14 @@ def mla_attention(c: Config, hidden: int, heads: int) -> list[Tensor]:
     return attn + linear("self_attn.o_proj", hidden, heads * v_dim, "row")
 
 
+def mla_cache(c: Config, **indexer: int) -> Attention:
+    """What an MLA layer caches (the latent and its rotary key, shared by every head) and the per-head key and value
+    the latent is up-projected to where the engines run its prefill as multi-head attention."""
+    rope_dim = c.int("qk_rope_head_dim")
+    return Attention("mla", latent_dim=c.int("kv_lora_rank") + rope_dim, k_head_dim=c.int("qk_nope_head_dim") + rope_dim,
+                     v_head_dim=c.int("v_head_dim"), **indexer)
+
+
 def dsa_indexer(c: Config, hidden: int) -> list[Tensor]:
     """Queries from the q LoRA latent, one shared key per token (LayerNorm'd), per-head weights."""
     heads, head_dim = c.int("index_n_heads"), c.int("index_head_dim")
@@ -115,7 +123,6 @@ def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     (mistral4) builds the same tensors; its Mistral4TopkRouter keeps no score-correction bias."""
     hidden, num_layers = c.int("hidden_size"), c.int("num_hidden_layers")
     heads, vocab = c.int("num_attention_heads"), c.int("vocab_size")
-    latent = c.int("kv_lora_rank") + c.int("qk_rope_head_dim")
     attn = mla_attention(c, hidden, heads)
     indexer = dsa_indexer(c, hidden) if model_type in SPARSE_ATTENTION else []
     norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)
@@ -133,7 +140,7 @@ def deepseek(c: Config, model_type: str, name: str) -> Architecture:
     topk = c.int("index_topk") if indexer else 0
     layers = []
     for sparse, indexed in zip(_sparse_layers(c, num_layers), _indexed_layers(c, model_type, num_layers)):
-        attention = Attention("mla", latent_dim=latent, indexer_head_dim=index_dim if indexed else 0,
+        attention = mla_cache(c, indexer_head_dim=index_dim if indexed else 0,
                               indexer_heads=index_heads if indexed else 0, index_topk=topk)
         tensors = attn + (indexer if indexed else []) + norms + (moe_mlp if sparse else dense_mlp)
         layers.append(Layer(attention, tuple(tensors), is_moe=sparse))

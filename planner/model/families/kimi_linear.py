@@ -17,7 +17,7 @@ from planner.errors import PlannerInputError
 from planner.model.families.blocks import embedding_and_head, gated_mlp, linear, norm
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor, UnsupportedArchitecture
-from planner.model.families.deepseek import mla_attention
+from planner.model.families.deepseek import mla_attention, mla_cache
 from planner.model.families.vision import as_vision
 
 
@@ -112,7 +112,7 @@ def kimi_linear(c: Config, model_type: str, name: str) -> Architecture:
     heads, vocab = c.int("num_attention_heads"), c.int("vocab_size")
     la = _linear_attn_config(c)
     kda = _kda_layers(la, num_layers)
-    mla_cache = Attention("mla", latent_dim=c.int("kv_lora_rank") + c.int("qk_rope_head_dim"))
+    latent_cache = mla_cache(c)
     residuals = "attn_res_block_size" in c
     norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)
     if residuals:
@@ -122,11 +122,11 @@ def kimi_linear(c: Config, model_type: str, name: str) -> Architecture:
     dense_mlp = gated_mlp("mlp", hidden, dense_intermediate)
     first_dense, freq = c.int("first_k_dense_replace", default=0, minimum=0), c.int("moe_layer_freq", default=1)
     mla = _mla(c, hidden, heads)
-    kda_mixer, kda_cache = (kda_attention(la, hidden), kda_state(la)) if la is not None else ([], mla_cache)
+    kda_mixer, kda_cache = (kda_attention(la, hidden), kda_state(la)) if la is not None else ([], latent_cache)
     layers = []
     for i, is_kda in enumerate(kda):
         sparse = moe is not None and i >= first_dense and i % freq == 0
-        mixer, cache = (kda_mixer, kda_cache) if is_kda else (mla, mla_cache)
+        mixer, cache = (kda_mixer, kda_cache) if is_kda else (mla, latent_cache)
         layers.append(Layer(cache, tuple(mixer + norms + (moe_mlp if sparse else dense_mlp)), is_moe=sparse))
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
     if residuals:  # KimiLinearModel mixes the blocks once more before its final norm
