@@ -21,7 +21,8 @@ sequences plus p prompt tokens):
   attention     decode: the KV the d sequences hold (planner.estimator.memory), read once, paged caches at
                 kv_read_eff, MLA latent caches at latent_read_eff, or its FLOPs if more; prefill: causal
                 FLOPs 2 x heads x (d_k + d_v) per attended position (PaLM, Chowdhery et al. 2022, app. B) at
-                attention_compute_eff of the 16-bit rate
+                attention_compute_eff of the 16-bit rate; an MLA layer's with its latent up-projected to per-head
+                keys and values where the engine's prefill runs it so, at its own MLA prefill rate if measured
   fixed         each GEMM kernel's launch (the GEMM tables' intercept), each attention kernel's (the decode
                 attention tables' intercept), each latency-bound small kernel of a layer (norms, rotary,
                 KV-cache write, activation, routing; counted per engine from its model code) at the kernel
