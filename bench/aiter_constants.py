@@ -138,14 +138,14 @@ def main() -> None:
     print("(CDNA4's bf16 GEMM rates are not used: half of its M <= 8 rows over 256 MB read faster than HBM, so those rows"
           " were not cold; bench/SPEED_PROTOCOL.md, the AITER amendment's correction)")
     print("\n# Fused MoE (random routing): launch + max(touched bytes / (bandwidth x read), FLOPs / (peak x eff)"
-          " + column_ps per output column of a touched expert)")
+          " + column_ps per output column of a touched expert; routed rows' activations read with the weights)")
     print(f"{'generation':10s} {'format':9s} {'rows':>5s} {'launch_us':>9s} {'read':>6s} {'eff_max':>7s} "
-          f"{'x_half':>7s} {'column_ps':>9s}  err T<=16 / T>=1024  ceiling")
+          f"{'x_half':>7s} {'column_ps':>9s} {'passes':>6s}  err all / T<=16 / T>=1024  ceiling")
     for name, gpu, own, bpw, peak in per_generation(moes, gpus, min_rows=5):
         fit, _ = moe_fit(gpu, own, bpw, peak, balanced=False, l2_mb=0)
         print(f"{gpu.generation:10s} {name:9s} {len(own):5d} {fit['launch_us']:9.2f} {fit['read_eff']:6.3f} "
-              f"{fit['eff_max']:7.3f} {fit['x_half']:7.1f} {fit['column_ps']:9.1f}  {fit['err_small']} / "
-              f"{fit['err_large']}  {READ_CEILING[gpu.generation]}")
+              f"{fit['eff_max']:7.3f} {fit['x_half']:7.1f} {fit['column_ps']:9.1f} {fit['activation_passes']:6.2f}  "
+              f"{fit['err_all']} / {fit['err_small']} / {fit['err_large']}  {READ_CEILING[gpu.generation]}")
 
     print("\n# Kernel floor: median of the 10 fastest bf16 GEMM rows (device time, us)")
     for cu, gpu in gpus.items():

@@ -71,6 +71,8 @@ GROUP_ROUTED_SHAPES = {(7168, 2048, 256, 8)}
 # performance.yaml engines[].moe_kernel_rules): the tables' kernel_source -> the name the rules use.
 MOE_KERNEL_NAMES = {"sglang_fused_moe_triton": "triton", "sglang_flashinfer_trtllm_moe": "flashinfer_trtllm"}
 # w4a16_mxfp4: weight-only MXFP4 experts (4-bit values and one 8-bit scale per 32: 4.25 bits), computed in 16 bits
+# a routed row's activations between the fused MoE's kernels: 16-bit (the engines' bf16 activations)
+ACTIVATION_BYTES = 2
 BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5, "w4a16_mxfp4": 4.25 / 8}
 CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "bf16",
                 "int4_wo": "bf16"}
@@ -173,6 +175,14 @@ def fit_log(model, x0, lower, upper, measured, sample=None):
         return np.log(model(p, idx) / measured[idx])
 
     return least_squares(resid, x0, bounds=(lower, upper), x_scale="jac").x
+
+
+def fit_log_best(model, starts, lower, upper, measured, sample=None):
+    """fit_log from each start, keeping the fit with the least squared log error (terms that can stand in for each
+    other on a table, as the fused MoE's activation traffic and compute side, leave local minima by start)."""
+    idx = sample if sample is not None else slice(None)
+    fits = [fit_log(model, x0, lower, upper, measured, sample) for x0 in starts]
+    return min(fits, key=lambda q: float(np.sum(np.log(model(q, idx) / measured[idx]) ** 2)))
 
 
 def subsample(n: int) -> np.ndarray | None:
@@ -283,14 +293,19 @@ def moe_tables(gpu: Gpu, tables: Tables, engine: str, dtype: str):
 def moe_model(p, tokens, hidden, inter, experts, topk, bpw, gpu: Gpu, peak: float, balanced=True):
     """`inter`: one expert's intermediate size on the rank (inter / moe_tp). Every touched expert's two GEMMs pay
     `column_ps` per output column (2 inter of gate-up, hidden of down): their tiles' fixed prologue and epilogue, SM
-    time that runs while the weights stream in (bench/SPEED_PROTOCOL.md, the amendment on the tiles' overlap)."""
-    launch, read, emax, half, column_ps = p
+    time that runs while the weights stream in (bench/SPEED_PROTOCOL.md, the amendment on the tiles' overlap). Every
+    routed row moves its activations through memory beside the weights: its input (hidden) and its GEMMs' outputs
+    (2 inter, hidden), `activation_passes` times at ACTIVATION_BYTES a value (gathered, written, read back by the
+    activation, the next GEMM and the weighted sum: bench/SPEED_PROTOCOL.md, the amendment on the routed rows'
+    activation traffic)."""
+    launch, read, emax, half, column_ps, passes = p
     distinct = moe_distinct(tokens, topk, experts, balanced)
     expert_bytes = 3 * hidden * inter * bpw
+    row_bytes = tokens * topk * ACTIVATION_BYTES * (hidden + 2 * inter + hidden) * passes
     flops = tokens * topk * 3 * 2 * hidden * inter
     eff = saturating("hyperbolic", tokens * topk / distinct, emax, half)
     tiles = distinct * (2 * inter + hidden) * column_ps * 1e-12
-    return launch + np.maximum(distinct * expert_bytes / (gpu.bw * read), flops / (peak * eff) + tiles)
+    return launch + np.maximum((distinct * expert_bytes + row_bytes) / (gpu.bw * read), flops / (peak * eff) + tiles)
 
 
 # Fused-MoE kernels two engines call alike, measured in one engine's tables only: (engine measured, format, kernel
@@ -342,8 +357,9 @@ def moe_fit(gpu: Gpu, df: pd.DataFrame, bpw: float, peak: float, balanced: bool 
     # faster than its generation's streaming ceiling
     ceiling = READ_CEILING[gpu.generation]
     cols, t = arrays(df)
-    launch = fit_log(timing(cols), [10e-6, 0.5, 0.5, 16, 10], [0, 0.01, 0.01, 0.01, 0],
-                     [2e-3, ceiling, 2, 1e5, 1e3], t, subsample(len(t)))[0]
+    # the activation traffic started at none (the form without it) and at 2 passes
+    launch = fit_log_best(timing(cols), [[10e-6, 0.5, 0.5, 16, 10, passes] for passes in (0, 2)],
+                          [0, 0.01, 0.01, 0.01, 0, 0], [2e-3, ceiling, 2, 1e5, 1e3, 100], t, subsample(len(t)))[0]
     touched = moe_distinct(df.num_tokens, df.topk, df.num_experts, balanced)
     cache_mb = L2_MB[gpu.system] if l2_mb is None else l2_mb
     df = df[touched * 3 * df.hidden_size * df.inter_size / df.moe_tp_size * bpw >= 2 * cache_mb * 2**20]
@@ -351,13 +367,13 @@ def moe_fit(gpu: Gpu, df: pd.DataFrame, bpw: float, peak: float, balanced: bool 
         return None, []
     cols, t = arrays(df)
     model = timing(cols)
-    rates = fit_log(lambda q, idx: model([launch, *q], idx), [0.5, 0.5, 16, 10], [0.01, 0.01, 0.01, 0],
-                    [ceiling, 2, 1e5, 1e3], t, subsample(len(t)))
+    rates = fit_log_best(lambda q, idx: model([launch, *q], idx), [[0.5, 0.5, 16, 10, passes] for passes in (0, 2)],
+                         [0.01, 0.01, 0.01, 0, 0], [ceiling, 2, 1e5, 1e3, 100], t, subsample(len(t)))
     p = [launch, *rates]
     pred = model(p, slice(None))
     slope, slope_se, slope_med, n_groups = held_expert_slope(df)
-    return dict(launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], x_half=p[3], column_ps=p[4],
-                err_sliced=err_stats(pred, t, df.moe_tp_size.to_numpy() >= 4),
+    return dict(launch_us=p[0] * 1e6, read_eff=p[1], eff_max=p[2], x_half=p[3], column_ps=p[4], activation_passes=p[5],
+                err_all=err_stats(pred, t), err_sliced=err_stats(pred, t, df.moe_tp_size.to_numpy() >= 4),
                 err_small=err_stats(pred, t, cols["num_tokens"] <= 16),
                 err_large=err_stats(pred, t, cols["num_tokens"] >= 1024),
                 slope_us=slope, slope_se_us=slope_se, slope_median_us=slope_med, groups=n_groups), p
@@ -624,7 +640,7 @@ def _moe_entries(moe_rows: list[dict], gpus: dict) -> dict:
     df = pd.DataFrame(moe_rows)
     df["generation"] = df.gpu.map(lambda s: gpus[s].generation)
     df["name"] = df.kernel_name.fillna(df.kernel)
-    values = ["launch_us", "read_eff", "eff_max", "x_half", "column_ps"]
+    values = ["launch_us", "read_eff", "eff_max", "x_half", "column_ps", "activation_passes"]
     out: dict = {}
     for (generation, engine, dtype), rows in df.groupby(["generation", "engine", "dtype"]):
         entry = out.setdefault((generation, engine), {"kernel": None, "moe": {}, "alternatives": {}})
@@ -646,7 +662,7 @@ def _moe_entries(moe_rows: list[dict], gpus: dict) -> dict:
 def _moe_line(indent: str, dtype: str, r, ceiling: float) -> str:
     return (f"{indent}{CATALOG_FORMAT[dtype]}: {{launch_us: {_number(r.launch_us)}, read_efficiency: "
             f"{_number(min(r.read_eff, ceiling))}, compute_efficiency: {_number(r.eff_max)}, half_m: "
-            f"{_number(r.x_half)}, column_ps: {_number(r.column_ps)}}}")
+            f"{_number(r.x_half)}, column_ps: {_number(r.column_ps)}, activation_passes: {_number(r.activation_passes)}}}")
 
 
 def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) -> None:
@@ -769,10 +785,11 @@ def main() -> None:
     table("2. Fused MoE (balanced routing, ep=1, every moe_tp); compute_eff(x = tokens*k/D); column_ps per output "
           "column of a touched expert; err_sliced: rows at moe_tp >= 4; slope = us per expert held",
           moe_rows, ["gpu", "engine", "dtype", "kernel", "primary", "launch_us", "read_eff", "eff_max", "x_half", "column_ps",
-                     "err_sliced", "err_small", "err_large", "slope_us", "slope_se_us", "slope_median_us", "groups",
+                     "activation_passes", "err_all", "err_sliced", "err_small", "err_large", "slope_us", "slope_se_us", "slope_median_us", "groups",
                      "file"])
     generation_summary("2. Fused MoE", moe_rows, gpus, ["engine", "dtype", "kernel"],
-                       ["launch_us", "read_eff", "eff_max", "x_half", "column_ps", "slope_us", "slope_se_us"])
+                       ["launch_us", "read_eff", "eff_max", "x_half", "column_ps", "activation_passes", "slope_us",
+                        "slope_se_us"])
     table("2b. MoE t(4 tokens) / t(1 token): measured (balanced routing) vs fitted model", ratio_rows,
           ["gpu", "engine", "dtype", "shape", "t1_us", "t4_us", "ratio", "model_balanced", "model_random"])
 

@@ -14,7 +14,8 @@ sequences plus p prompt tokens):
                 the last stage as its own GEMM over the positions whose logits are computed
   fused MoE     per MoE layer: the weights of the distinct experts the step's tokens route to, E (1 - (1 -
                 k/E)^T) on average when routing is uniform (what the routers' load-balancing losses aim
-                for), at moe_read_eff; its compute 2 W_expert_params x (T k + D m_half) / (R x
+                for), and every routed row's input and GEMM outputs activation_passes times (16-bit), at
+                moe_read_eff; its compute 2 W_expert_params x (T k + D m_half) / (R x
                 compute_eff_max) (compute_eff at T k / D rows per expert) plus column_ps per output column of
                 each touched expert's GEMMs on the rank (their tiles' fixed cost, SM time that runs while the
                 weights stream in), the larger of that and the read; nothing per expert merely held
@@ -106,9 +107,12 @@ class MoeRates(KernelRates):
     """The fused MoE kernel: a GEMM's rates, plus `column_ps` for every output column of each touched expert's
     GEMMs as the rank holds them (a grouped GEMM cuts each expert's output into tiles that each pay a fixed
     prologue and epilogue, on the compute side of the kernel's read-or-compute bound; bench/SPEED_PROTOCOL.md, the
-    amendments on expert slices and on the tiles' overlap)."""
+    amendments on expert slices and on the tiles' overlap), plus `activation_passes`: how many times each routed row's
+    input and GEMM outputs cross memory beside the weights, at the read rate (the amendment on the routed rows'
+    activation traffic)."""
 
     column_ps: float = bounded(ge=0)
+    activation_passes: float = bounded(ge=0, le=100)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1117,6 +1121,7 @@ class _Hardware:
     wide: _Rates  # the 16-bit dense GEMMs
     moe: _Rates  # the fused MoE kernel in the experts' format
     moe_column_s: float  # and its fixed seconds per output column of a touched expert's GEMMs
+    moe_activation_passes: float  # and the times a routed row's activations cross memory (0: none timed)
     moe_kernel: str | None  # its name where the catalog names it (the engine's choice by release)
     kv_bytes_per_s: float  # decode attention reading the paged KV cache
     latent_bytes_per_s: float  # MLA decode reading the latent cache
@@ -1206,6 +1211,7 @@ class _StageCost(NamedTuple):
     expert_row_s: float  # one routed token through one expert of every MoE layer, computed
     expert_half_m: float
     expert_tiles_s: float  # one touched expert's tiles' fixed cost, every MoE layer
+    expert_row_read_s: float  # one routed row's activations moved through memory, every MoE layer
     kv_bytes_per_s: float
     latent_bytes_per_s: float
     attention_flops_per_s: float
@@ -1265,6 +1271,8 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         experts.count, 1 - experts.per_token / experts.count if experts.count else 0.0, experts.per_token,
         experts.ranks, experts.bytes, experts.bytes / hw.moe.bytes_per_s, experts.flops / hw.moe.flops_per_s, hw.moe.half_m,
         experts.columns * hw.moe_column_s,
+        ACTIVATION_BYTES * (experts.columns + experts.layers * hw.hidden) * hw.moe_activation_passes
+        / hw.moe.bytes_per_s,
         hw.kv_bytes_per_s, hw.latent_bytes_per_s, hw.attention_flops_per_s,
         launch_s, launches * hw.eager_launch_s, hw.step_overhead_s if last else 0.0, ALLREDUCES_PER_LAYER * stage.layers,
         stage.layers * hw.norm_allreduces,
@@ -1332,7 +1340,7 @@ def _forward(cost: _StageCost, tokens: float, logits: float, decode_flops: float
             rows = tokens * (cost.per_token + cost.shared_experts)
         else:  # the busiest of the EP ranks, which the step waits for
             touched, rows = busiest_expert_rank(cost.experts, cost.per_token, cost.expert_ranks, tokens)
-        read_s = touched * cost.expert_read_s
+        read_s = touched * cost.expert_read_s + rows * cost.expert_row_read_s
         # compute_eff at rows / touched rows per expert: the routed rows plus touched x half_m
         expert_c = cost.expert_row_s * (rows + touched * cost.expert_half_m)
         # the SMs' fixed time on each touched expert's output tiles, run while the weights stream in
@@ -1912,6 +1920,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe=rates(moe, low_bit_rate if expert_low_bit else wide),
         # llama.cpp's cycles hold its MoE mat-vec kernels' fixed costs, as they hold its launches
         moe_column_s=0.0 if cycles else moe.column_ps * 1e-12,
+        moe_activation_passes=0.0 if cycles else moe.activation_passes,
         moe_kernel=moe_kernel,
         kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
         latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
