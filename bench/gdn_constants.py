@@ -37,8 +37,8 @@ FLOPS_PER_HEAD_TOKEN = 2 * CHUNK * KEY_DIM + 4 * CHUNK * (KEY_DIM + VALUE_DIM) +
 # aiconfigurator system -> (planner GPU, planner generation)
 SYSTEMS = {
     "h100_sxm": ("h100-sxm", "hopper"), "h200_sxm": ("h200-sxm", "hopper"),
-    "b200_sxm": ("b200", "blackwell"), "b300_sxm": ("b300", "blackwell"), "gb200": ("gb200", "blackwell"),
-    "gb300": ("gb300", "blackwell"), "l40s": ("l40s", "ada"),
+    "b200_sxm": ("b200", "blackwell"), "b300_sxm": ("b300", "blackwell-ultra"), "gb200": ("gb200", "blackwell"),
+    "gb300": ("gb300", "blackwell-ultra"), "l40s": ("l40s", "ada"),
     "rtx_pro_6000_server": ("rtx-pro-6000", "blackwell-sm120"),
 }
 ENGINES = {"sglang": "0.5.14", "vllm": "0.24.0"}

@@ -614,7 +614,7 @@ CATALOG_FORMAT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "n
 KV_BITS = {"bfloat16": 16, "fp8": 8}
 # (cdna3: BabelStream HIP on MI300X, catalogs/performance.yaml's read_ceiling_source; cdna4 has no streaming
 # measurement and borrows it: bench/aiter_constants.py)
-READ_CEILING = {"hopper": 0.933, "blackwell": 0.977, "blackwell-sm120": 0.977, "ampere": 0.858, "ada": 0.977,
+READ_CEILING = {"hopper": 0.933, "blackwell": 0.977, "blackwell-ultra": 0.977, "blackwell-sm120": 0.977, "ampere": 0.858, "ada": 0.977,
                 "cdna3": 0.804, "cdna4": 0.804}
 
 
