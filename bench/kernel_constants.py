@@ -62,6 +62,11 @@ ENGINES = ("vllm", "sglang", "trtllm")
 # design); NVIDIA RTX Blackwell whitepaper (GB202: 128 MB); NVIDIA Ada whitepaper (AD102: 96 MB, the L40S's die).
 L2_MB = {"a100_sxm": 40, "h100_sxm": 50, "h200_sxm": 50, "b200_sxm": 126, "b300_sxm": 126, "gb200": 126, "gb300": 126,
          "rtx_pro_6000_server": 128, "l40s": 96, "l4": 48}
+# GPUs in one node where fewer than the system's NVLink domain: a GB200 / GB300 NVL72 compute tray holds 4 (NVIDIA
+# Enterprise Reference Architecture, NVL72 AI factory, components). The engines' custom all-reduce runs within a node,
+# so rows of a larger group time another path and stay out of the all-reduce fits (bench/SPEED_PROTOCOL.md, the
+# correction on the parts whose node holds the group).
+NODE_GPUS = {"gb200": 4, "gb300": 4}
 # MoE shapes whose aiconfigurator cases route the balanced logits through a group-limited top-k (DeepSeek-V3: 8 groups
 # of 32, the best 4 kept; collector/cases/models/DeepseekV3ForCausalLM_cases.yaml): every token lands in the same 4
 # tied groups, so the rows touch about 4 min(T, 32) + 4 experts, not the min(E, T k) the fit counts (bench/
@@ -515,6 +520,8 @@ def all_reduce(gpu: Gpu, tables: Tables) -> tuple[list[dict], list[dict]]:
         if df is None:
             continue
         for tp, g in df.groupby("num_gpus"):
+            if tp > NODE_GPUS.get(gpu.system, tp):  # the group spans nodes: another path than the node's kernel
+                continue
             g = g.groupby("message_size").latency.min()
             nbytes = g.index.to_numpy(float) * 2
             t = g.to_numpy() / 1e3
@@ -728,7 +735,8 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
         rows = ar if engine is None else ar[ar.impl == engine]
         by_gpu = rows.groupby(["kind", "generation", "gpu", "tp"])[columns].median().reset_index()
         fits = by_gpu.groupby(["kind", "generation", "tp"])[columns].median().reset_index()
-        systems = by_gpu.groupby(["kind", "generation"]).gpu.apply(lambda s: ",".join(sorted(set(s))))
+        systems = by_gpu.groupby(["kind", "generation"]).gpu.apply(
+            lambda s: ",".join(f"{g} up to {NODE_GPUS[g]} GPUs" if g in NODE_GPUS else g for g in sorted(set(s))))
         for (kind, generation), sel in fits.groupby(["kind", "generation"]):
             who = f"comm/{engine}/" if engine else "comm/{vllm,sglang,trtllm}/ (medians over the engines)"
             print(f"  - kind: {kind}\n    generation: {generation}" + (f"\n    engine: {engine}" if engine else "")
