@@ -156,6 +156,7 @@ def test_the_engines_own_prefill_kernels_scale_with_compute():
         [k.read_efficiency for k in scaled.sparse_prefill]
     assert scaled.indexer.topk_us == 2 * own.indexer.topk_us
     assert scaled.indexer.logits_compute_efficiency == own.indexer.logits_compute_efficiency / 2
+    assert scaled.mla_prefill_compute_efficiency == own.mla_prefill_compute_efficiency / 2  # SGLang's MLA prefill
     # no factor may make one of them beat the datasheet: the compute floor is at least their highest efficiency
     assert floors(performance, "hopper", "sglang")["compute"] >= max(
         k.compute_efficiency for k in performance.generation("hopper").engines["sglang"].sparse_prefill

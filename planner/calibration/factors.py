@@ -5,8 +5,9 @@ constants of catalogs/performance.yaml) for one GPU generation x engine; 1.0 lea
   memory         every read: GEMM and fused-MoE weight reads, decode attention's KV and MLA latent reads, the DSA
                  prefill's latent gather (read efficiencies and the generation's read ceiling divided by it;
                  llama.cpp's own efficiency too)
-  compute        every FLOP: GEMM and MoE compute efficiencies, prefill attention's, the engines' own prefill kernels'
-                 (DSA, its indexer, Gated DeltaNet) (divided by it; their SM time per token or chunk multiplied)
+  compute        every FLOP: GEMM and MoE compute efficiencies, prefill attention's (the engines' MLA prefill
+                 included), the engines' own prefill kernels' (DSA, its indexer, Gated DeltaNet) (divided by it; their
+                 SM time per token or chunk multiplied)
   fixed          every fixed time: kernel launches, the small kernels' floor, the engine's per-step work and its host
                  time per kernel of an eager prefill, llama.cpp's cycles per layer (multiplied by it)
   communication  the all-reduce: its latencies multiplied, its bandwidths divided
@@ -87,7 +88,9 @@ def _kernels(own: EngineKernels, f: Factors) -> EngineKernels:
                                 for kernel, rates in own.moe_kernels.items()},
                    attention={k: _attention(r, f) for k, r in own.attention.items()},  # type: ignore[misc]
                    sparse_prefill=tuple(_sparse(k, f) for k in own.sparse_prefill), indexer=_indexer(own.indexer, f),
-                   gated_delta_prefill=tuple(_delta(k, f) for k in own.gated_delta_prefill))
+                   gated_delta_prefill=tuple(_delta(k, f) for k in own.gated_delta_prefill),
+                   mla_prefill_compute_efficiency=None if own.mla_prefill_compute_efficiency is None
+                   else own.mla_prefill_compute_efficiency / f.compute)
 
 
 def _generation(g: GenerationEfficiency, engine: str, f: Factors) -> GenerationEfficiency:
@@ -125,7 +128,8 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
     computes = [entry.attention_compute_efficiency, *(r.compute_efficiency for r in kernels),
                 *(k.compute_efficiency for k in own.sparse_prefill if k.compute_efficiency is not None),
                 *((own.indexer.logits_compute_efficiency,) if own.indexer else ()),
-                *(k.compute_efficiency for k in own.gated_delta_prefill)]
+                *(k.compute_efficiency for k in own.gated_delta_prefill),
+                *((own.mla_prefill_compute_efficiency,) if own.mla_prefill_compute_efficiency else ())]
     return {"memory": max(LOWEST, *reads), "compute": max(LOWEST, *computes), "fixed": LOWEST,
             "communication": LOWEST}
 
