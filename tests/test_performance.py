@@ -675,13 +675,14 @@ def test_a_fused_shared_expert_runs_inside_the_moe_kernel_in_every_pass(catalog,
 
 
 def test_mla_prefill_attention_runs_in_the_engines_multi_head_form(catalog, perf):
-    """DeepSeek-V3 at TP 8 on H200, one 4,096-token prompt: vLLM and SGLang run an MLA layer's prefill as dense
-    attention over per-head keys of 128 + 64 and values of 128 (2 x 16 heads x 320 FLOPs a position, 3.6x fewer than
-    the absorbed form's 2 x 16 x 2 x 576), vLLM at hopper's prefill-attention efficiency (no MLA table of its own),
-    SGLang at its own MLA tables' rate; a decode step keeps the absorbed form, as llama.cpp's prefill does."""
+    """DeepSeek-V3 at TP 8 on H200, one 16,384-token prompt (past SGLang's prefill graph, so eager): vLLM and SGLang
+    run an MLA layer's prefill as dense attention over per-head keys of 128 + 64 and values of 128 (2 x 16 heads x 320
+    FLOPs a position, 3.6x fewer than the absorbed form's 2 x 16 x 2 x 576), vLLM at hopper's prefill-attention
+    efficiency (no MLA table of its own), SGLang at its own MLA tables' rate; a decode step keeps the absorbed form,
+    as llama.cpp's prefill does."""
     model = arch(catalog, "deepseek-v3")
     gpu, hopper = catalog.gpus.get("h200-sxm"), perf.generation("hopper")
-    prompt, layers, heads = 4096, 61, 128 // 8
+    prompt, layers, heads = 16384, 61, 128 // 8
     positions = prompt * (prompt + 1) / 2
     peak = gpu.dense_tflops["bf16"] * 1e12
     multi_head, absorbed = layers * 2 * heads * (192 + 128), layers * 2 * heads * 2 * 576
@@ -699,6 +700,28 @@ def test_mla_prefill_attention_runs_in_the_engines_multi_head_form(catalog, perf
     for engine in ("vllm", "sglang"):
         assert sum(flops for flops, _ in timer(engine).stages[0].attention_by_window) == pytest.approx(absorbed)
     assert perf.engine("llama.cpp").mla_prefill == "absorbed"
+
+
+def test_sglang_runs_a_captured_prefill_passs_mla_layers_absorbed(catalog, perf):
+    """SGLang captures an MLA model's prefill passes up to 2048 tokens (0.5.10-0.5.22; 8192 from 0.5.23) and runs
+    their MLA layers absorbed in the graph; a larger pass runs eagerly, multi-head. DeepSeek-V3 at TP 8 on H200,
+    0.5.12: a 2,048-token prompt's attention is the absorbed form's, a 2,049-token one's the multi-head form's at
+    SGLang's own MLA prefill rate; 0.5.9 graphs no prefill, so every pass is multi-head."""
+    model = arch(catalog, "deepseek-v3")
+    gpu, hopper = catalog.gpus.get("h200-sxm"), perf.generation("hopper")
+    layers, heads, peak = 61, 128 // 8, gpu.dense_tflops["bf16"] * 1e12
+    absorbed = layers * 2 * heads * 2 * 576 / (peak * hopper.attention_compute_efficiency)
+    multi_head = layers * 2 * heads * (192 + 128) / (peak * hopper.engines["sglang"].mla_prefill_compute_efficiency)
+
+    def attention_s(release, prompt):
+        timer = replica_timer(model, "fp8-block", "auto", gpu, 8, 1, catalog, "sglang", release=release)
+        return timer.step(Step(0, 0.0, prompt, causal_positions(prompt), 1))[1].attention_s
+
+    assert attention_s("0.5.12", 2048) == pytest.approx(absorbed * causal_positions(2048))
+    assert attention_s("0.5.12", 2049) == pytest.approx(multi_head * causal_positions(2049))
+    assert attention_s("0.5.9", 2048) == pytest.approx(multi_head * causal_positions(2048))
+    assert perf.engine("sglang").absorbed_mla_prefill_tokens(False, "0.5.23") == 8192
+    assert perf.engine("sglang").absorbed_mla_prefill_tokens(True, "0.5.23") == 0  # an eager layout
 
 
 def _shared_gemms(model, catalog):

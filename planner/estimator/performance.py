@@ -186,6 +186,21 @@ class DeltaPrefillKernel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PrefillGraphCap:
+    """The largest prefill pass an engine captures in a CUDA graph for an MLA model, from `since` to `until`
+    (inclusive; none: open); inside the graph its MLA layers run absorbed (bench/SPEED_PROTOCOL.md, the amendment on
+    SGLang's captured prefill passes)."""
+
+    tokens: int = bounded(ge=1)
+    since: str | None = None
+    until: str | None = None
+    source: str
+
+    def matches(self, release: tuple[int, ...]) -> bool:
+        return _released_between(release, self.since, self.until)
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineKernels:
     """One engine's own kernel measurements on a generation, where its tables hold them: they take precedence over
     the generation's medians (a format or width not listed here takes the generation's)."""
@@ -496,6 +511,8 @@ class EngineCost:
     # (multi-head), or over the latent as decode does (absorbed); mla_prefill_source says where that was read
     mla_prefill: Literal["absorbed", "multi-head"] = "absorbed"
     mla_prefill_source: str | None = None
+    # where its multi-head MLA prefill gives way to the absorbed path inside a captured prefill graph, by release
+    mla_prefill_graph: tuple[PrefillGraphCap, ...] = ()
     source: str
 
     def moe_kernel(self, gpu: str, model_type: str, precision: str, release: str | None) -> str | None:
@@ -531,6 +548,14 @@ class EngineCost:
             return 0
         key = release_key(release or default_release(self.name))
         return next((r.allreduces for r in self.layer_allreduce_rules if r.matches(model_type, key)), 0)
+
+    def absorbed_mla_prefill_tokens(self, eager: bool, release: str | None) -> int:
+        """The largest prefill pass whose MLA layers run absorbed although the engine's prefill runs them multi-head:
+        a captured one (0 where this layout's prefill runs eagerly, or the release captures none)."""
+        if eager or not self.mla_prefill_graph:
+            return 0
+        key = release_key(release or default_release(self.name))
+        return next((cap.tokens for cap in self.mla_prefill_graph if cap.matches(key)), 0)
 
     def eager_prefill(self, gpu: Gpu, model_type: str, multimodal: bool, moe_kernel: str | None,
                       layouts: frozenset[str], release: str | None) -> bool:
@@ -1148,8 +1173,10 @@ class _Hardware:
     # the engine's Gated DeltaNet prefill kernels where its tables time them: seconds a layer per chunk, FLOP/s
     delta_chunk_s: float = 0.0
     delta_flops_per_s: float = 0.0
-    # FLOP/s of an MLA layer's prefill in the multi-head form, where the engine runs it so (0: absorbed, as decode)
+    # FLOP/s of an MLA layer's prefill in the multi-head form, where the engine runs it so (0: absorbed, as decode),
+    # and the largest pass that still runs absorbed (captured in a prefill graph)
     mla_prefill_flops_per_s: float = 0.0
+    mla_absorbed_prefill_tokens: int = 0
 
     def attention_allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations over the attention-TP group (0 when it is one GPU)."""
@@ -1406,10 +1433,11 @@ def busiest_expert_rank(experts: int, per_token: int, ranks: int, tokens: float)
             _expected_max_smooth(tokens * per_token, 1 / ranks, ranks))
 
 
-def _prefill_attention_flops(cost: _StageCost, attended: Callable[[int | None], float]) -> float:
-    """`attended(window)`: attended positions summed over the prompt tokens, for a layer with that window."""
+def _prefill_attention_flops(cost: _StageCost, attended: Callable[[int | None], float], absorbed: bool) -> float:
+    """`attended(window)`: attended positions summed over the prompt tokens, for a layer with that window;
+    `absorbed`: the pass runs its MLA layers as decode does (a captured prefill)."""
     flops = 0.0
-    for per_position, window in cost.prefill_attention_by_window:
+    for per_position, window in cost.attention_by_window if absorbed else cost.prefill_attention_by_window:
         flops += per_position * attended(window)
     return flops
 
@@ -1631,7 +1659,9 @@ class ReplicaTimer:
             for per_position, window in cost.attention_by_window:
                 decode_flops += per_position * decode * (window if window and window < context else context)
             if prefill_tokens:
-                for per_position, window in cost.prefill_attention_by_window:
+                prefill_form = cost.prefill_attention_by_window \
+                    if prefill_tokens > self.hw.mla_absorbed_prefill_tokens else cost.attention_by_window
+                for per_position, window in prefill_form:
                     if window:
                         capped = prefill_tokens * window
                         prefill_flops += per_position * (capped if capped < prefill_positions else prefill_positions)
@@ -1675,7 +1705,8 @@ class ReplicaTimer:
         group_allreduce_s = self.hw.attention_allreduce_s(own * prompt) if self.dp > 1 else 0.0
         times = []
         for cost in self._costs:
-            flops = _prefill_attention_flops(cost, lambda w: own * _causal_positions(prompt, w))
+            flops = _prefill_attention_flops(cost, lambda w: own * _causal_positions(prompt, w),
+                                             tokens <= self.hw.mla_absorbed_prefill_tokens)
             sparse_s = _sparse_prefill(cost, own * prompt, own * _causal_positions(prompt, None), own) \
                 if cost.sparse_topk else 0.0
             if sparse_s:  # in place of the DSA layers' window term
@@ -1944,6 +1975,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         mla_prefill_flops_per_s=wide * (kernels.mla_prefill_compute_efficiency
                                         or generation.attention_compute_efficiency)
         if engine_cost.mla_prefill == "multi-head" else 0.0,
+        mla_absorbed_prefill_tokens=engine_cost.absorbed_mla_prefill_tokens(eager, release),
     ), generation
 
 
@@ -1999,7 +2031,7 @@ def timer_performance(timer: ReplicaTimer, batch: int, workload: Workload) -> Re
     )
 
 
-__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerKernels", "EagerPrefillRule", "LayerAllReduceRule", "StepOverlapRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog",
+__all__ = ["AllReduceFit", "AttentionRates", "EngineCost", "ForwardTime", "GenerationEfficiency", "InterconnectCost", "KernelRates", "EagerKernels", "EagerPrefillRule", "LayerAllReduceRule", "StepOverlapRule", "MoeKernelRule", "MoeRates", "PerformanceCatalog", "PrefillGraphCap",
            "PrecisionCompute", "ReplicaPerformance", "ReplicaTimer", "Step", "Workload", "causal_positions", "timer_performance",
            "UnmeasuredMoeKernel", "busiest_expert_rank", "load_performance_catalog", "moe_kernel_refusal",
            "replica_performance", "replica_timer"]
