@@ -168,15 +168,9 @@ class IndexerRates:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeltaPrefillKernel:
-    """The chunked Gated DeltaNet kernels an engine's prefill runs, from `since` to `until` (inclusive; none: open), as
-    its release picks them on the generation (bench/gdn_constants.py): per layer, `chunk_us` for each 64-token chunk of
-    a prompt (the state pass steps through them in order) and the chunks' FLOPs per token and value head at
-    `compute_efficiency` of the 16-bit peak."""
+class _ReleaseSpan:
+    """What holds for an engine's releases from `since` to `until` (inclusive; none: open)."""
 
-    kernel: str
-    chunk_us: float = bounded(ge=0)
-    compute_efficiency: float = bounded(gt=0, le=1)
     since: str | None = None
     until: str | None = None
     source: str
@@ -186,18 +180,23 @@ class DeltaPrefillKernel:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrefillGraphCap:
-    """The largest prefill pass an engine captures in a CUDA graph for an MLA model, from `since` to `until`
-    (inclusive; none: open); inside the graph its MLA layers run absorbed (bench/SPEED_PROTOCOL.md, the amendment on
-    SGLang's captured prefill passes)."""
+class DeltaPrefillKernel(_ReleaseSpan):
+    """The chunked Gated DeltaNet kernels an engine's prefill runs over its release span, as its release picks them on
+    the generation (bench/gdn_constants.py): per layer, `chunk_us` for each 64-token chunk of a prompt (the state pass
+    steps through them in order) and the chunks' FLOPs per token and value head at `compute_efficiency` of the 16-bit
+    peak."""
+
+    kernel: str
+    chunk_us: float = bounded(ge=0)
+    compute_efficiency: float = bounded(gt=0, le=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefillGraphCap(_ReleaseSpan):
+    """The largest prefill pass an engine captures in a CUDA graph for an MLA model over its release span; inside the
+    graph its MLA layers run absorbed (bench/SPEED_PROTOCOL.md, the amendment on SGLang's captured prefill passes)."""
 
     tokens: int = bounded(ge=1)
-    since: str | None = None
-    until: str | None = None
-    source: str
-
-    def matches(self, release: tuple[int, ...]) -> bool:
-        return _released_between(release, self.since, self.until)
 
 
 @dataclass(frozen=True, kw_only=True)
