@@ -25,6 +25,7 @@ from typing import Any
 
 from planner import api
 from planner.model.architecture import Architecture, architecture_from_config
+from planner.calibration.calibrate import in_flight
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler
@@ -156,6 +157,13 @@ OUTPUT_TOKS_KEYS = ("Output token throughput (tok/s)", "output_tok_s_replica", "
                     "output tok/s", "Output token throughput (tok/s) (approximate, as written)", "Output TPS")
 PER_GPU_OUTPUT_TOKS_KEYS = ("output_tokens_per_s_per_gpu", "output_tok_s_per_gpu", "Output tok/s/GPU", "Out tok/GPU",
                             "Output tput/GPU (tok/s/GPU)", "OTPS / GPU (Before, FP32 gate)")
+# A closed-loop run's mean concurrency (SGLang's bench_serving 'Concurrency': its E2E latencies summed over its
+# duration), else its requests/s and mean E2E latency, whose product it is (Little's law; the protocol's amendment on a
+# finite run's throughput)
+MEAN_CONCURRENCY_KEYS = ("Concurrency",)
+REQUEST_RATE_KEYS = ("Request throughput (req/s)",)
+FINITE_RATE = re.compile(r"\s*\d+(\.\d*)?\s*")
+MEAN_E2E_MS_KEYS = ("Mean E2E Latency (ms)", "Mean E2EL (ms)")
 # A static batch's whole run (`vllm bench latency`: prefill and every decode step of `batch` requests), in seconds
 # or milliseconds: batch x output tokens over it is the batch's output tokens/s
 BATCH_LATENCY_S_KEYS = ("Average latency in seconds", "Latency (s) (column printed as 'Latency (sec)')",
@@ -205,6 +213,8 @@ class Measurement:
     # the one SGLang resolves
     attention_backend: str | None = None
     unmeasured_kernel: str | None = None
+    # a closed-loop run's requests in flight on average, where it states them (MEAN_CONCURRENCY_KEYS); None: not stated
+    mean_concurrency: float | None = None
 
 
 class Skip(Exception):
@@ -383,6 +393,9 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         raise Skip("no TPOT, output tokens/s or single-request TTFT measured")
     if batch == 1:
         form = "single stream"
+    # the clients set a closed loop's concurrency; at a request rate the arrivals set its throughput
+    sent_at_a_rate = FINITE_RATE.fullmatch(str(raw.get("request_rate") or ""))
+    held = mean_concurrency(measured) if form == "closed loop" and not sent_at_a_rate else None
     if spec is not None and form == "closed loop":
         raise Skip("speculative decoding in a closed loop (its scheduler is not modelled yet)")
     return Measurement(
@@ -395,8 +408,18 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
         settings=stated_settings(engine, raw.get("notes")), recv_interval=stated_recv_interval(engine, raw.get("notes")),
         moe_kernel=stated_moe_kernel(engine, raw.get("notes")),
-        attention_backend=stated_attention_backend(engine, raw.get("notes")),
+        attention_backend=stated_attention_backend(engine, raw.get("notes")), mean_concurrency=held,
     )
+
+
+def mean_concurrency(measured: dict[str, Any]) -> float | None:
+    """The requests the run held in flight on average: as stated, else by Little's law (planner.calibration.calibrate
+    in_flight) from its requests/s and mean E2E latency."""
+    stated = next((number(measured[k]) for k in MEAN_CONCURRENCY_KEYS if k in measured), None)
+    if stated is not None:
+        return stated
+    rate = next((number(measured[k]) for k in REQUEST_RATE_KEYS if k in measured), None)
+    return in_flight(rate, next((number(measured[k]) for k in MEAN_E2E_MS_KEYS if k in measured), None))
 
 
 # The totals `vllm bench serve` and SGLang's bench_serving print over a run (the protocol's run-lengths amendment)
@@ -570,6 +593,16 @@ def timer(catalog: Catalog, m: Measurement, arch: Architecture,
 
 def predict(catalog: Catalog, m: Measurement, arch: Architecture,
             performance: PerformanceCatalog | None = None) -> ReplicaPerformance:
+    """As `steady_state`, its output tokens/s as the row's run shows it: a closed loop's at the concurrency the run held
+    (its stated mean concurrency L of its C clients, x L / C: the protocol's amendment on a finite run's throughput)."""
+    predicted = steady_state(catalog, m, arch, performance)
+    if m.mean_concurrency is None:
+        return predicted
+    return replace(predicted, output_tokens_per_s=predicted.output_tokens_per_s * m.mean_concurrency / m.batch)
+
+
+def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
+                 performance: PerformanceCatalog | None = None) -> ReplicaPerformance:
     """A static batch as timer_performance times it; a closed loop (C clients) as `planner perf --concurrency`
     gives its steady state (bench/SPEED_PROTOCOL.md), where the engine has a memory profile to schedule with.
     `performance`: the speed model's constants (default catalogs/performance.yaml; a calibration's, for

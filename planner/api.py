@@ -490,7 +490,7 @@ def check(plan: str | Path, results: Sequence[str | Path], *, catalog: Catalog |
     for run in (run for path in results for run in read_results(path)):
         spec = _replica_of(catalog, specs, run, plan)
         timer = _spec_timer(spec, catalog)
-        replayed = simulated_metrics(run_benchmark(timer, spec.scheduler, replay_run(run)))
+        replayed = simulated_metrics(run_benchmark(timer, spec.scheduler, replay_run(run)), run)
         measured = measured_metrics(run)
         if not measured:
             raise PlannerInputError(f"result: {run.label} measured none of mean TPOT, mean TTFT or output throughput")

@@ -215,7 +215,10 @@ class ReplayedRun:
     predicted: BenchmarkResult  # its run: what the replay sent (its prompts, lengths, rate and concurrency)
 
     def comparisons(self) -> tuple[Comparison, ...]:
-        """Mean, median and p99 TTFT and TPOT, then output throughput, measured against predicted."""
+        """Mean, median and p99 TTFT and TPOT, then output throughput, measured against predicted (as the fit
+        compares it: a closed loop's at the concurrency the run held, planner.calibration.calibrate)."""
+        from planner.calibration.calibrate import simulated_metrics
+
         rows = []
         for metric, measured, predicted in (("ttft_ms", self.measured.ttft, self.predicted.ttft),
                                             ("tpot_ms", self.measured.tpot, self.predicted.tpot)):
@@ -224,7 +227,7 @@ class ReplayedRun:
                                                 ("p99", measured.p99_ms, predicted.p99_ms)):
                 rows.append(Comparison(metric, statistic, value, simulated))
         rows.append(Comparison("output_tok_s", "mean", self.measured.output_throughput,
-                               self.predicted.output_throughput))
+                               simulated_metrics(self.predicted, self.measured)["output_tok_s"]))
         return tuple(rows)
 
     def to_dict(self) -> dict[str, Any]:

@@ -4,12 +4,13 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from planner import api
-from planner.calibration.calibrate import load_calibration, replay_prompts
+from planner.calibration.calibrate import load_calibration, replay_prompts, simulated_metrics
 from planner.calibration.factors import Factors, calibrated_catalog, floors
 from planner.calibration.fit import Observation, fit_factors
 from planner.calibration.readers import read_results
@@ -252,6 +253,25 @@ def test_calibrate_the_examples_and_read_the_file_back(tmp_path):
     assert load_calibration(path) == result
 
 
+def test_a_closed_loops_throughput_is_compared_at_the_concurrency_the_run_held():
+    """bench/CALIBRATION_PROTOCOL.md, the correction on a closed-loop run's throughput: a run whose drain held fewer
+    requests in flight than its replay (Little's law: requests/s x mean E2E latency) is compared at its own; a run
+    sent at a request rate, whose arrivals set its throughput, as the replay ran."""
+    replayed = api.replay_results(EXAMPLES[1:2], model="llama-3.1-8b", gpu="h100-sxm", tp=1)[0]
+    run, result = replayed.measured, replayed.predicted
+    replay_held = result.request_throughput * result.e2el.mean_ms / 1000
+    drained = replace(run, request_throughput=run.request_throughput * 0.8)
+    held = drained.request_throughput * drained.e2el.mean_ms / 1000
+    assert held < 0.9 * replay_held
+    assert simulated_metrics(result, drained)["output_tok_s"] == pytest.approx(
+        result.output_throughput * held / replay_held)
+    assert simulated_metrics(result, drained)["tpot_ms"] == result.tpot.mean_ms
+    at_a_rate = replace(drained, request_rate=4.0)
+    assert simulated_metrics(result, at_a_rate)["output_tok_s"] == result.output_throughput
+    unstated = replace(drained, e2el=replace(drained.e2el, mean_ms=None))
+    assert simulated_metrics(result, unstated)["output_tok_s"] == result.output_throughput
+
+
 def test_replayed_results_compare_each_statistic_as_the_fit_starts_from():
     replayed = api.replay_results(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
     calibration = api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1)
@@ -265,7 +285,11 @@ def test_replayed_results_compare_each_statistic_as_the_fit_starts_from():
         assert rows["ttft_ms", "p99"].predicted == run.predicted.ttft.p99_ms
         for metric in ("tpot_ms", "ttft_ms", "output_tok_s"):  # the replay is the fit's prediction before any factor
             assert rows[metric, "mean"].predicted == before[path.name, metric]
-        assert rows["output_tok_s", "mean"].error == run.predicted.output_throughput / data["output_throughput"] - 1
+        # a closed loop's throughput at the concurrency each run held, by Little's law (requests/s x mean E2E)
+        held = data["request_throughput"] * data["mean_e2el_ms"] / 1000
+        replayed = run.predicted.request_throughput * run.predicted.e2el.mean_ms / 1000
+        assert data["max_concurrency"] and data["request_rate"] == "inf" and held != pytest.approx(replayed, rel=1e-6)
+        assert rows["output_tok_s", "mean"].predicted == pytest.approx(run.predicted.output_throughput * held / replayed)
         assert run.predicted.run.num_prompts == replay_prompts(run.measured)
 
 

@@ -97,6 +97,30 @@ def test_a_run_is_timed_at_the_lengths_it_drew(catalog):
     assert (row.prompt_tokens, row.output_tokens) == (1000, 1000) and not row.lengths_vary
 
 
+def test_a_closed_loops_throughput_is_compared_at_the_concurrency_the_run_held(catalog):
+    """The protocol's amendment on a finite run's throughput: a closed loop whose run states its mean concurrency L
+    (bench_serving's 'Concurrency', else requests/s x mean E2E latency) of C clients shows the loop's output tokens/s
+    x L / C, its TPOT and TTFT untouched; a run sent at a request rate, or one that states no L, is compared as the
+    loop runs."""
+    raw = {"source": "test", "engine": "SGLang", "engine_version": "0.5.7", "model": "Qwen/Qwen3-8B", "precision": "bf16",
+           "kv_cache_dtype": "auto", "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1, "isl": 1000, "osl": 1000,
+           "concurrency": 16, "request_rate": "inf",
+           "measured": {"Mean TPOT (ms)": "10", "Output token throughput (tok/s)": "1200", "Concurrency": "13.6"}}
+    row = bench.normalise("t:0", raw, catalog)
+    assert row.mean_concurrency == 13.6
+    arch = bench.architecture(catalog, row)
+    held, loop = bench.predict(catalog, row, arch), bench.steady_state(catalog, row, arch)
+    assert held.output_tokens_per_s == pytest.approx(loop.output_tokens_per_s * 13.6 / 16)
+    assert (held.tpot_s, held.ttft_s) == (loop.tpot_s, loop.ttft_s)
+    by_little = {**raw, "measured": {"Mean TPOT (ms)": "10", "Request throughput (req/s)": "1.2",
+                                     "Mean E2E Latency (ms)": "11000"}}
+    assert bench.normalise("t:1", by_little, catalog).mean_concurrency == pytest.approx(13.2)
+    assert bench.normalise("t:2", {**raw, "request_rate": "64.0"}, catalog).mean_concurrency is None
+    unstated = bench.normalise("t:3", {**raw, "measured": {"Mean TPOT (ms)": "10"}}, catalog)
+    assert unstated.mean_concurrency is None
+    assert bench.predict(catalog, unstated, arch) == bench.steady_state(catalog, unstated, arch)
+
+
 def test_a_time_boxed_decode_sweep_is_a_decode_window(catalog):
     """llm_decode_bench.py measures the server's generation rate once every request is past its prefill (the
     protocol's decode-window amendment): its TPOT is the batch's decode step, with no prompt inside it."""

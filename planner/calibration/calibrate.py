@@ -4,7 +4,8 @@ calibration file that records both (read back by `--calibration`).
 Each run is replayed as `planner bench` replays a `vllm bench serve` run (planner.estimator.benchmark): its request
 rate and max concurrency, its mean prompt and output lengths fixed (the results keep totals, not the draws), and
 fewer prompts where it sent many (replay_prompts): enough waves of its requests in flight to reach the steady state,
-within REPLAY_STEPS steps. Compared: mean TPOT, mean TTFT and output tokens/s, where the run measured them.
+within REPLAY_STEPS steps. Compared: mean TPOT, mean TTFT and output tokens/s, where the run measured them; a closed
+loop's output tokens/s at the concurrency the run held (simulated_metrics).
 """
 
 from __future__ import annotations
@@ -290,8 +291,26 @@ def measured_metrics(run: MeasuredRun) -> dict[str, float]:
     return {k: v for k, v in values.items() if v}
 
 
-def simulated_metrics(result: BenchmarkResult) -> dict[str, float]:
-    return {"tpot_ms": result.tpot.mean_ms, "ttft_ms": result.ttft.mean_ms, "output_tok_s": result.output_throughput}
+def in_flight(request_throughput: float | None, mean_e2e_ms: float | None) -> float | None:
+    """A run's mean concurrency, by Little's law: its requests/s times its mean E2E latency (SGLang's bench_serving
+    prints it as 'Concurrency', its E2E latencies summed over its duration); None where it states neither."""
+    if not request_throughput or not mean_e2e_ms:
+        return None
+    return request_throughput * mean_e2e_ms / 1000
+
+
+def simulated_metrics(result: BenchmarkResult, run: MeasuredRun) -> dict[str, float]:
+    """The replay's figures as `run` would have shown them. A closed loop (a fixed number of clients, no request
+    rate) delivers L / W requests/s: the engine sets W, the mean E2E latency; the clients set L, the requests in
+    flight on average, which a finite run's drain at its end lowers (more so where its lengths vary) and the replay's
+    drain does not match. So its output tokens/s is the replay's at the run's own L: x L_run / L_replay
+    (bench/CALIBRATION_PROTOCOL.md, the correction on a closed-loop run's throughput)."""
+    throughput = result.output_throughput
+    held = in_flight(run.request_throughput, run.e2el.mean_ms)
+    replayed = in_flight(result.request_throughput, result.e2el.mean_ms)
+    if run.max_concurrency is not None and run.request_rate == inf and held and replayed:
+        throughput *= held / replayed
+    return {"tpot_ms": result.tpot.mean_ms, "ttft_ms": result.ttft.mean_ms, "output_tok_s": throughput}
 
 
 def fit_runs(runs: Sequence[MeasuredRun], replay: Any, lowest: dict[str, float] | None = None) -> FitResult:
@@ -304,7 +323,7 @@ def fit_runs(runs: Sequence[MeasuredRun], replay: Any, lowest: dict[str, float] 
                                 "give runs that did")
 
     def predict(factors: Factors, i: int) -> dict[str, float]:
-        return simulated_metrics(replay(factors, runs[i]))
+        return simulated_metrics(replay(factors, runs[i]), runs[i])
 
     return fit_factors(observations, predict, lowest)
 
