@@ -598,7 +598,8 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     predicted = steady_state(catalog, m, arch, performance)
     if m.mean_concurrency is None:
         return predicted
-    return replace(predicted, output_tokens_per_s=predicted.output_tokens_per_s * m.mean_concurrency / m.batch)
+    held = min(m.mean_concurrency, m.batch)  # above its clients: the stated figures' rounding
+    return replace(predicted, output_tokens_per_s=predicted.output_tokens_per_s * held / m.batch)
 
 
 def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,

@@ -309,7 +309,8 @@ def simulated_metrics(result: BenchmarkResult, run: MeasuredRun) -> dict[str, fl
     held = in_flight(run.request_throughput, run.e2el.mean_ms)
     replayed = in_flight(result.request_throughput, result.e2el.mean_ms)
     if run.max_concurrency is not None and run.request_rate == inf and held and replayed:
-        throughput *= held / replayed
+        # no run holds more than its clients' requests: a product above that is the stored figures' rounding
+        throughput *= min(held, run.max_concurrency) / replayed
     return {"tpot_ms": result.tpot.mean_ms, "ttft_ms": result.ttft.mean_ms, "output_tok_s": throughput}
 
 
