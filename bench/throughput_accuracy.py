@@ -25,7 +25,7 @@ from typing import Any
 
 from planner import api
 from planner.model.architecture import Architecture, architecture_from_config
-from planner.calibration.calibrate import in_flight
+from planner.calibration.calibrate import at_held_concurrency, in_flight
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler
@@ -598,8 +598,9 @@ def predict(catalog: Catalog, m: Measurement, arch: Architecture,
     predicted = steady_state(catalog, m, arch, performance)
     if m.mean_concurrency is None:
         return predicted
-    held = min(m.mean_concurrency, m.batch)  # above its clients: the stated figures' rounding
-    return replace(predicted, output_tokens_per_s=predicted.output_tokens_per_s * held / m.batch)
+    # the loop's steady state holds all C clients' requests
+    return replace(predicted, output_tokens_per_s=at_held_concurrency(predicted.output_tokens_per_s,
+                                                                      m.mean_concurrency, m.batch, m.batch))
 
 
 def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,

@@ -293,10 +293,18 @@ def measured_metrics(run: MeasuredRun) -> dict[str, float]:
 
 def in_flight(request_throughput: float | None, mean_e2e_ms: float | None) -> float | None:
     """A run's mean concurrency, by Little's law: its requests/s times its mean E2E latency (SGLang's bench_serving
-    prints it as 'Concurrency', its E2E latencies summed over its duration); None where it states neither."""
+    prints it as 'Concurrency', its E2E latencies summed over its duration); None where it lacks either."""
     if not request_throughput or not mean_e2e_ms:
         return None
     return request_throughput * mean_e2e_ms / 1000
+
+
+def at_held_concurrency(throughput: float, held: float, clients: int, predicted_held: float) -> float:
+    """A closed loop's predicted output tokens/s, made at `predicted_held` requests in flight on average, as a run of
+    `clients` clients that held `held` shows it (Little's law: the same mean E2E latency, `held` in flight). No run
+    holds more than its clients' requests: a figure above them is its stored figures' rounding (or a hostile file's
+    overflow) and counts as `clients`."""
+    return throughput * min(held, clients) / predicted_held
 
 
 def simulated_metrics(result: BenchmarkResult, run: MeasuredRun) -> dict[str, float]:
@@ -309,8 +317,7 @@ def simulated_metrics(result: BenchmarkResult, run: MeasuredRun) -> dict[str, fl
     held = in_flight(run.request_throughput, run.e2el.mean_ms)
     replayed = in_flight(result.request_throughput, result.e2el.mean_ms)
     if run.max_concurrency is not None and run.request_rate == inf and held and replayed:
-        # no run holds more than its clients' requests: a product above that is the stored figures' rounding
-        throughput *= min(held, run.max_concurrency) / replayed
+        throughput = at_held_concurrency(throughput, held, run.max_concurrency, replayed)
     return {"tpot_ms": result.tpot.mean_ms, "ttft_ms": result.ttft.mean_ms, "output_tok_s": throughput}
 
 
