@@ -171,8 +171,10 @@ def test_dropped_results_are_replayed_measured_against_predicted(unhurried, tmp_
         assert rows["tpot_ms", "p99"]["measured"] == run.measured.tpot.p99_ms
         assert rows["ttft_ms", "median"]["measured"] == run.measured.ttft.median_ms
         assert rows["ttft_ms", "mean"]["predicted"] == run.predicted.ttft.mean_ms
+        # as the fit compares it: a closed loop's throughput at the concurrency the run held
+        throughput = next(c for c in run.comparisons() if c.metric == "output_tok_s")
         assert rows["output_tok_s", "mean"]["error"] == pytest.approx(
-            run.predicted.output_throughput / run.measured.output_throughput - 1)
+            throughput.predicted / run.measured.output_throughput - 1)
         assert shown["replayed_prompts"] == run.predicted.run.num_prompts
     if len(replayed) == 1:
         assert data["calibration"] is None and data["calibration_note"].startswith("factors: fitted on 2 runs or more")
