@@ -231,6 +231,25 @@ def test_tensor_parallel_splits_the_weight_read_and_adds_all_reduces_by_hand(cat
     assert pcie.decode.allreduce_s > nvlink.decode.allreduce_s
 
 
+def test_an_amd_prefill_all_reduce_takes_rccls_measured_time_and_a_decode_one_the_custom_kernels(catalog, perf):
+    """Infinity Fabric at TP 8: messages of 64 MiB and up are RCCL's (bench/data/rccl-allreduce-mi300x.csv, as
+    measured on 8 x MI300X); a decode-sized message keeps the custom all-reduce's fit."""
+    rows = (Path(__file__).parents[1] / "bench" / "data" / "rccl-allreduce-mi300x.csv").read_text().splitlines()[1:]
+    gpu = catalog.gpus.get("mi300x")
+    fit = perf.interconnect(gpu.interconnect.kind, gpu.generation, "vllm").fit(8)
+
+    def call_us(nbytes: float) -> float:
+        return min(fit.latency_us + nbytes / (fit.bandwidth_gbps * GB) * 1e6,
+                   fit.large_latency_us + 2 * 7 / 8 * nbytes / (fit.bus_bandwidth_gbps * GB) * 1e6)  # ring over 8
+
+    for row in rows:
+        nbytes, measured_us = (float(v) for v in row.split(",")[:2])
+        assert call_us(nbytes) == pytest.approx(measured_us, rel=0.02)
+    decode = 64 * 8192 * 2  # 64 tokens of Llama-3.3-70B's activations
+    assert call_us(decode) == pytest.approx(fit.latency_us + decode / (fit.bandwidth_gbps * GB) * 1e6)
+    assert call_us(decode) < 20
+
+
 def test_pipeline_stages_wait_when_the_batch_cannot_fill_them(catalog):
     one = run(catalog, "llama-3.1-70b", precision="fp8", pp=2)
     flat = run(catalog, "llama-3.1-70b", precision="fp8")
