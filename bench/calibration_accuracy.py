@@ -1,8 +1,8 @@
 """Does calibrating on one run of a deployment predict its other runs better? On the published series.
 
 Reads the rows bench/throughput_accuracy.py maps (its files, mapping and skip reasons), groups them into series (the
-same source (its numbers blanked), model, precision, KV dtype, GPU, engine, TP and PP, and the same way of running: rows that differ only in
-batch / concurrency and lengths), and for every series of at least MIN_ROWS rows with a measured TPOT fits the named
+same source (its numbers blanked), model, precision, KV dtype, GPU, engine, TP, PP, EP, DP and settings, and the same
+way of running: rows that differ only in batch / concurrency and lengths), and for every series of at least MIN_ROWS rows with a measured TPOT fits the named
 factors (planner.calibration.fit, as `planner calibrate` fits them: on every one of TPOT, TTFT and output tokens/s the
 row states) to its lowest-batch row alone, then predicts the other rows' TPOT with and without them. Prints per series the calibration row's own error before and after the fit,
 the median |TPOT error| of the other rows before and after, the change in points (WORSE past WORSE_POINTS) and the
@@ -38,9 +38,11 @@ WORSE_POINTS = 5.0  # the issue's target: no series worse by more than 5 points 
 
 def series_key(m: Measurement) -> tuple[str, ...]:
     """The source with its numbers blanked (some sources name each run's own file: ..._conc4.json, ..._conc8.json),
-    then what must be the same."""
+    then what must be the same: the row's whole deployment (its expert- and data-parallel sizes and settings too) and
+    the way it was run (bench/CALIBRATION_PROTOCOL.md, the correction on a series being one deployment)."""
     return (re.sub(r"\d+", "N", m.source), m.model, m.precision, m.kv_dtype, m.gpu, m.engine, str(m.tp), str(m.pp),
-            m.form)
+            str(m.ep), str(m.dp), m.form, str(m.release), str(m.speculation), str(m.max_running), str(m.prefix_cache),
+            str(m.lengths_vary), str(m.settings), str(m.moe_kernel), str(m.attention_backend))
 
 
 @dataclass(frozen=True)

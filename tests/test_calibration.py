@@ -770,6 +770,24 @@ def test_calibration_accuracy_fits_a_row_on_what_it_states_as_planner_calibrate_
     assert measured_metrics(closed) == {"tpot_ms": 11.0}
 
 
+def test_calibration_accuracy_keeps_a_series_to_one_deployment():
+    """Rows of one source that differ in batch, lengths or the source's own numbering are one series; rows that differ
+    in their expert- or data-parallel size or a setting are another deployment (bench/CALIBRATION_PROTOCOL.md, the
+    correction on a series being one deployment)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from calibration_accuracy import series_key
+    from throughput_accuracy import Measurement
+
+    row = Measurement(row="t", engine="sglang", model="deepseek-v3", precision="fp8-block", kv_dtype="auto",
+                      gpu="h200-sxm", tp=8, pp=1, ep=1, dp=1, batch=4, prompt_tokens=1000, output_tokens=100,
+                      output_tokens_per_s=None, tpot_s=0.02, ttft_s=None, source="run_conc4.json", form="closed loop")
+    same = Measurement(**{**row.__dict__, "batch": 64, "prompt_tokens": 2000, "source": "run_conc64.json"})
+    assert series_key(same) == series_key(row)
+    for change in ({"dp": 8}, {"ep": 8}, {"release": "0.5.12"}, {"settings": (("chunked_prefill_size", 4096),)},
+                   {"max_running": 32}, {"attention_backend": "triton"}):
+        assert series_key(Measurement(**{**row.__dict__, **change})) != series_key(row), change
+
+
 SCRAPES = Path(__file__).parent / "data" / "metrics"
 
 
