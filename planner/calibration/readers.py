@@ -193,7 +193,7 @@ class _Fields:
         assert inputs is not None and outputs is not None
         if inputs < completed or outputs < completed:
             raise self.fail("total_input_tokens", "and total_output_tokens must hold at least a token per "
-                            f"completed request ({completed:,})")
+                            f"completed request ({_shown(completed)})")
         return inputs / completed, outputs / completed
 
 
