@@ -5,8 +5,10 @@ inputs and as -o targets), model ids (Hub ids the Hub rejects, URLs, missing pat
 `export` (a real plan mutated, hostile text in its strings: an export must never let a command out of its word,
 nor launch a model or --checkpoint other than the one checked), price files (`prices update` from a damaged
 vms.csv: what it writes must load as the catalog), text outputs (names with markup, escape codes, math, HTML,
-code fences and formulas in terminal tables, Markdown, CSV and charts) and the HTTP API of `planner serve` (a real
-server on 127.0.0.1: every answer a 2xx or a JSON 4xx within 10 s, with its security headers).
+code fences and formulas in terminal tables, Markdown, CSV and charts), the HTTP API of `planner serve` (a real
+server on 127.0.0.1: every answer a 2xx or a JSON 4xx within 10 s, with its security headers), arrival traces, and
+benchmark results and calibration files (the four result formats `planner calibrate` reads, damaged; a calibration
+file it wrote, damaged: every run read holds finite figures, every factor loaded is within its bounds).
 
 The contract under test: whatever a user types or a file holds, planner answers with a result or
 with a one-line error (PlannerInputError in the library; `error: ...` and exit code 2 from the
@@ -23,6 +25,7 @@ the heavy run:
     python bench/fuzz.py --surface weights --surface paths --surface model-ids --cases 5000
     python bench/fuzz.py --surface plans --surface prices --surface text --cases 2000
     python bench/fuzz.py --surface http --cases 500   # hostile requests to a `planner serve` it starts on 127.0.0.1
+    python bench/fuzz.py --surface results --cases 20000   # result files and calibration files
     python bench/fuzz.py --large                   # the large-input and long-search reproducers: time and peak memory each
     python bench/fuzz.py --large --repeat 3        # each three times: best and worst
 
@@ -92,7 +95,7 @@ CATALOG = load_catalog()
 CASE_SECONDS = 10.0
 SOLVE_SECONDS = 20.0
 SURFACES = ("sizes", "config", "scenario", "cli", "weights", "paths", "model-ids", "plans", "prices", "text", "http",
-            "traces")
+            "traces", "results")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1939,12 +1942,130 @@ def fuzz_traces(rng: random.Random, cases: int, tally: Tally, folder: Path) -> N
 
 
 # ---------------------------------------------------------------------------------------------
+# Surface 13: benchmark results and calibration files (`planner calibrate RESULT...`, `planner check`, `--calibration`)
+
+SCRAPE_EXAMPLES = sorted((REPO / "tests" / "data" / "metrics").glob("*.prom"))
+SGLANG_KEYS = {"backend": "sglang", "server_info": {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "version": "0.5.23"},
+               "mean_e2e_latency_ms": 2900.0, "median_e2e_latency_ms": 2880.0, "p99_e2e_latency_ms": 3400.0}
+
+
+def guidellm_report(rng: random.Random) -> dict:
+    """A GuideLLM benchmarks.json of one to three benchmarks, each strategy GuideLLM writes."""
+    def summary(mean: float) -> dict:
+        return {"successful": {"mean": mean, "median": mean, "percentiles": {"p99": mean * 2}}}
+
+    strategies = ({"type_": "synchronous"}, {"type_": "concurrent", "streams": 8}, {"type_": "throughput"},
+                  {"type_": "constant", "rate": 2.5}, {"type_": "poisson", "rate": 4.0, "max_concurrency": 16})
+    return {"metadata": {"version": 2, "guidellm_version": "0.8.1"}, "benchmarks": [
+        {"type_": "generative_benchmark", "config": {"strategy": rng.choice(strategies),
+                                                     "backend": {"model": "meta-llama/Llama-3.1-8B-Instruct"}},
+         "metrics": {"request_totals": {"successful": 40, "errored": 0, "incomplete": 0, "total": 40},
+                     "prompt_token_count": summary(512.0), "output_token_count": summary(128.0),
+                     "time_to_first_token_ms": summary(40.0), "inter_token_latency_ms": summary(9.0),
+                     "request_latency": summary(1.2), "requests_per_second": summary(0.8),
+                     "output_tokens_per_second": summary(102.4)}} for _ in range(rng.randint(1, 3))]}
+
+
+def hostile_scrape(rng: random.Random) -> str:
+    """A /metrics window of the tests' examples with lines dropped, repeated, renumbered or relabelled."""
+    lines = rng.choice(SCRAPE_EXAMPLES).read_text().splitlines()
+    for _ in range(rng.randint(1, 4)):
+        if not lines:
+            break
+        i = rng.randrange(len(lines))
+        roll = rng.random()
+        if roll < 0.3:
+            del lines[i]
+        elif roll < 0.5:
+            lines.insert(i, lines[rng.randrange(len(lines))])
+        elif roll < 0.8:
+            lines[i] = lines[i].rsplit(" ", 1)[0] + " " + str(rng.choice(ODD_SCALARS))
+        else:
+            lines[i] = lines[i].replace("le=", rng.choice(['le="-1",le=', "lx=", 'le="NaN",x=']), 1)
+    return "\n".join(lines) + "\n"
+
+
+def hostile_result(rng: random.Random) -> str:
+    """A result file as one of the four formats writes it, damaged: a key dropped, retyped or added, lines joined,
+    cut or nested deep."""
+    roll = rng.random()
+    if roll < 0.25:
+        return hostile_scrape(rng)
+    if roll < 0.45:
+        report = guidellm_report(rng)
+        return json.dumps(mutate_tree(rng, report, list(report), lambda key: odd_value(rng)), default=str)
+    example = json.loads(rng.choice(RESULT_EXAMPLES).read_text())
+    if roll < 0.65:
+        example = {**example, **SGLANG_KEYS}
+    lines = [json.dumps(mutate_tree(rng, example, list(example), lambda key: odd_value(rng)), default=str)
+             if rng.random() < 0.85 else json.dumps(example) for _ in range(rng.randint(1, 3))]
+    text = "\n".join(lines)
+    if rng.random() < 0.05:
+        text = text[: rng.randrange(len(text) + 1)]
+    elif rng.random() < 0.03:
+        text = "[" * rng.choice([10, 100_000])
+    return text
+
+
+def result_problem(runs: Any) -> str | None:
+    """Every run read holds finite figures: a positive count and lengths, rates and latencies finite or absent."""
+    for run in runs:
+        figures = [run.completed, run.mean_input_tokens, run.mean_output_tokens]
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in figures):
+            return f"a count or length not finite and positive: {figures}"
+        stated = [run.request_throughput, run.output_throughput, *(getattr(latency, q) for latency in
+                  (run.ttft, run.tpot, run.itl, run.e2el) for q in ("mean_ms", "median_ms", "p99_ms"))]
+        if not all(math.isfinite(x) and x >= 0 for x in stated if x is not None):
+            return f"a rate or latency not finite: {stated}"
+    return None
+
+
+def hostile_calibration(rng: random.Random, seed: dict) -> str:
+    """A calibration file `planner calibrate` wrote, damaged: a key dropped, retyped or added, or the text cut."""
+    if rng.random() < 0.1:
+        text = yaml.safe_dump(seed, sort_keys=False)
+        return text[: rng.randrange(len(text) + 1)]
+    return yaml.safe_dump(mutate_tree(rng, seed, list(key_vocabulary(seed)), lambda key: odd_value(rng)),
+                          sort_keys=False)
+
+
+def key_vocabulary(data: Any) -> set[str]:
+    return {str(path[-1]) for path in key_paths(data)}
+
+
+def fuzz_results(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
+    """Hostile benchmark results through the readers, and hostile calibration files through their loader."""
+    from planner import api
+    from planner.calibration.calibrate import load_calibration
+    from planner.calibration.factors import HIGHEST, LOWEST
+    from planner.calibration.readers import read_results
+
+    seed = yaml.safe_load(api.calibrate(RESULT_EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", tp=1).to_yaml())
+
+    def factors_problem(calibration: Any) -> str | None:
+        values = calibration.factors.as_dict().values()
+        return None if all(LOWEST <= v <= HIGHEST for v in values) else f"factors out of bounds: {list(values)}"
+
+    for i in range(cases):
+        if rng.random() < 0.2:
+            text, path = hostile_calibration(rng, seed), folder / "calibration-case.yaml"
+            path.write_bytes(text.encode("utf-8", "surrogatepass"))  # a lone surrogate: bytes that are not UTF-8
+            run_case(tally, shorten(text, 200), lambda: load_calibration(path), factors_problem)
+            continue
+        text = hostile_result(rng)
+        path = folder / rng.choice(["result.json", "result.jsonl", "metrics.prom"])
+        path.write_bytes(text.encode("utf-8", "surrogatepass"))
+        run_case(tally, shorten(text, 200), lambda: read_results(path), result_problem)
+
+
+# ---------------------------------------------------------------------------------------------
 # Driver
 
 FUZZERS: dict[str, Callable[..., None]] = {"sizes": fuzz_sizes, "config": fuzz_configs, "scenario": fuzz_scenarios,
                                            "cli": fuzz_cli, "weights": fuzz_weights, "paths": fuzz_paths,
                                            "model-ids": fuzz_model_ids, "plans": fuzz_plans, "prices": fuzz_prices,
-                                           "text": fuzz_text, "http": fuzz_http, "traces": fuzz_traces}
+                                           "text": fuzz_text, "http": fuzz_http, "traces": fuzz_traces,
+                                           "results": fuzz_results}
 
 
 def run_surface(surface: str, cases: int, seed: int, folder: Path, **options: Any) -> Tally:

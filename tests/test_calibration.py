@@ -332,6 +332,7 @@ def test_replays_are_capped_in_waves_of_the_runs_concurrency():
     (lambda text: text.replace("  memory: ", "  memory: 40 #"), "factors.memory: Input should be less than"),
     (lambda text: text.replace("- memory", "- speed"), "informed names 'speed'"),
     (lambda text: "{not: [yaml", "invalid YAML"),
+    (lambda text: text.replace("factors:\n", 'factors:\n  "a\\nb": 1\n'), "factors.'a\\nb': Extra inputs"),
 ])
 def test_a_bad_calibration_file_is_one_line(tmp_path, edit, names):
     good = api.calibrate(EXAMPLES[:1], model="llama-3.1-8b", gpu="h100-sxm", tp=1).to_yaml()
@@ -339,7 +340,7 @@ def test_a_bad_calibration_file_is_one_line(tmp_path, edit, names):
     path.write_text(edit(good))
     with pytest.raises(PlannerInputError) as info:
         load_calibration(path)
-    assert names in str(info.value) and str(info.value).startswith("--calibration")
+    assert names in str(info.value) and str(info.value).startswith("--calibration") and "\n" not in str(info.value)
 
 
 def test_perf_and_bench_take_a_calibration_only_for_its_generation_and_engine(tmp_path):
@@ -875,6 +876,8 @@ def test_a_quantile_past_the_last_finite_bucket_is_not_given(tmp_path):
      "vllm:e2e_request_latency_seconds's buckets do not add up to its _count"),
     (lambda t: _second(t, f"{E2E_COUNT} 130.0", f"{E2E_COUNT} 130.0\n{E2E_COUNT} 130.0"), "repeats a series"),
     (lambda t: _second(t, f"{E2E_COUNT} 130.0", f"{E2E_COUNT} NaN"), "is nan, not a count"),
+    (lambda t: _second(t, f"{E2E_COUNT.replace('_count', '_sum')} 219.0", f"{E2E_COUNT.replace('_count', '_sum')} 1e308"),
+     "vllm:e2e_request_latency_seconds_sum grew by 1e+308 over 120 observations, past any measurement"),
     (lambda t: _second(t, 'tokens_sum{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 128000.0',
                        'tokens_sum{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 8050.0'),
      "vllm:request_prompt_tokens and request_generation_tokens must hold at least a token per request"),

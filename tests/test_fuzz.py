@@ -36,7 +36,7 @@ SEED = int(os.environ.get("PLANNER_FUZZ_SEED", "0"))  # CI may vary it; a failur
 
 # Cases per surface: together about 40 s on a shared 2-core machine (CLI, path and scenario cases cost most).
 BUDGET = {"sizes": 5000, "config": 2000, "scenario": 1000, "cli": 400, "weights": 400, "paths": 80, "model-ids": 60,
-          "plans": 150, "prices": 150, "traces": 300}
+          "plans": 150, "prices": 150, "traces": 300, "results": 400}
 TEXT_CASES = 100  # names through every text renderer: none is refused, so it has no share of errors to meet
 
 def test_the_plan_surface_sees_a_command_that_escapes_its_word():

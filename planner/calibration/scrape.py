@@ -216,7 +216,10 @@ def _histogram(start: Scrape, end: Scrape, name: str, fail: Fail) -> _Histogram 
     if (not buckets or buckets[-1][0] != inf or not isclose(buckets[-1][1], count, abs_tol=1e-9)
             or any(a[1] > b[1] for a, b in zip(buckets, buckets[1:])) or count != int(count)):
         raise fail(f"{name}'s buckets do not add up to its _count (cumulative, ending at le=\"+Inf\"); {FIX}")
-    return _Histogram(count, sum(_delta(start, end, f"{name}_sum", fail).values()), buckets)
+    total = sum(_delta(start, end, f"{name}_sum", fail).values())
+    if count and not isfinite(total / count * 1000):  # the mean in milliseconds must be a number
+        raise fail(f"{name}_sum grew by {total:g} over {count:g} observations, past any measurement; {FIX}")
+    return _Histogram(count, total, buckets)
 
 
 def _shown(labels: Labels) -> str:

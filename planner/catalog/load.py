@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, TypeVar, Unio
 
 from planner.errors import PlannerInputError
 from planner.units import MiB
-from planner.yamlfile import load_yaml_cached
+from planner.yamlfile import load_yaml_cached, printable
 
 if TYPE_CHECKING:  # pydantic loads only where a pydantic schema is validated (scenarios, plans, prices)
     from pydantic import BaseModel
@@ -553,7 +553,8 @@ def _label(row: Any, index: int) -> Any:
 
 
 def _one_line(where: str, loc: tuple[Any, ...], message: str) -> PlannerInputError:
-    return PlannerInputError(f"{where}{''.join('.' + str(p) for p in loc)}: {message}")
+    """A key the file names is shown escaped where it holds a newline or the like: the message stays one line."""
+    return PlannerInputError(f"{where}{''.join('.' + printable(str(p)) for p in loc)}: {printable(message)}")
 
 
 def validate_record(record_type: type[M], row: Any, where: str) -> M:
