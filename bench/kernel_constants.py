@@ -520,12 +520,12 @@ def all_reduce(gpu: Gpu, tables: Tables) -> tuple[list[dict], list[dict]]:
         if df is None:
             continue
         for tp, g in df.groupby("num_gpus"):
-            if tp > NODE_GPUS.get(gpu.system, tp):  # the group spans nodes: another path than the node's kernel
-                continue
+            # a group of more GPUs than a node (an NVL72 tray) holds runs the engine's multi-host path: fitted apart
+            across = tp > NODE_GPUS.get(gpu.system, tp)
             g = g.groupby("message_size").latency.min()
             nbytes = g.index.to_numpy(float) * 2
             t = g.to_numpy() / 1e3
-            row = dict(gpu=gpu.system, impl=name, tp=tp, file=path)
+            row = dict(gpu=gpu.system, impl=name, tp=tp, file=path, across_hosts=across)
             for regime, mask in (("small", nbytes <= 2**20), ("large", nbytes >= 64 * 2**20)):
                 if mask.sum() < 3:
                     continue
@@ -730,9 +730,10 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
     ar["kind"] = ar.gpu.map(lambda s: gpus[s].interconnect)
     ar["generation"] = ar.gpu.map(lambda s: gpus[s].generation)
     columns = ["small_lat_us", "small_algbw_gbs", "large_lat_us", "large_busbw_gbs"]
+    in_host, across = ar[~ar.across_hosts], ar[ar.across_hosts]
     print("# interconnects")
     for engine in (None, *ENGINES):  # the engines' median first, then each engine's own
-        rows = ar if engine is None else ar[ar.impl == engine]
+        rows = in_host if engine is None else in_host[in_host.impl == engine]
         by_gpu = rows.groupby(["kind", "generation", "gpu", "tp"])[columns].median().reset_index()
         fits = by_gpu.groupby(["kind", "generation", "tp"])[columns].median().reset_index()
         systems = by_gpu.groupby(["kind", "generation"]).gpu.apply(
@@ -742,12 +743,28 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
             print(f"  - kind: {kind}\n    generation: {generation}" + (f"\n    engine: {engine}" if engine else "")
                   + f"\n    source: \"aiconfigurator-core 0.12.0 systems/data/{{{systems[(kind, generation)]}}}/{who} "
                   f"(CUDA-graph rows; medians over the GPUs)\"\n    allreduce:")
-            for r in sel.itertuples():
-                if r.tp > 8:
-                    continue
-                print(f"      - {{tp: {r.tp}, latency_us: {_number(r.small_lat_us)}, bandwidth_gbps: "
-                      f"{_number(r.small_algbw_gbs)}, large_latency_us: {_number(r.large_lat_us)}, bus_bandwidth_gbps: "
-                      f"{_number(r.large_busbw_gbs)}}}")
+            print_fits(row for row in sel.itertuples() if row.tp <= 8)
+    # groups across the hosts of one NVLink domain (NVL72 trays): each kind's, of no generation, the measured parts
+    # serving the kind's other ones (bench/SPEED_PROTOCOL.md, the amendment on a TP group across NVL72 trays)
+    for engine in (None, *ENGINES):
+        rows = across if engine is None else across[across.impl == engine]
+        by_gpu = rows.groupby(["kind", "gpu", "tp"])[columns].median().reset_index()
+        for kind, sel in by_gpu.groupby("kind")[["gpu", "tp", *columns]]:
+            fits = sel.groupby("tp")[columns].median().reset_index()
+            who = f"comm/{engine}/" if engine else "comm/{vllm,sglang,trtllm}/ (medians over the engines)"
+            print(f"  - kind: {kind}\n    across_hosts: true" + (f"\n    engine: {engine}" if engine else "")
+                  + f"\n    source: \"aiconfigurator-core 0.12.0 systems/data/{{{','.join(sorted(set(sel.gpu)))}}}/{who}"
+                  " at more GPUs than a tray's 4 (CUDA-graph rows; medians over the GPUs); for the kind's other parts"
+                  " of several hosts, a bound\"\n    allreduce:")
+            print_fits(fits.itertuples())
+
+
+def print_fits(rows) -> None:
+    """An interconnect entry's `allreduce` lines."""
+    for r in rows:
+        print(f"      - {{tp: {r.tp}, latency_us: {_number(r.small_lat_us)}, bandwidth_gbps: "
+              f"{_number(r.small_algbw_gbs)}, large_latency_us: {_number(r.large_lat_us)}, bus_bandwidth_gbps: "
+              f"{_number(r.large_busbw_gbs)}}}")
 
 
 def main() -> None:
@@ -820,10 +837,10 @@ def main() -> None:
         ar_rows += fits
         cross_rows += cross
     table("4. All-reduce (CUDA-graph custom AR of each engine; NCCL half); small <= 1 MiB, large >= 64 MiB",
-          ar_rows, ["gpu", "impl", "tp", "small_lat_us", "small_algbw_gbs", "small_busbw_gbs", "small_err",
-                    "large_lat_us", "large_algbw_gbs", "large_busbw_gbs", "large_err", "file"])
-    generation_summary("4. All-reduce", ar_rows, gpus, ["impl", "tp"],
-                       ["small_lat_us", "small_algbw_gbs", "large_lat_us", "large_busbw_gbs"])
+          ar_rows, ["gpu", "impl", "tp", "across_hosts", "small_lat_us", "small_algbw_gbs", "small_busbw_gbs",
+                    "small_err", "large_lat_us", "large_algbw_gbs", "large_busbw_gbs", "large_err", "file"])
+    generation_summary("4. All-reduce (groups within a host)", [r for r in ar_rows if not r["across_hosts"]], gpus,
+                       ["impl", "tp"], ["small_lat_us", "small_algbw_gbs", "large_lat_us", "large_busbw_gbs"])
     table("4b. Engine all-reduce vs NCCL: largest size still >5% faster than NCCL; ratio at 64 tok x 7168",
           cross_rows, ["gpu", "engine", "tp", "last_faster_bytes", "max_bytes", "ratio_64tok_7168"])
 

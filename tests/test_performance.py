@@ -250,6 +250,34 @@ def test_an_amd_prefill_all_reduce_takes_rccls_measured_time_and_a_decode_one_th
     assert call_us(decode) < 20
 
 
+def test_a_tensor_parallel_group_across_nvl72_trays_takes_the_multi_host_all_reduce(catalog, perf):
+    """A GB200 / GB300 tray holds 4 GPUs: a TP-8 group spans two hosts of the rack's NVLink domain and runs the
+    engine's multi-host all-reduce (measured on GB300 across trays); a TP-4 group keeps the tray's own fits, and an
+    HGX node of 8 is one host."""
+    model = arch(catalog, "llama-3.1-70b")
+    payload = model.hidden_size * 2  # one token's activations, 16-bit
+
+    def one_call(fit, tp):
+        return min(fit.latency_us * 1e-6 + payload / (fit.bandwidth_gbps * GB),
+                   fit.large_latency_us * 1e-6 + 2 * (tp - 1) / tp * payload / (fit.bus_bandwidth_gbps * GB))
+
+    for gpu_name in ("gb300", "gb200"):
+        gpu = catalog.gpus.get(gpu_name)
+        assert gpu.host_gpus == 4 < gpu.gpus_per_node
+        for engine in ("vllm", "sglang", "trtllm"):
+            across = perf.interconnect(gpu.interconnect.kind, gpu.generation, engine, across_hosts=True)
+            within = perf.interconnect(gpu.interconnect.kind, gpu.generation, engine)
+            assert across.across_hosts and across.engine == engine and not within.across_hosts
+            for tp, link in ((8, across), (4, within)):
+                timed = run(catalog, "llama-3.1-70b", gpu=gpu_name, precision="fp8", tp=tp, engine=engine)
+                assert timed.decode.allreduce_s == pytest.approx(2 * model.num_layers * one_call(link.fit(tp), tp))
+    # vLLM and SGLang leave the tray at 2-5x an HGX B300's small-message latency; TensorRT-LLM's MNNVL kernels do not
+    hgx = perf.interconnect("nvlink", "blackwell-ultra", "sglang").fit(8)
+    assert perf.interconnect("nvlink", "blackwell-ultra", "sglang", across_hosts=True).fit(8).latency_us > 4 * hgx.latency_us
+    h100 = catalog.gpus.get("h100-sxm")
+    assert h100.gpus_per_host is None and h100.host_gpus == h100.gpus_per_node
+
+
 def test_pipeline_stages_wait_when_the_batch_cannot_fill_them(catalog):
     one = run(catalog, "llama-3.1-70b", precision="fp8", pp=2)
     flat = run(catalog, "llama-3.1-70b", precision="fp8")

@@ -93,6 +93,9 @@ class Gpu(_Record):
     network: Network | None = None
     pcie_gen: int | None = None
     gpus_per_node: int = bounded(gt=0)
+    # the GPUs of one host where fewer than the node's NVLink domain (an NVL72 compute tray: 4); None: the node is one
+    # host. A tensor-parallel group larger than a host runs the engines' multi-host all-reduce.
+    gpus_per_host: int | None = bounded(None, gt=0)
     tdp_watts: float | None = None
     skypilot_accelerator: str | None = None
     source: str
@@ -103,6 +106,11 @@ class Gpu(_Record):
     def memory_bytes(self) -> int:
         """Total memory as the runtime reports it (nvidia-smi memory.total, MiB)."""
         return self.memory_mib * MiB
+
+    @property
+    def host_gpus(self) -> int:
+        """The GPUs a single-host all-reduce can span."""
+        return self.gpus_per_host or self.gpus_per_node
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,8 @@ sequences plus p prompt tokens):
                 llama.cpp instead pays its measured cycles per layer (ggml-org/llama.cpp PR 6766)
   TP            2 all-reduces of the activations per layer (Megatron-LM, Shoeybi et al. 2019, section 3),
                 each latency(tp) + bytes / (link bandwidth x efficiency): the engines' custom all-reduce at
-                decode sizes, measured per interconnect and GPU generation
+                decode sizes, measured per interconnect and GPU generation; a group of more GPUs than a host
+                holds (an NVL72 tray) takes the engines' multi-host all-reduce, measured across trays
   stage         dense GEMMs + fused MoE + attention + fixed + TP
   eager prefill where the engine launches a prefill pass without a CUDA graph (its eager_prefill_rules, by
                 release, GPU, model, MoE kernel and layout), the pass takes max(stage, host launches): the
@@ -590,6 +591,8 @@ class InterconnectCost:
     kind: str  # the Gpu interconnect kind: nvlink, pcie, infinity-fabric, ...
     generation: str | None = None  # the GPU generation these measurements are of; None: the kind's other GPUs
     engine: str | None = None  # the engine whose all-reduce was measured; None: the engines' median
+    # the fits of a group whose GPUs span hosts of one NVLink domain (NVL72 trays): the engines' multi-host path
+    across_hosts: bool = False
     allreduce: tuple[AllReduceFit, ...]  # a TP size not listed takes the next larger listed one, or the largest
     source: str
 
@@ -652,12 +655,19 @@ class PerformanceCatalog:
         known = ", ".join(e.name for e in self.engines)
         raise PlannerInputError(f"engine: no performance factors for {name!r}; use one of {known}")
 
-    def interconnect(self, kind: str, generation: str, engine: str | None = None) -> InterconnectCost:
+    def interconnect(self, kind: str, generation: str, engine: str | None = None,
+                     across_hosts: bool = False) -> InterconnectCost:
         """The kind's entry measured on this generation with this engine, else on this generation, else the kind's
-        own, else `default`."""
-        for wanted in ((kind, generation, engine), (kind, generation, None), (kind, None, None), ("default", None, None)):
+        own, else `default`; for a group across hosts, the kind's entries across hosts first (by generation and
+        engine, then any generation), then those."""
+        chain = [(kind, generation, engine, False), (kind, generation, None, False), (kind, None, None, False),
+                 ("default", None, None, False)]
+        if across_hosts:
+            chain[:0] = [(kind, generation, engine, True), (kind, generation, None, True), (kind, None, engine, True),
+                         (kind, None, None, True)]
+        for wanted in chain:
             for entry in self.interconnects:
-                if (entry.kind, entry.generation, entry.engine) == wanted:
+                if (entry.kind, entry.generation, entry.engine, entry.across_hosts) == wanted:
                     return entry
         raise PlannerInputError("catalog performance.yaml: interconnects needs a 'default' entry")
 
@@ -1879,7 +1889,11 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     `stated_kernel`: the fused-MoE kernel the engine was told to run (None: the one its release picks)."""
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
-    link = performance.interconnect(gpu.interconnect.kind, gpu.generation, engine)
+
+    def group_fit(size: int) -> AllReduceFit:
+        """A group of more GPUs than one host holds runs the engines' multi-host all-reduce."""
+        return performance.interconnect(gpu.interconnect.kind, gpu.generation, engine, size > gpu.host_gpus).fit(size)
+
     wide = _wide_rate(gpu, arch, prec)
     low_bit_rate, low_bit_format = _low_bit_format(gpu, prec, wide, performance, native)
     bandwidth = gpu.memory_bandwidth_gbps * GB
@@ -1938,7 +1952,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     layouts = frozenset(name for name, on in (("pipeline", pp > 1), ("dp_attention", bool(attention_tp) and attention_tp < tp))
                         if on)
     eager = engine_cost.eager_prefill(gpu, arch.model_type, bool(arch.multimodal), moe_kernel, layouts, release)
-    fit, pair = link.fit(tp), link.fit(2)
+    fit, pair = group_fit(tp), group_fit(2)
     kernels = generation.engines.get(engine, EngineKernels())
     picked_by_release = kernels.sparse_prefill or kernels.gated_delta_prefill
     released = release_key(release or default_release(engine)) if picked_by_release else ()
@@ -1965,7 +1979,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         mla_layer_launches=engine_cost.mla_layer_kernels,
         step_overhead_s=engine_cost.step_host_us(release, pp > 1, arch.model_type, prefix_cache) * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
-        attention_allreduce=_all_reduce(link.fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
+        attention_allreduce=_all_reduce(group_fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
         attention_tp=attention_tp or tp,
         norm_allreduces=engine_cost.layer_allreduces(arch.model_type, release) if (attention_tp or tp) > 1 else 0,
         sparse_prefill=_sparse_rates(sparse, kernels.indexer, gpu, wide, kv_bits) if sparse and kernels.indexer else None,
