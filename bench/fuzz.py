@@ -2046,7 +2046,7 @@ def fuzz_results(rng: random.Random, cases: int, tally: Tally, folder: Path) -> 
         values = calibration.factors.as_dict().values()
         return None if all(LOWEST <= v <= HIGHEST for v in values) else f"factors out of bounds: {list(values)}"
 
-    for i in range(cases):
+    for _ in range(cases):
         if rng.random() < 0.2:
             text, path = hostile_calibration(rng, seed), folder / "calibration-case.yaml"
             path.write_bytes(text.encode("utf-8", "surrogatepass"))  # a lone surrogate: bytes that are not UTF-8

@@ -64,8 +64,9 @@ L2_MB = {"a100_sxm": 40, "h100_sxm": 50, "h200_sxm": 50, "b200_sxm": 126, "b300_
          "rtx_pro_6000_server": 128, "l40s": 96, "l4": 48}
 # GPUs in one node where fewer than the system's NVLink domain: a GB200 / GB300 NVL72 compute tray holds 4 (NVIDIA
 # Enterprise Reference Architecture, NVL72 AI factory, components). The engines' custom all-reduce runs within a node,
-# so rows of a larger group time another path and stay out of the all-reduce fits (bench/SPEED_PROTOCOL.md, the
-# correction on the parts whose node holds the group).
+# so rows of a larger group time another path: they stay out of the in-node fits (bench/SPEED_PROTOCOL.md, the
+# correction on the parts whose node holds the group) and make the fits across hosts (the amendment on a TP group
+# across NVL72 trays).
 NODE_GPUS = {"gb200": 4, "gb300": 4}
 # MoE shapes whose aiconfigurator cases route the balanced logits through a group-limited top-k (DeepSeek-V3: 8 groups
 # of 32, the best 4 kept; collector/cases/models/DeepseekV3ForCausalLM_cases.yaml): every token lands in the same 4
