@@ -10,7 +10,7 @@ import pytest
 from planner.errors import PlannerInputError
 from planner.estimator.benchmark import BenchmarkRun, measure, run_benchmark
 from planner.estimator.closed_loop import closed_loop
-from planner.estimator.performance import Workload
+from planner.estimator.performance import Step, Workload
 from planner.estimator.simulate import Arrival, EngineRun, ServedRequest, run_engine
 
 from test_capacity import replica
@@ -299,28 +299,76 @@ def test_a_step_with_prompts_on_sglang_is_their_pass_then_the_decode():
     assert timer.step_s(mixed) == timer.forward_s(mixed) < with_(timer, mixes_prefill=False).step_s(mixed)
 
 
-def test_the_simulated_first_token_comes_out_of_sglangs_prefill_pass():
-    """In the simulator, a request that arrives while others decode gets its first token at the end of the prompts'
-    pass on SGLang (the decode pass of the others comes after it); the step itself lasts both passes."""
+def test_sglang_runs_a_prompt_alone_and_the_decoding_requests_wait_it_out():
+    """SGLang runs every prompt it can admit before it decodes again (bench/SPEED_PROTOCOL.md, the prefill-first
+    amendment): in the simulator a request that arrives while another decodes gets a step of its own, its prompt's
+    pass alone, and its first token at that step's end; the decoding request gains no token in that step (its token
+    steps skip it). On vLLM the prompt rides beside the decode."""
     from dataclasses import replace as with_
 
+    from planner.estimator.benchmark import inter_token_latencies
     from planner.estimator.performance import Step
 
     timer, scheduler, _ = replica("qwen3-30b-a3b", "h100-sxm", context=4096)
     arrivals = [Arrival(0.0, 1000, 200), Arrival(0.05, 1000, 200)]
-    runs = {}
-    for mixes in (True, False):
-        runs[mixes] = run_engine(with_(timer, mixes_prefill=mixes), scheduler, arrivals)
+    runs = {mixes: run_engine(with_(timer, mixes_prefill=mixes), scheduler, arrivals) for mixes in (True, False)}
     vllm, sglang = ({r.arrival.time_s: r for r in runs[m].served} for m in (True, False))
     # the first request prefills alone: the same on both
     assert sglang[0.0].first_token_s == vllm[0.0].first_token_s
-    # the second one's prompt rides a step beside the first's decode: SGLang's pass of it is its own
     ends = runs[False].step_ends_s
-    step = next(i for i, end in enumerate(ends) if end > 0.05)  # the step that carries its prompt starts at ends[i - 1]
+    step = next(i for i, end in enumerate(ends) if end > 0.05) + 1  # the step after the arrival carries its prompt
     prompt_pass = timer.forward_s(Step(0, 0.0, 1000, 1000 * 1001 / 2, 1))
-    assert sglang[0.05].first_token_s == pytest.approx(ends[step] + prompt_pass, rel=1e-9)
-    assert sglang[0.05].first_token_s < ends[step + 1]  # before the step's decode pass ends
-    assert runs[False].end_s > runs[True].end_s  # two passes a prompt-carrying step
+    assert ends[step] - ends[step - 1] == pytest.approx(prompt_pass, rel=1e-9)
+    assert sglang[0.05].first_token_s == ends[step]
+    # the first request: tokens up to the step before, none in it, then on from the step after
+    assert sglang[0.0].token_steps == ((0, step - 1), (step + 1, 200))
+    assert vllm[0.0].token_steps == ((0, 199),)
+    # its gap across the prompt's step is that step and the decode after it; 199 gaps a request, as many tokens less 1
+    gaps = inter_token_latencies(runs[False])
+    assert len(gaps) == 2 * 199
+    assert ends[step + 1] - ends[step - 1] in gaps
+    assert runs[False].end_s > runs[True].end_s
+
+
+@pytest.mark.parametrize("model, gpu, prompt, output, clients", [
+    ("llama-3.1-8b", "h100-sxm", 1024, 128, 16),
+    ("llama-3.1-8b", "h100-sxm", 1024, 128, 128),
+    ("llama-3.1-8b", "l40s", 2000, 200, 32),  # prompts cut into chunks: the budget is 2,048 tokens
+    ("qwen3-30b-a3b", "h100-sxm", 1024, 256, 64),
+])
+def test_sglangs_closed_loop_with_fixed_lengths_runs_in_lockstep_as_the_simulator_does(model, gpu, prompt, output,
+                                                                                         clients):
+    """With fixed lengths SGLang's clients stay in lockstep (the prefill-first amendment): a cycle is the R prompts'
+    passes alone, FCFS at the whole budget a pass, then N - 1 decode passes of all R; request i's first token comes
+    at the end of the pass holding its prompt's last token, so the earlier passes are in its TTFT and the later ones in
+    its TPOT. The simulator, run as vllm bench serve --max-concurrency C, finds the same loop (measured within 0.6%)."""
+    from dataclasses import replace as with_
+    from itertools import accumulate
+
+    timer, scheduler, _ = replica(model, gpu, context=prompt + output)
+    sglang = with_(timer, mixes_prefill=False)
+    assert sglang.runs_prompts_apart
+    loop = closed_loop(sglang, scheduler, Workload(prompt, output), clients)
+    budget = scheduler.max_num_batched_tokens
+    full_steps, rest = divmod(clients * prompt, budget)
+    context = prompt + output / 2
+    passes = [sglang.step_s(Step(0, context, budget, budget * (prompt + 1) / 2, ceil(budget / prompt)))] * full_steps
+    if rest:
+        passes.append(sglang.step_s(Step(0, context, rest, rest * (prompt + 1) / 2, ceil(rest / prompt))))
+    ends = list(accumulate(passes))
+    decode = sglang.step_s(Step(clients, context))
+    cycle = ends[-1] + (output - 1) * decode
+    first = sum(ends[ceil((i + 1) * prompt / budget) - 1] for i in range(clients)) / clients
+    assert loop.running == clients and loop.prefill_steps == len(passes)
+    assert loop.requests_per_s == pytest.approx(clients / cycle, rel=1e-9)
+    assert loop.ttft_s == pytest.approx(first, rel=1e-9)
+    assert loop.tpot_s == pytest.approx((cycle - first) / (output - 1), rel=1e-9)
+    assert ends[0] < loop.ttft_s < ends[-1]  # waits for the prompts ahead of it, not for all of them
+    run = run_benchmark(sglang, scheduler, BenchmarkRun(num_prompts=20 * clients, max_concurrency=clients,
+                                                        input_len=prompt, output_len=output))
+    assert loop.requests_per_s == pytest.approx(run.request_throughput, rel=0.01)
+    assert loop.tpot_s * 1000 == pytest.approx(run.tpot.mean_ms, rel=0.01)
+    assert loop.ttft_s * 1000 == pytest.approx(run.ttft.mean_ms, rel=0.01)
 
 
 def test_an_sglang_prefill_pass_takes_the_whole_budget():

@@ -25,13 +25,18 @@ arrivals Poisson at a = R / (N - 1) a step, (N - 1)(1 - e^-a) batches of R over 
 tokens alone, cut at the token budget (bench/SPEED_PROTOCOL.md, the SGLang-prefill amendment). Under DP attention
 each batch is one pass shared with the other groups' R (1 - 1/dp) decoding requests, none under the decode graph, so
 of the N - 1 tokens a request gains, M (1 - 1/dp) come out of the M shared passes and the rest out of graphed decode
-steps (the DP-attention step amendment). With fixed lengths such an engine keeps the packed cycle, each
-prompt-carrying step timed as its two passes (ReplicaTimer.prompts_apart), or as one under DP attention.
+steps (the DP-attention step amendment). With fixed lengths such an engine without DP attention (runs_prompts_apart)
+runs every prompt it can admit before it decodes again, so its clients stay in lockstep: a cycle is the k prefill
+passes of the R prompts alone, then N - 1 decode passes of all R; request i's first token comes at the end of the
+pass holding its prompt's last token, ceil((i + 1) P / B), the passes up to it in its TTFT, the later ones in its
+TPOT (the prefill-first amendment). Under DP attention fixed lengths keep the packed cycle, each prompt-carrying step
+one pass.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 from math import ceil, exp, floor
 
 from planner.errors import PlannerInputError
@@ -123,16 +128,30 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         graphed = decode_steps - passes * shared / running
         cycle_steps = ceil(graphed) + prefill_steps
         cycle_s = graphed * decode_s + passes * prefill_s
+        first_s = own_steps * prefill_s
+    elif times.runs_prompts_apart:
+        # lockstep: the prompts' passes alone, in FCFS order at `full` tokens a pass, then every request's N - 1
+        # decode passes; each request's first token at the end of the pass holding its prompt's last token
+        pass_s = [times.mean_step(0, context, full, prompt)] * full_steps
+        if rest > 0:
+            pass_s.append(times.mean_step(0, context, rest, prompt))
+        ends = list(accumulate(pass_s))
+        prompts_s = ends[-1]
+        prefill_s = prompts_s / prefill_steps
+        cycle_steps = prefill_steps + output - 1
+        cycle_s = prompts_s + (output - 1) * decode_s
+        first_s = sum(ends[ceil((i + 1) * prompt / full) - 1] for i in range(running)) / running
     else:
         prompts_s = full_steps * carrying(full) + (carrying(rest) if rest > 0 else 0.0)
         prefill_s = prompts_s / prefill_steps
         cycle_s = prompts_s + (cycle_steps - prefill_steps) * decode_s
+        first_s = own_steps * prefill_s
     throughput = running / cycle_s
     e2e = concurrency / throughput
     queue = (concurrency - running) / throughput
-    ttft = queue + waited_s + own_steps * prefill_s
-    # E2E - TTFT is the cycle less its own prefill: computed so, the queue's seconds do not round into it
-    tpot = (cycle_s - own_steps * prefill_s) / (output - 1) if output > 1 else 0.0
+    ttft = queue + waited_s + first_s
+    # E2E - TTFT is the cycle less the time to its first token: computed so, the queue's seconds do not round into it
+    tpot = (cycle_s - first_s) / (output - 1) if output > 1 else 0.0
     return ClosedLoop(
         concurrency=concurrency, running=running, limit=limit, prefill_steps=prefill_steps, cycle_steps=cycle_steps,
         prefill_step_s=prefill_s, decode_step_s=decode_s, ttft_s=ttft, tpot_s=tpot, itl_s=tpot, e2e_s=e2e,

@@ -13,8 +13,11 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
      performance.ReplicaTimer.step). Every request whose prompt is complete emits a token; a request
      that has its output tokens finishes and frees its blocks. On an engine that runs prompts as a pass of
      their own before the decode (the timer's mixes_prefill False: SGLang) the prompts take the whole budget
-     (performance.prompt_room), and without DP attention (ReplicaTimer.runs_prompts_apart) the step is the two
-     passes, the prompts' tokens coming out at the end of the first.
+     (performance.prompt_room). Without DP attention (ReplicaTimer.runs_prompts_apart) such an engine runs every
+     prompt it can admit before it decodes again (SGLang's get_next_batch_to_run, "Run prefill first if possible";
+     bench/SPEED_PROTOCOL.md, the prefill-first amendment): a step that can schedule prompts (a partly prefilled
+     request's next chunk, then waiting requests the budget, max_num_seqs and the free blocks admit) runs them
+     alone, the decoding requests gaining no token in it; a step that can schedule none decodes as above.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
 it fails when the new blocks exceed the free ones). Prefix caching: a request whose prompt starts with its workload's
 shared prefix (Arrival.shared_prefix_tokens) finds the prefix's whole blocks cached (Scheduler.cached_tokens, the
@@ -49,8 +52,9 @@ PREFILL_GRAIN_TOKENS = 64
 # The work one run may ask for, whoever asks (planner simulate, planner bench, perf past capacity): requests (20 x
 # vLLM bench serve's default run), and output tokens over all of them: a step emits at least one token, so they bound
 # the simulated steps. Measured on this project's 2-core machine (Llama 3.1 8B on an H100): 20,000 requests of
-# 1,024 + 128 tokens sent at once simulate in 0.65 s; one request at a time, the slowest case, costs 6.4 us a step,
-# so 2,000,000 output tokens take about 13 s.
+# 1,024 + 128 tokens sent at once simulate in 0.65 s (2.4 s on an engine that runs prompts first: each step of prompts
+# alone visits the decoding requests it holds up); one request at a time, the slowest case, costs 6.4 us a step, so
+# 2,000,000 output tokens take about 13 s.
 MAX_REQUESTS = 20_000
 MAX_OUTPUT_TOKENS = 2_000_000
 # Samples of the KV pool's use over the run reported in the timeline.
@@ -284,7 +288,8 @@ class _Engine:
     """The scheduler's state. Decoding requests advance in lockstep, one token a step, so they are not visited
     every step: each has its next block allocation and its last step scheduled as events (what
     allocate_slots and the stop check would find visiting them), which keeps a step's cost to the requests
-    that change."""
+    that change. A step of prompts alone (an engine that runs prompts first) visits them all: each stops and starts
+    again a step later."""
 
     def __init__(self, timer: ReplicaTimer | TokenSteps, scheduler: Scheduler, total_blocks: int):
         self.scheduler, self.block, self.total_blocks = scheduler, scheduler.block_tokens, total_blocks
@@ -293,6 +298,7 @@ class _Engine:
         self.max_seqs = min(scheduler.max_num_seqs or self.budget, self.budget)
         self.clock = _StepClock(timer, scheduler.block_tokens)
         self.per_decode = timer.budget_per_decode  # tokens of a step's budget a decoding request takes
+        self.prompts_first = timer.runs_prompts_apart  # a step that can schedule prompts runs them alone
         self.running: dict[_Request, None] = {}  # admission order: decoding requests, then prefilling ones
         self.waiting: deque[_Request] = deque()
         self.free = total_blocks
@@ -375,7 +381,13 @@ class _Engine:
             if not self.waiting and not self.running:
                 now = pending[0].arrival.time_s
                 continue
-            scheduled, preempted = self._schedule()
+            scheduled, alone = self._schedule()
+            # prompts alone: the decoding requests wait out the step (their next token's gap spans it)
+            paused = [r for r in self.running if r.decoding] if alone else []
+            for request in paused:
+                self._stop_decoding(request, self.step)
+            if paused:
+                self.needs.pop(self.step, None)
             decode, decode_tokens = self.decoders, self.decode_tokens
             prefill = sum(new for _, new in scheduled)
             positions = sum(new * r.computed + new * (new + 1) / 2 for r, new in scheduled)
@@ -392,6 +404,8 @@ class _Engine:
                 timeline.append((round(next_sample, 3), held / self.total_blocks))
                 next_sample += sample_every
             done = self._advance(scheduled, now, prompted)
+            for request in paused:
+                self._start_decoding(request)
             if done:
                 if in_flight == slots:
                     slot_freed_s = now
@@ -403,7 +417,11 @@ class _Engine:
                          peak_in_flight, tuple(timeline))
 
     def _schedule(self) -> tuple[list[tuple[_Request, int]], bool]:
-        """One step's decisions: (prefill chunks scheduled, whether anything was preempted)."""
+        """One step's decisions: (prefill chunks scheduled, whether they run alone, the decoding requests waiting)."""
+        if self.prompts_first:
+            alone = self._prompts_alone()
+            if alone:
+                return alone, True
         step, budget = self.step, self._room()
         preempted = False
         # decoding requests: those crossing a block boundary need one block each
@@ -436,21 +454,44 @@ class _Engine:
             scheduled.append((request, new))
             budget -= new
         if not preempted:
-            while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
-                request = self.waiting[0]
-                new = min(request.tokens - request.computed, budget)
-                need = self._needs(request, new)
-                if need > self.free:
-                    break
-                self.waiting.popleft()
-                self.free -= need
-                request.blocks += need
-                self.running[request] = None
-                scheduled.append((request, new))
-                budget -= new
+            self._admit_waiting(scheduled, budget)
         if not scheduled and not self.decoders:
             raise RuntimeError("internal error: the simulated scheduler is stuck")
-        return scheduled, preempted
+        return scheduled, False
+
+    def _prompts_alone(self) -> list[tuple[_Request, int]]:
+        """The prompt chunks a step can schedule without preempting: partly prefilled requests' next chunks, then
+        waiting requests in order, while the budget lasts, fewer than max_num_seqs run and the free blocks hold
+        them (none: the step decodes)."""
+        budget = self.budget
+        scheduled: list[tuple[_Request, int]] = []
+        for request in [r for r in self.running if not r.decoding]:
+            new = min(request.tokens - request.computed, budget)
+            need = self._needs(request, new)
+            if budget <= 0 or need > self.free:
+                return scheduled
+            self.free -= need
+            request.blocks += need
+            scheduled.append((request, new))
+            budget -= new
+        self._admit_waiting(scheduled, budget)
+        return scheduled
+
+    def _admit_waiting(self, scheduled: list[tuple[_Request, int]], budget: float) -> None:
+        """Waiting requests in arrival order join `scheduled` while `budget` lasts, fewer than max_num_seqs run and the
+        pool's free blocks hold their chunk (chunked prefill: a prompt longer than the budget left is cut)."""
+        while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
+            request = self.waiting[0]
+            new = min(request.tokens - request.computed, budget)
+            need = self._needs(request, new)
+            if need > self.free:
+                break
+            self.waiting.popleft()
+            self.free -= need
+            request.blocks += need
+            self.running[request] = None
+            scheduled.append((request, new))
+            budget -= new
 
     def _advance(self, scheduled: list[tuple[_Request, int]], now: float, prompted: float) -> list[_Request]:
         """The step ran, ending at `now`: decoding requests gained a token, prompts their chunk (their pass ending at
