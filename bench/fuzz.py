@@ -1928,16 +1928,19 @@ def trace_problem(result: Any) -> str | None:
 
 
 def fuzz_traces(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
-    """Hostile JSONL traces through the trace reader and the simulator of one Llama 3.1 8B replica on an H100."""
+    """Hostile JSONL traces through the trace reader and the simulator of one Llama 3.1 8B replica on an H100, under
+    vLLM's scheduler or SGLang's (which runs a step of prompts alone), one drawn a case."""
     from planner.api import _replica
     from planner.estimator.simulate import read_trace, simulate
 
-    replica = _replica("llama-3.1-8b", "h100-sxm", None, 1, 1, "auto", "auto", "vllm", 4096, CATALOG, sized=True)
+    replicas = [_replica("llama-3.1-8b", "h100-sxm", None, 1, 1, "auto", "auto", engine, 4096, CATALOG, sized=True)
+                for engine in ("vllm", "sglang")]
     path = folder / "trace.jsonl"
     for _ in range(cases):
         text = hostile_trace(rng)
+        replica = rng.choice(replicas)
         path.write_text(text, encoding="utf-8")
-        run_case(tally, shorten(text, 200),
+        run_case(tally, f"{replica.engine}: {shorten(text, 200)}",
                  lambda: simulate(replica.timer, replica.scheduler, read_trace(path), warmup_s=0.0), trace_problem)
 
 

@@ -6,6 +6,8 @@ import sys
 from math import floor, ceil, inf
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.errors import PlannerInputError
 from planner.estimator.benchmark import BenchmarkRun, measure, run_benchmark
@@ -521,3 +523,32 @@ def test_sglang_runs_at_most_its_default_max_running_requests():
     assert loop.running == 4096 and loop.limit == "max_running_requests"
     assert loop.pool_tokens // 128 > 4096  # the pool alone would hold more
 
+
+
+_ARRIVALS = st.lists(st.tuples(st.floats(0, 2), st.integers(1, 3000), st.integers(1, 300)), min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_ARRIVALS, st.booleans(), st.sampled_from([300, 2000]))
+def test_every_simulated_request_streams_each_token_once_whichever_scheduler(trace, mixes, pool_blocks):
+    """vLLM's scheduler or SGLang's prompts-first one (steps of prompts alone), a pool roomy or tight enough to preempt:
+    every request finishes, its tokens come out in increasing runs of steps that add up to its output, its first
+    token before its last, and the inter-token gaps number its output less one."""
+    from dataclasses import replace as with_
+    from itertools import pairwise
+
+    from planner.estimator.benchmark import inter_token_latencies
+    from planner.estimator.capacity import Scheduler
+
+    timer, _, _ = replica("llama-3.1-8b", "h100-sxm", context=4096)
+    scheduler = Scheduler(pool_tokens=16 * pool_blocks, block_tokens=16, max_num_batched_tokens=2048, max_num_seqs=32,
+                          max_model_len=4096)
+    arrivals = sorted((Arrival(t, prompt, output) for t, prompt, output in trace), key=lambda a: a.time_s)
+    run = run_engine(with_(timer, mixes_prefill=mixes), scheduler, arrivals)
+    assert len(run.served) == len(arrivals)
+    for request in run.served:
+        steps = request.token_steps
+        assert sum(last - first + 1 for first, last in steps) == request.arrival.output_tokens
+        assert all(first <= last < after for (first, last), (after, _) in pairwise(steps))
+        assert request.sent_s <= request.first_token_s <= request.finished_s
+    assert len(inter_token_latencies(run)) == sum(a.output_tokens - 1 for a in arrivals)
