@@ -281,6 +281,9 @@ def moe_tables(gpu: Gpu, tables: Tables, engine: str, dtype: str):
     on expert slices):
     (file, rows, kernel name, primary) for the primary kernel (the one with the most rows) and for every other kernel
     MOE_KERNEL_NAMES names (those an engine's kernel choice in catalogs/performance.yaml can pick)."""
+    # left out: non-gated experts (relu2, another shape of work), and TensorRT-LLM's min-latency rows, which
+    # aiconfigurator's collector times on another backend (TRTLLMGenFusedMoE) called with do_finalize=False, its routed
+    # outputs not reduced: not a whole MoE layer (collector/trtllm/collect_moe.py run_moe_torch, 006afd78)
     exclude = ("moe_torch_flow_nongated", "moe_torch_flow_min_latency")
 
     def keep(d):
