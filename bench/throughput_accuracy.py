@@ -347,7 +347,8 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         if batch is None:
             raise Skip("batch not stated (max-throughput or request-rate run)")
         per_request = next((number(measured[k]) for k in PER_REQUEST_TOKS_KEYS if k in measured), None)
-        if per_request is not None:
+        # a server that fills the KV cache instead of prefilling (`prefill_skipped`): its requests only decode
+        if per_request is not None or (raw.get("prefill_skipped") and batch > 1):
             form = DECODE_WINDOW
         if per_request is not None and output is None and "total_tokens" in measured:
             output = number(measured["total_tokens"]) / number(measured["num_completed"])
