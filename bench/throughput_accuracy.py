@@ -240,6 +240,14 @@ def first_match(text: str, table: tuple[tuple[str, str | None], ...], what: str)
     return min(found)[2]
 
 
+def stated_precision(text: str) -> str:
+    """The catalog precision a row's precision text names (PRECISIONS); "fp8" of a checkpoint the text says is stored
+    block-scaled is that checkpoint's "fp8-block" (bench/SPEED_PROTOCOL.md, the correction on stated block-FP8
+    checkpoints)."""
+    precision = first_match(text, PRECISIONS, "precision")
+    return "fp8-block" if precision == "fp8" and "block" in text.lower() else precision
+
+
 def catalog_model(catalog: Catalog, text: str) -> str:
     name = re.sub(r"\s*\(.*$", "", text).strip()  # the model is what precedes a first parenthesis
     candidates = [name, SAME_ARCHITECTURE.get(name.lower(), "")]
@@ -401,7 +409,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         raise Skip("speculative decoding in a closed loop (its scheduler is not modelled yet)")
     return Measurement(
         row=label, engine=engine, model=catalog_model(catalog, raw["model"]),
-        precision=first_match(raw["precision"], PRECISIONS, "precision"), kv_dtype=kv_dtype(raw["kv_cache_dtype"]),
+        precision=stated_precision(raw["precision"]), kv_dtype=kv_dtype(raw["kv_cache_dtype"]),
         gpu=first_match(raw["gpu"], GPUS, "gpu"), tp=tp, pp=pp, ep=raw.get("ep") or 1, dp=raw.get("dp_attention") or 1, batch=batch,
         prompt_tokens=max(1, round(prompt)), output_tokens=max(1, round(output)),
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,

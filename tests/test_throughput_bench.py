@@ -140,6 +140,34 @@ def test_a_time_boxed_decode_sweep_is_a_decode_window(catalog):
     assert single.form == "single stream"
 
 
+def test_a_server_that_fills_the_kv_cache_instead_of_prefilling_is_a_decode_window(catalog):
+    """A row stating `prefill_skipped` (vLLM's DecodeBenchConnector fills each request's KV cache; the protocol's
+    prefill-skipped amendment) measured its clients only decoding: a decode window, not a closed loop; without it the
+    same row is the closed loop."""
+    raw = {"source": "test", "engine": "vLLM", "engine_version": "0.17.0", "model": "Qwen/Qwen3-8B", "precision": "bf16",
+           "kv_cache_dtype": "auto", "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1, "isl": 8192, "osl": 100,
+           "concurrency": 10, "prefill_skipped": "DecodeBenchConnector", "measured": {"TPOT (ms)": "16"}}
+    row = bench.normalise("t:0", raw, catalog)
+    assert (row.form, row.batch, row.prompt_tokens, row.output_tokens) == (bench.DECODE_WINDOW, 10, 8192, 100)
+    window = bench.predict(catalog, row, bench.architecture(catalog, row))
+    assert window.tpot_s == window.decode_step_s
+    plain = {k: v for k, v in raw.items() if k != "prefill_skipped"}
+    assert bench.normalise("t:1", plain, catalog).form == "closed loop"
+
+
+@pytest.mark.parametrize("text, precision", [
+    ("fp8 (Qwen block-FP8 checkpoint)", "fp8-block"),
+    ("FP8 (the Qwen ...-FP8 checkpoint; block-wise FP8 weights)", "fp8-block"),
+    ("fp8 (checkpoint block-FP8, --quantization fp8)", "fp8-block"),
+    ("fp8 (online quantization of the BF16 weights)", "fp8"),
+    ("BF16 (no block scaling)", "bf16"),
+])
+def test_a_stated_block_scaled_fp8_checkpoint_is_read_as_block_fp8(text, precision):
+    """The protocol's correction on stated block-FP8 checkpoints: "fp8" of a checkpoint the row says is stored
+    block-scaled ran its block-FP8 kernels; other texts read as before."""
+    assert bench.stated_precision(text) == precision
+
+
 def test_an_inferencex_row_runs_at_its_harness_lengths(catalog):
     """InferenceX's benchmark_serving.py draws each length uniformly over [int(0.8 L), L] (the protocol's InferenceX-
     lengths amendment): a row it ran is timed at those means, its lengths varying; a stated ratio wins, and printed
