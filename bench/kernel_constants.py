@@ -321,8 +321,13 @@ def moe_model(p, tokens, hidden, inter, experts, topk, bpw, gpu: Gpu, peak: floa
 # name) -> the engine that can be told to run it. FlashInfer's trtllm_mxint4_block_scale_moe runs group-32 int4
 # experts in SGLang (0.5.23 compressed_tensors_w4a4_mxint4_moe.py:45, :341) and in vLLM with
 # VLLM_USE_FLASHINFER_MOE_INT4=1 on 10.x (0.21.0 quantization/utils/flashinfer_mxint4_moe.py:24-31, :217-241)
-# (bench/SPEED_PROTOCOL.md, the amendment on the kernel a run states).
-SHARED_KERNELS = {("sglang", "int4_wo", "flashinfer_trtllm"): "vllm"}
+# (bench/SPEED_PROTOCOL.md, the amendment on the kernel a run states). FlashInfer's trtllm_fp8_block_scale_moe and
+# trtllm_fp4_block_scale_moe are TensorRT-LLM's trtllm-gen MoE runner, vendored (flashinfer-python 0.7.4
+# data/csrc/trtllm_fused_moe_runner.cu, namespace tensorrt_llm::kernels::trtllmgen_moe): what TensorRT-LLM runs when
+# told `moe_config: {backend: TRTLLM}` (the amendment on TensorRT-LLM's TRTLLM MoE backend).
+SHARED_KERNELS = {("sglang", "int4_wo", "flashinfer_trtllm"): "vllm",
+                  ("sglang", "fp8_block", "flashinfer_trtllm"): "trtllm",
+                  ("sglang", "nvfp4", "flashinfer_trtllm"): "trtllm"}
 
 
 def shared_kernel_rows(moe_rows: list[dict]) -> list[dict]:

@@ -35,7 +35,7 @@ from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.estimator.speculative import Speculation, speculation
 from planner.model.precision import resolve_precision
-from planner.estimator.engines.moe_kernels import VLLM_SWITCHES
+from planner.estimator.engines.moe_kernels import TRTLLM_BACKENDS, VLLM_SWITCHES
 from planner.estimator.performance import (PerformanceCatalog, ReplicaPerformance, ReplicaTimer,
                                            UnmeasuredMoeKernel, Workload, replica_timer, timer_performance)
 
@@ -475,6 +475,9 @@ def inferencex_lengths(raw: dict[str, Any], prompt: float, output: float) -> tup
 
 # SGLang's and vLLM's flags capping the requests the engine runs at once, as a server command writes them
 RUNNING_CAP_FLAG = re.compile(r"--(?:max-running-requests|max-num-seqs)[ =](\d+)\b")
+# TensorRT-LLM's MoE backend as a row's LLM API options state it ("moe_config {backend: TRTLLM}",
+# "moe_config: {backend: ...}")
+TRTLLM_MOE_BACKEND = re.compile(r"moe_config:?\s*\{\s*backend:\s*([A-Z_]+)")
 
 
 # the flags that turn an engine's prefix cache off, as a server command writes them
@@ -507,14 +510,18 @@ def stated_settings(engine: str, notes: Any) -> tuple[tuple[str, float], ...]:
 
 def stated_moe_kernel(engine: str, notes: Any) -> str | None:
     """The fused-MoE kernel a row's server command tells the engine to run (SGLang --moe-runner-backend, one name;
-    vLLM's switches, planner.estimator.engines.moe_kernels), the protocol's stated-kernel amendment. Whether it
-    reaches the row's experts is the timer's to say (with_measured_kernel)."""
+    vLLM's switches and TensorRT-LLM's moe_config backends, planner.estimator.engines.moe_kernels), the protocol's
+    stated-kernel amendment and its TensorRT-LLM one. Whether it reaches the row's experts is the timer's to say
+    (with_measured_kernel)."""
     text = str(notes or "")
     if engine == "sglang":
         return named_once("--moe-runner-backend", text)
     if engine == "vllm":
         return next((kernel for kernel, switch in VLLM_SWITCHES.items()
                      if all(re.search(rf"{name}={value}\b", text) for name, value in switch.environment)), None)
+    if engine == "trtllm":
+        backends = set(TRTLLM_MOE_BACKEND.findall(text))
+        return next((kernel for kernel, backend in TRTLLM_BACKENDS.items() if backends == {backend}), None)
     return None
 
 

@@ -515,8 +515,9 @@ REPLICA_KV_DTYPE = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|
 REPLICA_ENGINE = Option("vllm", "--engine", help=f"{spoken_list(profiled_engines())} (its fixed costs and scheduler).")
 REPLICA_ENGINE_VERSION = Option(None, "--engine-version", help=ENGINE_VERSION_HELP)
 MOE_KERNEL = Option(None, "--moe-kernel", help="The fused-MoE kernel the engine was told to run (SGLang "
-                    "--moe-runner-backend triton / flashinfer_trtllm; vLLM's VLLM_USE_FLASHINFER_MOE_INT4=1 is "
-                    "flashinfer_trtllm), timed on its own table; default: the kernel the release picks.")
+                    "--moe-runner-backend triton / flashinfer_trtllm; vLLM's VLLM_USE_FLASHINFER_MOE_INT4=1 and "
+                    "TensorRT-LLM's moe_config backend TRTLLM are flashinfer_trtllm), timed on its own table; default: "
+                    "the kernel the release picks.")
 # a benchmark run as `vllm bench serve` takes it: its defaults, and the cap planner.estimator.benchmark.MAX_PROMPTS (not
 # imported: it loads the simulator, which a command line typer reads for --help does not need)
 BENCH_NUM_PROMPTS = Option(1000, "--num-prompts", help="Requests in the run (at most 20,000).")

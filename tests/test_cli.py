@@ -170,7 +170,7 @@ def test_solve_writes_the_output_file(tmp_path):
     ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: simple, moe_kernel: triton}\n",
      "simple is not told which fused-MoE kernel to run"),
     ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: llamacpp, moe_kernel: triton}\n",
-     "use engine vllm or sglang"),
+     "use engine vllm, sglang or trtllm"),
     ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: sglang, attention_backend: 'aiter; reboot'}\n",
      "attention_backend"),
     ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: vllm, attention_backend: triton}\n",

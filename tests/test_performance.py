@@ -1093,6 +1093,33 @@ def test_integer_4bit_experts_fall_back_to_the_nearest_weight_only_kernel(catalo
     assert_w4a16_experts(catalog, default, catalog.gpus.get("mi300x"), kimi, "int4-g32", 8, "w4a16-int4")
 
 
+def test_tensorrt_llm_told_its_trtllm_moe_backend_times_sglangs_flashinfer_tables(catalog, perf):
+    """TensorRT-LLM with moe_config {backend: TRTLLM} runs its trtllm-gen MoE, FlashInfer's trtllm_*_block_scale_moe:
+    DeepSeek-V3's block-FP8 experts on B200 and B300 take SGLang's flashinfer_trtllm fits, not TensorRT-LLM's own
+    DeepGEMM table; a generation without them (Hopper) and a kernel TensorRT-LLM has no backend for are refused
+    (bench/SPEED_PROTOCOL.md, the amendment on TensorRT-LLM's TRTLLM MoE backend)."""
+    deepseek = arch(catalog, "deepseek-v3")
+    for gpu, generation in (("b200", "blackwell"), ("b300", "blackwell-ultra")):
+        rates = perf.generation(generation)
+        for experts in ("fp8-block", "fp4"):
+            assert rates.moe_rates(experts, "trtllm", "flashinfer_trtllm") == rates.moe_rates(experts, "sglang")
+        assert rates.moe_rates("fp8-block", "trtllm", "flashinfer_trtllm") != rates.moe_rates("fp8-block", "trtllm")
+        card = catalog.gpus.get(gpu)
+        stated = replica_timer(deepseek, "fp8-block", "auto", card, 8, 1, catalog, "trtllm",
+                               moe_kernel="flashinfer_trtllm")
+        picked = replica_timer(deepseek, "fp8-block", "auto", card, 8, 1, catalog, "trtllm")
+        assert stated.hw.moe_kernel == "flashinfer_trtllm" and picked.hw.moe_kernel is None
+        shared = rates.moe_rates("fp8-block", "sglang")
+        assert stated.hw.moe.launch_s == pytest.approx(shared.launch_us * 1e-6)
+        assert stated.step_s(Step(4, 2000.0)) < picked.step_s(Step(4, 2000.0))  # 21 us a launch, not DeepGEMM's 54
+    with pytest.raises(PlannerInputError, match=r"no trtllm table on hopper GPUs times 'flashinfer_trtllm'"):
+        replica_timer(deepseek, "fp8-block", "auto", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "trtllm",
+                      moe_kernel="flashinfer_trtllm")
+    with pytest.raises(PlannerInputError, match="TensorRT-LLM has no MoE backend planner times as 'triton'"):
+        replica_timer(deepseek, "fp8-block", "auto", catalog.gpus.get("b200"), 8, 1, catalog, "trtllm",
+                      moe_kernel="triton")
+
+
 def test_a_stated_moe_kernel_is_timed_on_its_own_table_or_refused(catalog, perf):
     """vLLM told to run FlashInfer's MxInt4 MoE (VLLM_USE_FLASHINFER_MOE_INT4=1) times Kimi-K2.5's int4 experts on
     B200 on that kernel's table (SGLang's of the same FlashInfer function), not Marlin's; a kernel no table of the

@@ -237,6 +237,12 @@ def test_an_sglang_rows_stated_receive_interval_reaches_its_closed_loop(catalog)
     ("stated_moe_kernel", "vllm", "env VLLM_USE_FLASHINFER_MOE_INT4=0", None),
     ("stated_moe_kernel", "vllm", "--moe-runner-backend triton", None),  # an SGLang flag in a vLLM row's prose
     ("stated_moe_kernel", "sglang", None, None),
+    # TensorRT-LLM's LLM API options: the TRTLLM backend is its trtllm-gen MoE; CUTLASS is its default (no kernel named)
+    ("stated_moe_kernel", "trtllm", "extra options: ..., moe_config {backend: TRTLLM}; piecewise CUDA graphs false",
+     "flashinfer_trtllm"),
+    ("stated_moe_kernel", "trtllm", "moe_config: {backend: CUTLASS}", None),
+    ("stated_moe_kernel", "trtllm", "moe_config {backend: TRTLLM} at low concurrency, moe_config {backend: CUTLASS} above",
+     None),
     ("stated_attention_backend", "sglang", "--attention-backend triton --tensor-parallel-size $TP", "triton"),
     ("stated_attention_backend", "sglang", "--attention-backend=aiter", "aiter"),
     ("stated_attention_backend", "sglang", "--attention-backend triton; the other arm --attention-backend aiter", None),

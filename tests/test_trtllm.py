@@ -198,3 +198,23 @@ def test_a_plan_made_with_another_engine_keeps_its_kubernetes_manifest_and_may_s
     assert yaml.safe_load(export(plan, "kubernetes"))["spec"]["template"]["spec"]["containers"][0]["image"].startswith(
         "vllm/vllm-openai:")
     assert "--kv_cache_free_gpu_memory_fraction 0.90" in export(plan, "trtllm")  # TensorRT-LLM's own default
+
+
+def test_a_plan_timed_on_the_trtllm_moe_backend_tells_trtllm_serve_to_run_it(tmp_path):
+    """engine.moe_kernel flashinfer_trtllm on TensorRT-LLM is its TRTLLM MoE backend (bench/SPEED_PROTOCOL.md, the
+    amendment on TensorRT-LLM's TRTLLM MoE backend): the plan is timed on it and its options file sets moe_config;
+    the same plan without it sets none."""
+    scenario = {"name": "trt ds", "model": "deepseek-v3", "workload": {"context": 4096, "concurrency": 8},
+                "search": {"gpus": ["b200"], "precisions": ["fp8-block"], "kv_dtypes": ["fp8"]}}
+    options = {}
+    for kernel in ("flashinfer_trtllm", None):
+        engine = {"name": "trtllm", **({"moe_kernel": kernel} if kernel else {})}
+        path = tmp_path / f"{kernel}.json"
+        path.write_text(solve_json(solve({**scenario, "engine": engine})))
+        plan = load_plan(path, CATALOG)
+        assert plan.configuration.engine.moe_kernel == kernel
+        lines = export(plan, "trtllm").splitlines()
+        start, end = lines.index("cat > extra-llm-api-options.yaml <<'EOF'"), lines.index("EOF")
+        options[kernel] = yaml.safe_load("\n".join(lines[start + 1:end]))
+    assert options["flashinfer_trtllm"] == {**options[None], "moe_config": {"backend": "TRTLLM"}}
+    assert "moe_config" not in options[None]

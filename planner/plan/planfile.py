@@ -27,6 +27,7 @@ from planner.errors import PlannerInputError
 from planner.files import PLAN, read_bytes
 from planner.estimator.engines import ENGINE_NAMES, EngineSettings
 from planner.estimator.engines.base import KV_CACHE_MEMORY_MODES, MOE_KERNEL_ENGINES, MOE_KERNEL_PATTERN
+from planner.estimator.engines.registry import spoken_list
 from planner.estimator.layout import parallel_refusal
 from planner.estimator.memory import ALL_TO_ALL_BACKENDS, GpuTarget, MemoryEstimate
 from planner.estimator.speculative import SPECULATIVE_ENGINES, SPECULATIVE_METHODS, Speculation, draft_architecture
@@ -78,7 +79,7 @@ class EngineRecord(_Schema):
     def _kernel_of_an_engine_told_one(self) -> EngineRecord:
         if self.moe_kernel is not None and self.name not in MOE_KERNEL_ENGINES:
             raise ValueError(f"moe_kernel: {self.name} is not told which fused-MoE kernel to run; a plan names one "
-                             f"for {' or '.join(MOE_KERNEL_ENGINES)} only")
+                             f"for {spoken_list(MOE_KERNEL_ENGINES)} only")
         if self.attention_backend is not None and self.name != "sglang":
             raise ValueError(f"attention_backend: {self.name} is not told an attention backend here; a plan names one "
                              "for sglang only")

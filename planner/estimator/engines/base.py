@@ -24,8 +24,9 @@ ENGINE_NAMES = engine_names()  # simple, then each engine of the registry (catal
 # budget cannot hold one request of max_model_len (what vLLM's error then suggests). See engines/vllm.py.
 KV_CACHE_MEMORY_MODES = ("utilization", "full", "auto")
 # Engines a server command tells which fused-MoE kernel to run (SGLang --moe-runner-backend, vLLM's
-# VLLM_USE_FLASHINFER_MOE_INT4), and how such a name (or an SGLang attention backend's) is spelled
-MOE_KERNEL_ENGINES = ("vllm", "sglang")
+# VLLM_USE_FLASHINFER_MOE_INT4, TensorRT-LLM's moe_config backend), and how such a name (or an SGLang attention
+# backend's) is spelled
+MOE_KERNEL_ENGINES = ("vllm", "sglang", "trtllm")
 MOE_KERNEL_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"  # as the scenario and plan file schemas check it
 MOE_KERNEL_NAME = re.compile(MOE_KERNEL_PATTERN)
 # Results a Memo keeps before it starts afresh: the distinct layouts of one run (as _stage_weights' lru_cache)

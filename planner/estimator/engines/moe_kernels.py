@@ -2,7 +2,10 @@
 
 SGLang takes the kernel by name (`--moe-runner-backend NAME`); the kernel tables then decide whether it is timed for
 the experts' format. vLLM has no such flag: an environment variable switches one kernel on for the experts its code
-sends there, and nothing else (bench/SPEED_PROTOCOL.md, the amendment on the kernel a run states).
+sends there, and nothing else (bench/SPEED_PROTOCOL.md, the amendment on the kernel a run states). TensorRT-LLM takes a
+backend in its LLM API options (`moe_config: {backend: NAME}`); the one planner times besides the tables' own is
+TRTLLM, its trtllm-gen MoE, measured in SGLang's tables of FlashInfer's copy of it (the amendment on TensorRT-LLM's
+TRTLLM MoE backend).
 """
 
 from __future__ import annotations
@@ -26,8 +29,16 @@ VLLM_SWITCHES = {
 }
 
 
+# planner's kernel name -> TensorRT-LLM's MoeConfig.backend that runs it (tensorrt_llm/llmapi/llm_args.py MoeConfig:
+# CUTLASS by default; TRTLLM is TRTLLMGenFusedMoE)
+TRTLLM_BACKENDS = {"flashinfer_trtllm": "TRTLLM"}
+
+
 def switch_refusal(engine: str, kernel: str, precision: str) -> str | None:
     """Why `engine` cannot be told to run `kernel` for experts in `precision` (None: it can)."""
+    if engine == "trtllm" and kernel not in TRTLLM_BACKENDS:
+        return (f"TensorRT-LLM has no MoE backend planner times as {kernel!r}; use "
+                f"{' or '.join(TRTLLM_BACKENDS)} (moe_config backend {'/'.join(TRTLLM_BACKENDS.values())}), or drop it")
     if engine != "vllm":
         return None
     switch = VLLM_SWITCHES.get(kernel)
@@ -40,4 +51,4 @@ def switch_refusal(engine: str, kernel: str, precision: str) -> str | None:
     return None
 
 
-__all__ = ["MoeKernelSwitch", "VLLM_SWITCHES", "switch_refusal"]
+__all__ = ["MoeKernelSwitch", "TRTLLM_BACKENDS", "VLLM_SWITCHES", "switch_refusal"]

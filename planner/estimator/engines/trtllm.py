@@ -42,6 +42,7 @@ from planner.catalog.load import Catalog
 from planner.errors import PlannerInputError
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget,
                                             ServedModel, Stage, limiting_rank, serve)
+from planner.estimator.engines.moe_kernels import TRTLLM_BACKENDS
 from planner.estimator.engines.profiles import Sourced, load_profiles
 from planner.estimator.engines.registry import Engine
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
@@ -240,7 +241,11 @@ def _launch(plan: ExportPlan, checkpoint: str | None) -> tuple[list[str], dict[s
     notes = [_comment(f"TensorRT-LLM {version} (the release the plan was checked against): the image {IMAGE}:{version}")]
     if repo != plan.model_id:
         notes.append(_comment(f"{precision.name} weights: the pre-quantized checkpoint {repo}"))
-    return args, {"kv_cache_config": kv_cache}, notes
+    options: dict[str, Any] = {"kv_cache_config": kv_cache}
+    kernel = plan.configuration.engine.moe_kernel
+    if kernel is not None:  # the export's stated-kernel check let through only a kernel TRTLLM_BACKENDS names
+        options["moe_config"] = {"backend": TRTLLM_BACKENDS[kernel]}
+    return args, options, notes
 
 
 def trtllm_command(plan: ExportPlan, checkpoint: str | None = None) -> str:
