@@ -218,3 +218,18 @@ def test_a_plan_timed_on_the_trtllm_moe_backend_tells_trtllm_serve_to_run_it(tmp
         options[kernel] = yaml.safe_load("\n".join(lines[start + 1:end]))
     assert options["flashinfer_trtllm"] == {**options[None], "moe_config": {"backend": "TRTLLM"}}
     assert "moe_config" not in options[None]
+
+
+def test_the_kubernetes_manifest_of_a_trtllm_plan_told_its_moe_backend_carries_it(tmp_path):
+    """TensorRT-LLM's own manifest starts trtllm-serve, so a plan timed on its TRTLLM MoE backend exports to Kubernetes
+    with moe_config in the options ConfigMap; a SkyPilot task starts vLLM, which would not run that kernel: refused."""
+    path = tmp_path / "plan.json"
+    path.write_text(solve_json(solve({
+        "name": "trt ds", "model": "deepseek-v3", "workload": {"context": 4096, "concurrency": 8},
+        "search": {"gpus": ["b200"], "precisions": ["fp8-block"], "kv_dtypes": ["fp8"]},
+        "engine": {"name": "trtllm", "moe_kernel": "flashinfer_trtllm"}})))
+    plan = load_plan(path, CATALOG)
+    config, _ = yaml.safe_load_all(export(plan, "kubernetes"))
+    assert yaml.safe_load(config["data"]["extra-llm-api-options.yaml"])["moe_config"] == {"backend": "TRTLLM"}
+    with pytest.raises(PlannerInputError, match="--to skypilot: the plan was timed on trtllm's 'flashinfer_trtllm'"):
+        export(plan, "skypilot")

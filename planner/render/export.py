@@ -767,9 +767,11 @@ def export(plan: ExportPlan, target: str, checkpoint: str | None = None) -> str:
     deployments = {"skypilot": skypilot_task, "kubernetes": kubernetes_manifest}
     if target not in deployments:
         role_args(target, plan.role)  # a disaggregated replica: refused for an engine without its flags
-    # the engine the export starts: the target, or vLLM for a deployment (an engine told a kernel has no manifest of
-    # its own: only TensorRT-LLM's has, and it is told none)
-    _stated_kernel(plan, "vllm" if target in deployments else target, target)
+    # the engine the export starts: the target; for a Kubernetes manifest the plan's engine where it renders its own
+    # (kubernetes_manifest), else vLLM, as for a SkyPilot task
+    planned = plan.configuration.engine.name
+    own_manifest = target == "kubernetes" and engine(planned).kubernetes is not None
+    _stated_kernel(plan, planned if own_manifest else "vllm" if target in deployments else target, target)
     render = deployments.get(target) or renderer(engine(target).command)
     return render(_checked(plan), checkpoint)
 
