@@ -15,7 +15,7 @@ from planner.estimator.closed_loop import closed_loop
 from planner.estimator.performance import Step, Workload
 from planner.estimator.simulate import Arrival, EngineRun, ServedRequest, run_engine
 
-from test_capacity import replica
+from test_capacity import CATALOG, replica
 
 # The analytic closed loop against the simulated one (vllm bench serve --max-concurrency C at rate inf): measured
 # 0.1-2.4% apart on TPOT and 0.0-0.6% on throughput where the pool holds every client, 7% where it caps them.
@@ -528,12 +528,22 @@ def test_sglang_runs_at_most_its_default_max_running_requests():
 _ARRIVALS = st.lists(st.tuples(st.floats(0, 2), st.integers(1, 3000), st.integers(1, 300)), min_size=1, max_size=40)
 
 
+# SGLang's admission by reserved output (its constants at 0.5.23; `whole`: from 0.5.22 a fixed-length request's remaining
+# output counts whole, before that at the decaying ratio)
+def _reservation(whole, page_tokens=16):
+    from planner.estimator.capacity import OutputReservation
+
+    return OutputReservation(init_ratio=0.7, min_ratio=0.098, decay=(0.7 - 0.098) / 600, retract_steps=20,
+                             clip_tokens=4096, page_tokens=page_tokens, fixed_length_whole=whole)
+
+
 @settings(max_examples=60, deadline=None)
-@given(_ARRIVALS, st.booleans(), st.sampled_from([300, 2000]))
-def test_every_simulated_request_streams_each_token_once_whichever_scheduler(trace, mixes, pool_blocks):
-    """vLLM's scheduler or SGLang's prompts-first one (steps of prompts alone), a pool roomy or tight enough to preempt:
-    every request finishes, its tokens come out in increasing runs of steps that add up to its output, its first
-    token before its last, and the inter-token gaps number its output less one."""
+@given(_ARRIVALS, st.booleans(), st.sampled_from([300, 2000]), st.sampled_from([None, True, False]))
+def test_every_simulated_request_streams_each_token_once_whichever_scheduler(trace, mixes, pool_blocks, whole):
+    """vLLM's scheduler or SGLang's prompts-first one (steps of prompts alone), admitting by prompt blocks or by
+    reserved output (whole or at the ratio, retracting), a pool roomy or tight enough to preempt: every request
+    finishes, its tokens come out in increasing runs of steps that add up to its output, its first token before its
+    last, and the inter-token gaps number its output less one."""
     from dataclasses import replace as with_
     from itertools import pairwise
 
@@ -542,7 +552,7 @@ def test_every_simulated_request_streams_each_token_once_whichever_scheduler(tra
 
     timer, _, _ = replica("llama-3.1-8b", "h100-sxm", context=4096)
     scheduler = Scheduler(pool_tokens=16 * pool_blocks, block_tokens=16, max_num_batched_tokens=2048, max_num_seqs=32,
-                          max_model_len=4096)
+                          max_model_len=4096, reservation=None if whole is None else _reservation(whole))
     arrivals = sorted((Arrival(t, prompt, output) for t, prompt, output in trace), key=lambda a: a.time_s)
     run = run_engine(with_(timer, mixes_prefill=mixes), scheduler, arrivals)
     assert len(run.served) == len(arrivals)
@@ -552,3 +562,104 @@ def test_every_simulated_request_streams_each_token_once_whichever_scheduler(tra
         assert all(first <= last < after for (first, last), (after, _) in pairwise(steps))
         assert request.sent_s <= request.first_token_s <= request.finished_s
     assert len(inter_token_latencies(run)) == sum(a.output_tokens - 1 for a in arrivals)
+
+
+def _sglang_replica(model, gpu, context, version):
+    """An SGLang replica at `version`: its timer, and its scheduler with the release's admission."""
+    from planner.estimator.capacity import Scheduler
+    from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.estimator.memory import GpuTarget, Request
+    from planner.estimator.performance import replica_timer
+    from planner.model.sources import resolve_model
+
+    arch, card = resolve_model(CATALOG, model), CATALOG.gpus.get(gpu)
+    budget = engine_budget(arch, Request(context=context, batch=1, tp=1, pp=1, precision="bf16", kv_dtype="auto"),
+                           EngineSettings("sglang", version=version), GpuTarget.from_catalog(card), CATALOG)
+    timer = replica_timer(arch, "bf16", "auto", card, 1, 1, CATALOG, "sglang", release=version)
+    return timer, Scheduler.of(budget)
+
+
+@pytest.mark.parametrize("clients", [64, 160, 400])  # the pool holds 71 requests of 1,280 tokens
+def test_sglang_reserves_each_fixed_length_output_so_the_simulator_runs_the_loops_requests(clients):
+    """From 0.5.22 SGLang admits a request only while the pool holds its prompt and whole output beside the running
+    requests' remaining outputs (OutputReservation, fixed_length_whole): the simulator runs the analytic loop's R
+    requests, never retracts, and finds its TPOT and throughput within 1% (measured 0.1-0.6%; vLLM's admission by
+    prompt blocks had been 17% above the loop at 160 clients)."""
+    timer, scheduler = _sglang_replica("qwen3-30b-a3b", "h100-sxm", 1280, "0.5.23")
+    assert scheduler.reservation.fixed_length_whole and scheduler.reservation.page_tokens == scheduler.block_tokens
+    loop = closed_loop(timer, scheduler, Workload(1024, 256), clients)
+    run = run_benchmark(timer, scheduler, BenchmarkRun(num_prompts=10 * clients, max_concurrency=clients,
+                                                       input_len=1024, output_len=256))
+    assert loop.running == min(clients, 71)
+    assert run.preemptions == 0
+    assert run.peak_in_flight == clients
+    assert loop.tpot_s * 1000 == pytest.approx(run.tpot.mean_ms, rel=0.01)
+    assert loop.output_tokens_per_s == pytest.approx(run.output_throughput, rel=0.01)
+
+
+def test_sglang_before_0_5_22_counts_running_outputs_at_its_ratio_and_retracts():
+    """Before 0.5.22 SGLang counts a running request's remaining output at the new-token ratio (0.7, falling to 0.098
+    over 600 decode steps), so it admits more requests than its pool holds to the end and retracts some when a decode
+    step finds no room: where the pool caps the clients the TPOT rises above the loop's, where it holds them all
+    nothing changes."""
+    for version, clients, retracts in (("0.5.13", 64, False), ("0.5.13", 400, True), ("0.5.23", 400, False)):
+        timer, scheduler = _sglang_replica("qwen3-30b-a3b", "h100-sxm", 1280, version)
+        loop = closed_loop(timer, scheduler, Workload(1024, 256), clients)
+        run = run_benchmark(timer, scheduler, BenchmarkRun(num_prompts=10 * clients, max_concurrency=clients,
+                                                           input_len=1024, output_len=256))
+        assert (run.preemptions > 0) == retracts, version
+        if retracts:
+            assert run.tpot.mean_ms > 1.05 * loop.tpot_s * 1000
+        else:
+            assert run.tpot.mean_ms == pytest.approx(loop.tpot_s * 1000, rel=0.01)
+
+
+def test_sglang_admits_while_the_free_tokens_less_the_outputs_held_back_hold_prompt_output_and_page():
+    """A pool of 1,000 tokens, pages of one token, prompts of 10 and outputs of 300, every output counted whole: the
+    first request needs 10 + 300 + 1 below 1,000 free tokens, the second below 990 - 301, the third below 980 - 602;
+    the fourth (311 against 970 - 903) waits for a finished request. Counted at the ratio (0.7 x 299 each), three
+    running requests leave 970 - 628 = 342 tokens, so a fourth joins, and the pool runs out before they finish."""
+    from dataclasses import replace as with_
+
+    from planner.estimator.capacity import Scheduler
+
+    timer, _, _ = replica("llama-3.1-8b", "h100-sxm", context=4096)
+    sglang = with_(timer, mixes_prefill=False)
+    scheduler = Scheduler(pool_tokens=1000, block_tokens=1, max_num_batched_tokens=2048, max_num_seqs=32,
+                          max_model_len=400, reservation=_reservation(True, page_tokens=1))
+    arrivals = [Arrival(0.0, 10, 300)] * 3 + [Arrival(0.001, 10, 300)] * 3
+    run = run_engine(sglang, scheduler, arrivals)
+    firsts = sorted(request.token_steps[0][0] for request in run.served)
+    assert firsts[:3] == [0, 0, 0] and firsts[3] >= 300  # the fourth starts once the first three have finished
+    assert run.preemptions == 0 and run.peak_blocks <= 3 * 310
+    at_ratio = run_engine(sglang, with_(scheduler, reservation=_reservation(False, page_tokens=1)), arrivals)
+    assert sorted(request.token_steps[0][0] for request in at_ratio.served)[3] == 1
+    assert at_ratio.preemptions > 0
+
+
+def test_sglang_retracts_the_request_with_the_fewest_outputs_to_the_back_of_the_queue():
+    """Retraction keeps the requests furthest along: with the four running requests of the test above, the one that
+    joined last gives its pages back when the pool runs out and queues behind the two still waiting; the ratio
+    restarts from the kept requests' progress, (decoded + 20 x kept) / (their outputs + 1), at most 1."""
+    from dataclasses import replace as with_
+
+    from planner.estimator.capacity import Scheduler
+
+    rule = _reservation(False, page_tokens=1)
+    assert rule.ratio_after_retraction(decoded=150, outputs=400, kept=2) == pytest.approx(190 / 401)
+    assert rule.ratio_after_retraction(decoded=390, outputs=400, kept=2) == 1.0
+    timer, _, _ = replica("llama-3.1-8b", "h100-sxm", context=4096)
+    # a prefill pass of 260 tokens: the retracted request's 10 + 241 tokens to recompute and the two prompts waiting do
+    # not fit in one, so the queue's order shows
+    scheduler = Scheduler(pool_tokens=1000, block_tokens=1, max_num_batched_tokens=260, max_num_seqs=32,
+                          max_model_len=400, reservation=rule)
+    arrivals = [Arrival(0.0, 10, 300)] * 3 + [Arrival(0.001, 10, 300)] * 3
+    run = run_engine(with_(timer, mixes_prefill=False), scheduler, arrivals)
+    first, late = [r for r in run.served if r.arrival.time_s == 0.0], [r for r in run.served if r.arrival.time_s > 0]
+    assert run.preemptions >= 1
+    assert all(request.token_steps[-1][1] == 300 for request in first)  # the oldest, kept, finish together
+    retracted = [request for request in late if request.token_steps[0][0] == 1]
+    waited = [request for request in late if request.token_steps[0][0] > 1]
+    assert len(retracted) == 1 and len(waited) == 2
+    assert len(retracted[0].token_steps) > 1  # the fourth, which joined on outputs counted at the ratio: retracted
+    assert retracted[0].token_steps[1][0] > max(request.token_steps[0][0] for request in waited)  # behind them

@@ -93,6 +93,35 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class OutputReservation:
+    """An engine that admits a request only when the pool will hold its whole output (SGLang; vLLM admits a prompt's
+    blocks and preempts when a decode step finds none, simulate's default): a waiting request joins while the free
+    tokens, less what the running requests may still write, hold its prompt, its remaining output and `page_tokens`. A
+    running request's remaining output (clipped at `clip_tokens`) counts whole (`fixed_length_whole`: its output is
+    fixed, as a benchmark's with ignore_eos) or at the new-token ratio, which starts at `init_ratio`, falls by `decay` a
+    decode step to `min_ratio` and is reset when the engine idles. A decode step whose new blocks do not fit retracts
+    the running requests with the fewest outputs (the longest prompt first among equals) to the back of the queue,
+    until they do, and sets the ratio to (decoded + `retract_steps` x kept) / (their outputs + 1), at most 1
+    (planner.estimator.engines.profiles.SglangAdmission has the sources)."""
+
+    init_ratio: float
+    min_ratio: float
+    decay: float
+    retract_steps: int
+    clip_tokens: int
+    page_tokens: int
+    fixed_length_whole: bool
+
+    def counted(self, remaining_output: int, ratio: float) -> float:
+        """What a running request with `remaining_output` tokens to write holds back from an admission."""
+        return min(remaining_output, self.clip_tokens) * (1.0 if self.fixed_length_whole else ratio)
+
+    def ratio_after_retraction(self, decoded: int, outputs: int, kept: int) -> float:
+        """The new-token ratio once `kept` requests that decoded `decoded` of their `outputs` tokens remain."""
+        return min(1.0, (decoded + self.retract_steps * kept) / (outputs + 1))
+
+
+@dataclass(frozen=True)
 class Scheduler:
     """The engine's batching limits and its KV pool, as the engine budget resolved them."""
 
@@ -106,6 +135,9 @@ class Scheduler:
     prefix_cache: bool = True
     # what sets max_num_seqs, as a limit names it: the engine's setting, or SGLang's budgeted running requests
     seqs_limit: str = "max_num_seqs"
+    # how a waiting request is admitted against the pool (None: its prompt's blocks, preempting when a decode step finds
+    # none, as vLLM)
+    reservation: OutputReservation | None = None
 
     @classmethod
     def of(cls, budget: EngineBudget, batching: EngineBudget | None = None, max_seqs_cap: int | None = None,
@@ -133,7 +165,8 @@ class Scheduler:
             seqs, limit = running, layout.running_limit  # type: ignore[union-attr]
         return cls(pool_tokens=dp * budget.kv_cache_capacity_tokens, block_tokens=block,
                    max_num_batched_tokens=budget_tokens or context, max_num_seqs=seqs, max_model_len=context,
-                   prefix_cache=not (budget.layout and budget.layout.state_bytes), seqs_limit=limit)
+                   prefix_cache=not (budget.layout and budget.layout.state_bytes), seqs_limit=limit,
+                   reservation=engine(settings.name).admission(settings, block))
 
     def held_tokens(self, tokens: int) -> int:
         """What a request of `tokens` tokens holds of the pool: whole blocks."""

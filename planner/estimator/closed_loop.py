@@ -3,7 +3,10 @@
 with chunked prefill (the scheduler of planner.estimator.capacity and planner.estimator.simulate).
 
 The engine runs R = min(C, max_num_seqs, the requests of P + N tokens its KV pool holds) of them; the other C - R wait
-in its queue (a closed loop has no other queue). A request lives its prefill step and N - 1 decode steps, and its
+in its queue (a closed loop has no other queue). That is SGLang's admission from 0.5.22 (a fixed-length request
+reserves its whole output); vLLM's admission by prompt blocks with preemption, and SGLang's before 0.5.22 (running
+outputs counted at a decaying ratio, then retractions), are replayed by the simulator only (planner.estimator.simulate):
+where the pool caps the clients their TPOT is above this loop's. A request lives its prefill step and N - 1 decode steps, and its
 client's next request is scheduled in the step after its last: each client repeats itself every N steps, in step
 count, whatever the steps last. The clients start together, so their prompts stay packed into consecutive steps,
 filled in turn (FCFS) to the token budget B beside the requests decoding: each prefilling request takes its prompt

@@ -19,7 +19,13 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
      request's next chunk, then waiting requests the budget, max_num_seqs and the free blocks admit) runs them
      alone, the decoding requests gaining no token in it; a step that can schedule none decodes as above.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
-it fails when the new blocks exceed the free ones). Prefix caching: a request whose prompt starts with its workload's
+it fails when the new blocks exceed the free ones). An engine that admits by reserved output (the scheduler's
+capacity.OutputReservation: SGLang's PrefillAdder and retract_decode) admits a waiting request in step 2 only while the
+free tokens, less what the decoding requests may still write (their remaining outputs, whole or at the new-token ratio)
+and the whole outputs of the prompts completed in the step, hold its prompt, its remaining output and a page; and in
+step 1 retracts instead of preempting: the decoding request with the fewest outputs goes to the back of the queue (to
+recompute its prompt and outputs), and the ratio is reset from the kept requests' progress, or else decays a step.
+The simulated requests are fixed-length, as a benchmark's with ignore_eos: each asks for the output it gets. Prefix caching: a request whose prompt starts with its workload's
 shared prefix (Arrival.shared_prefix_tokens) finds the prefix's whole blocks cached (Scheduler.cached_tokens, the
 capacity model's rule) and computes and holds only the rest; the cache is warm (the prefix computed before the run)
 and its blocks are held once for the whole run. Distinct prompts share nothing.
@@ -308,6 +314,9 @@ class _Engine:
         self.ends: dict[int, list[tuple[_Request, int]]] = {}  # step -> decoders whose last token it computes
         self.step = 0
         self.preemptions = 0
+        # an engine that admits by reserved output (SGLang): its rule and its new-token ratio
+        self.reservation = scheduler.reservation
+        self.ratio = self.reservation.init_ratio if self.reservation else 0.0
 
     def _room(self) -> float:
         """What the decoding requests leave of the step's budget for prompt tokens (prompt_room)."""
@@ -346,16 +355,58 @@ class _Engine:
         return _Request(arrival, computed=cached, cached=cached)
 
     def _preempt_last(self) -> _Request:
-        """FCFS: the last running request loses its blocks and goes back to the head of the queue (recompute)."""
+        """Room for the step: vLLM's FCFS preemption (the last running request loses its blocks and goes back to the
+        head of the queue, to recompute), or on an engine that reserves outputs its retraction (_retract)."""
+        if self.reservation:
+            return self._retract()
         victim = next(reversed(self.running))
+        self._release(victim)
+        self.waiting.appendleft(victim)
+        return victim
+
+    def _release(self, victim: _Request) -> None:
+        """`victim` leaves the running requests and gives back its blocks; it will recompute its tokens."""
         del self.running[victim]
         if victim.decoding:
             self._stop_decoding(victim, self.step)
         self.free += victim.blocks
         victim.blocks, victim.computed = 0, victim.cached
-        self.waiting.appendleft(victim)
         self.preemptions += 1
+
+    def _retract(self) -> _Request:
+        """SGLang's retraction: the decoding request with the fewest outputs (the longest prompt among equals) goes
+        back to the end of the queue; the last decoding request is kept (OutputReservation)."""
+        decoding = [r for r in self.running if r.decoding]
+        if len(decoding) < 2:
+            victim = next(reversed(self.running))  # no other request to take room from: as vLLM would
+            self._release(victim)
+            self.waiting.appendleft(victim)
+            return victim
+        # among equals the one that joined last (retract_decode pops the end of its stably sorted batch)
+        victim = min(reversed(decoding), key=lambda r: (self._generated(r), -r.arrival.prompt_tokens))
+        self._release(victim)
+        self.waiting.append(victim)
         return victim
+
+    def _generated(self, request: _Request) -> int:
+        """Its output tokens so far, as of the start of this step."""
+        return request.generated + (self.step - request.since if request.decoding else 0)
+
+    def _retracted(self) -> None:
+        """The ratio a retraction leaves, over the decoding requests kept."""
+        kept = [r for r in self.running if r.decoding]
+        self.ratio = self.reservation.ratio_after_retraction(  # type: ignore[union-attr]
+            sum(self._generated(r) for r in kept), sum(r.arrival.output_tokens for r in kept), len(kept))
+
+    def _held_back(self, scheduled: list[tuple[_Request, int]]) -> float:
+        """What an engine that reserves outputs keeps from admissions: the decoding requests' remaining outputs as
+        counted, and the whole outputs of the requests whose prompts this step completes."""
+        rule = self.reservation
+        assert rule is not None
+        held = sum(rule.counted(r.arrival.output_tokens - self._generated(r), self.ratio)
+                   for r in self.running if r.decoding)
+        return held + sum(min(r.arrival.output_tokens, rule.clip_tokens) + rule.page_tokens
+                          for r, new in scheduled if r.computed + new == r.tokens)
 
     def run(self, arrivals: list[Arrival], max_concurrency: int | None) -> EngineRun:
         pending = deque(self._arrived(a) for a in arrivals)
@@ -380,6 +431,8 @@ class _Engine:
             peak_in_flight = max(peak_in_flight, in_flight)
             if not self.waiting and not self.running:
                 now = pending[0].arrival.time_s
+                if self.reservation:  # the engine idles: its new-token ratio starts again
+                    self.ratio = self.reservation.init_ratio
                 continue
             scheduled, alone = self._schedule()
             # prompts alone: the decoding requests wait out the step (their next token's gap spans it)
@@ -432,6 +485,11 @@ class _Engine:
             if victim in due:
                 due.remove(victim)
             budget = self._room()
+        if self.reservation and self.decoders:  # the ratio after this decode step's memory check
+            if preempted:
+                self._retracted()
+            else:
+                self.ratio = max(self.ratio - self.reservation.decay, self.reservation.min_ratio)
         for request in due:
             self.free -= 1
             request.blocks += 1
@@ -479,13 +537,23 @@ class _Engine:
 
     def _admit_waiting(self, scheduled: list[tuple[_Request, int]], budget: float) -> None:
         """Waiting requests in arrival order join `scheduled` while `budget` lasts, fewer than max_num_seqs run and the
-        pool's free blocks hold their chunk (chunked prefill: a prompt longer than the budget left is cut)."""
+        pool's free blocks hold their chunk (chunked prefill: a prompt longer than the budget left is cut); on an engine
+        that reserves outputs, while the free tokens less what is held back hold its prompt and its output."""
+        rule = self.reservation
+        held = self._held_back(scheduled) if rule and self.waiting else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             request = self.waiting[0]
             new = min(request.tokens - request.computed, budget)
             need = self._needs(request, new)
             if need > self.free:
                 break
+            if rule:
+                prompt = request.tokens - request.computed
+                wanted = prompt + min(request.arrival.output_tokens - request.generated, rule.clip_tokens)
+                if wanted + rule.page_tokens >= self.free * self.block - held:
+                    break
+                if new == prompt:  # its chunk leaves the free blocks; a whole prompt's output is held back whole
+                    held += min(request.arrival.output_tokens, rule.clip_tokens) + rule.page_tokens
             self.waiting.popleft()
             self.free -= need
             request.blocks += need

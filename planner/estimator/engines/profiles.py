@@ -204,6 +204,26 @@ class SglangMultimodal(_Strict):
         return self.base_factor * max(low, min(high, 1.0 - self.sensitivity * (complexity - 1.0)))
 
 
+class SglangAdmission(_Strict):
+    """How SGLang admits a waiting request against its KV pool and gives the pool back when a decode step finds no room
+    (the radix cache on, its default). PrefillAdder.add_one_req admits a request only while the pool's free tokens,
+    less what the running requests may still write, hold its prompt and its whole output (each clipped at
+    `clip_max_new_tokens`); a running request's remaining output counts at the new-token ratio, which starts at
+    `init_new_token_ratio`, falls by (init - init x `min_new_token_ratio_factor`) / `new_token_ratio_decay_steps` a decode
+    step, and is reset when the server idles. When a decode step's new pages do not fit, retract_decode releases the
+    running requests with the fewest outputs (the longest prompt first among equals) until they do, re-queues them at
+    the back and sets the ratio to (decoded + `retract_decode_steps` x kept) / (their max_new_tokens + 1)."""
+
+    init_new_token_ratio: float = Field(gt=0, le=1)
+    min_new_token_ratio_factor: float = Field(gt=0, le=1)
+    new_token_ratio_decay_steps: int = Field(ge=1)
+    retract_decode_steps: int = Field(ge=0)
+    clip_max_new_tokens: int = Field(ge=1)
+    page_reserve: bool  # a page per request beside its prompt and output, in the check and the budget
+    # a fixed-length request's (ignore_eos) remaining output counts whole, not at the ratio
+    fixed_length_counts_whole: bool
+
+
 class RocmAttention(_Strict):
     """The attention backend SGLang resolves on ROCm when none is passed (its model-specific adjustments, then
     _get_default_attn_backend's is_hip() arms): the model types an adjustment gives a backend of their own, and the KV
@@ -253,6 +273,7 @@ class SglangProfile(_Strict):
     dsa_page_size: Sourced[int] | None = None
     # a multimodal model's embedding cache and default fraction (None: as a text model, not checked there)
     multimodal: Sourced[SglangMultimodal] | None = None
+    admission: Sourced[SglangAdmission]
     # DeepSeek-V4's window, compressed and compressor-state pools (later code than the rest)
     deepseek_v4_release: Sourced[str]
     deepseek_v4_page_size: Sourced[int]

@@ -49,6 +49,7 @@ from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSett
                                             Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines import sglang_deepseek_v4 as v4
 from planner.estimator.engines.profiles import SglangMultimodal, SglangProfile, load_profiles
+from planner.estimator.capacity import OutputReservation
 from planner.estimator.engines.registry import Engine
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
@@ -386,11 +387,23 @@ def refusal(arch: Architecture) -> str | None:
     return None
 
 
+def admission(settings: EngineSettings, page_tokens: int) -> OutputReservation:
+    """The release's admission by reserved output and its retraction (SglangAdmission), at its page size."""
+    rule = load_profiles().sglang.get(settings.version, "sglang").admission.value
+    least = rule.init_new_token_ratio * rule.min_new_token_ratio_factor
+    return OutputReservation(init_ratio=rule.init_new_token_ratio, min_ratio=least,
+                             decay=(rule.init_new_token_ratio - least) / rule.new_token_ratio_decay_steps,
+                             retract_steps=rule.retract_decode_steps, clip_tokens=rule.clip_max_new_tokens,
+                             page_tokens=page_tokens if rule.page_reserve else 0,
+                             fixed_length_whole=rule.fixed_length_counts_whole)
+
+
 # SGLang's mem_fraction_static holds the weights and the KV pool only: activations, CUDA graphs and non-torch memory
 # live in the rest of the card; its max_num_seqs is its CUDA-graph batch, not a cap on the running requests; it runs a
 # prefill batch before any decode and alone (enable_mixed_chunk False: 0.5.8 server_args.py:572, 0.5.23
 # arg_groups/fields/schedule.py:208; scheduler.py get_next_batch_to_run, "Run prefill first if possible")
 ENGINE = Engine("sglang", sglang_budget, SglangProfile, refusal=refusal, workspace="outside", mixes_prefill=False,
+                admission=admission,
                 fraction_field="mem_fraction_static", kv_cache_dtypes=SGLANG_KV_CACHE_DTYPES,
                 command="planner.render.export:sglang_command", expert_parallel="any", sizes_expert_parallel=True,
                 all_to_all_backends=("deepep",))
