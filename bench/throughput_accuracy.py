@@ -28,6 +28,7 @@ from planner.model.architecture import Architecture, architecture_from_config
 from planner.calibration.calibrate import at_held_concurrency, in_flight
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
+from planner.estimator.benchmark import MAX_OUTPUT_TOKENS, MAX_PROMPTS, BenchmarkRun, run_benchmark
 from planner.estimator.capacity import Scheduler
 from planner.estimator.closed_loop import closed_loop
 from planner.estimator.engines import EngineSettings, engine_budget
@@ -111,6 +112,8 @@ PRECISIONS: tuple[tuple[str, str | None], ...] = (
 # Engines whose memory profile schedules a closed loop (`planner perf --concurrency`); TensorRT-LLM has none yet
 # (issue 21), so its concurrency rows are timed as a static batch.
 CLOSED_LOOP_ENGINES = ("vllm", "sglang")
+# A closed loop replayed on the simulator sends this many prompts a client (the SGLang-admission amendment)
+REPLAY_RUNS = 10
 
 # llama-bench's default generation length (`-n 128`, llama.cpp tools/llama-bench README) for the
 # rows that report only its average decode speed.
@@ -648,8 +651,18 @@ def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
     budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(card), catalog)
     if not budget.fits:
         raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
-    loop = closed_loop(step_timer, Scheduler.of(budget, max_seqs_cap=m.max_running), shape, m.batch, m.lengths_vary,
-                       m.recv_interval)
+    scheduler = Scheduler.of(budget, max_seqs_cap=m.max_running)
+    loop = closed_loop(step_timer, scheduler, shape, m.batch, m.lengths_vary, m.recv_interval)
+    if loop.limit == "kv pool" and not m.lengths_vary and scheduler.reservation \
+            and not scheduler.reservation.fixed_length_whole:
+        # admitted on running outputs counted at a ratio, then retracted: the simulator replays the run (the protocol's
+        # amendment on SGLang's admission before 0.5.22)
+        output = round(m.output_tokens)
+        prompts = min(REPLAY_RUNS * m.batch, MAX_PROMPTS, MAX_OUTPUT_TOKENS // output)
+        run = run_benchmark(step_timer, scheduler, BenchmarkRun(num_prompts=prompts, max_concurrency=m.batch,
+                                                                input_len=round(m.prompt_tokens), output_len=output))
+        return replace(static, tpot_s=run.tpot.mean_ms / 1000, output_tokens_per_s=run.output_throughput,
+                       requests_per_s=run.request_throughput, ttft_s=run.ttft.mean_ms / 1000)
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
                    requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
 
