@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import throughput_accuracy as bench  # noqa: E402 - bench/ is not a package
 
 from planner import api  # noqa: E402
+from planner.estimator.benchmark import MAX_OUTPUT_TOKENS, BenchmarkRun  # noqa: E402
 
 
 @pytest.mark.parametrize("notes, cap", [
@@ -314,7 +315,9 @@ def test_a_kimi_row_naming_its_checkpoints_int4_experts_is_read_as_int4_g32(cata
 def test_a_closed_loop_is_sized_at_the_release_it_states_where_planner_keeps_its_profile(catalog):
     """The protocol's release-pool amendment: an SGLang 0.5.12 closed loop of Qwen3.5 is sized with 0.5.12's pool (3
     state slots a running request) as `planner perf --engine-version 0.5.12` sizes it; a release planner keeps no
-    profile of, or none, is sized with the default's (5 slots a request at 0.5.23)."""
+    profile of, or none, is sized with the default's (5 slots a request at 0.5.23). The pool caps 0.5.12's loop, and
+    that release counts running outputs at its ratio, so the row is replayed as `planner bench --engine-version 0.5.12`
+    runs it (the SGLang-admission amendment)."""
     row = bench.Measurement(row="t:0", engine="sglang", model="qwen3.5-27b", precision="bf16", kv_dtype="auto",
                             gpu="h200-sxm", tp=1, pp=1, ep=1, dp=1, batch=1024, prompt_tokens=8192, output_tokens=1024,
                             output_tokens_per_s=None, tpot_s=0.04, ttft_s=None, source="test", form="closed loop",
@@ -328,5 +331,10 @@ def test_a_closed_loop_is_sized_at_the_release_it_states_where_planner_keeps_its
     stated, default = loop("0.5.12"), loop(None)
     # 0.5.12 admits 218 // 3 = 72 for its state slots and its token pool holds 61; 0.5.23, 215 // 5 = 43
     assert (stated.running, stated.limit, default.running, default.limit) == (61, "kv pool", 43, "state slots")
-    assert bench.predict(catalog, row, arch).tpot_s == pytest.approx(stated.tpot_s)
+    replay = api.bench("qwen3.5-27b", BenchmarkRun(num_prompts=1953, max_concurrency=1024, input_len=8192,
+                                                   output_len=1024), gpu="h200-sxm", engine="sglang",
+                       engine_version="0.5.12", catalog=catalog).result
+    assert 1953 == MAX_OUTPUT_TOKENS // 1024 < bench.REPLAY_RUNS * 1024
+    assert bench.predict(catalog, row, arch).tpot_s == pytest.approx(replay.tpot.mean_ms / 1000)
+    assert replay.preemptions > 0 and replay.tpot.mean_ms / 1000 > stated.tpot_s
     assert bench.predict(catalog, replace(row, release=None), arch).tpot_s == pytest.approx(default.tpot_s)
