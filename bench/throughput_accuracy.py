@@ -144,6 +144,7 @@ TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "
                 "ttft_ms (as printed)", "TTFT (ms)", "TTFT (ms) (statistic not named)", "ttft_ms (P50)", "TTFT p50 (ms)",
                 "ttft_ms", "TTFT P50 ms", "TTFT P50 (ms)")
 # the same in seconds
+MEDIAN_KEY = re.compile(r"median|p50", re.IGNORECASE)  # a TPOT key naming its statistic a median
 TPOT_S_KEYS = ("ITL p50 (s)",)
 TTFT_S_KEYS = ("TTFT p50 (s)", "ttft_seconds")
 # A single request's (prompt + generated tokens) over its whole time (the Qwen speed benchmark's "Speed"): the
@@ -218,6 +219,8 @@ class Measurement:
     unmeasured_kernel: str | None = None
     # a closed-loop run's requests in flight on average, where it states them (MEAN_CONCURRENCY_KEYS); None: not stated
     mean_concurrency: float | None = None
+    # the row's TPOT is a median (its key says so): a replayed row is compared on the replay's median (the protocol)
+    tpot_median: bool = False
 
 
 class Skip(Exception):
@@ -338,6 +341,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     prompt, output = (v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
                       for v in (raw.get("isl"), raw.get("osl")))
     tpot_s = ttft_s = toks = None
+    tpot_key: str | None = None
     lengths_vary = False
 
     decode_key = next((k for k in measured if SINGLE_STREAM_DECODE.match(k)), None)
@@ -377,7 +381,8 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         if prompt is None or output is None:
             raise Skip("prompt/output lengths not stated")
         prompt = max(1, prompt)
-        tpot_ms = next((number(measured[k]) for k in TPOT_MS_KEYS if k in measured), None)
+        tpot_key = next((k for k in TPOT_MS_KEYS if k in measured), None)
+        tpot_ms = number(measured[tpot_key]) if tpot_key else None
         if tpot_ms is None and per_request is not None:
             tpot_ms = 1000 / per_request
         if tpot_ms is None:
@@ -421,6 +426,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         settings=stated_settings(engine, raw.get("notes")), recv_interval=stated_recv_interval(engine, raw.get("notes")),
         moe_kernel=stated_moe_kernel(engine, raw.get("notes")),
         attention_backend=stated_attention_backend(engine, raw.get("notes")), mean_concurrency=held,
+        tpot_median=bool(tpot_key and MEDIAN_KEY.search(tpot_key)),
     )
 
 
@@ -661,7 +667,8 @@ def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
         prompts = min(REPLAY_RUNS * m.batch, MAX_PROMPTS, MAX_OUTPUT_TOKENS // output)
         run = run_benchmark(step_timer, scheduler, BenchmarkRun(num_prompts=prompts, max_concurrency=m.batch,
                                                                 input_len=round(m.prompt_tokens), output_len=output))
-        return replace(static, tpot_s=run.tpot.mean_ms / 1000, output_tokens_per_s=run.output_throughput,
+        tpot_ms = run.tpot.median_ms if m.tpot_median else run.tpot.mean_ms
+        return replace(static, tpot_s=tpot_ms / 1000, output_tokens_per_s=run.output_throughput,
                        requests_per_s=run.request_throughput, ttft_s=run.ttft.mean_ms / 1000)
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
                    requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
