@@ -28,9 +28,9 @@ from planner.model.architecture import Architecture, architecture_from_config
 from planner.calibration.calibrate import at_held_concurrency, in_flight
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
-from planner.estimator.benchmark import MAX_OUTPUT_TOKENS, MAX_PROMPTS, BenchmarkRun, run_benchmark
+from planner.estimator.benchmark import closed_loop_run
 from planner.estimator.capacity import Scheduler
-from planner.estimator.closed_loop import closed_loop
+from planner.estimator.closed_loop import admits_past_pool, closed_loop
 from planner.estimator.engines import EngineSettings, engine_budget
 from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
@@ -112,8 +112,6 @@ PRECISIONS: tuple[tuple[str, str | None], ...] = (
 # Engines whose memory profile schedules a closed loop (`planner perf --concurrency`); TensorRT-LLM has none yet
 # (issue 21), so its concurrency rows are timed as a static batch.
 CLOSED_LOOP_ENGINES = ("vllm", "sglang")
-# A closed loop replayed on the simulator sends this many prompts a client (the SGLang-admission amendment)
-REPLAY_RUNS = 10
 
 # llama-bench's default generation length (`-n 128`, llama.cpp tools/llama-bench README) for the
 # rows that report only its average decode speed.
@@ -659,14 +657,10 @@ def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
         raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
     scheduler = Scheduler.of(budget, max_seqs_cap=m.max_running)
     loop = closed_loop(step_timer, scheduler, shape, m.batch, m.lengths_vary, m.recv_interval)
-    if loop.limit == "kv pool" and not m.lengths_vary and scheduler.reservation \
-            and not scheduler.reservation.fixed_length_whole:
+    if admits_past_pool(scheduler, loop, m.lengths_vary):
         # admitted on running outputs counted at a ratio, then retracted: the simulator replays the run (the protocol's
         # amendment on SGLang's admission before 0.5.22)
-        output = round(m.output_tokens)
-        prompts = min(REPLAY_RUNS * m.batch, MAX_PROMPTS, MAX_OUTPUT_TOKENS // output)
-        run = run_benchmark(step_timer, scheduler, BenchmarkRun(num_prompts=prompts, max_concurrency=m.batch,
-                                                                input_len=round(m.prompt_tokens), output_len=output))
+        run = closed_loop_run(step_timer, scheduler, shape, m.batch)
         tpot_ms = run.tpot.median_ms if m.tpot_median else run.tpot.mean_ms
         return replace(static, tpot_s=tpot_ms / 1000, output_tokens_per_s=run.output_throughput,
                        requests_per_s=run.request_throughput, ttft_s=run.ttft.mean_ms / 1000)

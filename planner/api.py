@@ -313,13 +313,17 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
             prompts = max(1, min(DEFAULT_PROMPTS, MAX_OUTPUT_TOKENS // output_tokens))
             finite = run_benchmark(replica.timer, replica.scheduler, BenchmarkRun(
                 num_prompts=prompts, request_rate=rate, input_len=prompt_tokens, output_len=output_tokens))
+    closed_run = None
     if concurrency is not None:
-        from planner.estimator.closed_loop import closed_loop
+        from planner.estimator.benchmark import closed_loop_run
+        from planner.estimator.closed_loop import admits_past_pool, closed_loop
 
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency, varying_lengths,
                              scheduler_recv_interval)
+        if admits_past_pool(replica.scheduler, closed, varying_lengths):  # it retracts: what a run of the loop sees
+            closed_run = closed_loop_run(replica.timer, replica.scheduler, shape, concurrency)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
-                      closed, finite, replica.calibration, replica.ep, speculation, cycle, replica.dp)
+                      closed, finite, replica.calibration, replica.ep, speculation, cycle, replica.dp, closed_run)
 
 
 def _speculative_timer(replica: Replica, precision: str, kv_dtype: str, spec: Speculation,

@@ -58,6 +58,9 @@ class PerfResult:
     speculation: Speculation | None = None
     cycle: SpeculativeCycle | None = None  # with speculation: one decode cycle at the batch
     dp: int = 1  # data-parallel attention groups among the tp GPUs
+    # at --concurrency on an engine that admits past its pool and retracts there (closed_loop.admits_past_pool): a
+    # simulated run of the loop, which the analytic closed_loop (whole outputs reserved) does not see
+    closed_loop_run: BenchmarkResult | None = None
 
     def to_dict(self) -> dict[str, Any]:
         p = self.performance
@@ -95,6 +98,8 @@ class PerfResult:
             data["finite_run"] = self.finite_run.to_dict()
         if self.closed_loop is not None:
             data["closed_loop"] = asdict(self.closed_loop)
+        if self.closed_loop_run is not None:
+            data["closed_loop_run"] = self.closed_loop_run.to_dict()
         if self.speculation is not None and self.cycle is not None:
             # decode_step_ms is the whole cycle: the verify's terms above plus the draft's forwards
             data["speculative"] = {**asdict(self.speculation), "verify_ms": self.cycle.verify_s * 1000,

@@ -612,6 +612,13 @@ def perf_command(
                      f"{loop.requests_per_s:.2f} req/s, {loop.output_tokens_per_s:,.0f} output tokens/s")
         lines.append(f"  TTFT {loop.ttft_s:.3f} s · TPOT {loop.tpot_s * 1000:.1f} ms · E2E {loop.e2e_s:.2f} s · "
                      f"KV peak {loop.kv_tokens_peak:,} of {loop.pool_tokens:,} tokens")
+        run = result.closed_loop_run
+        if run is not None:
+            lines.append(f"  admitted past the pool (running outputs counted at the new-token ratio), then retracted: a "
+                         f"run of {run.completed:,} requests sees")
+            lines.append(f"  TTFT mean {run.ttft.mean_ms / 1000:.3f} s · TPOT mean {run.tpot.mean_ms:.1f} ms (median "
+                         f"{run.tpot.median_ms:.1f}) · {run.output_throughput:,.0f} output tokens/s · "
+                         f"{run.preemptions:,} retractions")
     _print_lines(lines + _calibration_line(calibration, result.calibration))
 
 

@@ -663,3 +663,21 @@ def test_sglang_retracts_the_request_with_the_fewest_outputs_to_the_back_of_the_
     assert len(retracted) == 1 and len(waited) == 2
     assert len(retracted[0].token_steps) > 1  # the fourth, which joined on outputs counted at the ratio: retracted
     assert retracted[0].token_steps[1][0] > max(request.token_steps[0][0] for request in waited)  # behind them
+
+
+def test_perf_shows_a_simulated_run_of_the_loop_where_the_release_admits_past_its_pool(tmp_path):
+    """`planner perf --concurrency` on SGLang 0.5.13 where the pool caps the clients: the analytic loop reserves whole
+    outputs, so beside it perf replays the loop on the simulator (10 prompts a client), which retracts; at 0.5.23, or
+    where the pool holds every client, there is nothing to add."""
+    args = ("perf", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--engine", "sglang", "--prompt-tokens", "1024",
+            "--output-tokens", "256", "--format", "json")
+    old = _strict_json(_cli(*args, "--engine-version", "0.5.13", "--concurrency", "400", cwd=tmp_path).stdout)
+    assert old["closed_loop"]["limit"] == "kv pool"
+    run = old["closed_loop_run"]
+    assert run["completed"] == run["num_prompts"] == 4000 and run["max_concurrency"] == 400
+    assert run["simulated_preemptions"] > 0 and run["mean_tpot_ms"] > old["closed_loop"]["tpot_s"] * 1000
+    assert "closed_loop_run" not in _strict_json(_cli(*args, "--concurrency", "400", cwd=tmp_path).stdout)
+    assert "closed_loop_run" not in _strict_json(_cli(*args, "--engine-version", "0.5.13", "--concurrency", "32",
+                                                      cwd=tmp_path).stdout)
+    text = _cli(*args[:-2], "--engine-version", "0.5.13", "--concurrency", "400", cwd=tmp_path).stdout
+    assert "then retracted: a run of 4,000 requests sees" in text and "retractions" in text

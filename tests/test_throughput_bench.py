@@ -11,7 +11,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import throughput_accuracy as bench  # noqa: E402 - bench/ is not a package
 
 from planner import api  # noqa: E402
-from planner.estimator.benchmark import MAX_OUTPUT_TOKENS, BenchmarkRun  # noqa: E402
 
 
 @pytest.mark.parametrize("notes, cap", [
@@ -331,10 +330,12 @@ def test_a_closed_loop_is_sized_at_the_release_it_states_where_planner_keeps_its
     stated, default = loop("0.5.12"), loop(None)
     # 0.5.12 admits 218 // 3 = 72 for its state slots and its token pool holds 61; 0.5.23, 215 // 5 = 43
     assert (stated.running, stated.limit, default.running, default.limit) == (61, "kv pool", 43, "state slots")
+    from planner.estimator.benchmark import CLOSED_LOOP_PROMPTS_PER_CLIENT, MAX_OUTPUT_TOKENS, BenchmarkRun
+
     replay = api.bench("qwen3.5-27b", BenchmarkRun(num_prompts=1953, max_concurrency=1024, input_len=8192,
                                                    output_len=1024), gpu="h200-sxm", engine="sglang",
                        engine_version="0.5.12", catalog=catalog).result
-    assert 1953 == MAX_OUTPUT_TOKENS // 1024 < bench.REPLAY_RUNS * 1024
+    assert 1953 == MAX_OUTPUT_TOKENS // 1024 < CLOSED_LOOP_PROMPTS_PER_CLIENT * 1024
     assert bench.predict(catalog, row, arch).tpot_s == pytest.approx(replay.tpot.mean_ms / 1000)
     assert replay.preemptions > 0 and replay.tpot.mean_ms / 1000 > stated.tpot_s
     assert bench.predict(catalog, replace(row, release=None), arch).tpot_s == pytest.approx(default.tpot_s)

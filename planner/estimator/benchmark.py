@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler
-from planner.estimator.performance import ReplicaTimer
+from planner.estimator.performance import ReplicaTimer, Workload
 from planner.estimator.simulate import MAX_OUTPUT_TOKENS, MAX_REQUESTS, Arrival, EngineRun, run_engine
 
 if TYPE_CHECKING:
@@ -41,6 +41,9 @@ DEFAULT_INPUT_LEN = 1024
 DEFAULT_OUTPUT_LEN = 128
 # The work one run may ask for (planner.estimator.simulate's caps: the simulator bounds every run's events)
 MAX_PROMPTS = MAX_REQUESTS
+# A closed loop replayed on the simulator: prompts a client, past the first wave's start (the loop's steady state
+# is reached within a few cycles; the run's warm-up and drain are what a benchmark of this length sees)
+CLOSED_LOOP_PROMPTS_PER_CLIENT = 10
 # serve.py --metric-percentiles: "99" by default
 PERCENTILE = 99
 
@@ -172,6 +175,16 @@ def run_benchmark(timer: ReplicaTimer, scheduler: Scheduler, run: BenchmarkRun) 
     return measure(run, run_engine(timer, scheduler, run.arrivals(), run.max_concurrency))
 
 
+def closed_loop_run(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, concurrency: int) -> BenchmarkResult:
+    """`concurrency` clients sending fixed-length requests of `shape` back to back (`vllm bench serve
+    --max-concurrency C` at rate inf), CLOSED_LOOP_PROMPTS_PER_CLIENT prompts a client, as many as a simulated run
+    holds: where an engine's admission strays from the analytic loop's (closed_loop.admits_past_pool)."""
+    prompts = min(CLOSED_LOOP_PROMPTS_PER_CLIENT * concurrency, MAX_PROMPTS,
+                  MAX_OUTPUT_TOKENS // shape.output_tokens)
+    return run_benchmark(timer, scheduler, BenchmarkRun(num_prompts=max(prompts, 1), max_concurrency=concurrency,
+                                                        input_len=shape.prompt_tokens, output_len=shape.output_tokens))
+
+
 def measure(run: BenchmarkRun, engine: EngineRun) -> BenchmarkResult:
     """serve.py's calculate_metrics over the simulated requests."""
     served = engine.served
@@ -213,5 +226,5 @@ def inter_token_latencies(engine: EngineRun) -> numpy.ndarray:
     return np.concatenate([np.repeat(durations, repeats), np.asarray(spanning, dtype=float)])
 
 
-__all__ = ["BenchmarkResult", "BenchmarkRun", "LatencyStats", "MAX_OUTPUT_TOKENS", "MAX_PROMPTS", "measure",
-           "run_benchmark"]
+__all__ = ["BenchmarkResult", "BenchmarkRun", "LatencyStats", "MAX_OUTPUT_TOKENS", "MAX_PROMPTS", "closed_loop_run",
+           "measure", "run_benchmark"]
