@@ -315,27 +315,24 @@ def test_a_closed_loop_is_sized_at_the_release_it_states_where_planner_keeps_its
     """The protocol's release-pool amendment: an SGLang 0.5.12 closed loop of Qwen3.5 is sized with 0.5.12's pool (3
     state slots a running request) as `planner perf --engine-version 0.5.12` sizes it; a release planner keeps no
     profile of, or none, is sized with the default's (5 slots a request at 0.5.23). The pool caps 0.5.12's loop, and
-    that release counts running outputs at its ratio, so the row is replayed as `planner bench --engine-version 0.5.12`
-    runs it (the SGLang-admission amendment)."""
+    that release counts running outputs at its ratio, so the row is replayed as `planner perf --engine-version 0.5.12`
+    replays it (the SGLang-admission amendment)."""
     row = bench.Measurement(row="t:0", engine="sglang", model="qwen3.5-27b", precision="bf16", kv_dtype="auto",
                             gpu="h200-sxm", tp=1, pp=1, ep=1, dp=1, batch=1024, prompt_tokens=8192, output_tokens=1024,
                             output_tokens_per_s=None, tpot_s=0.04, ttft_s=None, source="test", form="closed loop",
                             release="0.5.12")
     arch = bench.architecture(catalog, row)
 
-    def loop(version):
+    def perf(version):
         return api.perf("qwen3.5-27b", gpu="h200-sxm", engine="sglang", engine_version=version, concurrency=1024,
-                        prompt_tokens=8192, output_tokens=1024, catalog=catalog).closed_loop
+                        prompt_tokens=8192, output_tokens=1024, catalog=catalog)
 
-    stated, default = loop("0.5.12"), loop(None)
+    at_stated, at_default = perf("0.5.12"), perf(None)
+    stated, default = at_stated.closed_loop, at_default.closed_loop
     # 0.5.12 admits 218 // 3 = 72 for its state slots and its token pool holds 61; 0.5.23, 215 // 5 = 43
     assert (stated.running, stated.limit, default.running, default.limit) == (61, "kv pool", 43, "state slots")
-    from planner.estimator.benchmark import CLOSED_LOOP_PROMPTS_PER_CLIENT, MAX_OUTPUT_TOKENS, BenchmarkRun
-
-    replay = api.bench("qwen3.5-27b", BenchmarkRun(num_prompts=1953, max_concurrency=1024, input_len=8192,
-                                                   output_len=1024), gpu="h200-sxm", engine="sglang",
-                       engine_version="0.5.12", catalog=catalog).result
-    assert 1953 == MAX_OUTPUT_TOKENS // 1024 < CLOSED_LOOP_PROMPTS_PER_CLIENT * 1024
+    replay = at_stated.closed_loop_run  # as many prompts as a simulated run holds: 2,000,000 output tokens / 1,024
+    assert replay.run.num_prompts == 1953 and replay.run.max_concurrency == 1024 and at_default.closed_loop_run is None
     assert bench.predict(catalog, row, arch).tpot_s == pytest.approx(replay.tpot.mean_ms / 1000)
     assert replay.preemptions > 0 and replay.tpot.mean_ms / 1000 > stated.tpot_s
     assert bench.predict(catalog, replace(row, release=None), arch).tpot_s == pytest.approx(default.tpot_s)
