@@ -25,10 +25,11 @@ free tokens, less what the decoding requests may still write (their remaining ou
 and the whole outputs of the prompts completed in the step, hold its prompt, its remaining output and a page; and in
 step 1 retracts instead of preempting: the decoding request with the fewest outputs goes to the back of the queue (to
 recompute its prompt and outputs), and the ratio is reset from the kept requests' progress, or else decays a step.
-The simulated requests are fixed-length, as a benchmark's with ignore_eos: each asks for the output it gets. Prefix caching: a request whose prompt starts with its workload's
-shared prefix (Arrival.shared_prefix_tokens) finds the prefix's whole blocks cached (Scheduler.cached_tokens, the
-capacity model's rule) and computes and holds only the rest; the cache is warm (the prefix computed before the run)
-and its blocks are held once for the whole run. Distinct prompts share nothing.
+The simulated requests are fixed-length, as a benchmark's with ignore_eos: each asks for the output it gets.
+Prefix caching: a request whose prompt starts with its workload's shared prefix (Arrival.shared_prefix_tokens) finds
+the prefix's whole blocks cached (Scheduler.cached_tokens, the capacity model's rule) and computes and holds only the
+rest; the cache is warm (the prefix computed before the run) and its blocks are held once for the whole run. Distinct
+prompts share nothing.
 A client may cap the requests it has in flight (`max_concurrency`, as `vllm bench serve --max-concurrency`:
 an asyncio.Semaphore around each request): a request is then sent when it has arrived and a slot is free,
 in arrival order, and its latencies count from when it was sent, as the benchmark's do.
