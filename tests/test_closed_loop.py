@@ -531,7 +531,7 @@ _ARRIVALS = st.lists(st.tuples(st.floats(0, 2), st.integers(1, 3000), st.integer
 # SGLang's admission by reserved output (its constants at 0.5.23; `whole`: from 0.5.22 a fixed-length request's remaining
 # output counts whole, before that at the decaying ratio)
 def _reservation(whole, page_tokens=16):
-    from planner.estimator.capacity import OutputReservation
+    from planner.estimator.engines.base import OutputReservation
 
     return OutputReservation(init_ratio=0.7, min_ratio=0.098, decay=(0.7 - 0.098) / 600, retract_steps=20,
                              clip_tokens=4096, page_tokens=page_tokens, fixed_length_whole=whole)

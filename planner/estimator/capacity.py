@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineBudget
+from planner.estimator.engines.base import OutputReservation
 from planner.estimator.engines.registry import engine
 from planner.estimator.performance import ReplicaTimer, Workload, prompt_room
 
@@ -90,35 +91,6 @@ class Slo:
     def __post_init__(self) -> None:
         if self.percentile is not None and not 0 < self.percentile < 100:
             raise PlannerInputError(f"slo.percentile: {self.percentile} must be above 0 and below 100 (90 = p90)")
-
-
-@dataclass(frozen=True)
-class OutputReservation:
-    """An engine that admits a request only when the pool will hold its whole output (SGLang; vLLM admits a prompt's
-    blocks and preempts when a decode step finds none, simulate's default): a waiting request joins while the free
-    tokens, less what the running requests may still write, hold its prompt, its remaining output and `page_tokens`. A
-    running request's remaining output (clipped at `clip_tokens`) counts whole (`fixed_length_whole`: its output is
-    fixed, as a benchmark's with ignore_eos) or at the new-token ratio, which starts at `init_ratio`, falls by `decay` a
-    decode step to `min_ratio` and is reset when the engine idles. A decode step whose new blocks do not fit retracts
-    the running requests with the fewest outputs (the longest prompt first among equals) to the back of the queue,
-    until they do, and sets the ratio to (decoded + `retract_steps` x kept) / (their outputs + 1), at most 1
-    (planner.estimator.engines.profiles.SglangAdmission has the sources)."""
-
-    init_ratio: float
-    min_ratio: float
-    decay: float
-    retract_steps: int
-    clip_tokens: int
-    page_tokens: int
-    fixed_length_whole: bool
-
-    def counted(self, remaining_output: int, ratio: float) -> float:
-        """What a running request with `remaining_output` tokens to write holds back from an admission."""
-        return min(remaining_output, self.clip_tokens) * (1.0 if self.fixed_length_whole else ratio)
-
-    def ratio_after_retraction(self, decoded: int, outputs: int, kept: int) -> float:
-        """The new-token ratio once `kept` requests that decoded `decoded` of their `outputs` tokens remain."""
-        return min(1.0, (decoded + self.retract_steps * kept) / (outputs + 1))
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,12 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
      alone, the decoding requests gaining no token in it; a step that can schedule none decodes as above.
 A request holds ceil(tokens computed / block_size) blocks of the pool (KVCacheManager.allocate_slots:
 it fails when the new blocks exceed the free ones). An engine that admits by reserved output (the scheduler's
-capacity.OutputReservation: SGLang's PrefillAdder and retract_decode) admits a waiting request in step 2 only while the
-free tokens, less what the decoding requests may still write (their remaining outputs, whole or at the new-token ratio)
-and the whole outputs of the prompts completed in the step, hold its prompt, its remaining output and a page; and in
-step 1 retracts instead of preempting: the decoding request with the fewest outputs goes to the back of the queue (to
-recompute its prompt and outputs), and the ratio is reset from the kept requests' progress, or else decays a step.
+engines.base.OutputReservation: SGLang's PrefillAdder and retract_decode) admits a waiting request in step 2 only
+while the free tokens, less what the decoding requests may still write (their remaining outputs, whole or at the
+new-token ratio) and the whole outputs of the prompts completed in the step, hold its prompt, its remaining output and
+a page; and in step 1 retracts instead of preempting: the decoding request with the fewest outputs goes to the back of
+the queue (to recompute its prompt and outputs), and the ratio is reset from the kept requests' progress, or else
+decays a step.
 The simulated requests are fixed-length, as a benchmark's with ignore_eos: each asks for the output it gets.
 Prefix caching: a request whose prompt starts with its workload's shared prefix (Arrival.shared_prefix_tokens) finds
 the prefix's whole blocks cached (Scheduler.cached_tokens, the capacity model's rule) and computes and holds only the

@@ -113,6 +113,35 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class OutputReservation:
+    """An engine that admits a request only when the pool will hold its whole output (SGLang; vLLM admits a prompt's
+    blocks and preempts when a decode step finds none, simulate's default): a waiting request joins while the free
+    tokens, less what the running requests may still write, hold its prompt, its remaining output and `page_tokens`. A
+    running request's remaining output (clipped at `clip_tokens`) counts whole (`fixed_length_whole`: its output is
+    fixed, as a benchmark's with ignore_eos) or at the new-token ratio, which starts at `init_ratio`, falls by `decay` a
+    decode step to `min_ratio` and is reset when the engine idles. A decode step whose new blocks do not fit retracts
+    the running requests with the fewest outputs (the longest prompt first among equals) to the back of the queue,
+    until they do, and sets the ratio to (decoded + `retract_steps` x kept) / (their outputs + 1), at most 1
+    (planner.estimator.engines.profiles.SglangAdmission has the sources)."""
+
+    init_ratio: float
+    min_ratio: float
+    decay: float
+    retract_steps: int
+    clip_tokens: int
+    page_tokens: int
+    fixed_length_whole: bool
+
+    def counted(self, remaining_output: int, ratio: float) -> float:
+        """What a running request with `remaining_output` tokens to write holds back from an admission."""
+        return min(remaining_output, self.clip_tokens) * (1.0 if self.fixed_length_whole else ratio)
+
+    def ratio_after_retraction(self, decoded: int, outputs: int, kept: int) -> float:
+        """The new-token ratio once `kept` requests that decoded `decoded` of their `outputs` tokens remain."""
+        return min(1.0, (decoded + self.retract_steps * kept) / (outputs + 1))
+
+
+@dataclass(frozen=True)
 class RankBudget:
     """One GPU of the replica as the engine sizes it (bytes)."""
 
@@ -337,5 +366,6 @@ def largest_passing(low: int, high: int, passes) -> int | None:
     return low
 
 
-__all__ = ["ENGINE_NAMES", "KV_CACHE_MEMORY_MODES", "CacheGroup", "EngineBudget", "EngineSettings", "Memo", "PoolLayout", "RankBudget", "ServedModel",
+__all__ = ["ENGINE_NAMES", "KV_CACHE_MEMORY_MODES", "CacheGroup", "EngineBudget", "EngineSettings", "Memo", "OutputReservation",
+           "PoolLayout", "RankBudget", "ServedModel",
            "Stage", "catalog_card", "estimate_once", "engine_refusal", "largest_passing", "limiting_rank", "serve"]

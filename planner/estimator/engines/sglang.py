@@ -45,11 +45,10 @@ from math import floor
 
 from planner.model.architecture import Architecture
 from planner.catalog.load import Catalog
-from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget, ServedModel,
-                                            Stage, catalog_card, limiting_rank, serve)
+from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, OutputReservation, PoolLayout,
+                                            RankBudget, ServedModel, Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines import sglang_deepseek_v4 as v4
 from planner.estimator.engines.profiles import SglangMultimodal, SglangProfile, load_profiles
-from planner.estimator.capacity import OutputReservation
 from planner.estimator.engines.registry import Engine
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
