@@ -538,12 +538,12 @@ def _reservation(whole, page_tokens=16):
 
 
 @settings(max_examples=60, deadline=None)
-@given(_ARRIVALS, st.booleans(), st.sampled_from([300, 2000]), st.sampled_from([None, True, False]))
+@given(_ARRIVALS, st.booleans(), st.sampled_from([300, 2000]), st.sampled_from([None, True, False, "blocks"]))
 def test_every_simulated_request_streams_each_token_once_whichever_scheduler(trace, mixes, pool_blocks, whole):
-    """vLLM's scheduler or SGLang's prompts-first one (steps of prompts alone), admitting by prompt blocks or by
-    reserved output (whole or at the ratio, retracting), a pool roomy or tight enough to preempt: every request
-    finishes, its tokens come out in increasing runs of steps that add up to its output, its first token before its
-    last, and the inter-token gaps number its output less one."""
+    """vLLM's scheduler or SGLang's prompts-first one (steps of prompts alone), admitting by prompt blocks, by
+    reserved output (whole or at the ratio, retracting) or by blocks to completion (TensorRT-LLM), a pool roomy or
+    tight enough to preempt: every request finishes, its tokens come out in increasing runs of steps that add up to its
+    output, its first token before its last, and the inter-token gaps number its output less one."""
     from dataclasses import replace as with_
     from itertools import pairwise
 
@@ -551,8 +551,11 @@ def test_every_simulated_request_streams_each_token_once_whichever_scheduler(tra
     from planner.estimator.capacity import Scheduler
 
     timer, _, _ = replica("llama-3.1-8b", "h100-sxm", context=4096)
+    from planner.estimator.engines.base import BlocksToCompletion
+
+    reservation = BlocksToCompletion() if whole == "blocks" else None if whole is None else _reservation(whole)
     scheduler = Scheduler(pool_tokens=16 * pool_blocks, block_tokens=16, max_num_batched_tokens=2048, max_num_seqs=32,
-                          max_model_len=4096, reservation=None if whole is None else _reservation(whole))
+                          max_model_len=4096, reservation=reservation)
     arrivals = sorted((Arrival(t, prompt, output) for t, prompt, output in trace), key=lambda a: a.time_s)
     run = run_engine(with_(timer, mixes_prefill=mixes), scheduler, arrivals)
     assert len(run.served) == len(arrivals)
@@ -681,3 +684,34 @@ def test_perf_shows_a_simulated_run_of_the_loop_where_the_release_admits_past_it
                                                       cwd=tmp_path).stdout)
     text = _cli(*args[:-2], "--engine-version", "0.5.13", "--concurrency", "400", cwd=tmp_path).stdout
     assert "then retracted: a run of 4,000 requests sees" in text and "retractions" in text
+
+
+def test_tensorrt_llm_reserves_each_requests_blocks_to_completion_and_never_evicts():
+    """TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT) starts a request only while the free blocks,
+    less every running request's blocks to completion, hold its own: where the pool caps the clients (Llama 3.1 8B on
+    an L40S, 200 clients of 2,000 + 200 tokens, 94 requests' blocks in the pool) the simulator runs no more than the
+    loop's R, evicts none, and finds its TPOT within 3% (measured 1.7%); admitted by prompt blocks instead, as vLLM, it
+    would preempt."""
+    from dataclasses import replace as with_
+
+    from planner.estimator.capacity import Scheduler
+    from planner.estimator.engines import EngineSettings, engine_budget
+    from planner.estimator.engines.base import BlocksToCompletion
+    from planner.estimator.memory import GpuTarget, Request
+    from planner.estimator.performance import replica_timer
+    from planner.model.sources import resolve_model
+
+    arch, card = resolve_model(CATALOG, "llama-3.1-8b"), CATALOG.gpus.get("l40s")
+    budget = engine_budget(arch, Request(context=2200, batch=1, tp=1, pp=1, precision="bf16", kv_dtype="auto"),
+                           EngineSettings("trtllm"), GpuTarget.from_catalog(card), CATALOG)
+    timer, scheduler = replica_timer(arch, "bf16", "auto", card, 1, 1, CATALOG, "trtllm"), Scheduler.of(budget)
+    assert isinstance(scheduler.reservation, BlocksToCompletion) and scheduler.block_tokens == 32
+    loop = closed_loop(timer, scheduler, Workload(2000, 200), 200)
+    assert loop.limit == "kv pool" and loop.running == scheduler.pool_tokens // scheduler.held_tokens(2200) == 94
+    run = run_benchmark(timer, scheduler, BenchmarkRun(num_prompts=2000, max_concurrency=200, input_len=2000,
+                                                       output_len=200))
+    assert run.preemptions == 0 and run.mean_batch <= loop.running
+    assert run.tpot.mean_ms == pytest.approx(loop.tpot_s * 1000, rel=0.03)
+    by_prompt_blocks = run_benchmark(timer, with_(scheduler, reservation=None), BenchmarkRun(
+        num_prompts=2000, max_concurrency=200, input_len=2000, output_len=200))
+    assert by_prompt_blocks.preemptions > 0

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineBudget
-from planner.estimator.engines.base import OutputReservation
+from planner.estimator.engines.base import BlocksToCompletion, OutputReservation
 from planner.estimator.engines.registry import engine
 from planner.estimator.performance import ReplicaTimer, Workload, prompt_room
 
@@ -107,9 +107,9 @@ class Scheduler:
     prefix_cache: bool = True
     # what sets max_num_seqs, as a limit names it: the engine's setting, or SGLang's budgeted running requests
     seqs_limit: str = "max_num_seqs"
-    # how a waiting request is admitted against the pool (None: its prompt's blocks, preempting when a decode step finds
-    # none, as vLLM)
-    reservation: OutputReservation | None = None
+    # how a waiting request is admitted against the pool: SGLang's reserved outputs, TensorRT-LLM's blocks to completion,
+    # or None (its prompt's blocks, preempting when a decode step finds none, as vLLM)
+    reservation: OutputReservation | BlocksToCompletion | None = None
 
     @classmethod
     def of(cls, budget: EngineBudget, batching: EngineBudget | None = None, max_seqs_cap: int | None = None,

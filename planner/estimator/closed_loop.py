@@ -4,7 +4,7 @@ with chunked prefill (the scheduler of planner.estimator.capacity and planner.es
 
 The engine runs R = min(C, max_num_seqs, the requests of P + N tokens its KV pool holds) of them; the other C - R wait
 in its queue (a closed loop has no other queue). That is SGLang's admission from 0.5.22 (a fixed-length request
-reserves its whole output); vLLM's admission by prompt blocks with preemption, and SGLang's before 0.5.22 (running
+reserves its whole output) and TensorRT-LLM's (its blocks to completion); vLLM's admission by prompt blocks with preemption, and SGLang's before 0.5.22 (running
 outputs counted at a decaying ratio, then retractions), are replayed by the simulator only (planner.estimator.simulate):
 where the pool caps the clients their TPOT is above this loop's (admits_past_pool says when SGLang's is; `planner perf`
 then adds the simulated run). A request lives its prefill step and N - 1 decode steps, and its
@@ -45,6 +45,7 @@ from math import ceil, exp, floor
 
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler, StepTimes, step_times
+from planner.estimator.engines.base import OutputReservation
 from planner.estimator.performance import ReplicaTimer, Workload
 
 
@@ -169,7 +170,8 @@ def admits_past_pool(scheduler: Scheduler, loop: ClosedLoop, lengths_vary: bool)
     clients: there this loop, which reserves whole outputs, is not the run, and the simulator replays it
     (benchmark.closed_loop_run)."""
     rule = scheduler.reservation
-    return bool(rule and not rule.fixed_length_whole and loop.limit == "kv pool" and not lengths_vary)
+    return isinstance(rule, OutputReservation) and not rule.fixed_length_whole and loop.limit == "kv pool" \
+        and not lengths_vary
 
 
 __all__ = ["ClosedLoop", "admits_past_pool", "closed_loop"]

@@ -25,7 +25,9 @@ while the free tokens, less what the decoding requests may still write (their re
 new-token ratio) and the whole outputs of the prompts completed in the step, hold its prompt, its remaining output and
 a page; and in step 1 retracts instead of preempting: the decoding request with the fewest outputs goes to the back of
 the queue (to recompute its prompt and outputs), and the ratio is reset from the kept requests' progress, or else
-decays a step.
+decays a step. An engine that reserves blocks to completion (engines.base.BlocksToCompletion: TensorRT-LLM's
+GUARANTEED_NO_EVICT) admits a waiting request only while the free blocks, less every running request's blocks to
+completion, hold its own; it never needs to preempt.
 The simulated requests are fixed-length, as a benchmark's with ignore_eos: each asks for the output it gets.
 Prefix caching: a request whose prompt starts with its workload's shared prefix (Arrival.shared_prefix_tokens) finds
 the prefix's whole blocks cached (Scheduler.cached_tokens, the capacity model's rule) and computes and holds only the
@@ -52,6 +54,7 @@ from pathlib import Path
 from planner.errors import PlannerInputError
 from planner.files import TRACE, read_text
 from planner.estimator.capacity import Scheduler
+from planner.estimator.engines.base import OutputReservation
 from planner.estimator.performance import ReplicaTimer, Step, Workload, prompt_room
 from planner.estimator.speculative import SpeculativeTimer, TokenSteps, token_steps
 
@@ -316,9 +319,10 @@ class _Engine:
         self.ends: dict[int, list[tuple[_Request, int]]] = {}  # step -> decoders whose last token it computes
         self.step = 0
         self.preemptions = 0
-        # an engine that admits by reserved output (SGLang): its rule and its new-token ratio
+        # an engine that admits by reserved output: its rule (SGLang's, TensorRT-LLM's), and SGLang's new-token ratio
         self.reservation = scheduler.reservation
-        self.ratio = self.reservation.init_ratio if self.reservation else 0.0
+        self.sglang = scheduler.reservation if isinstance(scheduler.reservation, OutputReservation) else None
+        self.ratio = self.sglang.init_ratio if self.sglang else 0.0
 
     def _room(self) -> float:
         """What the decoding requests leave of the step's budget for prompt tokens (prompt_room)."""
@@ -358,8 +362,8 @@ class _Engine:
 
     def _preempt_last(self) -> _Request:
         """Room for the step: vLLM's FCFS preemption (the last running request loses its blocks and goes back to the
-        head of the queue, to recompute), or on an engine that reserves outputs its retraction (_retract)."""
-        if self.reservation:
+        head of the queue, to recompute), or on SGLang its retraction (_retract)."""
+        if self.sglang:
             return self._retract()
         victim = next(reversed(self.running))
         self._release(victim)
@@ -397,14 +401,21 @@ class _Engine:
     def _retracted(self) -> None:
         """The ratio a retraction leaves, over the decoding requests kept."""
         kept = [r for r in self.running if r.decoding]
-        self.ratio = self.reservation.ratio_after_retraction(  # type: ignore[union-attr]
+        self.ratio = self.sglang.ratio_after_retraction(  # type: ignore[union-attr]
             sum(self._generated(r) for r in kept), sum(r.arrival.output_tokens for r in kept), len(kept))
 
+    def _to_completion(self, request: _Request) -> int:
+        """The blocks `request` still lacks to hold its whole prompt and output (TensorRT-LLM's blocks to completion)."""
+        return self._blocks(request.arrival.prompt_tokens + request.arrival.output_tokens - request.cached) \
+            - request.blocks
+
     def _held_back(self, scheduled: list[tuple[_Request, int]]) -> float:
-        """What an engine that reserves outputs keeps from admissions: the decoding requests' remaining outputs as
-        counted, and the whole outputs of the requests whose prompts this step completes."""
-        rule = self.reservation
-        assert rule is not None
+        """The tokens of the free blocks an engine that reserves outputs keeps from admissions: SGLang's decoding
+        requests' remaining outputs as counted and the whole outputs of the requests whose prompts this step completes;
+        TensorRT-LLM's running requests' blocks to completion."""
+        rule = self.sglang
+        if rule is None:
+            return sum(self._to_completion(r) for r in self.running) * self.block
         held = sum(rule.counted(r.arrival.output_tokens - self._generated(r), self.ratio)
                    for r in self.running if r.decoding)
         return held + sum(min(r.arrival.output_tokens, rule.clip_tokens) + rule.page_tokens
@@ -433,8 +444,8 @@ class _Engine:
             peak_in_flight = max(peak_in_flight, in_flight)
             if not self.waiting and not self.running:
                 now = pending[0].arrival.time_s
-                if self.reservation:  # the engine idles: its new-token ratio starts again
-                    self.ratio = self.reservation.init_ratio
+                if self.sglang:  # the engine idles: its new-token ratio starts again
+                    self.ratio = self.sglang.init_ratio
                 continue
             scheduled, alone = self._schedule()
             # prompts alone: the decoding requests wait out the step (their next token's gap spans it)
@@ -487,11 +498,11 @@ class _Engine:
             if victim in due:
                 due.remove(victim)
             budget = self._room()
-        if self.reservation and self.decoders:  # the ratio after this decode step's memory check
+        if self.sglang and self.decoders:  # the ratio after this decode step's memory check
             if preempted:
                 self._retracted()
             else:
-                self.ratio = max(self.ratio - self.reservation.decay, self.reservation.min_ratio)
+                self.ratio = max(self.ratio - self.sglang.decay, self.sglang.min_ratio)
         for request in due:
             self.free -= 1
             request.blocks += 1
@@ -541,8 +552,8 @@ class _Engine:
         """Waiting requests in arrival order join `scheduled` while `budget` lasts, fewer than max_num_seqs run and the
         pool's free blocks hold their chunk (chunked prefill: a prompt longer than the budget left is cut); on an engine
         that reserves outputs, while the free tokens less what is held back hold its prompt and its output."""
-        rule = self.reservation
-        held = self._held_back(scheduled) if rule and self.waiting else 0.0
+        rule = self.sglang
+        held = self._held_back(scheduled) if self.reservation and self.waiting else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             request = self.waiting[0]
             new = min(request.tokens - request.computed, budget)
@@ -556,6 +567,11 @@ class _Engine:
                     break
                 if new == prompt:  # its chunk leaves the free blocks; a whole prompt's output is held back whole
                     held += min(request.arrival.output_tokens, rule.clip_tokens) + rule.page_tokens
+            elif self.reservation:
+                completion = self._to_completion(request)
+                if completion * self.block > self.free * self.block - held:
+                    break
+                held += (completion - need) * self.block  # its chunk's blocks leave the free ones now
             self.waiting.popleft()
             self.free -= need
             request.blocks += need

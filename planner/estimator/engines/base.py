@@ -142,6 +142,17 @@ class OutputReservation:
 
 
 @dataclass(frozen=True)
+class BlocksToCompletion:
+    """An engine that schedules a request only while its pool's free blocks, less every in-progress request's blocks to
+    completion, hold the request's own, and never evicts one: TensorRT-LLM's default capacity scheduler,
+    GUARANTEED_NO_EVICT (tensorrt_llm/llmapi/llm_args.py SchedulerConfig.capacity_scheduler_policy;
+    cpp/tensorrt_llm/batch_manager/scheduledBlocksManager.h NoEvictScheduledBlocksManager: available blocks less each
+    in-progress request's remaining blocks, a new request's `neededBlocks <= availableBlocks`). A request's blocks to
+    completion are ceil((prompt + max new tokens) / tokens_per_block) less the blocks it holds (kvCacheManager.cpp
+    KVCacheManager::getRemainingBlocksToCompletion, one beam)."""
+
+
+@dataclass(frozen=True)
 class RankBudget:
     """One GPU of the replica as the engine sizes it (bytes)."""
 
@@ -367,5 +378,5 @@ def largest_passing(low: int, high: int, passes) -> int | None:
 
 
 __all__ = ["ENGINE_NAMES", "KV_CACHE_MEMORY_MODES", "CacheGroup", "EngineBudget", "EngineSettings", "Memo", "OutputReservation",
-           "PoolLayout", "RankBudget", "ServedModel",
+           "BlocksToCompletion", "PoolLayout", "RankBudget", "ServedModel",
            "Stage", "catalog_card", "estimate_once", "engine_refusal", "largest_passing", "limiting_rank", "serve"]

@@ -54,8 +54,9 @@ class Engine:
     refusal: Callable[[Architecture], str | None] = _no_refusal
     # the scheduler's limits: (tokens per KV block, the step's token budget, requests at once or None) at `context`
     batching: Callable[[EngineSettings, int], tuple[int, int | None, int | None]] = _token_batching
-    # how it admits a waiting request against the pool, at (settings, tokens per block): a
-    # planner.estimator.capacity.OutputReservation, or None (the prompt's blocks; a decode step preempts, as vLLM)
+    # how it admits a waiting request against the pool, at (settings, tokens per block): an engines.base
+    # OutputReservation (SGLang) or BlocksToCompletion (TensorRT-LLM), or None (the prompt's blocks; a decode step
+    # preempts, as vLLM)
     admission: Callable[[EngineSettings, int], Any] = _admits_prompt_blocks
     cache_sized_by_batch: bool = False  # the cache is allocated for every slot at start-up (llama.cpp)
     scheduler_caps_sequences: bool = False  # max_num_seqs caps the requests running at once (not a graph size)

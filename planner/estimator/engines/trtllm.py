@@ -40,8 +40,8 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.load import Catalog
 from planner.errors import PlannerInputError
-from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, PoolLayout, RankBudget,
-                                            ServedModel, Stage, limiting_rank, serve)
+from planner.estimator.engines.base import (BlocksToCompletion, CacheGroup, EngineBudget, EngineSettings, PoolLayout,
+                                            RankBudget, ServedModel, Stage, limiting_rank, serve)
 from planner.estimator.engines.moe_kernels import TRTLLM_BACKENDS
 from planner.estimator.engines.profiles import Sourced, load_profiles
 from planner.estimator.engines.registry import Engine
@@ -195,6 +195,11 @@ def refusal(arch: Architecture) -> str | None:
     return None
 
 
+def admission(settings: EngineSettings, block_tokens: int) -> BlocksToCompletion:
+    """The default capacity scheduler, GUARANTEED_NO_EVICT: each request's blocks to completion reserved."""
+    return BlocksToCompletion()
+
+
 def batching(settings: EngineSettings, context: int) -> tuple[int, int | None, int | None]:
     """Blocks of tokens_per_block tokens, max_num_tokens a step, at most max_batch_size requests at once."""
     return settings.block_size or 1, settings.max_num_batched_tokens, settings.max_num_seqs
@@ -282,7 +287,8 @@ def trtllm_kubernetes(plan: ExportPlan, checkpoint: str | None = None) -> str:
     return "".join(line + "\n" for line in notes) + _dump(config) + "---\n" + _dump(deployment)
 
 
-ENGINE = Engine(NAME, trtllm_budget, TrtllmProfile, refusal=refusal, batching=batching, scheduler_caps_sequences=True,
+ENGINE = Engine(NAME, trtllm_budget, TrtllmProfile, refusal=refusal, batching=batching, admission=admission,
+                scheduler_caps_sequences=True,
                 workspace="remainder", kv_cache_dtypes=TRTLLM_KV_CACHE_DTYPES,
                 command="planner.estimator.engines.trtllm:trtllm_command",
                 kubernetes="planner.estimator.engines.trtllm:trtllm_kubernetes")
