@@ -247,3 +247,22 @@ def test_a_rate_past_what_sglang_runs_at_once_saturates_instead_of_overflowing()
     plan = api.plan_fleet(parse_scenario(scenario), catalog=CATALOG)
     assert plan.status in ("OPTIMAL", "FEASIBLE") and plan.usd_per_hour > 0
 
+
+
+def test_an_engine_reserving_blocks_to_completion_holds_each_running_request_whole():
+    """TensorRT-LLM reserves a request's blocks to completion when it starts it (GUARANTEED_NO_EVICT): in the steady
+    state every running request, decoding or prefilling, counts P + N tokens in whole blocks against the pool, not the
+    P + t it has written; with the pool the limit, the replica keeps up with a lower rate than one admitting by prompt
+    blocks."""
+    from dataclasses import replace
+
+    from planner.estimator.engines.base import BlocksToCompletion
+
+    timer, vllm_like, _ = replica()
+    reserving = replace(vllm_like, reservation=BlocksToCompletion())
+    state = steady_state(timer, reserving, CHAT, 4.0)
+    assert state.kv_tokens_mean == pytest.approx(state.batch * 1904)
+    assert state.kv_tokens_mean > steady_state(timer, vllm_like, CHAT, 4.0).kv_tokens_mean
+    small = replace(reserving, pool_tokens=60 * 1904)  # the pool, not the SLO, stops the rate
+    assert max_rate(timer, small, CHAT, Slo()).requests_per_s < max_rate(
+        timer, replace(small, reservation=None), CHAT, Slo()).requests_per_s

@@ -264,7 +264,10 @@ class SteadyState:
 
 
 def _mean_held(scheduler: Scheduler, prompt: int, output: int) -> float:
-    """Mean tokens (in whole blocks) a decoding request holds over its steps: P + t for t = 1..N-1."""
+    """Mean tokens (in whole blocks) a decoding request holds over its steps: P + t for t = 1..N-1; on an engine that
+    reserves each request's blocks to completion (TensorRT-LLM), P + N from its start, which the next admission sees."""
+    if isinstance(scheduler.reservation, BlocksToCompletion):
+        return scheduler.held_tokens(prompt + output)
     return _mean_held_blocks(scheduler.block_tokens, prompt, output)
 
 
@@ -317,7 +320,10 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     batch = decoding + prefilling
     # the shared prefix's blocks are held once (the cached ones are whole blocks: the requests' own start a block)
     shared = shared_prefix if batch else 0
-    kv_mean = decoding * _mean_held(scheduler, own, output) + prefilling * scheduler.held_tokens(own) + shared
+    # what a prefilling request holds: its prompt, or where the engine reserves blocks to completion its whole request
+    reserved = isinstance(scheduler.reservation, BlocksToCompletion)
+    kv_mean = (decoding * _mean_held(scheduler, own, output)
+               + prefilling * scheduler.held_tokens(own + output if reserved else own) + shared)
     # the requests running at once are Poisson (M/G/infinity): the pool must hold their 99th percentile, or
     # preemptions (recomputing whole requests) push the replica into a queue that no longer drains
     kv_high = _kv_high(kv_mean, batch, shared)
