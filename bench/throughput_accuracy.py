@@ -658,8 +658,8 @@ def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
     scheduler = Scheduler.of(budget, max_seqs_cap=m.max_running)
     loop = closed_loop(step_timer, scheduler, shape, m.batch, m.lengths_vary, m.recv_interval)
     if admits_past_pool(scheduler, loop, m.lengths_vary):
-        # admitted on running outputs counted at a ratio, then retracted: the simulator replays the run (the protocol's
-        # amendment on SGLang's admission before 0.5.22)
+        # admitted past what the pool holds to the end, then preempted: the simulator replays the run (the protocol's
+        # amendments on SGLang's admission before 0.5.22 and on vLLM's)
         run = closed_loop_run(step_timer, scheduler, shape, m.batch)
         tpot_ms = run.tpot.median_ms if m.tpot_median else run.tpot.mean_ms
         return replace(static, tpot_s=tpot_ms / 1000, output_tokens_per_s=run.output_throughput,

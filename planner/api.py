@@ -320,7 +320,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
 
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency, varying_lengths,
                              scheduler_recv_interval)
-        if admits_past_pool(replica.scheduler, closed, varying_lengths):  # it retracts: what a run of the loop sees
+        if admits_past_pool(replica.scheduler, closed, varying_lengths):  # it preempts: what a run of the loop sees
             closed_run = closed_loop_run(replica.timer, replica.scheduler, shape, concurrency)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,
                       closed, finite, replica.calibration, replica.ep, speculation, cycle, replica.dp, closed_run)

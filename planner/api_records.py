@@ -58,7 +58,7 @@ class PerfResult:
     speculation: Speculation | None = None
     cycle: SpeculativeCycle | None = None  # with speculation: one decode cycle at the batch
     dp: int = 1  # data-parallel attention groups among the tp GPUs
-    # at --concurrency on an engine that admits past its pool and retracts there (closed_loop.admits_past_pool): a
+    # at --concurrency on an engine that admits past its pool and preempts there (closed_loop.admits_past_pool): a
     # simulated run of the loop, which the analytic closed_loop (whole outputs reserved) does not see
     closed_loop_run: BenchmarkResult | None = None
 

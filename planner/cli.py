@@ -614,11 +614,11 @@ def perf_command(
                      f"KV peak {loop.kv_tokens_peak:,} of {loop.pool_tokens:,} tokens")
         run = result.closed_loop_run
         if run is not None:
-            lines.append(f"  admitted past the pool (running outputs counted at the new-token ratio), then retracted: a "
-                         f"run of {run.completed:,} requests sees")
+            lines.append(f"  admitted past what the pool holds to the end, then preempted: a run of {run.completed:,} "
+                         "requests sees")
             lines.append(f"  TTFT mean {run.ttft.mean_ms / 1000:.3f} s · TPOT mean {run.tpot.mean_ms:.1f} ms (median "
                          f"{run.tpot.median_ms:.1f}) · {run.output_throughput:,.0f} output tokens/s · "
-                         f"{run.preemptions:,} retractions")
+                         f"{run.preemptions:,} preemptions")
     _print_lines(lines + _calibration_line(calibration, result.calibration))
 
 

@@ -668,10 +668,10 @@ def test_sglang_retracts_the_request_with_the_fewest_outputs_to_the_back_of_the_
     assert retracted[0].token_steps[1][0] > max(request.token_steps[0][0] for request in waited)  # behind them
 
 
-def test_perf_shows_a_simulated_run_of_the_loop_where_the_release_admits_past_its_pool(tmp_path):
+def test_perf_shows_a_simulated_run_of_the_loop_where_the_engine_admits_past_its_pool(tmp_path):
     """`planner perf --concurrency` on SGLang 0.5.13 where the pool caps the clients: the analytic loop reserves whole
     outputs, so beside it perf replays the loop on the simulator (10 prompts a client), which retracts; at 0.5.23, or
-    where the pool holds every client, there is nothing to add."""
+    where the pool holds every client, there is nothing to add. vLLM, which admits on prompt blocks, gets the run too."""
     args = ("perf", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--engine", "sglang", "--prompt-tokens", "1024",
             "--output-tokens", "256", "--format", "json")
     old = _strict_json(_cli(*args, "--engine-version", "0.5.13", "--concurrency", "400", cwd=tmp_path).stdout)
@@ -683,7 +683,12 @@ def test_perf_shows_a_simulated_run_of_the_loop_where_the_release_admits_past_it
     assert "closed_loop_run" not in _strict_json(_cli(*args, "--engine-version", "0.5.13", "--concurrency", "32",
                                                       cwd=tmp_path).stdout)
     text = _cli(*args[:-2], "--engine-version", "0.5.13", "--concurrency", "400", cwd=tmp_path).stdout
-    assert "then retracted: a run of 4,000 requests sees" in text and "retractions" in text
+    assert "then preempted: a run of 4,000 requests sees" in text
+    assert "preemptions" in text
+    # vLLM admits a prompt's blocks and preempts: its pool-capped loop gets the run too (the pool holds 102 of 160)
+    vllm = _strict_json(_cli("perf", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--engine", "vllm", "--prompt-tokens", "1024",
+                             "--output-tokens", "256", "--concurrency", "160", "--format", "json", cwd=tmp_path).stdout)
+    assert vllm["closed_loop"]["limit"] == "kv pool" and vllm["closed_loop_run"]["simulated_preemptions"] > 0
 
 
 def test_tensorrt_llm_reserves_each_requests_blocks_to_completion_and_never_evicts():

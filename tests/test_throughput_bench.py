@@ -65,15 +65,16 @@ def test_a_capped_closed_loop_runs_at_most_the_cap(catalog):
 def test_a_closed_loop_the_pool_cannot_hold_at_once_is_scheduled_not_skipped(catalog):
     """The protocol's amendment on closed loops whose concurrency the engine could not run at once: a vLLM closed
     loop of 2,048 clients at 32K tokens each (more than one H100's pool holds) runs what the pool admits and queues
-    the rest; a static batch of them is still skipped, as is a DP-attention row."""
+    the rest; a static batch of them is still skipped, as is a DP-attention row. (Its lengths vary: with fixed ones
+    the simulator would replay it, the amendment on vLLM's pool-capped loops.)"""
     row = bench.Measurement(row="t:0", engine="vllm", model="llama-3.1-8b", precision="bf16", kv_dtype="auto",
                             gpu="h100-sxm", tp=1, pp=1, ep=1, dp=1, batch=2048, prompt_tokens=30000,
                             output_tokens=2000, output_tokens_per_s=None, tpot_s=0.05, ttft_s=None, source="test",
-                            form="closed loop")
+                            form="closed loop", lengths_vary=True)
     arch = bench.architecture(catalog, row)
     predicted = bench.predict(catalog, row, arch)
     loop = api.perf("llama-3.1-8b", gpu="h100-sxm", tp=1, concurrency=2048, prompt_tokens=30000,
-                    output_tokens=2000, catalog=catalog).closed_loop
+                    output_tokens=2000, varying_lengths=True, catalog=catalog).closed_loop
     assert loop.limit == "kv pool" and loop.running < 2048  # fewer run at once: the other clients wait in the queue
     assert predicted.tpot_s == pytest.approx(loop.tpot_s) and predicted.ttft_s == pytest.approx(loop.ttft_s)
     for skipped in (replace(row, form="static"), replace(row, dp=2, tp=2)):

@@ -6,8 +6,8 @@ The engine runs R = min(C, max_num_seqs, the requests of P + N tokens its KV poo
 in its queue (a closed loop has no other queue). That is SGLang's admission from 0.5.22 (a fixed-length request
 reserves its whole output) and TensorRT-LLM's (its blocks to completion); vLLM's admission by prompt blocks with preemption, and SGLang's before 0.5.22 (running
 outputs counted at a decaying ratio, then retractions), are replayed by the simulator only (planner.estimator.simulate):
-where the pool caps the clients their TPOT is above this loop's (admits_past_pool says when SGLang's is; `planner perf`
-then adds the simulated run). A request lives its prefill step and N - 1 decode steps, and its
+where the pool caps the clients their TPOT is above this loop's (admits_past_pool says when; `planner perf` then adds
+the simulated run). A request lives its prefill step and N - 1 decode steps, and its
 client's next request is scheduled in the step after its last: each client repeats itself every N steps, in step
 count, whatever the steps last. The clients start together, so their prompts stay packed into consecutive steps,
 filled in turn (FCFS) to the token budget B beside the requests decoding: each prefilling request takes its prompt
@@ -45,7 +45,7 @@ from math import ceil, exp, floor
 
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler, StepTimes, step_times
-from planner.estimator.engines.base import OutputReservation
+from planner.estimator.engines.base import BlocksToCompletion, OutputReservation
 from planner.estimator.performance import ReplicaTimer, Workload
 
 
@@ -166,12 +166,13 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
 
 def admits_past_pool(scheduler: Scheduler, loop: ClosedLoop, lengths_vary: bool) -> bool:
     """Whether the engine admits more of the loop's fixed-length requests than its pool holds to their end, then
-    retracts (SGLang before 0.5.22: the running outputs counted at its new-token ratio), where the pool caps the
-    clients: there this loop, which reserves whole outputs, is not the run, and the simulator replays it
+    preempts or retracts some, where the pool caps the clients: vLLM (a prompt's blocks admit it) and SGLang before
+    0.5.22 (the running outputs counted at its new-token ratio). There this loop, which reserves whole outputs as
+    SGLang from 0.5.22 and TensorRT-LLM do, is not the run, and the simulator replays it
     (benchmark.closed_loop_run)."""
     rule = scheduler.reservation
-    return isinstance(rule, OutputReservation) and not rule.fixed_length_whole and loop.limit == "kv pool" \
-        and not lengths_vary
+    whole = isinstance(rule, BlocksToCompletion) or (isinstance(rule, OutputReservation) and rule.fixed_length_whole)
+    return not whole and loop.limit == "kv pool" and not lengths_vary
 
 
 __all__ = ["ClosedLoop", "admits_past_pool", "closed_loop"]
