@@ -296,9 +296,9 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     prompt, cached, own, shared_prefix = scheduler.own_prompt(shape)
     budget = scheduler.max_num_batched_tokens
     context = shape.prompt_tokens + output / 2
+    decoding_held = _mean_held(scheduler, own, output)
     # the most requests the engine runs at once: its cap, or the requests whose mean KV the pool holds
-    most = min((scheduler.max_num_seqs or inf, scheduler.seqs_limit),
-               (scheduler.pool_tokens / _mean_held(scheduler, own, output), "kv pool"))
+    most = min((scheduler.max_num_seqs or inf, scheduler.seqs_limit), (scheduler.pool_tokens / decoding_held, "kv pool"))
     found = _mean_field(timer, rate, prompt, cached, output, context, budget, most=most)
     if isinstance(found, str):
         return _saturated(rate, output, scheduler, found)
@@ -320,10 +320,10 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     batch = decoding + prefilling
     # the shared prefix's blocks are held once (the cached ones are whole blocks: the requests' own start a block)
     shared = shared_prefix if batch else 0
-    # what a prefilling request holds: its prompt, or where the engine reserves blocks to completion its whole request
-    reserved = isinstance(scheduler.reservation, BlocksToCompletion)
-    kv_mean = (decoding * _mean_held(scheduler, own, output)
-               + prefilling * scheduler.held_tokens(own + output if reserved else own) + shared)
+    # a prefilling request holds its prompt, or where the engine reserves blocks to completion its whole request
+    prefilling_held = decoding_held if isinstance(scheduler.reservation, BlocksToCompletion) \
+        else scheduler.held_tokens(own)
+    kv_mean = decoding * decoding_held + prefilling * prefilling_held + shared
     # the requests running at once are Poisson (M/G/infinity): the pool must hold their 99th percentile, or
     # preemptions (recomputing whole requests) push the replica into a queue that no longer drains
     kv_high = _kv_high(kv_mean, batch, shared)
