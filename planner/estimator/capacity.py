@@ -107,8 +107,8 @@ class Scheduler:
     prefix_cache: bool = True
     # what sets max_num_seqs, as a limit names it: the engine's setting, or SGLang's budgeted running requests
     seqs_limit: str = "max_num_seqs"
-    # how a waiting request is admitted against the pool: SGLang's reserved outputs, TensorRT-LLM's blocks to completion,
-    # or None (its prompt's blocks, preempting when a decode step finds none, as vLLM)
+    # how a waiting request is admitted against the pool: SGLang's reserved outputs, TensorRT-LLM's blocks to
+    # completion, or None (its prompt's blocks, preempting when a decode step finds none, as vLLM)
     reservation: OutputReservation | BlocksToCompletion | None = None
 
     @classmethod
@@ -298,7 +298,8 @@ def steady_state(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: W
     context = shape.prompt_tokens + output / 2
     decoding_held = _mean_held(scheduler, own, output)
     # the most requests the engine runs at once: its cap, or the requests whose mean KV the pool holds
-    most = min((scheduler.max_num_seqs or inf, scheduler.seqs_limit), (scheduler.pool_tokens / decoding_held, "kv pool"))
+    most = min((scheduler.max_num_seqs or inf, scheduler.seqs_limit),
+               (scheduler.pool_tokens / decoding_held, "kv pool"))
     found = _mean_field(timer, rate, prompt, cached, output, context, budget, most=most)
     if isinstance(found, str):
         return _saturated(rate, output, scheduler, found)
