@@ -1929,12 +1929,15 @@ def trace_problem(result: Any) -> str | None:
 
 def fuzz_traces(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:
     """Hostile JSONL traces through the trace reader and the simulator of one Llama 3.1 8B replica on an H100, under
-    vLLM's scheduler or SGLang's (which runs a step of prompts alone), one drawn a case."""
+    vLLM's scheduler (admitting on prompt blocks, preempting), SGLang's (a step of prompts alone; 0.5.23 reserving
+    whole outputs, 0.5.13 counting them at its ratio and retracting) or TensorRT-LLM's (blocks to completion), one drawn
+    a case."""
     from planner.api import _replica
     from planner.estimator.simulate import read_trace, simulate
 
-    replicas = [_replica("llama-3.1-8b", "h100-sxm", None, 1, 1, "auto", "auto", engine, 4096, CATALOG, sized=True)
-                for engine in ("vllm", "sglang")]
+    replicas = [_replica("llama-3.1-8b", "h100-sxm", None, 1, 1, "auto", "auto", engine, 4096, CATALOG, sized=True,
+                         engine_version=version)
+                for engine, version in (("vllm", None), ("sglang", None), ("sglang", "0.5.13"), ("trtllm", None))]
     path = folder / "trace.jsonl"
     for _ in range(cases):
         text = hostile_trace(rng)
