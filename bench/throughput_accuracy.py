@@ -28,7 +28,7 @@ from planner.model.architecture import Architecture, architecture_from_config
 from planner.calibration.calibrate import at_held_concurrency, in_flight
 from planner.catalog.load import Catalog, load_catalog
 from planner.errors import PlannerInputError
-from planner.estimator.benchmark import closed_loop_run
+from planner.estimator.benchmark import BenchmarkRun, closed_loop_run
 from planner.estimator.capacity import Scheduler
 from planner.estimator.closed_loop import admits_past_pool, closed_loop
 from planner.estimator.engines import EngineSettings, engine_budget
@@ -204,6 +204,9 @@ class Measurement:
     prefix_cache: bool = True  # off where the row's server command disables it (SGLang --disable-radix-cache)
     # the run's lengths scattered around its means (its totals differ from the requested lengths, or none were asked)
     lengths_vary: bool = False
+    # the integer ranges InferenceX's harness drew each prompt's and each output's length from, uniformly (the lengths
+    # amendment); None: another harness, whose distribution the row does not state
+    drawn_lengths: tuple[tuple[int, int], tuple[int, int]] | None = None
     # the step budget and memory share the row's server command states (the protocol's budget amendment): EngineSettings
     # fields -> values; empty: the engine's defaults
     settings: tuple[tuple[str, float], ...] = ()
@@ -341,6 +344,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
     tpot_s = ttft_s = toks = None
     tpot_key: str | None = None
     lengths_vary = False
+    drawn = None
 
     decode_key = next((k for k in measured if SINGLE_STREAM_DECODE.match(k)), None)
     prefill_key = next((k for k in measured if SINGLE_STREAM_PREFILL.match(k)), None)
@@ -371,7 +375,8 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
             output = 1  # a single request's TTFT: its prompt is all that is timed
         run_lengths = lengths_run(measured)
         if run_lengths is None and prompt and output:
-            run_lengths = inferencex_lengths(raw, prompt, output)
+            drawn = inferencex_ranges(raw, prompt, output)
+            run_lengths = drawn and tuple((low + high) / 2 for low, high in drawn)  # type: ignore[assignment]
         if run_lengths is not None:  # what the run drew (random lengths below the requested, or a dataset's)
             lengths_vary = not all(asked and abs(ran / asked - 1) <= LENGTHS_AS_ASKED
                                    for ran, asked in zip(run_lengths, (prompt, output)))
@@ -421,6 +426,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         output_tokens_per_s=toks, tpot_s=tpot_s, ttft_s=ttft_s, source=raw["source"], form=form, speculation=spec,
         release=stated_release(raw.get("engine_version")), max_running=stated_running_cap(raw.get("notes")),
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
+        drawn_lengths=drawn,
         settings=stated_settings(engine, raw.get("notes")), recv_interval=stated_recv_interval(engine, raw.get("notes")),
         moe_kernel=stated_moe_kernel(engine, raw.get("notes")),
         attention_backend=stated_attention_backend(engine, raw.get("notes")), mean_concurrency=held,
@@ -470,14 +476,16 @@ INFERENCEX_RANGE_RATIO = 0.8
 STATED_RANGE_RATIO = re.compile(r"range[ _-]ratio[ =]+(0?\.\d+|1(?:\.0+)?)\b", re.IGNORECASE)
 
 
-def inferencex_lengths(raw: dict[str, Any], prompt: float, output: float) -> tuple[float, float] | None:
-    """(mean prompt, mean output tokens) InferenceX's harness drew for a row it ran; None for another harness."""
+def inferencex_ranges(raw: dict[str, Any], prompt: float, output: float
+                      ) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The integer ranges [int(R L), L] InferenceX's harness drew a row's prompt and output lengths from, uniformly;
+    None for another harness."""
     stated = " ".join(str(raw.get(k) or "") for k in ("dataset", "bench_type"))
     if not (INFERENCEX_SOURCE.search(raw["source"]) or INFERENCEX_HARNESS.search(stated)):
         return None
     ratios = STATED_RANGE_RATIO.findall(f"{stated} {raw.get('notes') or ''}")
     ratio = float(ratios[0]) if ratios else INFERENCEX_RANGE_RATIO
-    return tuple((math.floor(ratio * length) + length) / 2 for length in (prompt, output))  # type: ignore[return-value]
+    return tuple((math.floor(ratio * length), math.floor(length)) for length in (prompt, output))  # type: ignore[return-value]
 
 
 # SGLang's and vLLM's flags capping the requests the engine runs at once, as a server command writes them
@@ -647,25 +655,45 @@ def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
     # as `planner perf --concurrency --engine-version R` (api._replica): the pool of the row's release where planner
     # keeps a profile of it, else the engine's default (the protocol's release-pool amendment); the release's kernels
     card = catalog.gpus.get(m.gpu)
-    request = Request(context=m.prompt_tokens + m.output_tokens, batch=1, tp=m.tp, pp=m.pp, precision=m.precision,
-                      kv_dtype=m.kv_dtype)
     pool_release = m.release if m.release and load_profiles().versions(m.engine).knows(m.release) else None
     settings = EngineSettings(m.engine, **dict(m.settings), version=pool_release,  # type: ignore[arg-type]
                               attention_backend=m.attention_backend)
-    budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(card), catalog)
-    if not budget.fits:
-        raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
-    scheduler = Scheduler.of(budget, max_seqs_cap=m.max_running)
+
+    def scheduler_at(context: int) -> Scheduler:
+        request = Request(context=context, batch=1, tp=m.tp, pp=m.pp, precision=m.precision, kv_dtype=m.kv_dtype)
+        budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(card), catalog)
+        if not budget.fits:
+            raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
+        return Scheduler.of(budget, max_seqs_cap=m.max_running)
+
+    scheduler = scheduler_at(m.prompt_tokens + m.output_tokens)
     loop = closed_loop(step_timer, scheduler, shape, m.batch, m.lengths_vary, m.recv_interval)
-    if admits_past_pool(scheduler, loop, m.lengths_vary):
+    if admits_past_pool(scheduler, loop, m.lengths_vary and m.drawn_lengths is None):
         # admitted past what the pool holds to the end, then preempted: the simulator replays the run (the protocol's
-        # amendments on SGLang's admission before 0.5.22 and on vLLM's)
-        run = closed_loop_run(step_timer, scheduler, shape, m.batch)
+        # amendments on SGLang's admission before 0.5.22 and on vLLM's, the harness's lengths drawn), on a replica
+        # sized as `planner bench` sizes it, its max-model-len the longest request drawn
+        lengths, ratio, longest = replayed_lengths(m)
+        replica = scheduler if longest == m.prompt_tokens + m.output_tokens else scheduler_at(longest)
+        run = closed_loop_run(step_timer, replica, lengths, m.batch, range_ratio=ratio)
         tpot_ms = run.tpot.median_ms if m.tpot_median else run.tpot.mean_ms
         return replace(static, tpot_s=tpot_ms / 1000, output_tokens_per_s=run.output_throughput,
                        requests_per_s=run.request_throughput, ttft_s=run.ttft.mean_ms / 1000)
     return replace(static, tpot_s=loop.tpot_s, output_tokens_per_s=loop.output_tokens_per_s,
                    requests_per_s=loop.requests_per_s, ttft_s=loop.ttft_s)
+
+
+def replayed_lengths(m: Measurement) -> tuple[Workload, float, int]:
+    """The lengths a replay of the row draws, as `closed_loop_run` takes them, and its longest request's tokens: its
+    own where they are fixed; where InferenceX's harness drew them, the floor of each range's mean and the prompt
+    range's relative half-width, vLLM's random dataset within a token of the harness's ranges (the protocol's amendment
+    on replaying them)."""
+    if not m.lengths_vary or m.drawn_lengths is None:
+        return Workload(m.prompt_tokens, m.output_tokens), 0.0, m.prompt_tokens + m.output_tokens
+    (prompt_low, prompt_high), (output_low, output_high) = m.drawn_lengths
+    ratio = (prompt_high - prompt_low) / (prompt_high + prompt_low)
+    drawn = BenchmarkRun(num_prompts=1, input_len=(prompt_low + prompt_high) // 2,
+                         output_len=(output_low + output_high) // 2, range_ratio=ratio)
+    return Workload(drawn.input_len, drawn.output_len), ratio, drawn.input_bounds[1] + drawn.output_high
 
 
 @dataclass(frozen=True)

@@ -179,10 +179,13 @@ def test_an_inferencex_row_runs_at_its_harness_lengths(catalog):
            "dataset": "random 8192/1024 (InferenceX harness)", "measured": {"TPOT (ms)": "20"}}
     row = bench.normalise("t:0", raw, catalog)
     assert (row.prompt_tokens, row.output_tokens, row.lengths_vary) == (7372, 922, True)  # (6553 + 8192) / 2
+    assert row.drawn_lengths == ((6553, 8192), (819, 1024))
     stated = bench.normalise("t:1", {**raw, "dataset": "random, --random-range-ratio 0.5"}, catalog)
     assert (stated.prompt_tokens, stated.output_tokens) == (6144, 768)
+    assert stated.drawn_lengths == ((4096, 8192), (512, 1024))
     other = bench.normalise("t:2", {**raw, "source": "a vendor blog", "dataset": "random 8192/1024"}, catalog)
     assert (other.prompt_tokens, other.output_tokens, other.lengths_vary) == (8192, 1024, False)
+    assert other.drawn_lengths is None
     totals = {"Total input tokens": "80000", "Total generated tokens": "10000", "Successful requests": "10"}
     printed = bench.normalise("t:3", {**raw, "measured": {**raw["measured"], **totals}}, catalog)
     assert (printed.prompt_tokens, printed.output_tokens) == (8000, 1000)
@@ -191,6 +194,48 @@ def test_an_inferencex_row_runs_at_its_harness_lengths(catalog):
              "Benchmark duration (s)": "82.79", "Successful requests": "640"}
     timed = bench.normalise("t:4", {**raw, "isl": 4096, "osl": 128, "measured": {**raw["measured"], **rates}}, catalog)
     assert (timed.prompt_tokens, timed.output_tokens, timed.lengths_vary) == (4096, 128, False)
+
+
+def test_the_harness_lengths_are_replayed_within_a_token_of_the_ranges_it_drew():
+    """The protocol's amendment on replaying InferenceX's lengths: vLLM's random dataset at the floor of each range's
+    mean and the prompt range's half-width draws within one token of the harness's [int(0.8 L), L] at each end; fixed
+    lengths replay as they are."""
+    row = bench.Measurement(row="t:0", engine="vllm", model="qwen3-8b", precision="bf16", kv_dtype="auto",
+                            gpu="h100-sxm", tp=1, pp=1, ep=1, dp=1, batch=64, prompt_tokens=7372, output_tokens=922,
+                            output_tokens_per_s=None, tpot_s=0.04, ttft_s=None, source="test", form="closed loop",
+                            lengths_vary=True, drawn_lengths=((6553, 8192), (819, 1024)))
+    shape, ratio, longest = bench.replayed_lengths(row)
+    drawn = bench.BenchmarkRun(num_prompts=1, input_len=shape.prompt_tokens, output_len=shape.output_tokens,
+                               range_ratio=ratio)
+    assert (shape.prompt_tokens, shape.output_tokens) == (7372, 921) and ratio == pytest.approx(1 / 9, abs=1e-3)
+    assert drawn.input_bounds == (6552, 8192) and drawn.output_bounds == (818, 1024) and longest == 9216
+    fixed = replace(row, lengths_vary=False, drawn_lengths=None, prompt_tokens=8192, output_tokens=1024)
+    assert bench.replayed_lengths(fixed) == (bench.Workload(8192, 1024), 0.0, 9216)
+
+
+def test_a_pool_capped_vllm_loop_of_drawn_lengths_is_replayed_at_them(catalog):
+    """vLLM admits on prompt blocks whatever the lengths: a closed loop its pool caps, whose lengths InferenceX's harness
+    drew, is the simulated run of those lengths (random dataset, the longest request admitted), not the analytic loop
+    it keeps where the distribution is unknown."""
+    row = bench.Measurement(row="t:0", engine="vllm", model="qwen3-8b", precision="bf16", kv_dtype="auto",
+                            gpu="h100-sxm", tp=1, pp=1, ep=1, dp=1, batch=260, prompt_tokens=1843, output_tokens=230,
+                            output_tokens_per_s=None, tpot_s=0.04, ttft_s=None, source="test", form="closed loop",
+                            lengths_vary=True, drawn_lengths=((1638, 2048), (204, 256)))
+    arch = bench.architecture(catalog, row)
+    replayed, analytic = bench.predict(catalog, row, arch), bench.predict(catalog, replace(row, drawn_lengths=None), arch)
+    perf = api.perf("qwen3-8b", gpu="h100-sxm", engine="vllm", concurrency=260, prompt_tokens=1843,
+                    output_tokens=230, varying_lengths=True, catalog=catalog)
+    assert perf.closed_loop.limit == "kv pool" and perf.closed_loop_run is None  # told no distribution: the loop
+    assert analytic.tpot_s == pytest.approx(perf.closed_loop.tpot_s)
+    shape, ratio, _ = bench.replayed_lengths(row)
+    run = bench.BenchmarkRun(num_prompts=2600, max_concurrency=260, input_len=shape.prompt_tokens,
+                             output_len=shape.output_tokens, range_ratio=ratio)
+    simulated = api.bench("qwen3-8b", run, gpu="h100-sxm", engine="vllm", catalog=catalog).result
+    assert replayed.tpot_s == pytest.approx(simulated.tpot.mean_ms / 1000)
+    assert replayed.output_tokens_per_s == pytest.approx(simulated.output_throughput)
+    # admitted on their prompts' blocks, more run at once than the loop's R of P + N each, and some are preempted
+    assert simulated.mean_batch > perf.closed_loop.running and simulated.preemptions > 0
+    assert replayed.tpot_s > analytic.tpot_s * 1.05
 
 
 def test_a_rows_stated_step_budget_and_memory_share_size_its_closed_loop(catalog):

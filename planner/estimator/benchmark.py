@@ -22,7 +22,7 @@ The rules are read from vLLM v0.34.0 (the wheel vllm-0.34.0-cp38-abi3-manylinux_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil, floor, inf, isfinite, isnan
 from typing import TYPE_CHECKING, Any
 
@@ -175,14 +175,16 @@ def run_benchmark(timer: ReplicaTimer, scheduler: Scheduler, run: BenchmarkRun) 
     return measure(run, run_engine(timer, scheduler, run.arrivals(), run.max_concurrency))
 
 
-def closed_loop_run(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, concurrency: int) -> BenchmarkResult:
-    """`concurrency` clients sending fixed-length requests of `shape` back to back (`vllm bench serve
-    --max-concurrency C` at rate inf), CLOSED_LOOP_PROMPTS_PER_CLIENT prompts a client, as many as a simulated run
-    holds: where an engine's admission strays from the analytic loop's (closed_loop.admits_past_pool)."""
-    prompts = min(CLOSED_LOOP_PROMPTS_PER_CLIENT * concurrency, MAX_PROMPTS,
-                  MAX_OUTPUT_TOKENS // shape.output_tokens)
-    return run_benchmark(timer, scheduler, BenchmarkRun(num_prompts=max(prompts, 1), max_concurrency=concurrency,
-                                                        input_len=shape.prompt_tokens, output_len=shape.output_tokens))
+def closed_loop_run(timer: ReplicaTimer, scheduler: Scheduler, shape: Workload, concurrency: int,
+                    range_ratio: float = 0.0) -> BenchmarkResult:
+    """`concurrency` clients sending requests of `shape` back to back (`vllm bench serve --max-concurrency C` at rate
+    inf; fixed lengths, or with `range_ratio` its random dataset's lengths around them), CLOSED_LOOP_PROMPTS_PER_CLIENT
+    prompts a client, as many as a simulated run holds: where an engine's admission strays from the analytic loop's
+    (closed_loop.admits_past_pool)."""
+    run = BenchmarkRun(num_prompts=1, max_concurrency=concurrency, input_len=shape.prompt_tokens,
+                       output_len=shape.output_tokens, range_ratio=range_ratio)
+    prompts = min(CLOSED_LOOP_PROMPTS_PER_CLIENT * concurrency, MAX_PROMPTS, MAX_OUTPUT_TOKENS // run.output_high)
+    return run_benchmark(timer, scheduler, replace(run, num_prompts=max(prompts, 1)))
 
 
 def measure(run: BenchmarkRun, engine: EngineRun) -> BenchmarkResult:

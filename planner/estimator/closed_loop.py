@@ -164,15 +164,16 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         kv_tokens_peak=running * held, pool_tokens=scheduler.pool_tokens)
 
 
-def admits_past_pool(scheduler: Scheduler, loop: ClosedLoop, lengths_vary: bool) -> bool:
-    """Whether the engine admits more of the loop's fixed-length requests than its pool holds to their end, then
-    preempts or retracts some, where the pool caps the clients: vLLM (a prompt's blocks admit it) and SGLang before
-    0.5.22 (the running outputs counted at its new-token ratio). There this loop, which reserves whole outputs as
-    SGLang from 0.5.22 and TensorRT-LLM do, is not the run, and the simulator replays it
-    (benchmark.closed_loop_run)."""
+def admits_past_pool(scheduler: Scheduler, loop: ClosedLoop, lengths_undrawable: bool) -> bool:
+    """Whether the engine admits more of the loop's requests than its pool holds to their end, then preempts or
+    retracts some, where the pool caps the clients: vLLM (a prompt's blocks admit it) and SGLang before 0.5.22 (the
+    running outputs counted at its new-token ratio). There this loop, which reserves whole outputs as SGLang from 0.5.22
+    and TensorRT-LLM do, is not the run, and the simulator replays it (benchmark.closed_loop_run), unless
+    `lengths_undrawable`: the lengths vary by a distribution the replay cannot draw (a dataset's, real traffic's; it
+    draws fixed lengths or vLLM's random dataset)."""
     rule = scheduler.reservation
     whole = isinstance(rule, BlocksToCompletion) or (isinstance(rule, OutputReservation) and rule.fixed_length_whole)
-    return not whole and loop.limit == "kv pool" and not lengths_vary
+    return not whole and loop.limit == "kv pool" and not lengths_undrawable
 
 
 __all__ = ["ClosedLoop", "admits_past_pool", "closed_loop"]
