@@ -142,7 +142,8 @@ TTFT_MS_KEYS = ("Mean TTFT (ms)", "mean_ttft_ms", "TTFT ms (mean)", "TTFT_ms", "
                 "ttft_ms (as printed)", "TTFT (ms)", "TTFT (ms) (statistic not named)", "ttft_ms (P50)", "TTFT p50 (ms)",
                 "ttft_ms", "TTFT P50 ms", "TTFT P50 (ms)")
 # the same in seconds
-MEDIAN_KEY = re.compile(r"median|p50", re.IGNORECASE)  # a TPOT key naming its statistic a median
+# a TPOT key naming its statistic a median, unless it says its statistic is not stated ("mean or median not stated")
+MEDIAN_KEY = re.compile(r"^(?!.*not stated).*(?:median|p50)", re.IGNORECASE)
 TPOT_S_KEYS = ("ITL p50 (s)",)
 TTFT_S_KEYS = ("TTFT p50 (s)", "ttft_seconds")
 # A single request's (prompt + generated tokens) over its whole time (the Qwen speed benchmark's "Speed"): the
@@ -674,6 +675,8 @@ def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
         # sized as `planner bench` sizes it, its max-model-len the longest request drawn
         lengths, ratio, longest = replayed_lengths(m)
         replica = scheduler if longest == m.prompt_tokens + m.output_tokens else scheduler_at(longest)
+        # a server with its prefix cache off recomputes every token of a request it preempted
+        replica = replace(replica, prefix_cache=replica.prefix_cache and m.prefix_cache)
         run = closed_loop_run(step_timer, replica, lengths, m.batch, range_ratio=ratio)
         tpot_ms = run.tpot.median_ms if m.tpot_median else run.tpot.mean_ms
         return replace(static, tpot_s=tpot_ms / 1000, output_tokens_per_s=run.output_throughput,

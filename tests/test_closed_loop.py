@@ -567,6 +567,47 @@ def test_every_simulated_request_streams_each_token_once_whichever_scheduler(tra
     assert len(inter_token_latencies(run)) == sum(a.output_tokens - 1 for a in arrivals)
 
 
+def test_vllms_free_queue_hands_out_the_front_and_keeps_a_preempted_chains_leading_blocks():
+    """vLLM's free queue (block_pool.py @ v0.34.0): allocations take the front; a freed request's blocks without a hash
+    (its partial last one) go to the front, its full ones to the end, tail first, so the blocks an allocation takes
+    from a preempted request's chain are its last ones and the leading ones stay cached for its return."""
+    from planner.estimator.simulate import _FreeQueue, _Request
+
+    a, b = _Request(Arrival(0.0, 40, 8)), _Request(Arrival(0.0, 40, 8))
+    queue = _FreeQueue(12)
+    queue.take(8)  # a and b hold 4 blocks each; 4 never used stay free
+    queue.give(3, 1, preempted=a)  # a preempted: 3 full blocks to the end, its partial one to the front
+    assert queue.cached(a) == 3 and queue.cached(b) == 0
+    queue.take(5)  # the partial block, then the 4 never used: a's chain untouched
+    assert queue.cached(a) == 3
+    queue.take(1)  # the next allocation evicts a's last full block
+    assert queue.cached(a) == 2
+    queue.give(4, 0)  # b finishes: its blocks queue up behind a's chain
+    queue.reclaim(a, 2)  # a resumes and takes back its two leading blocks
+    assert queue.cached(a) == 0
+    queue.take(4)  # b's four, past the emptied run
+    assert not any(blocks for _, blocks in queue.runs)
+
+
+@pytest.mark.parametrize("clients", [160, 400])
+def test_a_request_vllm_preempted_recomputes_only_what_its_cache_lost(clients):
+    """With vLLM's prefix cache on (its default) a preempted request resumes from its own blocks still cached
+    (bench/SPEED_PROTOCOL.md, the amendment on resumed requests): a pool-capped closed loop runs no longer, and its
+    requests' TPOT is no higher, than the same run recomputing every preempted token (prefix cache off); with nothing
+    preempted the two runs are the same run."""
+    from dataclasses import replace as with_
+
+    timer, scheduler, _ = replica("llama-3.1-8b", "h100-sxm", context=2048)
+    tight = with_(scheduler, pool_tokens=60 * 2048)
+    run = BenchmarkRun(num_prompts=4 * clients, max_concurrency=clients, input_len=1536, output_len=512)
+    cached, recomputed = (run_benchmark(timer, with_(tight, prefix_cache=on), run) for on in (True, False))
+    assert cached.preemptions > 0 and recomputed.preemptions > 0
+    assert cached.duration_s < recomputed.duration_s and cached.tpot.mean_ms <= recomputed.tpot.mean_ms
+    roomy = with_(run, max_concurrency=40)
+    same = [run_benchmark(timer, with_(tight, prefix_cache=on), roomy) for on in (True, False)]
+    assert same[0].preemptions == 0 and same[0] == same[1]
+
+
 def _sglang_replica(model, gpu, context, version):
     """An SGLang replica at `version`: its timer, and its scheduler with the release's admission."""
     from planner.estimator.capacity import Scheduler

@@ -196,6 +196,17 @@ def test_an_inferencex_row_runs_at_its_harness_lengths(catalog):
     assert (timed.prompt_tokens, timed.output_tokens, timed.lengths_vary) == (4096, 128, False)
 
 
+@pytest.mark.parametrize("key, median", [
+    ("Median TPOT (ms)", True), ("tpot_ms (P50, as printed)", True), ("TPOT/ITL (median)", True),
+    ("TPOT (ms) (mean or median not stated)", False), ("TPOT (ms, as printed; mean or median not stated)", False),
+    ("tpot_ms (as printed)", False), ("Mean TPOT (ms)", False),
+])
+def test_a_tpot_key_names_a_median_only_where_it_states_one(key, median):
+    """The protocol's corrections on replayed rows' medians: a key naming a median or P50 is compared on the replay's
+    median, one that says its statistic is not stated on its mean, as one that names none."""
+    assert bool(bench.MEDIAN_KEY.search(key)) is median
+
+
 def test_the_harness_lengths_are_replayed_within_a_token_of_the_ranges_it_drew():
     """The protocol's amendment on replaying InferenceX's lengths: vLLM's random dataset at the floor of each range's
     mean and the prompt range's half-width draws within one token of the harness's [int(0.8 L), L] at each end; fixed

@@ -32,7 +32,10 @@ The simulated requests are fixed-length, as a benchmark's with ignore_eos: each 
 Prefix caching: a request whose prompt starts with its workload's shared prefix (Arrival.shared_prefix_tokens) finds
 the prefix's whole blocks cached (Scheduler.cached_tokens, the capacity model's rule) and computes and holds only the
 rest; the cache is warm (the prefix computed before the run) and its blocks are held once for the whole run. Distinct
-prompts share nothing.
+prompts share nothing, but a request vLLM preempted finds its own blocks while they are still free (_FreeQueue): with
+the prefix cache on, a freed full block keeps its hash until an allocation takes it, so the request recomputes only
+the tail of its prompt and outputs that later allocations took (bench/SPEED_PROTOCOL.md, the amendment on resumed
+requests).
 A client may cap the requests it has in flight (`max_concurrency`, as `vllm bench serve --max-concurrency`:
 an asyncio.Semaphore around each request): a request is then sent when it has arrived and a slot is free,
 in arrival order, and its latencies count from when it was sent, as the benchmark's do.
@@ -277,6 +280,51 @@ def simulate(timer: ReplicaTimer | SpeculativeTimer, scheduler: Scheduler, arriv
     return _summary(run_engine(timer, scheduler, arrivals), len(arrivals), warmup_s)
 
 
+class _FreeQueue:
+    """vLLM's free blocks in the order it hands them out (vllm/v1/core/block_pool.py @ v0.34.0: get_new_blocks pops the
+    front, free_blocks puts the blocks without a hash at the front and appends the cached ones; a request's blocks are
+    freed tail first, core/single_type_kv_cache_manager.py free), as runs of blocks by who freed them: enough to tell
+    how many of a preempted request's leading blocks no allocation has taken since (the others' contents are no one's
+    prefix). Counts only; the engine's `free` stays the number of free blocks."""
+
+    def __init__(self, blocks: int) -> None:
+        self.runs: deque[list] = deque([[None, blocks]])  # [the preempted request whose chain it is, or None, blocks]
+        self.chains: dict[_Request, list] = {}  # a preempted request's run, while any of it is free
+
+    def take(self, blocks: int) -> None:
+        while blocks:
+            run = self.runs[0]
+            taken = min(blocks, run[1])
+            run[1] -= taken
+            blocks -= taken
+            if not run[1]:
+                self.runs.popleft()
+                if run[0] is not None:
+                    del self.chains[run[0]]
+
+    def give(self, full: int, partial: int, preempted: _Request | None = None) -> None:
+        """`full` blocks that carry a hash to the end (a preempted request's own chain, tail first), `partial` ones
+        to the front."""
+        if partial:
+            self.runs.appendleft([None, partial])
+        if full:
+            run = [preempted, full]
+            self.runs.append(run)
+            if preempted is not None:
+                self.chains[preempted] = run
+
+    def cached(self, request: _Request) -> int:
+        """The leading blocks of `request`'s chain still free (its tail went first)."""
+        run = self.chains.get(request)
+        return run[1] if run else 0
+
+    def reclaim(self, request: _Request, blocks: int) -> None:
+        """`request` takes back the first `blocks` of its chain; the rest stay free, no one's prefix any more."""
+        run = self.chains.pop(request)
+        run[0] = None
+        run[1] -= blocks  # an emptied run stays in place until `take` reaches it
+
+
 def run_engine(timer: ReplicaTimer | SpeculativeTimer, scheduler: Scheduler, arrivals: list[Arrival],
                max_concurrency: int | None = None) -> EngineRun:
     """Run `arrivals` (in time order) through one replica until every request finished, at most
@@ -313,6 +361,9 @@ class _Engine:
         self.running: dict[_Request, None] = {}  # admission order: decoding requests, then prefilling ones
         self.waiting: deque[_Request] = deque()
         self.free = total_blocks
+        # vLLM's free queue, where a preempted request can find its own blocks cached when it resumes (its prefix cache
+        # on; SGLang retracts, TensorRT-LLM never preempts)
+        self.queue = _FreeQueue(total_blocks) if scheduler.reservation is None and scheduler.prefix_cache else None
         self.decoders = 0
         self.decode_tokens = 0  # sum over decoding requests of the tokens they attend to this step
         self.needs: dict[int, list[tuple[_Request, int]]] = {}  # step -> decoders that need a new block then
@@ -330,6 +381,25 @@ class _Engine:
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
+
+    def _take(self, blocks: int) -> None:
+        self.free -= blocks
+        if self.queue:
+            self.queue.take(blocks)
+
+    def _give(self, request: _Request, preempted: bool = False) -> None:
+        """`request`'s blocks back to the pool: its full ones cached, a preempted request's as its own chain."""
+        self.free += request.blocks
+        if self.queue:
+            full = min(request.blocks, (request.computed - request.cached) // self.block)
+            self.queue.give(full, request.blocks - full, request if preempted else None)
+
+    def _cache_hit(self, request: _Request) -> int:
+        """The blocks of its own a waiting request finds cached: the leading ones of its chain still free, if vLLM
+        preempted it, up to its tokens less one (KVCacheManager.get_computed_blocks: the last is computed again)."""
+        if not self.queue:
+            return 0
+        return min(self.queue.cached(request), (request.tokens - 1 - request.computed) // self.block)
 
     def _needs(self, request: _Request, new: int) -> int:
         """The blocks `request` lacks to hold `new` more tokens: its own, past the cached prefix held once."""
@@ -375,7 +445,7 @@ class _Engine:
         del self.running[victim]
         if victim.decoding:
             self._stop_decoding(victim, self.step)
-        self.free += victim.blocks
+        self._give(victim, preempted=True)
         victim.blocks, victim.computed = 0, victim.cached
         self.preemptions += 1
 
@@ -424,7 +494,7 @@ class _Engine:
     def run(self, arrivals: list[Arrival], max_concurrency: int | None) -> EngineRun:
         pending = deque(self._arrived(a) for a in arrivals)
         # a warm prefix cache: the shared prefix's blocks, held once from the start
-        self.free -= max((r.cached for r in pending), default=0) // self.block
+        self._take(max((r.cached for r in pending), default=0) // self.block)
         finished: list[_Request] = []
         step_ends: list[float] = []
         now, scheduled_total, peak = 0.0, 0, 0
@@ -504,7 +574,7 @@ class _Engine:
             else:
                 self.ratio = max(self.ratio - self.sglang.decay, self.sglang.min_ratio)
         for request in due:
-            self.free -= 1
+            self._take(1)
             request.blocks += 1
             self.needs.setdefault(step + self.block, []).append((request, request.epoch))
         # prefilling requests (partly prefilled; after every decoding one in the running order)
@@ -520,7 +590,7 @@ class _Engine:
                 budget = self._room() - sum(n for _, n in scheduled)
             if request not in self.running:
                 break
-            self.free -= need
+            self._take(need)
             request.blocks += need
             scheduled.append((request, new))
             budget -= new
@@ -541,7 +611,7 @@ class _Engine:
             need = self._needs(request, new)
             if budget <= 0 or need > self.free:
                 return scheduled
-            self.free -= need
+            self._take(need)
             request.blocks += need
             scheduled.append((request, new))
             budget -= new
@@ -556,8 +626,9 @@ class _Engine:
         held = self._held_back(scheduled) if self.reservation and self.waiting else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             request = self.waiting[0]
-            new = min(request.tokens - request.computed, budget)
-            need = self._needs(request, new)
+            hit = self._cache_hit(request)  # blocks of its own it finds cached (they count as free until taken back)
+            new = min(request.tokens - request.computed - hit * self.block, budget)
+            need = self._needs(request, hit * self.block + new)
             if need > self.free:
                 break
             if rule:
@@ -573,7 +644,11 @@ class _Engine:
                     break
                 held += (completion - need) * self.block  # its chunk's blocks leave the free ones now
             self.waiting.popleft()
-            self.free -= need
+            if self.queue and self.queue.cached(request):
+                self.queue.reclaim(request, hit)
+                self.free -= hit
+                request.computed += hit * self.block
+            self._take(need - hit)
             request.blocks += need
             self.running[request] = None
             scheduled.append((request, new))
@@ -604,7 +679,7 @@ class _Engine:
                     self._start_decoding(request)
         for request in done:
             del self.running[request]
-            self.free += request.blocks
+            self._give(request)
             request.blocks = 0
             if request.finished_s is None:
                 request.finished_s = now
