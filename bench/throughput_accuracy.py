@@ -596,8 +596,10 @@ def as_checkpoint(catalog: Catalog, m: Measurement) -> Measurement:
 
 def schedules_closed_loop(m: Measurement) -> bool:
     """Whether the row is predicted as a closed loop the engine schedules (its pool and limits admit R of the C
-    clients); DP attention is timed at the stated batch (the protocol's DP amendment: its pool is not in the loop)."""
-    return m.form == "closed loop" and m.engine in CLOSED_LOOP_ENGINES and m.dp == 1
+    clients); under DP attention on SGLang, with its groups' pools, as `planner perf --concurrency --dp` (the protocol's
+    amendment on DP-attention closed loops); on another engine DP attention is timed at the stated batch (planner does
+    not size its memory under DP attention)."""
+    return m.form == "closed loop" and m.engine in CLOSED_LOOP_ENGINES and (m.dp == 1 or m.engine == "sglang")
 
 
 def architecture(catalog: Catalog, m: Measurement) -> Architecture:
@@ -661,11 +663,12 @@ def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
                               attention_backend=m.attention_backend)
 
     def scheduler_at(context: int) -> Scheduler:
-        request = Request(context=context, batch=1, tp=m.tp, pp=m.pp, precision=m.precision, kv_dtype=m.kv_dtype)
+        request = Request(context=context, batch=1, tp=m.tp, pp=m.pp, precision=m.precision, kv_dtype=m.kv_dtype,
+                          dp=m.dp)
         budget = engine_budget(arch, request, settings, GpuTarget.from_catalog(card), catalog)
         if not budget.fits:
             raise PlannerInputError(f"--engine {m.engine}: one request does not fit: {budget.message}")
-        return Scheduler.of(budget, max_seqs_cap=m.max_running)
+        return Scheduler.of(budget, max_seqs_cap=m.max_running, dp=m.dp)  # every DP group's own pool
 
     scheduler = scheduler_at(m.prompt_tokens + m.output_tokens)
     loop = closed_loop(step_timer, scheduler, shape, m.batch, m.lengths_vary, m.recv_interval)

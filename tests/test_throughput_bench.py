@@ -249,6 +249,26 @@ def test_a_pool_capped_vllm_loop_of_drawn_lengths_is_replayed_at_them(catalog):
     assert replayed.tpot_s > analytic.tpot_s * 1.05
 
 
+def test_an_sglang_dp_attention_closed_loop_is_scored_as_planner_perf_predicts_it(catalog):
+    """The protocol's amendment on DP-attention closed loops: an SGLang row with DP attention is the closed loop over
+    its groups' pools that `planner perf --concurrency --dp` gives (its prompt passes shared by every group), not the
+    static batch of its clients; a TensorRT-LLM one, whose memory planner does not size under DP attention, keeps the
+    static batch."""
+    row = bench.Measurement(row="t:0", engine="sglang", model="qwen3-30b-a3b", precision="bf16", kv_dtype="auto",
+                            gpu="h100-sxm", tp=2, pp=1, ep=1, dp=2, batch=64, prompt_tokens=1024, output_tokens=256,
+                            output_tokens_per_s=None, tpot_s=0.04, ttft_s=None, source="test", form="closed loop",
+                            lengths_vary=True)
+    arch = bench.architecture(catalog, row)
+    predicted = bench.predict(catalog, row, arch)
+    perf = api.perf("qwen3-30b-a3b", gpu="h100-sxm", tp=2, dp=2, engine="sglang", concurrency=64, prompt_tokens=1024,
+                    output_tokens=256, varying_lengths=True, catalog=catalog)
+    assert predicted.tpot_s == pytest.approx(perf.closed_loop.tpot_s)
+    assert predicted.output_tokens_per_s == pytest.approx(perf.closed_loop.output_tokens_per_s)
+    static = bench.timer_performance(bench.timer(catalog, row, arch), 64, bench.Workload(1024, 256))
+    assert predicted.tpot_s > static.tpot_s * 1.2  # the shared prompt passes, which the static batch leaves out
+    assert bench.schedules_closed_loop(row) and not bench.schedules_closed_loop(replace(row, engine="trtllm"))
+
+
 def test_a_rows_stated_step_budget_and_memory_share_size_its_closed_loop(catalog):
     """The server flags a row's notes state for the step budget and the memory share reach the engine's memory budget
     (the protocol's budget amendment): the engine's own flags, each where it states one value."""
