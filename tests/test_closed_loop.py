@@ -608,6 +608,21 @@ def test_a_request_vllm_preempted_recomputes_only_what_its_cache_lost(clients):
     assert same[0].preemptions == 0 and same[0] == same[1]
 
 
+def test_vllm_admits_a_waiting_request_only_while_its_whole_prompt_fits():
+    """vLLM's scheduler_reserve_full_isl (on by default from v0.19.0): a 6,000-token prompt whose first 48-token chunk
+    would fit beside a running request is not admitted while the pool (450 blocks) cannot hold its 375 blocks beside
+    the other's 125-250, so nothing is preempted and it starts when the other is done."""
+    from planner.estimator.capacity import Scheduler
+
+    timer, _, _ = replica("llama-3.1-8b", "h100-sxm", context=8192)
+    scheduler = Scheduler(pool_tokens=16 * 450, block_tokens=16, max_num_batched_tokens=2048, max_num_seqs=8,
+                          max_model_len=6016)
+    run = run_engine(timer, scheduler, [Arrival(0.0, 2000, 2000), Arrival(0.0, 6000, 10)])
+    first, second = sorted(run.served, key=lambda r: r.arrival.prompt_tokens)
+    assert run.preemptions == 0
+    assert second.first_token_s > first.finished_s
+
+
 def _sglang_replica(model, gpu, context, version):
     """An SGLang replica at `version`: its timer, and its scheduler with the release's admission."""
     from planner.estimator.capacity import Scheduler

@@ -7,8 +7,9 @@ V1 engine of v0.19): every step has a token budget of max_num_batched_tokens.
      them, the last running request is preempted (RECOMPUTE: its blocks are freed, it goes back to the
      head of the waiting queue and later recomputes its prompt and the tokens it had generated).
   2. Then, only if nothing was preempted this step, WAITING requests in arrival order, while the budget
-     lasts, fewer than max_num_seqs run and the pool has the blocks for their chunk (chunked prefill: a
-     prompt longer than the budget left is cut).
+     lasts, fewer than max_num_seqs run and the pool has the blocks for their whole sequence so far
+     (scheduler_reserve_full_isl, on by default from v0.19.0: KVCacheManager.can_fit_full_sequence), of which
+     the step computes a chunk (chunked prefill: a prompt longer than the budget left is cut).
   3. The step runs; its duration is the performance model's time for that mix (planner.estimator.
      performance.ReplicaTimer.step). Every request whose prompt is complete emits a token; a request
      that has its output tokens finishes and frees its blocks. On an engine that runs prompts as a pass of
@@ -620,8 +621,9 @@ class _Engine:
 
     def _admit_waiting(self, scheduled: list[tuple[_Request, int]], budget: float) -> None:
         """Waiting requests in arrival order join `scheduled` while `budget` lasts, fewer than max_num_seqs run and the
-        pool's free blocks hold their chunk (chunked prefill: a prompt longer than the budget left is cut); on an engine
-        that reserves outputs, while the free tokens less what is held back hold its prompt and its output."""
+        pool's free blocks hold their chunk (chunked prefill: a prompt longer than the budget left is cut): on vLLM
+        while they hold the whole sequence so far; on an engine that reserves outputs, while the free tokens less what
+        is held back hold its prompt and its output."""
         rule = self.sglang
         held = self._held_back(scheduled) if self.reservation and self.waiting else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
@@ -643,6 +645,8 @@ class _Engine:
                 if completion * self.block > self.free * self.block - held:
                     break
                 held += (completion - need) * self.block  # its chunk's blocks leave the free ones now
+            elif self._needs(request, request.tokens - request.computed) > self.free:
+                break  # vLLM's scheduler_reserve_full_isl: its whole sequence so far must fit, not just the chunk
             self.waiting.popleft()
             if self.queue and self.queue.cached(request):
                 self.queue.reclaim(request, hit)
