@@ -31,7 +31,7 @@ from planner.errors import PlannerInputError
 from planner.estimator.benchmark import BenchmarkRun, closed_loop_run
 from planner.estimator.capacity import Scheduler
 from planner.estimator.closed_loop import admits_past_pool, closed_loop
-from planner.estimator.engines import EngineSettings, engine_budget
+from planner.estimator.engines import EngineSettings, engine_budget, registry
 from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.estimator.speculative import Speculation, speculation
@@ -596,10 +596,11 @@ def as_checkpoint(catalog: Catalog, m: Measurement) -> Measurement:
 
 def schedules_closed_loop(m: Measurement) -> bool:
     """Whether the row is predicted as a closed loop the engine schedules (its pool and limits admit R of the C
-    clients); under DP attention on SGLang, with its groups' pools, as `planner perf --concurrency --dp` (the protocol's
-    amendment on DP-attention closed loops); on another engine DP attention is timed at the stated batch (planner does
-    not size its memory under DP attention)."""
-    return m.form == "closed loop" and m.engine in CLOSED_LOOP_ENGINES and (m.dp == 1 or m.engine == "sglang")
+    clients); under DP attention, with its groups' pools, as `planner perf --concurrency --dp` on an engine whose memory
+    planner sizes under DP attention (SGLang; the protocol's amendment on DP-attention closed loops); on another engine
+    DP attention is timed at the stated batch."""
+    return (m.form == "closed loop" and m.engine in CLOSED_LOOP_ENGINES
+            and (m.dp == 1 or registry.engine(m.engine).sizes_expert_parallel))
 
 
 def architecture(catalog: Catalog, m: Measurement) -> Architecture:
