@@ -193,7 +193,7 @@ def estimate(
                                                   help="vLLM: the KV pool per GPU in bytes, in place of the utilization's budget."),
     max_num_batched_tokens: Optional[int] = Option(None, "--max-num-batched-tokens", help="vLLM (default per GPU)."),
     max_num_seqs: Optional[int] = Option(None, "--max-num-seqs", help="vLLM (default per GPU)."),
-    block_size: Optional[int] = Option(None, "--block-size", help="vLLM KV block size (default 16)."),
+    block_size: Optional[int] = Option(None, "--block-size", help="vLLM KV block size (default: the release's, 64 tokens at v0.34.0, 16 at v0.19.0)."),
     enforce_eager: bool = Option(False, "--enforce-eager", help="vLLM: no CUDA graphs."),
     mem_fraction_static: Optional[float] = Option(None, "--mem-fraction-static", help="SGLang."),
     attention_backend: Optional[str] = Option(None, "--attention-backend",
