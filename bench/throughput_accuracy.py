@@ -500,9 +500,11 @@ TRTLLM_MOE_BACKEND = re.compile(r"moe_config:?\s*\{\s*backend:\s*([A-Z_]+)")
 PREFIX_CACHE_OFF_FLAG = re.compile(r"--disable-radix-cache\b|--no-enable-prefix-caching\b")
 
 
-# each engine's flags for its step budget and memory share, as a server command writes them -> EngineSettings fields
+# each engine's flags for its step budget and memory share (vLLM: and its KV block size), as a server command writes them
+# -> EngineSettings fields
 SETTING_FLAGS = {
-    "vllm": {"max_num_batched_tokens": "--max-num-batched-tokens", "gpu_memory_utilization": "--gpu-memory-utilization"},
+    "vllm": {"max_num_batched_tokens": "--max-num-batched-tokens", "gpu_memory_utilization": "--gpu-memory-utilization",
+             "block_size": "--block-size"},
     "sglang": {"max_num_batched_tokens": "--chunked-prefill-size", "mem_fraction_static": "--mem-fraction-static"},
 }
 
@@ -515,12 +517,12 @@ def stated_value(flag: str, notes: Any) -> float | None:
 
 
 def stated_settings(engine: str, notes: Any) -> tuple[tuple[str, float], ...]:
-    """The step budget and memory share a row's server command states."""
+    """The step budget, memory share and (vLLM) KV block size a row's server command states."""
     found = []
     for field, flag in SETTING_FLAGS.get(engine, {}).items():
         value = stated_value(flag, notes)
         if value is not None:
-            found.append((field, int(value) if field == "max_num_batched_tokens" else value))
+            found.append((field, int(value) if field in ("max_num_batched_tokens", "block_size") else value))
     return tuple(found)
 
 

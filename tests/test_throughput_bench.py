@@ -288,6 +288,22 @@ def test_a_rows_stated_step_budget_and_memory_share_size_its_closed_loop(catalog
     assert bench.predict(catalog, row, arch).tpot_s != bench.predict(catalog, default, arch).tpot_s
 
 
+def test_a_vllm_rows_stated_block_size_pages_its_pool(catalog):
+    """The protocol's block-size amendment: a vLLM row's --block-size reaches its engine budget (EngineSettings
+    .block_size, as `planner estimate --engine vllm --block-size` takes it), so its requests hold whole blocks of that
+    size; an SGLang row's flag of that name is not vLLM's."""
+    raw = {"source": "test", "engine": "vLLM", "engine_version": "0.21.0", "model": "Qwen/Qwen3-8B", "precision": "bf16",
+           "kv_cache_dtype": "auto", "gpu": "H100 SXM", "num_gpus": 1, "tp": 1, "pp": 1, "isl": 1000, "osl": 600,
+           "concurrency": 512, "measured": {"TPOT (ms)": "20"}, "notes": "vllm serve ... --block-size 128 ..."}
+    row = bench.normalise("t:0", raw, catalog)
+    assert dict(row.settings) == {"block_size": 128}
+    assert bench.normalise("t:1", {**raw, "engine": "SGLang", "engine_version": "0.5.12"}, catalog).settings == ()
+    arch = bench.architecture(catalog, row)
+    # the pool caps the 512 clients; a request of 1,600 tokens holds 13 blocks of 128 (1,664 tokens), against 25 of the
+    # default 64 (1,600): fewer run at once, so fewer tokens a second come out
+    paged, default = (bench.predict(catalog, r, arch) for r in (row, replace(row, settings=())))
+    assert paged.output_tokens_per_s < default.output_tokens_per_s
+
 def test_an_sglang_rows_stated_receive_interval_reaches_its_closed_loop(catalog):
     """SGLang's --scheduler-recv-interval, where a row's notes state one value, sets how often its closed loop polls for
     new requests (the protocol's receive-interval amendment); other engines' rows and two values keep every loop."""
