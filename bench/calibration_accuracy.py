@@ -42,7 +42,8 @@ def series_key(m: Measurement) -> tuple[str, ...]:
     the way it was run (bench/CALIBRATION_PROTOCOL.md, the correction on a series being one deployment)."""
     return (re.sub(r"\d+", "N", m.source), m.model, m.precision, m.kv_dtype, m.gpu, m.engine, str(m.tp), str(m.pp),
             str(m.ep), str(m.dp), m.form, str(m.release), str(m.speculation), str(m.max_running), str(m.prefix_cache),
-            str(m.lengths_vary), str(m.settings), str(m.moe_kernel), str(m.attention_backend))
+            str(m.lengths_vary), str(m.settings), str(m.moe_kernel), str(m.attention_backend),
+            str(m.prefill_delay_passes))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from planner.estimator.capacity import Scheduler
 from planner.estimator.closed_loop import admits_past_pool, closed_loop
 from planner.estimator.engines import EngineSettings, engine_budget, registry
 from planner.estimator.engines.profiles import load_profiles
+from planner.estimator.engines.sglang import PREFILL_DELAYER_PASSES, prefill_delayer
 from planner.estimator.memory import GpuTarget, Request, estimate_memory
 from planner.estimator.speculative import Speculation, speculation
 from planner.model.precision import resolve_precision
@@ -212,6 +213,9 @@ class Measurement:
     # fields -> values; empty: the engine's defaults
     settings: tuple[tuple[str, float], ...] = ()
     recv_interval: int = 1  # SGLang's --scheduler-recv-interval as the row's server command states it (the protocol)
+    # SGLang's --enable-prefill-delayer on a DP-attention row's server command: its max delay passes; 0: off (the
+    # protocol's DP prefill amendment)
+    prefill_delay_passes: int = 0
     # the fused-MoE kernel the row's server was told to run, where the catalog measures it (the protocol's stated-kernel
     # amendment); `unmeasured_kernel`: one it states that no table measures (timed on the release's pick)
     moe_kernel: str | None = None
@@ -429,6 +433,7 @@ def normalise(label: str, raw: dict[str, Any], catalog: Catalog) -> Measurement:
         prefix_cache=not PREFIX_CACHE_OFF_FLAG.search(str(raw.get("notes") or "")), lengths_vary=lengths_vary,
         drawn_lengths=drawn,
         settings=stated_settings(engine, raw.get("notes")), recv_interval=stated_recv_interval(engine, raw.get("notes")),
+        prefill_delay_passes=stated_prefill_delay(engine, raw.get("dp_attention") or 1, raw.get("notes")),
         moe_kernel=stated_moe_kernel(engine, raw.get("notes")),
         attention_backend=stated_attention_backend(engine, raw.get("notes")), mean_concurrency=held,
         tpot_median=bool(tpot_key and MEDIAN_KEY.search(tpot_key)),
@@ -574,6 +579,16 @@ def stated_recv_interval(engine: str, notes: Any) -> int:
     return int(value) if value else 1
 
 
+def stated_prefill_delay(engine: str, dp: int, notes: Any) -> int:
+    """The passes SGLang's prefill delayer may hold a prefill, where a DP-attention row's server command turns it on
+    (`--enable-prefill-delayer`, with `--prefill-delayer-max-delay-passes N` where stated); 0 otherwise (the
+    protocol's DP prefill amendment)."""
+    if engine != "sglang" or dp == 1 or "--enable-prefill-delayer" not in str(notes or ""):
+        return 0
+    value = stated_value("--prefill-delayer-max-delay-passes", notes)
+    return int(value) if value else PREFILL_DELAYER_PASSES
+
+
 def stated_running_cap(notes: Any) -> int | None:
     """The cap a row's server command states (the smallest, if it names several), or None."""
     caps = [int(n) for n in RUNNING_CAP_FLAG.findall(str(notes or ""))]
@@ -674,7 +689,8 @@ def steady_state(catalog: Catalog, m: Measurement, arch: Architecture,
         return Scheduler.of(budget, max_seqs_cap=m.max_running, dp=m.dp)  # every DP group's own pool
 
     scheduler = scheduler_at(m.prompt_tokens + m.output_tokens)
-    loop = closed_loop(step_timer, scheduler, shape, m.batch, m.lengths_vary, m.recv_interval)
+    delayer = prefill_delayer(pool_release, m.prefill_delay_passes) if m.prefill_delay_passes else None
+    loop = closed_loop(step_timer, scheduler, shape, m.batch, m.lengths_vary, m.recv_interval, delayer)
     if admits_past_pool(scheduler, loop, m.lengths_vary and m.drawn_lengths is None):
         # admitted past what the pool holds to the end, then preempted: the simulator replays the run (the protocol's
         # amendments on SGLang's admission before 0.5.22 and on vLLM's, the harness's lengths drawn), on a replica

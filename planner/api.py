@@ -254,12 +254,14 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
          speculation: Speculation | None = None,
          catalog: Catalog | None = None, performance: PerformanceCatalog | None = None,
          engine_version: str | None = None, varying_lengths: bool = False,
-         scheduler_recv_interval: int = 1, moe_kernel: str | None = None) -> PerfResult:
+         scheduler_recv_interval: int = 1, moe_kernel: str | None = None,
+         prefill_delayer: bool = False) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop; with
     `varying_lengths`, requests whose lengths scatter around the means, finishing at scattered steps, and SGLang's
-    `scheduler_recv_interval`, the decode steps between its polls for them); `ep`:
+    `scheduler_recv_interval`, the decode steps between its polls for them, and `prefill_delayer`, its
+    --enable-prefill-delayer holding their prefills back under DP attention); `ep`:
     the routed experts dealt over that many of the tp GPUs; `dp`: data-parallel attention groups among them, each
     attending to its own requests from its own pool (the requests dealt evenly over the groups); `speculation`: every
     decode step a speculative cycle of the checkpoint's MTP module (planner.estimator.speculative); with
@@ -284,6 +286,10 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     if scheduler_recv_interval != 1 and not (varying_lengths and engine == "sglang"):
         raise PlannerInputError("--scheduler-recv-interval: SGLang's polling for new requests, timed in a closed loop "
                                 "whose lengths vary; add --engine sglang --concurrency C --varying-lengths, or drop it")
+    if prefill_delayer and not (varying_lengths and engine == "sglang"):
+        raise PlannerInputError("--prefill-delayer: SGLang's delayer of prefills under DP attention, timed in a closed "
+                                "loop whose lengths vary; add --engine sglang --dp D --concurrency C --varying-lengths, "
+                                "or drop it")
     if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
         raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
                                 "--concurrency and --pp (a fleet scenario sizes MTP replicas under traffic; perf's "
@@ -317,9 +323,11 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     if concurrency is not None:
         from planner.estimator.benchmark import closed_loop_run
         from planner.estimator.closed_loop import admits_past_pool, closed_loop
+        from planner.estimator.engines.sglang import prefill_delayer as release_delayer
 
+        delayer = release_delayer(replica.release) if prefill_delayer else None
         closed = closed_loop(replica.timer, replica.scheduler, shape, concurrency, varying_lengths,
-                             scheduler_recv_interval)
+                             scheduler_recv_interval, delayer)
         if admits_past_pool(replica.scheduler, closed, varying_lengths):  # it preempts: what a run of the loop sees
             closed_run = closed_loop_run(replica.timer, replica.scheduler, shape, concurrency)
     return PerfResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine, result, steady,

@@ -558,6 +558,9 @@ def perf_command(
     scheduler_recv_interval: int = Option(1, "--scheduler-recv-interval", help="With --engine sglang --concurrency "
                                           "--varying-lengths: SGLang's --scheduler-recv-interval, the decode steps "
                                           "between its polls for new requests (their arrivals are prefilled together)."),
+    prefill_delayer: bool = Option(False, "--prefill-delayer", help="With --engine sglang --dp D --concurrency "
+                                   "--varying-lengths: SGLang's --enable-prefill-delayer, which holds a prefill back "
+                                   "(up to 29 passes) until the DP groups fill, so their prompts run together."),
     moe_kernel: Optional[str] = MOE_KERNEL,
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
@@ -575,7 +578,7 @@ def perf_command(
                       concurrency=concurrency, calibration=_calibration(calibration), engine_version=engine_version,
                       speculation=_speculation(speculative, speculative_tokens, acceptance_length),
                       varying_lengths=varying_lengths, scheduler_recv_interval=scheduler_recv_interval,
-                      moe_kernel=moe_kernel)
+                      moe_kernel=moe_kernel, prefill_delayer=prefill_delayer)
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))

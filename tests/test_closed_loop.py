@@ -410,10 +410,10 @@ def test_an_sglang_prefill_pass_takes_the_whole_budget():
 def test_under_dp_attention_a_prompt_carrying_step_is_one_pass_of_every_group():
     """SGLang's DP groups join every forward and vote on the decode graph, min-reduced: a step in which one group
     prefills is one pass, the others decoding in it ungraphed (bench/SPEED_PROTOCOL.md, the DP-attention step
-    amendment). The closed loop with varying lengths: of the N - 1 tokens a request gains, M (1 - 1/dp) come out of the
-    M shared passes, the rest out of graphed decode steps; with dp = 1 the passes are the prompts' alone."""
+    amendment). The closed loop with varying lengths: of the N - 1 tokens a request gains, M (1 - g/dp) come out of the
+    M shared passes (g: the groups prefilling, one per prompt of the batch), the rest out of graphed decode steps; with dp = 1 the passes are the prompts' alone."""
     from dataclasses import replace as with_
-    from math import exp
+    from math import ceil, exp
 
     from planner.catalog.load import load_catalog
     from planner.estimator.capacity import StepTimes
@@ -432,8 +432,11 @@ def test_under_dp_attention_a_prompt_carrying_step_is_one_pass_of_every_group():
     loop = closed_loop(dp, sglang, shape, clients, lengths_vary=True)
     times = StepTimes(dp)
     batches = 299 * (1 - exp(-64 / 299))
-    shared = 64 * (1 - 1 / 4)  # the other three groups' requests decode in each shared pass
-    pass_s = times.mean_step(shared, 550.0, 64 * 500 / batches, 500)  # one chunk: 64 x 500 / M tokens < the budget
+    assert ceil(64 / batches) == 2  # a batch's 1.1 prompts on average: two groups prefill in a shared pass
+    shared = 64 * (1 - 2 / 4)  # the other two groups' requests decode in each shared pass
+    # one chunk: a group's prompt of 500 tokens is under its share of the budget
+    assert 500 <= sglang.max_num_batched_tokens // 4
+    pass_s = times.mean_step(shared, 550.0, 64 * 500 / batches, 500, prompts=2)
     graphed = 299 - batches * shared / 64
     assert loop.prefill_step_s == pytest.approx(pass_s, rel=1e-12)
     assert loop.requests_per_s == pytest.approx(64 / (graphed * loop.decode_step_s + batches * pass_s), rel=1e-12)
@@ -445,6 +448,103 @@ def test_under_dp_attention_a_prompt_carrying_step_is_one_pass_of_every_group():
     first = {r.arrival.time_s: r.first_token_s for r in run.served}[0.01]
     step = next(i for i, end in enumerate(run.step_ends_s) if end > 0.01) + 1  # the step that carries its prompt
     assert first == run.step_ends_s[step]
+
+
+def _dp_replica(budget: int, slots: int):
+    """A DP-4 SGLang timer (Qwen3-30B-A3B on 4 x H100, EP 4) and a scheduler of `budget` tokens a step, `slots`
+    requests at once."""
+    from dataclasses import replace as with_
+
+    from planner.catalog.load import load_catalog
+    from planner.estimator.performance import replica_timer
+    from planner.model.sources import resolve_model
+
+    catalog = load_catalog()
+    arch, card = resolve_model(catalog, "qwen3-30b-a3b"), catalog.gpus.get("h100-sxm")
+    timer = replica_timer(arch, "bf16", "auto", card, 4, 1, catalog, "sglang", None, 4, 4)
+    _, scheduler, _ = replica("qwen3-30b-a3b", "h100-sxm", context=8192)
+    return timer, with_(scheduler, max_num_batched_tokens=budget, max_num_seqs=slots)
+
+
+def test_under_dp_attention_each_group_chunks_its_own_prompts_at_its_share_of_the_budget():
+    """SGLang divides the chunked-prefill size over the DP groups (server_args.py _handle_data_parallelism @ v0.5.12):
+    a 2,000-token prompt on one group of four takes ceil(2,000 / (2,048 / 4)) = 4 passes, each a quarter of the batch's
+    tokens, where the whole budget would have taken it in one (bench/SPEED_PROTOCOL.md, the DP prefill amendment)."""
+    from math import exp
+
+    from planner.estimator.capacity import StepTimes
+
+    timer, scheduler = _dp_replica(budget=2048, slots=32)
+    loop = closed_loop(timer, scheduler, Workload(2000, 300), 32, lengths_vary=True)
+    assert loop.running == 32 and loop.kv_tokens_peak == 32 * scheduler.held_tokens(2300)
+    batches = 299 * (1 - exp(-32 / 299))
+    prompts = 32 / batches
+    assert ceil(prompts / 4) == 1 and ceil(prompts) == 2
+    assert loop.prefill_steps == ceil(batches * 4)
+    shared = 32 * (1 - 2 / 4)  # two groups prefill, the other two decode
+    assert loop.prefill_step_s == pytest.approx(StepTimes(timer).mean_step(shared, 2150.0, prompts * 2000 / 4, 2000,
+                                                                           prompts=2), rel=1e-12)
+    graphed = 299 - batches * 4 * shared / 32
+    assert loop.requests_per_s == pytest.approx(32 / (graphed * loop.decode_step_s + batches * 4 * loop.prefill_step_s),
+                                                rel=1e-12)
+    assert loop.ttft_s == pytest.approx(4 * loop.prefill_step_s, rel=1e-12)  # its own four passes
+
+
+def test_dp_groups_chunks_that_outlast_the_gap_between_batches_share_passes():
+    """32 clients with 40-token outputs: a batch of 1.5 prompts every 1.8 decode steps, each taking 4 passes of
+    512-token chunks, would take 87 passes of a 39-step cycle. The groups run those chunks in the same passes: the
+    batches merge until their passes fit, 39 / 4 batches of 3.3 prompts, every group prefilling in each (bench/
+    SPEED_PROTOCOL.md, the correction on chunks that outlast the gap between batches)."""
+    from math import exp
+
+    timer, scheduler = _dp_replica(budget=2048, slots=32)
+    assert 39 * (1 - exp(-32 / 39)) * 4 > 39
+    loop = closed_loop(timer, scheduler, Workload(2000, 40), 32, lengths_vary=True)
+    assert loop.running == 32 and loop.prefill_steps == 39
+    assert loop.cycle_steps == 39 + 39  # no group decodes beside a prefill: every request's 39 tokens graphed
+    assert loop.tpot_s > 0 and loop.requests_per_s > 0
+
+
+@pytest.mark.parametrize("version, slots, held", [
+    ("0.5.9", 64, 3 * 299 / 64),  # every group holds a prompt after 4 arrivals: released at once
+    ("0.5.12", 64, 15 * 299 / 64),  # then waits for 4 a group (the prompts a 1,024-token chunk touches), unbounded
+    ("0.5.23", 64, 29),  # ... at most 29 passes from v0.5.19
+    ("0.5.23", 128, 3 * 299 / 64),  # 16 slots a group kept free: room at once
+])
+def test_sglangs_prefill_delayer_holds_a_batch_until_its_groups_fill_or_its_passes_run_out(version, slots, held):
+    """64 clients, 300-token outputs: an arrival every 299 / 64 passes, dealt round robin over 4 groups. The delayer
+    holds the prefill after the first (managers/prefill_delayer.py; bench/SPEED_PROTOCOL.md, the DP prefill
+    amendment): the batches of a cycle are the polls over (1 / (1 - e^-a) + T), and a request waits
+    (T + a T^2 / 2) / (1 + a T) passes in its TTFT."""
+    from math import exp
+
+    from planner.estimator.engines.sglang import prefill_delayer
+
+    timer, scheduler = _dp_replica(budget=4096, slots=slots)
+    shape = Workload(500, 300)
+    plain = closed_loop(timer, scheduler, shape, 64, lengths_vary=True)
+    loop = closed_loop(timer, scheduler, shape, 64, lengths_vary=True, delayer=prefill_delayer(version))
+    rate = 64 / 299
+    batches = 299 / (1 / (1 - exp(-rate)) + held)
+    chunks = ceil(ceil(64 / batches / 4) * 500 / 1024)  # the busiest group's prompts in 1,024-token chunks
+    assert loop.prefill_steps == ceil(batches * chunks)
+    waited = (held + rate * held ** 2 / 2) / (1 + rate * held)
+    assert loop.ttft_s == pytest.approx(waited * loop.decode_step_s + chunks * loop.prefill_step_s, rel=1e-9)
+    assert loop.prefill_steps < plain.prefill_steps and loop.ttft_s > plain.ttft_s
+
+
+def test_the_prefill_delayer_is_timed_under_dp_attention_with_varying_lengths_only():
+    from dataclasses import replace as with_
+
+    from planner.estimator.engines.sglang import prefill_delayer
+
+    timer, scheduler = _dp_replica(budget=4096, slots=64)
+    for kwargs in (dict(timer=with_(timer, dp=1), lengths_vary=True), dict(timer=timer, lengths_vary=False)):
+        with pytest.raises(PlannerInputError, match=r"^--prefill-delayer: .*--dp D \(D > 1\)"):
+            closed_loop(kwargs["timer"], scheduler, Workload(500, 300), 64, lengths_vary=kwargs["lengths_vary"],
+                        delayer=prefill_delayer(None))
+    with pytest.raises(PlannerInputError, match=r"^--prefill-delayer-max-delay-passes: 0 must be at least 1"):
+        prefill_delayer(None, 0)
 
 
 def test_perf_takes_varying_lengths_for_its_closed_loop_only():
@@ -474,6 +574,29 @@ def test_perf_takes_sglangs_receive_interval_for_a_varying_closed_loop_only(tmp_
                    "--varying-lengths", "--scheduler-recv-interval", "10", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert refused.stderr.startswith("error: --scheduler-recv-interval")
+
+
+def test_perf_takes_sglangs_prefill_delayer_under_dp_attention_only(tmp_path):
+    """`planner perf --prefill-delayer` times SGLang's --enable-prefill-delayer in the DP-attention closed loop whose
+    lengths vary (fewer, larger prefill batches, each waited for in the TTFT), and is refused (one line, exit 2) where
+    it would change nothing."""
+    from planner import api
+
+    args = dict(gpu="h100-sxm", tp=4, dp=4, ep=4, engine="sglang", concurrency=64, prompt_tokens=2000,
+                output_tokens=300, varying_lengths=True)
+    plain = api.perf("qwen3-30b-a3b", **args).closed_loop
+    delayed = api.perf("qwen3-30b-a3b", prefill_delayer=True, **args).closed_loop
+    assert delayed.prefill_steps < plain.prefill_steps and delayed.ttft_s > plain.ttft_s
+    assert delayed.tpot_s < plain.tpot_s  # fewer passes that stall every group's decode
+    with pytest.raises(PlannerInputError, match=r"^--prefill-delayer: "):
+        api.perf("qwen3-30b-a3b", prefill_delayer=True, **{**args, "engine": "vllm"})
+    for drop in (["--dp", "4"], ["--varying-lengths"]):
+        argv = ["perf", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tp", "4", "--dp", "4", "--ep", "4", "--engine",
+                "sglang", "--concurrency", "64", "--varying-lengths", "--prefill-delayer"]
+        at = argv.index(drop[0])
+        refused = _cli(*(argv[:at] + argv[at + len(drop):]), cwd=tmp_path)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert refused.stderr.startswith("error: --prefill-delayer: ")
 
 
 def test_sglang_runs_a_hybrid_model_at_most_its_state_slots_worth_of_requests():

@@ -25,6 +25,17 @@ def test_the_running_cap_is_read_from_the_stated_flag(notes, cap):
     assert bench.stated_running_cap(notes) == cap
 
 
+@pytest.mark.parametrize("engine, dp, notes, passes", [
+    ("sglang", 8, "--tp 8 --dp 8 --enable-dp-attention --enable-prefill-delayer --page-size 256", 30),
+    ("sglang", 8, "--enable-prefill-delayer --prefill-delayer-max-delay-passes 12", 12),
+    ("sglang", 1, "--enable-prefill-delayer on the DP-attention configurations", 0),  # a TP row's notes naming the DP arm
+    ("vllm", 8, "--enable-prefill-delayer", 0),
+    ("sglang", 8, "--enable-dp-attention --disable-radix-cache", 0),
+])
+def test_the_prefill_delayer_is_read_from_a_dp_rows_server_command(engine, dp, notes, passes):
+    assert bench.stated_prefill_delay(engine, dp, notes) == passes
+
+
 @pytest.mark.parametrize("version, release", [
     ("v0.5.12 (image lmsysorg/sglang:v0.5.12)", "0.5.12"),
     ("0.10.1", "0.10.1"),

@@ -210,12 +210,14 @@ class StepTimes:
         """What `decode` decoding requests leave of a step's token budget for prompt tokens (prompt_room)."""
         return prompt_room(budget, decode, self.budget_per_decode, self.mixes_prefill)
 
-    def mean_step(self, decode: float, context: float, prefill: float, prompt: int, cached: int = 0) -> float:
+    def mean_step(self, decode: float, context: float, prefill: float, prompt: int, cached: int = 0,
+                  prompts: float | None = None) -> float:
         """The step time at a fractional decode batch, `prefill` prompt tokens beside it (chunks of prompts of
-        `prompt` tokens to compute, after `cached` tokens found in the prefix cache); with pipeline parts (whole
-        sequences each), linear between the two integer batches around it."""
+        `prompt` tokens to compute, after `cached` tokens found in the prefix cache; chunks of `prompts` prompts,
+        default as many as the tokens fill); with pipeline parts (whole sequences each), linear between the two
+        integer batches around it."""
         prefill_tokens = round(prefill)
-        prefill_seqs = ceil(prefill / prompt) if prefill_tokens else 0
+        prefill_seqs = (ceil(prompts) if prompts else ceil(prefill / prompt)) if prefill_tokens else 0
         # chunks attend to their prompt's prefix: the cached tokens and on average half of the computed ones
         positions = prefill_tokens * (prompt + 2 * cached + 1) / 2
         if self.pp == 1:  # one pipeline part times a fractional batch directly (the hot path: step_s inlined)

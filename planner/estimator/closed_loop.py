@@ -27,12 +27,15 @@ engine that runs a prefill batch alone before any decode (SGLang: the timer's mi
 N - 1 decode steps of the R running requests plus a prefill batch after each decode step that saw an arrival: with
 arrivals Poisson at a = R / (N - 1) a step, (N - 1)(1 - e^-a) batches of R over that many requests, each its prompts'
 tokens alone, cut at the token budget (bench/SPEED_PROTOCOL.md, the SGLang-prefill amendment). Under DP attention
-each batch is one pass shared with the other groups' R (1 - 1/dp) decoding requests, none under the decode graph, so
-of the N - 1 tokens a request gains, M (1 - 1/dp) come out of the M shared passes and the rest out of graphed decode
-steps (the DP-attention step amendment). With fixed lengths such an engine without DP attention (runs_prompts_apart)
-runs every prompt it can admit before it decodes again, so its clients stay in lockstep: a cycle is the k prefill
-passes of the R prompts alone, then N - 1 decode passes of all R; request i's first token comes at the end of the
-pass holding its prompt's last token, ceil((i + 1) P / B), the passes up to it in its TTFT, the later ones in its
+the k prompts of a batch are dealt round robin over the groups, each group cuts its own at B / dp tokens a pass, so
+the batch takes ceil(ceil(k / dp) P / (B / dp)) passes, each shared with the R (1 - g / dp) requests of the groups
+not prefilling (g = min(dp, ceil(k))), none under the decode graph: of the N - 1 tokens a request gains, M (1 - g / dp)
+come out of the M shared passes and the rest out of graphed decode steps (the DP-attention step amendment and the DP
+prefill amendment). SGLang's prefill delayer holds each batch some passes after its first arrival (_held_passes),
+so batches are fewer and larger, and the hold is waited in the TTFT. With fixed lengths such an engine without DP
+attention (runs_prompts_apart) runs every prompt it can admit before it decodes again, so its clients stay in
+lockstep: a cycle is the k prefill passes of the R prompts alone, then N - 1 decode passes of all R; request i's
+first token comes at the end of the pass holding its prompt's last token, ceil((i + 1) P / B), the passes up to it in its TTFT, the later ones in its
 TPOT (the prefill-first amendment). Under DP attention fixed lengths keep the packed cycle, each prompt-carrying step
 one pass.
 """
@@ -45,7 +48,11 @@ from math import ceil, exp, floor
 
 from planner.errors import PlannerInputError
 from planner.estimator.capacity import Scheduler, StepTimes, step_times
-from planner.estimator.engines.base import BlocksToCompletion, OutputReservation
+from planner.estimator.engines.base import (
+    BlocksToCompletion,
+    OutputReservation,
+    PrefillDelayer,
+)
 from planner.estimator.performance import ReplicaTimer, Workload
 
 
@@ -72,10 +79,12 @@ class ClosedLoop:
 
 
 def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, concurrency: int,
-                lengths_vary: bool = False, recv_interval: int = 1) -> ClosedLoop:
+                lengths_vary: bool = False, recv_interval: int = 1,
+                delayer: PrefillDelayer | None = None) -> ClosedLoop:
     """The steady state of `concurrency` clients sending requests of `shape` back to back (the module docstring);
     `lengths_vary`: the requests' lengths scatter around `shape`'s means, so they finish at scattered steps;
-    `recv_interval`: SGLang's `--scheduler-recv-interval`, the decode steps between its polls for new requests."""
+    `recv_interval`: SGLang's `--scheduler-recv-interval`, the decode steps between its polls for new requests;
+    `delayer`: SGLang's prefill delayer, which holds those polls' prefills back under DP attention."""
     if concurrency < 1:
         raise PlannerInputError(f"--concurrency: {concurrency} must be at least 1 client")
     if recv_interval < 1:
@@ -95,6 +104,10 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
     running = min(concurrency, seqs, pool_holds)
     limit = "" if running == concurrency else ("kv pool" if pool_holds < seqs else scheduler.seqs_limit)
     times = step_times(timer)
+    if delayer is not None and not (lengths_vary and times.dp > 1 and not times.mixes_prefill):
+        raise PlannerInputError("--prefill-delayer: SGLang's delayer holds prefills back across DP-attention groups; "
+                                "time it with --engine sglang --dp D (D > 1) --concurrency C --varying-lengths, or "
+                                "drop it")
     # a step full of prompt tokens: the budget less the requests decoding beside them, each prefilling request
     # taking its prompt tokens in place of its decode token (F = (B - R) P / (P - 1)), never more than the budget
     # (an engine that runs prompts apart gives them the whole budget: prompt_room)
@@ -122,13 +135,29 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         decode_steps = output - 1
         polls = decode_steps / recv_interval
         arrivals = running / polls
-        batches = polls * (1 - exp(-arrivals))
-        waited_s = (recv_interval - 1) / 2 * decode_s
-        tokens = running * prompt / batches
-        chunks = ceil(tokens / budget)
-        shared = 0.0 if times.runs_prompts_apart else running * (1 - 1 / times.dp)
+        seen = 1 - exp(-arrivals)  # of the polls, those that find an arrival
+        rate = running / decode_steps  # arrivals a pass
+        hold = 0.0
+        if delayer is not None:  # each batch waits `hold` passes after its first arrival, gathering later ones
+            hold = _held_passes(delayer, rate, times.dp, running, scheduler.max_num_seqs, budget // times.dp, prompt)
+        batches = polls / (1 / seen + hold / recv_interval)
+        waited_s = ((recv_interval - 1) / 2 + (hold + rate * hold ** 2 / 2) / (1 + rate * hold)) * decode_s
+        prompts = running / batches
+        if times.dp > 1:
+            # every group chunks its own prompts (dealt round robin) at its share of the budget; batches whose passes
+            # outlast the gap between them share passes, as one batch of their prompts
+            chunks = _group_chunks(prompts, times.dp, prompt, budget)
+            while batches * chunks > decode_steps:
+                batches = decode_steps / chunks
+                prompts = running / batches
+                chunks = _group_chunks(prompts, times.dp, prompt, budget)
+            groups = min(times.dp, ceil(prompts))  # those with a prompt prefill, the others decode
+            shared = running * (1 - groups / times.dp)
+        else:
+            chunks, groups, shared = ceil(prompts * prompt / budget), None, 0.0
+        tokens = prompts * prompt
         passes = batches * chunks
-        prefill_s = times.mean_step(shared, context, tokens / chunks, prompt)
+        prefill_s = times.mean_step(shared, context, tokens / chunks, prompt, prompts=groups)
         prefill_steps, own_steps = ceil(passes), chunks
         graphed = decode_steps - passes * shared / running
         cycle_steps = ceil(graphed) + prefill_steps
@@ -162,6 +191,29 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         prefill_step_s=prefill_s, decode_step_s=decode_s, ttft_s=ttft, tpot_s=tpot, itl_s=tpot, e2e_s=e2e,
         queue_s=queue, requests_per_s=throughput, output_tokens_per_s=throughput * output,
         kv_tokens_peak=running * held, pool_tokens=scheduler.pool_tokens)
+
+
+def _group_chunks(prompts: float, dp: int, prompt: int, budget: int) -> int:
+    """The passes a batch of `prompts` prompts takes under DP attention: its busiest group's, at its share of the
+    budget (SGLang's chunked_prefill_size // dp_size)."""
+    return ceil(ceil(prompts / dp) * prompt / (budget // dp))
+
+
+def _held_passes(delayer: PrefillDelayer, rate: float, dp: int, running: int, slots: int | None, group_budget: int,
+                 prompt: int) -> float:
+    """The passes SGLang's prefill delayer holds a batch after its first arrival, arrivals coming at `rate` a pass and
+    dealt round robin over the `dp` groups: until every group holds one, at most max_passes - 1; then at once, or until
+    each group holds enough for the fullest to have room for the largest prefill batch a group has run (the prompts
+    its chunk touches, at most its share of the clients that arrived together at the start), less the slots a group
+    keeps free when the running requests are capped below them (bench/SPEED_PROTOCOL.md, the DP prefill amendment)."""
+    most = delayer.max_passes - 1
+    every_group = (dp - 1) / rate
+    if every_group >= most or not delayer.waits_for_room:
+        return min(every_group, most)
+    largest_batch = min(ceil(running / dp), 1 + ceil((group_budget - 1) / prompt))
+    free = (slots - running) / dp if slots is not None else largest_batch
+    roomy = (dp * max(1, ceil(largest_batch - floor(free))) - 1) / rate
+    return min(roomy, most) if delayer.bounds_room_wait else roomy
 
 
 def admits_past_pool(scheduler: Scheduler, loop: ClosedLoop, lengths_undrawable: bool) -> bool:

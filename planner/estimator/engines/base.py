@@ -142,6 +142,19 @@ class OutputReservation:
 
 
 @dataclass(frozen=True)
+class PrefillDelayer:
+    """SGLang's `--enable-prefill-delayer` under DP attention (managers/prefill_delayer.py): while some groups hold a
+    prompt they could admit and others none, the prefill waits up to `max_passes` - 1 passes; while every group holds
+    one, it runs at once, or where `waits_for_room` (from v0.5.10) waits until the fullest group has as many free
+    request slots as the largest prefill batch a group has run, at most the same passes where `bounds_room_wait`
+    (from v0.5.19), else without a bound."""
+
+    max_passes: int
+    waits_for_room: bool
+    bounds_room_wait: bool
+
+
+@dataclass(frozen=True)
 class BlocksToCompletion:
     """An engine that schedules a request only while its pool's free blocks, less every in-progress request's blocks to
     completion, hold the request's own, and never evicts one: TensorRT-LLM's default capacity scheduler,
@@ -378,5 +391,6 @@ def largest_passing(low: int, high: int, passes) -> int | None:
 
 
 __all__ = ["ENGINE_NAMES", "KV_CACHE_MEMORY_MODES", "CacheGroup", "EngineBudget", "EngineSettings", "Memo", "OutputReservation",
+           "PrefillDelayer",
            "BlocksToCompletion", "PoolLayout", "RankBudget", "ServedModel",
            "Stage", "catalog_card", "estimate_once", "engine_refusal", "largest_passing", "limiting_rank", "serve"]

@@ -46,10 +46,11 @@ from math import floor
 from planner.model.architecture import Architecture
 from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, OutputReservation, PoolLayout,
+                                            PrefillDelayer,
                                             RankBudget, ServedModel, Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines import sglang_deepseek_v4 as v4
 from planner.estimator.engines.profiles import SglangMultimodal, SglangProfile, load_profiles
-from planner.estimator.engines.registry import Engine
+from planner.estimator.engines.registry import Engine, release_key
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
@@ -395,6 +396,26 @@ def admission(settings: EngineSettings, page_tokens: int) -> OutputReservation:
                              retract_steps=rule.retract_decode_steps, clip_tokens=rule.clip_max_new_tokens,
                              page_tokens=page_tokens if rule.page_reserve else 0,
                              fixed_length_whole=rule.fixed_length_counts_whole)
+
+
+# --prefill-delayer-max-delay-passes' default (server_args.py prefill_delayer_max_delay_passes = 30 @ v0.5.10 and
+# v0.5.12; arg_groups/fields/schedule.py:235 @ v0.5.23)
+PREFILL_DELAYER_PASSES = 30
+# managers/prefill_delayer.py: with every DP group holding a prompt the prefill runs at once @ v0.5.9; from v0.5.10 it
+# waits while the fullest group has fewer free slots than the largest prefill batch run ("max_decode_bs - running_bs <
+# max_prefill_bs"), without a bound @ v0.5.10-v0.5.16 and at most max_delay_passes from v0.5.19 ("Bound the wait like
+# the mixed branch")
+PREFILL_DELAYER_ROOM_SINCE = "0.5.10"
+PREFILL_DELAYER_BOUNDED_SINCE = "0.5.19"
+
+
+def prefill_delayer(version: str | None, max_passes: int = PREFILL_DELAYER_PASSES) -> PrefillDelayer:
+    """The prefill delayer of the release planner models for `version` (None: the default)."""
+    if max_passes < 1:
+        raise PlannerInputError(f"--prefill-delayer-max-delay-passes: {max_passes} must be at least 1 pass")
+    release = release_key(load_profiles().sglang.resolve(version, "sglang"))
+    return PrefillDelayer(max_passes, waits_for_room=release >= release_key(PREFILL_DELAYER_ROOM_SINCE),
+                          bounds_room_wait=release >= release_key(PREFILL_DELAYER_BOUNDED_SINCE))
 
 
 # SGLang's mem_fraction_static holds the weights and the KV pool only: activations, CUDA graphs and non-torch memory
