@@ -139,7 +139,8 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         rate = running / decode_steps  # arrivals a pass
         hold = 0.0
         if delayer is not None:  # each batch waits `hold` passes after its first arrival, gathering later ones
-            hold = _held_passes(delayer, rate, times.dp, running, scheduler.max_num_seqs, budget // times.dp, prompt)
+            hold = _held_passes(delayer, rate, times.dp, running, scheduler.max_num_seqs, _group_budget(budget, times.dp),
+                                prompt)
         batches = polls / (1 / seen + hold / recv_interval)
         waited_s = ((recv_interval - 1) / 2 + (hold + rate * hold ** 2 / 2) / (1 + rate * hold)) * decode_s
         prompts = running / batches
@@ -196,7 +197,12 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
 def _group_chunks(prompts: float, dp: int, prompt: int, budget: int) -> int:
     """The passes a batch of `prompts` prompts takes under DP attention: its busiest group's, at its share of the
     budget (SGLang's chunked_prefill_size // dp_size)."""
-    return ceil(ceil(prompts / dp) * prompt / (budget // dp))
+    return ceil(ceil(prompts / dp) * prompt / _group_budget(budget, dp))
+
+
+def _group_budget(budget: int, dp: int) -> int:
+    """A DP group's step budget: SGLang's chunked_prefill_size // dp_size, at least a token."""
+    return max(1, budget // dp)
 
 
 def _held_passes(delayer: PrefillDelayer, rate: float, dp: int, running: int, slots: int | None, group_budget: int,
