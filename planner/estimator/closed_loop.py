@@ -35,9 +35,9 @@ prefill amendment). SGLang's prefill delayer holds each batch some passes after 
 so batches are fewer and larger, and the hold is waited in the TTFT. With fixed lengths such an engine without DP
 attention (runs_prompts_apart) runs every prompt it can admit before it decodes again, so its clients stay in
 lockstep: a cycle is the k prefill passes of the R prompts alone, then N - 1 decode passes of all R; request i's
-first token comes at the end of the pass holding its prompt's last token, ceil((i + 1) P / B), the passes up to it in its TTFT, the later ones in its
-TPOT (the prefill-first amendment). Under DP attention fixed lengths keep the packed cycle, each prompt-carrying step
-one pass.
+first token comes at the end of the pass holding its prompt's last token, ceil((i + 1) P / B), the passes up to it in
+its TTFT, the later ones in its TPOT (the prefill-first amendment). Under DP attention fixed lengths keep the packed
+cycle, each prompt-carrying step one pass.
 """
 
 from __future__ import annotations
