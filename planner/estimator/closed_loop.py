@@ -139,8 +139,8 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         rate = running / decode_steps  # arrivals a pass
         hold = 0.0
         if delayer is not None:  # each batch waits `hold` passes after its first arrival, gathering later ones
-            hold = _held_passes(delayer, rate, times.dp, running, scheduler.max_num_seqs, _group_budget(budget, times.dp),
-                                prompt)
+            hold = _held_passes(delayer, rate, times.dp, running, scheduler.max_num_seqs,
+                                _group_budget(budget, times.dp), prompt)
         batches = polls / (1 / seen + hold / recv_interval)
         waited_s = ((recv_interval - 1) / 2 + (hold + rate * hold ** 2 / 2) / (1 + rate * hold)) * decode_s
         prompts = running / batches
