@@ -615,6 +615,9 @@ def perf_command(
                      f"{loop.requests_per_s:.2f} req/s, {loop.output_tokens_per_s:,.0f} output tokens/s")
         lines.append(f"  TTFT {loop.ttft_s:.3f} s · TPOT {loop.tpot_s * 1000:.1f} ms · E2E {loop.e2e_s:.2f} s · "
                      f"KV peak {loop.kv_tokens_peak:,} of {loop.pool_tokens:,} tokens")
+        if loop.prefill_batch_prompts:
+            lines.append(f"  prefill delayer: each prefill batch held {loop.prefill_hold_steps:.1f} passes after its "
+                         f"first arrival, then {loop.prefill_batch_prompts:.1f} prompts run together")
         run = result.closed_loop_run
         if run is not None:
             lines.append(f"  admitted past what the pool holds to the end, then preempted: a run of {run.completed:,} "

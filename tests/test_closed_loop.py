@@ -183,8 +183,10 @@ def test_perf_concurrency_json_keys(tmp_path):
     loop = _strict_json(proc.stdout)["closed_loop"]
     assert set(loop) == {"concurrency", "running", "limit", "prefill_steps", "cycle_steps", "prefill_step_s",
                          "decode_step_s", "ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "requests_per_s",
-                         "output_tokens_per_s", "kv_tokens_peak", "pool_tokens"}
+                         "output_tokens_per_s", "kv_tokens_peak", "pool_tokens", "prefill_hold_steps",
+                         "prefill_batch_prompts"}
     assert loop["concurrency"] == loop["running"] == 32 and loop["limit"] == "" and loop["queue_s"] == 0
+    assert loop["prefill_hold_steps"] == loop["prefill_batch_prompts"] == 0  # no prefill delayer
     assert loop["output_tokens_per_s"] == pytest.approx(loop["requests_per_s"] * 128)
 
 
@@ -531,6 +533,9 @@ def test_sglangs_prefill_delayer_holds_a_batch_until_its_groups_fill_or_its_pass
     waited = (held + rate * held ** 2 / 2) / (1 + rate * held)
     assert loop.ttft_s == pytest.approx(waited * loop.decode_step_s + chunks * loop.prefill_step_s, rel=1e-9)
     assert loop.prefill_steps < plain.prefill_steps and loop.ttft_s > plain.ttft_s
+    assert loop.prefill_hold_steps == pytest.approx(held, rel=1e-12)
+    assert loop.prefill_batch_prompts == pytest.approx(64 / batches, rel=1e-12)
+    assert plain.prefill_hold_steps == 0 and plain.prefill_batch_prompts == 0
 
 
 def test_the_prefill_delayer_is_timed_under_dp_attention_with_varying_lengths_only():
@@ -588,6 +593,12 @@ def test_perf_takes_sglangs_prefill_delayer_under_dp_attention_only(tmp_path):
     delayed = api.perf("qwen3-30b-a3b", prefill_delayer=True, **args).closed_loop
     assert delayed.prefill_steps < plain.prefill_steps and delayed.ttft_s > plain.ttft_s
     assert delayed.tpot_s < plain.tpot_s  # fewer passes that stall every group's decode
+    shown = _cli("perf", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tp", "4", "--dp", "4", "--ep", "4", "--engine",
+                 "sglang", "--concurrency", "64", "--prompt-tokens", "2000", "--output-tokens", "300",
+                 "--varying-lengths", "--prefill-delayer", "--format", "json", cwd=tmp_path)
+    loop = json.loads(shown.stdout)["closed_loop"]
+    assert loop["prefill_hold_steps"] == pytest.approx(delayed.prefill_hold_steps)
+    assert loop["prefill_batch_prompts"] == pytest.approx(delayed.prefill_batch_prompts) and loop["tpot_s"] > 0
     with pytest.raises(PlannerInputError, match=r"^--prefill-delayer: "):
         api.perf("qwen3-30b-a3b", prefill_delayer=True, **{**args, "engine": "vllm"})
     for drop in (["--dp", "4"], ["--varying-lengths"]):

@@ -76,6 +76,10 @@ class ClosedLoop:
     output_tokens_per_s: float
     kv_tokens_peak: int  # the running requests at their last token, in whole blocks
     pool_tokens: int
+    # SGLang's prefill delayer: the passes a prefill batch waits after its first arrival, and the prompts it then
+    # carries (0 and 0 without the delayer)
+    prefill_hold_steps: float = 0.0
+    prefill_batch_prompts: float = 0.0
 
 
 def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Workload, concurrency: int,
@@ -126,7 +130,7 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         return times.mean_step(running - prefilling, context, tokens, prompt)
 
     decode_s = times.mean_step(running, context, 0, prompt)
-    waited_s = 0.0
+    waited_s = hold = prompts = 0.0
     if lengths_vary and not times.mixes_prefill and output > 1:
         # scattered arrivals, each poll for new requests that found one followed by a prefill batch of its arrivals:
         # alone, or under DP attention one shared pass in which the other groups decode (their requests gain a token
@@ -137,7 +141,6 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         arrivals = running / polls
         seen = 1 - exp(-arrivals)  # of the polls, those that find an arrival
         rate = running / decode_steps  # arrivals a pass
-        hold = 0.0
         if delayer is not None:  # each batch waits `hold` passes after its first arrival, gathering later ones
             hold = _held_passes(delayer, rate, times.dp, running, scheduler.max_num_seqs,
                                 _group_budget(budget, times.dp), prompt)
@@ -191,7 +194,8 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         concurrency=concurrency, running=running, limit=limit, prefill_steps=prefill_steps, cycle_steps=cycle_steps,
         prefill_step_s=prefill_s, decode_step_s=decode_s, ttft_s=ttft, tpot_s=tpot, itl_s=tpot, e2e_s=e2e,
         queue_s=queue, requests_per_s=throughput, output_tokens_per_s=throughput * output,
-        kv_tokens_peak=running * held, pool_tokens=scheduler.pool_tokens)
+        kv_tokens_peak=running * held, pool_tokens=scheduler.pool_tokens, prefill_hold_steps=hold,
+        prefill_batch_prompts=prompts if delayer is not None else 0.0)
 
 
 def _group_chunks(prompts: float, dp: int, prompt: int, budget: int) -> int:
