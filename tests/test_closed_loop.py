@@ -507,6 +507,27 @@ def test_dp_groups_chunks_that_outlast_the_gap_between_batches_share_passes():
     assert loop.tpot_s > 0 and loop.requests_per_s > 0
 
 
+def test_a_batch_holds_at_most_the_loops_clients():
+    """A batch's prompts come from the R running requests: at least one batch a cycle, merging stops there, and a hold
+    that waits for every group stops at the mixed branch's passes when there are fewer clients than groups
+    (bench/SPEED_PROTOCOL.md, the correction on a batch holding at most the loop's clients)."""
+    from planner.estimator.engines.sglang import prefill_delayer
+
+    timer, scheduler = _dp_replica(budget=4096, slots=64)
+    one = closed_loop(timer, scheduler, Workload(500, 2), 1, lengths_vary=True, delayer=prefill_delayer(None))
+    assert one.prefill_batch_prompts == 1 and one.prefill_hold_steps == 29 and one.tpot_s > 0
+    # 8,000-token prompts at 512 tokens a group's pass: 16 passes each, more than the 9 decode steps hold
+    timer, scheduler = _dp_replica(budget=2048, slots=64)
+    flood = closed_loop(timer, scheduler, Workload(8000, 10), 8, lengths_vary=True)
+    assert flood.prefill_steps == ceil(2 * 8000 / 512) == 32  # one batch of all 8: two prompts on each group
+    assert flood.tpot_s > 0 and flood.cycle_steps == flood.prefill_steps + 9
+    # at 256 tokens a group's pass, 30 passes a prompt: 7.8 batches would take 234 of the 149 decode steps; merged into
+    # 4.97 batches of 1.6 prompts (one a group) their passes fill the 149, where the merge stops
+    timer, scheduler = _dp_replica(budget=1024, slots=64)
+    fill = closed_loop(timer, scheduler, Workload(7500, 150), 8, lengths_vary=True)
+    assert fill.prefill_steps in (149, 150) and fill.tpot_s > 0
+
+
 @pytest.mark.parametrize("version, slots, held", [
     ("0.5.9", 64, 3 * 299 / 64),  # every group holds a prompt after 4 arrivals: released at once
     ("0.5.12", 64, 15 * 299 / 64),  # then waits for 4 a group (the prompts a 1,024-token chunk touches), unbounded

@@ -144,17 +144,21 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         if delayer is not None:  # each batch waits `hold` passes after its first arrival, gathering later ones
             hold = _held_passes(delayer, rate, times.dp, running, scheduler.max_num_seqs,
                                 _group_budget(budget, times.dp), prompt)
-        batches = polls / (1 / seen + hold / recv_interval)
+        # a batch holds at most the running requests' prompts: at least one batch a cycle
+        batches = max(1.0, polls / (1 / seen + hold / recv_interval))
         waited_s = ((recv_interval - 1) / 2 + (hold + rate * hold ** 2 / 2) / (1 + rate * hold)) * decode_s
         prompts = running / batches
         if times.dp > 1:
             # every group chunks its own prompts (dealt round robin) at its share of the budget; batches whose passes
             # outlast the gap between them share passes, as one batch of their prompts
             chunks = _group_chunks(prompts, times.dp, prompt, budget)
-            while batches * chunks > decode_steps:
-                batches = decode_steps / chunks
+            while batches > 1 and batches * chunks > decode_steps:
+                batches = max(1.0, decode_steps / chunks)
                 prompts = running / batches
-                chunks = _group_chunks(prompts, times.dp, prompt, budget)
+                merged = _group_chunks(prompts, times.dp, prompt, budget)
+                if merged == chunks:  # their passes now fill the decode steps
+                    break
+                chunks = merged
             groups = min(times.dp, ceil(prompts))  # those with a prompt prefill, the others decode
             shared = running * (1 - groups / times.dp)
         else:
@@ -215,14 +219,18 @@ def _held_passes(delayer: PrefillDelayer, rate: float, dp: int, running: int, sl
     dealt round robin over the `dp` groups: until every group holds one, at most max_passes - 1; then at once, or until
     each group holds enough for the fullest to have room for the largest prefill batch a group has run (the prompts
     its chunk touches, at most its share of the clients that arrived together at the start), less the slots a group
-    keeps free when the running requests are capped below them (bench/SPEED_PROTOCOL.md, the DP prefill amendment)."""
+    keeps free when the running requests are capped below them, or until all `running` are held (bench/
+    SPEED_PROTOCOL.md, the DP prefill amendment and the correction on a batch holding at most the loop's clients)."""
     most = delayer.max_passes - 1
+    if running < dp:  # fewer clients than groups: some group never holds one
+        return float(most)
     every_group = (dp - 1) / rate
     if every_group >= most or not delayer.waits_for_room:
         return min(every_group, most)
     largest_batch = min(ceil(running / dp), 1 + ceil((group_budget - 1) / prompt))
     free = (slots - running) / dp if slots is not None else largest_batch
-    roomy = (dp * max(1, ceil(largest_batch - floor(free))) - 1) / rate
+    # the room comes with the arrivals that fill the groups, or at the latest with every running request held
+    roomy = (min(dp * max(1, ceil(largest_batch - floor(free))), running) - 1) / rate
     return min(roomy, most) if delayer.bounds_room_wait else roomy
 
 
