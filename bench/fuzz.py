@@ -766,7 +766,8 @@ def random_argv(rng: random.Random, folder: Path) -> list[str]:
     models = [m.name for m in CATALOG.models] + [m.hf_id.upper() for m in CATALOG.models.records[:5]]
     precisions = [p.name for p in CATALOG.precisions] + ["auto", "fp9", "FP8", "float16", ""]
     # weights: estimate has the most flags; solve and catalog tables cost a hundred times more per case
-    command = rng.choices(["estimate", "solve", "catalog", "", "estimat", "--help"], weights=[76, 12, 4, 3, 3, 2])[0]
+    command = rng.choices(["estimate", "solve", "perf", "catalog", "", "estimat", "--help"],
+                          weights=[66, 12, 10, 4, 3, 3, 2])[0]
     argv = [command] if command else []
     if command == "estimate":
         if rng.random() < 0.85:
@@ -795,6 +796,34 @@ def random_argv(rng: random.Random, folder: Path) -> list[str]:
             "--top": lambda: rng.choice(["0", "1", "5", "-1", "abc", "99999999999999999999"]),
             "--time-limit": lambda: rng.choice(["0.5", "2", "0.01", "0", "-1", "nan", "inf", "abc", "1e-9"]),
         }
+    elif command == "perf":
+        # a replica's speed: its layout, engine, lengths and a batch, a rate or a closed loop of clients; mostly values
+        # a user would type, so that most cases reach the timing, one value in fifteen hostile
+        def pick(usual: tuple[str, ...], hostile: tuple[str, ...]) -> Callable[[], str]:
+            return lambda: rng.choice(usual if rng.random() < 14 / 15 else hostile)
+
+        counts = pick(("1", "2", "3", "8", "64", "512"), ("5000", "0", "-1", "abc", "1e3", "99999999999999999999"))
+        lengths = pick(("1", "2", "3", "128", "1024", "8000"), ("100000", "0", "-5", "abc", "1e4", "131072"))
+        argv += [rng.choice(["qwen3-30b-a3b", "qwen3-30b-a3b", "deepseek-v3", "llama-3.1-8b", "nope", ""]),
+                 "--gpu", pick(("h100-sxm", "h200-sxm", "b200", "mi300x"), ("rtx-4090", "h10", ""))()]
+        if rng.random() < 0.5:  # SGLang's closed loop under DP attention, the most flags that act together
+            argv += ["--engine", "sglang", "--tp", "8", "--dp", pick(("2", "4", "8"), ("0", "3", "16"))(),
+                     "--concurrency", counts(), "--varying-lengths"]
+            options = {"--ep": pick(("1", "8"), ("0", "5")), "--prompt-tokens": lengths, "--output-tokens": lengths,
+                       "--scheduler-recv-interval": pick(("1", "10", "30"), ("0", "-2", "abc"))}
+            argv += ["--prefill-delayer"] if rng.random() < 0.6 else []
+        else:  # one of a batch, a rate and clients, on any engine and layout
+            mode = rng.choice(("--batch", "--rate", "--concurrency"))
+            argv += [mode, pick(("0.5", "4", "200"), ("0", "-1", "nan", "inf", "abc", "1e9"))() if mode == "--rate"
+                     else counts()]
+            options = {
+                "--tp": pick(("1", "2", "4", "8"), ("0", "3", "abc")), "--dp": pick(("1", "2", "4"), ("0", "3")),
+                "--ep": pick(("1", "2", "4", "8"), ("0", "5")),
+                "--engine": pick(("vllm", "sglang", "trtllm"), ("llamacpp", "simple", "tgi", "")),
+                "--prompt-tokens": lengths, "--output-tokens": lengths,
+                "--format": pick(("table", "json"), ("csv",)),
+            }
+            argv += [flag for flag in ("--varying-lengths", "--prefill-delayer") if rng.random() < 0.15]
     elif command == "catalog":
         argv.append(rng.choice(["gpus", "models", "precisions", "prices", "GPUS", ""]))
         options = {"--format": lambda: rng.choice(["table", "json", "csv", "markdown"])}

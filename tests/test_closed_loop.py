@@ -516,6 +516,10 @@ def test_a_batch_holds_at_most_the_loops_clients():
     timer, scheduler = _dp_replica(budget=4096, slots=64)
     one = closed_loop(timer, scheduler, Workload(500, 2), 1, lengths_vary=True, delayer=prefill_delayer(None))
     assert one.prefill_batch_prompts == 1 and one.prefill_hold_steps == 29 and one.tpot_s > 0
+    # two clients at DP 4, both prompts in the one batch: nobody decodes beside its passes (the correction on the
+    # requests decoding beside a DP prefill)
+    two = closed_loop(timer, scheduler, Workload(4000, 2), 2, lengths_vary=True, delayer=prefill_delayer(None))
+    assert two.prefill_batch_prompts == 2 and two.tpot_s > 0
     # 8,000-token prompts at 512 tokens a group's pass: 16 passes each, more than the 9 decode steps hold
     timer, scheduler = _dp_replica(budget=2048, slots=64)
     flood = closed_loop(timer, scheduler, Workload(8000, 10), 8, lengths_vary=True)

@@ -160,7 +160,8 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
                     break
                 chunks = merged
             groups = min(times.dp, ceil(prompts))  # those with a prompt prefill, the others decode
-            shared = running * (1 - groups / times.dp)
+            # the running requests spread over the groups, R / dp each, but never the batch's own prompts
+            shared = min(running * (1 - groups / times.dp), running - prompts)
         else:
             chunks, groups, shared = ceil(prompts * prompt / budget), None, 0.0
         tokens = prompts * prompt

@@ -93,6 +93,8 @@ def layout_refusal(arch: Architecture, tp: int, pp: int) -> str | None:
 
 def data_parallel_refusal(arch: Architecture, tp: int, dp: int) -> str | None:
     """Why `dp` attention-DP groups cannot share `tp` GPUs (None when they can)."""
+    if dp < 1:
+        return f"must be at least 1 group, got {dp}"
     if tp % dp:
         options = ", ".join(str(d) for d in range(1, tp + 1) if tp % d == 0)
         # sglang/srt/arg_groups/parallel_hook.py @ v0.5.23: "tp_size must be divisible by attn_dp_size"
@@ -106,6 +108,8 @@ def expert_parallel_refusal(arch: Architecture, tp: int, ep: int) -> str | None:
     """Why the routed experts cannot be split `ep` ways over `tp` GPUs (None when they can)."""
     if ep == 1:
         return None
+    if ep < 1:
+        return f"must be at least 1, got {ep}"
     if arch.moe is None:
         return f"{arch.name} is a dense model (no routed experts); drop --ep"
     if tp % ep:
