@@ -268,9 +268,11 @@ def test_sglang_polling_every_few_decode_steps_prefills_their_arrivals_together(
     batches = 499 / 10 * (1 - exp(-100 * 10 / 499))
     assert polled.prefill_steps == ceil(batches)
     cycle = 499 * polled.decode_step_s + batches * polled.prefill_step_s
-    assert polled.requests_per_s == pytest.approx(100 / cycle)
+    # a client's cycle holds its request's wait for the poll (the correction on a request's wait for its prefill)
+    assert polled.requests_per_s == pytest.approx(100 / (cycle + 4.5 * polled.decode_step_s))
     assert polled.tpot_s < every.tpot_s and polled.prefill_step_s > every.prefill_step_s
     assert polled.ttft_s == pytest.approx(4.5 * polled.decode_step_s + polled.prefill_step_s)
+    assert polled.e2e_s == pytest.approx(polled.ttft_s + 499 * polled.tpot_s)
     with pytest.raises(PlannerInputError, match="--scheduler-recv-interval"):
         closed_loop(sglang, scheduler, shape, clients, lengths_vary=True, recv_interval=0)
 
@@ -519,7 +521,7 @@ def test_a_batch_holds_at_most_the_loops_clients():
     # two clients at DP 4, both prompts in the one batch: nobody decodes beside its passes (the correction on the
     # requests decoding beside a DP prefill)
     two = closed_loop(timer, scheduler, Workload(4000, 2), 2, lengths_vary=True, delayer=prefill_delayer(None))
-    assert two.prefill_batch_prompts == 2 and two.tpot_s > 0
+    assert two.prefill_batch_prompts == 2 and two.tpot_s > 0 and two.e2e_s >= two.ttft_s
     # 8,000-token prompts at 512 tokens a group's pass: 16 passes each, more than the 9 decode steps hold
     timer, scheduler = _dp_replica(budget=2048, slots=64)
     flood = closed_loop(timer, scheduler, Workload(8000, 10), 8, lengths_vary=True)
@@ -559,6 +561,7 @@ def test_sglangs_prefill_delayer_holds_a_batch_until_its_groups_fill_or_its_pass
     assert loop.ttft_s == pytest.approx(waited * loop.decode_step_s + chunks * loop.prefill_step_s, rel=1e-9)
     assert loop.prefill_steps < plain.prefill_steps and loop.ttft_s > plain.ttft_s
     assert loop.prefill_hold_steps == pytest.approx(held, rel=1e-12)
+    assert loop.e2e_s == pytest.approx(loop.ttft_s + 299 * loop.tpot_s)  # the hold is in the client's cycle
     assert loop.prefill_batch_prompts == pytest.approx(64 / batches, rel=1e-12)
     assert plain.prefill_hold_steps == 0 and plain.prefill_batch_prompts == 0
 

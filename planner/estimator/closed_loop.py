@@ -189,7 +189,8 @@ def closed_loop(timer: ReplicaTimer | StepTimes, scheduler: Scheduler, shape: Wo
         prefill_s = prompts_s / prefill_steps
         cycle_s = prompts_s + (cycle_steps - prefill_steps) * decode_s
         first_s = own_steps * prefill_s
-    throughput = running / cycle_s
+    # a client's cycle: its request's wait for its prefill (a poll, the delayer's hold), then the engine's cycle
+    throughput = running / (cycle_s + waited_s)
     e2e = concurrency / throughput
     queue = (concurrency - running) / throughput
     ttft = queue + waited_s + first_s
