@@ -52,6 +52,10 @@ def test_step_never_falls_as_the_batch_grows_under_dp():
 
 @pytest.mark.parametrize("args, needle", [
     (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "3"], "--dp: 3 does not divide --tp 8"),
+    # were a ZeroDivisionError traceback (bench/fuzz.py's perf command lines)
+    (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "0"], "--dp: must be at least 1 group, got 0"),
+    (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--ep", "0"], "--ep: must be at least 1, got 0"),
+    (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--ep", "-8"], "--ep: must be at least 1, got -8"),
     (["perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "8", "--concurrency", "4"], "--engine vllm: its memory profile "
                                                                                     "does not size data-parallel"),
 ])
