@@ -810,7 +810,8 @@ def random_argv(rng: random.Random, folder: Path) -> list[str]:
             argv += ["--engine", "sglang", "--tp", "8", "--dp", pick(("2", "4", "8"), ("0", "3", "16"))(),
                      "--concurrency", counts(), "--varying-lengths"]
             options = {"--ep": pick(("1", "8"), ("0", "5")), "--prompt-tokens": lengths, "--output-tokens": lengths,
-                       "--scheduler-recv-interval": pick(("1", "10", "30"), ("0", "-2", "abc"))}
+                       "--scheduler-recv-interval": pick(("1", "10", "30"), ("0", "-2", "abc")),
+                       "--format": pick(("json", "json", "table"), ("csv",))}
             argv += ["--prefill-delayer"] if rng.random() < 0.6 else []
         else:  # one of a batch, a rate and clients, on any engine and layout
             mode = rng.choice(("--batch", "--rate", "--concurrency"))
@@ -860,6 +861,8 @@ def cli_problem(outcome: CliOutcome, out_folder: Path, previous_plan: str) -> st
                 json.loads(outcome.stdout)
             except ValueError:
                 return "--format json printed something that is not JSON"
+        if argv[0] == "perf" and "--format" in argv and argv[argv.index("--format") + 1:][:1] == ["json"]:
+            return perf_problem(outcome.stdout)
         return None
     if outcome.code == 2:
         lines = outcome.stderr.strip().splitlines()
@@ -871,6 +874,22 @@ def cli_problem(outcome: CliOutcome, out_folder: Path, previous_plan: str) -> st
             return None
         return f"exit 2 without a one-line error: {shorten(outcome.stderr, 200)!r}"
     return f"exit code {outcome.code}"
+
+
+def perf_problem(text: str) -> str | None:
+    """`planner perf --format json`: JSON whose closed loop has no negative figure and no E2E below its TTFT."""
+    try:
+        loop = json.loads(text).get("closed_loop")
+    except ValueError:
+        return "--format json printed something that is not JSON"
+    if not loop:
+        return None
+    negative = [key for key, value in loop.items() if isinstance(value, (int, float)) and value < 0]
+    if negative:
+        return f"the closed loop has negative figures: {', '.join(negative)}"
+    if loop["e2e_s"] < loop["ttft_s"] * (1 - 1e-9):
+        return "the closed loop's E2E is below its TTFT"
+    return None
 
 
 def fuzz_cli(rng: random.Random, cases: int, tally: Tally, folder: Path) -> None:

@@ -356,3 +356,23 @@ def test_model_paths_resolve_against_the_scenario_not_the_working_directory(tmp_
         for path in (scenario_dir / "s.yaml", Path("../plans/s.yaml")):
             space = build_search_space(load_scenario(path), catalog)
             assert space.arch.num_layers == 32 and space.arch.checkpoint_params == 8_030_261_248, (model, path)
+
+
+@pytest.mark.parametrize("argv", [
+    # found by the fuzz's perf command lines: fewer clients than DP groups, both prompts in one prefill batch
+    ["perf", "llama-3.1-8b", "--gpu", "h200-sxm", "--engine", "sglang", "--tp", "8", "--dp", "8", "--concurrency", "2",
+     "--varying-lengths", "--prefill-delayer", "--output-tokens", "2", "--prompt-tokens", "8000", "--format", "json"],
+    ["perf", "deepseek-v3", "--gpu", "b200", "--engine", "sglang", "--tp", "8", "--dp", "8", "--concurrency", "1",
+     "--varying-lengths", "--output-tokens", "2", "--prompt-tokens", "8000", "--scheduler-recv-interval", "30", "--ep",
+     "8", "--format", "json"],
+])
+def test_a_closed_loop_under_dp_has_no_negative_figure(argv):
+    """Were a negative TPOT and an E2E below the TTFT (bench/SPEED_PROTOCOL.md, the corrections on the requests
+    decoding beside a DP prefill and on a request's wait for its prefill)."""
+    outcome = fuzz.invoke_cli(argv)
+    assert outcome.code == 0, outcome.stderr
+    assert fuzz.perf_problem(outcome.stdout) is None
+    assert fuzz.perf_problem(json.dumps({"closed_loop": {"tpot_s": -0.01, "e2e_s": 1.0, "ttft_s": 0.5}})) \
+        == "the closed loop has negative figures: tpot_s"
+    assert fuzz.perf_problem(json.dumps({"closed_loop": {"tpot_s": 0.01, "e2e_s": 0.4, "ttft_s": 0.5}})) \
+        == "the closed loop's E2E is below its TTFT"
