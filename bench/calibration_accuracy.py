@@ -40,9 +40,12 @@ def series_key(m: Measurement) -> tuple[str, ...]:
     """The source with its numbers blanked (some sources name each run's own file: ..._conc4.json, ..._conc8.json),
     then what must be the same: the row's whole deployment (its expert- and data-parallel sizes and settings too) and
     the way it was run (bench/CALIBRATION_PROTOCOL.md, the correction on a series being one deployment)."""
+    # a setting the recipe sets from the run's concurrency (InferenceX's --max-running-requests ${CONC}) is one setting
+    settings = tuple((name, "the concurrency" if name == "max_running_requests" and value == m.batch else value)
+                     for name, value in m.settings)
     return (re.sub(r"\d+", "N", m.source), m.model, m.precision, m.kv_dtype, m.gpu, m.engine, str(m.tp), str(m.pp),
             str(m.ep), str(m.dp), m.form, str(m.release), str(m.speculation), str(m.max_running), str(m.prefix_cache),
-            str(m.lengths_vary), str(m.settings), str(m.moe_kernel), str(m.attention_backend),
+            str(m.lengths_vary), str(settings), str(m.moe_kernel), str(m.attention_backend),
             str(m.prefill_delay_passes))
 
 

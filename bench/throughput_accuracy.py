@@ -505,29 +505,34 @@ TRTLLM_MOE_BACKEND = re.compile(r"moe_config:?\s*\{\s*backend:\s*([A-Z_]+)")
 PREFIX_CACHE_OFF_FLAG = re.compile(r"--disable-radix-cache\b|--no-enable-prefix-caching\b")
 
 
-# each engine's flags for its step budget and memory share (vLLM: and its KV block size), as a server command writes them
+# each engine's flags for its step budget and memory share (vLLM: and its KV block size; SGLang: its running requests), as
+# a server command writes them
 # -> EngineSettings fields
 SETTING_FLAGS = {
     "vllm": {"max_num_batched_tokens": "--max-num-batched-tokens", "gpu_memory_utilization": "--gpu-memory-utilization",
              "block_size": "--block-size"},
-    "sglang": {"max_num_batched_tokens": "--chunked-prefill-size", "mem_fraction_static": "--mem-fraction-static"},
+    "sglang": {"max_num_batched_tokens": "--chunked-prefill-size", "mem_fraction_static": "--mem-fraction-static",
+               "max_running_requests": "--max-running-requests"},
 }
+INTEGER_SETTINGS = ("max_num_batched_tokens", "block_size", "max_running_requests")
 
 
 def stated_value(flag: str, notes: Any) -> float | None:
     """The number a row's server command gives `flag`, where it states one (a recipe's per-concurrency branches that
-    state two are not read)."""
-    values = {float(v) for v in re.findall(re.escape(flag) + r"[ =](\d+(?:\.\d+)?)(?![\d.])", str(notes or ""))}
+    state two are not read); InferenceX's recipes that set it from the run's concurrency write `flag ${CONC} (=N)`."""
+    values = {float(v) for v in re.findall(re.escape(flag) + r"(?:[ =]|\s+\$\{CONC\}\s+\(=)(\d+(?:\.\d+)?)(?![\d.])",
+                                           str(notes or ""))}
     return values.pop() if len(values) == 1 else None
 
 
 def stated_settings(engine: str, notes: Any) -> tuple[tuple[str, float], ...]:
-    """The step budget, memory share and (vLLM) KV block size a row's server command states."""
+    """The step budget, memory share, (vLLM) KV block size and (SGLang) running requests a row's server command
+    states."""
     found = []
     for field, flag in SETTING_FLAGS.get(engine, {}).items():
         value = stated_value(flag, notes)
         if value is not None:
-            found.append((field, int(value) if field in ("max_num_batched_tokens", "block_size") else value))
+            found.append((field, int(value) if field in INTEGER_SETTINGS else value))
     return tuple(found)
 
 

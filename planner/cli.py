@@ -196,6 +196,9 @@ def estimate(
     block_size: Optional[int] = Option(None, "--block-size", help="vLLM KV block size (default: the release's, 64 tokens at v0.34.0, 16 at v0.19.0)."),
     enforce_eager: bool = Option(False, "--enforce-eager", help="vLLM: no CUDA graphs."),
     mem_fraction_static: Optional[float] = Option(None, "--mem-fraction-static", help="SGLang."),
+    max_running_requests: Optional[int] = Option(None, "--max-running-requests",
+                                                 help="SGLang: the requests the server runs at once (default: the "
+                                                      "release's own limit, which follows the token pool)."),
     attention_backend: Optional[str] = Option(None, "--attention-backend",
                                               help="SGLang: the backend the server is told (on AMD it decides the "
                                                    "0.85 of the fraction above 8K; default: the one SGLang picks)."),
@@ -207,11 +210,12 @@ def estimate(
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
     if engine is EngineName.simple:
-        if engine_version is not None or attention_backend is not None:
-            # the margin has no release and no backend: either is refused (the engines load pydantic)
+        if engine_version is not None or attention_backend is not None or max_running_requests is not None:
+            # the margin has no release, backend or scheduler: each is refused (the engines load pydantic)
             from planner.estimator.engines import EngineSettings
 
-            EngineSettings("simple", version=engine_version, attention_backend=attention_backend).validate()
+            EngineSettings("simple", version=engine_version, attention_backend=attention_backend,
+                           max_running_requests=max_running_requests).validate()
     else:
         from planner.estimator.engines import EngineSettings
 
@@ -220,7 +224,7 @@ def estimate(
                                     "attention or expert parallelism yet; drop --engine (the simple estimate places them)")
         settings = EngineSettings(engine.value, gpu_memory_utilization, max_num_batched_tokens, max_num_seqs,
                                   block_size, enforce_eager, mem_fraction_static=mem_fraction_static,
-                                  attention_backend=attention_backend,
+                                  attention_backend=attention_backend, max_running_requests=max_running_requests,
                                   n_batch=n_batch, n_ubatch=n_ubatch, n_gpu_layers=n_gpu_layers, cache_type=cache_type,
                                   kv_cache_memory_bytes=kv_cache_memory_bytes, version=engine_version)
         both = api.engine_estimate(model, settings, context=context_tokens(context), batch=batch, tp=tp, pp=pp,

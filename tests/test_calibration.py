@@ -786,8 +786,11 @@ def test_calibration_accuracy_keeps_a_series_to_one_deployment():
     same = Measurement(**{**row.__dict__, "batch": 64, "prompt_tokens": 2000, "source": "run_conc64.json"})
     assert series_key(same) == series_key(row)
     for change in ({"dp": 8}, {"ep": 8}, {"release": "0.5.12"}, {"settings": (("chunked_prefill_size", 4096),)},
-                   {"max_running": 32}, {"attention_backend": "triton"}):
+                   {"max_running": 32}, {"attention_backend": "triton"}, {"settings": (("max_running_requests", 64),)}):
         assert series_key(Measurement(**{**row.__dict__, **change})) != series_key(row), change
+    # a running-request limit the recipe sets from the concurrency (--max-running-requests ${CONC}) is one setting
+    told = [Measurement(**{**m.__dict__, "settings": (("max_running_requests", m.batch),)}) for m in (row, same)]
+    assert series_key(told[0]) == series_key(told[1]) != series_key(row)
 
 
 SCRAPES = Path(__file__).parent / "data" / "metrics"

@@ -175,6 +175,10 @@ def test_solve_writes_the_output_file(tmp_path):
      "attention_backend"),
     ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: vllm, attention_backend: triton}\n",
      "only SGLang's budget depends on its attention backend"),
+    ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: vllm, max_running_requests: 64}\n",
+     "SGLang's flag, not vllm's"),
+    ("model: qwen3-30b-a3b\nworkload: {context: 8192}\nengine: {name: sglang, max_running_requests: 0}\n",
+     "max_running_requests"),
 ])
 def test_solve_bad_scenarios_exit_2_with_one_line(tmp_path, content, needle):
     (tmp_path / "s.yaml").write_text(content)

@@ -626,6 +626,28 @@ def test_an_sglang_plan_told_an_attention_backend_is_sized_and_exported_with_it(
     assert budgets[1] / budgets[0] == pytest.approx(0.85, abs=1e-6)
 
 
+def test_an_sglang_plan_told_its_running_requests_is_planned_and_exported_with_them(tmp_path):
+    """engine.max_running_requests: the plan file records it and the export tells the servers that number, not
+    planner's own choice; a limit below the workload's sequences leaves no plan, and says so."""
+    scenario = {"name": "told", "model": "llama-3.1-8b", "workload": {"context": 8192, "concurrency": 8},
+                "search": {"gpus": ["h100-sxm"], "precisions": ["bf16"], "kv_dtypes": ["bf16"]},
+                "engine": {"name": "sglang", "max_running_requests": 24}}
+    told = load_plan(write_plan(tmp_path, scenario), CATALOG)
+    assert told.configuration.engine.max_running_requests == 24
+    [argv] = command_lines(export(told, "sglang"), "python3 -m sglang.launch_server")
+    assert flags_and_values(argv)["--max-running-requests"] == "24"
+    from planner.plan.planfile import EngineRecord
+
+    record = json.loads((tmp_path / "plan.json").read_text())["best"]["engine"]
+    record["max_running_requests"] = 24
+    with pytest.raises(ValueError, match="SGLang's flag, not vllm's"):
+        EngineRecord.model_validate({**record, "name": "vllm"})
+    # told fewer than the workload's 8 sequences, no configuration fits, and the reason is the limit, not the memory
+    result = solve({**scenario, "engine": {"name": "sglang", "max_running_requests": 4}})
+    assert result.best is None
+    assert "sglang runs at most 4 requests at once (max_running_requests), not 8" in result.infeasible.reason
+
+
 @pytest.mark.parametrize("engine, needle", [
     ({"name": "vllm", "moe_kernel": "triton; reboot"}, "moe_kernel"),
     ({"name": "llamacpp", "moe_kernel": "triton"}, "llamacpp is not told which fused-MoE kernel to run"),

@@ -432,18 +432,18 @@ def test_sglang_sizes_a_small_deepseek_v4_by_hand(catalog):
     model = serve(_deepseek_v4([0, 0, 4, 128, 4]), Request(context=32768), catalog, "sglang")
     stage = model.stages[0]
     assert v4.bytes_per_full_token(stage, profile) == pytest.approx(782.5625, abs=1e-9)
-    assert v4.c128_state_bytes(stage, profile) == 135_790_592
+    assert v4.c128_state_bytes(stage, profile, 256) == 135_790_592
     available = 10 * 2**30
     full = floor((available - 135_790_592) / Fraction(7_825_625, 10_000)) // 256 * 256
-    assert v4.full_tokens(stage, available, profile) == full
-    sized = v4.pools(stage, full, profile)
+    assert v4.full_tokens(stage, available, profile, 256) == full
+    sized = v4.pools(stage, full, profile, 256)
     swa = floor(full * Fraction(1, 10)) // 256 * 256
     assert (sized.swa_tokens, sized.c4_entries, sized.c128_entries) == (swa, full // 4, full // 128)
     assert (sized.c4_state_rows, sized.c128_state_rows) == (swa // 128 * 8, 257 * 128)
 
     gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
     budget = engine_budget(model.arch, Request(context=32768), EngineSettings(name="sglang", version="0.5.9"), gpu, catalog)
-    expected = v4.full_tokens(stage, budget.kv_pool_bytes, profile)
+    expected = v4.full_tokens(stage, budget.kv_pool_bytes, profile, 256)
     assert budget.kv_cache_capacity_tokens == expected and expected % 256 == 0
     assert budget.max_concurrency == min(expected / 32768, 256)
     assert budget.layout.block_size == 256 and budget.layout.running_requests == 256
@@ -476,7 +476,7 @@ def test_sglang_deepseek_v4_pipeline_stages_take_the_smallest(catalog):
     gpu = GpuTarget.from_catalog(catalog.gpus.get("b200"))
     budget = engine_budget(arch, Request(context=65536, tp=8, pp=2), EngineSettings(name="sglang", version="0.5.9"), gpu, catalog)
     model = serve(arch, Request(context=65536, tp=8, pp=2), catalog, "sglang")
-    per_stage = [v4.full_tokens(stage, budget.budget_bytes - stage.weights_bytes, profile) for stage in model.stages]
+    per_stage = [v4.full_tokens(stage, budget.budget_bytes - stage.weights_bytes, profile, 256) for stage in model.stages]
     assert budget.kv_cache_capacity_tokens == min(per_stage)
 
 
@@ -565,13 +565,13 @@ def test_sglang_deepseek_v4_pools_replay_a_logged_start_up(catalog):
 
     profile = load_profiles().sglang.get("0.5.9", "sglang")
     logged = profile.model_copy(update={
-        "deepseek_v4_page_size": Sourced[int](value=128, source="the log's NPU page size"),
-        "deepseek_v4_max_running_requests": Sourced[int](value=4, source="the log's max_num_reqs=4")})
+        "deepseek_v4_page_size": Sourced[int](value=128, source="the log's NPU page size")})
+    running = 4  # the log's max_num_reqs=4
     arch = architecture_from_config(load_config_file(CONFIGS / "deepseek-v4-flash"), "deepseek-v4-flash")
     stage = serve(arch, Request(context=32768, tp=4), catalog, "sglang").stages[0]
     assert f"{v4.bytes_per_full_token(stage, logged):.2f}" == "7705.45"
-    assert v4.c128_state_bytes(stage, logged) == 73_400_320 and f"{73_400_320 / 2**30:.2f}" == "0.07"
-    sized = v4.pools(stage, 32768, logged)
+    assert v4.c128_state_bytes(stage, logged, running) == 73_400_320 and f"{73_400_320 / 2**30:.2f}" == "0.07"
+    sized = v4.pools(stage, 32768, logged, running)
     assert (sized.full_tokens, sized.swa_tokens, sized.c4_entries, sized.c128_entries, sized.c4_state_rows) == (
         32768, 3200, 8192, 256, 200)
 
@@ -605,3 +605,54 @@ def test_vllm_holds_a_state_block_more_a_request_for_each_mtp_draft_token(qwen3_
         blocks = [{g.kind: g.blocks_per_request for g in b.layout.groups}[STATE] for b in (plain, drafted)]
         assert blocks[1] == blocks[0] + 3
         assert drafted.layout.state_slots < plain.layout.state_slots
+
+
+def test_sglang_deepseek_v4_sizes_its_c128_states_for_the_requests_a_dp_worker_runs(catalog):
+    """DSV4PoolConfigurator sizes the request-scoped c128 compressor states for max_running_requests // attn_dp_size
+    requests a worker (requested_max_running_requests_per_worker, pool_configurator.py @ 003fca80 and v0.5.23): at DP
+    8 the default 256 is 32 a worker, so each rank sets aside the rows of 33 slots, not 257, and its pool holds the
+    difference; told --max-running-requests 512, 64 a worker run and 65 slots are set aside."""
+    from planner.estimator.engines import sglang_deepseek_v4 as v4
+    from planner.model.architecture import architecture_from_config, load_config_file
+
+    arch = architecture_from_config(load_config_file(CONFIGS / "deepseek-v4-pro"), "deepseek-v4-pro")
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("mi355x"))
+    request = Request(context=8294, tp=8, dp=8)
+    profile = load_profiles().sglang.get(None, "sglang")
+    stage = serve(arch, request, catalog, "sglang").stages[0]
+
+    def budget(told: int | None):
+        return engine_budget(arch, request, EngineSettings("sglang", max_running_requests=told), gpu, catalog)
+
+    default, told = budget(None), budget(512)
+    assert (default.layout.running_requests, told.layout.running_requests) == (32, 64)
+    assert "(32 running requests + 1)" in default.layout.notes[1] and "(64 running requests + 1)" in told.layout.notes[1]
+    for sized, running in ((default, 32), (told, 64)):
+        assert sized.kv_cache_capacity_tokens == v4.full_tokens(stage, sized.kv_pool_bytes, profile, running)
+    # the same rank's bytes buy more tokens with the states of 33 slots off them than with 257
+    assert v4.full_tokens(stage, default.kv_pool_bytes, profile, 32) > v4.full_tokens(stage, default.kv_pool_bytes,
+                                                                                        profile, 256)
+    assert told.kv_cache_capacity_tokens < default.kv_cache_capacity_tokens
+    with pytest.raises(PlannerInputError, match="--max-running-requests: 4 is fewer than the 8 data-parallel"):
+        budget(4)
+
+
+def test_sglang_runs_the_requests_it_is_told_each_dp_worker_its_share(catalog):
+    """--max-running-requests N replaces SGLang's default limit (clamp(tokens / context x 512, 2048, 4096) a worker):
+    each DP worker runs N // dp (resolve_max_num_reqs @ v0.5.23), and the scheduler runs their sum; other engines are
+    not told it."""
+    from planner.estimator.capacity import Scheduler
+
+    from planner.model.architecture import architecture_from_config
+
+    arch = architecture_from_config(catalog.models.get("qwen3-30b-a3b").config, "qwen3-30b-a3b")
+    gpu = GpuTarget.from_catalog(catalog.gpus.get("h100-sxm"))
+    request = Request(context=8192, tp=4, dp=4)
+    default = engine_budget(arch, request, EngineSettings("sglang"), gpu, catalog)
+    told = engine_budget(arch, request, EngineSettings("sglang", max_running_requests=30), gpu, catalog)
+    assert default.layout.running_requests >= 2048 and told.layout.running_requests == 7  # 30 // 4
+    scheduler = Scheduler.of(told, dp=4)
+    assert (scheduler.max_num_seqs, scheduler.seqs_limit) == (28, "max_running_requests")
+    assert told.kv_cache_capacity_tokens == default.kv_cache_capacity_tokens  # the limit, not the pool
+    with pytest.raises(PlannerInputError, match="SGLang's flag, not vllm's"):
+        EngineSettings("vllm", max_running_requests=30).validate()

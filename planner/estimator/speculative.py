@@ -20,6 +20,7 @@ from math import isfinite
 from typing import ClassVar
 
 from planner.errors import PlannerInputError
+from planner.estimator.engines.base import EngineSettings
 from planner.estimator.engines.sglang import SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS
 from planner.estimator.performance import ForwardTime, ReplicaPerformance, ReplicaTimer, Step, Workload, timer_performance
 from planner.model.families.core import Architecture, Layer
@@ -59,10 +60,13 @@ def speculation(method: str, draft_tokens: int, acceptance_length: float) -> Spe
     return Speculation(method, draft_tokens, acceptance_length)
 
 
-def speculative_running_cap(engine: str, cap: int | None) -> int | None:
-    """The requests an MTP replica under `engine` runs at once, given the cap its plan sets (workload.concurrency,
-    exported as the engine's flag) or None: SGLang's own default with speculative decoding when none is set."""
-    return SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS if cap is None and engine == "sglang" else cap
+def speculative_running_cap(settings: EngineSettings, cap: int | None) -> int | None:
+    """The requests an MTP replica under `settings` runs at once, given the cap its plan sets (workload.concurrency,
+    exported as the engine's flag) or None: SGLang's own default with speculative decoding when neither the plan nor
+    the server's --max-running-requests sets one (its share a DP worker is the budget's running requests)."""
+    if cap is None and settings.name == "sglang" and settings.max_running_requests is None:
+        return SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS
+    return cap
 
 
 def draft_architecture(arch: Architecture) -> Architecture:

@@ -46,10 +46,12 @@ def explain_infeasible(scenario: Scenario, space: SearchSpace, catalog: Catalog,
         return Infeasibility("no configuration could be formed: " + "; ".join(enumeration.skipped), None,
                              ("allow other precisions or GPUs, or set search.allow_emulated: true where it is false",))
     largest = max(space.gpus, key=lambda g: g.memory_bytes)
+    # an engine's refusal says its own cause (its pool, its running-request limit); the margin's, the bytes it needs
+    why = (closest.reason if space.engine is not None else
+           f"needs {format_bytes(closest.needed_bytes)} per GPU; {closest.gpu} holds {format_bytes(closest.card_bytes)}")
     reason = (f"the closest configuration ({closest.gpu} x {closest.tp * closest.pp}, tp {closest.tp} pp {closest.pp}, "
-              f"{closest.precision}, KV {closest.kv_dtype}, context {closest.context:,} x {closest.concurrency}) needs "
-              f"{format_bytes(closest.needed_bytes)} per GPU; {closest.gpu} holds {format_bytes(closest.card_bytes)} "
-              f"(largest allowed card: {largest.name}, {format_bytes(largest.memory_bytes)})")
+              f"{closest.precision}, KV {closest.kv_dtype}, context {closest.context:,} x {closest.concurrency}): "
+              f"{why} (largest allowed card: {largest.name}, {format_bytes(largest.memory_bytes)})")
     return Infeasibility(reason, closest, tuple(_relaxations(space, catalog, deadline)))
 
 

@@ -74,6 +74,8 @@ class EngineRecord(_Schema):
     moe_kernel: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
     # the attention backend the SGLang servers are told (None: the one SGLang picks)
     attention_backend: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
+    # the SGLang servers' --max-running-requests (None: the release's own limit)
+    max_running_requests: int | None = Field(default=None, ge=1, le=MAX_BATCH)
 
     @model_validator(mode="after")
     def _kernel_of_an_engine_told_one(self) -> EngineRecord:
@@ -83,6 +85,8 @@ class EngineRecord(_Schema):
         if self.attention_backend is not None and self.name != "sglang":
             raise ValueError(f"attention_backend: {self.name} is not told an attention backend here; a plan names one "
                              "for sglang only")
+        if self.max_running_requests is not None and self.name != "sglang":
+            raise ValueError(f"max_running_requests: SGLang's flag, not {self.name}'s; a plan names it for sglang only")
         return self
 
 

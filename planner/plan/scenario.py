@@ -351,6 +351,8 @@ class EngineSpec(_Strict):
     max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_BATCH)  # vLLM
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=10_000_000)  # vLLM
     mem_fraction_static: float | None = Field(default=None, gt=0, le=1)  # SGLang
+    # SGLang --max-running-requests (each DP attention group runs its N // dp share); default: the release's own limit
+    max_running_requests: int | None = Field(default=None, ge=1, le=MAX_BATCH)
     # the fused-MoE kernel the servers are told to run (SGLang --moe-runner-backend; vLLM's
     # VLLM_USE_FLASHINFER_MOE_INT4=1 is flashinfer_trtllm); default: the kernel the release picks
     moe_kernel: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)

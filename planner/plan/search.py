@@ -258,13 +258,14 @@ def engine_settings(scenario: Scenario) -> EngineSettings | None:
     if spec.name == "simple":
         # the margin has no release, kernels or backend: a version, a MoE kernel or an attention backend is refused
         EngineSettings("simple", version=spec.version, moe_kernel=spec.moe_kernel,
-                       attention_backend=spec.attention_backend).validate()
+                       attention_backend=spec.attention_backend, max_running_requests=spec.max_running_requests).validate()
         return None
     settings = EngineSettings(spec.name, gpu_memory_utilization=spec.gpu_memory_utilization,
                               max_num_batched_tokens=spec.max_num_batched_tokens, max_num_seqs=spec.max_num_seqs,
                               mem_fraction_static=spec.mem_fraction_static, kv_cache_memory=spec.kv_cache_memory,
                               version=load_profiles().versions(spec.name).resolve(spec.version, spec.name),
-                              moe_kernel=spec.moe_kernel, attention_backend=spec.attention_backend)
+                              moe_kernel=spec.moe_kernel, attention_backend=spec.attention_backend,
+                              max_running_requests=spec.max_running_requests)
     settings.validate()
     return settings
 

@@ -140,7 +140,7 @@ def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog
     speculation = candidate.configuration.speculation
     arch = space.served(speculation)
     if speculation is not None:
-        max_seqs_cap = speculative_running_cap(settings.name, max_seqs_cap)
+        max_seqs_cap = speculative_running_cap(settings, max_seqs_cap)
     budget = (known_budget(budgets, request, settings, target) if budgets else None) or engine_budget(
         arch, request, settings, target, catalog)
     batching = None if space.engine is not None else engine_budget(arch, request, EngineSettings("vllm"), target,

@@ -528,7 +528,9 @@ def sglang_args(plan: ExportPlan, node_rank: int | None = None, checkpoint: str 
     repo, prequantized = weights(plan, checkpoint)
     args = ["--model-path", repo, "--tp-size", str(plan.tp), "--pp-size", str(plan.pp), *sglang_parallel_args(plan),
             "--context-length", str(plan.context)]
-    if not plan.sized_by_traffic:
+    if (told := _settings(plan, "sglang").max_running_requests) is not None:
+        args += ["--max-running-requests", str(told)]  # the limit the plan's pool and scheduler were sized with
+    elif not plan.sized_by_traffic:
         # a fleet replica keeps SGLang's own limit, which follows its token pool (and a hybrid model's state slots):
         # planner sized its capacity with the requests those admit (its concurrency, 1, is only the full-context
         # request that must fit)

@@ -68,6 +68,9 @@ class EngineSettings:
     # SGLang --attention-backend: the backend the server is told to run (None: the one SGLang resolves); on ROCm it
     # decides whether SGLang takes 0.85 of the fraction (engines/sglang.py rocm_attention_backend)
     attention_backend: str | None = None
+    # SGLang --max-running-requests: the requests the server runs at once, each data-parallel attention worker its
+    # N // dp share (engines/sglang.py running_per_worker); None: the release's default
+    max_running_requests: int | None = None
 
     def validate(self) -> None:
         if self.name not in ENGINE_NAMES:
@@ -88,7 +91,8 @@ class EngineSettings:
                                     f"{', '.join(KV_CACHE_MEMORY_MODES)}")
         for flag, count in (("--max-num-batched-tokens", self.max_num_batched_tokens), ("--max-num-seqs", self.max_num_seqs),
                             ("--kv-cache-memory-bytes", self.kv_cache_memory_bytes),
-                            ("--block-size", self.block_size), ("--n-batch", self.n_batch), ("--n-ubatch", self.n_ubatch)):
+                            ("--block-size", self.block_size), ("--n-batch", self.n_batch), ("--n-ubatch", self.n_ubatch),
+                            ("--max-running-requests", self.max_running_requests)):
             if count is not None and count < 1:
                 raise PlannerInputError(f"{flag}: must be at least 1, got {count}")
         if self.n_gpu_layers is not None and self.n_gpu_layers < 0:
@@ -107,6 +111,9 @@ class EngineSettings:
             if not MOE_KERNEL_NAME.fullmatch(self.attention_backend):
                 raise PlannerInputError(f"--attention-backend: {self.attention_backend!r} is not a backend name "
                                         "(lowercase letters, digits and _, e.g. triton)")
+        if self.max_running_requests is not None and self.name != "sglang":
+            raise PlannerInputError(f"--max-running-requests / engine.max_running_requests: SGLang's flag, not "
+                                    f"{self.name}'s; use --engine sglang, or drop it (vLLM's limit is --max-num-seqs)")
         if self.cache_type is not None and self.cache_type not in LLAMACPP_CACHE_TYPES:
             raise PlannerInputError(f"--cache-type: {self.cache_type!r} is not a llama.cpp cache type; "
                                     f"use one of {', '.join(LLAMACPP_CACHE_TYPES)}")

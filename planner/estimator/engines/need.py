@@ -77,8 +77,13 @@ def engine_need(arch: Architecture, request: Request, settings: EngineSettings, 
     # with data-parallel attention a GPU caches only its group's share of the batch (the first groups one more)
     used = budget.weights_bytes + workspace + reserved + -(-batch // request.dp) * kv_per_sequence
     max_seqs = budget.settings.max_num_seqs
+    # the requests the engine's own limit lets run at once (SGLang: each DP worker's max_running_requests or state slots)
+    running = request.dp * budget.layout.running_requests if budget.layout and budget.layout.running_requests else None
     if not budget.fits:
         reason = budget.message or f"one sequence of {context:,} tokens does not fit {settings.name}'s KV pool"
+    elif running is not None and running < batch and budget.max_concurrency >= running:
+        reason = (f"{settings.name} runs at most {running:,} requests at once ({budget.layout.running_limit}), "  # type: ignore[union-attr]
+                  f"not {batch:,}")
     elif budget.max_concurrency < batch:
         reason = (f"{settings.name}'s KV pool holds {budget.max_concurrency:,.2f} sequences of {context:,} tokens, "
                   f"not {batch:,}")

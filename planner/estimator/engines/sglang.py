@@ -175,16 +175,23 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     activation = floor(Fraction(str(profile.reserved_per_prefill_token_mib.value)) * max(resolved.max_num_batched_tokens, 2048) * MiB)
     non_torch = (profile.reserved_base_mib.value + profile.reserved_per_gpu_mib.value * model.gpus) * MiB
 
+    requested = running_per_worker(settings, request.dp)
     compressed = arch.has_compressed_caches
+    v4_running = None
     if compressed:
         v4.check_kv_dtype(model)
+        # DeepSeek-V4's default max_running_requests is the server's; each DP worker runs its share (resolve_max_num_reqs,
+        # mem_cache/kv_cache_configurator.py:3128 @ v0.5.23: max(1, max_running_requests // attn_dp_size)), and its
+        # c128 compressor states are sized for that share
+        v4_running = requested if requested is not None else \
+            max(1, profile.deepseek_v4_max_running_requests.value // request.dp)
     ranks = []
     pools: dict[int, StatePool] = {}
     for stage in model.stages:
         available = static - stage.weights_bytes - multimodal_reserve(model, profile)
-        pool = pools[stage.index] = state_pool(model, stage, available, profile)
+        pool = pools[stage.index] = state_pool(model, stage, available, profile, requested)
         rest = available - pool.pool_bytes - pool.scratch_bytes
-        tokens = _stage_tokens(model, stage, rest, profile, compressed)
+        tokens = _stage_tokens(model, stage, rest, profile, v4_running)
         for tp_rank in range(request.tp):
             ranks.append(RankBudget(rank=stage.index * request.tp + tp_rank, pp_stage=stage.index, layers=len(stage.layers),
                                     memory_bytes=visible, budget_bytes=static, weights_bytes=stage.weights_bytes,
@@ -194,16 +201,15 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
     limit = limiting_rank(tuple(r for r in ranks if _cell_bytes(model, model.stages[r.pp_stage], profile)) or ranks)
     slots = min((pool.slots for pool in pools.values() if pool.per_request_bytes), default=None)
     tokens, context = limit.kv_capacity_tokens, request.context
-    # the requests one DP worker runs at once, and what sets it: SGLang's default limit, the state slots' cap below it
-    running, running_limit = default_running_requests(tokens, context), "max_running_requests"
+    # the requests one DP worker runs at once, and what sets it: the server's --max-running-requests share or SGLang's
+    # default limit, the state slots' cap below it
+    running = default_running_requests(tokens, context) if requested is None else requested
+    running_limit = "max_running_requests"
     state_cap = None if slots is None else slots // slots_per_running_request(model, profile)
     if state_cap is not None and state_cap <= running:
         running, running_limit = state_cap, "state slots"
-    if compressed:  # DeepSeek-V4's default max_running_requests is the server's; each DP worker runs its share
-        # (resolve_max_num_reqs, mem_cache/kv_cache_configurator.py:3128 @ v0.5.23: max(1, max_running_requests //
-        # attn_dp_size))
-        running, running_limit = max(1, profile.deepseek_v4_max_running_requests.value // request.dp), \
-            "max_running_requests"
+    if v4_running is not None:
+        running, running_limit = v4_running, "max_running_requests"
     # with data-parallel attention each of the dp groups runs its own scheduler over its own pool of `tokens`
     # (every rank's pool is sized alike), the requests dealt over the groups
     concurrency = request.dp * min(tokens / context, running)
@@ -221,6 +227,10 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
         longest = tokens
         message = (f"max_total_num_tokens={tokens} is below the context length {context}: SGLang's pool cannot hold one "
                    "request that long; raise --mem-fraction-static or lower --context-length")
+    elif concurrency < request.batch and running < tokens / context:
+        message = (f"SGLang starts, but runs at most {request.dp * running:,} requests at once ({running_limit} "
+                   f"{running:,}{' a DP worker' if request.dp > 1 else ''}), fewer than --batch {request.batch}; the "
+                   "others wait in the queue")
     elif concurrency < request.batch:
         message = (f"SGLang starts, but max_total_num_tokens={tokens} holds {concurrency:.2f} requests of {context:,} "
                    f"tokens at once, fewer than --batch {request.batch}; the others wait in the queue")
@@ -239,7 +249,7 @@ def sglang_budget(arch: Architecture, request: Request, settings: EngineSettings
         kv_pool_bytes=limit.kv_pool_bytes, kv_cache_capacity_tokens=tokens, max_concurrency=concurrency,
         fits=message is None, max_context_that_fits=longest, message=message, context=context, batch=request.batch,
         settings=resolved, per_rank=tuple(ranks), warnings=tuple(warnings),
-        layout=(v4.pool_layout(model, stage, v4.pools(stage, tokens, profile), profile, running) if compressed
+        layout=(v4.pool_layout(model, stage, v4.pools(stage, tokens, profile, running), profile, running) if compressed
                 else _pool_layout(model, stage, pools[limit.pp_stage], running, running_limit, profile)),
     )
 
@@ -288,10 +298,11 @@ def _multimodal(model: ServedModel, profile: SglangProfile) -> SglangMultimodal 
     return vlm.value if vlm is not None and _serves_multimodal(model, profile) else None
 
 
-def _stage_tokens(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile, compressed: bool) -> int:
-    """The token slots `rest` bytes buy on a rank of `stage` (DeepSeek-V4: DSV4PoolConfigurator's full tokens)."""
-    if compressed:
-        return v4.full_tokens(stage, rest, profile)
+def _stage_tokens(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile, v4_running: int | None) -> int:
+    """The token slots `rest` bytes buy on a rank of `stage` (DeepSeek-V4: DSV4PoolConfigurator's full tokens, with the
+    c128 states of `v4_running` requests a DP worker)."""
+    if v4_running is not None:
+        return v4.full_tokens(stage, rest, profile, v4_running)
     cell, page = _cell(model, stage, profile), _page_size(model, profile)
     # DefaultPoolConfigurator.calculate_pool_sizes (pool_configurator.py:646 @ v0.5.23): whole pages
     return floor(max(rest, 0) / cell) // page * page if cell else 0
@@ -313,10 +324,11 @@ class StatePool:
         return (self.slots + self.padding_slots) * self.per_request_bytes
 
 
-def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile) -> StatePool:
+def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfile, requested: int | None) -> StatePool:
     """_handle_max_mamba_cache without --max-mamba-cache-size: the ratio split of `rest`; with speculative decoding, the
-    intermediate states of the tokens a verify step checks, for each request it may run, made room for as the
-    release does (profile `speculative_state_scratch`)."""
+    intermediate states of the tokens a verify step checks, for each request it may run (`requested` a DP worker, as
+    the server is told, else SGLang's default under speculative decoding), made room for as the release does (profile
+    `speculative_state_scratch`)."""
     per_request = sum(model.layer_state_bytes(layer, *model.state_bits(layer, profile.state_dtypes.value))
                       for layer in stage.layers
                       if layer.attention.kind in RECURRENT_KINDS)
@@ -333,7 +345,7 @@ def state_pool(model: ServedModel, stage: Stage, rest: int, profile: SglangProfi
     # speculative_num_draft_tokens: the draft's tokens and the one the target decodes (a chain draft, topk 1); the
     # running requests the scratch is sized for: SGLang's default under speculative decoding, per DP worker
     verified = model.arch.draft_tokens + 1
-    running = max(1, SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS // model.request.dp)
+    running = requested if requested is not None else max(1, SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS // model.request.dp)
     if profile.speculative_state_scratch.value == "radix_off":  # a slot for each request it runs, no ratio split
         return StatePool(per_request, running, padding, per_request * running * verified)
     # "joint": the slots K and the scratch for min(running, K // slots a request) requests (each with its padding
@@ -353,6 +365,19 @@ def slots_per_running_request(model: ServedModel, profile: SglangProfile) -> int
     extra = profile.mamba_extra_buffer
     tracking = extra.value.tracking_slots if extra is not None and model.arch.model_type in extra.value.model_types else 0
     return profile.mamba_slots_per_running_request.value + tracking
+
+
+def running_per_worker(settings: EngineSettings, dp: int) -> int | None:
+    """The requests one data-parallel attention worker runs when the server is told --max-running-requests N: N //
+    attn_dp_size (managers/tp_worker.py @ v0.5.6; resolve_max_num_reqs, mem_cache/kv_cache_configurator.py:3126-3129 @
+    v0.5.23, whose further `token_capacity // 2` never binds below the pool's own limit); None when it is not told."""
+    told = settings.max_running_requests
+    if told is None:
+        return None
+    if told < dp:  # v0.5.6 asserts "max_running_request is zero"; v0.5.23 would run one
+        raise PlannerInputError(f"--max-running-requests: {told} is fewer than the {dp} data-parallel attention groups, "
+                                f"each of which runs max_running_requests // {dp}; set at least {dp}")
+    return told // dp
 
 
 def default_running_requests(tokens: int, context: int) -> int:

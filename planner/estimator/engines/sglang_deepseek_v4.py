@@ -9,11 +9,13 @@ As SGLang sizes them (profile sglang.deepseek_v4_release names the code; the fil
                           + 132 / 4 x c4 layers                   (the Lightning Indexer's fp8 key + fp32 scale)
                           + ratio x ring4 / window x (c4 state + c4 indexer state) x c4 layers,
      the states being fp32 (kv, score) pairs of 2 series (c4) or 1 (c128); the c128 states are request-scoped: a fixed
-     ceil128((max_running_requests + 1) x ring128 + ring128 + 1) rows of 2 x head_dim fp32 per c128 layer come off
-     the budget first. full = int((available - c128 fixed) / bytes_per_full_token), to whole pages; the window pool
-     gets int(full x ratio) (whole pages), c4 full // 4 entries, c128 full // 128, the c4 states swa // window x ring4.
+     ceil128((running + 1) x ring128 + ring128 + 1) rows of 2 x head_dim fp32 per c128 layer come off the budget first,
+     running = max_running_requests // attn_dp_size, the requests one DP worker runs
+     (requested_max_running_requests_per_worker). full = int((available - c128 fixed) / bytes_per_full_token), to
+     whole pages; the window pool gets int(full x ratio) (whole pages), c4 full // 4 entries, c128 full // 128, the c4
+     states swa // window x ring4.
   3. kv_cache_configurator.py: available = the static budget less the weights (as for every model); max_total_num_tokens
-     = full (the smallest over pipeline stages); _resolve_max_num_reqs keeps max_running_requests = 256.
+     = full (the smallest over pipeline stages); resolve_max_num_reqs keeps max_running_requests // attn_dp_size.
 The caches are whole on every TP rank (one latent head). The float arithmetic follows SGLang's own order.
 """
 
@@ -78,41 +80,44 @@ def bytes_per_full_token(stage: Stage, profile: SglangProfile) -> float:
             + swa * c4_state_ratio * c4_state * c4 + swa * c4_state_ratio * c4_indexer_state * c4)
 
 
-def c128_state_bytes(stage: Stage, profile: SglangProfile) -> int:
-    """_get_c128_state_fixed_bytes for the default max_running_requests: rows of (kv, score) fp32 per c128 layer."""
+def c128_state_bytes(stage: Stage, profile: SglangProfile, running: int) -> int:
+    """_get_c128_state_fixed_bytes for `running` requests a DP worker: rows of (kv, score) fp32 per c128 layer."""
     c128 = _ratios(stage, profile).count(128)
     if not c128:
         return 0
-    return _c128_state_rows(profile) * 2 * stage.layers[0].attention.k_head_dim \
+    return _c128_state_rows(profile, running) * 2 * stage.layers[0].attention.k_head_dim \
         * profile.deepseek_v4_state_value_bytes.value * c128
 
 
-def _req_slots(profile: SglangProfile) -> int:
-    return profile.deepseek_v4_max_running_requests.value + 1  # _get_num_req_slots: max_running_requests + 1
+def _req_slots(running: int) -> int:
+    return running + 1  # _get_num_req_slots: max_running_requests (a worker's) + 1
 
 
-def _c128_state_rows(profile: SglangProfile) -> int:
+def _c128_state_rows(profile: SglangProfile, running: int) -> int:
     ring = profile.deepseek_v4_state_ring_tokens.value[128]
     align = profile.deepseek_v4_state_row_alignment.value
-    return ceil((_req_slots(profile) * ring + ring + 1) / align) * align
+    return ceil((_req_slots(running) * ring + ring + 1) / align) * align
 
 
-def full_tokens(stage: Stage, available: int, profile: SglangProfile) -> int:
-    """calculate_pool_sizes: the full tokens the rank's budget buys, in whole pages (_compute_dsv4_sizes)."""
+def full_tokens(stage: Stage, available: int, profile: SglangProfile, running: int) -> int:
+    """calculate_pool_sizes: the full tokens the rank's budget buys, in whole pages (_compute_dsv4_sizes), with the c128
+    states of `running` requests a DP worker off it first."""
     page = profile.deepseek_v4_page_size.value
-    return int(max(available - c128_state_bytes(stage, profile), 0) / bytes_per_full_token(stage, profile)) // page * page
+    return int(max(available - c128_state_bytes(stage, profile, running), 0)
+               / bytes_per_full_token(stage, profile)) // page * page
 
 
-def pools(stage: Stage, full: int, profile: SglangProfile) -> V4Pools:
-    """_compute_dsv4_sizes and finalize_with_max_running_requests for `full` tokens."""
+def pools(stage: Stage, full: int, profile: SglangProfile, running: int) -> V4Pools:
+    """_compute_dsv4_sizes and finalize_with_max_running_requests for `full` tokens and `running` requests a DP
+    worker."""
     page = profile.deepseek_v4_page_size.value
     ratios = _ratios(stage, profile)
     full = full // page * page
     swa = int(full * profile.deepseek_v4_swa_full_tokens_ratio.value) // page * page
     window = stage.layers[0].attention.window
     rings = profile.deepseek_v4_state_ring_tokens.value
-    return V4Pools(bytes_per_full_token(stage, profile), c128_state_bytes(stage, profile), full, swa, full // 4,
-                   full // 128, swa // window * rings[4], _req_slots(profile) * rings[128],
+    return V4Pools(bytes_per_full_token(stage, profile), c128_state_bytes(stage, profile, running), full, swa, full // 4,
+                   full // 128, swa // window * rings[4], _req_slots(running) * rings[128],
                    (len(ratios), ratios.count(4), ratios.count(128)))
 
 
@@ -130,7 +135,7 @@ def pool_layout(model: ServedModel, stage: Stage, sized: V4Pools, profile: Sglan
              f"x {total} layers x {entry} B; c4 {sized.c4_entries:,} entries x {c4} layers; c128 "
              f"{sized.c128_entries:,} entries x {c128} layers",
              f"compressor states: c4 {sized.c4_state_rows:,} rows x {c4} layers; c128 {sized.c128_state_rows:,} rows "
-             f"({profile.deepseek_v4_max_running_requests.value} running requests + 1) x {c128} layers, "
+             f"({running} running requests + 1) x {c128} layers, "
              f"{sized.c128_state_bytes:,} B set aside before the tokens")
     # no one page size: the notes carry SGLang's own (fractional) bytes per full token
     return PoolLayout(block_size=profile.deepseek_v4_page_size.value, page_bytes=0,
