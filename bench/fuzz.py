@@ -785,6 +785,9 @@ def random_argv(rng: random.Random, folder: Path) -> list[str]:
             "--layers": lambda: rng.choice(INT_TEXTS), "--kv-heads": lambda: rng.choice(INT_TEXTS),
             "--head-dim": lambda: rng.choice(INT_TEXTS), "--heads": lambda: rng.choice(INT_TEXTS),
             "--format": lambda: rng.choice(["table", "json", "json", "csv", "xml"]),
+            # an engine's own budget and its flags (SGLang's running-request limit: refused elsewhere, and below 1)
+            "--engine": lambda: rng.choice(["simple", "vllm", "sglang", "sglang", "llamacpp", "trtllm", "tgi", ""]),
+            "--max-running-requests": lambda: rng.choice(INT_TEXTS),
         }
     elif command == "solve":
         argv.append(rng.choice([str(SCENARIO_FILES[i]) for i in (0, 2, 3)] + [
