@@ -184,6 +184,32 @@ def test_sglang_makes_room_for_the_intermediate_states_of_speculative_decoding(q
     assert old.settings.mem_fraction_static == round(float((gpu_mib - reserved - 2048) / gpu_mib), 3)
 
 
+def test_sglang_told_its_running_requests_sizes_the_speculative_scratch_and_scheduler_for_them(qwen3_next, h100,
+                                                                                                  catalog):
+    """--max-running-requests replaces the 48 SGLang runs under speculative decoding (speculative_hook.py
+    _handle_eagle_family resets it only when unset): v0.5.23's scratch is for min(N // dp, K // 5) requests, v0.5.9
+    keeps N // dp slots and their scratch; the scheduler is then capped by the budget's limit, not by the 48."""
+    from planner.estimator.speculative import SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS, speculative_running_cap
+
+    drafted = replace(qwen3_next, draft_tokens=3)
+    request = Request(context=32768, tp=4)
+    per_request = 36 * (GDN_CONV // 4 * 2 + (GDN_STATE - GDN_CONV) // 4 * 4)
+    told = engine_budget(drafted, request, EngineSettings(name="sglang", max_running_requests=16), h100, catalog)
+    default = engine_budget(drafted, request, EngineSettings(name="sglang"), h100, catalog)
+    slots = told.layout.state_slots
+    assert slots == default.layout.state_slots and slots // 5 > 16
+    assert told.layout.state_scratch_bytes == per_request * (16 + 1) * 4 < default.layout.state_scratch_bytes
+    assert told.layout.running_requests == 16 and told.kv_pool_bytes > default.kv_pool_bytes
+    old = engine_budget(drafted, request, EngineSettings(name="sglang", version="0.5.9", max_running_requests=16), h100,
+                        catalog)
+    assert (old.layout.state_slots, old.layout.state_scratch_bytes, old.layout.running_requests) == \
+        (16, per_request * 16 * 4, 16)
+    assert speculative_running_cap(EngineSettings("sglang"), None) == SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS
+    assert speculative_running_cap(EngineSettings("sglang", max_running_requests=96), None) is None
+    assert speculative_running_cap(EngineSettings("vllm"), None) is None
+    assert speculative_running_cap(EngineSettings("sglang"), 8) == 8
+
+
 def test_sglang_runs_half_the_requests_of_qwen35_27b_with_mtp():
     """Qwen3.5-27B on one H200 at 8K on SGLang 0.5.23: 215 state slots and 43 running requests without speculative
     decoding; with MTP's 3 draft tokens (NEXTN's default) the verify step's intermediate states take 14.8 GB of the
