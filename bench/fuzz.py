@@ -814,7 +814,7 @@ def random_argv(rng: random.Random, folder: Path) -> list[str]:
                      "--concurrency", counts(), "--varying-lengths"]
             options = {"--ep": pick(("1", "8"), ("0", "5")), "--prompt-tokens": lengths, "--output-tokens": lengths,
                        "--scheduler-recv-interval": pick(("1", "10", "30"), ("0", "-2", "abc")),
-                       "--format": pick(("json", "json", "table"), ("csv",))}
+                       "--max-running-requests": counts, "--format": pick(("json", "json", "table"), ("csv",))}
             argv += ["--prefill-delayer"] if rng.random() < 0.6 else []
         else:  # one of a batch, a rate and clients, on any engine and layout
             mode = rng.choice(("--batch", "--rate", "--concurrency"))
@@ -824,7 +824,7 @@ def random_argv(rng: random.Random, folder: Path) -> list[str]:
                 "--tp": pick(("1", "2", "4", "8"), ("0", "3", "abc")), "--dp": pick(("1", "2", "4"), ("0", "3")),
                 "--ep": pick(("1", "2", "4", "8"), ("0", "5")),
                 "--engine": pick(("vllm", "sglang", "trtllm"), ("llamacpp", "simple", "tgi", "")),
-                "--prompt-tokens": lengths, "--output-tokens": lengths,
+                "--prompt-tokens": lengths, "--output-tokens": lengths, "--max-running-requests": counts,
                 "--format": pick(("table", "json"), ("csv",)),
             }
             argv += [flag for flag in ("--varying-lengths", "--prefill-delayer") if rng.random() < 0.15]

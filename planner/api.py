@@ -255,7 +255,7 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
          catalog: Catalog | None = None, performance: PerformanceCatalog | None = None,
          engine_version: str | None = None, varying_lengths: bool = False,
          scheduler_recv_interval: int = 1, moe_kernel: str | None = None,
-         prefill_delayer: bool = False) -> PerfResult:
+         prefill_delayer: bool = False, max_running_requests: int | None = None) -> PerfResult:
     """Speed of one replica: TTFT, TPOT, tokens/s and requests/s at a batch; with `rate`, its steady state under
     open-loop arrivals (beyond what it keeps up with, a finite simulated run at that rate instead); with
     `concurrency`, the steady state of that many clients sending requests back to back (a closed loop; with
@@ -268,7 +268,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     `calibration` (planner.calibration), timed with its factors when it is of this GPU generation x engine;
     `performance`: the speed model's constants to time it with (default catalogs/performance.yaml); `moe_kernel`:
     the fused-MoE kernel the engine was told to run (SGLang --moe-runner-backend, vLLM's VLLM_USE_FLASHINFER_MOE_INT4),
-    timed on its own table (None: the kernel the release picks)."""
+    timed on its own table (None: the kernel the release picks); `max_running_requests`: SGLang's
+    --max-running-requests, the requests its scheduler runs at once (each DP group its share; None: its default)."""
     from planner.api_records import PerfResult
     from planner.estimator.performance import Workload, timer_performance
 
@@ -290,6 +291,9 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
         raise PlannerInputError("--prefill-delayer: SGLang's delayer of prefills under DP attention, timed in a closed "
                                 "loop whose lengths vary; add --engine sglang --dp D --concurrency C --varying-lengths, "
                                 "or drop it")
+    if max_running_requests is not None and rate is None and concurrency is None and batch > max_running_requests:
+        raise PlannerInputError(f"--max-running-requests: the server runs at most {max_running_requests} requests at "
+                                f"once, fewer than --batch {batch}; lower --batch, or time the queue with --concurrency")
     if speculation is not None and (rate is not None or concurrency is not None or pp > 1):
         raise PlannerInputError("--speculative: timed at a --batch on one pipeline stage only; drop --rate, "
                                 "--concurrency and --pp (a fleet scenario sizes MTP replicas under traffic; perf's "
@@ -297,7 +301,8 @@ def perf(model: str, *, gpu: str, gpus: int | None = None, tp: int | None = None
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, prompt_tokens + output_tokens,
                        catalog or load_catalog(), sized=rate is not None or concurrency is not None,
                        calibration=calibration, performance=performance, ep=ep, dp=dp,
-                       engine_version=engine_version, moe_kernel=moe_kernel, speculative=speculation is not None)
+                       engine_version=engine_version, moe_kernel=moe_kernel, speculative=speculation is not None,
+                       max_running_requests=max_running_requests)
     shape = Workload(prompt_tokens, output_tokens)
     cycle = None
     if speculation is None:
@@ -630,13 +635,13 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
              engine: str, context: int, catalog: Catalog, sized: bool, calibration: Calibration | None = None,
              performance: PerformanceCatalog | None = None, ep: int = 1, dp: int = 1,
              engine_version: str | None = None, moe_kernel: str | None = None,
-             speculative: bool = False) -> Replica:
+             speculative: bool = False, max_running_requests: int | None = None) -> Replica:
     """One replica of `planner perf` and `planner bench`: its step timer (with `calibration`'s factors when it is
     of the GPU's generation x the engine) and, when `sized`, the scheduler the engine's budget (the profile of
     `engine_version`, default the current release) gives it at max-model-len `context` (which must hold one request,
     as vLLM checks at start-up); with `ep`-way expert parallelism (no all-to-all backend) each rank holds the bytes
     it holds under TP (E/ep whole experts are E/tp of each), so the pool is the TP layout's; with `dp` attention groups
-    each holds its own pool of the budget's tokens."""
+    each holds its own pool of the budget's tokens; `max_running_requests`: SGLang's limit the server is told."""
     from planner.api_records import Replica
     from planner.estimator.capacity import Scheduler
     from planner.estimator.engines import EngineSettings, engine_budget
@@ -647,8 +652,9 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
         tp = (gpus or pp) // pp
     if tp < 1 or pp < 1 or (gpus is not None and gpus != tp * pp):
         raise PlannerInputError(f"--gpus/--tp/--pp: {gpus} GPUs cannot be split as tp {tp} x pp {pp}; give --gpus = tp x pp")
-    if moe_kernel is not None:  # an engine told which fused-MoE kernel to run (the margin and llama.cpp are not)
-        EngineSettings(canonical(engine), moe_kernel=moe_kernel).validate()
+    if moe_kernel is not None or max_running_requests is not None:
+        # an engine told which fused-MoE kernel to run (the margin and llama.cpp are not), SGLang its running requests
+        EngineSettings(canonical(engine), moe_kernel=moe_kernel, max_running_requests=max_running_requests).validate()
     card = catalog.gpus.get(gpu)
     arch = resolve_model(catalog, model)
     name = "vllm" if engine == "simple" else engine
@@ -676,7 +682,8 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     scheduler = None
     if sized:
         request = Request(context=context, batch=1, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype, dp=dp)
-        budget = engine_budget(arch, request, EngineSettings(canonical(name), version=engine_version),
+        budget = engine_budget(arch, request, EngineSettings(canonical(name), version=engine_version,
+                                                             max_running_requests=max_running_requests),
                                GpuTarget.from_catalog(card), catalog)
         if not budget.fits:
             raise PlannerInputError(f"--engine {name}: one request of {context:,} tokens does not fit: {budget.message}")

@@ -566,6 +566,9 @@ def perf_command(
                                    "--varying-lengths: SGLang's --enable-prefill-delayer, which holds a prefill back "
                                    "(up to 29 passes) until the DP groups fill, so their prompts run together."),
     moe_kernel: Optional[str] = MOE_KERNEL,
+    max_running_requests: Optional[int] = Option(None, "--max-running-requests", help="With --engine sglang: the "
+                                                 "requests the server runs at once, each --dp group its share "
+                                                 "(default: SGLang's own limit)."),
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
     speculative: Optional[str] = Option(None, "--speculative", help="Speculative decoding: mtp (the checkpoint's own "
@@ -582,7 +585,7 @@ def perf_command(
                       concurrency=concurrency, calibration=_calibration(calibration), engine_version=engine_version,
                       speculation=_speculation(speculative, speculative_tokens, acceptance_length),
                       varying_lengths=varying_lengths, scheduler_recv_interval=scheduler_recv_interval,
-                      moe_kernel=moe_kernel, prefill_delayer=prefill_delayer)
+                      moe_kernel=moe_kernel, prefill_delayer=prefill_delayer, max_running_requests=max_running_requests)
     data = result.to_dict()
     if output_format is OutputFormat.json:
         _echo(json.dumps(data, indent=2, allow_nan=False))

@@ -85,3 +85,23 @@ def test_cli_names_the_layout(tmp_path):
     result = run("perf", MODEL, "--gpu", GPU, "--tp", "8", "--dp", "8", "--ep", "8", "--engine", "sglang", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "tp 8 x dp 8 x ep 8 x pp 1" in result.stdout
+
+
+def test_perf_runs_the_requests_sglang_is_told_each_dp_group_its_share():
+    """`planner perf --max-running-requests N`: SGLang's scheduler runs N at once (N // dp a group), the rest of the
+    closed loop's clients wait; it is SGLang's flag, at least one a group, and no fewer than a static --batch."""
+    from planner.errors import PlannerInputError
+
+    def loop(told):
+        return api.perf("qwen3-30b-a3b", gpu="h100-sxm", tp=4, dp=4, ep=4, engine="sglang", concurrency=256,
+                        prompt_tokens=1000, output_tokens=500, max_running_requests=told).closed_loop
+
+    default, told = loop(None), loop(66)
+    assert default.running == 256 and (told.running, told.limit) == (64, "max_running_requests")  # 66 // 4 a group
+    assert told.ttft_s > default.ttft_s and told.output_tokens_per_s < default.output_tokens_per_s
+    for kwargs, needle in (({"engine": "vllm", "max_running_requests": 8}, "SGLang's flag, not vllm's"),
+                           ({"engine": "sglang", "dp": 4, "ep": 4, "tp": 4, "concurrency": 8, "max_running_requests": 2},
+                            "fewer than the 4 data-parallel attention groups"),
+                           ({"engine": "sglang", "batch": 16, "max_running_requests": 8}, "fewer than --batch 16")):
+        with pytest.raises(PlannerInputError, match=needle):
+            api.perf("qwen3-30b-a3b", gpu="h100-sxm", **kwargs)
