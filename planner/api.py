@@ -358,16 +358,17 @@ def _speculative_timer(replica: Replica, precision: str, kv_dtype: str, spec: Sp
 def bench(model: str, run: BenchmarkRun, *, gpu: str, gpus: int | None = None, tp: int | None = None, pp: int = 1,
           precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm", calibration: Calibration | None = None,
           catalog: Catalog | None = None, engine_version: str | None = None,
-          moe_kernel: str | None = None) -> BenchResult:
+          moe_kernel: str | None = None, max_running_requests: int | None = None) -> BenchResult:
     """A `vllm bench serve` run (`run`: its random dataset, request rate and max concurrency) replayed on one
     simulated replica, whose max-model-len is the longest request the run can draw; with `calibration`, timed
-    with its factors when it is of this GPU generation x engine; `moe_kernel` as perf's."""
+    with its factors when it is of this GPU generation x engine; `moe_kernel` and `max_running_requests` as perf's."""
     from planner.api_records import BenchResult
     from planner.estimator.benchmark import run_benchmark
 
     context = run.input_bounds[1] + run.output_bounds[1]
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog or load_catalog(),
-                       sized=True, calibration=calibration, engine_version=engine_version, moe_kernel=moe_kernel)
+                       sized=True, calibration=calibration, engine_version=engine_version, moe_kernel=moe_kernel,
+                       max_running_requests=max_running_requests)
     return BenchResult(replica.arch.name, replica.card.name, replica.tp, replica.pp, replica.engine,
                        run_benchmark(replica.timer, replica.scheduler, run), replica.calibration)
 
@@ -376,16 +377,17 @@ def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus:
                    tp: int | None = None, pp: int = 1, precision: str = "auto", kv_dtype: str = "auto",
                    engine: str = "vllm", time_limit_s: float | None = None,
                    catalog: Catalog | None = None, moe_kernel: str | None = None,
-                   engine_version: str | None = None) -> tuple[ReplayedRun, ...]:
+                   engine_version: str | None = None, max_running_requests: int | None = None) -> tuple[ReplayedRun, ...]:
     """Each measured run of the `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape
     files) replayed on one simulated replica as `planner calibrate` replays it before fitting: what the run measured
-    against what the simulator predicts; `time_limit_s` (default none) bounds the replays from now."""
+    against what the simulator predicts; `time_limit_s` (default none) bounds the replays from now;
+    `max_running_requests`: SGLang's --max-running-requests the runs' server was told (None: its default)."""
     from planner.api_records import ReplayedRun
     from planner.calibration.calibrate import replay_run
     from planner.estimator.benchmark import run_benchmark
 
     runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog,
-                                      moe_kernel, engine_version)
+                                      moe_kernel, engine_version, max_running_requests)
     scheduler = replica.scheduler
     assert scheduler is not None  # sized
     deadline = _time_limit(time_limit_s)
@@ -400,15 +402,17 @@ def replay_results(results: Sequence[str | Path], *, model: str, gpu: str, gpus:
 def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int | None = None, tp: int | None = None,
               pp: int = 1, precision: str = "auto", kv_dtype: str = "auto", engine: str = "vllm",
               time_limit_s: float | None = None, catalog: Catalog | None = None,
-              moe_kernel: str | None = None, engine_version: str | None = None) -> Calibration:
+              moe_kernel: str | None = None, engine_version: str | None = None,
+              max_running_requests: int | None = None) -> Calibration:
     """The named factors (planner.calibration.factors) that make one replica's simulated benchmark runs match the
     measured `results` (vllm bench serve, SGLang bench_serving, GuideLLM or /metrics scrape files), with the
     residuals before and after and each run predicted by a fit on the others; `time_limit_s` (default none) bounds
     the fit from now; `moe_kernel`: the fused-MoE kernel the runs' server was told to run (None: its release's);
     `engine_version`: the engine release the runs' server ran, whose profile replays them (None: the engine's
-    default; the release the results record is kept in the file either way, and must agree with it)."""
+    default; the release the results record is kept in the file either way, and must agree with it);
+    `max_running_requests`: SGLang's --max-running-requests the runs' server was told (None: its default)."""
     runs, replica = _measured_replica(results, model, gpu, gpus, tp, pp, precision, kv_dtype, engine, catalog,
-                                      moe_kernel, engine_version)
+                                      moe_kernel, engine_version, max_running_requests)
     assert replica.scheduler is not None  # sized
     return _fit_calibration(runs, replica.arch, replica.card, replica.tp, replica.pp, precision, kv_dtype,
                             replica.engine, replica.scheduler, replica.catalog, _time_limit(time_limit_s), moe_kernel,
@@ -418,7 +422,8 @@ def calibrate(results: Sequence[str | Path], *, model: str, gpu: str, gpus: int 
 def _measured_replica(results: Sequence[str | Path], model: str, gpu: str, gpus: int | None, tp: int | None, pp: int,
                       precision: str, kv_dtype: str, engine: str,
                       catalog: Catalog | None, moe_kernel: str | None = None,
-                      engine_version: str | None = None) -> tuple[list[MeasuredRun], Replica]:
+                      engine_version: str | None = None,
+                      max_running_requests: int | None = None) -> tuple[list[MeasuredRun], Replica]:
     """The runs of the result files and the sized replica that replays them (its max-model-len the longest replayed
     request, at the stated release the results agree with: runs_release), every run of the replica's model."""
     from planner.calibration.calibrate import replay_run, runs_release
@@ -430,7 +435,8 @@ def _measured_replica(results: Sequence[str | Path], model: str, gpu: str, gpus:
     runs = [run for path in results for run in read_results(path)]
     context = max(replay_run(r).input_len + replay_run(r).output_len for r in runs)
     replica = _replica(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, context, catalog, sized=True,
-                       moe_kernel=moe_kernel, engine_version=runs_release(runs, engine_version))
+                       moe_kernel=moe_kernel, engine_version=runs_release(runs, engine_version),
+                       max_running_requests=max_running_requests)
     for run in runs:
         _same_model(catalog, run, replica.arch.name)
     return runs, replica

@@ -518,6 +518,8 @@ REPLICA_PRECISION = Option("auto", help="Weight precision; auto = the checkpoint
 REPLICA_KV_DTYPE = Option("auto", "--kv-dtype", help="KV cache dtype: auto|fp16|bf16|fp8.")
 REPLICA_ENGINE = Option("vllm", "--engine", help=f"{spoken_list(profiled_engines())} (its fixed costs and scheduler).")
 REPLICA_ENGINE_VERSION = Option(None, "--engine-version", help=ENGINE_VERSION_HELP)
+MAX_RUNNING_REQUESTS = Option(None, "--max-running-requests", help="With --engine sglang: the requests the server "
+                              "runs at once, as it was told (each --dp group its share; default: SGLang's own limit).")
 MOE_KERNEL = Option(None, "--moe-kernel", help="The fused-MoE kernel the engine was told to run (SGLang "
                     "--moe-runner-backend triton / flashinfer_trtllm; vLLM's VLLM_USE_FLASHINFER_MOE_INT4=1 and "
                     "TensorRT-LLM's moe_config backend TRTLLM are flashinfer_trtllm), timed on its own table; default: "
@@ -566,9 +568,7 @@ def perf_command(
                                    "--varying-lengths: SGLang's --enable-prefill-delayer, which holds a prefill back "
                                    "(up to 29 passes) until the DP groups fill, so their prompts run together."),
     moe_kernel: Optional[str] = MOE_KERNEL,
-    max_running_requests: Optional[int] = Option(None, "--max-running-requests", help="With --engine sglang: the "
-                                                 "requests the server runs at once, each --dp group its share "
-                                                 "(default: SGLang's own limit)."),
+    max_running_requests: Optional[int] = MAX_RUNNING_REQUESTS,
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table or json."),
     calibration: Optional[str] = CALIBRATION_FILE,
     speculative: Optional[str] = Option(None, "--speculative", help="Speculative decoding: mtp (the checkpoint's own "
@@ -685,12 +685,14 @@ def calibrate_command(
     engine_version: Optional[str] = Option(None, "--engine-version", help="The engine release the runs' server ran, "
                                            "whose profile replays them (default: the one the results record, else "
                                            "the current release)."),
+    max_running_requests: Optional[int] = MAX_RUNNING_REQUESTS,
     output: Optional[str] = Option(None, "--output", "-o", help="Write the calibration (YAML) to this file."),
 ) -> None:
     """Fit the speed model's named factors (memory, compute, fixed, communication) for this GPU generation x engine
     to your own benchmark runs, each replayed on the simulator; residuals before and after, and leave-one-out."""
     result = api.calibrate(results, model=model, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision,
-                           kv_dtype=kv_dtype, engine=engine, moe_kernel=moe_kernel, engine_version=engine_version)
+                           kv_dtype=kv_dtype, engine=engine, moe_kernel=moe_kernel, engine_version=engine_version,
+                           max_running_requests=max_running_requests)
     on = result.fitted_on
     runs = len(result.prompts_per_replay)
     factors = " · ".join(f"{name} {value:.2f}" for name, value in result.factors.as_dict().items())
@@ -849,24 +851,27 @@ def bench_command(
     output_format: OutputFormat = Option(OutputFormat.table, "--format", help="table, or json (vLLM's saved-result keys)."),
     calibration: Optional[str] = CALIBRATION_FILE,
     moe_kernel: Optional[str] = MOE_KERNEL,
+    max_running_requests: Optional[int] = MAX_RUNNING_REQUESTS,
 ) -> None:
     """`vllm bench serve` on a simulated replica: its random dataset, request rate and max concurrency, its metrics
     (also `planner simulate --benchmark`)."""
     _benchmark(model, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, rate, max_concurrency, input_len,
-               output_len, range_ratio, seed, output_format, calibration, engine_version, moe_kernel)
+               output_len, range_ratio, seed, output_format, calibration, engine_version, moe_kernel,
+               max_running_requests)
 
 
 def _benchmark(model: str, gpu: str, gpus: Optional[int], tp: Optional[int], pp: int, precision: str, kv_dtype: str,
                engine: str, num_prompts: int, rate: str, max_concurrency: Optional[int], input_len: int, output_len: int,
                range_ratio: float, seed: int, output_format: OutputFormat, calibration: Optional[str],
-               engine_version: Optional[str] = None, moe_kernel: Optional[str] = None) -> None:
+               engine_version: Optional[str] = None, moe_kernel: Optional[str] = None,
+               max_running_requests: Optional[int] = None) -> None:
     from planner.estimator.benchmark import BenchmarkRun
 
     run = BenchmarkRun(num_prompts=num_prompts, request_rate=request_rate(rate), max_concurrency=max_concurrency,
                        input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
     result = api.bench(model, run, gpu=gpu, gpus=gpus, tp=tp, pp=pp, precision=precision, kv_dtype=kv_dtype,
                        engine=engine, calibration=_calibration(calibration), engine_version=engine_version,
-                       moe_kernel=moe_kernel)
+                       moe_kernel=moe_kernel, max_running_requests=max_running_requests)
     if output_format is OutputFormat.json:
         _echo(json.dumps(result.to_dict(), indent=2, allow_nan=False))
         return
@@ -929,6 +934,8 @@ def simulate_command(
                                         "the replica, timed with it on the GPU generation x engine it was fitted on."),
     moe_kernel: Optional[str] = Option(None, "--moe-kernel", help="--benchmark: the fused-MoE kernel the engine was "
                                        "told to run (as `planner bench`)."),
+    max_running_requests: Optional[int] = Option(None, "--max-running-requests", help="--benchmark, with --engine "
+                                                 "sglang: the requests the server runs at once (as `planner bench`)."),
 ) -> None:
     """Discrete-event simulation of each replica under vLLM V1's scheduler: latency percentiles, preemptions, KV use;
     with --benchmark, a `vllm bench serve` run replayed on one replica of a model."""
@@ -936,7 +943,8 @@ def simulate_command(
                      "--kv-dtype": kv_dtype != "auto", "--engine": engine != "vllm", "--num-prompts": num_prompts != 1000,
                      "--request-rate": request_rate_text != "inf", "--max-concurrency": max_concurrency,
                      "--input-len": input_len != 1024, "--output-len": output_len != 128,
-                     "--random-range-ratio": range_ratio != 0.0, "--moe-kernel": moe_kernel}
+                     "--random-range-ratio": range_ratio != 0.0, "--moe-kernel": moe_kernel,
+                     "--max-running-requests": max_running_requests}
     if benchmark:
         fleet_only = next((flag for flag, value in (("--duration", duration), ("--rate", rate),
                                                     ("--arrivals", arrivals)) if value is not None), None)
@@ -947,7 +955,7 @@ def simulate_command(
             raise PlannerInputError("--gpu: --benchmark needs the replica's GPU (see `planner catalog gpus`)")
         _benchmark(source, gpu, gpus, tp, pp, precision, kv_dtype, engine, num_prompts, request_rate_text,
                    max_concurrency, input_len, output_len, range_ratio, seed, output_format, calibration,
-                   moe_kernel=moe_kernel)
+                   moe_kernel=moe_kernel, max_running_requests=max_running_requests)
         return
     unused = next((flag for flag, value in replica_given.items() if value), None)
     if unused:

@@ -933,3 +933,21 @@ def test_calibrate_replays_runs_on_the_moe_kernel_their_server_was_told_to_run(t
                "--precision", "int4-g32", "--engine", "sglang", "--moe-kernel", "flashinfer_trtllm", cwd=tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "no sglang table on hopper GPUs times 'flashinfer_trtllm'" in proc.stderr
+
+
+def test_runs_are_replayed_as_the_sglang_server_was_told_its_running_requests():
+    """`planner calibrate / bench / simulate --benchmark --max-running-requests N`: the replica that replays the runs
+    runs at most N at once (SGLang's flag: each DP group its share), so the 32-client example queues half its clients
+    at N = 16, and the fit differs; another engine is not told it."""
+    def replays(told):
+        return {r.measured.max_concurrency: r.predicted for r in api.replay_results(
+            EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", engine="sglang", max_running_requests=told)}
+
+    default, told = replays(None), replays(16)
+    assert told[32].ttft.mean_ms > 2 * default[32].ttft.mean_ms
+    assert told[1].ttft.mean_ms == default[1].ttft.mean_ms  # one client never meets the limit
+    fits = [api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", engine="sglang", max_running_requests=told)
+            for told in (None, 16)]
+    assert fits[0].factors != fits[1].factors
+    with pytest.raises(PlannerInputError, match="SGLang's flag, not vllm's"):
+        api.calibrate(EXAMPLES, model="llama-3.1-8b", gpu="h100-sxm", max_running_requests=16)

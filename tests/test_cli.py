@@ -345,3 +345,15 @@ def test_simulate_benchmark_replays_a_vllm_bench_serve_run(tmp_path):
                       (["simulate", "scenarios/70b-chat.yaml", "--max-concurrency", "4"], "--max-concurrency")):
         proc = run(*bad, cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith(f"error: {flag}") and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("bench", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-running-requests", "8"), "SGLang's flag, not vllm's"),
+    (("simulate", "llama-3.1-8b", "--benchmark", "--gpu", "h100-sxm", "--engine", "sglang", "--max-running-requests",
+      "0"), "--max-running-requests: must be at least 1"),
+    (("perf", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "trtllm", "--concurrency", "4",
+      "--max-running-requests", "8"), "SGLang's flag, not trtllm's"),
+    (("estimate", "llama-3.1-8b", "--max-running-requests", "8"), "SGLang's flag, not simple's"),
+])
+def test_max_running_requests_is_sglangs_and_at_least_one_on_every_command(tmp_path, args, needle):
+    refused(*args, cwd=tmp_path, needle=needle)
