@@ -483,9 +483,12 @@ def mla_decode(gpu: Gpu, tables: Tables, engine: str) -> list[dict]:
     return out
 
 
-def prefill_attention(gpu: Gpu, tables: Tables, engine: str) -> list[dict]:
-    """launch_s + causal flops / (bf16 peak x compute_eff); flops = 2 x heads x (d_k + d_v) x positions,
-    positions = batch x s(s+1)/2.  MHA/GQA tables (d_k = d_v = head_dim) and MLA tables (192 + 128)."""
+def prefill_attention(gpu: Gpu, tables: Tables, engine: str, row_positions: float | None = None) -> list[dict]:
+    """launch_s + (causal flops + rows x row_positions x flops per position) / (bf16 peak x compute_eff); flops per
+    position = 2 x heads x (d_k + d_v), rows = batch x s, causal positions = batch x s(s+1)/2.  MHA/GQA tables
+    (d_k = d_v = head_dim) and MLA tables (192 + 128).  row_positions: each query row's fixed cost (its query tile's
+    load, the softmax's last rescale, the output's write, the diagonal tile), in attended positions; fitted with the
+    others, or held at the value given (bench/SPEED_PROTOCOL.md, the amendment on prefill attention's per-row cost)."""
     out = []
     specs = (
         ("attention", "context_attention_perf.parquet", "mha/gqa",
@@ -499,18 +502,31 @@ def prefill_attention(gpu: Gpu, tables: Tables, engine: str) -> list[dict]:
             continue
         s = df.isl.to_numpy(float)
         dkv = 2 * df.head_dim.to_numpy(float) if kind == "mha/gqa" else np.full(len(df), 192.0 + 128.0)
-        flops = 2 * df.num_heads.to_numpy(float) * dkv * df.batch_size.to_numpy(float) * s * (s + 1) / 2
+        per_position = 2 * df.num_heads.to_numpy(float) * dkv
+        flops = per_position * df.batch_size.to_numpy(float) * s * (s + 1) / 2
+        row_flops = per_position * df.batch_size.to_numpy(float) * s
         t = df.latency.to_numpy() / 1e3
         peak = gpu.peak("bfloat16")
 
         def model(p, idx):
-            return p[0] + flops[idx] / (peak * p[1])
+            rows = p[2] if row_positions is None else row_positions
+            return p[0] + (flops[idx] + rows * row_flops[idx]) / (peak * p[1])
 
-        p = fit_log(model, [10e-6, 0.4], [0, 0.01], [1e-3, 2], t, subsample(len(t)))
+        if row_positions is None:
+            p = fit_log(model, [10e-6, 0.5, 500], [0, 0.01, 0], [1e-3, 2, 1e5], t, subsample(len(t)))
+        else:
+            p = [*fit_log(model, [10e-6, 0.5], [0, 0.01], [1e-3, 2], t, subsample(len(t))), row_positions]
         pred = model(p, slice(None))
         out.append(dict(gpu=gpu.system, engine=engine, kind=kind, launch_us=p[0] * 1e6, compute_eff=p[1],
-                        err_short=err_stats(pred, t, s <= 512), err_long=err_stats(pred, t, s >= 4096), file=path))
+                        row_positions=p[2], err_all=err_stats(pred, t), err_short=err_stats(pred, t, s <= 512),
+                        err_long=err_stats(pred, t, s >= 4096), file=path))
     return out
+
+
+def generation_row_positions(free_fits: list[dict], gpus: dict) -> dict[str, float]:
+    """Each generation's prefill row_positions: the median over its engines and kinds of the GPUs' median free fits."""
+    df = _per_engine(free_fits, gpus, ["kind"], ["row_positions"])
+    return df.groupby("generation").row_positions.median().to_dict()
 
 
 def all_reduce(gpu: Gpu, tables: Tables) -> tuple[list[dict], list[dict]]:
@@ -687,6 +703,9 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
     gemm_df = _per_engine(gemm_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "m_half"])
     # the engines' MLA prefill kernels, their FLOPs counted in the multi-head form (prefill_attention)
     mla_prefill = _per_engine([r for r in pre if r["kind"] == "mla"], gpus, [], ["compute_eff"])
+    # the generation's prefill attention: the median over its engines and kinds (row_positions held alike)
+    prefill = _per_engine(pre, gpus, ["kind"], ["compute_eff", "row_positions"]).groupby("generation")[
+        ["compute_eff", "row_positions"]].median()
     moe = _moe_entries(moe_rows, gpus)
     dec_df = _per_engine(dec, gpus, ["kv_dtype"], ["launch_us", "kv_eff"])
     mla_df = _per_engine(mla, gpus, ["kv_dtype"], ["latent_eff"])
@@ -699,6 +718,9 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
             measured = [by_dtype[dtype] for by_dtype in own if dtype in by_dtype]
             if measured:
                 print(_moe_line("      ", dtype, pd.DataFrame(measured).median(), ceiling))
+        if generation in prefill.index:
+            print(f"    prefill_attention_compute_efficiency: {_number(prefill.compute_eff[generation])}\n"
+                  f"    prefill_attention_row_positions: {_number(prefill.row_positions[generation])}")
         print("    engines:")
         for engine in ENGINES:
             print(f"      {engine}:")
@@ -835,10 +857,19 @@ def main() -> None:
     table("3b. MLA decode (576-wide latent)", mla,
           ["gpu", "engine", "kv_dtype", "launch_us", "latent_eff", "compute_eff", "err_small", "err_large", "file"])
     generation_summary("3b. MLA decode", mla, gpus, ["engine", "kv_dtype"], ["launch_us", "latent_eff", "compute_eff"])
-    pre = [r for g in with_data for e in ENGINES for r in prefill_attention(g, tables, e)]
-    table("3c. Prefill attention (causal, bf16)", pre,
-          ["gpu", "engine", "kind", "launch_us", "compute_eff", "err_short", "err_long", "file"])
-    generation_summary("3c. Prefill attention", pre, gpus, ["engine", "kind"], ["launch_us", "compute_eff"])
+    free = [r for g in with_data for e in ENGINES for r in prefill_attention(g, tables, e)]
+    columns = ["gpu", "engine", "kind", "launch_us", "compute_eff", "row_positions", "err_all", "err_short", "err_long",
+               "file"]
+    table("3c. Prefill attention (causal, bf16), every term fitted", free, columns)
+    rows_held = generation_row_positions(free, gpus)
+    pre = [r for g in with_data for e in ENGINES for r in prefill_attention(g, tables, e, rows_held[g.generation])]
+    table("3d. Prefill attention, row_positions held at the generation's", pre, columns)
+    generation_summary("3d. Prefill attention", pre, gpus, ["engine", "kind"], ["launch_us", "compute_eff",
+                                                                                "row_positions"])
+    table("3e. Prefill attention per generation: the median over the engines and kinds",
+          [dict(generation=g, prefill_attention_compute_efficiency=e, prefill_attention_row_positions=rows_held[g])
+           for g, e in _per_engine(pre, gpus, ["kind"], ["compute_eff"]).groupby("generation").compute_eff.median()
+           .items()], ["generation", "prefill_attention_compute_efficiency", "prefill_attention_row_positions"])
 
     ar_rows, cross_rows = [], []
     for g in with_data:

@@ -111,17 +111,22 @@ def moe_by_hand(gpu, rates, moe_layers: int, touched: float, rows: float, expert
 
 def test_compute_grows_with_rows_from_a_padded_tile(catalog, perf):
     """A GEMM's compute at M rows runs at compute_eff x M / (M + half_m): 2 W (M + half_m) / (R x compute_eff);
-    the lm_head computes the one position whose logits are taken."""
+    the lm_head computes the one position whose logits are taken; the prefill attention kernel, with no earlier
+    position to attend, its M query rows' own cost, row_positions positions each at every layer."""
     gpu = catalog.gpus.get("h100-sxm")
     _, bf16, _ = hardware(perf, gpu)
+    hopper = perf.generation("hopper")
     model = arch(catalog, "llama-3.1-8b")
     timer = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog)
     params = sum(t.numel for layer in model.layers for t in layer.tensors if t.role == "linear" and len(t.shape) == 2)
     lm_head = model.vocab_size * model.hidden_size
     rate = gpu.dense_tflops["bf16"] * 1e12 * bf16.compute_efficiency
+    row_flops = 32 * 2 * 32 * (128 + 128) * hopper.prefill_attention_row_positions  # 32 layers of 32 heads
+    attention_rate = gpu.dense_tflops["bf16"] * 1e12 * hopper.prefill_attention_compute_efficiency
     for m in (1, 512, 8192):
         _, terms, _ = timer.step(Step(0, 0.0, m, 0.0, 1))
-        expected = 2 * params * (m + bf16.half_m) / rate + 2 * lm_head * (1 + bf16.half_m) / rate
+        expected = (2 * params * (m + bf16.half_m) / rate + 2 * lm_head * (1 + bf16.half_m) / rate
+                    + m * row_flops / attention_rate)
         assert terms.compute_s == pytest.approx(expected, rel=1e-6)
 
 
@@ -598,6 +603,30 @@ def test_sglang_runs_the_moe_kernel_its_release_picks(catalog, perf):
     assert E > k
 
 
+def test_a_prefill_attention_pass_costs_its_query_rows_beside_its_attended_positions(catalog, perf):
+    """Llama-3.1-8B on one H100, by hand: a prefill attention pass over P prompt tokens with A attended positions takes
+    32 layers x 2 x 32 heads x (128 + 128) x (A + P x row_positions) / (bf16 peak x the prefill efficiency), the
+    same whether SGLang captures the pass (0.5.23, up to 8,192 tokens: the captured form absorbs only MLA layers) or
+    not (0.5.9); the long-prompt asymptote makes a 16K-token prompt's attention run at more of the peak than a
+    1K-token one's (bench/SPEED_PROTOCOL.md, the amendment on prefill attention's per-row cost)."""
+    gpu, hopper = catalog.gpus.get("h100-sxm"), perf.generation("hopper")
+    model = arch(catalog, "llama-3.1-8b")
+    per_position = 32 * 2 * 32 * (128 + 128)
+    rate = gpu.dense_tflops["bf16"] * 1e12 * hopper.prefill_attention_compute_efficiency
+
+    def attention_s(prompt, release):
+        timer = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, "sglang", release=release)
+        return timer.step(Step(0, 0.0, prompt, causal_positions(prompt), 1))[1].attention_s
+
+    for prompt in (1024, 8192):
+        by_hand = per_position * (causal_positions(prompt) + prompt * hopper.prefill_attention_row_positions) / rate
+        assert attention_s(prompt, "0.5.23") == pytest.approx(by_hand)
+        assert attention_s(prompt, "0.5.9") == pytest.approx(by_hand)
+    peak = gpu.dense_tflops["bf16"] * 1e12
+    achieved = [per_position * causal_positions(p) / attention_s(p, "0.5.23") / peak for p in (1024, 16384)]
+    assert achieved[0] < hopper.attention_compute_efficiency < achieved[1] < hopper.prefill_attention_compute_efficiency
+
+
 def test_an_eager_prefill_pass_takes_the_hosts_launch_time_when_that_is_longer(catalog, perf):
     """SGLang 0.5.8 launches prefill without a CUDA graph: a one-token prefill of Llama-3.1-8B on one H100 takes the
     host's time for the kernels the pass launches. Hand count per layer: 2 norms; rotary, the K and V writes and the
@@ -740,10 +769,11 @@ def test_mla_prefill_attention_runs_in_the_engines_multi_head_form(catalog, perf
     def prefill_attention_s(engine):
         return timer(engine).step(Step(0, 0.0, prompt, positions, 1))[1].attention_s
 
+    attended = positions + prompt * hopper.prefill_attention_row_positions  # and each query row's own cost
     assert prefill_attention_s("vllm") == pytest.approx(
-        multi_head * positions / (peak * hopper.attention_compute_efficiency))
+        multi_head * attended / (peak * hopper.prefill_attention_compute_efficiency))
     assert prefill_attention_s("sglang") == pytest.approx(
-        multi_head * positions / (peak * hopper.engines["sglang"].mla_prefill_compute_efficiency))
+        multi_head * attended / (peak * hopper.engines["sglang"].mla_prefill_compute_efficiency))
     for engine in ("vllm", "sglang"):
         assert sum(flops for flops, _ in timer(engine).stages[0].attention_by_window) == pytest.approx(absorbed)
     assert perf.engine("llama.cpp").mla_prefill == "absorbed"
@@ -764,9 +794,10 @@ def test_sglang_runs_a_captured_prefill_passs_mla_layers_absorbed(catalog, perf)
         timer = replica_timer(model, "fp8-block", "auto", gpu, 8, 1, catalog, "sglang", release=release)
         return timer.step(Step(0, 0.0, prompt, causal_positions(prompt), 1))[1].attention_s
 
+    rows = hopper.prefill_attention_row_positions  # a query row's own cost in the prefill kernel, not the absorbed
     assert attention_s("0.5.12", 2048) == pytest.approx(absorbed * causal_positions(2048))
-    assert attention_s("0.5.12", 2049) == pytest.approx(multi_head * causal_positions(2049))
-    assert attention_s("0.5.9", 2048) == pytest.approx(multi_head * causal_positions(2048))
+    assert attention_s("0.5.12", 2049) == pytest.approx(multi_head * (causal_positions(2049) + 2049 * rows))
+    assert attention_s("0.5.9", 2048) == pytest.approx(multi_head * (causal_positions(2048) + 2048 * rows))
     assert perf.engine("sglang").absorbed_mla_prefill_tokens(False, "0.5.23") == 8192
     assert perf.engine("sglang").absorbed_mla_prefill_tokens(True, "0.5.23") == 0  # an eager layout
 

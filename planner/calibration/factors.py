@@ -98,6 +98,7 @@ def _generation(g: GenerationEfficiency, engine: str, f: Factors) -> GenerationE
         g, gemm={k: _kernel(r, f) for k, r in g.gemm.items()}, moe={k: _kernel(r, f) for k, r in g.moe.items()},
         attention={k: _attention(r, f) for k, r in g.attention.items()},  # type: ignore[misc]
         attention_compute_efficiency=g.attention_compute_efficiency / f.compute,
+        prefill_attention_compute_efficiency=g.prefill_attention_compute_efficiency / f.compute,
         kernel_floor_us=g.kernel_floor_us * f.fixed, moe_sorting_us=g.moe_sorting_us * f.fixed,
         graph_gap_us=g.graph_gap_us * f.fixed,
         read_ceiling=g.read_ceiling / f.memory,
@@ -125,7 +126,8 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
         reads.append(cost.memory_efficiency)
     kernels = [*entry.gemm.values(), *entry.moe.values(), *own.gemm.values(), *own.moe.values(),
                *(r for rates in own.moe_kernels.values() for r in rates.values())]
-    computes = [entry.attention_compute_efficiency, *(r.compute_efficiency for r in kernels),
+    computes = [entry.attention_compute_efficiency, entry.prefill_attention_compute_efficiency,
+                *(r.compute_efficiency for r in kernels),
                 *(k.compute_efficiency for k in own.sparse_prefill if k.compute_efficiency is not None),
                 *((own.indexer.logits_compute_efficiency,) if own.indexer else ()),
                 *(k.compute_efficiency for k in own.gated_delta_prefill),

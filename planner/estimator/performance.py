@@ -245,7 +245,12 @@ class GenerationEfficiency:
     gemm: dict[str, KernelRates]
     moe: dict[str, MoeRates]
     attention: dict[int, AttentionRates]  # by the KV cache's bits per value; a width not listed takes 16's
-    attention_compute_efficiency: float = bounded(gt=0, le=1)  # of the 16-bit dense_tflops, prefill attention
+    # of the 16-bit dense_tflops: decode attention's compute side (and an absorbed MLA prefill's, the DSA gather's)
+    attention_compute_efficiency: float = bounded(gt=0, le=1)
+    # a prefill attention pass: (attended positions + query rows x row_positions) FLOPs at this fraction of the 16-bit
+    # dense_tflops (bench/SPEED_PROTOCOL.md, the amendment on prefill attention's per-row cost)
+    prefill_attention_compute_efficiency: float = bounded(gt=0, le=1)
+    prefill_attention_row_positions: float = bounded(ge=0)
     kernel_floor_us: float = bounded(ge=0)  # a latency-bound small kernel's time inside a CUDA graph
     # what a MoE layer runs that this generation's MoE tables do not time (AMD: AITER's tuned times hold neither the
     # top-k nor the sort): top-k kernels at the kernel floor, and the sort kernel at its own measured time
@@ -847,9 +852,9 @@ class _Stage:
     body: _Gemms
     head: _Gemms  # the lm_head on the last stage (its rows are the positions whose logits are computed)
     experts: _Experts
-    # (FLOPs per attended position, in an MLA layer's multi-head prefill form (0: not MLA, or a DSA layer), window) per
-    # layer
-    attention: tuple[tuple[float, float, int | None], ...]
+    # (FLOPs per attended position, in an MLA layer's multi-head prefill form (0: not MLA, or a DSA layer), window,
+    # whether its prefill runs the engine's dense prefill kernel: a full or sliding-window layer) per layer
+    attention: tuple[tuple[float, float, int | None, bool], ...]
     # with data-parallel attention, the GEMMs of the attention-TP group (each DP group's own tokens)
     attention_body: _Gemms = _Gemms()
     sparse: _SparseLayers | None = None  # its DeepSeek Sparse Attention layers
@@ -859,16 +864,31 @@ class _Stage:
     @cached_property
     def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
         """FLOPs per attended position summed over the layers sharing a window (one term per window)."""
-        return self.prefill_attention_by_window(None)
-
-    def prefill_attention_by_window(self, mla_scale: float | None) -> tuple[tuple[float, int | None], ...]:
-        """As attention_by_window for a prefill, with the MLA layers in their multi-head form scaled by `mla_scale`
-        (the attention rate over the engine's MLA prefill rate; None: the engine runs them absorbed, as decode)."""
         summed: dict[int | None, float] = {}
-        for per_position, multi_head, window in self.attention:
-            flops = multi_head * mla_scale if multi_head and mla_scale is not None else per_position
-            summed[window] = summed.get(window, 0.0) + flops
+        for per_position, _, window, _ in self.attention:
+            summed[window] = summed.get(window, 0.0) + per_position
         return tuple((flops, window) for window, flops in summed.items())
+
+    def prefill_attention(self, dense_scale: float, mla_scale: float | None, row_positions: float
+                          ) -> tuple[tuple[tuple[float, int | None], ...], float]:
+        """As attention_by_window for a prefill pass, each layer's FLOPs scaled to the attention rate: the dense layers
+        by `dense_scale` (the attention rate over the prefill kernel's), the MLA layers in their multi-head form by
+        `mla_scale` (over the engine's MLA prefill rate; None: the engine runs them absorbed, as decode); and the
+        FLOPs each query row costs beside them, row_positions attended positions of every layer run by a prefill
+        kernel (bench/SPEED_PROTOCOL.md, the amendment on prefill attention's per-row cost)."""
+        summed: dict[int | None, float] = {}
+        row_flops = 0.0
+        for per_position, multi_head, window, dense in self.attention:
+            if multi_head and mla_scale is not None:
+                flops = multi_head * mla_scale
+                row_flops += flops * row_positions
+            elif dense:
+                flops = per_position * dense_scale
+                row_flops += flops * row_positions
+            else:
+                flops = per_position
+            summed[window] = summed.get(window, 0.0) + flops
+        return tuple((flops, window) for window, flops in summed.items()), row_flops
 
 
 class _SparseLayers(NamedTuple):
@@ -1065,7 +1085,8 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
         layers = arch.layers[first:last]
         attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank),
                            _multi_head_prefill_flops_per_position(layer.attention, heads_per_rank),
-                           layer.attention.window or layer.attention.index_topk or None) for layer in layers)
+                           layer.attention.window or layer.attention.index_topk or None,
+                           layer.attention.kind in ("full", "sliding")) for layer in layers)
         mla = sum(1 for layer in layers if layer.attention.kind == "mla")
         dsa = [layer.attention for layer in layers if layer.attention.kind == "mla" and layer.attention.index_topk]
         sparse = _SparseLayers(len(dsa), dsa[0].index_topk, heads_per_rank,
@@ -1160,6 +1181,8 @@ class _Hardware:
     kv_bytes_per_s: float  # decode attention reading the paged KV cache
     latent_bytes_per_s: float  # MLA decode reading the latent cache
     attention_flops_per_s: float
+    prefill_attention_flops_per_s: float  # a prefill attention kernel, at its long-prompt asymptote
+    prefill_row_positions: float  # and each query row's fixed cost, in attended positions
     layer_fixed_s: float  # a decoder layer's small kernels and its attention kernel's launch (or llama.cpp's cycles)
     moe_layer_fixed_s: float  # a MoE layer's kernels its fused MoE kernel's measured time leaves out (routing, sort)
     mla_layer_fixed_s: float  # an MLA layer's extra kernels
@@ -1275,8 +1298,13 @@ class _StageCost(NamedTuple):
     delta_chunk_s: float = 0.0
     delta_token_s: float = 0.0
     shared_experts: int = 0  # run inside the fused MoE kernel: touched by every step, a row for every token
-    # as attention_by_window for prompt tokens: MLA layers in the form the engine's prefill runs, at its rate
+    # as attention_by_window for prompt tokens: each layer in the form the engine's prefill runs, at its kernel's rate;
+    # and the FLOPs (at the attention rate) each prompt token's query row costs beside its attended positions
     prefill_attention_by_window: tuple[tuple[float, int | None], ...] = ()
+    prefill_row_flops: float = 0.0
+    # the same for a captured prefill pass, whose MLA layers run absorbed, as decode (the dense layers as above)
+    captured_prefill_by_window: tuple[tuple[float, int | None], ...] = ()
+    captured_prefill_row_flops: float = 0.0
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
@@ -1298,6 +1326,7 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
     # an eager pass's host time, over its own count at eager_launch_s each, is far above it)
     launch_s += (counted + allreduces) * hw.graph_gap_s
     launches = (counted if eager_launches is None else eager_launches) + allreduces
+    dense_scale = hw.attention_flops_per_s / hw.prefill_attention_flops_per_s
     return _StageCost(
         stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
@@ -1318,8 +1347,9 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         *((stage.delta_layers * hw.delta_chunk_s, stage.delta_token_flops / hw.delta_flops_per_s)
           if hw.delta_flops_per_s and stage.delta_layers else (0.0, 0.0)),
         experts.shared,
-        stage.prefill_attention_by_window(hw.attention_flops_per_s / hw.mla_prefill_flops_per_s
-                                          if hw.mla_prefill_flops_per_s else None))
+        *stage.prefill_attention(dense_scale, hw.attention_flops_per_s / hw.mla_prefill_flops_per_s
+                                 if hw.mla_prefill_flops_per_s else None, hw.prefill_row_positions),
+        *stage.prefill_attention(dense_scale, None, hw.prefill_row_positions))
 
 
 def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, float, float, float, float]:
@@ -1442,13 +1472,15 @@ def busiest_expert_rank(experts: int, per_token: int, ranks: int, tokens: float)
             _expected_max_smooth(tokens * per_token, 1 / ranks, ranks))
 
 
-def _prefill_attention_flops(cost: _StageCost, attended: Callable[[int | None], float], absorbed: bool) -> float:
-    """`attended(window)`: attended positions summed over the prompt tokens, for a layer with that window;
-    `absorbed`: the pass runs its MLA layers as decode does (a captured prefill)."""
-    flops = 0.0
-    for per_position, window in cost.attention_by_window if absorbed else cost.prefill_attention_by_window:
-        flops += per_position * attended(window)
-    return flops
+def _prefill_attention_flops(cost: _StageCost, attended: Callable[[int | None], float], rows: float,
+                             absorbed: bool) -> float:
+    """`attended(window)`: attended positions summed over the prompt tokens, for a layer with that window; `rows`: the
+    prompt tokens (query rows); `absorbed`: the pass runs its MLA layers as decode does (a captured prefill)."""
+    if absorbed:
+        return cost.captured_prefill_row_flops * rows + sum(per_position * attended(window)
+                                                            for per_position, window in cost.captured_prefill_by_window)
+    return cost.prefill_row_flops * rows + sum(per_position * attended(window)
+                                               for per_position, window in cost.prefill_attention_by_window)
 
 
 def _delta_prefill(cost: _StageCost, tokens: float, prompts: float) -> float:
@@ -1668,8 +1700,12 @@ class ReplicaTimer:
             for per_position, window in cost.attention_by_window:
                 decode_flops += per_position * decode * (window if window and window < context else context)
             if prefill_tokens:
-                prefill_form = cost.prefill_attention_by_window \
-                    if prefill_tokens > self.hw.mla_absorbed_prefill_tokens else cost.attention_by_window
+                if prefill_tokens > self.hw.mla_absorbed_prefill_tokens:
+                    prefill_form = cost.prefill_attention_by_window
+                    prefill_flops = cost.prefill_row_flops * prefill_tokens
+                else:
+                    prefill_form = cost.captured_prefill_by_window
+                    prefill_flops = cost.captured_prefill_row_flops * prefill_tokens
                 for per_position, window in prefill_form:
                     if window:
                         capped = prefill_tokens * window
@@ -1679,7 +1715,7 @@ class ReplicaTimer:
             sparse_s = 0.0
             if cost.sparse_topk and prefill_tokens:
                 sparse_s = _sparse_prefill(cost, prefill_tokens, prefill_positions, prompts)
-                if sparse_s:  # in place of the DSA layers' window term above
+                if sparse_s:  # in place of the DSA layers' window term above (they have no row term)
                     capped = prefill_tokens * cost.sparse_topk
                     prefill_flops -= cost.sparse_position_flops * (capped if capped < prefill_positions
                                                                    else prefill_positions)
@@ -1714,7 +1750,7 @@ class ReplicaTimer:
         group_allreduce_s = self.hw.attention_allreduce_s(own * prompt) if self.dp > 1 else 0.0
         times = []
         for cost in self._costs:
-            flops = _prefill_attention_flops(cost, lambda w: own * _causal_positions(prompt, w),
+            flops = _prefill_attention_flops(cost, lambda w: own * _causal_positions(prompt, w), own * prompt,
                                              tokens <= self.hw.mla_absorbed_prefill_tokens)
             sparse_s = _sparse_prefill(cost, own * prompt, own * _causal_positions(prompt, None), own) \
                 if cost.sparse_topk else 0.0
@@ -1969,6 +2005,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
         latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
         attention_flops_per_s=wide * generation.attention_compute_efficiency,
+        prefill_attention_flops_per_s=wide * generation.prefill_attention_compute_efficiency,
+        prefill_row_positions=generation.prefill_attention_row_positions,
         layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
         eager_launch_s=engine_cost.eager_launch_us * US if eager else 0.0,
         # each layer's attention kernel and its small kernels; a MoE layer's routing kernels and its fused MoE kernel
@@ -1986,7 +2024,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         delta_chunk_s=delta.chunk_us * US if delta else 0.0,
         delta_flops_per_s=wide * delta.compute_efficiency if delta else 0.0,
         mla_prefill_flops_per_s=wide * (kernels.mla_prefill_compute_efficiency
-                                        or generation.attention_compute_efficiency)
+                                        or generation.prefill_attention_compute_efficiency)
         if engine_cost.mla_prefill == "multi-head" else 0.0,
         mla_absorbed_prefill_tokens=engine_cost.absorbed_mla_prefill_tokens(eager, release),
     ), generation
