@@ -703,6 +703,7 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
     gemm_df = _per_engine(gemm_rows, gpus, ["dtype"], ["launch_us", "read_eff", "eff_max", "m_half"])
     # the engines' MLA prefill kernels, their FLOPs counted in the multi-head form (prefill_attention)
     mla_prefill = _per_engine([r for r in pre if r["kind"] == "mla"], gpus, [], ["compute_eff"])
+    mha_prefill = _per_engine([r for r in pre if r["kind"] == "mha/gqa"], gpus, [], ["compute_eff"])
     # the generation's prefill attention: the median over its engines and kinds (row_positions held alike)
     prefill = _per_engine(pre, gpus, ["kind"], ["compute_eff", "row_positions"]).groupby("generation")[
         ["compute_eff", "row_positions"]].median()
@@ -752,9 +753,11 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
                 part = f", latent_read_efficiency: {_number(min(latent.latent_eff.iloc[0], ceiling))}" if len(latent) else ""
                 print(f"          {KV_BITS[r.kv_dtype]}: {{launch_us: {_number(r.launch_us)}, kv_read_efficiency: "
                       f"{_number(min(r.kv_eff, ceiling))}{part}}}")
-            sel = mla_prefill[(mla_prefill.generation == generation) & (mla_prefill.engine == engine)]
-            if len(sel):
-                print(f"        mla_prefill_compute_efficiency: {_number(sel.compute_eff.iloc[0])}")
+            for name, fits in (("mla_prefill_compute_efficiency", mla_prefill),
+                               ("prefill_attention_compute_efficiency", mha_prefill)):
+                sel = fits[(fits.generation == generation) & (fits.engine == engine)]
+                if len(sel):
+                    print(f"        {name}: {_number(sel.compute_eff.iloc[0])}")
     ar = pd.DataFrame(ar_rows)
     ar = ar[ar.impl.isin(ENGINES)]
     # an all-reduce is the interconnect's: group by the catalog's kind (RTX PRO 6000 Server is a PCIe Blackwell)

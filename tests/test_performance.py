@@ -122,7 +122,7 @@ def test_compute_grows_with_rows_from_a_padded_tile(catalog, perf):
     lm_head = model.vocab_size * model.hidden_size
     rate = gpu.dense_tflops["bf16"] * 1e12 * bf16.compute_efficiency
     row_flops = 32 * 2 * 32 * (128 + 128) * hopper.prefill_attention_row_positions  # 32 layers of 32 heads
-    attention_rate = gpu.dense_tflops["bf16"] * 1e12 * hopper.prefill_attention_compute_efficiency
+    attention_rate = gpu.dense_tflops["bf16"] * 1e12 * hopper.engines["vllm"].prefill_attention_compute_efficiency
     for m in (1, 512, 8192):
         _, terms, _ = timer.step(Step(0, 0.0, m, 0.0, 1))
         expected = (2 * params * (m + bf16.half_m) / rate + 2 * lm_head * (1 + bf16.half_m) / rate
@@ -605,26 +605,32 @@ def test_sglang_runs_the_moe_kernel_its_release_picks(catalog, perf):
 
 def test_a_prefill_attention_pass_costs_its_query_rows_beside_its_attended_positions(catalog, perf):
     """Llama-3.1-8B on one H100, by hand: a prefill attention pass over P prompt tokens with A attended positions takes
-    32 layers x 2 x 32 heads x (128 + 128) x (A + P x row_positions) / (bf16 peak x the prefill efficiency), the
-    same whether SGLang captures the pass (0.5.23, up to 8,192 tokens: the captured form absorbs only MLA layers) or
-    not (0.5.9); the long-prompt asymptote makes a 16K-token prompt's attention run at more of the peak than a
-    1K-token one's (bench/SPEED_PROTOCOL.md, the amendment on prefill attention's per-row cost)."""
+    32 layers x 2 x 32 heads x (128 + 128) x (A + P x row_positions) / (bf16 peak x the engine's prefill efficiency),
+    the same whether SGLang captures the pass (0.5.23, up to 8,192 tokens: the captured form absorbs only MLA layers)
+    or not (0.5.9); the long-prompt asymptote makes a 16K-token prompt's attention run at more of the peak than a
+    1K-token one's; each engine at its own kernel's efficiency, llama.cpp (no table) at the generation's
+    (bench/SPEED_PROTOCOL.md, the amendments on prefill attention's per-row cost and each engine's own kernel)."""
     gpu, hopper = catalog.gpus.get("h100-sxm"), perf.generation("hopper")
     model = arch(catalog, "llama-3.1-8b")
     per_position = 32 * 2 * 32 * (128 + 128)
-    rate = gpu.dense_tflops["bf16"] * 1e12 * hopper.prefill_attention_compute_efficiency
+    peak = gpu.dense_tflops["bf16"] * 1e12
+    sglang = hopper.engines["sglang"].prefill_attention_compute_efficiency
 
-    def attention_s(prompt, release):
-        timer = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, "sglang", release=release)
+    def attention_s(prompt, release, engine="sglang"):
+        timer = replica_timer(model, "bf16", "auto", gpu, 1, 1, catalog, engine, release=release)
         return timer.step(Step(0, 0.0, prompt, causal_positions(prompt), 1))[1].attention_s
 
     for prompt in (1024, 8192):
-        by_hand = per_position * (causal_positions(prompt) + prompt * hopper.prefill_attention_row_positions) / rate
-        assert attention_s(prompt, "0.5.23") == pytest.approx(by_hand)
-        assert attention_s(prompt, "0.5.9") == pytest.approx(by_hand)
-    peak = gpu.dense_tflops["bf16"] * 1e12
+        attended = per_position * (causal_positions(prompt) + prompt * hopper.prefill_attention_row_positions)
+        assert attention_s(prompt, "0.5.23") == pytest.approx(attended / (peak * sglang))
+        assert attention_s(prompt, "0.5.9") == pytest.approx(attended / (peak * sglang))
+        for engine in ("vllm", "trtllm"):
+            own = hopper.engines[engine].prefill_attention_compute_efficiency
+            assert attention_s(prompt, None, engine) == pytest.approx(attended / (peak * own))
+        generation = hopper.prefill_attention_compute_efficiency
+        assert attention_s(prompt, None, "llama.cpp") == pytest.approx(attended / (peak * generation))
     achieved = [per_position * causal_positions(p) / attention_s(p, "0.5.23") / peak for p in (1024, 16384)]
-    assert achieved[0] < hopper.attention_compute_efficiency < achieved[1] < hopper.prefill_attention_compute_efficiency
+    assert achieved[0] < hopper.attention_compute_efficiency < achieved[1] < sglang
 
 
 def test_an_eager_prefill_pass_takes_the_hosts_launch_time_when_that_is_longer(catalog, perf):

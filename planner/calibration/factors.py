@@ -90,7 +90,9 @@ def _kernels(own: EngineKernels, f: Factors) -> EngineKernels:
                    sparse_prefill=tuple(_sparse(k, f) for k in own.sparse_prefill), indexer=_indexer(own.indexer, f),
                    gated_delta_prefill=tuple(_delta(k, f) for k in own.gated_delta_prefill),
                    mla_prefill_compute_efficiency=None if own.mla_prefill_compute_efficiency is None
-                   else own.mla_prefill_compute_efficiency / f.compute)
+                   else own.mla_prefill_compute_efficiency / f.compute,
+                   prefill_attention_compute_efficiency=None if own.prefill_attention_compute_efficiency is None
+                   else own.prefill_attention_compute_efficiency / f.compute)
 
 
 def _generation(g: GenerationEfficiency, engine: str, f: Factors) -> GenerationEfficiency:
@@ -131,7 +133,8 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
                 *(k.compute_efficiency for k in own.sparse_prefill if k.compute_efficiency is not None),
                 *((own.indexer.logits_compute_efficiency,) if own.indexer else ()),
                 *(k.compute_efficiency for k in own.gated_delta_prefill),
-                *((own.mla_prefill_compute_efficiency,) if own.mla_prefill_compute_efficiency else ())]
+                *((own.mla_prefill_compute_efficiency,) if own.mla_prefill_compute_efficiency else ()),
+                *((own.prefill_attention_compute_efficiency,) if own.prefill_attention_compute_efficiency else ())]
     return {"memory": max(LOWEST, *reads), "compute": max(LOWEST, *computes), "fixed": LOWEST,
             "communication": LOWEST}
 

@@ -213,9 +213,10 @@ class EngineKernels:
     sparse_prefill: tuple[SparsePrefillKernel, ...] = ()  # the first matching entry is the kernel the release runs
     indexer: IndexerRates | None = None
     gated_delta_prefill: tuple[DeltaPrefillKernel, ...] = ()  # the first matching entry is the one the release runs
-    # its MLA prefill kernels' FLOPs in the multi-head form, of the 16-bit peak (None: the generation's
-    # attention_compute_efficiency)
+    # its MLA prefill kernels' FLOPs in the multi-head form, and its MHA/GQA prefill kernel's, of the 16-bit peak
+    # with the generation's prefill_attention_row_positions (None: the generation's prefill_attention_compute_efficiency)
     mla_prefill_compute_efficiency: float | None = bounded(None, gt=0, le=1)
+    prefill_attention_compute_efficiency: float | None = bounded(None, gt=0, le=1)
 
     def delta_prefill_kernel(self, release: tuple[int, ...]) -> DeltaPrefillKernel | None:
         return next((k for k in self.gated_delta_prefill if k.matches(release)), None)
@@ -2005,7 +2006,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
         latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
         attention_flops_per_s=wide * generation.attention_compute_efficiency,
-        prefill_attention_flops_per_s=wide * generation.prefill_attention_compute_efficiency,
+        prefill_attention_flops_per_s=wide * (kernels.prefill_attention_compute_efficiency
+                                              or generation.prefill_attention_compute_efficiency),
         prefill_row_positions=generation.prefill_attention_row_positions,
         layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
         eager_launch_s=engine_cost.eager_launch_us * US if eager else 0.0,
