@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_hostile import cli_error, one_line_error
+from test_hostile import cli_error, fuzz, one_line_error
 
 
 from planner.catalog import price_update
@@ -542,3 +542,14 @@ def test_a_trace_of_one_token_replies_reports_tpot_zero_as_vllm_does(tmp_path):
     assert result.completed == 5
     assert (result.tpot_s.mean, result.tpot_s.p50, result.tpot_s.p99) == (0.0, 0.0, 0.0)
     assert result.ttft_s.p50 > 0
+
+
+def test_a_card_no_larger_than_the_drivers_reserve_shows_cuda_none():
+    """`--gpu-memory 23e-8\\nTB` (230 kB, bench/fuzz.py --surface cli --seed 17) left vLLM's card below the driver's
+    reserve: a negative total no batch-default tier matched (StopIteration). CUDA reports no memory of such a card;
+    every engine says it does not fit."""
+    for engine in ("vllm", "sglang", "trtllm"):
+        with fuzz.deadline(10):
+            outcome = fuzz.invoke_cli(["estimate", "qwen2.5-7b", "--engine", engine, "--gpu-memory", "23e-8\nTB"])
+        assert outcome.code == 0 and "Traceback" not in outcome.stderr, outcome.stderr[-2000:]
+        assert "does not fit" in outcome.stdout

@@ -33,8 +33,9 @@ class CudaProfile(_Strict):
     context_mib: Sourced[int]
 
     def visible_bytes(self, card_bytes: int) -> int:
-        """What CUDA reports as the card's total (nvidia-smi's total less the driver's reserve)."""
-        return card_bytes - self.driver_reserved_mib.value * MiB
+        """What CUDA reports as the card's total (nvidia-smi's total less the driver's reserve): none of a card no
+        larger than the reserve (a custom --gpu-memory can be)."""
+        return max(0, card_bytes - self.driver_reserved_mib.value * MiB)
 
     def startup_bytes(self, gpus: int, distributed_init: Sourced[int]) -> int:
         """Memory a GPU has lost before the engine allocates anything: CUDA context (+ NCCL when gpus > 1)."""
