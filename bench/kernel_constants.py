@@ -477,8 +477,11 @@ def mla_decode(gpu: Gpu, tables: Tables, engine: str) -> list[dict]:
 
         p = fit_log(model, [5e-6, 0.5, 0.5], [0, 0.01, 0.01], [1e-3, 2, 2], t)
         pred = model(p, slice(None))
+        # the rows whose compute side binds at the fit: none, and compute_eff is the fit's start, not a measurement
+        compute_rows = float(np.mean(flops / (peak * p[2]) > latent / (gpu.bw * p[1])))
         out.append(dict(gpu=gpu.system, engine=engine, kv_dtype=kv_dtype, launch_us=p[0] * 1e6,
-                        latent_eff=p[1], compute_eff=p[2], err_small=err_stats(pred, t, latent < 16e6),
+                        latent_eff=p[1], compute_eff=p[2], compute_rows=compute_rows,
+                        err_small=err_stats(pred, t, latent < 16e6),
                         err_large=err_stats(pred, t, latent >= 256e6), file=path))
     return out
 
@@ -858,8 +861,10 @@ def main() -> None:
     generation_summary("3a. Decode attention", dec, gpus, ["engine", "kv_dtype"], ["launch_us", "kv_eff"])
     mla = [r for g in with_data for e in ENGINES for r in mla_decode(g, tables, e)]
     table("3b. MLA decode (576-wide latent)", mla,
-          ["gpu", "engine", "kv_dtype", "launch_us", "latent_eff", "compute_eff", "err_small", "err_large", "file"])
-    generation_summary("3b. MLA decode", mla, gpus, ["engine", "kv_dtype"], ["launch_us", "latent_eff", "compute_eff"])
+          ["gpu", "engine", "kv_dtype", "launch_us", "latent_eff", "compute_eff", "compute_rows", "err_small", "err_large",
+           "file"])
+    generation_summary("3b. MLA decode", mla, gpus, ["engine", "kv_dtype"],
+                       ["launch_us", "latent_eff", "compute_eff", "compute_rows"])
     free = [r for g in with_data for e in ENGINES for r in prefill_attention(g, tables, e)]
     columns = ["gpu", "engine", "kind", "launch_us", "compute_eff", "row_positions", "err_all", "err_short", "err_long",
                "file"]
