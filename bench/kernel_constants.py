@@ -713,6 +713,9 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
     moe = _moe_entries(moe_rows, gpus)
     dec_df = _per_engine(dec, gpus, ["kv_dtype"], ["launch_us", "kv_eff"])
     mla_df = _per_engine(mla, gpus, ["kv_dtype"], ["latent_eff"])
+    # the MLA decode kernels' compute side, from the tables whose fit binds on it for some rows (elsewhere the fitted
+    # value is the fit's start; bench/SPEED_PROTOCOL.md, the amendment on MLA decode's compute side)
+    mla_compute = _per_engine([r for r in mla if r["compute_rows"] > 0], gpus, ["kv_dtype"], ["compute_eff"])
     for generation in sorted(set(gemm_df.generation)):
         ceiling = READ_CEILING[generation]
         # the generation's own fused-MoE entry: the median over the engines of their `moe` entries
@@ -725,6 +728,10 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
         if generation in prefill.index:
             print(f"    prefill_attention_compute_efficiency: {_number(prefill.compute_eff[generation])}\n"
                   f"    prefill_attention_row_positions: {_number(prefill.row_positions[generation])}")
+        # the generation's attention.<bits>.latent_compute_efficiency: the median over its engines that have one
+        own_compute = mla_compute[mla_compute.generation == generation].groupby("kv_dtype").compute_eff.median()
+        for kv_dtype, value in own_compute.items():
+            print(f"    # attention.{KV_BITS[kv_dtype]}: latent_compute_efficiency: {_number(value)}")
         print("    engines:")
         for engine in ENGINES:
             print(f"      {engine}:")
@@ -754,6 +761,10 @@ def print_catalog_yaml(gpus: dict, gemm_rows, moe_rows, dec, mla, pre, ar_rows) 
             for r in sel.itertuples():
                 latent = mla_df[(mla_df.generation == generation) & (mla_df.engine == engine) & (mla_df.kv_dtype == r.kv_dtype)]
                 part = f", latent_read_efficiency: {_number(min(latent.latent_eff.iloc[0], ceiling))}" if len(latent) else ""
+                computed = mla_compute[(mla_compute.generation == generation) & (mla_compute.engine == engine)
+                                       & (mla_compute.kv_dtype == r.kv_dtype)]
+                if len(computed):
+                    part += f", latent_compute_efficiency: {_number(computed.compute_eff.iloc[0])}"
                 print(f"          {KV_BITS[r.kv_dtype]}: {{launch_us: {_number(r.launch_us)}, kv_read_efficiency: "
                       f"{_number(min(r.kv_eff, ceiling))}{part}}}")
             for name, fits in (("mla_prefill_compute_efficiency", mla_prefill),

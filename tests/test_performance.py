@@ -14,6 +14,7 @@ from planner.estimator.performance import (
     ReplicaPerformance,
     Step,
     Workload,
+    _attention_flops_per_position,
     causal_positions,
     load_performance_catalog,
     replica_performance,
@@ -759,7 +760,7 @@ def test_a_fused_shared_expert_runs_inside_the_moe_kernel_in_every_pass(catalog,
 def test_mla_prefill_attention_runs_in_the_engines_multi_head_form(catalog, perf):
     """DeepSeek-V3 at TP 8 on H200, one 16,384-token prompt (past SGLang's prefill graph, so eager): vLLM and SGLang
     run an MLA layer's prefill as dense attention over per-head keys of 128 + 64 and values of 128 (2 x 16 heads x 320
-    FLOPs a position, 3.6x fewer than the absorbed form's 2 x 16 x 2 x 576), vLLM at hopper's prefill-attention
+    FLOPs a position, 3.4x fewer than the absorbed form's 2 x 16 x (576 + 512)), vLLM at hopper's prefill-attention
     efficiency (no MLA table of its own), SGLang at its own MLA tables' rate; a decode step keeps the absorbed form,
     as llama.cpp's prefill does."""
     model = arch(catalog, "deepseek-v3")
@@ -767,7 +768,7 @@ def test_mla_prefill_attention_runs_in_the_engines_multi_head_form(catalog, perf
     prompt, layers, heads = 16384, 61, 128 // 8
     positions = prompt * (prompt + 1) / 2
     peak = gpu.dense_tflops["bf16"] * 1e12
-    multi_head, absorbed = layers * 2 * heads * (192 + 128), layers * 2 * heads * 2 * 576
+    multi_head, absorbed = layers * 2 * heads * (192 + 128), layers * 2 * heads * (576 + 512)
 
     def timer(engine):
         return replica_timer(model, "fp8-block", "auto", gpu, 8, 1, catalog, engine)
@@ -781,7 +782,7 @@ def test_mla_prefill_attention_runs_in_the_engines_multi_head_form(catalog, perf
     assert prefill_attention_s("sglang") == pytest.approx(
         multi_head * attended / (peak * hopper.engines["sglang"].mla_prefill_compute_efficiency))
     for engine in ("vllm", "sglang"):
-        assert sum(flops for flops, _ in timer(engine).stages[0].attention_by_window) == pytest.approx(absorbed)
+        assert sum(flops for flops, _ in timer(engine).stages[0].decode_attention(1.0)) == pytest.approx(absorbed)
     assert perf.engine("llama.cpp").mla_prefill == "absorbed"
 
 
@@ -793,7 +794,8 @@ def test_sglang_runs_a_captured_prefill_passs_mla_layers_absorbed(catalog, perf)
     model = arch(catalog, "deepseek-v3")
     gpu, hopper = catalog.gpus.get("h200-sxm"), perf.generation("hopper")
     layers, heads, peak = 61, 128 // 8, gpu.dense_tflops["bf16"] * 1e12
-    absorbed = layers * 2 * heads * 2 * 576 / (peak * hopper.attention_compute_efficiency)
+    # the absorbed form runs SGLang's MLA decode kernel: its FLOPs at that kernel's own rate
+    absorbed = layers * 2 * heads * (576 + 512) / (peak * hopper.attention_rates(16, "sglang").latent_compute_efficiency)
     multi_head = layers * 2 * heads * (192 + 128) / (peak * hopper.engines["sglang"].mla_prefill_compute_efficiency)
 
     def attention_s(release, prompt):
@@ -806,6 +808,37 @@ def test_sglang_runs_a_captured_prefill_passs_mla_layers_absorbed(catalog, perf)
     assert attention_s("0.5.9", 2048) == pytest.approx(multi_head * (causal_positions(2048) + 2048 * rows))
     assert perf.engine("sglang").absorbed_mla_prefill_tokens(False, "0.5.23") == 8192
     assert perf.engine("sglang").absorbed_mla_prefill_tokens(True, "0.5.23") == 0  # an eager layout
+
+
+def test_mla_decode_computes_at_its_own_kernels_rate(catalog, perf):
+    """DeepSeek-V3 on 8 x H200 with DP attention 8 (all 128 heads on a rank), one sequence at 131,072 tokens: the
+    absorbed kernel's FLOPs, 2 x 128 x (576 + 512) a position over 61 layers, outrun its latent read, so the step's
+    attention is those FLOPs at the engine's own MLA decode compute efficiency (SGLang's bf16 table; vLLM, which has
+    none, the generation's median), not at attention_compute_efficiency; without a measured rate (CDNA3) the
+    generation's attention_compute_efficiency still times it. DSA layers keep their 4 x 576 count."""
+    model = arch(catalog, "deepseek-v3")
+    context, layers = 131072, 61
+    flops = layers * 2 * 128 * (576 + 512) * context
+
+    def attention_s(gpu, engine):
+        timer = replica_timer(model, "fp8-block", "auto", catalog.gpus.get(gpu), 8, 1, catalog, engine, dp=8)
+        return timer.step(Step(1, float(context)))[1].attention_s
+
+    hopper, cdna3 = perf.generation("hopper"), perf.generation("cdna3")
+    peak = catalog.gpus.get("h200-sxm").dense_tflops["bf16"] * 1e12
+    sglang, vllm = hopper.attention_rates(16, "sglang"), hopper.attention_rates(16, "vllm")
+    assert sglang.latent_compute_efficiency != hopper.attention_compute_efficiency
+    assert vllm.latent_compute_efficiency == hopper.attention[16].latent_compute_efficiency
+    for engine, rates in (("sglang", sglang), ("vllm", vllm)):
+        latent_read = layers * 576 * 2 * context / (catalog.gpus.get("h200-sxm").memory_bandwidth_gbps * 1e9
+                                                     * rates.latent_read_efficiency)
+        assert flops / (peak * rates.latent_compute_efficiency) > latent_read
+        assert attention_s("h200-sxm", engine) == pytest.approx(flops / (peak * rates.latent_compute_efficiency))
+    assert cdna3.attention_rates(16, "sglang").latent_compute_efficiency is None
+    mi300x = catalog.gpus.get("mi300x").dense_tflops["bf16"] * 1e12
+    assert attention_s("mi300x", "sglang") == pytest.approx(flops / (mi300x * cdna3.attention_compute_efficiency))
+    dsa = arch(catalog, "deepseek-v3.2").layers[0].attention
+    assert _attention_flops_per_position(dsa, 16) == 4 * 16 * dsa.latent_dim
 
 
 def _shared_gemms(model, catalog):

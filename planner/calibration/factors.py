@@ -54,9 +54,10 @@ def _kernel(rates: KernelRates, f: Factors) -> KernelRates:
 
 
 def _attention(rates: AttentionRates | EngineAttention, f: Factors) -> AttentionRates | EngineAttention:
-    latent = rates.latent_read_efficiency
+    latent, computed = rates.latent_read_efficiency, rates.latent_compute_efficiency
     return replace(rates, launch_us=rates.launch_us * f.fixed, kv_read_efficiency=rates.kv_read_efficiency / f.memory,
-                   latent_read_efficiency=None if latent is None else latent / f.memory)
+                   latent_read_efficiency=None if latent is None else latent / f.memory,
+                   latent_compute_efficiency=None if computed is None else computed / f.compute)
 
 
 def _sparse(kernel: SparsePrefillKernel, f: Factors) -> SparsePrefillKernel:
@@ -129,6 +130,8 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
     kernels = [*entry.gemm.values(), *entry.moe.values(), *own.gemm.values(), *own.moe.values(),
                *(r for rates in own.moe_kernels.values() for r in rates.values())]
     computes = [entry.attention_compute_efficiency, entry.prefill_attention_compute_efficiency,
+                *(a.latent_compute_efficiency for a in (*entry.attention.values(), *own.attention.values())
+                  if a.latent_compute_efficiency is not None),
                 *(r.compute_efficiency for r in kernels),
                 *(k.compute_efficiency for k in own.sparse_prefill if k.compute_efficiency is not None),
                 *((own.indexer.logits_compute_efficiency,) if own.indexer else ()),

@@ -20,7 +20,9 @@ sequences plus p prompt tokens):
                 each touched expert's GEMMs on the rank (their tiles' fixed cost, SM time that runs while the
                 weights stream in), the larger of that and the read; nothing per expert merely held
   attention     decode: the KV the d sequences hold (planner.estimator.memory), read once, paged caches at
-                kv_read_eff, MLA latent caches at latent_read_eff, or its FLOPs if more; prefill: causal
+                kv_read_eff, MLA latent caches at latent_read_eff, or its FLOPs if more (an absorbed MLA
+                layer's 2 x heads x (latent + kv_lora_rank) a position at the MLA decode kernel's own
+                latent_compute_eff where its table measures it); prefill: causal
                 FLOPs 2 x heads x (d_k + d_v) per attended position (PaLM, Chowdhery et al. 2022, app. B) at
                 attention_compute_eff of the 16-bit rate; an MLA layer's with its latent up-projected to per-head
                 keys and values where the engine's prefill runs it so, at its own MLA prefill rate if measured
@@ -123,6 +125,9 @@ class AttentionRates:
     launch_us: float = bounded(ge=0)
     kv_read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, paged GQA / MHA caches
     latent_read_efficiency: float = bounded(gt=0, le=1)  # of memory_bandwidth_gbps, MLA's latent cache
+    # of the 16-bit dense_tflops, the MLA decode kernel's FLOPs, where its table's fit binds on compute (None: the
+    # generation's attention_compute_efficiency; bench/SPEED_PROTOCOL.md, the amendment on MLA decode's compute side)
+    latent_compute_efficiency: float | None = bounded(None, gt=0, le=1)
 
 
 def _released_between(release: tuple[int, ...], since: str | None, until: str | None) -> bool:
@@ -232,6 +237,7 @@ class EngineAttention:
     launch_us: float = bounded(ge=0)
     kv_read_efficiency: float = bounded(gt=0, le=1)
     latent_read_efficiency: float | None = bounded(None, gt=0, le=1)
+    latent_compute_efficiency: float | None = bounded(None, gt=0, le=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,7 +314,9 @@ class GenerationEfficiency:
         if own is None:
             return median
         return AttentionRates(launch_us=own.launch_us, kv_read_efficiency=own.kv_read_efficiency,
-                              latent_read_efficiency=own.latent_read_efficiency or median.latent_read_efficiency)
+                              latent_read_efficiency=own.latent_read_efficiency or median.latent_read_efficiency,
+                              latent_compute_efficiency=own.latent_compute_efficiency
+                              or median.latent_compute_efficiency)
 
     @property
     def read_efficiencies(self) -> dict[str, float]:
@@ -854,32 +862,33 @@ class _Stage:
     head: _Gemms  # the lm_head on the last stage (its rows are the positions whose logits are computed)
     experts: _Experts
     # (FLOPs per attended position, in an MLA layer's multi-head prefill form (0: not MLA, or a DSA layer), window,
-    # whether its prefill runs the engine's dense prefill kernel: a full or sliding-window layer) per layer
-    attention: tuple[tuple[float, float, int | None, bool], ...]
+    # whether its prefill runs the engine's dense prefill kernel: a full or sliding-window layer, whether its absorbed
+    # form runs the MLA decode kernel: a dense MLA layer) per layer
+    attention: tuple[tuple[float, float, int | None, bool, bool], ...]
     # with data-parallel attention, the GEMMs of the attention-TP group (each DP group's own tokens)
     attention_body: _Gemms = _Gemms()
     sparse: _SparseLayers | None = None  # its DeepSeek Sparse Attention layers
     delta_layers: int = 0  # its Gated DeltaNet layers
     delta_token_flops: float = 0.0  # and their chunked prefill kernels' FLOPs per prompt token on one rank
 
-    @cached_property
-    def attention_by_window(self) -> tuple[tuple[float, int | None], ...]:
-        """FLOPs per attended position summed over the layers sharing a window (one term per window)."""
+    def decode_attention(self, latent_scale: float) -> tuple[tuple[float, int | None], ...]:
+        """FLOPs per attended position summed over the layers sharing a window (one term per window), scaled to the
+        attention rate: the dense MLA layers by `latent_scale` (the attention rate over the MLA decode kernel's)."""
         summed: dict[int | None, float] = {}
-        for per_position, _, window, _ in self.attention:
-            summed[window] = summed.get(window, 0.0) + per_position
+        for per_position, _, window, _, latent in self.attention:
+            summed[window] = summed.get(window, 0.0) + (per_position * latent_scale if latent else per_position)
         return tuple((flops, window) for window, flops in summed.items())
 
-    def prefill_attention(self, dense_scale: float, mla_scale: float | None, row_positions: float
-                          ) -> tuple[tuple[tuple[float, int | None], ...], float]:
-        """As attention_by_window for a prefill pass, each layer's FLOPs scaled to the attention rate: the dense layers
+    def prefill_attention(self, dense_scale: float, mla_scale: float | None, row_positions: float,
+                          latent_scale: float) -> tuple[tuple[tuple[float, int | None], ...], float]:
+        """As decode_attention for a prefill pass, each layer's FLOPs scaled to the attention rate: the dense layers
         by `dense_scale` (the attention rate over the prefill kernel's), the MLA layers in their multi-head form by
-        `mla_scale` (over the engine's MLA prefill rate; None: the engine runs them absorbed, as decode); and the
-        FLOPs each query row costs beside them, row_positions attended positions of every layer run by a prefill
-        kernel (bench/SPEED_PROTOCOL.md, the amendment on prefill attention's per-row cost)."""
+        `mla_scale` (over the engine's MLA prefill rate; None: the engine runs them absorbed, as decode, by
+        `latent_scale`); and the FLOPs each query row costs beside them, row_positions attended positions of every
+        layer run by a prefill kernel (bench/SPEED_PROTOCOL.md, the amendment on prefill attention's per-row cost)."""
         summed: dict[int | None, float] = {}
         row_flops = 0.0
-        for per_position, multi_head, window, dense in self.attention:
+        for per_position, multi_head, window, dense, latent in self.attention:
             if multi_head and mla_scale is not None:
                 flops = multi_head * mla_scale
                 row_flops += flops * row_positions
@@ -887,7 +896,7 @@ class _Stage:
                 flops = per_position * dense_scale
                 row_flops += flops * row_positions
             else:
-                flops = per_position
+                flops = per_position * latent_scale if latent else per_position
             summed[window] = summed.get(window, 0.0) + flops
         return tuple((flops, window) for window, flops in summed.items()), row_flops
 
@@ -923,8 +932,12 @@ def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> 
     if attention.kind in ("full", "sliding"):
         return 2 * heads_per_rank * (attention.k_head_dim + attention.v_head_dim)
     if attention.kind == "mla":
-        # absorbed MLA (vLLM/SGLang decode): every head scores and sums over the shared latent
-        return 2 * heads_per_rank * 2 * attention.latent_dim
+        # absorbed MLA (the engines' decode): every head scores the shared latent and sums its kv_lora_rank values, as
+        # the MLA decode kernels compute (bench/SPEED_PROTOCOL.md, the amendment on MLA decode's compute side); a DSA
+        # layer sums the whole latent, the count its sparse kernels' efficiencies were fitted on (bench/dsa_constants.py)
+        summed = attention.latent_dim if attention.index_topk or not attention.latent_value_dim \
+            else attention.latent_value_dim
+        return 2 * heads_per_rank * (attention.latent_dim + summed)
     return 0.0  # linear-attention / Mamba: constant state, no per-position attention
 
 
@@ -1087,7 +1100,8 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
         attention = tuple((_attention_flops_per_position(layer.attention, heads_per_rank),
                            _multi_head_prefill_flops_per_position(layer.attention, heads_per_rank),
                            layer.attention.window or layer.attention.index_topk or None,
-                           layer.attention.kind in ("full", "sliding")) for layer in layers)
+                           layer.attention.kind in ("full", "sliding"),
+                           layer.attention.kind == "mla" and not layer.attention.index_topk) for layer in layers)
         mla = sum(1 for layer in layers if layer.attention.kind == "mla")
         dsa = [layer.attention for layer in layers if layer.attention.kind == "mla" and layer.attention.index_topk]
         sparse = _SparseLayers(len(dsa), dsa[0].index_topk, heads_per_rank,
@@ -1182,6 +1196,7 @@ class _Hardware:
     kv_bytes_per_s: float  # decode attention reading the paged KV cache
     latent_bytes_per_s: float  # MLA decode reading the latent cache
     attention_flops_per_s: float
+    latent_flops_per_s: float  # the MLA decode kernel's FLOPs (a dense MLA layer's absorbed form)
     prefill_attention_flops_per_s: float  # a prefill attention kernel, at its long-prompt asymptote
     prefill_row_positions: float  # and each query row's fixed cost, in attended positions
     layer_fixed_s: float  # a decoder layer's small kernels and its attention kernel's launch (or llama.cpp's cycles)
@@ -1328,8 +1343,9 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
     launch_s += (counted + allreduces) * hw.graph_gap_s
     launches = (counted if eager_launches is None else eager_launches) + allreduces
     dense_scale = hw.attention_flops_per_s / hw.prefill_attention_flops_per_s
+    latent_scale = hw.attention_flops_per_s / hw.latent_flops_per_s
     return _StageCost(
-        stage.attention_by_window, kv_growing, kv_sliding, kv_state, kv_latent,
+        stage.decode_attention(latent_scale), kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
         body.wide_bytes / wide.bytes_per_s, body.wide_flops / wide.flops_per_s, wide.half_m,
         head.bytes / head_rates.bytes_per_s, (head.low_bit_flops + head.wide_flops) / head_rates.flops_per_s,
@@ -1349,8 +1365,8 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
           if hw.delta_flops_per_s and stage.delta_layers else (0.0, 0.0)),
         experts.shared,
         *stage.prefill_attention(dense_scale, hw.attention_flops_per_s / hw.mla_prefill_flops_per_s
-                                 if hw.mla_prefill_flops_per_s else None, hw.prefill_row_positions),
-        *stage.prefill_attention(dense_scale, None, hw.prefill_row_positions))
+                                 if hw.mla_prefill_flops_per_s else None, hw.prefill_row_positions, latent_scale),
+        *stage.prefill_attention(dense_scale, None, hw.prefill_row_positions, latent_scale))
 
 
 def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, float, float, float, float]:
@@ -2006,6 +2022,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         kv_bytes_per_s=bandwidth * attention.kv_read_efficiency,
         latent_bytes_per_s=bandwidth * attention.latent_read_efficiency,
         attention_flops_per_s=wide * generation.attention_compute_efficiency,
+        latent_flops_per_s=wide * (attention.latent_compute_efficiency or generation.attention_compute_efficiency),
         prefill_attention_flops_per_s=wide * (kernels.prefill_attention_compute_efficiency
                                               or generation.prefill_attention_compute_efficiency),
         prefill_row_positions=generation.prefill_attention_row_positions,

@@ -68,6 +68,7 @@ class Attention:
     v_head_dim: int = 0
     window: int | None = None  # sliding / chunked layers: tokens held at most
     latent_dim: int = 0  # MLA: kv_lora_rank + qk_rope_head_dim values per token, shared by all heads
+    latent_value_dim: int = 0  # MLA: kv_lora_rank, the latent values an absorbed head sums (the rotary part it does not)
     state_elements: int = 0  # linear-attention / Mamba: constant state per sequence
     # the convolution-window values within state_elements (the rest is the recurrent state): engines hold the two
     # parts in different dtypes (vLLM v0.19 mamba_utils.py MambaStateDtypeCalculator: conv first, then temporal)

@@ -38,8 +38,8 @@ def mla_cache(c: Config, **indexer: int) -> Attention:
     """What an MLA layer caches (the latent and its rotary key, shared by every head) and the per-head key and value
     the latent is up-projected to where the engines run its prefill as multi-head attention."""
     rope_dim = c.int("qk_rope_head_dim")
-    return Attention("mla", latent_dim=c.int("kv_lora_rank") + rope_dim, k_head_dim=c.int("qk_nope_head_dim") + rope_dim,
-                     v_head_dim=c.int("v_head_dim"), **indexer)
+    return Attention("mla", latent_dim=c.int("kv_lora_rank") + rope_dim, latent_value_dim=c.int("kv_lora_rank"),
+                     k_head_dim=c.int("qk_nope_head_dim") + rope_dim, v_head_dim=c.int("v_head_dim"), **indexer)
 
 
 def dsa_indexer(c: Config, hidden: int) -> list[Tensor]:
