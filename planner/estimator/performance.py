@@ -502,6 +502,10 @@ class EngineCost:
     layer_kernels: int = bounded(ge=0)
     moe_layer_kernels: int = bounded(ge=0)
     mla_layer_kernels: int = bounded(ge=0)
+    # the generations where it quantizes a W8A8 / W4A4 GEMM's activations in a kernel of its own that their GEMM
+    # tables do not time (bench/SPEED_PROTOCOL.md, the amendment on the activation quantization AITER's GEMM tables
+    # leave out): one more kernel at the kernel floor per such GEMM
+    untimed_activation_quant: tuple[str, ...] = ()
     # an engine whose fixed costs were measured per layer in clock cycles instead (llama.cpp: its launches run
     # ahead of the GPU and its kernels are its own), replacing the kernel launches and floors above; 0: none
     per_layer_kilocycles: float = bounded(0.0, ge=0)
@@ -712,6 +716,10 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
                 raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].{field} {value:g} is above "
                                         f"its measured read_ceiling {generation.read_ceiling:g}; lower it to at most that")
     for engine in catalog.engines:
+        unknown = sorted(set(engine.untimed_activation_quant) - {g.name for g in catalog.generations})
+        if unknown:
+            raise PlannerInputError(f"catalog {path.name}: engines[{engine.name}].untimed_activation_quant names "
+                                    f"{', '.join(unknown)}, no generation of this catalog; name its generations")
         measured = {name for g in catalog.generations for own in (g.engines.get(engine.name),) if own
                     for name in (own.moe_kernel, *own.moe_kernels) if name}
         for i, rule in enumerate(engine.moe_kernel_rules):
@@ -1202,6 +1210,8 @@ class _Hardware:
     layer_fixed_s: float  # a decoder layer's small kernels and its attention kernel's launch (or llama.cpp's cycles)
     moe_layer_fixed_s: float  # a MoE layer's kernels its fused MoE kernel's measured time leaves out (routing, sort)
     mla_layer_fixed_s: float  # an MLA layer's extra kernels
+    # a low-bit GEMM's activation quantization where it is a kernel the GEMM tables do not time (0: none, or timed)
+    activation_quant_s: float
     # host seconds per kernel launched in an eager prefill pass (0: the engine graphs this layout's prefill), and the
     # kernels a decoder layer, a MoE layer's routing and an MLA layer launch besides its GEMMs
     eager_launch_s: float
@@ -1330,13 +1340,15 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
     body, head, experts, attention = stage.body, stage.head, stage.experts, stage.attention_body
     low, wide = hw.low_bit, hw.wide
     head_rates = low if head.low_bit_bytes else wide  # the lm_head is one tensor: in one format
+    low_bit_kernels = body.low_bit_kernels + attention.low_bit_kernels + head.low_bit_kernels
+    quantized = low_bit_kernels if hw.activation_quant_s else 0  # their activations' own quantization kernels
     launch_s = (stage.layers * hw.layer_fixed_s + experts.layers * (hw.moe_layer_fixed_s + hw.moe.launch_s)
                 + stage.mla_layers * hw.mla_layer_fixed_s + (body.low_bit_kernels + attention.low_bit_kernels) * low.launch_s
                 + (body.wide_kernels + attention.wide_kernels) * wide.launch_s
-                + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s)
+                + (head.low_bit_kernels + head.wide_kernels) * head_rates.launch_s + quantized * hw.activation_quant_s)
     counted = (stage.layers * hw.layer_launches + experts.layers * hw.moe_layer_launches
-               + stage.mla_layers * hw.mla_layer_launches + body.low_bit_kernels + attention.low_bit_kernels
-               + body.wide_kernels + attention.wide_kernels + head.low_bit_kernels + head.wide_kernels)
+               + stage.mla_layers * hw.mla_layer_launches + low_bit_kernels + quantized
+               + body.wide_kernels + attention.wide_kernels + head.wide_kernels)
     allreduces = ALLREDUCES_PER_LAYER * stage.layers * (hw.tp > 1) + stage.layers * hw.norm_allreduces
     # the graph's gap after every kernel of section 1's count, in every pass (the stage's fixed time serves them all;
     # an eager pass's host time, over its own count at eager_launch_s each, is far above it)
@@ -2027,6 +2039,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
                                               or generation.prefill_attention_compute_efficiency),
         prefill_row_positions=generation.prefill_attention_row_positions,
         layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
+        activation_quant_s=floor_s if low_bit_format != WIDE_FORMAT and not cycles
+        and generation.name in engine_cost.untimed_activation_quant else 0.0,
         eager_launch_s=engine_cost.eager_launch_us * US if eager else 0.0,
         # each layer's attention kernel and its small kernels; a MoE layer's routing kernels and its fused MoE kernel
         layer_launches=engine_cost.layer_kernels + 1,
