@@ -958,29 +958,34 @@ def test_sglang_on_cdna3_quantizes_each_w8a8_gemms_activations_in_a_kernel_the_t
     """AITER's GEMM tables time a W8A8 GEMM on activations quantized before the timed call, and SGLang on ROCm launches
     that quantization as its own kernel before every such GEMM (SPEED_PROTOCOL, the amendment on the activation
     quantization AITER's GEMM tables leave out): Llama-3.1-8B in FP8 at batch 1 on one MI300X launches 4 FP8 GEMMs a
-    layer, so 32 x 4 more kernels, each at CDNA3's kernel floor and the graph's gap after it. Not where the tables
-    time it (NVIDIA), not where the engine is not listed (vLLM, and SGLang on CDNA4), not for 16-bit GEMMs."""
+    layer, so 32 x 4 more kernels, each at CDNA3's kernel floor and the graph's gap after it; on CDNA4 too, except for
+    the models whose gfx950 code fuses it into the norm (DeepSeek-V3). Not where the tables time it (NVIDIA), not
+    where the engine is not listed (vLLM), not for 16-bit GEMMs."""
     cdna3, model = perf.generation("cdna3"), arch(catalog, "llama-3.1-8b")
-    assert perf.engine("sglang").untimed_activation_quant == ("cdna3",)
 
-    def launches(gpu, engine, precision="fp8", untimed=True):
+    def launches(gpu, engine, precision="fp8", untimed=True, model=model, tp=1):
         performance = perf if untimed else replace(perf, engines=tuple(
             replace(e, untimed_activation_quant=()) for e in perf.engines))
-        return replica_performance(model, precision, "auto", catalog.gpus.get(gpu), 1, 1, 1, CHAT, catalog, engine,
+        return replica_performance(model, precision, "auto", catalog.gpus.get(gpu), tp, 1, 1, CHAT, catalog, engine,
                                    performance).decode.kernel_launch_s
 
-    quantized = model.num_layers * 4 * (cdna3.kernel_floor_us + cdna3.graph_gap_us) * 1e-6
-    assert launches("mi300x", "sglang") - launches("mi300x", "sglang", untimed=False) == pytest.approx(quantized)
-    for gpu, engine, precision in (("mi300x", "vllm", "fp8"), ("mi355x", "sglang", "fp8"), ("h100-sxm", "sglang", "fp8"),
-                                   ("mi300x", "sglang", "bf16")):
+    for gpu, generation in (("mi300x", cdna3), ("mi355x", perf.generation("cdna4"))):
+        quantized = model.num_layers * 4 * (generation.kernel_floor_us + generation.graph_gap_us) * 1e-6
+        assert launches(gpu, "sglang") - launches(gpu, "sglang", untimed=False) == pytest.approx(quantized)
+    for gpu, engine, precision in (("mi300x", "vllm", "fp8"), ("h100-sxm", "sglang", "fp8"), ("mi300x", "sglang", "bf16")):
         assert launches(gpu, engine, precision) == launches(gpu, engine, precision, untimed=False)
+    deepseek = arch(catalog, "deepseek-v3")
+    assert (launches("mi355x", "sglang", "fp8-block", model=deepseek, tp=8)
+            == launches("mi355x", "sglang", "fp8-block", untimed=False, model=deepseek, tp=8))
+    assert (launches("mi300x", "sglang", "fp8-block", model=deepseek, tp=8)
+            > launches("mi300x", "sglang", "fp8-block", untimed=False, model=deepseek, tp=8))
 
 
 def test_the_activation_quantization_names_only_generations_of_its_catalog(tmp_path):
     """A catalog whose engine lists a generation it does not hold gets the one-line error naming the field."""
     text = (Path(catalog_dir()) / "performance.yaml").read_text()
-    (tmp_path / "performance.yaml").write_text(text.replace("untimed_activation_quant: [cdna3]",
-                                                            "untimed_activation_quant: [cdna9]"))
+    (tmp_path / "performance.yaml").write_text(text.replace("      - generations: [cdna4]\n",
+                                                            "      - generations: [cdna9]\n", 1))
     with pytest.raises(PlannerInputError, match=r"engines\[sglang\]\.untimed_activation_quant names cdna9"):
         load_performance_catalog(str(tmp_path))
 

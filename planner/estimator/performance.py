@@ -449,6 +449,20 @@ class EagerKernels:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ActivationQuantRule:
+    """GPU generations whose GEMM tables time a W8A8 / W4A4 GEMM without the activation quantization the engine
+    launches before it in a kernel of its own, for every model type but those whose model code fuses it elsewhere
+    (bench/SPEED_PROTOCOL.md, the amendments on the activation quantization AITER's GEMM tables leave out)."""
+
+    generations: tuple[str, ...]
+    except_model_types: tuple[str, ...] = ()
+    source: str
+
+    def matches(self, generation: str, model_type: str) -> bool:
+        return generation in self.generations and model_type not in self.except_model_types
+
+
+@dataclass(frozen=True, kw_only=True)
 class LayerAllReduceRule:
     """All-reduces a layer of these model types adds over its attention-TP ranks at the releases named (a
     normalisation over a TP-sharded width: its per-token sums), besides section 1's two of the activations."""
@@ -502,10 +516,9 @@ class EngineCost:
     layer_kernels: int = bounded(ge=0)
     moe_layer_kernels: int = bounded(ge=0)
     mla_layer_kernels: int = bounded(ge=0)
-    # the generations where it quantizes a W8A8 / W4A4 GEMM's activations in a kernel of its own that their GEMM
-    # tables do not time (bench/SPEED_PROTOCOL.md, the amendment on the activation quantization AITER's GEMM tables
-    # leave out): one more kernel at the kernel floor per such GEMM
-    untimed_activation_quant: tuple[str, ...] = ()
+    # where it quantizes a W8A8 / W4A4 GEMM's activations in a kernel of its own that the generation's GEMM tables do
+    # not time: one more kernel at the kernel floor per such GEMM (the first rule that matches; none: 0)
+    untimed_activation_quant: tuple[ActivationQuantRule, ...] = ()
     # an engine whose fixed costs were measured per layer in clock cycles instead (llama.cpp: its launches run
     # ahead of the GPU and its kernels are its own), replacing the kernel launches and floors above; 0: none
     per_layer_kilocycles: float = bounded(0.0, ge=0)
@@ -716,7 +729,8 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
                 raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].{field} {value:g} is above "
                                         f"its measured read_ceiling {generation.read_ceiling:g}; lower it to at most that")
     for engine in catalog.engines:
-        unknown = sorted(set(engine.untimed_activation_quant) - {g.name for g in catalog.generations})
+        unknown = sorted({name for rule in engine.untimed_activation_quant for name in rule.generations}
+                         - {g.name for g in catalog.generations})
         if unknown:
             raise PlannerInputError(f"catalog {path.name}: engines[{engine.name}].untimed_activation_quant names "
                                     f"{', '.join(unknown)}, no generation of this catalog; name its generations")
@@ -2039,8 +2053,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
                                               or generation.prefill_attention_compute_efficiency),
         prefill_row_positions=generation.prefill_attention_row_positions,
         layer_fixed_s=layer_s, moe_layer_fixed_s=moe_layer_s, mla_layer_fixed_s=mla_layer_s,
-        activation_quant_s=floor_s if low_bit_format != WIDE_FORMAT and not cycles
-        and generation.name in engine_cost.untimed_activation_quant else 0.0,
+        activation_quant_s=floor_s if low_bit_format != WIDE_FORMAT and not cycles and any(
+            rule.matches(generation.name, arch.model_type) for rule in engine_cost.untimed_activation_quant) else 0.0,
         eager_launch_s=engine_cost.eager_launch_us * US if eager else 0.0,
         # each layer's attention kernel and its small kernels; a MoE layer's routing kernels and its fused MoE kernel
         layer_launches=engine_cost.layer_kernels + 1,
