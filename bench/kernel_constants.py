@@ -79,11 +79,17 @@ MOE_KERNEL_NAMES = {"sglang_fused_moe_triton": "triton", "sglang_flashinfer_trtl
 # w4a16_mxfp4: weight-only MXFP4 experts (4-bit values and one 8-bit scale per 32: 4.25 bits), computed in 16 bits
 # a routed row's activations between the fused MoE's kernels: 16-bit (the engines' bf16 activations)
 ACTIVATION_BYTES = 2
-BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5, "w4a16_mxfp4": 4.25 / 8}
+# w4a8_mxfp4_mxfp8: MXFP4 experts on MXFP8 activations (DeepSeek-V4's experts on Blackwell), at the FP8 rate: the
+# mixed FP8 x FP4 MMA runs at it (bench/SPEED_PROTOCOL.md, the amendment on DeepSeek-V4's mixed precision)
+BYTES_PER_WEIGHT = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5, "w4a16_mxfp4": 4.25 / 8,
+                    "w4a8_mxfp4_mxfp8": 4.25 / 8}
 CATALOG_PEAK = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "bf16",
-                "int4_wo": "bf16"}
+                "int4_wo": "bf16", "w4a8_mxfp4_mxfp8": "fp8"}
 AIC_PEAK = {"bfloat16": "bfloat16_tc_flops", "fp8": "fp8_tc_flops", "fp8_block": "fp8_tc_flops", "nvfp4": "fp4_tc_flops",
-            "w4a16_mxfp4": "bfloat16_tc_flops", "int4_wo": "bfloat16_tc_flops"}
+            "w4a16_mxfp4": "bfloat16_tc_flops", "int4_wo": "bfloat16_tc_flops", "w4a8_mxfp4_mxfp8": "fp8_tc_flops"}
+# MoE formats whose runner no moe_kernel rule chooses: compute capability fixes int4's, DeepSeek-V4's own override
+# (SGLang 0.5.23 arg_groups/model_overrides/deepseek_v4.py) the w4a8 one's
+RUNNER_FIXED_DTYPES = ("int4_wo", "w4a8_mxfp4_mxfp8")
 # int4_wo: group-quantized integer 4-bit experts (Marlin's int4 path; FlashInfer's TRT-LLM MoE on SGLang 10.x), computed
 # in 16 bits, a 16-bit scale per group. Fused-MoE tables only (bench/SPEED_PROTOCOL.md, the amendment on integer
 # experts' own tables). The collectors time each case's own group size from vLLM 0.24.0 (collector d5bad971c) and
@@ -645,7 +651,7 @@ def generation_summary(title: str, rows: list[dict], gpus: dict, by: list[str], 
 
 # catalogs/performance.yaml's kernel formats and the tables' dtypes; the read ceilings every read is capped at
 CATALOG_FORMAT = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "fp4", "w4a16_mxfp4": "w4a16",
-                  "int4_wo": "w4a16-int4"}
+                  "int4_wo": "w4a16-int4", "w4a8_mxfp4_mxfp8": "w4a8"}
 KV_BITS = {"bfloat16": 16, "fp8": 8}
 # (cdna3: BabelStream HIP on MI300X, catalogs/performance.yaml's read_ceiling_source; cdna4 has no streaming
 # measurement and borrows it: bench/aiter_constants.py)
@@ -681,7 +687,7 @@ def _moe_entries(moe_rows: list[dict], gpus: dict) -> dict:
         entry = out.setdefault((generation, engine), {"kernel": None, "moe": {}, "alternatives": {}})
         main = rows[rows.primary].name.mode().iloc[0]
         entry["moe"][dtype] = rows[rows.name == main][values].median()
-        if dtype != "int4_wo":  # its runner is fixed by compute capability, no rule chooses it (SPEED_PROTOCOL)
+        if dtype not in RUNNER_FIXED_DTYPES:  # no rule chooses their runner (SPEED_PROTOCOL)
             entry.setdefault("mains", set()).add(main)
         elif main in MOE_KERNEL_NAMES.values():  # the label does not name it: listed under its own name as well
             entry["alternatives"].setdefault(main, {})[dtype] = entry["moe"][dtype]

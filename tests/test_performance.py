@@ -1373,3 +1373,60 @@ def test_a_decode_step_reads_and_writes_back_each_recurrent_state(catalog, perf)
     read = 32 * (cost.kv_growing * 4096 + cost.kv_state)
     assert terms.kv_bytes == read  # what the step reads, as before
     assert terms.attention_s == pytest.approx((read + 32 * cost.kv_state) / cost.kv_bytes_per_s)
+
+
+def test_deepseek_v4_times_its_dense_layers_as_fp8_block_and_its_experts_on_their_own_kernel(catalog, perf):
+    """DeepSeek-V4's released weights (block-FP8 dense layers, MXFP4 experts): the dense GEMMs at the FP8 peak on the
+    fp8-block tables wherever the engine runs fp8-block natively; the experts on the kernel the engine runs them with
+    on the generation: FP4 x FP4 on CDNA4 (SGLang's AITER path), MXFP4 x MXFP8 (w4a8, the FP8 peak) on Blackwell,
+    and the weight-only MXFP4 kernel at the 16-bit peak on Hopper."""
+    model = arch(catalog, "deepseek-v4-pro")
+
+    def rates(gpu, engine="sglang"):
+        card = catalog.gpus.get(gpu)
+        hw = replica_timer(model, "auto", "auto", card, 8, 1, catalog, engine).hw
+        generation = perf.generation(card.generation)
+        return hw, generation, card.dense_tflops
+
+    hw, cdna4, peak = rates("mi355x")
+    assert hw.low_bit.flops_per_s == pytest.approx(peak["fp8"] * 1e12 * cdna4.gemm_rates("fp8-block", "sglang")
+                                                   .compute_efficiency)
+    assert hw.moe.flops_per_s == pytest.approx(peak["fp4"] * 1e12 * cdna4.moe_rates("fp4", "sglang").compute_efficiency)
+    assert hw.activation_quant_s > 0  # SGLang quantizes each FP8 GEMM's activations in a kernel of its own there
+
+    hw, blackwell, peak = rates("b200")
+    w4a8 = blackwell.moe_rates("w4a8", "sglang", hw.moe_kernel)
+    assert w4a8 is not blackwell.moe_rates("bf16", "sglang", hw.moe_kernel)
+    assert hw.moe.flops_per_s == pytest.approx(peak["fp8"] * 1e12 * w4a8.compute_efficiency)
+    assert hw.low_bit.flops_per_s == pytest.approx(peak["fp8"] * 1e12 * blackwell.gemm_rates("fp8-block", "sglang")
+                                                   .compute_efficiency)
+
+    hw, hopper, peak = rates("h200-sxm")
+    assert hw.low_bit.flops_per_s == pytest.approx(peak["fp8"] * 1e12 * hopper.gemm_rates("fp8-block", "sglang")
+                                                   .compute_efficiency)
+    assert hw.moe.flops_per_s == pytest.approx(peak["bf16"] * 1e12 * hopper.moe_rates("w4a16", "sglang")
+                                               .compute_efficiency)
+
+
+def test_a_mixed_precisions_experts_have_a_rule_on_every_generation_an_engine_runs_them_natively(catalog, perf):
+    """A generation some engine's precision_support row lists native for a precision with experts rules must have
+    one: without it the experts would fall back to the weight-only kernel the engine does not run there."""
+    for compute in (p for p in perf.precisions if p.experts):
+        for engine in catalog.kernels:
+            for row in (r for r in engine.precisions if r.name == compute.name):
+                missing = [g for g in row.native if compute.experts_on(g) is None]
+                assert not missing, f"{engine.name} runs {compute.name} natively on {missing}: add an experts rule"
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("    dense_as: fp8-block\n", "    dense_as: fp9-block\n", r"precisions\[fp8-block-mxfp4-experts\]\.dense_as 'fp9-block'"),
+    ("      - generations: [cdna4]\n        tensor_core_format: fp4\n",
+     "      - generations: [cdna9]\n        tensor_core_format: fp4\n",
+     r"precisions\[fp8-block-mxfp4-experts\]\.experts names cdna9"),
+])
+def test_a_mixed_precisions_entry_names_only_what_its_catalog_holds(tmp_path, old, new, message):
+    text = (Path(catalog_dir()) / "performance.yaml").read_text()
+    assert text.count(old) == 1
+    (tmp_path / "performance.yaml").write_text(text.replace(old, new))
+    with pytest.raises(PlannerInputError, match=message):
+        load_performance_catalog(str(tmp_path))

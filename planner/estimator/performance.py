@@ -633,6 +633,17 @@ class InterconnectCost:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExpertCompute:
+    """The formats a mixed precision's routed experts compute in on these generations, where the engine runs the
+    precision natively (precision_support.yaml); elsewhere they take the precision's weight-only MoE kernel."""
+
+    generations: tuple[str, ...]
+    tensor_core_format: str  # a key of Gpu.dense_tflops: the rate of the experts' MMA
+    kernel_format: str  # the key of their fused-MoE kernel's measurements (GenerationEfficiency.moe)
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class PrecisionCompute:
     """The tensor-core format in which a low-bit precision computes, where the GPU has it natively (None: a
     weight-only precision, which no GPU computes in)."""
@@ -640,6 +651,11 @@ class PrecisionCompute:
     name: str
     tensor_core_format: str | None = None  # a key of Gpu.dense_tflops
     kernel_format: str | None = None  # the key of its kernels' measurements (GenerationEfficiency.gemm / moe)
+    # a mixed precision's dense layers: the precision they run as (its entry, and its engine support, time them)
+    dense_as: str | None = None
+    # a mixed precision's routed experts, by generation (bench/SPEED_PROTOCOL.md, the amendment on DeepSeek-V4's
+    # mixed precision)
+    experts: tuple[ExpertCompute, ...] = ()
     # the MoE kernel format of its weight-only path (4-bit weights read, 16-bit compute), where measured
     weight_only_format: str | None = None
     # where no table measures weight_only_format: the nearest measured kernel of the same kind
@@ -650,6 +666,9 @@ class PrecisionCompute:
     def weight_only_formats(self) -> tuple[str, ...]:
         """The weight-only MoE formats to time its experts on, the kernel that runs them first."""
         return tuple(f for f in (self.weight_only_format, self.weight_only_nearest) if f)
+
+    def experts_on(self, generation: str) -> ExpertCompute | None:
+        return next((rule for rule in self.experts if generation in rule.generations), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -728,6 +747,16 @@ def load_performance_catalog(directory: str | None = None) -> PerformanceCatalog
             if value > generation.read_ceiling:
                 raise PlannerInputError(f"catalog {path.name}: generations[{generation.name}].{field} {value:g} is above "
                                         f"its measured read_ceiling {generation.read_ceiling:g}; lower it to at most that")
+    for precision in catalog.precisions:
+        if precision.dense_as is not None and (precision.dense_as == precision.name
+                                               or catalog.precision(precision.dense_as) is None):
+            raise PlannerInputError(f"catalog {path.name}: precisions[{precision.name}].dense_as "
+                                    f"{precision.dense_as!r} is no other entry of precisions; name one")
+        unknown = sorted({name for rule in precision.experts for name in rule.generations}
+                         - {g.name for g in catalog.generations})
+        if unknown:
+            raise PlannerInputError(f"catalog {path.name}: precisions[{precision.name}].experts names "
+                                    f"{', '.join(unknown)}, no generation of this catalog; name its generations")
     for engine in catalog.engines:
         unknown = sorted({name for rule in engine.untimed_activation_quant for name in rule.generations}
                          - {g.name for g in catalog.generations})
@@ -1598,8 +1627,22 @@ def _low_bit_format(gpu: Gpu, precision: Precision, wide: float, performance: Pe
     runs it natively on this GPU (`native`, Catalog.support), else the 16-bit rate and kernels (weight-only kernels
     dequantize and compute in 16 bits)."""
     compute = performance.precision(precision.name)
+    if compute is not None and compute.dense_as is not None:
+        compute = performance.precision(compute.dense_as)
     rate = _rate(gpu, compute.tensor_core_format) if compute and compute.tensor_core_format and native else None
     return (rate, compute.kernel_format or WIDE_FORMAT) if rate and compute else (wide, WIDE_FORMAT)
+
+
+def _expert_format(gpu: Gpu, compute: PrecisionCompute | None, native: bool, low_bit: tuple[float, str],
+                   wide: float) -> tuple[float, str]:
+    """(peak FLOP/s, MoE kernel format) of low-bit routed experts: a mixed precision's own experts rule where the
+    engine runs the precision natively on this GPU, the 16-bit rate and kernels where it does not (its weight-only
+    kernel then takes them); any other precision's experts compute as its dense layers do (`low_bit`)."""
+    if compute is None or not compute.experts:
+        return low_bit
+    rule = compute.experts_on(gpu.generation) if native else None
+    rate = _rate(gpu, rule.tensor_core_format) if rule else None
+    return (rate, rule.kernel_format) if rule and rate else (wide, WIDE_FORMAT)
 
 
 class Step(NamedTuple):
@@ -1836,8 +1879,12 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     engine_name = performance.engine(engine).name
     kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
     native = catalog.support(engine, prec, gpu).native
-    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, native, tp // dp, release, pp,
-                               prefix_cache, moe_kernel)
+    compute = performance.precision(prec.name)
+    # a mixed precision's dense layers run as the precision they are stored in does on this engine and GPU
+    dense_native = catalog.support(engine, catalog.precisions.get(compute.dense_as), gpu).native \
+        if compute is not None and compute.dense_as is not None else native
+    hw, generation = _hardware(gpu, arch, prec, tp, performance, engine_name, kv_bits, dense_native, tp // dp, release,
+                               pp, prefix_cache, moe_kernel, experts_native=native)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
@@ -1961,11 +2008,13 @@ def moe_kernel_refusal(arch: Architecture, precision: str, gpu: Gpu, catalog: Ca
 
 def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performance: PerformanceCatalog,
               engine: str, kv_bits: int, native: bool, attention_tp: int | None = None, release: str | None = None,
-              pp: int = 1, prefix_cache: bool = True, stated_kernel: str | None = None
+              pp: int = 1, prefix_cache: bool = True, stated_kernel: str | None = None, experts_native: bool = False
               ) -> tuple[_Hardware, GenerationEfficiency]:
-    """`attention_tp`: the attention-TP group's size under data-parallel attention (tp without it); `release`: the
-    engine's release, for the fused-MoE kernel it picks and whether it graphs prefill (None: its default release);
-    `stated_kernel`: the fused-MoE kernel the engine was told to run (None: the one its release picks)."""
+    """`native`: the engine runs the dense layers' format natively on this GPU, `experts_native`: a mixed precision's
+    experts' (PrecisionCompute.experts); `attention_tp`: the attention-TP group's size under data-parallel attention
+    (tp without it); `release`: the engine's release, for the fused-MoE kernel it picks and whether it graphs prefill
+    (None: its default release); `stated_kernel`: the fused-MoE kernel the engine was told to run (None: the one its
+    release picks)."""
     generation = performance.generation(gpu.generation)
     engine_cost = performance.engine(engine)
 
@@ -1996,8 +2045,9 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe_layer_s, mla_layer_s = engine_cost.moe_layer_kernels * floor_s, engine_cost.mla_layer_kernels * floor_s
     expert = next((t for layer in arch.layers for t in layer.tensors if t.role == "expert" and len(t.shape) == 2), None)
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
-    expert_format = low_bit_format if expert_low_bit else WIDE_FORMAT
     weight_only = performance.precision(prec.name)
+    expert_rate, expert_format = _expert_format(gpu, weight_only, experts_native, (low_bit_rate, low_bit_format), wide) \
+        if expert_low_bit else (wide, WIDE_FORMAT)
     picked = (stated_kernel or engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release)) \
         if expert is not None else None
     moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked) if expert is not None else None
@@ -2040,7 +2090,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
     return _Hardware(
         low_bit=rates(generation.gemm_rates(low_bit_format, engine), low_bit_rate),
         wide=rates(generation.gemm_rates(WIDE_FORMAT, engine), wide),
-        moe=rates(moe, low_bit_rate if expert_low_bit else wide),
+        moe=rates(moe, expert_rate),
         # llama.cpp's cycles hold its MoE mat-vec kernels' fixed costs, as they hold its launches
         moe_column_s=0.0 if cycles else moe.column_ps * 1e-12,
         moe_activation_passes=0.0 if cycles else moe.activation_passes,
