@@ -2045,21 +2045,21 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         moe_layer_s, mla_layer_s = engine_cost.moe_layer_kernels * floor_s, engine_cost.mla_layer_kernels * floor_s
     expert = next((t for layer in arch.layers for t in layer.tensors if t.role == "expert" and len(t.shape) == 2), None)
     expert_low_bit = expert is not None and _is_low_bit(expert, expert.shape, prec)
-    weight_only = performance.precision(prec.name)
-    expert_rate, expert_format = _expert_format(gpu, weight_only, experts_native, (low_bit_rate, low_bit_format), wide) \
+    compute = performance.precision(prec.name)
+    expert_rate, expert_format = _expert_format(gpu, compute, experts_native, (low_bit_rate, low_bit_format), wide) \
         if expert_low_bit else (wide, WIDE_FORMAT)
     picked = (stated_kernel or engine_cost.moe_kernel(gpu.name, arch.model_type, prec.name, release)) \
         if expert is not None else None
     moe_kernel = generation.moe_kernel_timed(expert_format, engine, picked) if expert is not None else None
     timed_by = generation
-    if expert_low_bit and expert_format == WIDE_FORMAT and weight_only and weight_only.weight_only_format \
+    if expert_low_bit and expert_format == WIDE_FORMAT and compute and compute.weight_only_format \
             and not cycles:
         # the engine's weight-only MoE kernel, at the 16-bit peak (llama.cpp's own mat-vec kernels are in its cycles);
         # a measured generation whose tables lack it borrows the default generation's, as a GPU without tables does
         # (bench/SPEED_PROTOCOL.md, the borrowed weight-only amendment)
         default = performance.generation("default")
         timed_by, weight_only_format = next(
-            ((g, f) for g in (generation, default) for f in weight_only.weight_only_formats if g.measures_moe(f, engine)),
+            ((g, f) for g in (generation, default) for f in compute.weight_only_formats if g.measures_moe(f, engine)),
             (None, None))
         if timed_by is not None:
             expert_format = weight_only_format
