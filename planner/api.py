@@ -483,7 +483,7 @@ def _fit_calibration(runs: Sequence[MeasuredRun], arch: Architecture, card: Gpu,
         return run_benchmark(timer, scheduler, replay_run(run))
 
     files = {r.file: r.sha256 for r in runs}
-    resolved, resolved_kv = _resolved_dtypes(catalog, arch, precision, kv_dtype)
+    resolved, resolved_kv = _resolved_dtypes(catalog, arch, precision, kv_dtype, engine)
     fitted_on = FittedOn(
         model=arch.name, gpu=card.name, generation=generation, engine=profile,
         engine_versions=tuple(sorted({r.engine_version for r in runs if r.engine_version}))
@@ -629,12 +629,14 @@ def _check_runs(replica: Replica, context: int, batch: int, precision: str, kv_d
                                 "add GPUs (--tp / --pp)")
 
 
-def _resolved_dtypes(catalog: Catalog, arch: Architecture, precision: str, kv_dtype: str) -> tuple[str, str]:
-    """The catalog precision and KV dtype `precision` / `kv_dtype` (or `auto`: the checkpoint's) name for `arch`."""
-    from planner.model.precision import resolve_kv_dtype
+def _resolved_dtypes(catalog: Catalog, arch: Architecture, precision: str, kv_dtype: str, engine: str
+                     ) -> tuple[str, str]:
+    """The catalog precision and KV dtype `precision` / `kv_dtype` (or `auto`: the checkpoint's, the cache dtype
+    `engine` stores for `auto`) name for `arch`."""
+    from planner.estimator.engines.registry import resolve_engine_kv_dtype
 
     resolved = resolve_precision(catalog, arch, precision)
-    return resolved.name, catalog.kv_dtypes.get(resolve_kv_dtype(arch, resolved, kv_dtype)).name
+    return resolved.name, catalog.kv_dtypes.get(resolve_engine_kv_dtype(engine, arch, resolved, kv_dtype)).name
 
 
 def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, precision: str, kv_dtype: str,
@@ -670,7 +672,7 @@ def _replica(model: str, gpu: str, gpus: int | None, tp: int | None, pp: int, pr
     if calibration is not None:
         from planner.calibration.calibrate import TimedReplica
 
-        resolved, resolved_kv = _resolved_dtypes(catalog, arch, precision, kv_dtype)
+        resolved, resolved_kv = _resolved_dtypes(catalog, arch, precision, kv_dtype, name)
         coverage = calibration.coverage(TimedReplica(
             model=arch.name, gpu=card.name, generation=card.generation, engine=profile, tp=tp, pp=pp,
             precision=resolved, kv_dtype=resolved_kv, ep=ep, dp=dp, moe_kernel=moe_kernel, release=engine_version,

@@ -104,3 +104,40 @@ def test_fp8_block_on_request_is_the_old_overstatement(catalog):
     fp8 = estimate_memory(arch, Request(context=8192, precision="fp8-block"), catalog).weights_bytes
     # the experts at 8 bits + fp32 block scales instead of 4.25 bits: the ~1.8x the old auto reported
     assert 1.8 < fp8 / mixed < 1.9
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_auto_kv_is_the_fp8_cache_the_engine_stores_deepseek_v4_in(catalog, engine):
+    """SGLang turns `auto` into fp8_e4m3 for DeepSeek-V4 and vLLM's FlashMLA path asserts an FP8 cache: `auto` is FP8
+    on both, while a stated dtype stays as stated, the planning margin and other models keep the compute dtype."""
+    from planner.estimator.engines.registry import resolve_engine_kv_dtype
+
+    v4 = architecture_from_config(catalog.models.get("deepseek-v4-flash").config, "deepseek-v4-flash")
+    llama = architecture_from_config(catalog.models.get("llama-3.1-8b").config, "llama-3.1-8b")
+    v4_precision, bf16 = resolve_precision(catalog, v4, "auto"), catalog.precisions.get("bf16")
+    assert resolve_engine_kv_dtype(engine, v4, v4_precision, "auto") == "fp8"
+    assert resolve_engine_kv_dtype(engine, v4, v4_precision, None) == "fp8"
+    assert resolve_engine_kv_dtype(engine, v4, v4_precision, "bf16") == "bf16"
+    assert resolve_engine_kv_dtype("simple", v4, v4_precision, "auto") == "bf16"
+    assert resolve_engine_kv_dtype(engine, llama, bf16, "auto") == "bf16"
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_deepseek_v4_scenario_with_the_default_kv_dtypes_plans_its_fp8_cache(engine):
+    """`search.kv_dtypes` left at its default ([auto]) searches the cache the engine stores: the plan says fp8, not
+    the refusal of a bf16 cache the engine never runs."""
+    from planner.api import solve
+
+    result = solve({"model": "deepseek-v4-flash", "workload": {"context": 8192, "concurrency": 8},
+                    "search": {"gpus": ["b200"]}, "engine": {"name": engine}})
+    assert result.best is not None
+    assert result.best.configuration.kv_dtype == "fp8"
+
+
+def test_the_timer_reads_deepseek_v4s_auto_cache_at_the_fp8_rates(catalog):
+    from planner.estimator.performance import replica_timer
+
+    v4 = architecture_from_config(catalog.models.get("deepseek-v4-flash").config, "deepseek-v4-flash")
+    card = catalog.gpus.get("b200")
+    auto, fp8, bf16 = (replica_timer(v4, "auto", kv, card, 4, 1, catalog, "sglang").hw for kv in ("auto", "fp8", "bf16"))
+    assert auto.latent_bytes_per_s == fp8.latent_bytes_per_s != bf16.latent_bytes_per_s

@@ -236,14 +236,15 @@ def _catalog_dtypes(fitted: FittedOn) -> FittedOn:
     resolved names say `auto` (the checkpoint's) or the name as typed (`BF16`). Left as written where the catalog
     does not know the model (a config.json's, not resolved from the file's text) or the names."""
     from planner.catalog.load import load_catalog
+    from planner.estimator.engines.registry import resolve_engine_kv_dtype
     from planner.model.architecture import architecture_from_config
-    from planner.model.precision import resolve_kv_dtype, resolve_precision
+    from planner.model.precision import resolve_precision
 
     catalog = load_catalog()
     try:
         arch = architecture_from_config(catalog.models.get(fitted.model).config, fitted.model)
         precision = resolve_precision(catalog, arch, fitted.precision)
-        kv_dtype = catalog.kv_dtypes.get(resolve_kv_dtype(arch, precision, fitted.kv_dtype)).name
+        kv_dtype = catalog.kv_dtypes.get(resolve_engine_kv_dtype(fitted.engine, arch, precision, fitted.kv_dtype)).name
     except PlannerInputError:
         return fitted
     return replace(fitted, precision=precision.name, kv_dtype=kv_dtype)

@@ -66,11 +66,12 @@ from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
 from planner.estimator.engines.moe_kernels import switch_refusal
-from planner.estimator.engines.registry import canonical, engine as registered_engine, engine_names, release_key
+from planner.estimator.engines.registry import (canonical, engine as registered_engine, engine_names, release_key,
+                                                resolve_engine_kv_dtype)
 from planner.estimator.layout import (model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
                                       tied_lm_head)
 from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
-from planner.model.precision import UNQUANTIZED_BITS, resolve_kv_dtype, resolve_precision, tensor_bytes
+from planner.model.precision import UNQUANTIZED_BITS, resolve_precision, tensor_bytes
 from planner.units import GB, MAX_CONTEXT
 
 US = 1e-6
@@ -1877,7 +1878,7 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
-    kv_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, prec, kv_dtype)).bits
+    kv_bits = catalog.kv_dtypes.get(resolve_engine_kv_dtype(engine, arch, prec, kv_dtype)).bits
     native = catalog.support(engine, prec, gpu).native
     compute = performance.precision(prec.name)
     # a mixed precision's dense layers run as the precision they are stored in does on this engine and GPU

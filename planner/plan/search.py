@@ -19,11 +19,11 @@ from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.need import Budgets, EngineNeed, engine_need
 from planner.estimator.engines.profiles import load_profiles
-from planner.estimator.engines.registry import engine as described
+from planner.estimator.engines.registry import engine as described, resolve_engine_kv_dtype
 from planner.estimator.layout import ParallelLayout, expert_layouts, node_gpus, searched_tensor_parallel_sizes
 from planner.estimator.memory import DEEPEP_CONFIGS, GpuTarget, MemoryEstimate, estimate_memory
 from planner.model.architecture import Architecture
-from planner.model.precision import resolve_kv_dtype, resolve_precision
+from planner.model.precision import resolve_precision
 from planner.model.sources import resolve_model
 from planner.estimator.speculative import SPECULATIVE_ENGINES, Speculation, scenario_speculation
 from planner.plan.configuration import (SIMPLE_ENGINE, Configuration, ConfiguredBy, check_configuration, loaded_model_id,
@@ -398,7 +398,8 @@ def _groups(space: SearchSpace, prices: dict[tuple[str, int, int], dict[str, tup
         # stage (the speed model times its cycle there)
         groups += [(gpu, layout, precision, kv, spec) for layout in parallel_layouts(space.arch, gpu, space)
                    for precision in precisions
-                   for kv in dict.fromkeys(resolve_kv_dtype(space.arch, precision, c) for c in space.kv_dtypes)
+                   for kv in dict.fromkeys(resolve_engine_kv_dtype(engine, space.arch, precision, c)
+                                           for c in space.kv_dtypes)
                    for spec in space.speculations if spec is None or layout.pp == 1]
     skipped = [f"{', '.join(gpus)}: {why}" for why, gpus in refused.items()]
 

@@ -23,6 +23,7 @@ from planner.errors import PlannerInputError
 
 if TYPE_CHECKING:
     from planner.model.architecture import Architecture
+    from planner.catalog.load import Precision
     from planner.estimator.engines.base import EngineSettings
 
 PROFILES_FILE = "engine_profiles.yaml"
@@ -41,6 +42,17 @@ def _token_batching(settings: EngineSettings, context: int) -> tuple[int, int | 
 
 def _admits_prompt_blocks(settings: EngineSettings, block_tokens: int) -> None:
     return None
+
+
+def _compute_dtype_cache(arch: Architecture) -> str | None:
+    return None
+
+
+def fp8_compressed_caches(arch: Architecture) -> str | None:
+    """DeepSeek-V4's compressed caches, which SGLang and vLLM store in FP8 whatever `auto` says (SGLang
+    arg_groups/overrides.py _deepseek_v4_kv_cache_dtype @ v0.5.23: auto -> fp8_e4m3; vLLM's FlashMLA path asserts an
+    FP8 cache dtype, engines/vllm_deepseek_v4.py check_kv_dtype)."""
+    return "fp8" if arch.has_compressed_caches else None
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,8 @@ class Engine:
     fraction_field: str = "gpu_memory_utilization"  # the EngineSettings field holding the engine's memory share
     kv_cache_dtypes: Mapping[str, str] = field(default_factory=dict)  # planner KV dtype -> the engine's flag value
     kv_cache_dtype_default: str | None = "auto"  # a dtype missing from the table (None: the engine has none)
+    # the KV dtype its `auto` stores a model's cache in where that is not the compute dtype (None: the compute dtype)
+    auto_kv_dtype: Callable[[Architecture], str | None] = _compute_dtype_cache
     command: str | None = None  # "module:function" rendering `planner export --to NAME` (plan, checkpoint) -> str
     kubernetes: str | None = None  # "module:function" of its own Kubernetes manifest (None: the vLLM one)
 
@@ -150,6 +164,19 @@ def engine(name: str) -> Engine:
     if name not in engine_names():
         raise PlannerInputError(f"--engine: unknown engine {name!r}; use one of {', '.join(engine_names())}")
     return _module_engine(name)
+
+
+def resolve_engine_kv_dtype(name: str, arch: Architecture, precision: Precision, requested: str | None) -> str:
+    """The KV dtype `requested` means on engine `name`: its `auto` is the engine's own choice for this model where it
+    makes one (Engine.auto_kv_dtype), else the compute dtype, as for every other name (resolve_kv_dtype)."""
+    from planner.model.precision import resolve_kv_dtype
+
+    key = canonical(name)
+    if (requested or "auto").lower() == "auto" and key in engine_names():
+        stored = engine(key).auto_kv_dtype(arch)
+        if stored is not None:
+            return stored
+    return resolve_kv_dtype(arch, precision, requested)
 
 
 @cache
