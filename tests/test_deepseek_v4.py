@@ -141,3 +141,73 @@ def test_the_timer_reads_deepseek_v4s_auto_cache_at_the_fp8_rates(catalog):
     card = catalog.gpus.get("b200")
     auto, fp8, bf16 = (replica_timer(v4, "auto", kv, card, 4, 1, catalog, "sglang").hw for kv in ("auto", "fp8", "bf16"))
     assert auto.latent_bytes_per_s == fp8.latent_bytes_per_s != bf16.latent_bytes_per_s
+
+
+def _pro_timer(catalog, kv_dtype="fp8", **kwargs):
+    from planner.estimator.performance import replica_timer
+
+    v4 = _arch("deepseek-v4-pro")
+    return v4, replica_timer(v4, "auto", kv_dtype, catalog.gpus.get("mi355x"), 8, 1, catalog, "sglang", **kwargs)
+
+
+def _layers_by_ratio(arch):
+    ratios = [layer.attention.compress_ratio for layer in arch.layers]
+    return ratios.count(4), ratios.count(128)
+
+
+@pytest.mark.parametrize("context", [1000, 4000, 4100, 100_000, 1_000_000])
+def test_a_decode_step_reads_the_compressed_entries_and_the_indexer_keys_past_top_k(catalog, context):
+    """Per request on one rank, in FP8: every layer's 128-token window of its 512-value head; an HCA layer (ratio 128)
+    every compressed entry; a CSA layer (ratio 4) the index_topk (1,024) entries its indexer picks and, once it holds
+    more than 1,024 entries, the indexer's pooled key of every entry (128 fp8 values + one fp32 scale)."""
+    from planner.estimator.performance import Step
+
+    arch, timer = _pro_timer(catalog)
+    csa, hca = _layers_by_ratio(arch)
+    assert (csa, hca) == (30, 31) and len(arch.layers) == 61
+    window = 61 * 512 * min(context, 128)
+    entries = hca * 512 // 128 * context + csa * 512 // 4 * min(context, 1024 * 4)
+    keys = csa * (128 + 4) // 4 * context if context // 4 > 1024 else 0
+    _, forward, _ = timer.step(Step(1, context, 0, 0, 0))
+    assert forward.kv_bytes == window + entries + keys
+
+
+def test_the_attention_sums_the_values_of_the_shared_head(catalog):
+    """DeepSeek-V4's one head is key and value: a window position costs QK and PV over its 512 values."""
+    from planner.estimator.performance import _attention_flops_per_position
+
+    attention = _arch("deepseek-v4-pro").layers[0].attention
+    assert (attention.k_head_dim, attention.v_head_dim, attention.values_are_keys) == (512, 0, True)
+    assert _attention_flops_per_position(attention, 16) == 2 * 16 * (512 + 512)
+
+
+def test_a_prompt_scores_the_indexer_only_past_top_k_and_attends_to_at_most_top_k_entries(catalog):
+    """A prefill pass's attention FLOPs on one rank (16 heads at TP 8), causally: the window, the HCA entries, the CSA
+    layers' entries up to index_topk, and the indexer's 64 replicated heads x 128 values per (query, earlier entry)
+    pair, where the sequence holds more than 1,024 entries after the pass."""
+    from dataclasses import replace
+
+    from planner.estimator.performance import Step
+
+    arch, timer = _pro_timer(catalog)
+    csa, hca = _layers_by_ratio(arch)
+    cost = timer._costs[0]
+    per_entry = 2 * 16 * (512 + 512)
+    for prompt in (4096, 8192):
+        positions = prompt * (prompt + 1) / 2
+        _, forward, _ = timer.forward(Step(0, prompt, prompt, positions, 1))
+        _, no_indexer, _ = replace(timer, indexers=()).forward(Step(0, prompt, prompt, positions, 1))
+        logits = csa * 2 * 64 * 128 / 4 * positions if prompt // 4 > 1024 else 0.0
+        assert forward.attention_s - no_indexer.attention_s == pytest.approx(logits / cost.attention_flops_per_s)
+    # per attended token, by how many tokens a layer attends to at most: the windows, then the compressed entries in
+    # token units (an entry's FLOPs over the 4 / 128 tokens it pools, the CSA layers' capped at 1,024 entries)
+    by_window = {window: flops for flops, window in cost.attention_by_window}
+    assert by_window == pytest.approx({128: 61 * per_entry, 1024 * 4: csa * per_entry / 4, None: hca * per_entry / 128})
+
+
+def test_the_recurrent_state_of_a_deepseek_v4_request_is_nothing(catalog):
+    """DeepSeek-V4 keeps no recurrent state: what one token holds in memory.py at the stored dtype is that token's
+    window entry (its compressed entries begin at 4 and 128 tokens)."""
+    for kv in ("auto", "fp8"):
+        _, timer = _pro_timer(catalog, kv)
+        assert timer.kv_state == (0,)

@@ -63,6 +63,7 @@ from typing import Callable, ClassVar, Literal, NamedTuple
 
 
 from planner.model.architecture import Architecture, Attention, Layer, Tensor
+from planner.model.families.core import indexer_key_bytes
 from planner.catalog.load import Catalog, Gpu, Precision, bounded, catalog_dir, catalog_record, read_yaml
 from planner.errors import PlannerInputError
 from planner.estimator.engines.moe_kernels import switch_refusal
@@ -982,7 +983,8 @@ def _delta_flops_per_token(attention: Attention, attention_tp: int) -> float:
 def _attention_flops_per_position(attention: Attention, heads_per_rank: int) -> float:
     """2 FLOPs per multiply-add for QK^T and for AV, per attended position, one layer, one rank."""
     if attention.kind in ("full", "sliding"):
-        return 2 * heads_per_rank * (attention.k_head_dim + attention.v_head_dim)
+        values = attention.k_head_dim if attention.values_are_keys else attention.v_head_dim
+        return 2 * heads_per_rank * (attention.k_head_dim + values)
     if attention.kind == "mla":
         # absorbed MLA (the engines' decode): every head scores the shared latent and sums its kv_lora_rank values, as
         # the MLA decode kernels compute (bench/SPEED_PROTOCOL.md, the amendment on MLA decode's compute side); a DSA
@@ -1000,6 +1002,15 @@ def _multi_head_prefill_flops_per_position(attention: Attention, heads_per_rank:
     if attention.kind != "mla" or attention.index_topk or not attention.k_head_dim:
         return 0.0
     return 2 * heads_per_rank * (attention.k_head_dim + attention.v_head_dim)
+
+
+def _compressed_attention(attention: Attention, heads_per_rank: int) -> tuple[float, float, int | None, bool, bool]:
+    """A DeepSeek-V4 layer's compressed entries as a _Stage.attention term in token units: an entry's FLOPs spread over
+    the compress_ratio tokens it pools, attended up to the indexer's top-k entries (every entry without one); at the
+    attention rate, no prefill row cost of its own (bench/SPEED_PROTOCOL.md, the compressed-attention amendment)."""
+    ratio = attention.compress_ratio
+    cap = attention.compressed_topk * ratio if attention.compressed_topk else None
+    return _attention_flops_per_position(attention, heads_per_rank) / ratio, 0.0, cap, False, False
 
 
 # Projections that read the same input, which the engines run as one GEMM (vLLM QKVParallelLinear,
@@ -1154,6 +1165,8 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
                            layer.attention.window or layer.attention.index_topk or None,
                            layer.attention.kind in ("full", "sliding"),
                            layer.attention.kind == "mla" and not layer.attention.index_topk) for layer in layers)
+        attention += tuple(_compressed_attention(layer.attention, heads_per_rank) for layer in layers
+                           if layer.attention.compress_ratio)
         mla = sum(1 for layer in layers if layer.attention.kind == "mla")
         dsa = [layer.attention for layer in layers if layer.attention.kind == "mla" and layer.attention.index_topk]
         sparse = _SparseLayers(len(dsa), dsa[0].index_topk, heads_per_rank,
@@ -1311,6 +1324,11 @@ def _collective_s(fit: _AllReduce, payload: float, ranks: int) -> float:
 _Terms = tuple[float, float, float, float, float, float, float, float, float, int, int, float]
 
 
+# DeepSeek-V4's Lightning Indexers of a stage, one per (compress ratio, top-k): (key bytes per token of context, logits
+# FLOPs per token of context, compress ratio, top-k), read and scored for a sequence holding more than top-k entries
+Indexers = tuple[tuple[int, float, int, int], ...]
+
+
 class _StageCost(NamedTuple):
     """One stage on one rank with the hardware's rates folded in, resolved once per timer: the per-step arithmetic
     (the solver's hot path) reads plain fields."""
@@ -1375,10 +1393,12 @@ class _StageCost(NamedTuple):
     # the same for a captured prefill pass, whose MLA layers run absorbed, as decode (the dense layers as above)
     captured_prefill_by_window: tuple[tuple[float, int | None], ...] = ()
     captured_prefill_row_flops: float = 0.0
+    indexers: Indexers = ()
 
 
 def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sliding: tuple[tuple[int, int], ...],
-                kv_state: int, kv_latent: tuple[tuple[int, int], ...], eager_launches: int | None = None) -> _StageCost:
+                kv_state: int, kv_latent: tuple[tuple[int, int], ...], eager_launches: int | None = None,
+                indexers: Indexers = ()) -> _StageCost:
     """`eager_launches`: the stage's kernels of an eager pass besides its all-reduces, counted from its layers' parts
     (None: section 1's flat counts)."""
     body, head, experts, attention = stage.body, stage.head, stage.experts, stage.attention_body
@@ -1422,7 +1442,7 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
         experts.shared,
         *stage.prefill_attention(dense_scale, hw.attention_flops_per_s / hw.mla_prefill_flops_per_s
                                  if hw.mla_prefill_flops_per_s else None, hw.prefill_row_positions, latent_scale),
-        *stage.prefill_attention(dense_scale, None, hw.prefill_row_positions, latent_scale))
+        *stage.prefill_attention(dense_scale, None, hw.prefill_row_positions, latent_scale), indexers)
 
 
 def _sparse_cost(layers: _SparseLayers | None, hw: _Hardware) -> tuple[int, float, float, float, float]:
@@ -1682,6 +1702,7 @@ class ReplicaTimer:
     # a step carries prompt tokens in the decoding requests' pass (vLLM, TensorRT-LLM, llama-server); False: the engine
     # runs them as a pass of their own before the decode (the engine registry's Engine.mixes_prefill: SGLang)
     mixes_prefill: bool = True
+    indexers: tuple[Indexers, ...] = ()  # per stage (empty: no DeepSeek-V4 compressed caches)
     # a decode step: every running request gains one token and takes one token of the step's budget (a speculative
     # cycle gains more and takes more: planner.estimator.speculative.SpeculativeTimer)
     tokens_per_step: ClassVar[float] = 1.0
@@ -1695,7 +1716,8 @@ class ReplicaTimer:
         costs: list[_StageCost] = []
         for s, stage in enumerate(self.stages):
             cost = _stage_cost(stage, self.hw, s == last, self.kv_growing[s], self.kv_sliding[s], self.kv_state[s],
-                               self.kv_latent[s], self.eager_launches[s] if self.eager_launches else None)
+                               self.kv_latent[s], self.eager_launches[s] if self.eager_launches else None,
+                               self.indexers[s] if self.indexers else ())
             costs.append(costs[-1] if costs and costs[-1] == cost else cost)
         return tuple(costs)
 
@@ -1808,6 +1830,15 @@ class ReplicaTimer:
                                                                    else prefill_positions)
             # the cache one sequence of `context` tokens holds on one rank (as planner.estimator.memory), read once
             held = cost.kv_growing * context
+            if cost.indexers:  # DeepSeek-V4's indexers, past their top-k: each key read and scored
+                # a prompt chunk's sequence after the step: its prefix and the chunk (the DSA sparse prefill's test)
+                after = prefill_positions / prefill_tokens + (prefill_tokens / prompts - 1) / 2 if prefill_tokens else 0
+                for key_bytes, logits_flops, ratio, topk in cost.indexers:
+                    if context // ratio > topk:
+                        held += key_bytes * context
+                        decode_flops += logits_flops * decode * context
+                    if after // ratio > topk:
+                        prefill_flops += logits_flops * prefill_positions
             if cost.kv_sliding:
                 windowed = 0
                 for per_token, window in cost.kv_sliding:
@@ -1878,7 +1909,8 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     performance = performance or load_performance_catalog()
     prec = resolve_precision(catalog, arch, precision)
     engine_name = performance.engine(engine).name
-    kv_bits = catalog.kv_dtypes.get(resolve_engine_kv_dtype(engine, arch, prec, kv_dtype)).bits
+    stored_kv = resolve_engine_kv_dtype(engine, arch, prec, kv_dtype)
+    kv_bits = catalog.kv_dtypes.get(stored_kv).bits
     native = catalog.support(engine, prec, gpu).native
     compute = performance.precision(prec.name)
     # a mixed precision's dense layers run as the precision they are stored in does on this engine and GPU
@@ -1888,7 +1920,13 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
                                pp, prefix_cache, moe_kernel, experts_native=native)
     as_stored = arch.stored_bytes is not None and precision.lower() == "auto"
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
-    state = _recurrent_state(arch, prec.name, kv_dtype, tp, pp, kv_bits, _Same(catalog), dp)
+    state = _recurrent_state(arch, prec.name, stored_kv, tp, pp, kv_bits, _Same(catalog), dp)
+    if arch.has_compressed_caches:  # read beside the window, past what the state above takes out
+        more_growing, more_sliding, indexers = _compressed_reads(arch, pp, kv_bits)
+        growing = tuple(g + more for g, more in zip(growing, more_growing))
+        sliding = tuple(s + more for s, more in zip(sliding, more_sliding))
+    else:
+        indexers = ()
     engine_cost = performance.engine(engine)
     counts = engine_cost.eager_kernels
     fused_shared = engine_cost.fuses_shared_expert(arch, gpu.vendor, hw.moe_kernel, release, ep)
@@ -1896,7 +1934,7 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
         if hw.eager_launch_s and counts is not None and arch.exact else ()
     return ReplicaTimer(_stages(arch, prec, tp, pp, as_stored, ep, dp, fused_shared), hw, growing, sliding, state,
                         latent, pp, engine_name, generation.name != gpu.generation, tp, dp, eager,
-                        _mixes_prefill(engine))
+                        _mixes_prefill(engine), indexers)
 
 
 def _mixes_prefill(engine: str) -> bool:
@@ -1960,6 +1998,38 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
         sliding.append(tuple(slide))
         latent.append(tuple(lat))
     return tuple(growing), tuple(sliding), tuple(latent)
+
+
+@lru_cache(maxsize=1024)
+def _compressed_reads(arch: Architecture, pp: int, kv_bits: int
+                      ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...], tuple[Indexers, ...]]:
+    """Per stage, on one rank (DeepSeek-V4's one head and its pooled keys are whole on every rank), what its
+    compressed caches add to a decode step's read, in _kv_per_token's units: the entries of layers that attend to every
+    one (bytes per token), those of layers whose indexer picks their top-k ((bytes per token, tokens read at most)),
+    and the indexers, grouped by (compress ratio, top-k): (key bytes per token, logits FLOPs per token, compress ratio,
+    top-k), read and scored only past that top-k (bench/SPEED_PROTOCOL.md, the compressed-attention amendment)."""
+    growing, sliding, indexers = [], [], []
+    for first, last in pipeline_stages(arch.num_layers, pp):
+        grow, slide, groups = 0, [], {}
+        for layer in arch.layers[first:last]:
+            a = layer.attention
+            ratio = a.compress_ratio
+            if not ratio:
+                continue
+            per_token = a.k_head_dim * kv_bits // 8 // ratio
+            if a.compressed_topk:
+                slide.append((per_token, a.compressed_topk * ratio))
+            else:
+                grow += per_token
+            if a.compressed_index_dim and a.compressed_topk:
+                key_bytes, flops = groups.get((ratio, a.compressed_topk), (0, 0.0))
+                groups[(ratio, a.compressed_topk)] = (
+                    key_bytes + indexer_key_bytes(a.compressed_index_dim) // ratio,
+                    flops + 2 * a.compressed_index_heads * a.compressed_index_dim / ratio)
+        growing.append(grow)
+        sliding.append(tuple(slide))
+        indexers.append(tuple((key_bytes, flops, ratio, topk) for (ratio, topk), (key_bytes, flops) in groups.items()))
+    return tuple(growing), tuple(sliding), tuple(indexers)
 
 
 # Fused-MoE formats whose primary entry the engine's `moe_kernel` does not name: the engines pick their runner by

@@ -117,7 +117,7 @@ def compressed_cache_bytes(layer: Layer, stream: int, streams: int, cache_type: 
                                 f"{sorted(profile.deepseek_v4_state_tokens.value)} (and 0), not {ratio}")
     cells = _pad(max(1, ceil(stream / ratio)), profile.deepseek_v4_compressed_pad.value)
     coff = 2 if ratio == profile.deepseek_v4_overlapping_ratio.value else 1
-    widths = [width for width in (a.k_head_dim, a.compressed_dim - a.k_head_dim) if width]
+    widths = [width for width in (a.k_head_dim, a.compressed_index_dim) if width]
     per_stream = sum(cells * _row_bytes(width, cache_type) + 2 * rows * coff * width * F32_BYTES for width in widths)
     return streams * per_stream
 

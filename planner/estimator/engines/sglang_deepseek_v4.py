@@ -67,11 +67,11 @@ def bytes_per_full_token(stage: Stage, profile: SglangProfile) -> float:
     head = next(layer.attention.k_head_dim for layer in stage.layers)
     window = next(layer.attention.window for layer in stage.layers)
     # the Lightning Indexer's pooled key: the c4 layers' compressed entry beyond the head (SGLang's c4 = ratio 4)
-    index = next((layer.attention.compressed_dim - head for layer in stage.layers
+    index = next((layer.attention.compressed_index_dim for layer in stage.layers
                   if layer.attention.compress_ratio == 4), 0)
     total, c4, c128 = len(ratios), ratios.count(4), ratios.count(128)
     kv = profile.deepseek_v4_entry_bytes.value
-    indexer = index + index // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES
+    indexer = index + index // INDEXER_QUANT_BLOCK * INDEXER_SCALE_BYTES  # SGLang's own floor
     value = profile.deepseek_v4_state_value_bytes.value
     c4_state, c4_indexer_state = 2 * 2 * head * value, 2 * 2 * index * value
     swa = profile.deepseek_v4_swa_full_tokens_ratio.value

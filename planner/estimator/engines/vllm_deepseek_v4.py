@@ -28,13 +28,14 @@ The caches are whole on every TP rank (one key=value head); pipeline stages hold
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from math import ceil
 
 from planner.errors import PlannerInputError
 from planner.estimator.engines.base import CacheGroup, Memo, PoolLayout, ServedModel, Stage
 from planner.estimator.engines.profiles import VllmProfile
 from planner.model.architecture import Architecture, Layer
+from planner.model.families.core import indexer_key_bytes
 
 # the kind of each group, as the pool table names it
 COMPRESSED, WINDOW, STATE = "compressed", "window", "compressor state"
@@ -138,11 +139,11 @@ def layer_specs(index: int, layer: Layer, block_size: int, profile: VllmProfile)
     stored = block_size // ratio
     specs = [CacheSpec(COMPRESSED, index, block_size, None, _page(stored, entry, profile)), window,
              _state_spec(index, ratio, a.k_head_dim, profile)]
-    index_dim = a.compressed_dim - a.k_head_dim  # the Lightning Indexer's pooled key (CSA layers only)
+    index_dim = a.compressed_index_dim  # the Lightning Indexer's pooled key (CSA layers only)
     if index_dim:
         # fp8 key + an fp32 scale per 128 values, the DSA layout V3.2's indexer keeps too ("FP8 indexer cache uses
         # the same layout as V3.2: head_dim bytes = 128 fp8 + 4 fp32 scale = 132", attention.py DeepseekV4Indexer)
-        key_bytes = replace(a, indexer_head_dim=index_dim).indexer_bytes_per_token
+        key_bytes = indexer_key_bytes(index_dim)
         specs += [CacheSpec(COMPRESSED, index, block_size, None, _page(stored, key_bytes, profile)),
                   _state_spec(index, ratio, index_dim, profile)]
     return tuple(specs)

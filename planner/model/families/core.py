@@ -88,8 +88,14 @@ class Attention:
     index_topk: int = 0
     index_key_dim: int = 0  # GQA with MiniMax Sparse Attention: the indexer's one key per token, in the KV dtype
     # DeepSeek-V4 compressed attention: beside the window, one entry of compressed_dim values per compress_ratio tokens
+    # (k_head_dim of them attended, the rest the Lightning Indexer's pooled key)
     compress_ratio: int = 0
     compressed_dim: int = 0
+    # the entries each query attends to at most, the indexer's top-k (0: every entry), and the indexer's query heads
+    compressed_topk: int = 0
+    compressed_index_heads: int = 0
+    # DeepSeek-V4's one head is key and value at once (stored once: v_head_dim 0): attention sums its k_head_dim values
+    values_are_keys: bool = False
     # Gated DeltaNet: value heads and the key / value head dims its chunked prefill kernels run per head
     delta_heads: int = 0
     delta_key_dim: int = 0
@@ -127,7 +133,18 @@ class Attention:
         fp8 with one fp32 scale per 128 values (vllm/model_executor/models/deepseek_v2.py,
         DeepseekV32IndexerCache: head_dim = index_head_dim + index_head_dim // quant_block_size * 4, uint8,
         quant_block_size 128); whole on every TP rank like the MLA latent."""
-        return self.indexer_head_dim + ceil(self.indexer_head_dim / INDEXER_QUANT_BLOCK) * INDEXER_SCALE_BYTES
+        return indexer_key_bytes(self.indexer_head_dim)
+
+    @property
+    def compressed_index_dim(self) -> int:
+        """DeepSeek-V4: the Lightning Indexer's pooled key in each compressed entry (CSA layers; 0 elsewhere)."""
+        return self.compressed_dim - self.k_head_dim if self.compress_ratio else 0
+
+
+def indexer_key_bytes(dim: int) -> int:
+    """One indexer key as the engines store it whatever the KV dtype: `dim` fp8 values and an fp32 scale per 128
+    (the DSA layout, which DeepSeek-V4's pooled keys keep too)."""
+    return dim + ceil(dim / INDEXER_QUANT_BLOCK) * INDEXER_SCALE_BYTES
 
 
 @dataclass(frozen=True)

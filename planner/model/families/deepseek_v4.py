@@ -151,10 +151,13 @@ def deepseek_v4(c: Config, model_type: str, name: str) -> Architecture:
     layers = []
     for i, layer_type in enumerate(types[:num_layers]):
         ratio = RATIO_OF_LAYER_TYPE[layer_type]
-        # the compressed entry: head_dim values, plus the indexer's pooled key on CSA layers
-        entry = head_dim + (c.int("index_head_dim") if layer_type == "compressed_sparse_attention" else 0)
+        # the compressed entry: head_dim values, plus the indexer's pooled key on CSA layers, whose indexer picks the
+        # index_topk entries a query attends to (HCA layers attend to every entry)
+        sparse = layer_type == "compressed_sparse_attention"
+        entry = head_dim + (c.int("index_head_dim") if sparse else 0)
         cache = Attention("sliding", 1, head_dim, 0, c.int("sliding_window"), compress_ratio=ratio,
-                          compressed_dim=entry if ratio else 0)
+                          compressed_dim=entry if ratio else 0, compressed_topk=c.int("index_topk") if sparse else 0,
+                          compressed_index_heads=c.int("index_n_heads") if sparse else 0, values_are_keys=True)
         layers.append(Layer(cache, tuple(_block(c, layer_type, hashed=i < hash_layers)), is_moe=True))
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
     mtp_types = types[num_layers:num_layers + c.int("num_nextn_predict_layers", default=0, minimum=0)]
