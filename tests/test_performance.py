@@ -465,6 +465,31 @@ def sglang_prefill(catalog, perf, gpu, kv, prompt, release=None, engine="sglang"
     return total, terms, timer
 
 
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_an_untabled_dsa_prefill_computes_its_indexers_logits_past_top_k(catalog, perf, engine):
+    """Where no kernel table times a DSA prefill (SPEED_PROTOCOL, the DSA-indexer amendment), a prompt past
+    index_topk (2,048) adds every indexed layer's logits, 2 x 32 heads x 128 a (query, earlier key) pair, at the
+    attention rate; one of at most 2,048 tokens adds none (the dense threshold)."""
+    from dataclasses import replace as swap
+
+    model = arch(catalog, "glm-5")
+    b200 = catalog.gpus.get("b200")
+    attention_rate = b200.dense_tflops["bf16"] * 1e12 * perf.generation("blackwell").attention_compute_efficiency
+    per_pair = sum(2 * a.indexer_heads * a.indexer_head_dim for layer in model.layers
+                   for a in (layer.attention,) if a.indexer_heads)
+    assert per_pair == 78 * 2 * 32 * 128
+    for prompt, indexed in ((2048, False), (8192, True)):
+        timer = replica_timer(model, "fp8", "fp8", b200, 8, 1, catalog, engine, perf)
+        assert timer.hw.sparse_prefill is None
+        shape = Step(0, 0.0, prompt, causal_positions(prompt), 1)
+        _, terms, _ = timer.forward(shape)
+        untimed = swap(timer)  # the same layout, its stage costs without the indexers
+        untimed.__dict__["_costs"] = tuple(cost._replace(indexers=()) for cost in timer._costs)
+        _, without, _ = untimed.forward(shape)
+        expected = per_pair * causal_positions(prompt) / attention_rate if indexed else 0.0
+        assert terms.attention_s - without.attention_s == pytest.approx(expected)
+
+
 def test_sglang_prefills_dsa_past_its_top_k_with_the_kernel_its_release_picks(catalog, perf):
     """SGLang (SPEED_PROTOCOL, the DSA sparse-prefill amendment): a prompt of at most index_topk tokens runs dense
     MHA, as before; past it, every token costs the kernel's index_topk slots. On B200 with an FP8 cache, from 0.5.10
@@ -488,9 +513,13 @@ def test_sglang_prefills_dsa_past_its_top_k_with_the_kernel_its_release_picks(ca
     topk_s = sum(1 for a in layers if a.indexer_heads) * (prompt - 2048) * blackwell.indexer.topk_us * 1e-6
     # what the step timed them at before: each prompt token's top-k positions (the step's window term)
     window_flops = sum(4 * 64 // 8 * a.latent_dim for a in layers) * prompt * 2048
-    window_s = window_flops / (b200.dense_tflops["bf16"] * 1e12 * perf.generation("blackwell").attention_compute_efficiency)
-    assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s + gather_s + logits_s + topk_s)
-    assert terms.attention_s > 4 * dense_terms.attention_s
+    attention_rate = b200.dense_tflops["bf16"] * 1e12 * perf.generation("blackwell").attention_compute_efficiency
+    window_s = window_flops / attention_rate
+    # and where no table times the prefill, the indexer's logits at the attention rate (the DSA-indexer amendment)
+    untabled_logits_s = sum(2 * a.indexer_heads * a.indexer_head_dim for a in layers) * pairs / attention_rate
+    assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s - untabled_logits_s
+                                              + gather_s + logits_s + topk_s)
+    assert terms.attention_s > 4 * (dense_terms.attention_s - untabled_logits_s)  # the window alone, as before
     assert timer.prefill_s(1, prompt) == pytest.approx(total)  # whole prompts alone: the same kernels
     # through 0.5.9 the FP8 cache goes through flashmla_auto, which runs flashmla_sparse: 8 heads padded to 128
     assert sglang_prefill(catalog, perf, "b200", "fp8", prompt, "0.5.9")[0] > total
@@ -516,8 +545,12 @@ def test_a_flashmla_kernel_computes_its_padded_heads(catalog, perf):
         h200.dense_tflops["fp8"] * 1e12 * indexer.logits_compute_efficiency)
     topk_s = len(layers) * (prompt - 2048) * indexer.topk_us * 1e-6
     window_flops = sum(4 * 8 * a.latent_dim for a in layers) * prompt * 2048
-    window_s = window_flops / (h200.dense_tflops["bf16"] * 1e12 * hopper.attention_compute_efficiency)
-    assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s + kernel_s + logits_s + topk_s)
+    attention_rate = h200.dense_tflops["bf16"] * 1e12 * hopper.attention_compute_efficiency
+    window_s = window_flops / attention_rate
+    untabled_logits_s = sum(2 * a.indexer_heads * a.indexer_head_dim for a in layers) * causal_positions(prompt) \
+        / attention_rate  # what the untabled path adds (the DSA-indexer amendment)
+    assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s - untabled_logits_s
+                                              + kernel_s + logits_s + topk_s)
 
 
 def test_a_speculative_verify_pass_runs_the_dsa_decode_kernels(catalog, perf):
@@ -540,7 +573,9 @@ def test_a_speculative_verify_pass_runs_the_dsa_decode_kernels(catalog, perf):
     timer = replica_timer(model, "fp8-block", "bf16", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "sglang", perf)
     dense = replica_timer(model, "fp8-block", "bf16", catalog.gpus.get("h200-sxm"), 8, 1, catalog, "sglang",
                           without_sparse_prefill(perf))
-    assert timer.forward_s(prompt_chunks) > dense.forward_s(prompt_chunks)
+    # the tables time the prompt chunks' sparse kernels and FP8 logits; without them the window and the logits at
+    # the attention rate (the DSA-indexer amendment) stand
+    assert timer.forward_s(prompt_chunks) != dense.forward_s(prompt_chunks)
 
 
 def test_a_sparse_prefill_kernel_is_either_padded_flashmla_or_a_gather(tmp_path):

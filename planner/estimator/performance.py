@@ -1324,9 +1324,11 @@ def _collective_s(fit: _AllReduce, payload: float, ranks: int) -> float:
 _Terms = tuple[float, float, float, float, float, float, float, float, float, int, int, float]
 
 
-# DeepSeek-V4's Lightning Indexers of a stage, one per (compress ratio, top-k): (key bytes per token of context, logits
-# FLOPs per token of context, compress ratio, top-k), read and scored for a sequence holding more than top-k entries
-Indexers = tuple[tuple[int, float, int, int], ...]
+# A stage's indexers, one per (compress ratio, top-k): (key bytes per token of context, logits FLOPs per token of
+# context in a decode step, and per (prompt token, earlier token) pair in a prefill chunk, compress ratio, top-k), read
+# and scored for a sequence holding more than top-k entries: DeepSeek-V4's Lightning Indexers, and a DSA layer's where
+# no kernel table times its prefill (bench/SPEED_PROTOCOL.md, the compressed-attention and DSA-indexer amendments)
+Indexers = tuple[tuple[int, float, float, int, int], ...]
 
 
 class _StageCost(NamedTuple):
@@ -1420,6 +1422,10 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
     launches = (counted if eager_launches is None else eager_launches) + allreduces
     dense_scale = hw.attention_flops_per_s / hw.prefill_attention_flops_per_s
     latent_scale = hw.attention_flops_per_s / hw.latent_flops_per_s
+    if stage.sparse is not None and hw.sparse_prefill is None:
+        # no kernel table times this layout's DSA prefill: its indexers' prefill logits at the attention rate (their keys
+        # are read with the cache, their decode logits untimed as where the tables time the prefill)
+        indexers += ((0, 0.0, stage.sparse.logits_flops, 1, stage.sparse.topk),)
     return _StageCost(
         stage.decode_attention(latent_scale), kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
@@ -1830,15 +1836,15 @@ class ReplicaTimer:
                                                                    else prefill_positions)
             # the cache one sequence of `context` tokens holds on one rank (as planner.estimator.memory), read once
             held = cost.kv_growing * context
-            if cost.indexers:  # DeepSeek-V4's indexers, past their top-k: each key read and scored
+            if cost.indexers:  # past their top-k: each key read and scored
                 # a prompt chunk's sequence after the step: its prefix and the chunk (the DSA sparse prefill's test)
                 after = prefill_positions / prefill_tokens + (prefill_tokens / prompts - 1) / 2 if prefill_tokens else 0
-                for key_bytes, logits_flops, ratio, topk in cost.indexers:
+                for key_bytes, decode_logits, prefill_logits, ratio, topk in cost.indexers:
                     if context // ratio > topk:
                         held += key_bytes * context
-                        decode_flops += logits_flops * decode * context
+                        decode_flops += decode_logits * decode * context
                     if after // ratio > topk:
-                        prefill_flops += logits_flops * prefill_positions
+                        prefill_flops += prefill_logits * prefill_positions
             if cost.kv_sliding:
                 windowed = 0
                 for per_token, window in cost.kv_sliding:
@@ -2028,7 +2034,8 @@ def _compressed_reads(arch: Architecture, pp: int, kv_bits: int
                     flops + 2 * a.compressed_index_heads * a.compressed_index_dim / ratio)
         growing.append(grow)
         sliding.append(tuple(slide))
-        indexers.append(tuple((key_bytes, flops, ratio, topk) for (ratio, topk), (key_bytes, flops) in groups.items()))
+        indexers.append(tuple((key_bytes, flops, flops, ratio, topk)
+                              for (ratio, topk), (key_bytes, flops) in groups.items()))
     return tuple(growing), tuple(sliding), tuple(indexers)
 
 
