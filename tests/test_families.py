@@ -159,6 +159,23 @@ def test_an_unknown_timm_vision_architecture_is_refused():
         architecture_from_config(config, "gemma3n")
 
 
+@pytest.mark.parametrize("context", [1000, 2048, 131_072])
+def test_minimax_m3_sparse_layers_read_their_top_k_blocks_and_every_index_key(catalog, context):
+    """A decode step on one of 8 ranks (one of the 4 KV heads a rank, bf16): a dense layer reads every token's K and V;
+    a sparse layer the K and V of its 16 top-k blocks of 128 tokens (2,048) and every token's 128-value index key, and
+    past 2,048 tokens its index head (4 heads over 8 ranks: one a rank) scores every key (SPEED_PROTOCOL, the MiniMax
+    Sparse Attention amendment)."""
+    from planner.estimator.performance import Step, replica_timer
+
+    arch = _arch("minimax-m3")
+    assert {layer.attention.index_topk for layer in arch.layers[3:]} == {16 * 128}
+    timer = replica_timer(arch, "bf16", "bf16", catalog.gpus.get("b200"), 8, 1, catalog, "vllm")
+    _, forward, _ = timer.step(Step(1, context, 0, 0, 0))
+    kv = 256 * 2  # one KV head's K and V of 128 values each, bf16
+    assert forward.kv_bytes == 3 * kv * context + 57 * (kv * min(context, 2048) + 128 * 2 * context)
+    assert timer.indexers == (((0, 57 * 2 * 1 * 128, 57 * 2 * 1 * 128, 1, 2048),),)
+
+
 def test_minimax_m3_vl_tower_is_the_models_own_whatever_its_vision_config_says():
     arch = _arch("minimax-m3-vl-nvfp4")
     assert arch.multimodal_params == 865_567_232 and arch.language_params == _arch("minimax-m3").language_params

@@ -1928,11 +1928,10 @@ def replica_timer(arch: Architecture, precision: str, kv_dtype: str, gpu: Gpu, t
     growing, sliding, latent = _kv_per_token(arch, tp // dp, pp, kv_bits)
     state = _recurrent_state(arch, prec.name, stored_kv, tp, pp, kv_bits, _Same(catalog), dp)
     if arch.has_compressed_caches:  # read beside the window, past what the state above takes out
-        more_growing, more_sliding, indexers = _compressed_reads(arch, pp, kv_bits)
+        more_growing, more_sliding = _compressed_reads(arch, pp, kv_bits)
         growing = tuple(g + more for g, more in zip(growing, more_growing))
         sliding = tuple(s + more for s, more in zip(sliding, more_sliding))
-    else:
-        indexers = ()
+    indexers = _indexers(arch, tp // dp, pp)
     engine_cost = performance.engine(engine)
     counts = engine_cost.eager_kernels
     fused_shared = engine_cost.fuses_shared_expert(arch, gpu.vendor, hw.moe_kernel, release, ep)
@@ -1996,6 +1995,10 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
                 grow += per_token - own  # the indexer scores every token's key
                 slide.append((own, attention.index_topk))
                 lat.append((own, attention.index_topk))
+            elif attention.index_topk:  # MiniMax Sparse Attention: K and V of its top-k blocks, every index key
+                key = attention.index_key_dim * kv_bits // 8
+                grow += key
+                slide.append((per_token - key, attention.index_topk))
             elif attention.kind not in ("linear", "mamba"):
                 grow += per_token
                 if attention.kind == "mla":
@@ -2008,35 +2011,53 @@ def _kv_per_token(arch: Architecture, tp: int, pp: int, kv_bits: int
 
 @lru_cache(maxsize=1024)
 def _compressed_reads(arch: Architecture, pp: int, kv_bits: int
-                      ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...], tuple[Indexers, ...]]:
-    """Per stage, on one rank (DeepSeek-V4's one head and its pooled keys are whole on every rank), what its
-    compressed caches add to a decode step's read, in _kv_per_token's units: the entries of layers that attend to every
-    one (bytes per token), those of layers whose indexer picks their top-k ((bytes per token, tokens read at most)),
-    and the indexers, grouped by (compress ratio, top-k): (key bytes per token, logits FLOPs per token, compress ratio,
-    top-k), read and scored only past that top-k (bench/SPEED_PROTOCOL.md, the compressed-attention amendment)."""
-    growing, sliding, indexers = [], [], []
+                      ) -> tuple[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...]]:
+    """Per stage, on one rank (DeepSeek-V4's one head is whole on every rank), what its compressed caches add to a
+    decode step's read, in _kv_per_token's units: the entries of layers that attend to every one (bytes per token),
+    and those of layers whose indexer picks their top-k ((bytes per token, tokens read at most))
+    (bench/SPEED_PROTOCOL.md, the compressed-attention amendment)."""
+    growing, sliding = [], []
     for first, last in pipeline_stages(arch.num_layers, pp):
-        grow, slide, groups = 0, [], {}
+        grow, slide = 0, []
         for layer in arch.layers[first:last]:
             a = layer.attention
-            ratio = a.compress_ratio
-            if not ratio:
+            if not a.compress_ratio:
                 continue
-            per_token = a.k_head_dim * kv_bits // 8 // ratio
+            per_token = a.k_head_dim * kv_bits // 8 // a.compress_ratio
             if a.compressed_topk:
-                slide.append((per_token, a.compressed_topk * ratio))
+                slide.append((per_token, a.compressed_topk * a.compress_ratio))
             else:
                 grow += per_token
-            if a.compressed_index_dim and a.compressed_topk:
-                key_bytes, flops = groups.get((ratio, a.compressed_topk), (0, 0.0))
-                groups[(ratio, a.compressed_topk)] = (
-                    key_bytes + indexer_key_bytes(a.compressed_index_dim) // ratio,
-                    flops + 2 * a.compressed_index_heads * a.compressed_index_dim / ratio)
         growing.append(grow)
         sliding.append(tuple(slide))
-        indexers.append(tuple((key_bytes, flops, flops, ratio, topk)
-                              for (ratio, topk), (key_bytes, flops) in groups.items()))
-    return tuple(growing), tuple(sliding), tuple(indexers)
+    return tuple(growing), tuple(sliding)
+
+
+@lru_cache(maxsize=1024)
+def _indexers(arch: Architecture, attention_tp: int, pp: int) -> tuple[Indexers, ...]:
+    """Per stage, on one rank, the indexers past their top-k (Indexers), grouped by (ratio, top-k): DeepSeek-V4's
+    Lightning Indexers, their pooled keys read and scored by every one of their heads (replicated on every rank), and
+    MiniMax Sparse Attention's, whose keys are read with the cache and whose heads split over the attention-TP ranks,
+    at least one a rank (bench/SPEED_PROTOCOL.md, the compressed-attention and MiniMax Sparse Attention amendments)."""
+    stages = []
+    for first, last in pipeline_stages(arch.num_layers, pp):
+        groups: dict[tuple[int, int], tuple[int, float]] = {}
+        for layer in arch.layers[first:last]:
+            a = layer.attention
+            if a.compress_ratio and a.compressed_index_dim and a.compressed_topk:
+                ratio, topk = a.compress_ratio, a.compressed_topk
+                key_bytes = indexer_key_bytes(a.compressed_index_dim) // ratio
+                logits = 2 * a.compressed_index_heads * a.compressed_index_dim / ratio
+            elif a.kind != "mla" and a.index_topk and a.indexer_heads:
+                ratio, topk = 1, a.index_topk
+                key_bytes, logits = 0, 2 * max(1, a.indexer_heads // attention_tp) * a.index_key_dim
+            else:
+                continue
+            summed = groups.get((ratio, topk), (0, 0.0))
+            groups[(ratio, topk)] = (summed[0] + key_bytes, summed[1] + logits)
+        stages.append(tuple((key_bytes, logits, logits, ratio, topk)
+                            for (ratio, topk), (key_bytes, logits) in groups.items()))
+    return tuple(stages)
 
 
 # Fused-MoE formats whose primary entry the engine's `moe_kernel` does not name: the engines pick their runner by

@@ -82,9 +82,10 @@ class Attention:
     state_groups: int = 0
     state_group_elements: int = 0
     indexer_head_dim: int = 0  # MLA with DeepSeek Sparse Attention: the indexer's key per token
-    indexer_heads: int = 0  # and the indexer's query heads, each scoring every earlier token's key
-    # DeepSeek Sparse Attention: the tokens each query attends to at most (the indexer's top-k; layers that reuse
-    # another layer's top-k attend as sparsely); 0: every token
+    # the indexer's query heads, each scoring every earlier token's key (DSA; MiniMax Sparse Attention)
+    indexer_heads: int = 0
+    # the tokens each query attends to at most: DeepSeek Sparse Attention's top-k (layers that reuse another layer's
+    # top-k attend as sparsely), MiniMax Sparse Attention's top-k blocks x block size; 0: every token
     index_topk: int = 0
     index_key_dim: int = 0  # GQA with MiniMax Sparse Attention: the indexer's one key per token, in the KV dtype
     # DeepSeek-V4 compressed attention: beside the window, one entry of compressed_dim values per compress_ratio tokens

@@ -50,6 +50,10 @@ def minimax_m3(c: Config, model_type: str, name: str) -> Architecture:
     mlp_types = _per_layer(c, num_layers, "mlp_layer_types", c.list("moe_layer_freq"), "sparse", "dense", "sparse")
     index_heads = c.int("index_n_heads", default=sparse.int("sparse_num_index_heads", default=4))
     index_dim = c.int("index_head_dim", default=sparse.int("sparse_index_dim", default=128))
+    # a sparse layer's query attends to its top-k key blocks, its local block forced in among them
+    # (MiniMaxM3VLConfig index_topk_blocks / index_block_size, 16 and 128 by default)
+    attended = (c.int("index_topk_blocks", default=sparse.int("sparse_topk_blocks", default=16))
+                * c.int("index_block_size", default=sparse.int("sparse_block_size", default=128)))
     experts, expert_intermediate = c.int("num_local_experts", default=128), c.int("intermediate_size")
     shared = c.int("shared_intermediate_size", default=3072)
     dense_intermediate = c.int("dense_intermediate_size", default=12288)
@@ -71,7 +75,8 @@ def minimax_m3(c: Config, model_type: str, name: str) -> Architecture:
     layers = []
     for attention_type, mlp_type in zip(attention_types, mlp_types):
         indexed = attention_type == SPARSE_LAYER
-        cache = Attention("full", kv_heads, head_dim, head_dim, index_key_dim=index_dim if indexed else 0)
+        cache = Attention("full", kv_heads, head_dim, head_dim, index_key_dim=index_dim if indexed else 0,
+                          index_topk=attended if indexed else 0, indexer_heads=index_heads if indexed else 0)
         tensors = attn + (indexer if indexed else []) + norms + (moe_mlp if mlp_type == "sparse" else dense_mlp)
         layers.append(Layer(cache, tuple(tensors), is_moe=mlp_type == "sparse"))
     embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
