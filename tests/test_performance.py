@@ -488,6 +488,8 @@ def test_an_untabled_dsa_prefill_computes_its_indexers_logits_past_top_k(catalog
         _, without, _ = untimed.forward(shape)
         expected = per_pair * causal_positions(prompt) / attention_rate if indexed else 0.0
         assert terms.attention_s - without.attention_s == pytest.approx(expected)
+        # the prompt alone (TTFT, a static batch's prompt pass) takes the same term (the correction after them)
+        assert timer.prefill_s(1, prompt) - untimed.prefill_s(1, prompt) == pytest.approx(expected)
 
 
 def test_sglang_prefills_dsa_past_its_top_k_with_the_kernel_its_release_picks(catalog, perf):

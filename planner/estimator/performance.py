@@ -1607,6 +1607,12 @@ def _sparse_prefill(cost: _StageCost, tokens: float, positions: float, prompts: 
     return tokens * cost.sparse_token_s + positions * cost.sparse_pair_s + past * cost.sparse_past_topk_s
 
 
+def _indexed_prefill_flops(indexers: Indexers, after: float, positions: float) -> float:
+    """The indexers' logits over a prompt chunk's `positions` (query, earlier token) pairs, for those whose top-k the
+    chunk's sequence, `after` tokens once the chunk is in, is past (Indexers)."""
+    return sum(logits * positions for _, _, logits, ratio, topk in indexers if after // ratio > topk)
+
+
 def _pipeline(totals: list[float], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
     """(time for every microbatch of `tokens` to pass every stage in steady state, the slowest stage's index,
     its idle time), from each stage's forward time."""
@@ -1839,12 +1845,11 @@ class ReplicaTimer:
             if cost.indexers:  # past their top-k: each key read and scored
                 # a prompt chunk's sequence after the step: its prefix and the chunk (the DSA sparse prefill's test)
                 after = prefill_positions / prefill_tokens + (prefill_tokens / prompts - 1) / 2 if prefill_tokens else 0
-                for key_bytes, decode_logits, prefill_logits, ratio, topk in cost.indexers:
+                for key_bytes, decode_logits, _, ratio, topk in cost.indexers:
                     if context // ratio > topk:
                         held += key_bytes * context
                         decode_flops += decode_logits * decode * context
-                    if after // ratio > topk:
-                        prefill_flops += prefill_logits * prefill_positions
+                prefill_flops += _indexed_prefill_flops(cost.indexers, after, prefill_positions)
             if cost.kv_sliding:
                 windowed = 0
                 for per_token, window in cost.kv_sliding:
@@ -1880,6 +1885,8 @@ class ReplicaTimer:
                 if cost.sparse_topk else 0.0
             if sparse_s:  # in place of the DSA layers' window term
                 flops -= cost.sparse_position_flops * own * _causal_positions(prompt, cost.sparse_topk)
+            if cost.indexers:  # each prompt held whole after its pass
+                flops += _indexed_prefill_flops(cost.indexers, prompt, own * _causal_positions(prompt, None))
             times.append(_forward(cost, tokens, per_part, 0.0, flops,
                                   0, 0, allreduce_s, own * prompt, group_allreduce_s, True,
                                   self.hw.norm_allreduce_s(own * prompt),
