@@ -173,7 +173,7 @@ def test_minimax_m3_sparse_layers_read_their_top_k_blocks_and_every_index_key(ca
     _, forward, _ = timer.step(Step(1, context, 0, 0, 0))
     kv = 256 * 2  # one KV head's K and V of 128 values each, bf16
     assert forward.kv_bytes == 3 * kv * context + 57 * (kv * min(context, 2048) + 128 * 2 * context)
-    assert timer.indexers == (((0, 57 * 2 * 1 * 128, 57 * 2 * 1 * 128, 1, 2048),),)
+    assert timer.indexers == (((0, 57 * 2 * 1 * 128, 57 * 2 * 1 * 128, 1, 2048, False),),)  # keys in the KV dtype
 
 
 def test_minimax_m3_vl_tower_is_the_models_own_whatever_its_vision_config_says():

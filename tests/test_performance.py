@@ -468,13 +468,18 @@ def sglang_prefill(catalog, perf, gpu, kv, prompt, release=None, engine="sglang"
 @pytest.mark.parametrize("engine", ["vllm", "trtllm"])
 def test_an_untabled_dsa_prefill_computes_its_indexers_logits_past_top_k(catalog, perf, engine):
     """Where no kernel table times a DSA prefill (SPEED_PROTOCOL, the DSA-indexer amendment), a prompt past
-    index_topk (2,048) adds every indexed layer's logits, 2 x 32 heads x 128 a (query, earlier key) pair, at the
-    attention rate; one of at most 2,048 tokens adds none (the dense threshold)."""
+    index_topk (2,048) adds every indexed layer's logits, 2 x 32 heads x 128 a (query, earlier key) pair, at the FP8
+    peak times the generation's attention efficiency (the FP8-logits amendment); one of at most 2,048 tokens adds none
+    (the dense threshold)."""
     from dataclasses import replace as swap
 
     model = arch(catalog, "glm-5")
     b200 = catalog.gpus.get("b200")
-    attention_rate = b200.dense_tflops["bf16"] * 1e12 * perf.generation("blackwell").attention_compute_efficiency
+    # FP8 logits at the FP8 peak times Blackwell's attention efficiency: no indexer table of this engine's (the
+    # FP8-logits amendment)
+    assert perf.generation("blackwell").engines.get(engine) is None or \
+        perf.generation("blackwell").engines[engine].indexer is None
+    logits_rate = b200.dense_tflops["fp8"] * 1e12 * perf.generation("blackwell").attention_compute_efficiency
     per_pair = sum(2 * a.indexer_heads * a.indexer_head_dim for layer in model.layers
                    for a in (layer.attention,) if a.indexer_heads)
     assert per_pair == 78 * 2 * 32 * 128
@@ -486,7 +491,7 @@ def test_an_untabled_dsa_prefill_computes_its_indexers_logits_past_top_k(catalog
         untimed = swap(timer)  # the same layout, its stage costs without the indexers
         untimed.__dict__["_costs"] = tuple(cost._replace(indexers=()) for cost in timer._costs)
         _, without, _ = untimed.forward(shape)
-        expected = per_pair * causal_positions(prompt) / attention_rate if indexed else 0.0
+        expected = per_pair * causal_positions(prompt) / logits_rate if indexed else 0.0
         assert terms.attention_s - without.attention_s == pytest.approx(expected)
         # the prompt alone (TTFT, a static batch's prompt pass) takes the same term (the correction after them)
         assert timer.prefill_s(1, prompt) - untimed.prefill_s(1, prompt) == pytest.approx(expected)
@@ -515,10 +520,10 @@ def test_sglang_prefills_dsa_past_its_top_k_with_the_kernel_its_release_picks(ca
     topk_s = sum(1 for a in layers if a.indexer_heads) * (prompt - 2048) * blackwell.indexer.topk_us * 1e-6
     # what the step timed them at before: each prompt token's top-k positions (the step's window term)
     window_flops = sum(4 * 64 // 8 * a.latent_dim for a in layers) * prompt * 2048
-    attention_rate = b200.dense_tflops["bf16"] * 1e12 * perf.generation("blackwell").attention_compute_efficiency
-    window_s = window_flops / attention_rate
-    # and where no table times the prefill, the indexer's logits at the attention rate (the DSA-indexer amendment)
-    untabled_logits_s = sum(2 * a.indexer_heads * a.indexer_head_dim for a in layers) * pairs / attention_rate
+    window_s = window_flops / (b200.dense_tflops["bf16"] * 1e12 * perf.generation("blackwell").attention_compute_efficiency)
+    # and where no sparse kernel times the prefill, the indexer's logits (the DSA-indexer amendment), at the rate
+    # SGLang's own logits table measures (the FP8-logits amendment): what the tabled path times them at
+    untabled_logits_s = logits_s
     assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s - untabled_logits_s
                                               + gather_s + logits_s + topk_s)
     assert terms.attention_s > 4 * (dense_terms.attention_s - untabled_logits_s)  # the window alone, as before
@@ -547,10 +552,8 @@ def test_a_flashmla_kernel_computes_its_padded_heads(catalog, perf):
         h200.dense_tflops["fp8"] * 1e12 * indexer.logits_compute_efficiency)
     topk_s = len(layers) * (prompt - 2048) * indexer.topk_us * 1e-6
     window_flops = sum(4 * 8 * a.latent_dim for a in layers) * prompt * 2048
-    attention_rate = h200.dense_tflops["bf16"] * 1e12 * hopper.attention_compute_efficiency
-    window_s = window_flops / attention_rate
-    untabled_logits_s = sum(2 * a.indexer_heads * a.indexer_head_dim for a in layers) * causal_positions(prompt) \
-        / attention_rate  # what the untabled path adds (the DSA-indexer amendment)
+    window_s = window_flops / (h200.dense_tflops["bf16"] * 1e12 * hopper.attention_compute_efficiency)
+    untabled_logits_s = logits_s  # what the untabled path adds, at SGLang's measured logits rate (FP8-logits)
     assert terms.attention_s == pytest.approx(dense_terms.attention_s - window_s - untabled_logits_s
                                               + kernel_s + logits_s + topk_s)
 

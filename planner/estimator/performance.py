@@ -1292,6 +1292,8 @@ class _Hardware:
     # and the largest pass that still runs absorbed (captured in a prefill graph)
     mla_prefill_flops_per_s: float = 0.0
     mla_absorbed_prefill_tokens: int = 0
+    # FLOP/s of an indexer's FP8 logits on FP8 keys (DeepSeek-V4's, DSA's off the tables; 0: the attention rate)
+    fp8_logits_flops_per_s: float = 0.0
 
     def attention_allreduce_s(self, tokens: int) -> float:
         """One all-reduce of `tokens` activations over the attention-TP group (0 when it is one GPU)."""
@@ -1325,10 +1327,12 @@ _Terms = tuple[float, float, float, float, float, float, float, float, float, in
 
 
 # A stage's indexers, one per (compress ratio, top-k): (key bytes per token of context, logits FLOPs per token of
-# context in a decode step, and per (prompt token, earlier token) pair in a prefill chunk, compress ratio, top-k), read
-# and scored for a sequence holding more than top-k entries: DeepSeek-V4's Lightning Indexers, and a DSA layer's where
-# no kernel table times its prefill (bench/SPEED_PROTOCOL.md, the compressed-attention and DSA-indexer amendments)
-Indexers = tuple[tuple[int, float, float, int, int], ...]
+# context in a decode step, and per (prompt token, earlier token) pair in a prefill chunk, compress ratio, top-k, FP8
+# logits), read and scored for a sequence holding more than top-k entries: DeepSeek-V4's Lightning Indexers, MiniMax
+# Sparse Attention's, and a DSA layer's where no kernel table times its prefill (bench/SPEED_PROTOCOL.md, the
+# compressed-attention, DSA-indexer, MiniMax Sparse Attention and FP8-logits amendments). A stage cost's FLOPs are at
+# the attention rate (an FP8 indexer's scaled to it).
+Indexers = tuple[tuple[int, float, float, int, int, bool], ...]
 
 
 class _StageCost(NamedTuple):
@@ -1425,7 +1429,12 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
     if stage.sparse is not None and hw.sparse_prefill is None:
         # no kernel table times this layout's DSA prefill: its indexers' prefill logits at the attention rate (their keys
         # are read with the cache, their decode logits untimed as where the tables time the prefill)
-        indexers += ((0, 0.0, stage.sparse.logits_flops, 1, stage.sparse.topk),)
+        indexers += ((0, 0.0, stage.sparse.logits_flops, 1, stage.sparse.topk, True),)
+    if indexers and hw.fp8_logits_flops_per_s:
+        fp8_scale = hw.attention_flops_per_s / hw.fp8_logits_flops_per_s
+        indexers = tuple((key, decode * fp8_scale, prefill * fp8_scale, ratio, topk, fp8) if fp8
+                         else (key, decode, prefill, ratio, topk, fp8)
+                         for key, decode, prefill, ratio, topk, fp8 in indexers)
     return _StageCost(
         stage.decode_attention(latent_scale), kv_growing, kv_sliding, kv_state, kv_latent,
         body.low_bit_bytes / low.bytes_per_s, body.low_bit_flops / low.flops_per_s, low.half_m,
@@ -1610,7 +1619,7 @@ def _sparse_prefill(cost: _StageCost, tokens: float, positions: float, prompts: 
 def _indexed_prefill_flops(indexers: Indexers, after: float, positions: float) -> float:
     """The indexers' logits over a prompt chunk's `positions` (query, earlier token) pairs, for those whose top-k the
     chunk's sequence, `after` tokens once the chunk is in, is past (Indexers)."""
-    return sum(logits * positions for _, _, logits, ratio, topk in indexers if after // ratio > topk)
+    return sum(logits * positions for _, _, logits, ratio, topk, _ in indexers if after // ratio > topk)
 
 
 def _pipeline(totals: list[float], hw: _Hardware, microbatches: int, tokens: int) -> tuple[float, int, float]:
@@ -1845,7 +1854,7 @@ class ReplicaTimer:
             if cost.indexers:  # past their top-k: each key read and scored
                 # a prompt chunk's sequence after the step: its prefix and the chunk (the DSA sparse prefill's test)
                 after = prefill_positions / prefill_tokens + (prefill_tokens / prompts - 1) / 2 if prefill_tokens else 0
-                for key_bytes, decode_logits, _, ratio, topk in cost.indexers:
+                for key_bytes, decode_logits, _, ratio, topk, _ in cost.indexers:
                     if context // ratio > topk:
                         held += key_bytes * context
                         decode_flops += decode_logits * decode * context
@@ -2051,19 +2060,19 @@ def _indexers(arch: Architecture, attention_tp: int, pp: int) -> tuple[Indexers,
         groups: dict[tuple[int, int], tuple[int, float]] = {}
         for layer in arch.layers[first:last]:
             a = layer.attention
-            if a.compress_ratio and a.compressed_index_dim and a.compressed_topk:
-                ratio, topk = a.compress_ratio, a.compressed_topk
+            if a.compress_ratio and a.compressed_index_dim and a.compressed_topk:  # FP8 keys, FP8 logits
+                ratio, topk, fp8 = a.compress_ratio, a.compressed_topk, True
                 key_bytes = indexer_key_bytes(a.compressed_index_dim) // ratio
                 logits = 2 * a.compressed_index_heads * a.compressed_index_dim / ratio
-            elif a.kind != "mla" and a.index_topk and a.indexer_heads:
-                ratio, topk = 1, a.index_topk
+            elif a.kind != "mla" and a.index_topk and a.indexer_heads:  # keys in the KV dtype
+                ratio, topk, fp8 = 1, a.index_topk, False
                 key_bytes, logits = 0, 2 * max(1, a.indexer_heads // attention_tp) * a.index_key_dim
             else:
                 continue
-            summed = groups.get((ratio, topk), (0, 0.0))
-            groups[(ratio, topk)] = (summed[0] + key_bytes, summed[1] + logits)
-        stages.append(tuple((key_bytes, logits, logits, ratio, topk)
-                            for (ratio, topk), (key_bytes, logits) in groups.items()))
+            summed = groups.get((ratio, topk, fp8), (0, 0.0))
+            groups[(ratio, topk, fp8)] = (summed[0] + key_bytes, summed[1] + logits)
+        stages.append(tuple((key_bytes, logits, logits, ratio, topk, fp8)
+                            for (ratio, topk, fp8), (key_bytes, logits) in groups.items()))
     return tuple(stages)
 
 
@@ -2230,6 +2239,9 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
                                         or generation.prefill_attention_compute_efficiency)
         if engine_cost.mla_prefill == "multi-head" else 0.0,
         mla_absorbed_prefill_tokens=engine_cost.absorbed_mla_prefill_tokens(eager, release),
+        # the engine's measured logits kernel where its tables have one, else the attention kernels' share of the peak
+        fp8_logits_flops_per_s=(_rate(gpu, "fp8") or wide) * (kernels.indexer.logits_compute_efficiency if kernels.indexer
+                                                              else generation.attention_compute_efficiency),
     ), generation
 
 
