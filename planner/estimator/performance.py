@@ -1427,8 +1427,8 @@ def _stage_cost(stage: _Stage, hw: _Hardware, last: bool, kv_growing: int, kv_sl
     dense_scale = hw.attention_flops_per_s / hw.prefill_attention_flops_per_s
     latent_scale = hw.attention_flops_per_s / hw.latent_flops_per_s
     if stage.sparse is not None and hw.sparse_prefill is None:
-        # no kernel table times this layout's DSA prefill: its indexers' prefill logits at the attention rate (their keys
-        # are read with the cache, their decode logits untimed as where the tables time the prefill)
+        # no kernel table times this layout's DSA prefill: its indexers' prefill logits, FP8 (their keys are read with
+        # the cache, their decode logits untimed as where the tables time the prefill)
         indexers += ((0, 0.0, stage.sparse.logits_flops, 1, stage.sparse.topk, True),)
     if indexers and hw.fp8_logits_flops_per_s:
         fp8_scale = hw.attention_flops_per_s / hw.fp8_logits_flops_per_s
@@ -1723,7 +1723,7 @@ class ReplicaTimer:
     # a step carries prompt tokens in the decoding requests' pass (vLLM, TensorRT-LLM, llama-server); False: the engine
     # runs them as a pass of their own before the decode (the engine registry's Engine.mixes_prefill: SGLang)
     mixes_prefill: bool = True
-    indexers: tuple[Indexers, ...] = ()  # per stage (empty: no DeepSeek-V4 compressed caches)
+    indexers: tuple[Indexers, ...] = ()  # per stage (_indexers)
     # a decode step: every running request gains one token and takes one token of the step's budget (a speculative
     # cycle gains more and takes more: planner.estimator.speculative.SpeculativeTimer)
     tokens_per_step: ClassVar[float] = 1.0
@@ -2051,13 +2051,13 @@ def _compressed_reads(arch: Architecture, pp: int, kv_bits: int
 
 @lru_cache(maxsize=1024)
 def _indexers(arch: Architecture, attention_tp: int, pp: int) -> tuple[Indexers, ...]:
-    """Per stage, on one rank, the indexers past their top-k (Indexers), grouped by (ratio, top-k): DeepSeek-V4's
+    """Per stage, on one rank, the indexers past their top-k (Indexers), grouped by (ratio, top-k, FP8): DeepSeek-V4's
     Lightning Indexers, their pooled keys read and scored by every one of their heads (replicated on every rank), and
     MiniMax Sparse Attention's, whose keys are read with the cache and whose heads split over the attention-TP ranks,
     at least one a rank (bench/SPEED_PROTOCOL.md, the compressed-attention and MiniMax Sparse Attention amendments)."""
     stages = []
     for first, last in pipeline_stages(arch.num_layers, pp):
-        groups: dict[tuple[int, int], tuple[int, float]] = {}
+        groups: dict[tuple[int, int, bool], tuple[int, float]] = {}
         for layer in arch.layers[first:last]:
             a = layer.attention
             if a.compress_ratio and a.compressed_index_dim and a.compressed_topk:  # FP8 keys, FP8 logits
