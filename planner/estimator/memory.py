@@ -370,7 +370,9 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
     validate_request(arch, req)
     engine = engine or catalog.engines.get("simple")
     precision = resolve_precision(catalog, arch, req.precision)
-    kv_name = resolve_kv_dtype(arch, precision, req.kv_dtype)
+    from planner.estimator.engines.registry import resolve_engine_kv_dtype
+
+    kv_name = resolve_engine_kv_dtype(served_by or engine.name, arch, precision, req.kv_dtype)
     kv_bits = catalog.kv_dtypes.get(kv_name).bits
     state_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, precision, None)).bits
     margin = Fraction(str(req.overhead_fraction if req.overhead_fraction is not None else engine.overhead_fraction))

@@ -180,6 +180,35 @@ def resolve_precision(catalog: Catalog, arch: Architecture, requested: str | Non
     return precision
 
 
+def _float8(scheme: object) -> bool:
+    """A quantization config's KV scheme of 8-bit floats, as ModelOpt and llm-compressor write it."""
+    return isinstance(scheme, dict) and scheme.get("type") == "float" and scheme.get("num_bits") == 8
+
+
+def declared_fp8_kv_cache(arch: Architecture, compressed_tensors: bool) -> bool:
+    """Whether the checkpoint's quantization_config declares an FP8 KV cache the engines' `--kv-cache-dtype auto`
+    takes (calibrated scales ship with the weights). ModelOpt (quant_method modelopt*): a kv_cache_scheme of static
+    8-bit floats, or kv_cache_quant_algo "FP8" where it states no scheme: vLLM
+    utils/torch_utils.py get_kv_cache_quant_algo_string @ v0.19.0 and v0.34.0, SGLang layers/quantization/
+    modelopt_quant.py from_config plus mem_cache/kv_cache_dtype.py configure_kv_cache_dtype @ v0.5.23 (model_runner.py
+    configure_kv_cache_dtype @ v0.5.9). `compressed_tensors`: the engine also takes any compressed-tensors
+    kv_cache_scheme as FP8 (vLLM model_executor/layers/attention/attention.py @ v0.19.0 and v0.34.0)."""
+    qc = arch.quantization_config
+    if not isinstance(qc, dict):
+        return False
+    method = qc.get("quant_method")
+    method = method.lower() if isinstance(method, str) else ""
+    if method == "compressed-tensors":
+        return compressed_tensors and qc.get("kv_cache_scheme") is not None
+    if not method.startswith("modelopt"):
+        return False
+    scheme = qc.get("kv_cache_scheme")
+    if scheme:  # a string scheme, which the two engines read apart, is left at the compute dtype
+        return _float8(scheme) and scheme.get("dynamic") is False
+    algo = qc.get("kv_cache_quant_algo")
+    return isinstance(algo, str) and algo.upper() == "FP8"
+
+
 def resolve_kv_dtype(arch: Architecture, precision: Precision, requested: str | None) -> str:
     """`auto`: the dtype the engine computes in (vLLM's --kv-cache-dtype auto = the model dtype)."""
     if requested and requested.lower() != "auto":

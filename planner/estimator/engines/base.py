@@ -362,7 +362,7 @@ def serve(arch: Architecture, request: Request, catalog: Catalog, engine: str) -
                                 "parallelism yet; use --engine sglang or the simple planning margin")
     estimate = estimate_once(arch, request, catalog)
     precision = resolve_precision(catalog, arch, request.precision)
-    kv_dtype = resolve_kv_dtype(arch, precision, request.kv_dtype)
+    kv_dtype = registry.resolve_engine_kv_dtype(engine, arch, precision, request.kv_dtype)
     activation_dtype = resolve_kv_dtype(arch, precision, None)
     stage_ranks = [rank for rank in estimate.per_gpu if rank.tp_rank == 0]
     stages = tuple(

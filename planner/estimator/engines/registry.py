@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
@@ -48,11 +48,22 @@ def _compute_dtype_cache(arch: Architecture) -> str | None:
     return None
 
 
-def fp8_compressed_caches(arch: Architecture) -> str | None:
-    """DeepSeek-V4's compressed caches, which SGLang and vLLM store in FP8 whatever `auto` says (SGLang
+def _auto_kv_dtype(arch: Architecture, compressed_tensors: bool) -> str | None:
+    """FP8 where `auto` stores the cache in FP8 on vLLM and SGLang: DeepSeek-V4's compressed caches (SGLang
     arg_groups/overrides.py _deepseek_v4_kv_cache_dtype @ v0.5.23: auto -> fp8_e4m3; vLLM's FlashMLA path asserts an
-    FP8 cache dtype, engines/vllm_deepseek_v4.py check_kv_dtype)."""
-    return "fp8" if arch.has_compressed_caches else None
+    FP8 cache dtype, engines/vllm_deepseek_v4.py check_kv_dtype), and a checkpoint declaring an FP8 KV cache
+    (planner.model.precision.declared_fp8_kv_cache; `compressed_tensors`: the engine takes a compressed-tensors
+    kv_cache_scheme as one)."""
+    from planner.model.precision import declared_fp8_kv_cache
+
+    return "fp8" if arch.has_compressed_caches or declared_fp8_kv_cache(arch, compressed_tensors) else None
+
+
+# vLLM takes any compressed-tensors kv_cache_scheme as FP8 (model_executor/layers/attention/attention.py @ v0.19.0 and
+# v0.34.0); SGLang only from v0.5.19 (CompressedTensorsConfig.kv_cache_quant_algo, absent @ v0.5.16): planner keeps
+# its compressed-tensors caches at the compute dtype, as the releases up to v0.5.16 do (`--kv-dtype fp8` sizes 0.5.19+)
+vllm_auto_kv_dtype = partial(_auto_kv_dtype, compressed_tensors=True)
+sglang_auto_kv_dtype = partial(_auto_kv_dtype, compressed_tensors=False)
 
 
 @dataclass(frozen=True)
@@ -172,7 +183,8 @@ def resolve_engine_kv_dtype(name: str, arch: Architecture, precision: Precision,
     from planner.model.precision import resolve_kv_dtype
 
     key = canonical(name)
-    if (requested or "auto").lower() == "auto" and key in engine_names():
+    # the planning margin's own `auto` is the compute dtype (and its module is not imported for the answer)
+    if (requested or "auto").lower() == "auto" and key != PLANNING_MARGIN and key in engine_names():
         stored = engine(key).auto_kv_dtype(arch)
         if stored is not None:
             return stored

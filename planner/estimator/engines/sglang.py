@@ -50,7 +50,7 @@ from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSett
                                             RankBudget, ServedModel, Stage, catalog_card, limiting_rank, serve)
 from planner.estimator.engines import sglang_deepseek_v4 as v4
 from planner.estimator.engines.profiles import SglangMultimodal, SglangProfile, load_profiles
-from planner.estimator.engines.registry import Engine, fp8_compressed_caches, release_key
+from planner.estimator.engines.registry import Engine, sglang_auto_kv_dtype, release_key
 from planner.errors import PlannerInputError
 from planner.estimator.memory import RECURRENT_KINDS, GpuTarget, Request
 from planner.units import MiB, gib
@@ -451,7 +451,7 @@ ENGINE = Engine("sglang", sglang_budget, SglangProfile, refusal=refusal, workspa
                 admission=admission,
                 fraction_field="mem_fraction_static", kv_cache_dtypes=SGLANG_KV_CACHE_DTYPES,
                 command="planner.render.export:sglang_command", expert_parallel="any", sizes_expert_parallel=True,
-                all_to_all_backends=("deepep",), auto_kv_dtype=fp8_compressed_caches)
+                all_to_all_backends=("deepep",), auto_kv_dtype=sglang_auto_kv_dtype)
 
 
 def sglang_kv_cache_flag(arch: Architecture, kv_dtype: str) -> str:

@@ -49,7 +49,7 @@ from planner.catalog.load import Catalog
 from planner.estimator.engines.base import (CacheGroup, EngineBudget, EngineSettings, Memo, PoolLayout, RankBudget,
                                             ServedModel, Stage, catalog_card, largest_passing, limiting_rank, serve)
 from planner.estimator.engines.profiles import VllmProfile, load_profiles
-from planner.estimator.engines.registry import Engine, fp8_compressed_caches
+from planner.estimator.engines.registry import Engine, vllm_auto_kv_dtype
 from planner.estimator.engines.vllm_deepseek_v4 import (PackedLayout, check_kv_dtype,
                                                         packed_layout, pool_layout)
 from planner.errors import PlannerInputError
@@ -573,4 +573,4 @@ def batching(settings: EngineSettings, context: int) -> tuple[int, int | None, i
 # graphs (and the extensible KV cache's margin and the CUDA context, its budget being the whole card)
 ENGINE = Engine("vllm", vllm_budget, VllmProfile, batching=batching, scheduler_caps_sequences=True,
                 workspace="remainder", kv_cache_dtypes=VLLM_KV_CACHE_DTYPES, command="planner.render.export:vllm_command",
-                expert_parallel="full", auto_kv_dtype=fp8_compressed_caches)
+                expert_parallel="full", auto_kv_dtype=vllm_auto_kv_dtype)
