@@ -48,7 +48,8 @@ def test_the_recorded_counts_cover_every_new_family():
     assert {"qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text", "deepseek_v3",
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
             "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear", "ministral3", "mistral4",
-            "step3p5"} <= families
+            "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
+            "ernie4_5_moe"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -491,3 +492,33 @@ def test_ministral_3_8b_differs_from_the_transformers_defaults_only_by_its_untie
     arch = architecture_from_config(catalog.models.get("ministral-3-8b").config, "ministral-3-8b")
     defaults = _arch("ministral-3-8b-defaults")  # Ministral3Config() sizes with the outer tie left at true
     assert arch.loaded_params - defaults.loaded_params == 131_072 * 4_096
+
+
+@pytest.mark.parametrize("name, kinds", [
+    # Olmo3Config / Exaone4Config without layer_types: a 4,096-token window, every 4th layer full attention
+    ("olmo-3-defaults", [("sliding", 4096)] * 3 + [("full", None)]),
+    ("exaone-4-defaults", [("sliding", 4096)] * 3 + [("full", None)]),
+    # SmolLM3 slides only with use_sliding_window (its default off); Seed-OSS has no window in its code at all
+    ("smollm3-defaults", [("full", None)] * 4),
+])
+def test_layer_kinds_follow_each_config_class_rule(name, kinds):
+    # the classes' default max_position_embeddings (2,048) is below their window, which makes every layer full: the
+    # released checkpoints hold 32K-64K tokens
+    config = load_config_file(CONFIGS / name)
+    layers = architecture_from_config({**config, "max_position_embeddings": 65536}, name).layers
+    assert [(layer.attention.kind, layer.attention.window) for layer in layers[:4]] == kinds
+    assert len({(layer.attention.kind, layer.attention.window) for layer in layers}) == len(set(kinds))
+
+
+def test_a_window_in_a_config_whose_code_has_none_is_not_read():
+    config = load_config_file(CONFIGS / "seed-oss-defaults")
+    arch = architecture_from_config({**config, "sliding_window": 4096}, "seed-oss")
+    assert {layer.attention.kind for layer in arch.layers} == {"full"}
+
+
+def test_ernie_4_5_moe_layers_and_its_float32_router():
+    arch = _arch("ernie-4.5-moe-defaults")
+    assert [layer.is_moe for layer in arch.layers] == [False] + [True] * 27  # from moe_layer_start_index 1 to the last
+    routers = [t for t in arch.layers[1].tensors if t.role == "router"]
+    assert {t.stored_bits for t in routers} == {32} and len(routers) == 2  # gate.weight, moe_statics bias
+    assert arch.moe.shared_intermediate_size == 2 * 1536  # moe_num_shared_experts x moe_intermediate_size

@@ -57,6 +57,18 @@ def gated_mlp(prefix: str, hidden: int, intermediate: int, bias: bool = False, f
     return up + linear(f"{prefix}.down_proj", hidden, intermediate, "row", bias, role, count)
 
 
+def plain_mlp(prefix: str, hidden: int, intermediate: int, bias: bool = False) -> list[Tensor]:
+    """An MLP without a gate: up_proj, the activation, down_proj."""
+    return (linear(f"{prefix}.up_proj", intermediate, hidden, "column", bias)
+            + linear(f"{prefix}.down_proj", hidden, intermediate, "row", bias))
+
+
+def whole_qk_norms(heads: int, kv_heads: int, head_dim: int) -> list[Tensor]:
+    """OLMo's q_norm / k_norm, over the whole query and key projections rather than one head: split with the heads."""
+    return [Tensor("self_attn.q_norm.weight", (heads * head_dim,), "norm", "column"),
+            Tensor("self_attn.k_norm.weight", (kv_heads * head_dim,), "norm", "kv")]
+
+
 class DecoderShape(NamedTuple):
     hidden: int
     layers: int
@@ -83,6 +95,8 @@ def head_dim_from(c: Config, hidden: int, heads: int) -> int:
 
 LAYER_TYPES = {"sliding_attention": "sliding", "chunked_attention": "sliding", "full_attention": "full",
                "attention": "full", "linear_attention": "linear", "mamba": "mamba"}
+# Families whose modelling code has no sliding window, whatever a config's sliding_window says (transformers 5.25)
+NO_SLIDING_WINDOW = {"olmo2", "seed_oss", "ernie4_5", "ernie4_5_moe", "apertus", "arcee"}
 # Families whose config, without layer_types, makes every full_attention_interval-th layer full attention
 HYBRID_BY_INTERVAL = {"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 
@@ -113,6 +127,26 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
             else:
                 kinds.append((kind, None))  # type: ignore[arg-type]
         return kinds
+    if model_type in NO_SLIDING_WINDOW:
+        return [("full", None)] * num_layers
+    if model_type == "olmo3" and window is not None:
+        # transformers Olmo3Config: sliding_attention but every 4th layer
+        return [("full", None) if (i + 1) % 4 == 0 else ("sliding", window) for i in range(num_layers)]
+    if model_type == "exaone4":
+        # transformers Exaone4Config: local attention but every sliding_window_pattern-th layer (SGLang's exaone4.py
+        # takes a string pattern such as "LLLG" by its length)
+        if window is None:
+            return [("full", None)] * num_layers
+        pattern = c.data.get("sliding_window_pattern")
+        every = len(pattern) if isinstance(pattern, str) and pattern else c.int("sliding_window_pattern", default=4)
+        return [("full", None) if (i + 1) % every == 0 else ("sliding", window) for i in range(num_layers)]
+    if model_type == "smollm3":
+        # transformers SmolLM3Config: with use_sliding_window, the layers without RoPE slide (no_rope_layers[i] 0)
+        interval = c.int("no_rope_layer_interval", default=4)
+        rope = c.int_list("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
+        slides = c.bool("use_sliding_window", False) and window is not None
+        return [("sliding", window) if slides and i < len(rope) and not rope[i] else ("full", None)
+                for i in range(num_layers)]
     if model_type in HYBRID_BY_INTERVAL:
         # transformers Qwen3NextConfig / Qwen3_5TextConfig: every full_attention_interval-th layer is full attention, the rest Gated DeltaNet
         interval = c.int("full_attention_interval", default=4)

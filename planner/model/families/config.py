@@ -110,6 +110,12 @@ CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096,
                     "max_position_embeddings": 131_072, "sliding_window_pattern": 6},
+    # transformers 5.25 Ernie4_5Config: head_dim 128 unless the config says otherwise (ERNIE-4.5-0.3B: 16 heads of
+    # 128 on a hidden size of 1024)
+    "ernie4_5": {"head_dim": 128},
+    # Olmo3Config and Exaone4Config: a 4,096-token window, every 4th layer full attention (layer_kinds)
+    "olmo3": {"sliding_window": 4096},
+    "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4},
 }
 
 # The same for vision configs, keyed by the vision config's model_type.
@@ -140,5 +146,5 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "qwen3_vl_moe", "deepseek_v32", "glm_moe_dsa", "kimi_k25", "glm4_moe", "minimax_m2",
                      "nemotron_h", "nemotron-nas", "mimo_v2_flash", "mimo", "glm4_moe_lite", "minimax_m3",
                      "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear", "ministral3", "mistral4",
-                     "step3p5", "step3p7"}
+                     "step3p5", "step3p7", "seed_oss", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "arcee"}
 

@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
-                                           gated_mlp, linear, norm)
+                                           gated_mlp, linear, norm, plain_mlp, whole_qk_norms)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer, Tensor
 
 
 def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
-    """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4 and Phi-2. Ministral 3 (Ministral 3,
-    Devstral 2) is Mistral's decoder: its Ministral3Attention only scales the queries, with no tensor of its own."""
+    """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4, Phi-2, Seed-OSS, OLMo 2/3, EXAONE 4,
+    SmolLM3, ERNIE 4.5, Apertus and Arcee (AFM). Ministral 3 (Ministral 3, Devstral 2) is Mistral's decoder: its
+    Ministral3Attention only scales the queries, with no tensor of its own. Tensors as transformers 5.25 builds each
+    (models/<model_type>/modeling_<model_type>.py)."""
     hidden, layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     intermediate = c.int("intermediate_size")
 
-    qkv_bias = o_bias = mlp_bias = norm_bias = head_bias = fused_qkv = fused_mlp = qk_norm = False
+    qkv_bias = o_bias = mlp_bias = norm_bias = head_bias = fused_qkv = fused_mlp = qk_norm = whole_qk_norm = False
+    gated = True
     norms_per_layer = 2
-    if model_type in ("llama", "granite"):
+    if model_type in ("llama", "granite", "smollm3", "arcee", "apertus"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
         mlp_bias = c.bool("mlp_bias", False)
+        gated = model_type not in ("arcee", "apertus")  # ArceeMLP (ReLU^2) and ApertusMLP (xIELU): up and down only
+        qk_norm = model_type == "apertus"
+    elif model_type == "seed_oss":  # SeedOssAttention: q/k/v biases by attention_bias, o_proj's by attention_out_bias
+        qkv_bias, o_bias = c.bool("attention_bias", True), c.bool("attention_out_bias", False)
+        mlp_bias = c.bool("mlp_bias", False)
+    elif model_type in ("olmo2", "olmo3"):  # q_norm / k_norm over the whole projections; post-norms only
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+        whole_qk_norm = True
+    elif model_type == "exaone4":  # per-head q_norm / k_norm; post-norms only
+        qk_norm = True
+    elif model_type == "ernie4_5":
+        qkv_bias = o_bias = mlp_bias = c.bool("use_bias", False)  # its lm_head has none (Ernie4_5ForCausalLM)
     elif model_type in ("qwen2", "mimo"):  # MiMo-7B: Qwen2 layers plus MTP layers
         qkv_bias = True  # Qwen2Attention: q/k/v projections always carry a bias, o_proj none
     elif model_type in ("qwen3", "qwen3_vl_text"):
@@ -43,7 +58,12 @@ def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
 
     layer_tensors = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=qkv_bias, o_bias=o_bias,
                                        fused_qkv=fused_qkv, qk_norm=qk_norm)
-    layer_tensors += gated_mlp("mlp", hidden, intermediate, mlp_bias, fused_mlp)
+    if whole_qk_norm:
+        layer_tensors += whole_qk_norms(heads, kv_heads, head_dim)
+    layer_tensors += (gated_mlp("mlp", hidden, intermediate, mlp_bias, fused_mlp) if gated
+                      else plain_mlp("mlp", hidden, intermediate, mlp_bias))
+    if model_type == "apertus":  # XIELUActivation: alpha_p, alpha_n and the persistent beta, eps, one value each
+        layer_tensors += [Tensor(f"mlp.act_fn.{n}", (1,), "norm") for n in ("alpha_p", "alpha_n", "beta", "eps")]
     for i in range(norms_per_layer):
         layer_tensors += norm(f"norm{i}", hidden, norm_bias)
     if model_type == "cohere" and qk_norm:

@@ -22,8 +22,10 @@ Tower = Callable[[Config, Config, int], list[Tensor]]
 # "module.function" of planner.model.families -> the config model_types it counts
 FAMILY_BUILDERS: dict[str, tuple[str, ...]] = {
     "dense.dense_decoder": ("llama", "mistral", "ministral3", "granite", "qwen2", "qwen3", "gemma", "gemma2",
-                            "gemma3_text", "gemma3", "phi3", "cohere", "glm4", "phi", "qwen3_vl_text", "mimo"),
-    "sparse.sparse_decoder": ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text"),
+                            "gemma3_text", "gemma3", "phi3", "cohere", "glm4", "phi", "qwen3_vl_text", "mimo",
+                            "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee"),
+    "sparse.sparse_decoder": ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text",
+                              "olmoe", "ernie4_5_moe"),
     "deepseek.deepseek": ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite",
                           "mistral4"),
     "deepseek_v4.deepseek_v4": ("deepseek_v4",),

@@ -1,21 +1,32 @@
-"""Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text."""
+"""Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text, OLMoE, ERNIE 4.5 MoE."""
 
 from __future__ import annotations
 
 from planner.errors import PlannerInputError
+from dataclasses import replace
+
 from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
-                                           gated_mlp, moe_block, norm)
+                                           gated_mlp, moe_block, norm, whole_qk_norms)
 from planner.model.families.config import Config
-from planner.model.families.core import Architecture, Attention, Layer, MoE, Tensor
+from planner.model.families.core import STATE_DTYPE_BITS, Architecture, Attention, Layer, MoE, Tensor
 
 
 def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
-    """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss and Llama 4 text."""
+    """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss, Llama 4 text, OLMoE and ERNIE 4.5 MoE (shared
+    experts, an fp32 router with its score-correction bias: transformers 5.25 Ernie4_5_MoeTopKRouter)."""
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
-    experts = c.int("num_local_experts") if "num_local_experts" in c else c.int("num_experts")
-    top_k = c.int("num_experts_per_tok")
-    qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = False
-    if model_type == "qwen2_moe":
+    ernie = model_type == "ernie4_5_moe"
+    if ernie:
+        experts, top_k = c.int("moe_num_experts"), c.int("moe_k")
+    else:
+        experts = c.int("num_local_experts") if "num_local_experts" in c else c.int("num_experts")
+        top_k = c.int("num_experts_per_tok")
+    qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = mlp_bias = head_bias = False
+    if ernie:
+        qkv_bias = o_bias = mlp_bias = head_bias = c.bool("use_bias", False)
+    elif model_type == "olmoe":
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+    elif model_type == "qwen2_moe":
         qkv_bias = True
     elif model_type in ("qwen3_moe", "qwen3_vl_moe_text"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
@@ -35,6 +46,10 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         expert_intermediate = c.int("moe_intermediate_size")
         dense_intermediate = c.int("intermediate_size", default=expert_intermediate)
         shared_intermediate = c.int("shared_expert_intermediate_size", default=0, minimum=0)
+    elif ernie:  # its shared experts are one MLP of moe_intermediate_size x moe_num_shared_experts
+        expert_intermediate = c.int("moe_intermediate_size")
+        dense_intermediate = c.int("intermediate_size")
+        shared_intermediate = expert_intermediate * c.int("moe_num_shared_experts", default=0, minimum=0)
     else:
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = 0
@@ -52,6 +67,8 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
                      for i, a in enumerate(attention)]
 
     attn = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=qkv_bias, o_bias=o_bias, qk_norm=qk_norm)
+    if model_type == "olmoe":
+        attn += whole_qk_norms(heads, kv_heads, head_dim)
     if model_type == "gpt_oss":
         attn += [Tensor("self_attn.sinks", (heads,), "norm", "column")]
     norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)
@@ -60,14 +77,20 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         if i in moe_layers:
             mlp = moe_block("mlp", hidden, experts, expert_intermediate, router_bias=router_bias,
                              expert_bias=expert_bias, fused=fused)
+            if ernie:  # the router in float32, as vLLM loads it too (models/ernie45_moe.py @ v0.34.0 GateLinear)
+                fp32 = STATE_DTYPE_BITS["float32"]
+                mlp = [replace(t, stored_bits=fp32) if t.role == "router" else t for t in mlp]
+                mlp += [Tensor("mlp.gate.moe_statics.e_score_correction_bias", (1, experts), "router",
+                               stored_bits=fp32)]
             if shared_intermediate:
-                mlp += gated_mlp("mlp.shared_expert", hidden, shared_intermediate, fused=fused and model_type != "llama4_text")
+                mlp += gated_mlp("mlp.shared_expert", hidden, shared_intermediate, mlp_bias,
+                                 fused=fused and model_type != "llama4_text")
                 if model_type == "qwen2_moe":
                     mlp += [Tensor("mlp.shared_expert_gate.weight", (1, hidden), "router")]
         else:
-            mlp = gated_mlp("mlp", hidden, dense_intermediate)
+            mlp = gated_mlp("mlp", hidden, dense_intermediate, mlp_bias)
         layers.append(Layer(attention[i], tuple(attn + norms + mlp), is_moe=i in moe_layers))
-    embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab)
+    embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab, head_bias=head_bias)
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied,
@@ -83,6 +106,14 @@ def _moe_layer_indices(c: Config, model_type: str, num_layers: int) -> set[int]:
         step = c.int("decoder_sparse_step", default=1)
         dense = set(c.int_list("mlp_only_layers") or [])
         return {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
+    if model_type == "ernie4_5_moe":
+        # Ernie4_5_MoeDecoderLayer: every moe_layer_interval-th layer from moe_layer_start_index to
+        # moe_layer_end_index (-1: the last)
+        step = c.int("moe_layer_interval", default=1)
+        start = c.int("moe_layer_start_index", default=1, minimum=0)
+        end = c.data.get("moe_layer_end_index", -1)
+        end = num_layers - 1 if end == -1 else c.int("moe_layer_end_index", minimum=0)
+        return {i for i in range(num_layers) if (i + 1) % step == 0 and start <= i <= end}
     if model_type == "llama4_text":
         if c.int_list("moe_layers") is not None:
             return set(c.int_list("moe_layers") or [])
