@@ -49,7 +49,7 @@ def test_the_recorded_counts_cover_every_new_family():
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
             "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear", "ministral3", "mistral4",
             "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
-            "ernie4_5_moe"} <= families
+            "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)

@@ -151,7 +151,8 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
         # transformers Qwen3NextConfig / Qwen3_5TextConfig: every full_attention_interval-th layer is full attention, the rest Gated DeltaNet
         interval = c.int("full_attention_interval", default=4)
         return [("full", None) if (i + 1) % interval == 0 else ("linear", None) for i in range(num_layers)]
-    if window is None or model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "mimo") and not c.bool("use_sliding_window", False):
+    if window is None or model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "mimo",
+                                          "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text") and not c.bool("use_sliding_window", False):
         return [("full", None)] * num_layers
     if model_type == "gemma2":
         # transformers Gemma2DecoderLayer: is_sliding = not bool(layer_idx % 2)

@@ -146,5 +146,6 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "qwen3_vl_moe", "deepseek_v32", "glm_moe_dsa", "kimi_k25", "glm4_moe", "minimax_m2",
                      "nemotron_h", "nemotron-nas", "mimo_v2_flash", "mimo", "glm4_moe_lite", "minimax_m3",
                      "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear", "ministral3", "mistral4",
-                     "step3p5", "step3p7", "seed_oss", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "arcee"}
+                     "step3p5", "step3p7", "seed_oss", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "arcee",
+                     "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"}
 

@@ -8,9 +8,14 @@ from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Layer, Tensor
 
 
+# Qwen2-VL's and Qwen2.5-VL's language models: Qwen2's decoder (a released config.json spells it at its top level,
+# a transformers 5 one under text_config)
+QWEN2_VL_TEXT = ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text")
+
+
 def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4, Phi-2, Seed-OSS, OLMo 2/3, EXAONE 4,
-    SmolLM3, ERNIE 4.5, Apertus and Arcee (AFM). Ministral 3 (Ministral 3, Devstral 2) is Mistral's decoder: its
+    SmolLM3, ERNIE 4.5, Apertus, Arcee (AFM) and Qwen2-VL / Qwen2.5-VL's language models. Ministral 3 (Ministral 3, Devstral 2) is Mistral's decoder: its
     Ministral3Attention only scales the queries, with no tensor of its own. Tensors as transformers 5.25 builds each
     (models/<model_type>/modeling_<model_type>.py)."""
     hidden, layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
@@ -34,7 +39,7 @@ def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
         qk_norm = True
     elif model_type == "ernie4_5":
         qkv_bias = o_bias = mlp_bias = c.bool("use_bias", False)  # its lm_head has none (Ernie4_5ForCausalLM)
-    elif model_type in ("qwen2", "mimo"):  # MiMo-7B: Qwen2 layers plus MTP layers
+    elif model_type in ("qwen2", "mimo", *QWEN2_VL_TEXT):  # MiMo-7B: Qwen2 layers plus MTP layers
         qkv_bias = True  # Qwen2Attention: q/k/v projections always carry a bias, o_proj none
     elif model_type in ("qwen3", "qwen3_vl_text"):
         qkv_bias = o_bias = c.bool("attention_bias", False)

@@ -23,7 +23,8 @@ Tower = Callable[[Config, Config, int], list[Tensor]]
 FAMILY_BUILDERS: dict[str, tuple[str, ...]] = {
     "dense.dense_decoder": ("llama", "mistral", "ministral3", "granite", "qwen2", "qwen3", "gemma", "gemma2",
                             "gemma3_text", "gemma3", "phi3", "cohere", "glm4", "phi", "qwen3_vl_text", "mimo",
-                            "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee"),
+                            "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee",
+                            "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"),
     "sparse.sparse_decoder": ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text",
                               "olmoe", "ernie4_5_moe"),
     "deepseek.deepseek": ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite",
@@ -50,6 +51,8 @@ TOWER_BUILDERS: dict[str, tuple[str, ...]] = {
     "vision.qwen3_vision": ("qwen3_vl", "qwen3_vl_vision", "qwen3_vl_moe", "qwen3_vl_moe_vision",
                             "qwen3_5", "qwen3_5_vision", "qwen3_5_moe", "qwen3_5_moe_vision"),
     "vision.moonvit": ("kimi_k25",),
+    "vision.qwen2_vision": ("qwen2_vl", "qwen2_vl_vision"),
+    "vision.qwen2_5_vision": ("qwen2_5_vl", "qwen2_5_vl_vision"),
     "gemma3n_towers.gemma3n_towers": ("gemma3n",),
     "gemma4.gemma4_vision": ("gemma4_vision",),
     "kimi_linear.moonvit3d": ("kimi_k3",),

@@ -132,6 +132,42 @@ def qwen3_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     return as_vision(tower) + as_vision(projector, "projector")
 
 
+def qwen2_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
+    """Qwen2-VL's ViT (transformers Qwen2VisionTransformerPretrainedModel): a 3-D patch conv without bias, LayerNorm
+    blocks with a biased qkv and a GELU MLP of mlp_ratio x embed_dim, and the patch merger (LayerNorm, two biased
+    linears over the 2x2-merged patch) into the text width, hidden_size."""
+    hidden = v.int("embed_dim")
+    inter = hidden * v.int("mlp_ratio", default=4)
+    return _qwen2_tower(v, hidden, v.int("hidden_size"), layer_norm=True,
+                        mlp=lambda p: (linear(f"{p}.mlp.fc1", inter, hidden, "column", True)
+                                       + linear(f"{p}.mlp.fc2", hidden, inter, "row", True)))
+
+
+def qwen2_5_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
+    """Qwen2.5-VL's ViT (transformers Qwen2_5_VisionTransformerPretrainedModel): Qwen2-VL's with RMSNorms and a
+    biased SwiGLU MLP; its merger maps into out_hidden_size."""
+    hidden, inter = v.int("hidden_size"), v.int("intermediate_size")
+    return _qwen2_tower(v, hidden, v.int("out_hidden_size"), layer_norm=False,
+                        mlp=lambda p: gated_mlp(f"{p}.mlp", hidden, inter, bias=True))
+
+
+def _qwen2_tower(v: Config, hidden: int, out: int, layer_norm: bool, mlp) -> list[Tensor]:
+    patch, temporal = v.int("patch_size"), v.int("temporal_patch_size")
+    # released configs spell the channels in_chans (Qwen2VLVisionConfig reads in_channels)
+    channels = v.int("in_channels") if "in_channels" in v else v.int("in_chans", default=3)
+    merged = hidden * v.int("spatial_merge_size") ** 2
+    tower = [Tensor("patch_embed.proj.weight", (hidden, channels, temporal, patch, patch), "vision")]
+    for i in range(v.int("depth")):
+        p = f"blocks.{i}"
+        tower += norm(f"{p}.norm1", hidden, bias=layer_norm) + norm(f"{p}.norm2", hidden, bias=layer_norm)
+        tower += linear(f"{p}.attn.qkv", 3 * hidden, hidden, "column", True)
+        tower += linear(f"{p}.attn.proj", hidden, hidden, "row", True)
+        tower += mlp(p)
+    projector = (norm("merger.ln_q", hidden, bias=layer_norm) + linear("merger.mlp.0", merged, merged, "column", True)
+                 + linear("merger.mlp.2", out, merged, "row", True))
+    return as_vision(tower) + as_vision(projector, "projector")
+
+
 def moonvit(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Kimi-K2.5's MoonViT (transformers Kimi_K25VisionModel; the checkpoint's remote-code config names its
     sizes vt_*): 2-D patch conv, a learned height x width position grid, biased pre-norm blocks, and the
