@@ -49,7 +49,8 @@ def test_the_recorded_counts_cover_every_new_family():
             "deepseek_v32", "glm4_moe", "glm_moe_dsa", "kimi_k2", "minimax_m2", "nemotron_h", "minimax_m3",
             "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear", "ministral3", "mistral4",
             "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
-            "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"} <= families
+            "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
+            "phimoe", "granitemoe", "granitemoeshared"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -498,6 +499,7 @@ def test_ministral_3_8b_differs_from_the_transformers_defaults_only_by_its_untie
     # Olmo3Config / Exaone4Config without layer_types: a 4,096-token window, every 4th layer full attention
     ("olmo-3-defaults", [("sliding", 4096)] * 3 + [("full", None)]),
     ("exaone-4-defaults", [("sliding", 4096)] * 3 + [("full", None)]),
+    ("cohere2-defaults", [("sliding", 4096)] * 3 + [("full", None)]),  # Cohere2Config's sliding_window_pattern 4
     # SmolLM3 slides only with use_sliding_window (its default off); Seed-OSS has no window in its code at all
     ("smollm3-defaults", [("full", None)] * 4),
 ])

@@ -116,6 +116,7 @@ CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # Olmo3Config and Exaone4Config: a 4,096-token window, every 4th layer full attention (layer_kinds)
     "olmo3": {"sliding_window": 4096},
     "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4},
+    "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},  # Cohere2Config, the same rule
 }
 
 # The same for vision configs, keyed by the vision config's model_type.
@@ -147,5 +148,6 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "nemotron_h", "nemotron-nas", "mimo_v2_flash", "mimo", "glm4_moe_lite", "minimax_m3",
                      "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear", "ministral3", "mistral4",
                      "step3p5", "step3p7", "seed_oss", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "arcee",
-                     "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text"}
+                     "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "phimoe", "granitemoe",
+                     "granitemoeshared"}
 

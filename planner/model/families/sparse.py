@@ -1,4 +1,5 @@
-"""Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text, OLMoE, ERNIE 4.5 MoE."""
+"""Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text, OLMoE, ERNIE 4.5 MoE,
+Phi-3.5-MoE and Granite MoE."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     else:
         experts = c.int("num_local_experts") if "num_local_experts" in c else c.int("num_experts")
         top_k = c.int("num_experts_per_tok")
-    qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = mlp_bias = head_bias = False
+    qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = mlp_bias = head_bias = norm_bias = False
     if ernie:
         qkv_bias = o_bias = mlp_bias = head_bias = c.bool("use_bias", False)
-    elif model_type == "olmoe":
+    elif model_type in ("olmoe", "granitemoe", "granitemoeshared"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
+    elif model_type == "phimoe":  # LayerNorms with biases; PhimoeForCausalLM's lm_head bias by lm_head_bias
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+        norm_bias, head_bias = True, c.bool("lm_head_bias", False)
     elif model_type == "qwen2_moe":
         qkv_bias = True
     elif model_type in ("qwen3_moe", "qwen3_vl_moe_text"):
@@ -46,6 +50,9 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         expert_intermediate = c.int("moe_intermediate_size")
         dense_intermediate = c.int("intermediate_size", default=expert_intermediate)
         shared_intermediate = c.int("shared_expert_intermediate_size", default=0, minimum=0)
+    elif model_type == "granitemoeshared":  # GraniteMoeSharedMLP: one gated MLP of shared_intermediate_size
+        expert_intermediate = dense_intermediate = c.int("intermediate_size")
+        shared_intermediate = c.int("shared_intermediate_size", default=0, minimum=0)
     elif ernie:  # its shared experts are one MLP of moe_intermediate_size x moe_num_shared_experts
         expert_intermediate = c.int("moe_intermediate_size")
         dense_intermediate = c.int("intermediate_size")
@@ -71,7 +78,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         attn += whole_qk_norms(heads, kv_heads, head_dim)
     if model_type == "gpt_oss":
         attn += [Tensor("self_attn.sinks", (heads,), "norm", "column")]
-    norms = norm("input_layernorm", hidden) + norm("post_attention_layernorm", hidden)
+    norms = norm("input_layernorm", hidden, norm_bias) + norm("post_attention_layernorm", hidden, norm_bias)
     layers = []
     for i in range(num_layers):
         if i in moe_layers:
@@ -90,7 +97,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         else:
             mlp = gated_mlp("mlp", hidden, dense_intermediate, mlp_bias)
         layers.append(Layer(attention[i], tuple(attn + norms + mlp), is_moe=i in moe_layers))
-    embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab, head_bias=head_bias)
+    embedding, head, tied = embedding_and_head(c, model_type, hidden, vocab, norm_bias=norm_bias, head_bias=head_bias)
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied,
