@@ -50,7 +50,7 @@ def test_the_recorded_counts_cover_every_new_family():
             "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear", "ministral3", "mistral4",
             "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
             "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
-            "phimoe", "granitemoe", "granitemoeshared"} <= families
+            "phimoe", "granitemoe", "granitemoeshared", "glm4v_text", "glm4v_moe_text"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)

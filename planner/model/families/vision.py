@@ -168,6 +168,30 @@ def _qwen2_tower(v: Config, hidden: int, out: int, layer_norm: bool, mlp) -> lis
     return as_vision(tower) + as_vision(projector, "projector")
 
 
+def glm4v_vision(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
+    """GLM-4.1V / GLM-4.5V's ViT (transformers Glm4vVisionModel): learned positions, a biased 3-D patch conv, RMSNorm
+    blocks whose SwiGLU MLP is out_hidden_size wide (no biases; qkv's by attention_bias), a 2x2 downsampling conv into
+    out_hidden_size, and the merger (a linear, a LayerNorm, a SwiGLU of intermediate_size)."""
+    hidden, out, inter = v.int("hidden_size"), v.int("out_hidden_size"), v.int("intermediate_size")
+    patch, temporal, channels = v.int("patch_size"), v.int("temporal_patch_size"), v.int("in_channels", default=3)
+    merge = v.int("spatial_merge_size")
+    qkv_bias = v.bool("attention_bias", False)
+    tower = [Tensor("embeddings.position_embedding.weight", ((v.int("image_size") // patch) ** 2, hidden), "vision"),
+             Tensor("patch_embed.proj.weight", (hidden, channels, temporal, patch, patch), "vision"),
+             Tensor("patch_embed.proj.bias", (hidden,), "vision")]
+    for i in range(v.int("depth")):
+        p = f"blocks.{i}"
+        tower += norm(f"{p}.norm1", hidden) + norm(f"{p}.norm2", hidden)
+        tower += linear(f"{p}.attn.qkv", 3 * hidden, hidden, "column", qkv_bias)
+        tower += linear(f"{p}.attn.proj", hidden, hidden, "row")
+        tower += gated_mlp(f"{p}.mlp", hidden, out)
+    tower += norm("post_conv_layernorm", hidden) + norm("post_layernorm", hidden)
+    tower += [Tensor("downsample.weight", (out, hidden, merge, merge), "vision"), Tensor("downsample.bias", (out,), "vision")]
+    projector = (linear("merger.proj", out, out, "column") + norm("merger.post_projection_norm", out, bias=True)
+                 + gated_mlp("merger", out, inter))
+    return as_vision(tower) + as_vision(projector, "projector")
+
+
 def moonvit(v: Config, outer: Config, text_hidden: int) -> list[Tensor]:
     """Kimi-K2.5's MoonViT (transformers Kimi_K25VisionModel; the checkpoint's remote-code config names its
     sizes vt_*): 2-D patch conv, a learned height x width position grid, biased pre-norm blocks, and the
