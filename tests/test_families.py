@@ -50,7 +50,7 @@ def test_the_recorded_counts_cover_every_new_family():
             "minimax_m3_vl", "deepseek_v4", "gemma3n_text", "kimi_linear", "ministral3", "mistral4",
             "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
             "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
-            "phimoe", "granitemoe", "granitemoeshared", "glm4v_text", "glm4v_moe_text"} <= families
+            "phimoe", "granitemoe", "granitemoeshared", "glm4v_text", "glm4v_moe_text", "hy_v3"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -524,3 +524,12 @@ def test_ernie_4_5_moe_layers_and_its_float32_router():
     routers = [t for t in arch.layers[1].tensors if t.role == "router"]
     assert {t.stored_bits for t in routers} == {32} and len(routers) == 2  # gate.weight, moe_statics bias
     assert arch.moe.shared_intermediate_size == 2 * 1536  # moe_num_shared_experts x moe_intermediate_size
+
+
+def test_hy_v3_moe_layers_follow_mlp_layer_types_and_a_malformed_list_is_named():
+    arch = _arch("hy-v3-defaults")  # its file leaves mlp_layer_types out: the class's dense first layer
+    assert [layer.is_moe for layer in arch.layers[:3]] == [False, True, True] and arch.moe.routing == "sigmoid"
+    config = load_config_file(CONFIGS / "hy-v3-defaults")
+    for bad in (["dense"], ["dense", {"sparse": 1}] + ["sparse"] * (config["num_hidden_layers"] - 2)):
+        with pytest.raises(PlannerInputError, match="mlp_layer_types"):
+            architecture_from_config({**config, "mlp_layer_types": bad}, "hy")

@@ -149,5 +149,5 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear", "ministral3", "mistral4",
                      "step3p5", "step3p7", "seed_oss", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "arcee",
                      "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "phimoe", "granitemoe",
-                     "granitemoeshared", "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text"}
+                     "granitemoeshared", "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "hy_v3"}
 

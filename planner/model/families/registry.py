@@ -27,7 +27,7 @@ FAMILY_BUILDERS: dict[str, tuple[str, ...]] = {
                             "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
                             "glm4v", "glm4v_text"),
     "sparse.sparse_decoder": ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text",
-                              "olmoe", "ernie4_5_moe", "phimoe", "granitemoe", "granitemoeshared"),
+                              "olmoe", "ernie4_5_moe", "phimoe", "granitemoe", "granitemoeshared", "hy_v3"),
     "deepseek.deepseek": ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite",
                           "mistral4"),
     "deepseek_v4.deepseek_v4": ("deepseek_v4",),

@@ -1,5 +1,5 @@
 """Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text, OLMoE, ERNIE 4.5 MoE,
-Phi-3.5-MoE and Granite MoE."""
+Phi-3.5-MoE, Granite MoE and HY-V3 (sigmoid routing with a score-correction bias and shared experts)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss, Llama 4 text, OLMoE and ERNIE 4.5 MoE (shared
     experts, an fp32 router with its score-correction bias: transformers 5.25 Ernie4_5_MoeTopKRouter)."""
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
-    ernie = model_type == "ernie4_5_moe"
+    ernie, hy = model_type == "ernie4_5_moe", model_type == "hy_v3"
     if ernie:
         experts, top_k = c.int("moe_num_experts"), c.int("moe_k")
     else:
@@ -25,6 +25,9 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = mlp_bias = head_bias = norm_bias = False
     if ernie:
         qkv_bias = o_bias = mlp_bias = head_bias = c.bool("use_bias", False)
+    elif hy:  # per-head q/k norms
+        qkv_bias = o_bias = c.bool("attention_bias", False)
+        mlp_bias, qk_norm = c.bool("mlp_bias", False), True
     elif model_type in ("olmoe", "granitemoe", "granitemoeshared"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
     elif model_type == "phimoe":  # LayerNorms with biases; PhimoeForCausalLM's lm_head bias by lm_head_bias
@@ -53,10 +56,11 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     elif model_type == "granitemoeshared":  # GraniteMoeSharedMLP: one gated MLP of shared_intermediate_size
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = c.int("shared_intermediate_size", default=0, minimum=0)
-    elif ernie:  # its shared experts are one MLP of moe_intermediate_size x moe_num_shared_experts
+    elif ernie or hy:  # shared experts: one MLP of moe_intermediate_size x their count
         expert_intermediate = c.int("moe_intermediate_size")
         dense_intermediate = c.int("intermediate_size")
-        shared_intermediate = expert_intermediate * c.int("moe_num_shared_experts", default=0, minimum=0)
+        shared_intermediate = expert_intermediate * c.int("moe_num_shared_experts" if ernie else "num_shared_experts",
+                                                          default=0 if ernie else 1, minimum=0)
     else:
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = 0
@@ -84,11 +88,12 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         if i in moe_layers:
             mlp = moe_block("mlp", hidden, experts, expert_intermediate, router_bias=router_bias,
                              expert_bias=expert_bias, fused=fused)
-            if ernie:  # the router in float32, as vLLM loads it too (models/ernie45_moe.py @ v0.34.0 GateLinear)
+            if ernie or hy:  # the router in float32 with its score-correction bias, as vLLM loads them too
+                # (models/ernie45_moe.py and hy_v3.py @ v0.34.0: GateLinear params_dtype float32)
                 fp32 = STATE_DTYPE_BITS["float32"]
                 mlp = [replace(t, stored_bits=fp32) if t.role == "router" else t for t in mlp]
-                mlp += [Tensor("mlp.gate.moe_statics.e_score_correction_bias", (1, experts), "router",
-                               stored_bits=fp32)]
+                bias = "mlp.gate.moe_statics.e_score_correction_bias" if ernie else "mlp.e_score_correction_bias"
+                mlp += [Tensor(bias, (1, experts) if ernie else (experts,), "router", stored_bits=fp32)]
             if shared_intermediate:
                 mlp += gated_mlp("mlp.shared_expert", hidden, shared_intermediate, mlp_bias,
                                  fused=fused and model_type != "llama4_text")
@@ -102,7 +107,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied,
         intermediate_size=dense_intermediate,
-        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate),
+        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate, routing="sigmoid" if hy else "softmax"),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
 
@@ -113,6 +118,12 @@ def _moe_layer_indices(c: Config, model_type: str, num_layers: int) -> set[int]:
         step = c.int("decoder_sparse_step", default=1)
         dense = set(c.int_list("mlp_only_layers") or [])
         return {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
+    if model_type == "hy_v3":  # HYV3Config.mlp_layer_types, by default a dense first layer and sparse ones after
+        kinds = c.list("mlp_layer_types") or ["dense"] + ["sparse"] * (num_layers - 1)
+        if len(kinds) != num_layers or not all(kind in ("dense", "sparse") for kind in kinds):
+            raise PlannerInputError(f"{c.where}: 'mlp_layer_types' must list 'dense' or 'sparse' for each of the "
+                                    f"{num_layers} layers")
+        return {i for i, kind in enumerate(kinds) if kind == "sparse"}
     if model_type == "ernie4_5_moe":
         # Ernie4_5_MoeDecoderLayer: every moe_layer_interval-th layer from moe_layer_start_index to
         # moe_layer_end_index (-1: the last)
