@@ -132,7 +132,7 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
     if model_type == "olmo3" and window is not None:
         # transformers Olmo3Config: sliding_attention but every 4th layer
         return [("full", None) if (i + 1) % 4 == 0 else ("sliding", window) for i in range(num_layers)]
-    if model_type in ("exaone4", "cohere2"):
+    if model_type in ("exaone4", "exaone_moe", "cohere2"):
         # transformers Exaone4Config / Cohere2Config: local attention but every sliding_window_pattern-th layer
         # (SGLang's exaone4.py takes a string pattern such as "LLLG" by its length)
         if window is None:

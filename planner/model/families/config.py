@@ -117,6 +117,7 @@ CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "olmo3": {"sliding_window": 4096},
     "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4},
     "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},  # Cohere2Config, the same rule
+    "exaone_moe": {"sliding_window": 4096, "sliding_window_pattern": 4},  # ExaoneMoeConfig, the same rule
 }
 
 # The same for vision configs, keyed by the vision config's model_type.
@@ -149,5 +150,6 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "minimax_m3_vl", "minimax_m3_vl_text", "deepseek_v4", "kimi_linear", "ministral3", "mistral4",
                      "step3p5", "step3p7", "seed_oss", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "arcee",
                      "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "phimoe", "granitemoe",
-                     "granitemoeshared", "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "hy_v3"}
+                     "granitemoeshared", "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "hy_v3",
+                     "exaone_moe", "solar_open"}
 

@@ -1,5 +1,6 @@
 """Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text, OLMoE, ERNIE 4.5 MoE,
-Phi-3.5-MoE, Granite MoE and HY-V3 (sigmoid routing with a score-correction bias and shared experts)."""
+Phi-3.5-MoE, Granite MoE, HY-V3, EXAONE MoE and Solar Open (sigmoid routing with a score-correction bias and shared
+experts)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,28 @@ from planner.model.families.config import Config
 from planner.model.families.core import STATE_DTYPE_BITS, Architecture, Attention, Layer, MoE, Tensor
 
 
+# Sigmoid-routed MoE with a float32 router and score-correction bias beside shared experts, on GQA attention
+SIGMOID_BIASED = ("hy_v3", "exaone_moe", "solar_open")
+
+
 def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss, Llama 4 text, OLMoE and ERNIE 4.5 MoE (shared
     experts, an fp32 router with its score-correction bias: transformers 5.25 Ernie4_5_MoeTopKRouter)."""
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
-    ernie, hy = model_type == "ernie4_5_moe", model_type == "hy_v3"
+    ernie, sigmoid = model_type == "ernie4_5_moe", model_type in SIGMOID_BIASED
     if ernie:
         experts, top_k = c.int("moe_num_experts"), c.int("moe_k")
+    elif model_type == "solar_open":  # DeepSeek's key names
+        experts, top_k = c.int("n_routed_experts"), c.int("num_experts_per_tok")
     else:
         experts = c.int("num_local_experts") if "num_local_experts" in c else c.int("num_experts")
         top_k = c.int("num_experts_per_tok")
     qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = mlp_bias = head_bias = norm_bias = False
     if ernie:
         qkv_bias = o_bias = mlp_bias = head_bias = c.bool("use_bias", False)
-    elif hy:  # per-head q/k norms
+    elif sigmoid:  # HY-V3 and EXAONE MoE with per-head q/k norms
         qkv_bias = o_bias = c.bool("attention_bias", False)
-        mlp_bias, qk_norm = c.bool("mlp_bias", False), True
+        mlp_bias, qk_norm = c.bool("mlp_bias", False), model_type != "solar_open"
     elif model_type in ("olmoe", "granitemoe", "granitemoeshared"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
     elif model_type == "phimoe":  # LayerNorms with biases; PhimoeForCausalLM's lm_head bias by lm_head_bias
@@ -56,11 +63,12 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     elif model_type == "granitemoeshared":  # GraniteMoeSharedMLP: one gated MLP of shared_intermediate_size
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = c.int("shared_intermediate_size", default=0, minimum=0)
-    elif ernie or hy:  # shared experts: one MLP of moe_intermediate_size x their count
+    elif ernie or sigmoid:  # shared experts: one MLP of moe_intermediate_size x their count
         expert_intermediate = c.int("moe_intermediate_size")
-        dense_intermediate = c.int("intermediate_size")
-        shared_intermediate = expert_intermediate * c.int("moe_num_shared_experts" if ernie else "num_shared_experts",
-                                                          default=0 if ernie else 1, minimum=0)
+        dense_intermediate = c.int("intermediate_size", default=expert_intermediate)
+        count_key = {"ernie4_5_moe": "moe_num_shared_experts", "solar_open": "n_shared_experts"}.get(model_type,
+                                                                                                  "num_shared_experts")
+        shared_intermediate = expert_intermediate * c.int(count_key, default=0 if ernie else 1, minimum=0)
     else:
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = 0
@@ -88,11 +96,13 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         if i in moe_layers:
             mlp = moe_block("mlp", hidden, experts, expert_intermediate, router_bias=router_bias,
                              expert_bias=expert_bias, fused=fused)
-            if ernie or hy:  # the router in float32 with its score-correction bias, as vLLM loads them too
-                # (models/ernie45_moe.py and hy_v3.py @ v0.34.0: GateLinear params_dtype float32)
+            if ernie or sigmoid:  # the router in float32 with its score-correction bias, as vLLM loads them too
+                # (models/ernie45_moe.py and hy_v3.py @ v0.34.0: GateLinear params_dtype float32; transformers
+                # _keep_in_fp32_modules_strict for the others)
                 fp32 = STATE_DTYPE_BITS["float32"]
                 mlp = [replace(t, stored_bits=fp32) if t.role == "router" else t for t in mlp]
-                bias = "mlp.gate.moe_statics.e_score_correction_bias" if ernie else "mlp.e_score_correction_bias"
+                bias = {"ernie4_5_moe": "mlp.gate.moe_statics.e_score_correction_bias",
+                        "hy_v3": "mlp.e_score_correction_bias"}.get(model_type, "mlp.gate.e_score_correction_bias")
                 mlp += [Tensor(bias, (1, experts) if ernie else (experts,), "router", stored_bits=fp32)]
             if shared_intermediate:
                 mlp += gated_mlp("mlp.shared_expert", hidden, shared_intermediate, mlp_bias,
@@ -107,7 +117,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied,
         intermediate_size=dense_intermediate,
-        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate, routing="sigmoid" if hy else "softmax"),
+        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate, routing="sigmoid" if sigmoid else "softmax"),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
 
@@ -118,8 +128,11 @@ def _moe_layer_indices(c: Config, model_type: str, num_layers: int) -> set[int]:
         step = c.int("decoder_sparse_step", default=1)
         dense = set(c.int_list("mlp_only_layers") or [])
         return {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
-    if model_type == "hy_v3":  # HYV3Config.mlp_layer_types, by default a dense first layer and sparse ones after
-        kinds = c.list("mlp_layer_types") or ["dense"] + ["sparse"] * (num_layers - 1)
+    if model_type in SIGMOID_BIASED:
+        # HYV3Config / ExaoneMoeConfig mlp_layer_types, by default first_k_dense_replace dense layers (HY-V3: one;
+        # Solar Open: none), then sparse ones
+        first = c.int("first_k_dense_replace", default=0 if model_type == "solar_open" else 1, minimum=0)
+        kinds = c.list("mlp_layer_types") or ["dense" if i < first else "sparse" for i in range(num_layers)]
         if len(kinds) != num_layers or not all(kind in ("dense", "sparse") for kind in kinds):
             raise PlannerInputError(f"{c.where}: 'mlp_layer_types' must list 'dense' or 'sparse' for each of the "
                                     f"{num_layers} layers")
