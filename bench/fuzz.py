@@ -388,7 +388,10 @@ MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3
                "glm4", "granite", "mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "deepseek_v2",
                "deepseek_v3", "kimi_k2", "qwen3_next", "rwkv7", "", "LLAMA", "qwen3_5_text", "qwen3_5_moe_text",
                "qwen3_vl_text", "deepseek_v32", "glm_moe_dsa", "glm4_moe", "minimax_m2", "nemotron_h", "nemotron-nas",
-               "gemma4_text", "mimo_v2_flash")
+               "gemma4_text", "mimo_v2_flash", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5",
+               "apertus", "arcee", "olmoe", "ernie4_5_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2",
+               "starcoder2", "phimoe", "granitemoe", "granitemoeshared", "glm4v", "glm4v_moe_text", "hy_v3",
+               "exaone_moe", "solar_open")
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "attention",
                "cross_attention")
 

@@ -51,7 +51,7 @@ def test_the_recorded_counts_cover_every_new_family():
             "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
             "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
             "phimoe", "granitemoe", "granitemoeshared", "glm4v_text", "glm4v_moe_text", "hy_v3",
-            "exaone_moe", "solar_open"} <= families
+            "exaone_moe", "solar_open", "afmoe"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -502,6 +502,7 @@ def test_ministral_3_8b_differs_from_the_transformers_defaults_only_by_its_untie
     ("exaone-4-defaults", [("sliding", 4096)] * 3 + [("full", None)]),
     ("cohere2-defaults", [("sliding", 4096)] * 3 + [("full", None)]),  # Cohere2Config's sliding_window_pattern 4
     ("exaone-moe-defaults", [("sliding", 4096)] * 3 + [("full", None)]),
+    ("afmoe-defaults", [("sliding", 1024)] * 3 + [("full", None)]),  # AfmoeConfig's global_attn_every_n_layers 4
     # SmolLM3 slides only with use_sliding_window (its default off); Seed-OSS has no window in its code at all
     ("smollm3-defaults", [("full", None)] * 4),
 ])
@@ -537,7 +538,7 @@ def test_hy_v3_moe_layers_follow_mlp_layer_types_and_a_malformed_list_is_named()
             architecture_from_config({**config, "mlp_layer_types": bad}, "hy")
 
 
-@pytest.mark.parametrize("name, dense", [("exaone-moe-defaults", 1), ("solar-open-defaults", 0)])
+@pytest.mark.parametrize("name, dense", [("exaone-moe-defaults", 1), ("solar-open-defaults", 0), ("afmoe-defaults", 1)])
 def test_sigmoid_routed_moe_dense_layers_and_float32_router(name, dense):
     """first_k_dense_replace where mlp_layer_types is not given: EXAONE MoE's one, Solar Open's none."""
     arch = _arch(name)

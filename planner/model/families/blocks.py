@@ -132,13 +132,15 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
     if model_type == "olmo3" and window is not None:
         # transformers Olmo3Config: sliding_attention but every 4th layer
         return [("full", None) if (i + 1) % 4 == 0 else ("sliding", window) for i in range(num_layers)]
-    if model_type in ("exaone4", "exaone_moe", "cohere2"):
+    if model_type in ("exaone4", "exaone_moe", "cohere2", "afmoe"):
         # transformers Exaone4Config / Cohere2Config: local attention but every sliding_window_pattern-th layer
+        # (AfmoeConfig's global_attn_every_n_layers-th)
         # (SGLang's exaone4.py takes a string pattern such as "LLLG" by its length)
         if window is None:
             return [("full", None)] * num_layers
         pattern = c.data.get("sliding_window_pattern")
-        every = len(pattern) if isinstance(pattern, str) and pattern else c.int("sliding_window_pattern", default=4)
+        every = len(pattern) if isinstance(pattern, str) and pattern else c.int(
+            "global_attn_every_n_layers" if model_type == "afmoe" else "sliding_window_pattern", default=4)
         return [("full", None) if (i + 1) % every == 0 else ("sliding", window) for i in range(num_layers)]
     if model_type == "smollm3":
         # transformers SmolLM3Config: with use_sliding_window, the layers without RoPE slide (no_rope_layers[i] 0)

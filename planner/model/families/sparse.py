@@ -1,6 +1,6 @@
 """Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text, OLMoE, ERNIE 4.5 MoE,
-Phi-3.5-MoE, Granite MoE, HY-V3, EXAONE MoE and Solar Open (sigmoid routing with a score-correction bias and shared
-experts)."""
+Phi-3.5-MoE, Granite MoE, HY-V3, EXAONE MoE, Solar Open and Arcee's AFMoE (sigmoid routing with a score-correction
+bias and shared experts)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from planner.errors import PlannerInputError
 from dataclasses import replace
 
 from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
-                                           gated_mlp, moe_block, norm, whole_qk_norms)
+                                           gated_mlp, linear, moe_block, norm, whole_qk_norms)
 from planner.model.families.config import Config
 from planner.model.families.core import STATE_DTYPE_BITS, Architecture, Attention, Layer, MoE, Tensor
 
@@ -21,7 +21,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss, Llama 4 text, OLMoE and ERNIE 4.5 MoE (shared
     experts, an fp32 router with its score-correction bias: transformers 5.25 Ernie4_5_MoeTopKRouter)."""
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
-    ernie, sigmoid = model_type == "ernie4_5_moe", model_type in SIGMOID_BIASED
+    ernie, sigmoid, afmoe = model_type == "ernie4_5_moe", model_type in SIGMOID_BIASED, model_type == "afmoe"
     if ernie:
         experts, top_k = c.int("moe_num_experts"), c.int("moe_k")
     elif model_type == "solar_open":  # DeepSeek's key names
@@ -32,7 +32,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = mlp_bias = head_bias = norm_bias = False
     if ernie:
         qkv_bias = o_bias = mlp_bias = head_bias = c.bool("use_bias", False)
-    elif sigmoid:  # HY-V3 and EXAONE MoE with per-head q/k norms
+    elif sigmoid or afmoe:  # HY-V3, EXAONE MoE and AFMoE with per-head q/k norms
         qkv_bias = o_bias = c.bool("attention_bias", False)
         mlp_bias, qk_norm = c.bool("mlp_bias", False), model_type != "solar_open"
     elif model_type in ("olmoe", "granitemoe", "granitemoeshared"):
@@ -63,12 +63,13 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     elif model_type == "granitemoeshared":  # GraniteMoeSharedMLP: one gated MLP of shared_intermediate_size
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = c.int("shared_intermediate_size", default=0, minimum=0)
-    elif ernie or sigmoid:  # shared experts: one MLP of moe_intermediate_size x their count
+    elif ernie or sigmoid or afmoe:  # shared experts: one MLP of moe_intermediate_size x their count
         expert_intermediate = c.int("moe_intermediate_size")
         dense_intermediate = c.int("intermediate_size", default=expert_intermediate)
         count_key = {"ernie4_5_moe": "moe_num_shared_experts", "solar_open": "n_shared_experts"}.get(model_type,
                                                                                                   "num_shared_experts")
-        shared_intermediate = expert_intermediate * c.int(count_key, default=0 if ernie else 1, minimum=0)
+        shared_intermediate = expert_intermediate * c.int(count_key, default={"ernie4_5_moe": 0, "afmoe": 2}.get(
+            model_type, 1), minimum=0)
     else:
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = 0
@@ -88,21 +89,26 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     attn = attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=qkv_bias, o_bias=o_bias, qk_norm=qk_norm)
     if model_type == "olmoe":
         attn += whole_qk_norms(heads, kv_heads, head_dim)
+    if afmoe:  # AfmoeAttention's sigmoid output gate, one value per query channel
+        attn += linear("self_attn.gate_proj", heads * head_dim, hidden, "column")
     if model_type == "gpt_oss":
         attn += [Tensor("self_attn.sinks", (heads,), "norm", "column")]
     norms = norm("input_layernorm", hidden, norm_bias) + norm("post_attention_layernorm", hidden, norm_bias)
+    if afmoe:  # AfmoeDecoderLayer: the MLP between its own pre- and post-norms
+        norms += norm("pre_mlp_layernorm", hidden) + norm("post_mlp_layernorm", hidden)
     layers = []
     for i in range(num_layers):
         if i in moe_layers:
             mlp = moe_block("mlp", hidden, experts, expert_intermediate, router_bias=router_bias,
                              expert_bias=expert_bias, fused=fused)
-            if ernie or sigmoid:  # the router in float32 with its score-correction bias, as vLLM loads them too
-                # (models/ernie45_moe.py and hy_v3.py @ v0.34.0: GateLinear params_dtype float32; transformers
+            if ernie or sigmoid or afmoe:  # the router in float32 with its score-correction bias, as vLLM loads them
+                # too (models/ernie45_moe.py, hy_v3.py, afmoe.py @ v0.34.0: params_dtype float32; transformers
                 # _keep_in_fp32_modules_strict for the others)
                 fp32 = STATE_DTYPE_BITS["float32"]
                 mlp = [replace(t, stored_bits=fp32) if t.role == "router" else t for t in mlp]
                 bias = {"ernie4_5_moe": "mlp.gate.moe_statics.e_score_correction_bias",
-                        "hy_v3": "mlp.e_score_correction_bias"}.get(model_type, "mlp.gate.e_score_correction_bias")
+                        "hy_v3": "mlp.e_score_correction_bias",
+                        "afmoe": "mlp.expert_bias"}.get(model_type, "mlp.gate.e_score_correction_bias")
                 mlp += [Tensor(bias, (1, experts) if ernie else (experts,), "router", stored_bits=fp32)]
             if shared_intermediate:
                 mlp += gated_mlp("mlp.shared_expert", hidden, shared_intermediate, mlp_bias,
@@ -117,7 +123,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied,
         intermediate_size=dense_intermediate,
-        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate, routing="sigmoid" if sigmoid else "softmax"),
+        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate, routing="sigmoid" if sigmoid or afmoe else "softmax"),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
 
@@ -137,6 +143,8 @@ def _moe_layer_indices(c: Config, model_type: str, num_layers: int) -> set[int]:
             raise PlannerInputError(f"{c.where}: 'mlp_layer_types' must list 'dense' or 'sparse' for each of the "
                                     f"{num_layers} layers")
         return {i for i, kind in enumerate(kinds) if kind == "sparse"}
+    if model_type == "afmoe":  # AfmoeDecoderLayer: MoE from num_dense_layers on
+        return set(range(c.int("num_dense_layers", default=1, minimum=0), num_layers))
     if model_type == "ernie4_5_moe":
         # Ernie4_5_MoeDecoderLayer: every moe_layer_interval-th layer from moe_layer_start_index to
         # moe_layer_end_index (-1: the last)
