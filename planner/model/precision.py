@@ -146,6 +146,12 @@ def precision_from_checkpoint(arch: Architecture) -> str:
         elif method == "modelopt":
             algo = str(qc.get("quant_algo", "")).upper()
             name = {"FP8": "fp8", "NVFP4": "nvfp4"}.get(algo)
+            if algo == "MIXED_PRECISION":
+                raise PlannerInputError(
+                    f"{arch.name}: quantization_config quant_algo MIXED_PRECISION gives each layer its own format "
+                    "(quantized_layers), which no catalog precision sizes exactly; pass --precision with the format "
+                    "most of its weights take (e.g. nvfp4 where the experts are NVFP4) and read the result as "
+                    "approximate")
         if name is None:
             raise PlannerInputError(
                 f"{arch.name}: quantization_config {method or qc!r} is not one planner reads; "

@@ -1,5 +1,6 @@
-"""A checkpoint whose quantization_config declares an FP8 KV cache: vLLM's and SGLang's `--kv-cache-dtype auto` store
-the cache in FP8 (planner.model.precision.declared_fp8_kv_cache), so planner sizes and times it so."""
+"""What a checkpoint's quantization_config tells planner beyond its weights' format: an FP8 KV cache it declares, which
+vLLM's and SGLang's `--kv-cache-dtype auto` store the cache in (planner.model.precision.declared_fp8_kv_cache), so
+planner sizes and times it so; and ModelOpt's per-layer MIXED_PRECISION, which it names instead of guessing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from conftest import CONFIGS
 
 from planner.api import engine_estimate
+from planner.errors import PlannerInputError
 from planner.estimator.engines import EngineSettings
 from planner.estimator.engines.registry import resolve_engine_kv_dtype
 from planner.model.architecture import architecture_from_config, load_config_file
@@ -71,3 +73,11 @@ def test_which_declarations_each_engine_takes(catalog, quantization, vllm, sglan
     bf16 = catalog.precisions.get("bf16")
     assert resolve_engine_kv_dtype("vllm", arch, bf16, "auto") == vllm
     assert resolve_engine_kv_dtype("sglang", arch, bf16, "auto") == sglang
+
+
+def test_a_modelopt_mixed_precision_checkpoint_is_named_not_guessed(catalog):
+    arch = _arch(quant_method="modelopt", quant_algo="MIXED_PRECISION",
+                 quantized_layers={"model.layers.0.mlp.experts": {"quant_algo": "NVFP4", "group_size": 16}})
+    with pytest.raises(PlannerInputError, match="MIXED_PRECISION .* pass --precision"):
+        resolve_precision(catalog, arch, "auto")
+    assert resolve_precision(catalog, arch, "nvfp4").name == "nvfp4"  # the format the user picks
