@@ -51,7 +51,7 @@ def test_the_recorded_counts_cover_every_new_family():
             "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
             "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
             "phimoe", "granitemoe", "granitemoeshared", "glm4v_text", "glm4v_moe_text", "hy_v3",
-            "exaone_moe", "solar_open", "afmoe"} <= families
+            "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe", "param2moe"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)

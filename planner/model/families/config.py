@@ -120,6 +120,9 @@ CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "exaone_moe": {"sliding_window": 4096, "sliding_window_pattern": 4},  # ExaoneMoeConfig, the same rule
     # AfmoeConfig: a 1,024-token window, every global_attn_every_n_layers-th layer full attention
     "afmoe": {"sliding_window": 1024, "global_attn_every_n_layers": 4, "head_dim": 128},
+    # SarvamMoEConfig and Param2MoeConfig: GLM-4-MoE's config with per-head q/k norms on and 64-wide heads
+    "sarvam_moe": {"use_qk_norm": True, "head_dim": 64},
+    "param2moe": {"use_qk_norm": True, "head_dim": 64},
 }
 
 # The same for vision configs, keyed by the vision config's model_type.
@@ -153,5 +156,5 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "step3p5", "step3p7", "seed_oss", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "arcee",
                      "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "phimoe", "granitemoe",
                      "granitemoeshared", "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "hy_v3",
-                     "exaone_moe", "solar_open", "afmoe"}
+                     "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe"}
 

@@ -15,7 +15,7 @@ QWEN2_VL_TEXT = ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text")
 
 def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
     """Llama, Mistral, Granite, Qwen2/3, Gemma 1/2/3, Phi-3/4, Cohere, GLM-4, Phi-2, Seed-OSS, OLMo 2/3, EXAONE 4,
-    SmolLM3, ERNIE 4.5, Apertus, Arcee (AFM), Cohere 2 (Command A / R7B), StarCoder2, and Qwen2-VL / Qwen2.5-VL's
+    SmolLM3, ERNIE 4.5, Apertus, Arcee (AFM), Cohere 2 (Command A / R7B), StarCoder2, Jais 2, and Qwen2-VL / Qwen2.5-VL's
     and GLM-4.1V's language models. Ministral 3 (Ministral 3, Devstral 2) is Mistral's decoder: its
     Ministral3Attention only scales the queries, with no tensor of its own. Tensors as transformers 5.25 builds each
     (models/<model_type>/modeling_<model_type>.py)."""
@@ -58,6 +58,9 @@ def dense_decoder(c: Config, model_type: str, name: str) -> Architecture:
     elif model_type == "starcoder2":  # biased projections and LayerNorms, a plain GELU MLP (c_fc, c_proj)
         qkv_bias = o_bias = mlp_bias = norm_bias = c.bool("use_bias", True)
         gated = False
+    elif model_type == "jais2":  # StarCoder2's layout with a ReLU^2 MLP, its biases by two flags
+        qkv_bias = o_bias = c.bool("attention_bias", True)
+        mlp_bias, norm_bias, gated = c.bool("mlp_bias", True), True, False
     elif model_type in ("glm4", "glm4v", "glm4v_text"):  # GLM-4.1V's language model is GLM-4's
         qkv_bias = c.bool("attention_bias", True)
         fused_mlp, norms_per_layer = True, 4  # plus post_self_attn_layernorm and post_mlp_layernorm

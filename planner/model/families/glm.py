@@ -1,4 +1,5 @@
-"""GLM-4.5 / 4.6 / 4.7 (glm4_moe) and GLM-4.5V / 4.6V's language model (glm4v_moe_text, the same decoder): GQA attention with biased q/k/v and optional per-head q/k norms, dense first
+"""GLM-4.5 / 4.6 / 4.7 (glm4_moe), GLM-4.5V / 4.6V's language model (glm4v_moe_text) and Sarvam-MoE / Param-2 MoE (their
+config classes are GLM-4-MoE's), the same decoder: GQA attention with biased q/k/v and optional per-head q/k norms, dense first
 layers, then DeepSeek-style MoE (sigmoid router with score-correction bias, shared expert); MTP layers in
 the DeepSeek checkpoint format (transformers models/glm4_moe; vLLM glm4_moe_mtp.py)."""
 
