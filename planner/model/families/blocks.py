@@ -133,9 +133,9 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
         # transformers Olmo3Config: sliding_attention but every 4th layer
         return [("full", None) if (i + 1) % 4 == 0 else ("sliding", window) for i in range(num_layers)]
     if model_type in ("exaone4", "exaone_moe", "cohere2", "afmoe"):
-        # transformers Exaone4Config / Cohere2Config: local attention but every sliding_window_pattern-th layer
-        # (AfmoeConfig's global_attn_every_n_layers-th)
-        # (SGLang's exaone4.py takes a string pattern such as "LLLG" by its length)
+        # transformers Exaone4Config / ExaoneMoeConfig / Cohere2Config: local attention but every
+        # sliding_window_pattern-th layer (AfmoeConfig's global_attn_every_n_layers-th); SGLang's exaone4.py takes a
+        # string pattern such as "LLLG" by its length
         if window is None:
             return [("full", None)] * num_layers
         pattern = c.data.get("sliding_window_pattern")

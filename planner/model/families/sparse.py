@@ -4,24 +4,33 @@ bias and shared experts)."""
 
 from __future__ import annotations
 
-from planner.errors import PlannerInputError
 from dataclasses import replace
 
+from planner.errors import PlannerInputError
 from planner.model.families.blocks import (attention_layouts, attention_tensors, decoder_shape, embedding_and_head,
                                            gated_mlp, linear, moe_block, norm, whole_qk_norms)
 from planner.model.families.config import Config
 from planner.model.families.core import STATE_DTYPE_BITS, Architecture, Attention, Layer, MoE, Tensor
 
 
-# Sigmoid-routed MoE with a float32 router and score-correction bias beside shared experts, on GQA attention
-SIGMOID_BIASED = ("hy_v3", "exaone_moe", "solar_open")
+# MoE whose router is float32 with a score-correction bias, beside shared experts one MLP of moe_intermediate_size x
+# their count: the key of that count, its default, the bias tensor's name (transformers 5.25; all but ERNIE route by
+# sigmoid scores)
+BIASED_ROUTERS = {
+    "ernie4_5_moe": ("moe_num_shared_experts", 0, "mlp.gate.moe_statics.e_score_correction_bias"),
+    "hy_v3": ("num_shared_experts", 1, "mlp.e_score_correction_bias"),
+    "exaone_moe": ("num_shared_experts", 1, "mlp.gate.e_score_correction_bias"),
+    "solar_open": ("n_shared_experts", 1, "mlp.gate.e_score_correction_bias"),
+    "afmoe": ("num_shared_experts", 2, "mlp.expert_bias"),
+}
 
 
 def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
-    """Mixtral, Qwen1.5/2-MoE (shared expert), Qwen3-MoE, gpt-oss, Llama 4 text, OLMoE and ERNIE 4.5 MoE (shared
-    experts, an fp32 router with its score-correction bias: transformers 5.25 Ernie4_5_MoeTopKRouter)."""
+    """The families of the module docstring, Qwen1.5/2-MoE with its shared expert, the BIASED_ROUTERS ones with theirs."""
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
-    ernie, sigmoid, afmoe = model_type == "ernie4_5_moe", model_type in SIGMOID_BIASED, model_type == "afmoe"
+    biased = BIASED_ROUTERS.get(model_type)
+    ernie, afmoe = model_type == "ernie4_5_moe", model_type == "afmoe"
+    sigmoid = biased is not None and not ernie
     if ernie:
         experts, top_k = c.int("moe_num_experts"), c.int("moe_k")
     elif model_type == "solar_open":  # DeepSeek's key names
@@ -32,7 +41,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = mlp_bias = head_bias = norm_bias = False
     if ernie:
         qkv_bias = o_bias = mlp_bias = head_bias = c.bool("use_bias", False)
-    elif sigmoid or afmoe:  # HY-V3, EXAONE MoE and AFMoE with per-head q/k norms
+    elif sigmoid:  # per-head q/k norms but on Solar Open
         qkv_bias = o_bias = c.bool("attention_bias", False)
         mlp_bias, qk_norm = c.bool("mlp_bias", False), model_type != "solar_open"
     elif model_type in ("olmoe", "granitemoe", "granitemoeshared"):
@@ -63,13 +72,11 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     elif model_type == "granitemoeshared":  # GraniteMoeSharedMLP: one gated MLP of shared_intermediate_size
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = c.int("shared_intermediate_size", default=0, minimum=0)
-    elif ernie or sigmoid or afmoe:  # shared experts: one MLP of moe_intermediate_size x their count
+    elif biased is not None:
         expert_intermediate = c.int("moe_intermediate_size")
         dense_intermediate = c.int("intermediate_size", default=expert_intermediate)
-        count_key = {"ernie4_5_moe": "moe_num_shared_experts", "solar_open": "n_shared_experts"}.get(model_type,
-                                                                                                  "num_shared_experts")
-        shared_intermediate = expert_intermediate * c.int(count_key, default={"ernie4_5_moe": 0, "afmoe": 2}.get(
-            model_type, 1), minimum=0)
+        count_key, count_default, _ = biased
+        shared_intermediate = expert_intermediate * c.int(count_key, default=count_default, minimum=0)
     else:
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = 0
@@ -101,15 +108,12 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         if i in moe_layers:
             mlp = moe_block("mlp", hidden, experts, expert_intermediate, router_bias=router_bias,
                              expert_bias=expert_bias, fused=fused)
-            if ernie or sigmoid or afmoe:  # the router in float32 with its score-correction bias, as vLLM loads them
-                # too (models/ernie45_moe.py, hy_v3.py, afmoe.py @ v0.34.0: params_dtype float32; transformers
+            if biased is not None:  # the router in float32 with its score-correction bias, as vLLM loads them too
+                # (models/ernie45_moe.py, hy_v3.py, afmoe.py @ v0.34.0: params_dtype float32; transformers
                 # _keep_in_fp32_modules_strict for the others)
                 fp32 = STATE_DTYPE_BITS["float32"]
                 mlp = [replace(t, stored_bits=fp32) if t.role == "router" else t for t in mlp]
-                bias = {"ernie4_5_moe": "mlp.gate.moe_statics.e_score_correction_bias",
-                        "hy_v3": "mlp.e_score_correction_bias",
-                        "afmoe": "mlp.expert_bias"}.get(model_type, "mlp.gate.e_score_correction_bias")
-                mlp += [Tensor(bias, (1, experts) if ernie else (experts,), "router", stored_bits=fp32)]
+                mlp += [Tensor(biased[2], (1, experts) if ernie else (experts,), "router", stored_bits=fp32)]
             if shared_intermediate:
                 mlp += gated_mlp("mlp.shared_expert", hidden, shared_intermediate, mlp_bias,
                                  fused=fused and model_type != "llama4_text")
@@ -123,7 +127,7 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab,
         layers=tuple(layers), embedding=embedding, head=head, tied_embeddings=tied,
         intermediate_size=dense_intermediate,
-        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate, routing="sigmoid" if sigmoid or afmoe else "softmax"),
+        moe=MoE(experts, top_k, expert_intermediate, shared_intermediate, routing="sigmoid" if sigmoid else "softmax"),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
 
@@ -134,7 +138,7 @@ def _moe_layer_indices(c: Config, model_type: str, num_layers: int) -> set[int]:
         step = c.int("decoder_sparse_step", default=1)
         dense = set(c.int_list("mlp_only_layers") or [])
         return {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
-    if model_type in SIGMOID_BIASED:
+    if model_type in ("hy_v3", "exaone_moe", "solar_open"):
         # HYV3Config / ExaoneMoeConfig mlp_layer_types, by default first_k_dense_replace dense layers (HY-V3: one;
         # Solar Open: none), then sparse ones
         first = c.int("first_k_dense_replace", default=0 if model_type == "solar_open" else 1, minimum=0)
