@@ -30,6 +30,7 @@ from planner.catalog.load import Catalog, Engine, Gpu, Precision
 from planner.errors import PlannerInputError
 from planner.estimator.layout import (kv_heads_per_rank, layout_name, model_kv_heads, parallel_refusal, pipeline_stages,
                                       rank_share, shard_shape, tied_lm_head)
+from planner.estimator.engines.registry import resolve_engine_kv_dtype
 from planner.model.precision import resolve_kv_dtype, resolve_precision, tensor_bytes
 from planner.units import MAX_BATCH, MAX_CONTEXT, MAX_GPUS_PER_REPLICA, format_bytes
 
@@ -370,8 +371,6 @@ def estimate_memory(arch: Architecture, req: Request, catalog: Catalog, gpu: Gpu
     validate_request(arch, req)
     engine = engine or catalog.engines.get("simple")
     precision = resolve_precision(catalog, arch, req.precision)
-    from planner.estimator.engines.registry import resolve_engine_kv_dtype
-
     kv_name = resolve_engine_kv_dtype(served_by or engine.name, arch, precision, req.kv_dtype)
     kv_bits = catalog.kv_dtypes.get(kv_name).bits
     state_bits = catalog.kv_dtypes.get(resolve_kv_dtype(arch, precision, None)).bits

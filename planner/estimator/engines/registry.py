@@ -182,12 +182,13 @@ def resolve_engine_kv_dtype(name: str, arch: Architecture, precision: Precision,
     makes one (Engine.auto_kv_dtype), else the compute dtype, as for every other name (resolve_kv_dtype)."""
     from planner.model.precision import resolve_kv_dtype
 
-    key = canonical(name)
-    # the planning margin's own `auto` is the compute dtype (and its module is not imported for the answer)
-    if (requested or "auto").lower() == "auto" and key != PLANNING_MARGIN and key in engine_names():
-        stored = engine(key).auto_kv_dtype(arch)
-        if stored is not None:
-            return stored
+    # a stated dtype, and the planning margin's own `auto` (the compute dtype), need no engine entry read
+    if (requested or "auto").lower() == "auto" and name != PLANNING_MARGIN:
+        key = canonical(name)
+        if key != PLANNING_MARGIN and key in engine_names():
+            stored = engine(key).auto_kv_dtype(arch)
+            if stored is not None:
+                return stored
     return resolve_kv_dtype(arch, precision, requested)
 
 
