@@ -105,6 +105,18 @@ def test_unknown_architecture_asks_for_params():
         _count(CONFIGS / "broken" / "unknown-arch.json")
 
 
+def test_a_near_miss_model_type_names_the_closest_ones_planner_counts(monkeypatch):
+    import planner.model.transformers_fallback as fallback
+
+    monkeypatch.setattr(fallback, "transformers_available", lambda: False)
+    config = dict(load_config_file(CONFIGS / "olmoe-defaults"), model_type="olmoe2")
+    with pytest.raises(UnsupportedArchitecture) as raised:
+        architecture_from_config(config, "m")
+    message = str(raised.value)
+    assert "closest" in message and "olmoe" in message and "--params N" in message and "[transformers]" in message
+    assert "\n" not in message and len(message) < 400  # one line, not the whole list
+
+
 def test_missing_key_is_named():
     with pytest.raises(PlannerInputError, match="'num_hidden_layers'"):
         _count(CONFIGS / "broken" / "missing-layers.json")

@@ -55,10 +55,17 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
         counted = _count_with_transformers(data, name)
         if counted is not None:
             return counted
-        raise UnsupportedArchitecture(
-            f"{name}: architecture {model_type!r} is not one planner counts exactly "
-            f"(supported: {', '.join(sorted(FAMILIES))}); give its size with --params N"
-        )
+        from difflib import get_close_matches
+
+        from planner.model.transformers_fallback import transformers_available
+
+        close = get_close_matches(model_type, list(FAMILIES), n=3)
+        known = (f"the closest of the {len(FAMILIES)} it counts: {', '.join(close)}" if close
+                 else f"it counts {len(FAMILIES)} model_types, README 'How the estimate is made'")
+        extra = "" if transformers_available() else (", or install planner's transformers extra "
+                                                     "(pip install \".[transformers]\") for transformers' own count")
+        raise UnsupportedArchitecture(f"{name}: architecture {model_type!r} is not one planner counts exactly ({known}); "
+                                      f"give its size with --params N{extra}")
     arch = builder(text, model_type, name)
     multimodal: tuple[Tensor, ...] = ()
     if text_data is not None or "vision_config" in outer:
