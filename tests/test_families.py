@@ -51,7 +51,7 @@ def test_the_recorded_counts_cover_every_new_family():
             "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
             "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
             "phimoe", "granitemoe", "granitemoeshared", "glm4v_text", "glm4v_moe_text", "hy_v3",
-            "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe", "param2moe"} <= families
+            "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe", "param2moe", "cohere2_moe"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -545,3 +545,13 @@ def test_sigmoid_routed_moe_dense_layers_and_float32_router(name, dense):
     assert [layer.is_moe for layer in arch.layers[:2]] == [False] * dense + [True] * (2 - dense)
     routers = [t for t in arch.layers[1].tensors if t.role == "router"]
     assert {t.stored_bits for t in routers} == {32} and arch.moe.routing == "sigmoid"
+
+
+def test_cohere_2_moe_dense_prefix_keeps_its_own_width_and_window_pattern():
+    """Its file sets first_k_dense_replace 2, prefix_dense_intermediate_size 12,288 and
+    prefix_dense_sliding_window_pattern 2, and leaves layer_types and mlp_layer_types to the class's rule."""
+    arch = _arch("cohere2-moe-defaults")
+    assert [layer.is_moe for layer in arch.layers[:3]] == [False, False, True] and arch.moe.routing == "sigmoid"
+    assert [layer.attention.kind for layer in arch.layers[:6]] == ["sliding", "full", "sliding", "sliding", "sliding",
+                                                                   "full"]
+    assert {t.shape for t in arch.layers[0].tensors if t.name == "mlp.gate_proj.weight"} == {(12288, 8192)}

@@ -142,6 +142,13 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
         every = len(pattern) if isinstance(pattern, str) and pattern else c.int(
             "global_attn_every_n_layers" if model_type == "afmoe" else "sliding_window_pattern", default=4)
         return [("full", None) if (i + 1) % every == 0 else ("sliding", window) for i in range(num_layers)]
+    if model_type == "cohere2_moe" and window is not None:
+        # transformers Cohere2MoeConfig: the first_k_dense_replace dense layers slide but every
+        # prefix_dense_sliding_window_pattern-th (1: none slides), the rest but every sliding_window_pattern-th
+        first = c.int("first_k_dense_replace", default=0, minimum=0)
+        prefix, rest = c.int("prefix_dense_sliding_window_pattern", default=1), c.int("sliding_window_pattern", default=4)
+        return [("full", None) if (i + 1 if i < first else i - first + 1) % (prefix if i < first else rest) == 0
+                else ("sliding", window) for i in range(num_layers)]
     if model_type == "smollm3":
         # transformers SmolLM3Config: with use_sliding_window, the layers without RoPE slide (no_rope_layers[i] 0)
         interval = c.int("no_rope_layer_interval", default=4)

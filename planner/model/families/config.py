@@ -117,6 +117,7 @@ CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "olmo3": {"sliding_window": 4096},
     "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4},
     "cohere2": {"sliding_window": 4096, "sliding_window_pattern": 4},  # Cohere2Config, the same rule
+    "cohere2_moe": {"sliding_window": 4096},  # Cohere2MoeConfig (layer_kinds: its prefix and rest patterns)
     "exaone_moe": {"sliding_window": 4096, "sliding_window_pattern": 4},  # ExaoneMoeConfig, the same rule
     # AfmoeConfig: a 1,024-token window, every global_attn_every_n_layers-th layer full attention
     "afmoe": {"sliding_window": 1024, "global_attn_every_n_layers": 4, "head_dim": 128},

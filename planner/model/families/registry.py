@@ -28,7 +28,7 @@ FAMILY_BUILDERS: dict[str, tuple[str, ...]] = {
                             "glm4v", "glm4v_text", "jais2"),
     "sparse.sparse_decoder": ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "llama4_text", "qwen3_vl_moe_text",
                               "olmoe", "ernie4_5_moe", "phimoe", "granitemoe", "granitemoeshared", "hy_v3",
-                              "exaone_moe", "solar_open", "afmoe"),
+                              "exaone_moe", "solar_open", "afmoe", "cohere2_moe"),
     "deepseek.deepseek": ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite",
                           "mistral4"),
     "deepseek_v4.deepseek_v4": ("deepseek_v4",),

@@ -1,6 +1,6 @@
 """Mixture-of-experts decoders with GQA attention: Mixtral, Qwen-MoE, gpt-oss, Llama 4 text, OLMoE, ERNIE 4.5 MoE,
-Phi-3.5-MoE, Granite MoE, HY-V3, EXAONE MoE, Solar Open and Arcee's AFMoE (sigmoid routing with a score-correction
-bias and shared experts)."""
+Phi-3.5-MoE, Granite MoE, Cohere 2 MoE, HY-V3, EXAONE MoE, Solar Open and Arcee's AFMoE (sigmoid routing with a
+score-correction bias and shared experts)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     biased = BIASED_ROUTERS.get(model_type)
     ernie, afmoe = model_type == "ernie4_5_moe", model_type == "afmoe"
-    sigmoid = biased is not None and not ernie
+    cohere = model_type == "cohere2_moe"  # Command A's MoE: a parallel block behind one norm, routed by its config
+    biased_sigmoid = biased is not None and not ernie
+    sigmoid = biased_sigmoid or (cohere and c.str("expert_selection_fn") == "sigmoid")
     if ernie:
         experts, top_k = c.int("moe_num_experts"), c.int("moe_k")
     elif model_type == "solar_open":  # DeepSeek's key names
@@ -41,10 +43,10 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
     qkv_bias = o_bias = qk_norm = fused = expert_bias = router_bias = mlp_bias = head_bias = norm_bias = False
     if ernie:
         qkv_bias = o_bias = mlp_bias = head_bias = c.bool("use_bias", False)
-    elif sigmoid:  # per-head q/k norms but on Solar Open
+    elif biased_sigmoid:  # per-head q/k norms but on Solar Open
         qkv_bias = o_bias = c.bool("attention_bias", False)
         mlp_bias, qk_norm = c.bool("mlp_bias", False), model_type != "solar_open"
-    elif model_type in ("olmoe", "granitemoe", "granitemoeshared"):
+    elif model_type in ("olmoe", "granitemoe", "granitemoeshared", "cohere2_moe"):
         qkv_bias = o_bias = c.bool("attention_bias", False)
     elif model_type == "phimoe":  # LayerNorms with biases; PhimoeForCausalLM's lm_head bias by lm_head_bias
         qkv_bias = o_bias = c.bool("attention_bias", False)
@@ -69,6 +71,11 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         expert_intermediate = c.int("moe_intermediate_size")
         dense_intermediate = c.int("intermediate_size", default=expert_intermediate)
         shared_intermediate = c.int("shared_expert_intermediate_size", default=0, minimum=0)
+    elif cohere:  # Cohere2MoeMLP: dense layers prefix_dense_intermediate_size wide, shared experts one MLP
+        expert_intermediate = c.int("intermediate_size")
+        dense_intermediate = c.int("prefix_dense_intermediate_size") if c.data.get(
+            "prefix_dense_intermediate_size") is not None else expert_intermediate
+        shared_intermediate = expert_intermediate * c.int("num_shared_experts", default=0, minimum=0)
     elif model_type == "granitemoeshared":  # GraniteMoeSharedMLP: one gated MLP of shared_intermediate_size
         expert_intermediate = dense_intermediate = c.int("intermediate_size")
         shared_intermediate = c.int("shared_intermediate_size", default=0, minimum=0)
@@ -100,7 +107,9 @@ def sparse_decoder(c: Config, model_type: str, name: str) -> Architecture:
         attn += linear("self_attn.gate_proj", heads * head_dim, hidden, "column")
     if model_type == "gpt_oss":
         attn += [Tensor("self_attn.sinks", (heads,), "norm", "column")]
-    norms = norm("input_layernorm", hidden, norm_bias) + norm("post_attention_layernorm", hidden, norm_bias)
+    norms = norm("input_layernorm", hidden, norm_bias)
+    if not cohere:
+        norms += norm("post_attention_layernorm", hidden, norm_bias)
     if afmoe:  # AfmoeDecoderLayer: the MLP between its own pre- and post-norms
         norms += norm("pre_mlp_layernorm", hidden) + norm("post_mlp_layernorm", hidden)
     layers = []
@@ -138,10 +147,11 @@ def _moe_layer_indices(c: Config, model_type: str, num_layers: int) -> set[int]:
         step = c.int("decoder_sparse_step", default=1)
         dense = set(c.int_list("mlp_only_layers") or [])
         return {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
-    if model_type in ("hy_v3", "exaone_moe", "solar_open"):
+    if model_type in ("hy_v3", "exaone_moe", "solar_open", "cohere2_moe"):
         # HYV3Config / ExaoneMoeConfig mlp_layer_types, by default first_k_dense_replace dense layers (HY-V3: one;
         # Solar Open: none), then sparse ones
-        first = c.int("first_k_dense_replace", default=0 if model_type == "solar_open" else 1, minimum=0)
+        first = c.int("first_k_dense_replace", default=0 if model_type in ("solar_open", "cohere2_moe") else 1,
+                      minimum=0)
         kinds = c.list("mlp_layer_types") or ["dense" if i < first else "sparse" for i in range(num_layers)]
         if len(kinds) != num_layers or not all(kind in ("dense", "sparse") for kind in kinds):
             raise PlannerInputError(f"{c.where}: 'mlp_layer_types' must list 'dense' or 'sparse' for each of the "
