@@ -51,7 +51,8 @@ def test_the_recorded_counts_cover_every_new_family():
             "step3p5", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5", "apertus", "arcee", "olmoe",
             "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
             "phimoe", "granitemoe", "granitemoeshared", "glm4v_text", "glm4v_moe_text", "hy_v3",
-            "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe", "param2moe", "cohere2_moe"} <= families
+            "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe", "param2moe", "cohere2_moe",
+            "granitemoehybrid"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -414,6 +415,44 @@ def test_a_nemotron_pattern_longer_than_any_model_is_refused():
     config = dict(load_config_file(CONFIGS / "nemotron-3-nano-30b-a3b"), hybrid_override_pattern="M" * 10**6)
     with pytest.raises(PlannerInputError, match="hybrid_override_pattern"):
         architecture_from_config(config, "nemotron")
+
+
+def test_granite_4_hybrid_layers_are_mamba_or_attention_each_with_the_shared_mlp_and_experts():
+    arch = _arch("granitemoehybrid-defaults")
+    kinds = [layer.attention.kind for layer in arch.layers]
+    assert kinds == (["mamba"] * 3 + ["full"]) * 8 and all(layer.is_moe for layer in arch.layers)
+    mamba = arch.layers[0].attention
+    # mamba_d_head 64 (128 heads over 2 x 4,096): conv (8,192 + 2 x 256) x (4 - 1) + SSM 128 x 64 x 256
+    assert mamba.state_elements == (8192 + 2 * 256) * 3 + 128 * 64 * 256 and mamba.config_ssm_dtype is None
+    shapes = {t.name: (t.shape, t.count) for t in arch.layers[3].tensors}
+    assert shapes["mlp.shared_expert.gate_proj.weight"] == ((1024, 4096), 1)
+    assert shapes["mlp.experts.down_proj.weight"] == ((4096, 11008), 8) and "self_attn.q_proj.weight" in shapes
+    assert (arch.moe.num_experts, arch.moe.experts_per_token, arch.moe.shared_intermediate_size) == (8, 2, 1024)
+
+
+def test_granite_4_attention_only_holds_no_recurrent_state():
+    """Granite 4.0 Micro's rule: no experts, every layer attention; mamba_d_head "auto" is never needed."""
+    arch = _arch("granitemoehybrid-dense-defaults")
+    assert {layer.attention.kind for layer in arch.layers} == {"full"} and arch.moe is None
+    assert not any(layer.is_moe or layer.attention.state_elements for layer in arch.layers)
+    assert arch.intermediate_size == 2048
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"layer_types": ["mamba"] * 31}, "layer_types"),
+    ({"layer_types": ["mamba"] * 31 + ["moe"]}, "layer_types"),
+    ({"mamba_d_head": 48}, "mamba_expand"),
+])
+def test_granite_4_hybrid_refuses_layer_types_and_mamba_heads_its_class_refuses(change, message):
+    config = dict(load_config_file(CONFIGS / "granitemoehybrid-defaults"), **change)
+    with pytest.raises(PlannerInputError, match=message):
+        architecture_from_config(config, "granite")
+
+
+def test_granite_4_hybrid_without_layer_types_is_mamba_throughout():
+    config = load_config_file(CONFIGS / "granitemoehybrid-defaults")
+    config = {k: v for k, v in config.items() if k != "layer_types"}
+    assert {layer.attention.kind for layer in architecture_from_config(config, "granite").layers} == {"mamba"}
 
 
 # -- families transformers does not build: the model's own code (tests/data/model-code-counts.json) ------------------

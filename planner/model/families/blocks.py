@@ -193,6 +193,22 @@ def recurrent_state_parts(c: Config, kind: LayerKind) -> tuple[int, int]:
     return conv, heads * head_dim * state
 
 
+def mamba2_mixer(m: Config, prefix: str, hidden: int, *, conv_bias: bool, proj_bias: bool) -> list[Tensor]:
+    """A Mamba-2 mixer's weights as transformers builds them (NemotronHMamba2Mixer, GraniteMoeHybridMambaLayer):
+    one in_proj giving z, x, B, C and dt, the depthwise convolution over x, B and C, per-head dt_bias / A_log / D,
+    the gated RMSNorm over the inner width, out_proj. `m` spells the sizes as recurrent_state_parts reads them."""
+    heads, state, groups = m.int("mamba_n_heads"), m.int("mamba_d_state"), m.int("mamba_n_groups", default=1)
+    inner = heads * m.int("mamba_d_head")
+    conv_dim = inner + 2 * groups * state
+    t = linear(f"{prefix}.in_proj", inner + conv_dim + heads, hidden, "column", proj_bias)
+    t += [Tensor(f"{prefix}.conv1d.weight", (conv_dim, 1, m.int("mamba_d_conv")), "linear", "column")]
+    if conv_bias:
+        t += [Tensor(f"{prefix}.conv1d.bias", (conv_dim,), "bias", "column")]
+    t += [Tensor(f"{prefix}.{p}", (heads,), "norm", "column") for p in ("dt_bias", "A_log", "D")]
+    t += [Tensor(f"{prefix}.norm.weight", (inner,), "norm", "column")]
+    return t + linear(f"{prefix}.out_proj", hidden, inner, "row", proj_bias)
+
+
 def config_state_dtype(c: Config, key: str) -> str | None:
     """The recurrent-state dtype a config names under `key` (None when it names none)."""
     dtype = c.str(key)

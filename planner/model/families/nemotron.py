@@ -11,7 +11,7 @@ before the first and a final norm after the last; it shares the model's embeddin
 from __future__ import annotations
 
 from planner.errors import PlannerInputError
-from planner.model.families.blocks import (cache_layers, embedding_and_head, head_dim_from, linear, norm,
+from planner.model.families.blocks import (cache_layers, embedding_and_head, head_dim_from, linear, mamba2_mixer, norm,
                                            recurrent_attention)
 from planner.model.families.config import MAX_LAYERS, Config
 from planner.model.families.core import Architecture, Attention, MoE, Tensor
@@ -35,20 +35,6 @@ def block_types(c: Config) -> list[str]:
     if not any(t in MIXERS for t in types):
         raise PlannerInputError(f"{c.where}: no Mamba or attention block in the pattern")
     return types
-
-
-def _mamba2(c: Config, hidden: int) -> list[Tensor]:
-    heads, head_dim = c.int("mamba_num_heads"), c.int("mamba_head_dim")
-    inner = heads * head_dim
-    conv_dim = inner + 2 * c.int("n_groups", default=1) * c.int("ssm_state_size")
-    bias = c.bool("use_bias", False)
-    t = linear("mixer.in_proj", inner + conv_dim + heads, hidden, "column", bias)
-    t += [Tensor("mixer.conv1d.weight", (conv_dim, 1, c.int("conv_kernel")), "linear", "column")]
-    if c.bool("use_conv_bias", True):
-        t += [Tensor("mixer.conv1d.bias", (conv_dim,), "bias", "column")]
-    t += [Tensor(f"mixer.{p}", (heads,), "norm", "column") for p in ("dt_bias", "A_log", "D")]
-    t += [Tensor("mixer.norm.weight", (inner,), "norm", "column")]
-    return t + linear("mixer.out_proj", hidden, inner, "row", bias)
 
 
 def _attention(c: Config, hidden: int, heads: int, kv_heads: int, head_dim: int) -> list[Tensor]:
@@ -99,7 +85,9 @@ def nemotron_h(c: Config, model_type: str, name: str) -> Architecture:
     blocks: list[tuple[Attention | None, list[Tensor], bool]] = []
     for kind in types:
         if kind == "linear_attention":
-            blocks.append((recurrent_attention(mamba_keys, "mamba"), _mamba2(c, hidden) + block_norm, False))  # type: ignore[arg-type]
+            mixer = mamba2_mixer(mamba_keys, "mixer", hidden,  # type: ignore[arg-type]
+                                 conv_bias=c.bool("use_conv_bias", True), proj_bias=c.bool("use_bias", False))
+            blocks.append((recurrent_attention(mamba_keys, "mamba"), mixer + block_norm, False))  # type: ignore[arg-type]
         elif kind == "full_attention":
             blocks.append((Attention("full", kv_heads, head_dim, head_dim),
                            _attention(c, hidden, heads, kv_heads, head_dim) + block_norm, False))
