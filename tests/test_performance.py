@@ -23,7 +23,7 @@ from planner.estimator.performance import (
 )
 from planner.units import GB
 
-from conftest import DATA, without_delta_prefill
+from conftest import CONFIGS, DATA, without_delta_prefill
 
 CHAT = Workload(prompt_tokens=512, output_tokens=256)
 # every sample row within 50%: nothing is fitted to any row (bench/SPEED_PROTOCOL.md)
@@ -1081,6 +1081,29 @@ def test_sglang_waits_for_its_host_step_where_its_release_turns_the_overlap_off(
                                   catalog, "sglang", release="0.5.12", prefix_cache=False)
     assert without_radix.hw.step_overhead_s == pytest.approx(on * 1e-6)
     assert engine_step("qwen3.5-35b-a3b", "0.5.14") == engine_step("qwen3.5-35b-a3b", None) == pytest.approx(on * 1e-6)
+
+
+def test_sglang_runs_granite_4_h_without_its_overlap_only_with_mamba_layers_on_the_no_buffer_cache(catalog, perf):
+    """GraniteMoeHybrid's branch of 0.5.9-0.5.13 (0.5.9 server_args.py:1641-1651) turns the overlap off through the
+    no-buffer Mamba radix cache only when a layer_type is "mamba"; from 0.5.14 the extra buffer keeps it on."""
+    sglang = perf.engine("sglang")
+    on, off = sglang.overlapped_step_us, sglang.per_step_us
+    for release, hybrid in (("0.5.9", off), ("0.5.13", off), ("0.5.14", on), ("0.5.23", on)):
+        assert sglang.step_host_us(release, False, "granitemoehybrid", mamba=True) == hybrid
+        assert sglang.step_host_us(release, False, "granitemoehybrid", mamba=False) == on
+        assert sglang.step_host_us(release, False, "granitemoehybrid", prefix_cache=False, mamba=True) == on
+
+    def timer(name, gpu="h100-sxm"):
+        config = json.loads((CONFIGS / name / "config.json").read_text())
+        return replica_timer(architecture_from_config(config, name), "bf16", "auto", catalog.gpus.get(gpu), 1, 1,
+                             catalog, "sglang", release="0.5.12")
+
+    assert timer("granitemoehybrid-defaults").hw.step_overhead_s == pytest.approx(off * 1e-6)
+    assert timer("granitemoehybrid-dense-defaults").hw.step_overhead_s == pytest.approx(on * 1e-6)
+    # no release picks another MoE runner for it on SM100: SGLang's `auto` runs its experts on Triton
+    for release in ("0.5.9", "0.5.12", "0.5.23"):
+        assert sglang.moe_kernel("b200", "granitemoehybrid", "bf16", release) == "triton"
+    assert timer_performance(timer("granitemoehybrid-defaults", "b200"), 1, CHAT).moe_kernel == "triton"
 
 
 def test_sglang_launches_prefill_eagerly_where_its_release_says(catalog, perf):

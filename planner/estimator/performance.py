@@ -486,19 +486,24 @@ class StepOverlapRule:
     step while the GPU runs this one (vLLM's async scheduler, SGLang's overlap scheduler), unless the replica runs
     pipeline parallelism and `not_with_pipeline` says that release turns it off then, or the model is of a type the
     release runs without it while its prefix cache is on (`except_model_types`: SGLang's hybrid models on the no-buffer
-    Mamba radix cache; with the radix cache disabled there is none, and the overlap stays on)."""
+    Mamba radix cache; with the radix cache disabled there is none, and the overlap stays on), or of a type it runs so
+    only when the model has Mamba layers (`except_model_types_with_mamba`: SGLang's GraniteMoeHybrid branch, which a
+    Granite 4.0 of attention layers only does not take)."""
 
     since: str | None = None
     until: str | None = None
     not_with_pipeline: bool = False
     except_model_types: tuple[str, ...] = ()
+    except_model_types_with_mamba: tuple[str, ...] = ()
     source: str
 
-    def matches(self, release: tuple[int, ...], pipeline: bool, model_type: str, prefix_cache: bool) -> bool:
+    def matches(self, release: tuple[int, ...], pipeline: bool, model_type: str, prefix_cache: bool,
+                mamba: bool) -> bool:
+        excepted = model_type in self.except_model_types or (mamba and model_type in self.except_model_types_with_mamba)
         return ((self.since is None or release >= release_key(self.since))
                 and (self.until is None or release <= release_key(self.until))
                 and not (pipeline and self.not_with_pipeline)
-                and not (prefix_cache and model_type in self.except_model_types))
+                and not (prefix_cache and excepted))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -565,14 +570,15 @@ class EngineCost:
         return any(rule.matches(arch.model_type, moe.num_experts, vendor, moe_kernel, key)
                    for rule in self.fused_shared_experts)
 
-    def step_host_us(self, release: str | None, pipeline: bool, model_type: str, prefix_cache: bool = True) -> float:
-        """The host work a decode step of `model_type` waits for at `release` (None: the default), with the engine's
-        prefix cache on or off: the overlapped hand-off where a rule says the release schedules ahead, else
-        `per_step_us`."""
+    def step_host_us(self, release: str | None, pipeline: bool, model_type: str, prefix_cache: bool = True,
+                     mamba: bool = False) -> float:
+        """The host work a decode step of `model_type` (with Mamba layers or not) waits for at `release` (None: the
+        default), with the engine's prefix cache on or off: the overlapped hand-off where a rule says the release
+        schedules ahead, else `per_step_us`."""
         if not self.step_overlap_rules:
             return self.per_step_us
         key = release_key(release or default_release(self.name))
-        overlapped = any(r.matches(key, pipeline, model_type, prefix_cache) for r in self.step_overlap_rules)
+        overlapped = any(r.matches(key, pipeline, model_type, prefix_cache, mamba) for r in self.step_overlap_rules)
         return self.overlapped_step_us if overlapped else self.per_step_us
 
     def layer_allreduces(self, model_type: str, release: str | None) -> int:
@@ -2227,7 +2233,8 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         + (generation.moe_sorting_us > 0),
         graph_gap_s=generation.graph_gap_us * US,
         mla_layer_launches=engine_cost.mla_layer_kernels,
-        step_overhead_s=engine_cost.step_host_us(release, pp > 1, arch.model_type, prefix_cache) * US,
+        step_overhead_s=engine_cost.step_host_us(release, pp > 1, arch.model_type, prefix_cache,
+                                                 any(layer.attention.kind == "mamba" for layer in arch.layers)) * US,
         allreduce=_all_reduce(fit), handoff=_all_reduce(pair), tp=tp, hidden=arch.hidden_size,
         attention_allreduce=_all_reduce(group_fit(attention_tp)) if attention_tp and 1 < attention_tp < tp else None,
         attention_tp=attention_tp or tp,
