@@ -8,6 +8,7 @@ from planner.model.architecture import (
     UnsupportedArchitecture,
     architecture_from_config,
     load_config_file,
+    size_only_architecture_from_config,
 )
 from planner.errors import PlannerInputError
 
@@ -145,3 +146,24 @@ def test_recurrent_layers_in_a_family_without_state_rules_are_refused_not_zeroed
     config = dict(PUBLISHED["gpt-oss-20b"][0], layer_types=["linear_attention", "full_attention"] * 12)
     with pytest.raises(UnsupportedArchitecture, match="recurrent-state"):
         architecture_from_config(config)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("attn_layer_period", 8),  # Jamba: every 8th layer attention, the rest Mamba
+    ("attn_layer_indices", [4, 12, 20]),  # Bamba
+    ("mamba_d_ssm", 1024),  # Falcon-H1: a Mamba mixer beside attention in every layer
+    ("layers_block_type", ["mamba", "attention"] * 16),
+])
+def test_a_config_that_places_recurrent_layers_by_keys_planner_does_not_read_is_refused_not_sized_as_attention(
+        key, value):
+    """A family planner does not count is sized from its config's cache keys (--params for the weights): its layers
+    are not all attention when the config says otherwise, so the cache is refused rather than sized 8x too large."""
+    config = {"model_type": "some_hybrid", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "vocab_size": 65536, key: value}
+    with pytest.raises(UnsupportedArchitecture, match=f"'{key}' describes recurrent .* add 'layer_types'"):
+        size_only_architecture_from_config(config, "hybrid", 10**10)
+    # a layer_types list places them, and a config without such keys is attention throughout
+    placed = dict(config, layer_types=["full_attention"] * 32)
+    assert size_only_architecture_from_config(placed, "hybrid", 10**10).num_layers == 32
+    plain = {k: v for k, v in config.items() if k != key}
+    assert {layer.attention.kind for layer in size_only_architecture_from_config(plain, "p", 10**10).layers} == {"full"}

@@ -116,6 +116,8 @@ def size_only_architecture_from_config(data: dict[str, Any], name: str, params: 
     kv_heads = c.int("num_key_value_heads", default=heads)
     head_dim = head_dim_from(c, hidden, heads)
     attention = attention_layouts(c, model_type, layers, kv_heads, head_dim, recurrent_ok=True)
+    if c.list("layer_types") is None and not any(a.state_elements for a in attention):
+        _refuse_unplaced_recurrent_layers(c, model_type)
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
         vocab_size=c.int("vocab_size", default=0, minimum=0), layers=tuple(Layer(a) for a in attention),
@@ -123,6 +125,23 @@ def size_only_architecture_from_config(data: dict[str, Any], name: str, params: 
         quantization_config=data.get("quantization_config"), exact=False, declared_params=params,
         max_position_embeddings=c.opt_int("max_position_embeddings"),
     )
+
+
+# Keys by which a config places or sizes recurrent (Mamba / state-space) layers: Jamba's attn_layer_period, Bamba's
+# attn_layer_indices, Zamba2's hybrid_layer_ids, Falcon-H1's mamba_d_ssm, ... (transformers 5.25 config classes)
+RECURRENT_KEYS = ("attn_layer_period", "attn_layer_offset", "attn_layer_indices", "hybrid_layer_ids",
+                  "layers_block_type", "hybrid_override_pattern", "state_size", "n_mamba_heads")
+RECURRENT_PREFIXES = ("mamba_", "ssm_")
+
+
+def _refuse_unplaced_recurrent_layers(c: Config, model_type: str) -> None:
+    """A config of a family planner does not count that describes recurrent layers without a layer_types list: a cache
+    sized as if every layer were attention would be wrong (8 times Jamba's KV cache, and no state), so say so."""
+    key = next((k for k in c.data if k in RECURRENT_KEYS or k.startswith(RECURRENT_PREFIXES)), None)
+    if key is not None:
+        raise UnsupportedArchitecture(
+            f"{c.where}: {key!r} describes recurrent (Mamba / state-space) layers, which planner does not place for "
+            f"model_type {model_type!r}; add 'layer_types' to the config, 'mamba' or 'attention' for each layer")
 
 
 def architecture_from_size(params: int, layers: int, kv_heads: int, head_dim: int,
