@@ -167,3 +167,33 @@ def test_a_config_that_places_recurrent_layers_by_keys_planner_does_not_read_is_
     assert size_only_architecture_from_config(placed, "hybrid", 10**10).num_layers == 32
     plain = {k: v for k, v in config.items() if k != key}
     assert {layer.attention.kind for layer in size_only_architecture_from_config(plain, "p", 10**10).layers} == {"full"}
+
+
+def test_an_unknown_vision_tower_names_the_closest_towers_and_goes_to_transformers_when_installed(monkeypatch):
+    import planner.model.architecture as architecture
+    import planner.model.transformers_fallback as fallback
+
+    config = dict(load_config_file(CONFIGS / "qwen3-vl-8b-instruct"), model_type="llava")
+    config["vision_config"] = dict(config["vision_config"], model_type="clip_vision_model")
+    monkeypatch.setattr(fallback, "transformers_available", lambda: False)
+    with pytest.raises(UnsupportedArchitecture) as raised:
+        architecture_from_config(config, "llava-like")
+    message = str(raised.value)
+    assert "'clip_vision_model'" in message and "closest" in message and "siglip_vision_model" in message
+    assert "--params N" in message and "[transformers]" in message and "\n" not in message and len(message) < 400
+    # with the extra, transformers counts the whole model (text and tower) instead
+    counted = object()
+    monkeypatch.setattr(architecture, "_count_with_transformers", lambda data, name: counted)
+    assert architecture_from_config(config, "llava-like") is counted
+
+
+def test_sliding_layers_whose_window_covers_every_position_are_full_attention():
+    """EXAONE 4.5's config class: a 4,096-token window, max_position_embeddings 2,048 (its defaults)."""
+    config = {"model_type": "exaone4", "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "vocab_size": 1000, "intermediate_size": 2048, "sliding_window": 4096,
+              "max_position_embeddings": 2048,
+              "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
+    assert {layer.attention.kind for layer in architecture_from_config(config, "e").layers} == {"full"}
+    chunked = dict(config, layer_types=["chunked_attention"] * 4)
+    with pytest.raises(PlannerInputError, match="chunked_attention"):
+        architecture_from_config(chunked, "c")  # a chunk size is its own key, never the window

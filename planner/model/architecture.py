@@ -12,6 +12,7 @@ from typing import Any
 
 from planner.errors import PlannerInputError
 from planner.model.families import FAMILIES
+from planner.model.families.registry import closest_counted
 from planner.model.families.blocks import attention_layouts, head_dim_from
 from planner.model.families.config import (CONFIG_CLASS_DEFAULTS, MAX_LAYERS, UNTIED_BY_DEFAULT, Config,
                                            load_config_file)
@@ -55,21 +56,19 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
         counted = _count_with_transformers(data, name)
         if counted is not None:
             return counted
-        from difflib import get_close_matches
-
-        from planner.model.transformers_fallback import transformers_available
-
-        close = get_close_matches(model_type, list(FAMILIES), n=3)
-        known = (f"the closest of the {len(FAMILIES)} it counts: {', '.join(close)}" if close
-                 else f"it counts {len(FAMILIES)} model_types, README 'How the estimate is made'")
-        extra = "" if transformers_available() else (", or install planner's transformers extra "
-                                                     "(pip install \".[transformers]\") for transformers' own count")
-        raise UnsupportedArchitecture(f"{name}: architecture {model_type!r} is not one planner counts exactly ({known}); "
-                                      f"give its size with --params N{extra}")
+        raise UnsupportedArchitecture(f"{name}: architecture {model_type!r} is not one planner counts exactly "
+                                      f"({closest_counted(model_type, FAMILIES)}); give its size with --params N"
+                                      f"{_transformers_hint()}")
     arch = builder(text, model_type, name)
     multimodal: tuple[Tensor, ...] = ()
     if text_data is not None or "vision_config" in outer:
-        multimodal = multimodal_tensors(outer, arch.hidden_size, name)
+        try:
+            multimodal = multimodal_tensors(outer, arch.hidden_size, name)
+        except UnsupportedArchitecture as unknown_tower:  # transformers may build the whole model
+            counted = _count_with_transformers(data, name)
+            if counted is not None:
+                return counted
+            raise UnsupportedArchitecture(f"{unknown_tower}{_transformers_hint()}") from None
     torch_dtype = text.str("torch_dtype") or outer.str("torch_dtype") or text.str("dtype") or outer.str("dtype")
     quant = data.get("quantization_config") or (text_data or {}).get("quantization_config")
     vision = outer.data.get("vision_config") if multimodal else None
@@ -87,6 +86,13 @@ def _kept_unquantized(arch: Architecture, where: str) -> Architecture:
     from planner.model.families.exclusions import apply_exclusions
 
     return apply_exclusions(arch, where)
+
+
+def _transformers_hint() -> str:
+    from planner.model.transformers_fallback import transformers_available
+
+    return "" if transformers_available() else (", or install planner's transformers extra "
+                                                "(pip install \".[transformers]\") for transformers' own count")
 
 
 def _count_with_transformers(data: dict[str, Any], name: str) -> Architecture | None:

@@ -105,7 +105,8 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
     """(kind, window) of each layer, from layer_types, sliding_window_pattern or the family rule."""
     window = c.opt_int("sliding_window")
     longest = c.opt_int("max_position_embeddings")
-    if window is not None and longest is not None and window >= longest:
+    covers_every_position = window is not None and longest is not None and window >= longest
+    if covers_every_position:
         window = None  # a window no shorter than the longest sequence is full attention (e.g. Phi-4-mini)
     layer_types = c.list("layer_types")
     if layer_types is not None:
@@ -121,6 +122,9 @@ def layer_kinds(c: Config, model_type: str, num_layers: int) -> list[tuple[Layer
                 raise UnsupportedArchitecture(f"{c.where}: layer_types[{i}] = {layer_type!r} is not a layer kind planner knows")
             if kind == "sliding":
                 size = c.opt_int("attention_chunk_size") if layer_type == "chunked_attention" else window
+                if size is None and covers_every_position and layer_type != "chunked_attention":
+                    kinds.append(("full", None))
+                    continue
                 if size is None:
                     raise PlannerInputError(f"{c.where}: layer {i} is {layer_type} but 'sliding_window' is missing")
                 kinds.append(("sliding", size))

@@ -8,7 +8,7 @@ from planner.errors import PlannerInputError
 from planner.model.families.blocks import gated_mlp, linear, norm
 from planner.model.families.config import VISION_CLASS_DEFAULTS, Config
 from planner.model.families.core import Role, Split, Tensor, UnsupportedArchitecture
-from planner.model.families.registry import VISION_TOWERS
+from planner.model.families.registry import VISION_TOWERS, closest_counted
 
 
 def multimodal_tensors(outer: Config, text_hidden: int, name: str) -> tuple[Tensor, ...]:
@@ -28,7 +28,7 @@ def multimodal_tensors(outer: Config, text_hidden: int, name: str) -> tuple[Tens
     if tower is None:
         raise UnsupportedArchitecture(
             f"{name}: vision tower {vision_type!r} is not one planner counts exactly "
-            f"(supported: {', '.join(sorted(VISION_TOWERS))}); give the total with --params N"
+            f"({closest_counted(vision_type or '', VISION_TOWERS)}); give the total with --params N"
         )
     return tuple(tower(v, outer, text_hidden))
 
