@@ -197,3 +197,19 @@ def test_sliding_layers_whose_window_covers_every_position_are_full_attention():
     chunked = dict(config, layer_types=["chunked_attention"] * 4)
     with pytest.raises(PlannerInputError, match="chunked_attention"):
         architecture_from_config(chunked, "c")  # a chunk size is its own key, never the window
+
+
+def test_an_unknown_family_with_a_latent_attention_cache_is_refused_with_the_flags_that_give_its_cache(monkeypatch):
+    """vLLM caches DeepSeek-style MLA as one latent per token and MiniCPM3's as whole heads (models/minicpm3.py @
+    v0.34.0: Attention(num_kv_heads=num_local_heads)): the config alone does not say which."""
+    import planner.model.transformers_fallback as fallback
+
+    config = {"model_type": "minicpm3", "hidden_size": 2560, "num_hidden_layers": 62, "num_attention_heads": 40,
+              "num_key_value_heads": 40, "vocab_size": 73448, "kv_lora_rank": 256, "q_lora_rank": 768,
+              "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64}
+    with pytest.raises(UnsupportedArchitecture, match="'kv_lora_rank' .* --layers, --kv-heads and --head-dim"):
+        size_only_architecture_from_config(config, "minicpm3", 4 * 10**9)
+    # with the transformers extra, the same reason, not a request for --params that would meet it again
+    monkeypatch.setattr(fallback, "transformers_available", lambda: True)
+    with pytest.raises(UnsupportedArchitecture, match="'kv_lora_rank'"):
+        architecture_from_config(config, "minicpm3")

@@ -268,9 +268,14 @@ def test_the_transformers_fallback_agrees_with_the_family_count(name):
     from planner.model.transformers_fallback import architecture_from_transformers
 
     config = load_config_file(CONFIGS / name)
-    # the shape only numbers the blocks here; Nemotron-H's pattern is not a layer_types list the size-only route reads
-    blocks = {"layer_types": ["full_attention"] * config["num_hidden_layers"]} if "hybrid_override_pattern" in config else {}
-    shape = size_only_architecture_from_config(dict(config, **blocks), name, 1)
+    # the shape only numbers the blocks here: Nemotron-H's pattern is not a layer_types list the size-only route reads,
+    # and it refuses an MLA cache it cannot tell the engines' layout of
+    text = config.get("text_config", config)
+    blocks = {"layer_types": ["full_attention"] * text["num_hidden_layers"]} if "hybrid_override_pattern" in text else {}
+    mla = {"kv_lora_rank": None} if text.get("kv_lora_rank") is not None else {}
+    shape_config = dict(config, text_config=dict(text, **blocks, **mla)) if "text_config" in config else dict(
+        config, **blocks, **mla)
+    shape = size_only_architecture_from_config(shape_config, name, 1)
     fallback = architecture_from_transformers(config, shape)
     assert fallback is not None and fallback.loaded_params == _arch(name).loaded_params
 

@@ -57,7 +57,7 @@ def architecture_from_config(data: dict[str, Any], name: str = "model") -> Archi
         if counted is not None:
             return counted
         raise UnsupportedArchitecture(f"{name}: architecture {model_type!r} is not one planner counts exactly "
-                                      f"({closest_counted(model_type, FAMILIES)}); give its size with --params N"
+                                      f"({closest_counted(model_type, FAMILIES, 'model_types')}); give its size with --params N"
                                       f"{_transformers_hint()}")
     arch = builder(text, model_type, name)
     multimodal: tuple[Tensor, ...] = ()
@@ -104,6 +104,8 @@ def _count_with_transformers(data: dict[str, Any], name: str) -> Architecture | 
         return None
     try:
         shape = size_only_architecture_from_config(data, name, 1)  # the cache layout; the count comes next
+    except UnsupportedArchitecture:
+        raise  # a cache planner cannot lay out: its reason, not a request for --params that would meet it again
     except PlannerInputError:
         return None
     arch = architecture_from_transformers(data, shape)
@@ -122,6 +124,11 @@ def size_only_architecture_from_config(data: dict[str, Any], name: str, params: 
     kv_heads = c.int("num_key_value_heads", default=heads)
     head_dim = head_dim_from(c, hidden, heads)
     attention = attention_layouts(c, model_type, layers, kv_heads, head_dim, recurrent_ok=True)
+    if c.data.get("kv_lora_rank") is not None:
+        raise UnsupportedArchitecture(
+            f"{c.where}: 'kv_lora_rank' describes multi-head latent attention, which engines cache as one latent per "
+            f"token for some families (DeepSeek's) and as whole heads for others (MiniCPM3's); planner does not know "
+            f"which for model_type {model_type!r}: give the cache with --layers, --kv-heads and --head-dim")
     if c.list("layer_types") is None and not any(a.state_elements for a in attention):
         _refuse_unplaced_recurrent_layers(c, model_type)
     return Architecture(

@@ -28,7 +28,7 @@ def multimodal_tensors(outer: Config, text_hidden: int, name: str) -> tuple[Tens
     if tower is None:
         raise UnsupportedArchitecture(
             f"{name}: vision tower {vision_type!r} is not one planner counts exactly "
-            f"({closest_counted(vision_type or '', VISION_TOWERS)}); give the total with --params N"
+            f"({closest_counted(vision_type or '', VISION_TOWERS, 'towers')}); give the total with --params N"
         )
     return tuple(tower(v, outer, text_hidden))
 
