@@ -213,3 +213,30 @@ def test_an_unknown_family_with_a_latent_attention_cache_is_refused_with_the_fla
     monkeypatch.setattr(fallback, "transformers_available", lambda: True)
     with pytest.raises(UnsupportedArchitecture, match="'kv_lora_rank'"):
         architecture_from_config(config, "minicpm3")
+
+
+@pytest.mark.parametrize("extra, kinds", [
+    ({}, {"sliding"}),  # Mistral v0.1's rule: one window on every layer
+    ({"use_sliding_window": False, "max_window_layers": 28}, {"full"}),  # Qwen2's: the window turned off
+])
+def test_an_unknown_family_reads_a_window_turned_off_as_none(extra, kinds):
+    config = {"model_type": "new_family", "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "vocab_size": 1000, "sliding_window": 4096, "max_position_embeddings": 32768,
+              **extra}
+    assert {layer.attention.kind for layer in size_only_architecture_from_config(config, "n", 10**9).layers} == kinds
+
+
+@pytest.mark.parametrize("extra, key", [
+    ({"sliding_window": 4096, "sliding_window_pattern": 6}, "sliding_window_pattern"),  # Gemma 3's rule
+    ({"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 2}, "max_window_layers"),
+    ({"use_cla": True, "cla_share_factor": 2}, "use_cla"),  # Hunyuan-Large's layers sharing a cache
+    ({"attention_chunk_size": 8192}, "attention_chunk_size"),
+])
+def test_an_unknown_family_that_places_windows_or_shares_caches_by_its_own_rule_is_refused(extra, key):
+    config = {"model_type": "new_family", "hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 32768, **extra}
+    with pytest.raises(UnsupportedArchitecture, match=f"'{key}' places .* add 'layer_types'"):
+        size_only_architecture_from_config(config, "n", 10**9)
+    per_layer = dict(config, layer_types=["full_attention", "sliding_attention"] * 2, sliding_window=4096)
+    assert [layer.attention.kind for layer in size_only_architecture_from_config(per_layer, "n", 10**9).layers] == [
+        "full", "sliding", "full", "sliding"]

@@ -131,6 +131,8 @@ def size_only_architecture_from_config(data: dict[str, Any], name: str, params: 
             f"which for model_type {model_type!r}: give the cache with --layers, --kv-heads and --head-dim")
     if c.list("layer_types") is None and not any(a.state_elements for a in attention):
         _refuse_unplaced_recurrent_layers(c, model_type)
+    if c.list("layer_types") is None and model_type not in FAMILIES:
+        attention = _window_rule_of_an_unknown_family(c, model_type, attention)
     return Architecture(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
         vocab_size=c.int("vocab_size", default=0, minimum=0), layers=tuple(Layer(a) for a in attention),
@@ -155,6 +157,33 @@ def _refuse_unplaced_recurrent_layers(c: Config, model_type: str) -> None:
         raise UnsupportedArchitecture(
             f"{c.where}: {key!r} describes recurrent (Mamba / state-space) layers, which planner does not place for "
             f"model_type {model_type!r}; add 'layer_types' to the config, 'mamba' or 'attention' for each layer")
+
+
+# Keys by which config classes place sliding-window layers by a rule of their family (transformers 5.25: Gemma 3 /
+# EXAONE 4 / Cohere 2 sliding_window_pattern, Qwen2 max_window_layers, AFMoE global_attn_every_n_layers, SmolLM3
+# no_rope_layer_interval / no_rope_layers), and keys that chunk or share the cache (Llama 4 attention_chunk_size,
+# Gemma 3n num_kv_shared_layers, Hunyuan's use_cla with cla_share_factor)
+WINDOW_RULE_KEYS = ("sliding_window_pattern", "max_window_layers", "global_attn_every_n_layers",
+                    "no_rope_layer_interval", "no_rope_layers")
+CACHE_RULE_KEYS = ("attention_chunk_size", "num_kv_shared_layers", "use_cla")
+
+
+def _window_rule_of_an_unknown_family(c: Config, model_type: str, attention: list[Attention]) -> list[Attention]:
+    """The cache layers of a family planner does not count, which layer_kinds reads as one window on every layer
+    (Mistral v0.1's rule) when the config has a sliding_window: none where the config turns the window off
+    (use_sliding_window false, in every config class that has the key), refused where a key places windows, chunks or
+    shared caches by a rule of its family, which planner does not know."""
+    if c.data.get("use_sliding_window") is False:
+        attention = [replace(a, kind="full", window=None) if a.kind == "sliding" else a for a in attention]
+    sliding = any(a.kind == "sliding" for a in attention)
+    key = next((k for k in WINDOW_RULE_KEYS if sliding and c.data.get(k) not in (None, [])), None) or next(
+        (k for k in CACHE_RULE_KEYS if c.data.get(k) not in (None, False, 0)), None)
+    if key is not None:
+        raise UnsupportedArchitecture(
+            f"{c.where}: {key!r} places sliding-window, chunked or shared-cache layers by a rule of model_type "
+            f"{model_type!r}, which planner does not count; add 'layer_types' to the config ('full_attention' or "
+            f"'sliding_attention' for each layer)")
+    return attention
 
 
 def architecture_from_size(params: int, layers: int, kv_heads: int, head_dim: int,
