@@ -170,8 +170,8 @@ def test_a_config_that_places_recurrent_layers_by_keys_planner_does_not_read_is_
 
 
 def test_an_unknown_vision_tower_names_the_closest_towers_and_goes_to_transformers_when_installed(monkeypatch):
-    import planner.model.architecture as architecture
     import planner.model.transformers_fallback as fallback
+    from planner.model import architecture
 
     config = dict(load_config_file(CONFIGS / "qwen3-vl-8b-instruct"), model_type="llava")
     config["vision_config"] = dict(config["vision_config"], model_type="clip_vision_model")

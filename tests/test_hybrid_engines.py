@@ -242,7 +242,8 @@ def test_sglang_keeps_tracking_slots_only_for_the_architectures_it_gives_the_ext
         assert slots_per_running_request(model, sglang.get("0.5.9", "sglang")) == 3
 
 
-def test_sglang_gives_granite_4_h_the_extra_buffer_from_0_5_15_and_granite_4_of_attention_only_no_state_pool(catalog):
+def test_sglang_gives_granite_4_h_the_extra_buffer_from_0_5_15_and_granite_4_of_attention_only_no_state_pool(
+        h100, catalog):
     """GraniteMoeHybrid takes SGLang's Mamba radix-cache branch only with a "mamba" layer_type: no_buffer through
     0.5.13 (0.5.13 server_args.py:1228, 2581-2591), extra_buffer from 0.5.14 (0.5.15 arg_groups/overrides.py:991,
     0.5.23 :421); an attention-only Granite 4.0 holds no state pool at all."""
@@ -256,7 +257,6 @@ def test_sglang_gives_granite_4_h_the_extra_buffer_from_0_5_15_and_granite_4_of_
             for release in ("0.5.9", "0.5.13", "0.5.15", "0.5.16", "0.5.19", "0.5.23")] == [3, 3, 5, 5, 5, 5]
     dense = size_only_architecture_from_config(
         json.loads((CONFIGS / "granitemoehybrid-dense-defaults" / "config.json").read_text()), "granite-4.0", None)
-    h100 = GpuTarget.from_catalog(catalog.gpus.get("h100-sxm"))
     layout = engine_budget(dense, Request(context=8192), EngineSettings(name="sglang"), h100, catalog).layout
     assert layout.state_bytes == 0 and layout.state_slots == 0
 

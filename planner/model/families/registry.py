@@ -91,7 +91,8 @@ VISION_TOWERS: Mapping[str, Tower] = BuilderTable(TOWER_BUILDERS)
 
 def closest_counted(model_type: str, table: Mapping[str, Callable], noun: str) -> str:
     """What an unknown-type error says of the types planner counts: the nearest ones, not the whole list."""
-    from difflib import get_close_matches  # imported by the error alone (~1 ms of every command otherwise)
+    # imported by the error alone (~1 ms of every command otherwise)
+    from difflib import get_close_matches
 
     close = get_close_matches(model_type, list(table), n=3)
     return (f"the closest of the {len(table)} it counts: {', '.join(close)}" if close
