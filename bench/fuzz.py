@@ -391,7 +391,7 @@ MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3
                "gemma4_text", "mimo_v2_flash", "seed_oss", "olmo2", "olmo3", "exaone4", "smollm3", "ernie4_5",
                "apertus", "arcee", "olmoe", "ernie4_5_moe", "qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2",
                "starcoder2", "phimoe", "granitemoe", "granitemoeshared", "glm4v", "glm4v_moe_text", "hy_v3",
-               "exaone_moe", "solar_open", "granitemoehybrid")
+               "exaone_moe", "solar_open", "granitemoehybrid", "falcon_h1")
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "attention",
                "cross_attention")
 

@@ -52,7 +52,7 @@ def test_the_recorded_counts_cover_every_new_family():
             "ernie4_5_moe", "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "cohere2", "starcoder2",
             "phimoe", "granitemoe", "granitemoeshared", "glm4v_text", "glm4v_moe_text", "hy_v3",
             "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe", "param2moe", "cohere2_moe",
-            "granitemoehybrid"} <= families
+            "granitemoehybrid", "falcon_h1"} <= families
 
 
 @pytest.mark.parametrize("name", COUNTED)
@@ -448,7 +448,7 @@ def test_granite_4_attention_only_holds_no_recurrent_state():
 @pytest.mark.parametrize("change, message", [
     ({"layer_types": ["mamba"] * 31}, "layer_types"),
     ({"layer_types": ["mamba"] * 31 + ["moe"]}, "layer_types"),
-    ({"mamba_d_head": 48}, "mamba_expand"),
+    ({"mamba_d_head": 48}, "Mamba width 8192"),
 ])
 def test_granite_4_hybrid_refuses_layer_types_and_mamba_heads_its_class_refuses(change, message):
     config = dict(load_config_file(CONFIGS / "granitemoehybrid-defaults"), **change)
@@ -460,6 +460,20 @@ def test_granite_4_hybrid_without_layer_types_is_mamba_throughout():
     config = load_config_file(CONFIGS / "granitemoehybrid-defaults")
     config = {k: v for k, v in config.items() if k != "layer_types"}
     assert {layer.attention.kind for layer in architecture_from_config(config, "granite").layers} == {"mamba"}
+
+
+def test_falcon_h1_decoder_layers_keep_a_mamba_state_and_a_kv_cache_each():
+    """Two cache layers a decoder layer, as vLLM's FalconH1ParallelHybrid registers a MambaMixer2 and an Attention."""
+    arch = _arch("falcon-h1-defaults")
+    assert [layer.attention.kind for layer in arch.layers] == ["mamba", "full"] * 32
+    # mamba_d_ssm 1,024 over 128 heads of 8: conv (1,024 + 2 x 256) x (4 - 1) + SSM 128 x 8 x 256
+    assert arch.layers[0].attention.state_elements == (1024 + 2 * 256) * 3 + 128 * 8 * 256
+    names = {t.name for t in arch.layers[0].tensors}
+    assert "mamba.norm.weight" not in names and "mamba.out_proj.bias" not in names  # mamba_rms_norm, projectors_bias
+    variant = _arch("falcon-h1-variant-defaults")  # mamba_d_ssm null: mamba_expand x hidden_size = 8,192 = 128 x 64
+    assert variant.layers[0].attention.state_elements == (8192 + 2 * 256) * 3 + 128 * 64 * 256
+    assert {"mamba.norm.weight", "mamba.out_proj.bias"} <= {t.name for t in variant.layers[0].tensors}
+    assert variant.layers[1].attention.kv_heads == 8 and variant.layers[1].attention.k_head_dim == 128
 
 
 # -- families transformers does not build: the model's own code (tests/data/model-code-counts.json) ------------------

@@ -16,7 +16,8 @@ from planner.estimator.engines.profiles import load_profiles
 from planner.estimator.engines.vllm import STATE, StateShape, kv_layout, state_blocks, state_shape
 from planner.errors import PlannerInputError
 from planner.estimator.memory import GpuTarget, Request
-from planner.model.architecture import Architecture, Attention, Layer, size_only_architecture_from_config
+from planner.model.architecture import (Architecture, Attention, Layer, architecture_from_config,
+                                         size_only_architecture_from_config)
 
 from conftest import CONFIGS
 from engine_fixtures import arch, h100  # noqa: F401  (fixtures)
@@ -242,11 +243,12 @@ def test_sglang_keeps_tracking_slots_only_for_the_architectures_it_gives_the_ext
         assert slots_per_running_request(model, sglang.get("0.5.9", "sglang")) == 3
 
 
-def test_sglang_gives_granite_4_h_the_extra_buffer_from_0_5_15_and_granite_4_of_attention_only_no_state_pool(
+def test_sglang_gives_granite_4_h_and_falcon_h1_the_extra_buffer_from_0_5_15_and_granite_4_of_attention_only_no_state_pool(
         h100, catalog):
     """GraniteMoeHybrid takes SGLang's Mamba radix-cache branch only with a "mamba" layer_type: no_buffer through
     0.5.13 (0.5.13 server_args.py:1228, 2581-2591), extra_buffer from 0.5.14 (0.5.15 arg_groups/overrides.py:991,
-    0.5.23 :421); an attention-only Granite 4.0 holds no state pool at all."""
+    0.5.23 :421), and FalconH1 likewise (0.5.13 :2571-2579; 0.5.15 :990, 0.5.23 :420); an attention-only Granite 4.0
+    holds no state pool at all."""
     from planner.estimator.engines.sglang import slots_per_running_request
 
     sglang = load_profiles().sglang
@@ -254,6 +256,10 @@ def test_sglang_gives_granite_4_h_the_extra_buffer_from_0_5_15_and_granite_4_of_
         json.loads((CONFIGS / "granitemoehybrid-defaults" / "config.json").read_text()), "granite-4.0-h", None)
     model = serve(hybrid, Request(context=8192), catalog, "sglang")
     assert [slots_per_running_request(model, sglang.get(release, "sglang"))
+            for release in ("0.5.9", "0.5.13", "0.5.15", "0.5.16", "0.5.19", "0.5.23")] == [3, 3, 5, 5, 5, 5]
+    falcon = serve(architecture_from_config(json.loads((CONFIGS / "falcon-h1-defaults" / "config.json").read_text()),
+                                            "falcon-h1"), Request(context=8192), catalog, "sglang")
+    assert [slots_per_running_request(falcon, sglang.get(release, "sglang"))
             for release in ("0.5.9", "0.5.13", "0.5.15", "0.5.16", "0.5.19", "0.5.23")] == [3, 3, 5, 5, 5, 5]
     dense = size_only_architecture_from_config(
         json.loads((CONFIGS / "granitemoehybrid-dense-defaults" / "config.json").read_text()), "granite-4.0", None)

@@ -1085,11 +1085,16 @@ def test_sglang_waits_for_its_host_step_where_its_release_turns_the_overlap_off(
 
 def test_sglang_runs_granite_4_h_without_its_overlap_only_with_mamba_layers_on_the_no_buffer_cache(catalog, perf):
     """GraniteMoeHybrid's branch of 0.5.9-0.5.13 (0.5.9 server_args.py:1641-1651) turns the overlap off through the
-    no-buffer Mamba radix cache only when a layer_type is "mamba"; from 0.5.14 the extra buffer keeps it on."""
+    no-buffer Mamba radix cache only when a layer_type is "mamba"; from 0.5.14 the extra buffer keeps it on. FalconH1's
+    does so from 0.5.7 (0.5.7 :1436-1449; 0.5.6 turns its radix cache off instead, model_runner.py:448-451)."""
+    sglang = perf.engine("sglang")
+    for release, waits in (("0.5.6", False), ("0.5.7", True), ("0.5.8", True), ("0.5.12", True), ("0.5.16", False)):
+        assert (sglang.step_host_us(release, False, "falcon_h1", mamba=True) == sglang.per_step_us) == waits
     sglang = perf.engine("sglang")
     on, off = sglang.overlapped_step_us, sglang.per_step_us
     for release, hybrid in (("0.5.9", off), ("0.5.13", off), ("0.5.14", on), ("0.5.23", on)):
         assert sglang.step_host_us(release, False, "granitemoehybrid", mamba=True) == hybrid
+        assert sglang.step_host_us(release, False, "falcon_h1", mamba=True) == hybrid  # every layer has Mamba
         assert sglang.step_host_us(release, False, "granitemoehybrid", mamba=False) == on
         assert sglang.step_host_us(release, False, "granitemoehybrid", prefix_cache=False, mamba=True) == on
 

@@ -197,10 +197,25 @@ def recurrent_state_parts(c: Config, kind: LayerKind) -> tuple[int, int]:
     return conv, heads * head_dim * state
 
 
-def mamba2_mixer(m: Config, prefix: str, hidden: int, *, conv_bias: bool, proj_bias: bool) -> list[Tensor]:
-    """A Mamba-2 mixer's weights as transformers builds them (NemotronHMamba2Mixer, GraniteMoeHybridMambaLayer):
-    one in_proj giving z, x, B, C and dt, the depthwise convolution over x, B and C, per-head dt_bias / A_log / D,
-    the gated RMSNorm over the inner width, out_proj. `m` spells the sizes as recurrent_state_parts reads them."""
+def mamba2_sizes(c: Config, inner: int) -> Config:
+    """A Mamba-2 layer's sizes in the spelling mamba2_mixer and recurrent_attention read, for configs that give the
+    mixer's width (`inner`) and let mamba_d_head be "auto": inner / mamba_n_heads (GraniteMoeHybridConfig and
+    FalconH1Config __post_init__, which refuse heads that do not fill the width)."""
+    heads = c.int("mamba_n_heads")
+    head_dim = inner // heads if c.data.get("mamba_d_head") == "auto" else c.int("mamba_d_head")
+    if heads * head_dim != inner:
+        raise PlannerInputError(f"{c.where}: mamba_n_heads {heads} x mamba_d_head {head_dim} must equal the Mamba "
+                                f"width {inner} (mamba_expand x hidden_size, or mamba_d_ssm)")
+    return Config({"mamba_n_heads": heads, "mamba_d_head": head_dim, "mamba_d_state": c.int("mamba_d_state"),
+                   "mamba_n_groups": c.int("mamba_n_groups"), "mamba_d_conv": c.int("mamba_d_conv")}, c.where)
+
+
+def mamba2_mixer(m: Config, prefix: str, hidden: int, *, conv_bias: bool, proj_bias: bool,
+                 out_bias: bool | None = None, gated_norm: bool = True) -> list[Tensor]:
+    """A Mamba-2 mixer's weights as transformers builds them (NemotronHMamba2Mixer, GraniteMoeHybridMambaLayer,
+    FalconH1Mixer): one in_proj giving z, x, B, C and dt, the depthwise convolution over x, B and C, per-head dt_bias /
+    A_log / D, the gated RMSNorm over the inner width (Falcon-H1's is optional), out_proj (whose bias Falcon-H1 sets
+    apart). `m` spells the sizes as recurrent_state_parts reads them."""
     heads, state, groups = m.int("mamba_n_heads"), m.int("mamba_d_state"), m.int("mamba_n_groups", default=1)
     inner = heads * m.int("mamba_d_head")
     conv_dim = inner + 2 * groups * state
@@ -209,8 +224,9 @@ def mamba2_mixer(m: Config, prefix: str, hidden: int, *, conv_bias: bool, proj_b
     if conv_bias:
         t += [Tensor(f"{prefix}.conv1d.bias", (conv_dim,), "bias", "column")]
     t += [Tensor(f"{prefix}.{p}", (heads,), "norm", "column") for p in ("dt_bias", "A_log", "D")]
-    t += [Tensor(f"{prefix}.norm.weight", (inner,), "norm", "column")]
-    return t + linear(f"{prefix}.out_proj", hidden, inner, "row", proj_bias)
+    if gated_norm:
+        t += [Tensor(f"{prefix}.norm.weight", (inner,), "norm", "column")]
+    return t + linear(f"{prefix}.out_proj", hidden, inner, "row", proj_bias if out_bias is None else out_bias)
 
 
 def config_state_dtype(c: Config, key: str) -> str | None:

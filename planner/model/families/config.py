@@ -124,10 +124,17 @@ CONFIG_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # SarvamMoEConfig and Param2MoeConfig: GLM-4-MoE's config with per-head q/k norms on and 64-wide heads
     "sarvam_moe": {"use_qk_norm": True, "head_dim": 64},
     "param2moe": {"use_qk_norm": True, "head_dim": 64},
-    # GraniteMoeHybridConfig (5.25): its MoE and Mamba-2 sizes
-    "granitemoehybrid": {"num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 1024,
+    # GraniteMoeHybridConfig and FalconH1Config (5.25): every size their classes default (save_pretrained writes
+    # the keys that differ from them); an explicit null mamba_d_ssm is Falcon-H1's mamba_expand x hidden_size
+    "granitemoehybrid": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+                         "num_hidden_layers": 32, "num_attention_heads": 32, "max_position_embeddings": 2048,
+                         "num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 1024,
                          "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_head": "auto",
                          "mamba_d_conv": 4, "mamba_expand": 2},
+    "falcon_h1": {"vocab_size": 128000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 8192,
+                  "mamba_d_ssm": 1024, "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256,
+                  "mamba_d_head": "auto", "mamba_d_conv": 4, "mamba_expand": 2},
 }
 
 # The same for vision configs, keyed by the vision config's model_type.
@@ -161,5 +168,5 @@ UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "granite", "qwen3_moe", "qwe
                      "step3p5", "step3p7", "seed_oss", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "arcee",
                      "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "phimoe", "granitemoe",
                      "granitemoeshared", "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "hy_v3",
-                     "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe", "granitemoehybrid"}
+                     "exaone_moe", "solar_open", "afmoe", "jais2", "sarvam_moe", "granitemoehybrid", "falcon_h1"}
 

@@ -9,16 +9,8 @@ so they hold no recurrent state and are plain GQA decoders with the shared MLP.
 from __future__ import annotations
 
 from planner.errors import PlannerInputError
-from planner.model.families.blocks import (
-    attention_tensors,
-    decoder_shape,
-    embedding_and_head,
-    gated_mlp,
-    mamba2_mixer,
-    moe_block,
-    norm,
-    recurrent_attention,
-)
+from planner.model.families.blocks import (attention_tensors, decoder_shape, embedding_and_head, gated_mlp,
+                                           mamba2_mixer, mamba2_sizes, moe_block, norm, recurrent_attention)
 from planner.model.families.config import Config
 from planner.model.families.core import Architecture, Attention, Layer, MoE
 
@@ -38,18 +30,6 @@ def _layer_types(c: Config, num_layers: int) -> list[str]:
     return ["mamba" if t in MAMBA else "attention" for t in types]
 
 
-def _mamba_sizes(c: Config, hidden: int) -> Config:
-    """The Mamba-2 sizes with mamba_d_head resolved: "auto" is mamba_expand x hidden_size / mamba_n_heads
-    (GraniteMoeHybridConfig.__post_init__, which also refuses a head size that does not fill that width)."""
-    heads, inner = c.int("mamba_n_heads"), c.int("mamba_expand") * hidden
-    head_dim = inner // heads if c.data.get("mamba_d_head") == "auto" else c.int("mamba_d_head")
-    if heads * head_dim != inner:
-        raise PlannerInputError(f"{c.where}: mamba_n_heads {heads} x mamba_d_head {head_dim} must equal mamba_expand "
-                                f"x hidden_size ({inner})")
-    return Config({"mamba_n_heads": heads, "mamba_d_head": head_dim, "mamba_d_state": c.int("mamba_d_state"),
-                   "mamba_n_groups": c.int("mamba_n_groups"), "mamba_d_conv": c.int("mamba_d_conv")}, c.where)
-
-
 def granite_moe_hybrid(c: Config, model_type: str, name: str) -> Architecture:
     hidden, num_layers, heads, kv_heads, head_dim, vocab = decoder_shape(c)
     types = _layer_types(c, num_layers)
@@ -60,7 +40,7 @@ def granite_moe_hybrid(c: Config, model_type: str, name: str) -> Architecture:
                             attention_tensors(c, hidden, heads, kv_heads, head_dim, qkv_bias=attention_bias,
                                               o_bias=attention_bias))}
     if "mamba" in types:
-        sizes = _mamba_sizes(c, hidden)
+        sizes = mamba2_sizes(c, c.int("mamba_expand") * hidden)
         mixers["mamba"] = (recurrent_attention(sizes, "mamba"),
                            mamba2_mixer(sizes, "mamba", hidden, conv_bias=c.bool("mamba_conv_bias", True),
                                         proj_bias=c.bool("mamba_proj_bias", False)))

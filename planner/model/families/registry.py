@@ -35,6 +35,7 @@ FAMILY_BUILDERS: dict[str, tuple[str, ...]] = {
     "gemma3n.gemma3n": ("gemma3n", "gemma3n_text"),
     "gemma4.gemma4": ("gemma4_text", "gemma4"),
     "glm.glm4_moe": ("glm4_moe", "glm4v_moe", "glm4v_moe_text", "sarvam_moe", "param2moe"),
+    "falcon_h1.falcon_h1": ("falcon_h1",),
     "granite_hybrid.granite_moe_hybrid": ("granitemoehybrid",),
     "kimi_linear.kimi_linear": ("kimi_linear",),
     "lfm2.lfm2": ("lfm2", "lfm2_moe"),
