@@ -19,7 +19,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from throughput_accuracy import Measurement, load_measurements, predict  # noqa: E402
 
 from planner.calibration.factors import HIGHEST, LOWEST, Factors, calibrated_catalog, floors  # noqa: E402
-from planner.calibration.fit import Observation, fit_factors  # noqa: E402
+from planner.calibration.fit import GRID, Observation, fit_factors, grid_floor  # noqa: E402
 from planner.catalog.load import load_catalog  # noqa: E402
 from planner.errors import PlannerInputError  # noqa: E402
 from planner.estimator.performance import load_performance_catalog  # noqa: E402
@@ -57,6 +57,7 @@ class SeriesResult:
     errors: list[tuple[float, float]]  # each predicted row's |TPOT error| before and after
     factors: Factors
     past_bounds: tuple[str, ...] = ()  # identified by the row, but asked past a bound: left at 1.0
+    floors: dict[str, float] = field(default_factory=dict)  # factors.floors of its generation x engine
 
     @property
     def before(self) -> float:
@@ -77,8 +78,11 @@ class SeriesResult:
 
     @property
     def at_bounds(self) -> list[str]:
-        """The factors the fit pushed to a bound: the one row asked for more than the bounds allow."""
-        return [name for name, value in self.factors.as_dict().items() if value in (LOWEST, HIGHEST)]
+        """The factors the fit pushed to a bound, its generation's floor (the fit's lowest grid point for it) or
+        LOWEST / HIGHEST: the one row asked for more than the bounds allow."""
+        low = {name: 2 ** (grid_floor(value) / GRID) for name, value in self.floors.items()}
+        return [name for name, value in self.factors.as_dict().items()
+                if value in (LOWEST, HIGHEST) or value == low.get(name)]
 
 
 def measured_metrics(m: Measurement) -> dict[str, float]:
@@ -102,15 +106,15 @@ def calibrate_series(catalog, performance, rows) -> SeriesResult:
         p = predict(catalog, first, first_arch, calibrated_catalog(performance, gpu.generation, profile, factors))
         return {"tpot_ms": p.tpot_s * 1000, "ttft_ms": p.ttft_s * 1000, "output_tok_s": p.output_tokens_per_s}
 
-    fit = fit_factors([Observation(first.row, measured_metrics(first))], lambda f, i: metrics(f),
-                      floors(performance, gpu.generation, profile))
+    lowest = floors(performance, gpu.generation, profile)
+    fit = fit_factors([Observation(first.row, measured_metrics(first))], lambda f, i: metrics(f), lowest)
     scaled = calibrated_catalog(performance, gpu.generation, profile, fit.factors)
     errors = [(abs(predict(catalog, m, arch).tpot_s / m.tpot_s - 1),
                abs(predict(catalog, m, arch, scaled).tpot_s / m.tpot_s - 1)) for m, arch in rest if m.tpot_s]
     own = next(r for r in fit.residuals if r.metric == "tpot_ms")
     label = f"{first.row} {first.model} {first.gpu} {first.engine} tp{first.tp} {first.form}"
     return SeriesResult(label, len(rows), (abs(own.before / own.measured - 1), abs(own.after / own.measured - 1)),
-                        errors, fit.factors, fit.past_bounds)
+                        errors, fit.factors, fit.past_bounds, lowest)
 
 
 def main() -> None:

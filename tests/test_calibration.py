@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -221,6 +222,34 @@ def test_the_factors_floors_keep_every_kernel_within_the_datasheet():
     assert max(r.compute_efficiency for r in scaled.generation("hopper").gemm.values()) <= 1 + 1e-12
 
 
+def test_the_default_generations_moe_tables_a_generation_borrows_scale_with_its_factors():
+    """gpt-oss's MXFP4 experts on CDNA3 time the default generation's weight-only MoE table (SPEED_PROTOCOL's borrowed
+    weight-only amendment); every factor reaches it as it reaches the generation's own tables, and floors count it."""
+    from planner.calibration.factors import borrowed_moe
+
+    performance = load_performance_catalog()
+    cdna3 = performance.generation("cdna3")
+    borrowed = borrowed_moe(performance, cdna3, "vllm")
+    assert borrowed and not cdna3.measures_moe("w4a16", "vllm")
+    assert borrowed_moe(performance, performance.generation("default"), "vllm") == []
+    low = floors(performance, "cdna3", "vllm")
+    assert low["memory"] >= max(r.read_efficiency for r in borrowed)
+    assert low["compute"] >= max(r.compute_efficiency for r in borrowed)
+    catalog = api.load_catalog()
+    card, arch = catalog.gpus.get("mi300x"), api.resolve_model(catalog, "gpt-oss-120b")
+
+    def moe_s(factors, batch):
+        timer = replica_timer(arch, "mxfp4", "auto", card, 1, 1, catalog, "vllm",
+                              calibrated_catalog(performance, "cdna3", "vllm", factors))
+        return timer.step(Step(batch, 2000))[1].moe_s
+
+    assert moe_s(Factors(compute=2.0), 512) == pytest.approx(2 * moe_s(Factors(), 512), rel=0.02)
+    assert moe_s(Factors(memory=2.0), 1) > 1.5 * moe_s(Factors(), 1)
+    # the default entry itself, timed for a GPU of no measured generation, takes them as before
+    assert calibrated_catalog(performance, "cdna3", "vllm", Factors(compute=2.0)).generation("default").moe != \
+        performance.generation("default").moe
+
+
 def test_a_calibrated_catalog_keeps_the_engines_fused_moe_kernels():
     """A factor of 1 + epsilon moves a prediction by about epsilon: the release's MoE kernel table is scaled, not
     dropped (it was: SGLang on Blackwell fell back to its primary kernel's table, TPOT -30%)."""
@@ -333,6 +362,9 @@ def test_replays_are_capped_in_waves_of_the_runs_concurrency():
     (lambda text: text.replace("- memory", "- speed"), "informed names 'speed'"),
     (lambda text: "{not: [yaml", "invalid YAML"),
     (lambda text: text.replace("factors:\n", 'factors:\n  "a\\nb": 1\n'), "factors.'a\\nb': Extra inputs"),
+    # a fit never moves memory below its generation's read ceiling (H100: 0.93): a read beating the datasheet
+    (lambda text: re.sub(r"  memory: [0-9.e-]+", "  memory: 0.5", text, count=1), "factors.memory 0.5 is below"),
+    (lambda text: text.replace("engine: vllm", "engine: nonesuch"), "fitted_on: engine: no performance factors"),
 ])
 def test_a_bad_calibration_file_is_one_line(tmp_path, edit, names):
     good = api.calibrate(EXAMPLES[:1], model="llama-3.1-8b", gpu="h100-sxm", tp=1).to_yaml()
@@ -747,6 +779,9 @@ def test_calibration_accuracy_flags_a_series_worse_by_more_than_five_points():
     worse = SeriesResult("a", 4, (0.5, 0.0), [(0.10, 0.20), (0.12, 0.15), (0.30, 0.40)], Factors(memory=4.0, fixed=0.25))
     assert (worse.before, worse.after) == (12.0, 20.0) and worse.change == pytest.approx(8.0) and worse.worse
     assert worse.at_bounds == ["memory", "fixed"]
+    # a factor at its generation's floor (the fit's lowest grid point for it) is at a bound too
+    floor = SeriesResult("d", 3, (0.2, 0.0), [(0.10, 0.15)], Factors(memory=2 ** (-1 / 16)), (), {"memory": 0.95})
+    assert floor.at_bounds == ["memory"]
     within = SeriesResult("b", 3, (0.2, 0.0), [(0.10, 0.149), (0.30, 0.10)], Factors(memory=1.5))
     assert within.change == pytest.approx(-7.55) and not within.worse and within.at_bounds == []
     edge = SeriesResult("c", 3, (0.2, 0.0), [(0.10, 0.15)], Factors())

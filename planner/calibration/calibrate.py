@@ -15,7 +15,7 @@ from math import ceil, inf
 from pathlib import Path
 from typing import Any, Sequence
 
-from planner.calibration.factors import FACTORS, Factors, calibrated_catalog
+from planner.calibration.factors import FACTORS, Factors, calibrated_catalog, floors
 from planner.calibration.fit import FitResult, Observation, Residual, fit_factors
 from planner.calibration.readers import MeasuredRun
 from planner.catalog.load import bounded, catalog_record
@@ -228,7 +228,27 @@ def load_calibration(path: str | Path) -> Calibration:
     if unknown is not None:
         raise PlannerInputError(f"--calibration {p.name}: informed names {unknown!r}; the factors are "
                                 f"{', '.join(FACTORS)}")
+    _check_floors(calibration, p.name)
     return replace(calibration, fitted_on=_catalog_dtypes(calibration.fitted_on))
+
+
+def _check_floors(calibration: Calibration, name: str) -> None:
+    """A fit never moves `memory` or `compute` below its generation x engine's floor (factors.floors: a read faster
+    than the datasheet bandwidth, a kernel faster than its peak); a file that says otherwise was edited by hand."""
+    from planner.estimator.performance import load_performance_catalog
+
+    on = calibration.fitted_on
+    try:
+        lowest = floors(load_performance_catalog(), on.generation, on.engine)
+    except PlannerInputError as exc:
+        raise PlannerInputError(f"--calibration {name}: fitted_on: {exc}") from None
+    for factor in ("memory", "compute"):
+        value = getattr(calibration.factors, factor)
+        if value < lowest[factor] * (1 - 1e-9):
+            raise PlannerInputError(
+                f"--calibration {name}: factors.{factor} {value:g} is below {lowest[factor]:.4g}, the lowest "
+                f"{on.generation} x {on.engine} allows (its terms would beat the datasheet); write it again with "
+                f"`planner calibrate`")
 
 
 def _catalog_dtypes(fitted: FittedOn) -> FittedOn:

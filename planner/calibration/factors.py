@@ -12,7 +12,7 @@ constants of catalogs/performance.yaml) for one GPU generation x engine; 1.0 lea
                  time per kernel of an eager prefill, llama.cpp's cycles per layer (multiplied by it)
   communication  the all-reduce: its latencies multiplied, its bandwidths divided
 A calibrated catalog is for timing configurations of that generation x engine only: it scales the generation's
-entry and the engine's, which other pairs share.
+entry, the default entry whose MoE tables the generation borrows, and the engine's, which other pairs share.
 """
 
 from __future__ import annotations
@@ -113,6 +113,16 @@ def _all_reduce(fit: AllReduceFit, factor: float) -> AllReduceFit:
                    large_latency_us=fit.large_latency_us * factor, bus_bandwidth_gbps=fit.bus_bandwidth_gbps / factor)
 
 
+def borrowed_moe(performance: PerformanceCatalog, entry: GenerationEfficiency, engine: str) -> list[MoeRates]:
+    """The `default` generation's fused-MoE tables `entry` times a format with for `engine` where it has none of its
+    own (SPEED_PROTOCOL's borrowed weight-only amendment); none when `entry` is the default."""
+    default = performance.generation("default")
+    if entry is default:
+        return []
+    formats = {*default.moe, *default.engines.get(engine, EngineKernels()).moe}
+    return [default.moe_rates(f, engine) for f in sorted(formats) if not entry.measures_moe(f, engine)]
+
+
 def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dict[str, float]:
     """Each factor's lowest credible value on `generation` x `engine` (bench/CALIBRATION_PROTOCOL.md): a factor
     below 1 speeds its terms up, and none may make a kernel beat the datasheet: `memory` no lower than the highest
@@ -127,8 +137,10 @@ def floors(performance: PerformanceCatalog, generation: str, engine: str) -> dic
              *(k.read_efficiency for k in own.sparse_prefill if k.read_efficiency is not None)]
     if cost.memory_efficiency is not None:
         reads.append(cost.memory_efficiency)
+    borrowed = borrowed_moe(performance, entry, cost.name)
+    reads += [r.read_efficiency for r in borrowed]
     kernels = [*entry.gemm.values(), *entry.moe.values(), *own.gemm.values(), *own.moe.values(),
-               *(r for rates in own.moe_kernels.values() for r in rates.values())]
+               *(r for rates in own.moe_kernels.values() for r in rates.values()), *borrowed]
     computes = [entry.attention_compute_efficiency, entry.prefill_attention_compute_efficiency,
                 *(a.latent_compute_efficiency for a in (*entry.attention.values(), *own.attention.values())
                   if a.latent_compute_efficiency is not None),
@@ -148,6 +160,9 @@ def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine:
     if factors.identity:
         return performance
     entry = performance.generation(generation)
+    # the default entry's tables this generation borrows are among the terms the factors scale; the timer reads the
+    # default entry for nothing else when timing another generation
+    scaled = (entry, performance.generation("default"))
     name = performance.engine(engine).name
     costs = tuple(replace(e, per_step_us=e.per_step_us * factors.fixed,
                           overlapped_step_us=e.overlapped_step_us * factors.fixed,
@@ -158,7 +173,8 @@ def calibrated_catalog(performance: PerformanceCatalog, generation: str, engine:
     links = tuple(replace(link, allreduce=tuple(_all_reduce(fit, factors.communication) for fit in link.allreduce))
                   for link in performance.interconnects)
     return replace(performance, engines=costs, interconnects=links,
-                   generations=tuple(_generation(g, name, factors) if g is entry else g for g in performance.generations))
+                   generations=tuple(_generation(g, name, factors) if any(g is e for e in scaled) else g
+                                     for g in performance.generations))
 
 
-__all__ = ["FACTORS", "Factors", "HIGHEST", "LOWEST", "calibrated_catalog", "floors"]
+__all__ = ["FACTORS", "Factors", "HIGHEST", "LOWEST", "borrowed_moe", "calibrated_catalog", "floors"]
