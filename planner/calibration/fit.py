@@ -12,9 +12,10 @@ calibrates `fixed` and leaves the reads of the batch-128 runs alone).
 
 Bounds: up to HIGHEST; down to `lowest` per factor (factors.floors: no read faster than the datasheet's bandwidth,
 no kernel faster than its peak FLOP rate), else LOWEST. A fit that ends at a bound with one grid step past it
-fitting better asks for more than the term can be off by: not a calibration of that term. The factor goes back to
-1.0 (not clamped: the clamped move would carry a wrong-model run's error to every other operating point), the fit
-is redone without it, and the result names it (past_bounds).
+fitting better (by the descent's own objective, the error with its tie-break charge) asks for more than the term can
+be off by: not a calibration of that term. The factor goes back to 1.0 (not clamped: the clamped move would carry a
+wrong-model run's error to every other operating point), the fit is redone without it, and the result names it
+(past_bounds).
 
 The fit itself: factors on the grid 2^(k/16) (steps of 4.4%, finer than the spread of repeated benchmark runs); a
 coordinate descent moving one identified factor at a time by 2^(1/2), then 2^(1/4), 2^(1/8), 2^(1/16), taking the
