@@ -382,3 +382,24 @@ def test_an_engine_refusal_says_what_does_not_fit_then_the_engine(gpu, utilizati
     assert reason.endswith(need.reason)  # the engine's own words, second
     if budget.max_context_that_fits:
         assert budget.kv_pool_bytes // (80 * 8 * 128 * 2) // 16 * 16 == budget.max_context_that_fits == 42_432
+
+
+def test_each_workload_rents_only_what_its_own_pricing_admits():
+    """Two workloads on the same GPU, one priced on AWS only and on demand, the other on RunPod or spot: the union of
+    their offers is the fleet's, but each workload's replicas go where its own pricing lets them."""
+    def named(name, pricing):
+        return {"name": name, "model": "llama-3.1-8b", "pricing": pricing,
+                "workload": {"context": "4K", "traffic": {"requests_per_s": 2, "prompt_tokens": 500, "output_tokens": 100},
+                             "slo": {"ttft_s": 2.0, "tpot_s": 0.05}},
+                "search": {"precisions": ["fp8"], "gpus": ["l40s"]}}
+
+    for pricing_a, pricing_b, ok in (
+            ({"providers": ["aws"]}, {"providers": ["runpod"]}, lambda a: a.pool.offer.provider == "aws"),
+            ({"market": "on-demand"}, {"market": "spot"}, lambda a: a.pool.market == "on-demand")):
+        problem = fleet_problem(parse_scenario({"name": "two", "workloads": [named("a", pricing_a),
+                                                                            named("b", pricing_b)]}), CATALOG)
+        plan = plan_fleet(problem, CATALOG, explain=False)
+        first = [a for a in plan.assignments if a.workload == "a"]
+        assert plan.status == "OPTIMAL" and first and all(ok(a) for a in first)
+        admitted = {w.name: {Pool(o, m) for o, m in w.space.offers} for w in problem.workloads}
+        assert all(a.pool in admitted[a.workload] for a in plan.assignments)

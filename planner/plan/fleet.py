@@ -274,6 +274,9 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
     replicas: dict[tuple[int, int], cp_model.IntVar] = {}
     upper: dict[tuple[int, int], int] = {}
     available = [problem.available(pool) for pool in pools]
+    # a workload's replicas rent only the offers its own pricing admits (its providers, regions, market, kinds,
+    # terms), whatever another workload's admits
+    admitted = {w.name: {Pool(o, m) for o, m in w.space.offers} for w in problem.workloads}
     for ci, config in enumerate(configs):
         w = by_name[config.workload]
         if held.get(w.name, _mode(config)) != _mode(config) or \
@@ -281,8 +284,8 @@ def _build(problem: FleetProblem, configs: list[ServingConfig], pools: list[Pool
             continue
         bucket = w.buckets[config.bucket]
         for pi, pool in enumerate(pools):
-            if pool.offer.gpu == config.candidate.gpu.name and _fits_pool(config, pool) and on_network(config,
-                                                                                                       pool.offer):
+            if pool.offer.gpu == config.candidate.gpu.name and pool in admitted[w.name] and _fits_pool(config, pool) \
+                    and on_network(config, pool.offer):
                 units = max(1, counted_units(config.capacity_units, available[pi]))
                 bound = ceil(demand_units(bucket) / units) + w.redundancy + w.min_replicas
                 replicas[ci, pi] = model.new_int_var(0, bound, f"n_{ci}_{pi}")
