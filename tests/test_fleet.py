@@ -403,3 +403,23 @@ def test_each_workload_rents_only_what_its_own_pricing_admits():
         assert plan.status == "OPTIMAL" and first and all(ok(a) for a in first)
         admitted = {w.name: {Pool(o, m) for o, m in w.space.offers} for w in problem.workloads}
         assert all(a.pool in admitted[a.workload] for a in plan.assignments)
+
+
+def test_a_concurrency_of_one_caps_each_replica_at_one_request():
+    """workload.concurrency caps the batch of a fleet's replica when the scenario gives it, 1 included; left out,
+    the engine's own limits alone decide (it read an explicit 1 as no cap: one replica ran 133 requests)."""
+    def plan(**workload):
+        scenario = {"name": "cap", "model": "llama-3.1-8b",
+                    "workload": {"context": "4K", "traffic": {"requests_per_s": 20, "prompt_tokens": 500,
+                                                              "output_tokens": 100},
+                                 "slo": {"ttft_s": 2.0, "tpot_s": 0.05}, **workload},
+                    "search": {"precisions": ["fp8"], "gpus": ["l40s"]}, "pricing": {"providers": ["runpod"]}}
+        return plan_fleet(fleet_problem(parse_scenario(scenario), CATALOG), CATALOG, explain=False)
+
+    free, one, two = plan(), plan(concurrency=1), plan(concurrency=2)
+    assert {a.config.scheduler.max_num_seqs for a in one.assignments} == {1}
+    assert {a.config.scheduler.max_num_seqs for a in two.assignments} == {2}
+    assert max(a.config.performance.batch for a in one.assignments) <= 1
+    assert max(a.config.performance.batch for a in free.assignments) > 2
+    replicas = {name: sum(a.replicas for a in p.assignments) for name, p in (("free", free), ("one", one), ("two", two))}
+    assert replicas["one"] > replicas["two"] > replicas["free"]

@@ -194,7 +194,7 @@ def test_sglang_runs_48_requests_with_mtp_unless_the_plan_says_otherwise():
     """Without workload.concurrency an SGLang MTP replica is sized with SGLang's own limit under speculative decoding
     (48 running requests: server_args.py), and its export states it."""
     data = _fleet(speculative=["mtp"])
-    data["workload"]["concurrency"] = 1
+    data["workload"].pop("concurrency", None)
     plan = api.plan_fleet(parse_scenario(data), catalog=CATALOG)
     assert {a.config.scheduler.max_num_seqs for a in plan.assignments} == {SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS}
     assert all(a.config.performance.batch <= 48 for a in plan.assignments)

@@ -68,6 +68,9 @@ class SearchSpace:
     all_to_all: tuple[str | None, ...] = (None,)  # search.all_to_all: the backends dp_ep layouts are searched with
     # search.speculative: None (no speculative decoding) and/or the MTP setting, searched on one pipeline stage
     speculations: tuple[Speculation | None, ...] = (None,)
+    # workload.concurrency as the scenario gave it: the most requests a fleet's replica may run at once (None: the
+    # key left out, the engine's own limits alone)
+    batch_cap: int | None = None
     acceptance_source: str | None = None  # where the MTP setting's acceptance length comes from
 
     @cached_property
@@ -250,6 +253,7 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
         min_tokens_per_s=scenario.workload.min_tokens_per_s, expert_parallel=expert_parallel,
         all_to_all=tuple(None if backend == "none" else backend for backend in search.all_to_all),
         speculations=speculations, acceptance_source=source,
+        batch_cap=max(scenario.workload.concurrency) if "concurrency" in scenario.workload.model_fields_set else None,
     )
 
 

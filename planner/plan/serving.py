@@ -216,8 +216,7 @@ def replica_layouts(workload: FleetWorkload, catalog: Catalog, deadline: Deadlin
     """Per GPU type, tp x pp, precision and KV dtype: the longest max-model-len that fits one request (what
     enumerate_candidates keeps of each group). Raises OutOfTime when the deadline ends the search."""
     space = workload.space
-    # workload.concurrency, when set above 1, caps the batch a replica may run
-    cap = max(space.concurrencies) if max(space.concurrencies) > 1 else None
+    cap = space.batch_cap
     one_request = replace(space, concurrencies=(1,))
     enumeration = enumerate_candidates(one_request, catalog, deadline, longest_first=True)
     if enumeration.cut_short:
