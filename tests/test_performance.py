@@ -992,6 +992,10 @@ def test_a_cdna_step_adds_the_graph_gap_after_every_kernel_it_counts(catalog, pe
     kernels = layers * (4 + 1 + perf.engine("vllm").layer_kernels) + 1
     assert with_gap.decode.kernel_launch_s - without.decode.kernel_launch_s == pytest.approx(
         kernels * cdna3.graph_gap_us * 1e-6)
+    # llama.cpp's per-layer cycles hold its every fixed cost (measured without graphs): no gap on top
+    llama_cpp = [replica_performance(arch(catalog, "llama-3.1-8b"), "bf16", "auto", catalog.gpus.get("mi300x"), 1, 1, 1,
+                                     CHAT, catalog, "llama.cpp", p).decode_step_s for p in (perf, gapless)]
+    assert llama_cpp[0] == llama_cpp[1]
 
 
 def test_sglang_on_cdna3_quantizes_each_w8a8_gemms_activations_in_a_kernel_the_tables_leave_out(catalog, perf):
@@ -1063,6 +1067,7 @@ def test_sglang_waits_for_its_host_step_where_its_release_turns_the_overlap_off(
     without_overlap = {"0.5.6": ("qwen3_next",), "0.5.7": ("qwen3_next", "nemotron_h"),
                        "0.5.8": ("nemotron_h", "glm4_moe"), "0.5.10": (*no_buffer, "lfm2"),
                        "0.5.13": (*no_buffer, "lfm2"), "0.5.14": ("lfm2",), "0.5.16": ("lfm2",),
+                       "0.5.17": ("lfm2", "lfm2_moe"), "0.5.18": ("lfm2", "lfm2_moe"),
                        "0.5.19": ("lfm2", "lfm2_moe"), "0.5.23": ("lfm2", "lfm2_moe")}
     for release, model_types in without_overlap.items():
         for model_type in (*no_buffer, "glm4_moe", "llama", "lfm2", "lfm2_moe"):

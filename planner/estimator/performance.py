@@ -1042,7 +1042,7 @@ def _is_low_bit(t: Tensor, shard: tuple[int, ...], precision: Precision) -> bool
 def _gemms(tensors: tuple[Tensor, ...], precision: Precision, tp: int, kv_heads: int, ep: int = 1, dp: int = 1,
            attention_group: bool = False) -> _Gemms:
     """The dense matmuls among `tensors` on one rank (embeddings are row lookups, norms elementwise), placed as
-    the memory estimate places them (rank_share: a shared expert is whole on every rank when ep = tp); with `dp`
+    the memory estimate places them (rank_share: a shared expert is whole on every rank with an all-to-all backend); with `dp`
     attention-DP groups, those on the attention-TP group (`attention_group`) or those on every token (not).
     Cached: the layers of a model repeat the same tensors, and the solver asks many times."""
     out = _Gemms()
@@ -2231,7 +2231,7 @@ def _hardware(gpu: Gpu, arch: Architecture, prec: Precision, tp: int, performanc
         layer_launches=engine_cost.layer_kernels + 1,
         moe_layer_launches=engine_cost.moe_layer_kernels + 1 + generation.moe_untimed_kernels
         + (generation.moe_sorting_us > 0),
-        graph_gap_s=generation.graph_gap_us * US,
+        graph_gap_s=0.0 if cycles else generation.graph_gap_us * US,  # llama.cpp's cycles hold its every fixed cost
         mla_layer_launches=engine_cost.mla_layer_kernels,
         step_overhead_s=engine_cost.step_host_us(release, pp > 1, arch.model_type, prefix_cache,
                                                  any(layer.attention.kind == "mamba" for layer in arch.layers)) * US,
