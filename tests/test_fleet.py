@@ -161,6 +161,9 @@ def test_shipped_fleet_scenarios_serve_every_bucket(path):
         "requests_per_s": 1, "buckets": [{"share": 0.5, "prompt_tokens": 10, "output_tokens": 10}]}}}, "add up to 1"),
     ({"model": "llama-3.1-8b", "workload": {"context": 4096, "traffic": {
         "requests_per_s": 1, "output_tokens_per_s": 5, "prompt_tokens": 1, "output_tokens": 1}}}, "one of"),
+    # without traffic the plan is ranked by cost per hour: the other objective would be accepted and ignored
+    ({"model": "llama-3.1-8b", "workload": {"context": 4096}, "objective": "cost_per_million_output_tokens"},
+     "objective: cost_per_million_output_tokens .* no traffic"),
 ])
 def test_traffic_errors_name_the_problem(data, needle):
     with pytest.raises(PlannerInputError, match=needle):

@@ -494,6 +494,11 @@ class Scenario(_Strict):
                                      "modelled yet: add aggregated to search.serving or remove mtp")
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
+        if self.objective != "cost_per_hour" and not self.is_fleet:
+            # with a fixed demand the two objectives rank plans alike; without one the plan is ranked by cost per hour
+            raise ValueError("objective: cost_per_million_output_tokens ranks a fleet serving fixed traffic (as cost "
+                             "per hour does), and this scenario has no traffic; add workload.traffic or set "
+                             "objective: cost_per_hour")
         if not self.is_fleet and "disaggregated" in self.search.serving:
             raise ValueError("search.serving: disaggregated sizes prefill and decode pools by traffic; add "
                              "workload.traffic or remove disaggregated")
