@@ -426,3 +426,30 @@ def test_a_concurrency_of_one_caps_each_replica_at_one_request():
     assert max(a.config.performance.batch for a in free.assignments) > 2
     replicas = {name: sum(a.replicas for a in p.assignments) for name, p in (("free", free), ("one", one), ("two", two))}
     assert replicas["one"] > replicas["two"] > replicas["free"]
+
+
+@pytest.mark.parametrize("change, needle", [
+    # a key the named engine does not read would change nothing
+    ({"engine": {"name": "vllm", "overhead": 0.9}}, "overhead: engine vllm does not read it"),
+    ({"engine": {"name": "vllm", "mem_fraction_static": 0.3}}, "mem_fraction_static: engine vllm does not read it"),
+    ({"engine": {"name": "sglang", "gpu_memory_utilization": 0.3}}, "gpu_memory_utilization: engine sglang"),
+    ({"engine": {"name": "sglang", "kv_cache_memory": "full"}}, "kv_cache_memory: engine sglang"),
+    ({"engine": {"name": "simple", "max_num_seqs": 1}}, "max_num_seqs: engine simple"),
+    # an SLO without a target constrains nothing
+    ({"workload": {**FLEET_8B["workload"], "slo": {"percentile": 90}}}, "give ttft_s, tpot_s or both"),
+    ({"workload": {**FLEET_8B["workload"], "slo": {}}}, "give ttft_s, tpot_s or both"),
+])
+def test_scenario_keys_that_would_change_nothing_are_refused(change, needle):
+    with pytest.raises(PlannerInputError, match=re.escape(needle)):
+        parse_scenario({**FLEET_8B, **change})
+    assert parse_scenario({**FLEET_8B, "engine": {"name": "sglang", "max_num_seqs": 32}}).engine.max_num_seqs == 32
+
+
+def test_a_quality_floor_beside_a_precision_list_refuses_what_it_excludes():
+    data = {**FLEET_8B, "workload": {"context": 4096}, "search": {"gpus": ["l40s"], "precisions": ["int4", "bf16"],
+                                                                  "quality_floor": "lossless"}}
+    with pytest.raises(PlannerInputError, match="search.precisions: int4 below search.quality_floor lossless"):
+        build_search_space(parse_scenario(data), CATALOG)
+    kept = build_search_space(parse_scenario({**data, "search": {"gpus": ["l40s"], "precisions": ["int4", "bf16"]}}),
+                              CATALOG)
+    assert [p.name for p in kept.precisions] == ["int4", "bf16"]  # without a floor the list is the user's

@@ -251,6 +251,12 @@ class SloSpec(_Strict):
     tpot_s: float | None = Field(default=None, gt=0, le=60)  # time per output token
     percentile: float | None = Field(default=None, gt=0, lt=100)  # the targets hold at this percentile; omit: the mean
 
+    @model_validator(mode="after")
+    def _has_a_target(self) -> SloSpec:
+        if self.ttft_s is None and self.tpot_s is None:  # a percentile alone would constrain nothing
+            raise ValueError("give ttft_s, tpot_s or both (a percentile holds targets), or remove slo")
+        return self
+
 
 # a calibration scales the speed a fleet's replicas are sized with; a single configuration is chosen by memory and price
 CALIBRATION_NEEDS_TRAFFIC = "a calibration scales a fleet's speed, and this scenario has no traffic; add workload.traffic"
@@ -336,6 +342,12 @@ class Search(_Strict):
         return self
 
 
+# the engine settings each engine reads (the others are validated by EngineSettings.validate)
+ENGINE_KEYS = {"overhead": (PLANNING_MARGIN,), "gpu_memory_utilization": ("vllm", "trtllm"), "kv_cache_memory": ("vllm",),
+               "max_num_seqs": ("vllm", "sglang", "trtllm"), "max_num_batched_tokens": ("vllm", "sglang", "trtllm"),
+               "mem_fraction_static": ("sglang",)}
+
+
 class EngineSpec(_Strict):
     """The memory model that decides what fits: an engine's own budget (vLLM by default) or the seed's margin."""
 
@@ -358,6 +370,17 @@ class EngineSpec(_Strict):
     moe_kernel: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
     # SGLang --attention-backend (on AMD it decides the 0.85 of the fraction above 8K); default: the one SGLang picks
     attention_backend: str | None = Field(default=None, pattern=MOE_KERNEL_PATTERN)
+
+    @model_validator(mode="after")
+    def _read_by_the_engine(self) -> EngineSpec:
+        """A key the named engine does not read would change nothing: refused, not ignored (the engines read them in
+        planner/estimator/engines: SGLang's max_num_seqs is its CUDA-graph batch, max_num_batched_tokens its chunked
+        prefill; TensorRT-LLM's are its max_batch_size, max_num_tokens and free-memory fraction)."""
+        for key, engines in ENGINE_KEYS.items():
+            if key in self.model_fields_set and self.name not in engines:
+                raise ValueError(f"{key}: engine {self.name} does not read it (engine {' or '.join(engines)} does); "
+                                 "remove it or set engine.name")
+        return self
 
 
 class Pricing(_Strict):

@@ -184,6 +184,10 @@ def build_search_space(scenario: Scenario, catalog: Catalog) -> SearchSpace:
 
     if search.precisions is not None:
         precisions = _names(search.precisions, catalog.precisions, "search.precisions")
+        below = [p.name for p in precisions if not quality_at_least(p.quality, search.quality_floor)]
+        if below and "quality_floor" in search.model_fields_set:  # the user said both: neither is dropped unsaid
+            raise PlannerInputError(f"search.precisions: {', '.join(below)} below search.quality_floor "
+                                    f"{search.quality_floor}; remove them or lower the floor")
     else:
         precisions = [p for p in catalog.precisions if p.serving_default or p.name == own.name]
         precisions = [p for p in precisions if quality_at_least(p.quality, search.quality_floor)]
