@@ -453,3 +453,22 @@ def test_a_quality_floor_beside_a_precision_list_refuses_what_it_excludes():
     kept = build_search_space(parse_scenario({**data, "search": {"gpus": ["l40s"], "precisions": ["int4", "bf16"]}}),
                               CATALOG)
     assert [p.name for p in kept.precisions] == ["int4", "bf16"]  # without a floor the list is the user's
+
+
+def test_a_workloads_own_sections_override_the_scenarios_key_by_key():
+    """Top-level search / pricing keys a workload's own section leaves out still apply to it (they were dropped as a
+    whole: the top-level precisions and KV dtypes vanished once the workload named its GPUs)."""
+    scenario = parse_scenario({"name": "tl", "search": {"precisions": ["bf16"], "kv_dtypes": ["fp8"]},
+                               "pricing": {"providers": ["runpod"]},
+                               "workloads": [{"name": "w", "model": "llama-3.1-8b",
+                                              "workload": {"context": "4K", "traffic": {
+                                                  "requests_per_s": 2, "prompt_tokens": 500, "output_tokens": 100}},
+                                              "search": {"gpus": ["l40s"]}, "pricing": {"market": "any"}}]})
+    [(_, part)] = scenario.fleet_parts()
+    assert (part.search.precisions, part.search.kv_dtypes, part.search.gpus) == (["bf16"], ["fp8"], ["l40s"])
+    assert (part.pricing.providers, part.pricing.market) == (["runpod"], "any")
+    with pytest.raises(PlannerInputError, match="mem_fraction_static: engine vllm does not read it"):
+        parse_scenario({"name": "e", "engine": {"name": "sglang", "mem_fraction_static": 0.8},
+                        "workloads": [{"name": "w", "model": "llama-3.1-8b", "engine": {"name": "vllm"},
+                                       "workload": {"context": "4K", "traffic": {
+                                           "requests_per_s": 2, "prompt_tokens": 500, "output_tokens": 100}}}]})

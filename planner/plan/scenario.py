@@ -577,12 +577,14 @@ class Scenario(_Strict):
                                        "workloads": workloads})
 
     def fleet_parts(self) -> list[tuple[str, Scenario]]:
-        """Each service of the fleet as a one-service scenario (search / engine / pricing inherited)."""
+        """Each service of the fleet as a one-service scenario: its own search / engine / pricing keys over the
+        scenario's (a key the workload leaves out is the scenario's, not the section's default)."""
         if self.workloads is None:
             return [(self.name or self.model or "workload", self)]
         return [(w.name, self.model_copy(update={
             "name": w.name, "model": w.model, "params": w.params, "workload": w.workload, "workloads": None,
-            "search": w.search or self.search, "engine": w.engine or self.engine, "pricing": w.pricing or self.pricing,
+            "search": _over(self.search, w.search), "engine": _over(self.engine, w.engine),
+            "pricing": _over(self.pricing, w.pricing),
         })) for w in self.workloads]
 
     @field_validator("name", "description", "model")
@@ -592,6 +594,13 @@ class Scenario(_Strict):
         if value is not None and ("\x00" in value or any("\ud800" <= c <= "\udfff" for c in value)):
             raise ValueError("holds a character no name or path can: NUL or a lone surrogate such as \\ud800")
         return value
+
+
+def _over(section: _Strict, own: _Strict | None) -> Any:
+    """A workload's section over the scenario's, key by key, validated again as one section."""
+    if own is None:
+        return section
+    return type(section).model_validate({**section.model_dump(exclude_unset=True), **own.model_dump(exclude_unset=True)})
 
 
 def parse_scenario(data: Any, label: str = "scenario", base_dir: Path | None = None) -> Scenario:
