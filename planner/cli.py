@@ -314,6 +314,9 @@ def solve(
             PlanFormat.markdown: lambda: records_markdown(records)})
         return
     if loaded.is_fleet:
+        if top is not None:
+            raise PlannerInputError("--top: the alternatives it lists are a single configuration's; a fleet plan is "
+                                    "one fleet (its left-out and layout lines say what else was weighed); drop --top")
         plan = api.plan_fleet(loaded, time_limit_s=time_limit, started=_command_start())
         name = loaded.name or "fleet"
         day = api.plan_day(loaded, plan)

@@ -357,3 +357,8 @@ def test_simulate_benchmark_replays_a_vllm_bench_serve_run(tmp_path):
 ])
 def test_max_running_requests_is_sglangs_and_at_least_one_on_every_command(tmp_path, args, needle):
     refused(*args, cwd=tmp_path, needle=needle)
+
+
+def test_top_is_refused_for_a_fleet_not_ignored(tmp_path):
+    fleet = str(Path(__file__).parents[1] / "scenarios" / "multi-model-fleet.yaml")
+    refused("solve", fleet, "--top", "3", cwd=tmp_path, needle="--top: the alternatives it lists are a single")

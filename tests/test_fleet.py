@@ -438,6 +438,8 @@ def test_a_concurrency_of_one_caps_each_replica_at_one_request():
     # an SLO without a target constrains nothing
     ({"workload": {**FLEET_8B["workload"], "slo": {"percentile": 90}}}, "give ttft_s, tpot_s or both"),
     ({"workload": {**FLEET_8B["workload"], "slo": {}}}, "give ttft_s, tpot_s or both"),
+    # a fleet plan lists no alternatives
+    ({"solver": {"top": 3}}, "solver.top: the alternatives it lists are a single configuration's"),
 ])
 def test_scenario_keys_that_would_change_nothing_are_refused(change, needle):
     with pytest.raises(PlannerInputError, match=re.escape(needle)):

@@ -517,6 +517,9 @@ class Scenario(_Strict):
                                      "modelled yet: add aggregated to search.serving or remove mtp")
         if self.calibration is not None and not self.is_fleet:
             raise ValueError(f"calibration: {CALIBRATION_NEEDS_TRAFFIC} or remove calibration")
+        if self.is_fleet and "top" in self.solver.model_fields_set:
+            raise ValueError("solver.top: the alternatives it lists are a single configuration's; a fleet plan is one "
+                             "fleet (its left-out and layout lines say what else was weighed); remove top")
         if self.objective != "cost_per_hour" and not self.is_fleet:
             # with a fixed demand the two objectives rank plans alike; without one the plan is ranked by cost per hour
             raise ValueError("objective: cost_per_million_output_tokens ranks a fleet serving fixed traffic (as cost "
