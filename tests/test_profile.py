@@ -221,3 +221,22 @@ def test_a_csv_profile_is_read_only_beside_a_scenario_file(tmp_path):
     with pytest.raises(PlannerInputError, match="a CSV profile is read from the scenario file's folder, and this "
                                                 "scenario is no file"):
         parse_scenario(data)  # the Python API's dict, or the web planner's form: no file of the server is read
+
+
+def test_each_hour_keeps_the_fleets_on_demand_share():
+    """fleet.on_demand_share holds every hour, as the peak plan holds it: off-peak hours ran the cheaper spot replica
+    alone (0% on demand) under a share of 0.5."""
+    scenario = parse_scenario({
+        "name": "od", "model": "llama-3.1-8b",
+        "workload": {"context": "4K", "slo": {"ttft_s": 2.0, "tpot_s": 0.05},
+                     "traffic": {"profile": [2] * 8 + [60] * 10 + [2] * 6, "prompt_tokens": 500, "output_tokens": 100}},
+        "search": {"precisions": ["fp8"], "gpus": ["l40s"]}, "pricing": {"market": "any"},
+        "fleet": {"on_demand_share": 0.5}})
+    plan = plan_fleet(fleet_problem(scenario, CATALOG), CATALOG, explain=False)
+    assert {a.pool.market for a in plan.assignments} == {"spot", "on-demand"}
+    day = plan_day(scenario, plan)
+    for hour in day.hours:
+        demand = ceil(scenario.workload.traffic.hour_requests_per_s(hour.hour) * CAPACITY_UNITS_PER_RPS)
+        on_demand = sum(n * a.capacity_units for n, a in zip(hour.assignment_replicas, plan.assignments)
+                        if a.pool.market == "on-demand")
+        assert on_demand >= ceil(0.5 * demand), hour

@@ -67,7 +67,8 @@ def plan_day(scenario: Scenario, plan: FleetPlan) -> DayPlan | None:
     workloads = {name: part.workload for name, part in scenario.fleet_parts()}
     cheapest_first = sorted(range(len(assignments)), key=lambda i: (_units_per_capacity(assignments[i]), i))
     fleet = scenario.fleet or FleetSpec()
-    counts = [_replicas(assignments, workloads, cheapest_first, hour, fleet.survive) for hour in range(HOURS_PER_DAY)]
+    counts = [_replicas(assignments, workloads, cheapest_first, hour, fleet.survive, fleet.on_demand_share)
+              for hour in range(HOURS_PER_DAY)]
     committed = {u.pool: u.instances for u in plan.pools if u.pool.offer.term}  # paid every hour: never scaled down
     rented = [_instances(assignments, n) | committed for n in counts]
     minutes = fleet.scale_up_minutes
@@ -104,10 +105,11 @@ def _gpus(a: Assignment) -> int:
 
 
 def _replicas(assignments: tuple[Assignment, ...], workloads: dict[str, WorkloadSpec], cheapest_first: list[int],
-              hour: int, survive: Survive | None) -> list[int]:
+              hour: int, survive: Survive | None, on_demand_share: float | None = None) -> list[int]:
     """Replicas of each assignment in the hour: per bucket, the fewest (cheapest per request/s first, each at most
-    as many as the peak plan runs) whose capacity covers the hour's demand with N+k and the survival rule; at least
-    min_replicas of each workload."""
+    as many as the peak plan runs) whose capacity covers the hour's demand with N+k and the survival rule, on-demand
+    replicas first until they hold fleet.on_demand_share of it (the fleet's rule, planner.plan.fleet._build); at
+    least min_replicas of each workload."""
     n = [0] * len(assignments)
 
     def add(choices: list[int]) -> None:
@@ -125,6 +127,10 @@ def _replicas(assignments: tuple[Assignment, ...], workloads: dict[str, Workload
             # a disaggregated bucket's prefill replicas and its decode replicas each cover the demand
             for role in dict.fromkeys(assignments[i].config.role for i in slots):
                 group = [i for i in slots if assignments[i].config.role == role]
+                on_demand = [i for i in group if assignments[i].pool.market == "on-demand"]
+                while sum(n[i] * assignments[i].capacity_units for i in on_demand) < ceil(
+                        (on_demand_share or 0) * demand):
+                    add(on_demand)
                 while not _covered(demand, spec.redundancy, [
                         (n[i], assignments[i].capacity_units, assignments[i].config.capacity_units,
                          survive and zone(assignments[i].pool.offer, survive)) for i in group]):
