@@ -278,3 +278,28 @@ def test_vllm_knows_every_exported_flag(plan_file):
     exported = {token for token in argv if token.startswith("--")}
     assert {"--data-parallel-size", "--enable-expert-parallel", "--data-parallel-backend"} <= exported
     assert exported - known <= {"--host", "--port"}, exported - known  # the server's own, in its frontend args
+
+
+def test_the_planning_margin_pools_each_dp_group_for_its_own_requests():
+    """Under data-parallel attention a rank caches only its group's requests: the margin's pool per group is the same
+    whatever the batch (it was 0 at batch 1, where all but one group held none, and dp times too large at batch >= dp),
+    and the replica holds dp of them."""
+    from planner.estimator.engines import engine_budget
+    from planner.estimator.memory import GpuTarget, Request
+
+    arch, card = resolve_model(CATALOG, "deepseek-v3"), GpuTarget.from_catalog(CATALOG.gpus.get("h200-sxm"))
+    budgets = [engine_budget(arch, Request(context=32768, batch=b, tp=8, dp=8, ep=8), EngineSettings("simple"), card,
+                             CATALOG) for b in (1, 8, 16)]
+    assert len({b.kv_cache_capacity_tokens for b in budgets}) == 1 and budgets[0].kv_cache_capacity_tokens > 0
+    assert budgets[0].max_concurrency == pytest.approx(8 * budgets[0].kv_cache_capacity_tokens / 32768)
+
+
+def test_a_fleet_sized_by_the_margin_searches_dp_ep_layouts():
+    """The margin borrows SGLang's batching for DP / EP layouts, which vLLM's profile refuses (the fleet stopped at
+    "--engine vllm: its memory profile does not size data-parallel attention")."""
+    scenario = parse_scenario({
+        "name": "dp-simple", "model": "qwen3-30b-a3b", "engine": {"name": "simple"},
+        "workload": {"context": "8K", "concurrency": 32,
+                     "traffic": {"requests_per_s": 2, "prompt_tokens": 1000, "output_tokens": 200}},
+        "search": {"precisions": ["bf16"], "gpus": ["h100-sxm"], "max_gpus_per_replica": 4, "layouts": ["dp_ep"]}})
+    assert api.plan_fleet(scenario, catalog=CATALOG).usd_per_hour > 0

@@ -143,8 +143,11 @@ def replica_scheduler(space: SearchSpace, candidate: Candidate, catalog: Catalog
         max_seqs_cap = speculative_running_cap(settings, max_seqs_cap)
     budget = (known_budget(budgets, request, settings, target) if budgets else None) or engine_budget(
         arch, request, settings, target, catalog)
-    batching = None if space.engine is not None else engine_budget(arch, request, EngineSettings("vllm"), target,
-                                                                   catalog)
+    # the margin has no batching of its own: vLLM's, or SGLang's for data-parallel attention or expert parallelism
+    # (which vLLM's profile does not size, and SGLang runs)
+    config = candidate.configuration
+    borrowed = EngineSettings("sglang" if config.dp > 1 or config.ep > 1 else "vllm")
+    batching = None if space.engine is not None else engine_budget(arch, request, borrowed, target, catalog)
     return Scheduler.of(budget, batching, max_seqs_cap, candidate.configuration.dp)
 
 

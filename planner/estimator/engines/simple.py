@@ -34,10 +34,14 @@ def simple_budget(arch: Architecture, request: Request, settings: EngineSettings
                   catalog: Catalog) -> EngineBudget:
     estimate: MemoryEstimate = estimate_memory(arch, request, catalog, gpu, catalog.engines.get("simple"))
     margin = Fraction(str(estimate.overhead_fraction))
+    # one sequence's cache on each rank: with data-parallel attention a rank caches its own group's requests only,
+    # so one request in every group (batch = dp) gives it
+    one_each = estimate if request.batch == request.dp else estimate_memory(
+        arch, replace(request, batch=request.dp), catalog, gpu, catalog.engines.get("simple"))
     ranks = []
-    for rank in estimate.per_gpu:
+    for rank, one in zip(estimate.per_gpu, one_each.per_gpu):
         pool = _pool(rank, gpu.memory_bytes, margin, estimate.runtime_reserve_bytes)
-        per_sequence = rank.kv_cache_bytes // request.batch
+        per_sequence = one.kv_cache_bytes
         ranks.append(RankBudget(
             rank=rank.rank, pp_stage=rank.pp_stage, layers=rank.last_layer - rank.first_layer,
             memory_bytes=gpu.memory_bytes, budget_bytes=gpu.memory_bytes, weights_bytes=rank.weights_bytes,
@@ -45,7 +49,7 @@ def simple_budget(arch: Architecture, request: Request, settings: EngineSettings
             kv_capacity_tokens=pool * request.context // per_sequence if per_sequence else 0,
         ))
     limit = limiting_rank(tuple(ranks))
-    concurrency = limit.kv_capacity_tokens / request.context
+    concurrency = request.dp * limit.kv_capacity_tokens / request.context  # every group's pool
     one = replace(request, batch=1)
     fits_one = _fits(arch, one, catalog, gpu)
     longest = None if fits_one else largest_passing(1, request.context, lambda n: _fits(arch, replace(one, context=n), catalog, gpu))
