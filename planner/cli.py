@@ -210,12 +210,18 @@ def estimate(
 ) -> None:
     """How much GPU memory a model needs: weights, KV cache, overhead, per GPU, and whether it fits."""
     if engine is EngineName.simple:
-        if engine_version is not None or attention_backend is not None or max_running_requests is not None:
-            # the margin has no release, backend or scheduler: each is refused (the engines load pydantic)
+        flags = {"version": engine_version, "attention_backend": attention_backend,
+                 "max_running_requests": max_running_requests, "gpu_memory_utilization": gpu_memory_utilization,
+                 "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
+                 "block_size": block_size, "mem_fraction_static": mem_fraction_static, "n_batch": n_batch,
+                 "n_ubatch": n_ubatch, "n_gpu_layers": n_gpu_layers, "cache_type": cache_type,
+                 "kv_cache_memory_bytes": kv_cache_memory_bytes}
+        if any(value is not None for value in flags.values()):
+            # the margin has no release, backend, scheduler or engine flag: each is refused, not ignored (the
+            # engines load pydantic)
             from planner.estimator.engines import EngineSettings
 
-            EngineSettings("simple", version=engine_version, attention_backend=attention_backend,
-                           max_running_requests=max_running_requests).validate()
+            EngineSettings("simple", **flags).validate()
     else:
         from planner.estimator.engines import EngineSettings
 

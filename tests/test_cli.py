@@ -362,3 +362,14 @@ def test_max_running_requests_is_sglangs_and_at_least_one_on_every_command(tmp_p
 def test_top_is_refused_for_a_fleet_not_ignored(tmp_path):
     fleet = str(Path(__file__).parents[1] / "scenarios" / "multi-model-fleet.yaml")
     refused("solve", fleet, "--top", "3", cwd=tmp_path, needle="--top: the alternatives it lists are a single")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--engine", "sglang", "--gpu-memory-utilization", "0.5"), "--gpu-memory-utilization: the sglang budget"),
+    (("--engine", "llamacpp", "--block-size", "32"), "--block-size: the llamacpp budget"),
+    (("--engine", "vllm", "--mem-fraction-static", "0.8"), "--mem-fraction-static: the vllm budget"),
+    (("--engine", "sglang", "--n-batch", "512"), "--n-batch: the sglang budget"),
+    (("--gpu-memory-utilization", "0.5"), "--gpu-memory-utilization: the simple budget"),  # no --engine: the margin
+])
+def test_an_engine_flag_the_engine_does_not_read_is_refused_not_ignored(tmp_path, args, needle):
+    refused("estimate", "llama-3.1-8b", "--gpu", "h100-sxm", *args, cwd=tmp_path, needle=needle)

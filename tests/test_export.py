@@ -599,7 +599,8 @@ def test_sglang_is_told_the_stated_moe_kernel(multi_node):
     plan = load_plan(multi_node, CATALOG)
     assert "VLLM_USE_FLASHINFER_MOE" not in export(plan, "vllm") and "envs" not in yaml.safe_load(export(plan, "skypilot"))
     sglang = changed(plan, engine=replace(plan.configuration.engine, name="sglang", version="0.5.23",
-                                          moe_kernel="triton"))
+                                          moe_kernel="triton", gpu_memory_utilization=None, block_size=None,
+                                          kv_cache_memory_bytes=None))
     for argv in command_lines(export(sglang, "sglang"), "python3 -m sglang.launch_server"):
         flags = flags_and_values(argv)
         assert flags["--moe-runner-backend"] == "triton"
@@ -652,7 +653,10 @@ def test_an_sglang_plan_told_its_running_requests_is_planned_and_exported_with_t
     ({"name": "vllm", "moe_kernel": "triton; reboot"}, "moe_kernel"),
     ({"name": "llamacpp", "moe_kernel": "triton"}, "llamacpp is not told which fused-MoE kernel to run"),
     ({"name": "vllm", "moe_kernel": "foo"}, "vLLM has no switch to 'foo'"),
-    ({"name": "sglang", "version": "0.5.23", "moe_kernel": "foo"}, "no sglang table on blackwell GPUs times 'foo'"),
+    # the vLLM plan's own gpu_memory_utilization and block_size left out: SGLang reads neither, and a plan giving
+    # them to it is refused
+    ({"name": "sglang", "version": "0.5.23", "moe_kernel": "foo", "gpu_memory_utilization": None, "block_size": None},
+     "no sglang table on blackwell GPUs times 'foo'"),
 ])
 def test_a_plan_files_moe_kernel_is_checked_as_hostile_input(stated_kernel, tmp_path, engine, needle):
     """A kernel name is checked as the plan file loads, and again as the export re-times it: one the engine cannot be

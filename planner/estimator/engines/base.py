@@ -42,6 +42,22 @@ LLAMACPP_CACHE_TYPES = {"f32": (4, 1), "f16": (2, 1), "bf16": (2, 1), "q8_0": (3
                         "q5_0": (22, 32), "q4_1": (20, 32), "q4_0": (18, 32), "iq4_nl": (18, 32)}
 
 
+# the flags only some engines read (planner/estimator/engines: SGLang's max_num_seqs is its CUDA-graph batch and
+# max_num_batched_tokens its chunked prefill; TensorRT-LLM's are its max_batch_size, max_num_tokens, tokens_per_block
+# and free-memory fraction): given to another engine they would change nothing, so they are refused
+READ_BY = {
+    "gpu_memory_utilization": ("--gpu-memory-utilization", ("vllm", "trtllm")),
+    "mem_fraction_static": ("--mem-fraction-static", ("sglang",)),
+    "block_size": ("--block-size", ("vllm", "trtllm")),
+    "kv_cache_memory_bytes": ("--kv-cache-memory-bytes", ("vllm",)),
+    "max_num_seqs": ("--max-num-seqs", ("vllm", "sglang", "trtllm")),
+    "max_num_batched_tokens": ("--max-num-batched-tokens", ("vllm", "sglang", "trtllm")),
+    "n_batch": ("--n-batch", ("llamacpp",)), "n_ubatch": ("--n-ubatch", ("llamacpp",)),
+    "n_gpu_layers": ("--n-gpu-layers", ("llamacpp",)), "cache_type": ("--cache-type", ("llamacpp",)),
+    "flash_attn": ("--flash-attn", ("llamacpp",)),
+}
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """An engine and its memory-related flags; None means the engine's own default."""
@@ -75,6 +91,10 @@ class EngineSettings:
     def validate(self) -> None:
         if self.name not in ENGINE_NAMES:
             raise PlannerInputError(f"--engine: unknown engine {self.name!r}; use one of {', '.join(ENGINE_NAMES)}")
+        for field_name, (flag, engines) in READ_BY.items():
+            if getattr(self, field_name) is not None and self.name not in engines:
+                raise PlannerInputError(f"{flag}: the {self.name} budget does not read it ({spoken_list(engines)} "
+                                        f"does); drop it or pick --engine {spoken_list(engines)}")
         if self.name == PLANNING_MARGIN:
             if self.version is not None:
                 raise PlannerInputError(f"--engine-version / engine.version: {self.version} names an engine release; the "
