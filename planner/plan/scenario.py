@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from planner.catalog.load import Quality
 from planner.catalog.prices import MAX_PRICE_AGE_DAYS, PRICE_KINDS, PriceKind, Term
 from planner.errors import PlannerInputError
-from planner.estimator.engines.base import MOE_KERNEL_PATTERN
+from planner.estimator.engines.base import MOE_KERNEL_PATTERN, READ_BY
 from planner.estimator.engines.registry import PLANNING_MARGIN, profiled_engines
 from planner.plan.failure import Survive, interruption_rate
 from planner.yamlfile import parse_yaml, printable
@@ -342,10 +342,12 @@ class Search(_Strict):
         return self
 
 
-# the engine settings each engine reads (the others are validated by EngineSettings.validate)
-ENGINE_KEYS = {"overhead": (PLANNING_MARGIN,), "gpu_memory_utilization": ("vllm", "trtllm"), "kv_cache_memory": ("vllm",),
-               "max_num_seqs": ("vllm", "sglang", "trtllm"), "max_num_batched_tokens": ("vllm", "sglang", "trtllm"),
-               "mem_fraction_static": ("sglang",)}
+# the engines that read each engine key of a scenario: the flags' own table (engines.base.READ_BY) for those the
+# section shares with the command line, and the margin's overhead and vLLM's pool mode besides (the others are
+# validated by EngineSettings.validate)
+ENGINE_KEYS = {"overhead": (PLANNING_MARGIN,), "kv_cache_memory": ("vllm",),
+               **{key: engines for key, (_, engines) in READ_BY.items()
+                  if key in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "mem_fraction_static")}}
 
 
 class EngineSpec(_Strict):
