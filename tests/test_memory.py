@@ -244,3 +244,21 @@ def test_hybrid_linear_attention_holds_a_constant_state_per_sequence(catalog):
     assert short.kv_bytes_per_token == full_per_token
     assert short.kv_cache_bytes == full_per_token * 1000 + 36 * state
     assert long.kv_cache_bytes == 2 * (full_per_token // 2 * 100_000 + 36 * state)  # fp8 KV, state stays bf16
+
+
+def test_a_layers_kv_projections_split_by_its_own_kv_heads():
+    """Gemma 4 31B's full layers have 4 KV heads of 512 (their k_proj, values = keys), its sliding ones 16: at tp 8 a
+    full layer's k_proj is one whole replicated head a GPU (512 rows), not an eighth of 16 heads' worth (256)."""
+    from planner.catalog.load import load_catalog
+    from planner.estimator.layout import layer_kv_heads, model_kv_heads, shard_shape
+    from planner.model.sources import resolve_model
+
+    catalog = load_catalog()
+    arch = resolve_model(catalog, "gemma-4-31b")
+    full = [layer for layer in arch.layers if layer.attention.kv_heads == 4]
+    k = next(t for t in full[0].tensors if t.name == "self_attn.k_proj.weight")
+    assert k.shape == (2048, 5376) and model_kv_heads(arch) == 16
+    assert shard_shape(k, 8, layer_kv_heads(full[0], 16)) == (512, 5376)
+    per_gpu = estimate_memory(arch, Request(context=4096, tp=8, precision="bf16"), catalog).per_gpu[0].weights_bytes
+    by_model_heads = per_gpu - len(full) * (512 - 256) * 5376 * 2  # what the model's 16 heads gave those layers
+    assert by_model_heads == 7_874_504_920 and len(full) == 10

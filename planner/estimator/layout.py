@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from math import ceil
 
 from planner.catalog.load import Gpu
-from planner.model.architecture import Architecture, Tensor
+from planner.model.architecture import Architecture, Layer, Tensor
 from planner.estimator.engines.registry import engine as described
 
 # For a card outside the catalog: an HGX/DGX node (catalogs/gpus.yaml gives each catalog card its own)
@@ -224,6 +224,12 @@ def model_kv_heads(arch: Architecture) -> int:
     return max((layer.attention.kv_heads for layer in arch.layers), default=0)
 
 
+def layer_kv_heads(layer: Layer, model_heads: int) -> int:
+    """The KV head count a layer's "kv"-split tensors are sharded by: its own (the engines split each layer's
+    projections by its heads); the model's for a layer without KV heads, which has no such tensor."""
+    return layer.attention.kv_heads or model_heads
+
+
 def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
     """KV heads each TP rank holds: split while tp <= kv_heads, one replicated head beyond."""
     return max(1, kv_heads // tp)
@@ -273,7 +279,7 @@ def on_attention_group(tensor: Tensor) -> bool:
 
 
 __all__ = ["DEFAULT_GPUS_PER_NODE", "ParallelLayout", "data_parallel_refusal", "expert_layouts", "expert_parallel_refusal",
-           "kv_heads_per_rank", "layout_name", "layout_refusal", "layouts_on_gpus", "model_kv_heads", "node_gpus",
+           "kv_heads_per_rank", "layer_kv_heads", "layout_name", "layout_refusal", "layouts_on_gpus", "model_kv_heads", "node_gpus",
            "on_attention_group",
            "parallel_refusal", "pipeline_parallel_refusal", "pipeline_stages", "rank_share",
            "searched_tensor_parallel_sizes", "shard_shape", "tensor_parallel_refusal", "tied_lm_head"]

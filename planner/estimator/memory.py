@@ -28,7 +28,7 @@ from math import ceil
 from planner.model.architecture import Architecture, Attention, Layer, Tensor
 from planner.catalog.load import Catalog, Engine, Gpu, Precision
 from planner.errors import PlannerInputError
-from planner.estimator.layout import (kv_heads_per_rank, layout_name, model_kv_heads, parallel_refusal, pipeline_stages,
+from planner.estimator.layout import (kv_heads_per_rank, layer_kv_heads, layout_name, model_kv_heads, parallel_refusal, pipeline_stages,
                                       rank_share, shard_shape, tied_lm_head)
 from planner.estimator.engines.registry import resolve_engine_kv_dtype
 from planner.model.precision import resolve_kv_dtype, resolve_precision, tensor_bytes
@@ -269,12 +269,12 @@ def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int
     """Weight bytes on each TP rank of one pipeline stage (cached: the solver asks many times)."""
     kv_heads = model_kv_heads(arch)
 
-    def on_rank(t: Tensor) -> int:
+    def on_rank(t: Tensor, heads: int) -> int:
         ways, count = rank_share(t, tp, dp, ep, all_to_all)
-        return tensor_bytes(shard_shape(t, ways, kv_heads), count, t, precision)
+        return tensor_bytes(shard_shape(t, ways, heads), count, t, precision)
 
-    def total(tensors: Iterable[Tensor]) -> int:
-        return sum(on_rank(t) for t in tensors)
+    def total(tensors: Iterable[Tensor], heads: int = kv_heads) -> int:
+        return sum(on_rank(t, heads) for t in tensors)
 
     tensors: list[Tensor] = []
     if stage == 0:
@@ -289,8 +289,8 @@ def _stage_weights(arch: Architecture, precision: Precision, tp: int, stage: int
     # less than sizing their tensors in exact fractions)
     per_layer: dict[Layer, int] = {}
     for layer in arch.layers[layers[0]:layers[1]]:
-        if layer not in per_layer:
-            per_layer[layer] = total(layer.tensors)
+        if layer not in per_layer:  # a layer's K/V projections split by its own KV heads
+            per_layer[layer] = total(layer.tensors, layer_kv_heads(layer, kv_heads))
     return total(tensors) + sum(per_layer[layer] for layer in arch.layers[layers[0]:layers[1]])
 
 

@@ -69,7 +69,7 @@ from planner.errors import PlannerInputError
 from planner.estimator.engines.moe_kernels import switch_refusal
 from planner.estimator.engines.registry import (canonical, engine as registered_engine, engine_names, release_key,
                                                 resolve_engine_kv_dtype)
-from planner.estimator.layout import (model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
+from planner.estimator.layout import (layer_kv_heads, model_kv_heads, on_attention_group, pipeline_stages, rank_share, shard_shape,
                                       tied_lm_head)
 from planner.estimator.memory import Request, attention_bytes_per_token, estimate_memory
 from planner.model.precision import UNQUANTIZED_BITS, resolve_precision, tensor_bytes
@@ -1116,11 +1116,11 @@ def _eager_launches(arch: Architecture, precision: Precision, tp: int, pp: int, 
 
     def layer_launches(layer: Layer) -> int:
         shared = _fused_shared_tensors(layer) if fused_shared else ()
-        gemms = _gemms(layer.tensors, precision, tp, kv_heads, ep)
+        gemms = _gemms(layer.tensors, precision, tp, layer_kv_heads(layer, kv_heads), ep)
         gemm_kernels = gemms.low_bit_kernels + gemms.wide_kernels
         quantized = gemms.low_bit_kernels
         if shared:
-            own = _gemms(shared, precision, tp, kv_heads, ep)
+            own = _gemms(shared, precision, tp, layer_kv_heads(layer, kv_heads), ep)
             gemm_kernels -= own.low_bit_kernels + own.wide_kernels
             quantized -= own.low_bit_kernels
         names = [t.name for t in layer.tensors]
@@ -1191,13 +1191,14 @@ def _stages(arch: Architecture, precision: Precision, tp: int, pp: int, as_store
         experts = _summed_experts([_experts(layer.tensors, precision, tp, kv_heads, k, ep) for layer in layers])
         if fused_shared and experts.count:
             experts = replace(experts, shared=arch.moe.shared_intermediate_size // arch.moe.expert_intermediate_size)
+        heads = [layer_kv_heads(layer, kv_heads) for layer in layers]  # each layer's K/V split by its own heads
         stages.append(_Stage(
             layers=len(layers), mla_layers=mla,
-            body=sum((_gemms(tensors, precision, tp, kv_heads, ep, dp) for tensors in dense), _Gemms()),
+            body=sum((_gemms(tensors, precision, tp, h, ep, dp) for tensors, h in zip(dense, heads)), _Gemms()),
             head=_gemms(head, precision, tp, kv_heads),
             experts=experts,
             attention=attention,
-            attention_body=sum((_gemms(tensors, precision, tp, kv_heads, ep, dp, True) for tensors in dense),
+            attention_body=sum((_gemms(tensors, precision, tp, h, ep, dp, True) for tensors, h in zip(dense, heads)),
                                _Gemms()) if dp > 1 else _Gemms(),
             sparse=sparse,
             delta_layers=len(delta), delta_token_flops=sum(_delta_flops_per_token(a, tp // dp) for a in delta),
